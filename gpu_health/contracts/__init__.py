@@ -1,0 +1,12 @@
+"""Data contracts of the source tables: pandera models and partition-aware validation."""
+
+from gpu_health.contracts.models import (
+    CONTRACTS,
+    FIVE_MINUTE_SOURCES,
+    OPTIONAL_DCGM_COLUMNS,
+    PARTITION_COLUMN,
+    columns,
+    empty_frame,
+)
+
+__all__ = ["CONTRACTS", "FIVE_MINUTE_SOURCES", "OPTIONAL_DCGM_COLUMNS", "PARTITION_COLUMN", "columns", "empty_frame"]

@@ -1,0 +1,270 @@
+"""Pandera contracts of the source tables (../shared/design/contracts.md).
+
+One ``DataFrameModel`` per table, named after the table in PascalCase. Column
+names, types and units are the project's public interface: sources, the
+simulator and the landing zone all produce exactly these columns.
+
+Row-level rules (ranges, enums, nullability, grain uniqueness, cross-column
+predicates) live here. What depends on the partition being read (timestamps
+inside the window) or on the file as a whole (missing columns, naive
+timestamps) is judged by :mod:`gpu_health.contracts.validate`.
+"""
+
+import pandas as pd
+import pandera.pandas as pa
+from pandera.engines import pandas_engine
+from pandera.typing import Series
+
+UTC = pd.DatetimeTZDtype("ns", "UTC")
+_TS = {"dtype_kwargs": {"unit": "ns", "tz": "UTC"}}
+
+# DCGM reports "not supported" / "blank" with sentinel values
+# (DCGM_INT64_BLANK = 0x7ffffffffffffff0 and above; DCGM_FP64_BLANK = 2**47).
+DCGM_INT64_SENTINEL = 0x7FFFFFFFFFFFFFF0
+DCGM_FP64_SENTINEL = 140737488355328.0
+
+EVENTS = ["submitted", "started", "ended", "preempted", "requeued"]
+SCHEDULERS = ["kubernetes", "slurm"]
+EXIT_STATES = ["completed", "failed", "cancelled", "timeout", "node_fail"]
+HEALTH = ["ok", "degraded", "down", "drained"]
+WORKLOAD_CLASSES = ["interactive", "batch", "distributed"]
+CHANGE_KINDS = [
+    "driver_upgrade",
+    "framework_release",
+    "scheduler_config",
+    "firmware_update",
+    "kernel_upgrade",
+]
+THROTTLE_MASK_MAX = 0x1FF  # the nine DCGM clock-event bits
+
+
+class ContractModel(pa.DataFrameModel):
+    """Shared settings: no unexpected columns, values coerced to the contract."""
+
+    class Config:
+        strict = True
+        coerce = True
+
+
+class _MinuteGrain(ContractModel):
+    ts: Series[pd.DatetimeTZDtype] = pa.Field(description="Minute start, UTC.", **_TS)
+
+    @pa.dataframe_check(name="ts_minute_aligned")
+    def ts_minute_aligned(cls, df: pd.DataFrame) -> Series[bool]:
+        return (df["ts"].dt.second == 0) & (df["ts"].dt.microsecond == 0) & (df["ts"].dt.nanosecond == 0)
+
+
+class _NodeKeyed(_MinuteGrain):
+    region: Series[str] = pa.Field(description="Region, e.g. us-east.", str_length={"min_value": 1})
+    node_id: Series[str] = pa.Field(description="Host name [Hostname label].", str_length={"min_value": 1})
+
+
+class GpuTelemetry(_NodeKeyed):
+    """One row per reporting GPU per minute (dcgm-exporter fields in brackets)."""
+
+    gpu_index: Series[int] = pa.Field(ge=0, le=15, description="GPU index on the node [gpu label].")
+    gpu_uuid: Series[str] = pa.Field(description="GPU UUID [UUID label].", str_length={"min_value": 1})
+    sku: Series[str] = pa.Field(description="GPU model [modelName label].")
+    job_id: Series[str] = pa.Field(nullable=True, description="Job holding the GPU this minute; null = unallocated.")
+    gpu_util_pct: Series[float] = pa.Field(ge=0, le=100, description="[DCGM_FI_DEV_GPU_UTIL] percent.")
+    sm_active: Series[float] = pa.Field(ge=0, le=1, nullable=True, description="[DCGM_FI_PROF_SM_ACTIVE] ratio; profiling field, often off.")
+    tensor_active: Series[float] = pa.Field(ge=0, le=1, nullable=True, description="[DCGM_FI_PROF_PIPE_TENSOR_ACTIVE] ratio.")
+    fb_used_mib: Series[float] = pa.Field(ge=0, description="[DCGM_FI_DEV_FB_USED] MiB.")
+    power_w: Series[float] = pa.Field(ge=0, description="[DCGM_FI_DEV_POWER_USAGE] watts.")
+    temp_c: Series[float] = pa.Field(ge=-40, le=150, description="[DCGM_FI_DEV_GPU_TEMP] degrees C.")
+    sm_clock_mhz: Series[float] = pa.Field(ge=0, description="[DCGM_FI_DEV_SM_CLOCK] MHz.")
+    throttle_reasons: Series[pd.Int64Dtype] = pa.Field(ge=0, le=THROTTLE_MASK_MAX, nullable=True, description="[DCGM_FI_DEV_CLOCK_THROTTLE_REASONS] bitmask.")
+    ecc_sbe_delta: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True, description="Single-bit ECC errors in the minute (differenced counter).")
+    ecc_dbe_delta: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True, description="Double-bit ECC errors in the minute (differenced counter).")
+    xid: Series[int] = pa.Field(ge=0, description="Xid raised in the minute, 0 = none.")
+
+    class Config:
+        unique = ["ts", "gpu_uuid"]
+
+
+class NodeTelemetry(_NodeKeyed):
+    """One row per node per minute."""
+
+    sku: Series[str] = pa.Field(description="GPU model installed in the node.")
+    cpu_util_pct: Series[float] = pa.Field(ge=0, le=100, description="Host CPU utilisation percent.")
+    mem_used_pct: Series[float] = pa.Field(ge=0, le=100, description="Host memory used percent.")
+    disk_read_mbps: Series[float] = pa.Field(ge=0, description="Local NVMe / shared-FS client read MB/s.")
+    disk_write_mbps: Series[float] = pa.Field(ge=0, description="Local NVMe / shared-FS client write MB/s.")
+    nvme_util_pct: Series[float] = pa.Field(ge=0, le=100, description="NVMe busy percent.")
+    driver_version: Series[str] = pa.Field(description="NVIDIA driver [DCGM_FI_DRIVER_VERSION label].")
+    kernel_version: Series[str] = pa.Field(description="Linux kernel release.")
+    health: Series[str] = pa.Field(isin=HEALTH, description="ok | degraded | down | drained.")
+
+    class Config:
+        unique = ["ts", "node_id"]
+
+
+class NetworkTelemetry(_NodeKeyed):
+    """One row per InfiniBand / RoCE link per minute."""
+
+    link_id: Series[str] = pa.Field(description="Port, e.g. mlx5_0.")
+    rx_gbps: Series[float] = pa.Field(ge=0, description="Receive Gbit/s.")
+    tx_gbps: Series[float] = pa.Field(ge=0, description="Transmit Gbit/s.")
+    packet_loss_pct: Series[float] = pa.Field(ge=0, le=100, description="Packets lost, percent.")
+    retransmits: Series[int] = pa.Field(ge=0, description="Retransmits in the minute.")
+    latency_us: Series[float] = pa.Field(ge=0, description="Link latency, microseconds.")
+    link_up: Series[bool] = pa.Field(description="Port state is up.")
+
+    class Config:
+        unique = ["ts", "node_id", "link_id"]
+
+
+class SchedulerEvents(ContractModel):
+    """One row per scheduler event (not minute-aligned)."""
+
+    event_id: Series[str] = pa.Field(unique=True, description="Unique event id.")
+    ts: Series[pd.DatetimeTZDtype] = pa.Field(description="Event time, UTC.", **_TS)
+    job_id: Series[str] = pa.Field(description="Job id; a requeued job keeps it.")
+    event: Series[str] = pa.Field(isin=EVENTS, description="submitted | started | ended | preempted | requeued.")
+    scheduler: Series[str] = pa.Field(isin=SCHEDULERS, description="kubernetes | slurm.")
+    queue: Series[str] = pa.Field(description="Queue / partition / virtual cluster.")
+    priority: Series[int] = pa.Field(description="Scheduler priority.")
+    gpus: Series[int] = pa.Field(ge=0, description="Requested on submitted, allocated later (0 if never started).")
+    node_ids: Series[str] = pa.Field(nullable=True, description="Comma-separated placement.")
+    exit_state: Series[str] = pa.Field(isin=EXIT_STATES, nullable=True, description="On ended: completed | failed | cancelled | timeout | node_fail.")
+    reason: Series[str] = pa.Field(nullable=True, description="Free text from the scheduler.")
+
+
+    @pa.dataframe_check(name="exit_state_only_on_ended")
+    def exit_state_only_on_ended(cls, df: pd.DataFrame) -> Series[bool]:
+        ended = df["event"] == "ended"
+        return ended == df["exit_state"].notna()
+
+
+class JobRuntimeMetrics(_MinuteGrain):
+    """One row per running job per minute that reports training metrics."""
+
+    job_id: Series[str] = pa.Field(description="Job id.")
+    steps: Series[int] = pa.Field(ge=0, description="Steps completed in the minute.")
+    samples: Series[int] = pa.Field(ge=0, description="Samples processed in the minute.")
+    last_step: Series[int] = pa.Field(ge=0, description="Cumulative step counter at the minute's end.")
+    step_time_s: Series[float] = pa.Field(gt=0, nullable=True, description="Mean wall seconds per step (null when steps = 0).")
+    data_loader_time_s: Series[float] = pa.Field(ge=0, nullable=True, description="Mean seconds per step waiting on input.")
+    grad_sync_time_s: Series[float] = pa.Field(ge=0, nullable=True, description="Mean seconds per step in collectives.")
+    checkpoint_time_s: Series[float] = pa.Field(ge=0, description="Seconds spent checkpointing in the minute.")
+    loss: Series[float] = pa.Field(nullable=True, description="Training loss, last value.")
+    last_checkpoint_step: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True, description="Step of the newest durable checkpoint.")
+
+    class Config:
+        unique = ["ts", "job_id"]
+
+    @pa.dataframe_check(name="step_time_null_iff_no_steps")
+    def step_time_null_iff_no_steps(cls, df: pd.DataFrame) -> Series[bool]:
+        return (df["steps"] > 0) == df["step_time_s"].notna()
+
+
+class JobMetadata(ContractModel):
+    """One row per job, landed in the partition of its submission."""
+
+    job_id: Series[str] = pa.Field(unique=True, description="Job id.")
+    submitted_at: Series[pd.DatetimeTZDtype] = pa.Field(description="Submission time, UTC.", **_TS)
+    team: Series[str] = pa.Field(description="Owning team.")
+    model_type: Series[str] = pa.Field(description="e.g. fraud-gbdt, fraud-transformer, embedding.")
+    workload_class: Series[str] = pa.Field(isin=WORKLOAD_CLASSES, description="interactive | batch | distributed.")
+    dataset: Series[str] = pa.Field(description="Training dataset.")
+    requested_gpus: Series[int] = pa.Field(ge=0, description="GPUs requested.")
+    requested_mem_gb: Series[float] = pa.Field(ge=0, description="Host memory requested, GB.")
+    container_image: Series[str] = pa.Field(description="Container image reference.")
+    framework_version: Series[str] = pa.Field(description="e.g. torch-2.13.0.")
+    sla_deadline: Series[pd.DatetimeTZDtype] = pa.Field(nullable=True, description="Completion SLA, UTC.", **_TS)
+
+
+
+class CostCapacity(ContractModel):
+    """One row per region x SKU per day (from Finance)."""
+
+    date: Series[pandas_engine.Date] = pa.Field(description="Day (UTC).")
+    region: Series[str] = pa.Field(description="Region.")
+    sku: Series[str] = pa.Field(description="GPU model.")
+    capacity_gpus: Series[int] = pa.Field(ge=0, description="Installed GPUs.")
+    reserved_gpus: Series[int] = pa.Field(ge=0, description="GPUs covered by reservations.")
+    reserved_gpu_hour_usd: Series[float] = pa.Field(ge=0, description="USD per reserved GPU-hour.")
+    on_demand_gpu_hour_usd: Series[float] = pa.Field(ge=0, description="USD per on-demand GPU-hour.")
+    on_demand_gpu_hours: Series[float] = pa.Field(ge=0, description="Burst GPU-hours bought that day.")
+
+    class Config:
+        unique = ["date", "region", "sku"]
+
+
+class ChangeEvents(ContractModel):
+    """One row per deploy or configuration change."""
+
+    event_id: Series[str] = pa.Field(unique=True, description="Unique change id.")
+    ts: Series[pd.DatetimeTZDtype] = pa.Field(description="When the change took effect, UTC.", **_TS)
+    kind: Series[str] = pa.Field(isin=CHANGE_KINDS, description="Kind of change.")
+    scope: Series[str] = pa.Field(description="Region, comma-separated node ids, or *.")
+    from_version: Series[str] = pa.Field(nullable=True, description="Version before (null for config changes).")
+    to_version: Series[str] = pa.Field(nullable=True, description="Version after.")
+    description: Series[str] = pa.Field(description="Free text.")
+
+
+
+class MaintenanceWindows(ContractModel):
+    """The planned-maintenance calendar, one row per window."""
+
+    window_id: Series[str] = pa.Field(unique=True, description="Window id.")
+    start: Series[pd.DatetimeTZDtype] = pa.Field(description="Window start, UTC.", **_TS)
+    end: Series[pd.DatetimeTZDtype] = pa.Field(description="Window end, UTC.", **_TS)
+    region: Series[str] = pa.Field(description="Region or * for all.")
+    node_ids: Series[str] = pa.Field(description="Comma-separated node ids or *.")
+    reason: Series[str] = pa.Field(description="Why.")
+
+
+    @pa.dataframe_check(name="end_after_start")
+    def end_after_start(cls, df: pd.DataFrame) -> Series[bool]:
+        return df["end"] > df["start"]
+
+
+# Source table name -> contract, and which column places a row in a partition.
+CONTRACTS: dict[str, type[ContractModel]] = {
+    "gpu_telemetry": GpuTelemetry,
+    "node_telemetry": NodeTelemetry,
+    "network_telemetry": NetworkTelemetry,
+    "scheduler_events": SchedulerEvents,
+    "job_runtime_metrics": JobRuntimeMetrics,
+    "job_metadata": JobMetadata,
+    "cost_capacity": CostCapacity,
+    "change_events": ChangeEvents,
+    "maintenance_windows": MaintenanceWindows,
+}
+
+PARTITION_COLUMN: dict[str, str | None] = {
+    "gpu_telemetry": "ts",
+    "node_telemetry": "ts",
+    "network_telemetry": "ts",
+    "scheduler_events": "ts",
+    "job_runtime_metrics": "ts",
+    "job_metadata": "submitted_at",
+    "cost_capacity": "date",
+    "change_events": "ts",
+    "maintenance_windows": None,
+}
+
+FIVE_MINUTE_SOURCES = [
+    "gpu_telemetry",
+    "node_telemetry",
+    "network_telemetry",
+    "scheduler_events",
+    "job_runtime_metrics",
+    "job_metadata",
+    "change_events",
+]
+
+# Optional DCGM fields: a missing value is null, never a zero reading.
+OPTIONAL_DCGM_COLUMNS = ["sm_active", "tensor_active", "throttle_reasons", "ecc_sbe_delta", "ecc_dbe_delta"]
+
+
+def columns(table: str) -> list[str]:
+    """The contract's column names, in order."""
+    return list(CONTRACTS[table].to_schema().columns)
+
+
+def empty_frame(table: str) -> pd.DataFrame:
+    """A zero-row frame with the contract's columns and dtypes."""
+    schema = CONTRACTS[table].to_schema()
+    return schema.coerce_dtype(pd.DataFrame({c: pd.Series(dtype="object") for c in schema.columns}))
