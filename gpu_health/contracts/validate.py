@@ -1,0 +1,311 @@
+"""Judge a frame against its contract: fail the table, or quarantine the rows.
+
+Two kinds of breakage, handled differently (contracts.md, issue #2):
+
+* **Table-level** -- the file as a whole is wrong: a missing or unexpected
+  column, a column whose type cannot be coerced, naive timestamps, or
+  timestamps outside the partition being read. Downstream numbers would be
+  wrong whatever rows we kept, so :class:`ContractViolation` is raised with a
+  message naming the origin (file / URL), the column and up to five example
+  values.
+* **Row-level** -- some rows break a rule (null in a required field, negative
+  counter, percentage above 100, unknown enum value, duplicate key, DCGM
+  "not supported" sentinel in a required field ...). Those rows go to the
+  rejects table with their reason and the good rows go on.
+
+DCGM sentinels in *optional* fields become null first: absence is not a zero
+reading, and not a reason to reject the row either.
+"""
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pandera.pandas as pa
+from pandera.errors import SchemaError, SchemaErrors
+
+from gpu_health.contracts.models import (
+    CONTRACTS,
+    DCGM_FP64_SENTINEL,
+    PARTITION_COLUMN,
+)
+
+MAX_EXAMPLES = 5
+# A column is "of the wrong type" (table-level) when at least this share of its
+# non-null values cannot be coerced; below it, the odd bad value is a bad row.
+WRONG_TYPE_SHARE = 0.5
+
+REJECT_COLUMNS = ["source", "partition_start", "origin", "row_index", "column", "check", "value", "reason", "row_json"]
+
+_DCGM_NUMERIC = {
+    "gpu_telemetry": [
+        "gpu_util_pct", "sm_active", "tensor_active", "fb_used_mib", "power_w", "temp_c",
+        "sm_clock_mhz", "throttle_reasons", "ecc_sbe_delta", "ecc_dbe_delta", "xid",
+    ],
+}
+
+
+class ContractViolation(ValueError):
+    """The table as a whole breaks its contract; nothing of it is written."""
+
+    def __init__(self, source: str, origin: str, column: str | None, problem: str, examples=()):
+        self.source, self.origin, self.column, self.problem = source, origin, column, problem
+        self.examples = [_short(v) for v in list(examples)[:MAX_EXAMPLES]]
+        where = f"column '{column}'" if column else "table"
+        ex = f"; examples: {self.examples}" if self.examples else ""
+        super().__init__(f"{origin}: {source}: {where}: {problem}{ex}")
+
+
+@dataclass
+class Validated:
+    """The rows that keep their contract, and the rejected ones with their reasons."""
+
+    valid: pd.DataFrame
+    rejects: pd.DataFrame
+    sentinels_nulled: int = 0
+
+    @property
+    def reject_counts(self) -> dict[str, int]:
+        if self.rejects.empty:
+            return {}
+        return self.rejects.groupby("reason")["row_index"].nunique().sort_values(ascending=False).to_dict()
+
+
+def _short(value) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def empty_rejects() -> pd.DataFrame:
+    frame = pd.DataFrame({c: pd.Series(dtype="object") for c in REJECT_COLUMNS})
+    frame["partition_start"] = pd.Series(dtype="datetime64[ns, UTC]")
+    frame["row_index"] = pd.Series(dtype="int64")
+    return frame
+
+
+def _timestamp_columns(schema: pa.DataFrameSchema) -> list[str]:
+    return [name for name, col in schema.columns.items() if isinstance(col.dtype.type, pd.DatetimeTZDtype)]
+
+
+def _check_columns(df: pd.DataFrame, schema: pa.DataFrameSchema, source: str, origin: str) -> None:
+    expected = list(schema.columns)
+    missing = [c for c in expected if c not in df.columns]
+    if missing:
+        raise ContractViolation(source, origin, missing[0], f"missing column(s) {missing}; the contract has {expected}")
+    extra = [c for c in df.columns if c not in expected]
+    if extra:
+        examples = df[extra[0]].dropna().head(MAX_EXAMPLES).tolist()
+        raise ContractViolation(source, origin, extra[0], f"unexpected column(s) {extra} (rename nothing without a migration)", examples)
+
+
+def _normalise_timestamps(df: pd.DataFrame, cols: list[str], source: str, origin: str) -> pd.DataFrame:
+    for col in cols:
+        s = df[col]
+        if isinstance(s.dtype, pd.DatetimeTZDtype):
+            if str(s.dtype.tz) != "UTC":
+                df[col] = s.dt.tz_convert("UTC")
+            continue
+        if pd.api.types.is_datetime64_dtype(s.dtype):
+            raise ContractViolation(source, origin, col, "naive timestamps (contract: timezone-aware UTC)", s.dropna().head(MAX_EXAMPLES).astype(str).tolist())
+        nonnull = s.dropna()
+        if nonnull.empty:
+            df[col] = pd.to_datetime(s, utc=True)
+            continue
+        sample = nonnull.iloc[:1000]
+        if pd.api.types.is_numeric_dtype(s.dtype):
+            raise ContractViolation(source, origin, col, f"numbers where timestamps are expected (dtype {s.dtype})", sample.head(MAX_EXAMPLES).tolist())
+        naive = [v for v in sample if (isinstance(v, pd.Timestamp | np.datetime64) and pd.Timestamp(v).tzinfo is None)
+                 or (isinstance(v, str) and _string_is_naive(v))]
+        if naive:
+            raise ContractViolation(source, origin, col, "naive timestamps (contract: timezone-aware UTC)", naive)
+        try:
+            df[col] = pd.to_datetime(s, utc=True, format="mixed")
+        except (ValueError, TypeError) as err:
+            bad = [v for v in nonnull.head(200) if pd.isna(pd.to_datetime(v, utc=True, errors="coerce"))]
+            raise ContractViolation(source, origin, col, f"values that are not timestamps ({err.__class__.__name__})", bad) from err
+    return df
+
+
+def _string_is_naive(value: str) -> bool:
+    try:
+        return pd.Timestamp(value).tzinfo is None
+    except (ValueError, TypeError):
+        return False
+
+
+def _check_window(df: pd.DataFrame, source: str, origin: str, start, end) -> None:
+    col = PARTITION_COLUMN.get(source)
+    if col is None or start is None or df.empty:
+        return
+    if source == "cost_capacity":
+        days = pd.to_datetime(df[col].astype(str), errors="coerce", utc=True)
+        outside = (days < start) | (days >= end)
+    else:
+        outside = (df[col] < start) | (df[col] >= end)
+    if outside.any():
+        raise ContractViolation(
+            source, origin, col,
+            f"{int(outside.sum())} row(s) outside the partition [{start.isoformat()}, {end.isoformat()})",
+            df.loc[outside, col].astype(str).head(MAX_EXAMPLES).tolist(),
+        )
+
+
+def _null_sentinels(df: pd.DataFrame, source: str) -> tuple[pd.DataFrame, int, pd.DataFrame]:
+    """Optional DCGM fields: sentinel -> null. Required ones: mark for rejection."""
+    schema = CONTRACTS[source].to_schema()
+    marks = []
+    count = 0
+    for col in _DCGM_NUMERIC.get(source, []):
+        # int64 sentinels (>= 0x7ffffffffffffff0) are far above the FP64 blank (2**47),
+        # so one numeric comparison catches both.
+        values = pd.to_numeric(df[col], errors="coerce")
+        mask = (values >= DCGM_FP64_SENTINEL).fillna(False).astype(bool)
+        if not mask.any():
+            continue
+        if schema.columns[col].nullable:
+            df[col] = df[col].astype("object").where(~mask, None)
+            count += int(mask.sum())
+        else:
+            marks.append(pd.DataFrame({"row_index": df.index[mask], "column": col, "check": "dcgm_sentinel",
+                                       "value": df.loc[mask, col].astype(str).values,
+                                       "reason": f"DCGM 'not supported' sentinel in required field {col}"}))
+    marked = pd.concat(marks) if marks else pd.DataFrame(columns=["row_index", "column", "check", "value", "reason"])
+    return df, count, marked
+
+
+def _check_types(df: pd.DataFrame, schema: pa.DataFrameSchema, source: str, origin: str) -> None:
+    """A column mostly made of values of another type fails the table."""
+    for name, col in schema.columns.items():
+        s = df[name]
+        nonnull = s.dropna()
+        if nonnull.empty:
+            continue
+        kind = col.dtype.type
+        if isinstance(kind, pd.DatetimeTZDtype):
+            continue
+        numeric = pd.api.types.is_numeric_dtype(kind) if not isinstance(kind, pd.api.extensions.ExtensionDtype) else kind.kind in "iuf"
+        if str(col.dtype) == "bool":
+            ok = nonnull.map(lambda v: isinstance(v, bool | np.bool_) or v in (0, 1, "true", "false", "True", "False"))
+        elif numeric:
+            ok = pd.to_numeric(nonnull, errors="coerce").notna()
+        else:
+            continue
+        if (~ok).mean() >= WRONG_TYPE_SHARE:
+            raise ContractViolation(source, origin, name, f"type {s.dtype} cannot be coerced to {col.dtype}", nonnull[~ok].head(MAX_EXAMPLES).tolist())
+
+
+def _reason(check: str, column: str | None) -> str:
+    check = str(check)
+    if check.startswith("not_nullable"):
+        return f"null in required field {column}"
+    if check.startswith("coerce_dtype"):
+        return f"value of {column} cannot be coerced ({check})"
+    if check.startswith("field_uniqueness") or check.startswith("multiple_fields_uniqueness") or check == "unique":
+        return f"duplicate key ({column})"
+    if check.startswith("isin"):
+        return f"unknown value of {column}"
+    if check.startswith("greater_than") or check.startswith("less_than") or check.startswith("in_range"):
+        return f"{column} out of range ({check})"
+    if check.startswith("str_length"):
+        return f"empty {column}"
+    return f"{check} failed" + (f" on {column}" if column else "")
+
+
+def _pandera_failures(df: pd.DataFrame, model, source: str, origin: str) -> pd.DataFrame:
+    """Row-level failure cases of a lazy validation (first row of a duplicate kept)."""
+    schema = model.to_schema()
+    try:
+        model.validate(df, lazy=True)
+        return pd.DataFrame(columns=["row_index", "column", "check", "value", "reason"])
+    except SchemaErrors as errs:
+        fc = errs.failure_cases.copy()
+    rows = fc[fc["index"].notna()]
+    table_level = fc[fc["index"].isna()]
+    if not table_level.empty:
+        first = table_level.iloc[0]
+        col = first["column"] if isinstance(first["column"], str) else None
+        raise ContractViolation(source, origin, col, f"{first['check']} failed", table_level["failure_case"].tolist())
+    rows = rows.assign(row_index=rows["index"].astype("int64"))
+    # pandera reports every member of a duplicate group: keep the first occurrence.
+    unique_cols = schema.unique or []
+    dup_checks = rows["check"].astype(str).str.contains("uniqueness|^unique$", regex=True)
+    if dup_checks.any():
+        keyed = [c for c in (unique_cols if unique_cols else []) if c in df.columns]
+        dup_rows = rows[dup_checks]
+        keep_out = set()
+        for col in dup_rows["column"].dropna().unique():
+            key = keyed if (keyed and col in keyed) else [col]
+            dups = df.duplicated(subset=key, keep="first")
+            keep_out |= set(df.index[dups])
+        rows = pd.concat([rows[~dup_checks], dup_rows[dup_rows["row_index"].isin(keep_out)].drop_duplicates("row_index")])
+    return pd.DataFrame({
+        "row_index": rows["row_index"].values,
+        "column": rows["column"].values,
+        "check": rows["check"].astype(str).values,
+        "value": rows["failure_case"].astype(str).values,
+        "reason": [_reason(c, col) for c, col in zip(rows["check"], rows["column"])],
+    })
+
+
+def validate_frame(df: pd.DataFrame, source: str, *, start=None, end=None, origin: str = "<frame>") -> Validated:
+    """Validate ``df`` as contract table ``source`` read for partition ``[start, end)``.
+
+    Returns the coerced good rows and the rejects; raises :class:`ContractViolation`
+    on a table-level break.
+    """
+    model = CONTRACTS[source]
+    schema = model.to_schema()
+    df = df.reset_index(drop=True).copy()
+    _check_columns(df, schema, source, origin)
+    df = df[list(schema.columns)]
+    df = _normalise_timestamps(df, _timestamp_columns(schema), source, origin)
+    start = pd.Timestamp(start) if start is not None else None
+    end = pd.Timestamp(end) if end is not None else None
+    _check_window(df, source, origin, start, end)
+    df, nulled, sentinel_rejects = _null_sentinels(df, source)
+    _check_types(df, schema, source, origin)
+
+    failures = _pandera_failures(df, model, source, origin)
+    failures = pd.concat([sentinel_rejects, failures], ignore_index=True)
+    bad = pd.Index(failures["row_index"].unique()) if not failures.empty else pd.Index([])
+    good = df.drop(index=bad)
+    try:
+        valid = model.validate(good, lazy=True)
+    except (SchemaError, SchemaErrors) as err:  # a rule that only breaks once rows are gone
+        raise ContractViolation(source, origin, None, f"remaining rows still break the contract: {err}") from err
+    rejects = _rejects_frame(df, failures, source, origin, start)
+    return Validated(valid=valid.reset_index(drop=True), rejects=rejects, sentinels_nulled=nulled)
+
+
+def _rejects_frame(df: pd.DataFrame, failures: pd.DataFrame, source: str, origin: str, start) -> pd.DataFrame:
+    if failures.empty:
+        return empty_rejects()
+    failures = failures.drop_duplicates(["row_index", "column", "check"])
+    raw = df.loc[failures["row_index"].values]
+    row_json = [json.dumps({k: _jsonable(v) for k, v in rec.items()}) for rec in raw.to_dict("records")]
+    out = pd.DataFrame({
+        "source": source,
+        "partition_start": pd.Timestamp(start) if start is not None else pd.NaT,
+        "origin": origin,
+        "row_index": failures["row_index"].astype("int64").values,
+        "column": failures["column"].astype(str).values,
+        "check": failures["check"].values,
+        "value": failures["value"].values,
+        "reason": failures["reason"].values,
+        "row_json": row_json,
+    })
+    out["partition_start"] = pd.to_datetime(out["partition_start"], utc=True)
+    return out.reset_index(drop=True)
+
+
+def _jsonable(v):
+    if v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA or v is pd.NaT:
+        return None
+    if isinstance(v, pd.Timestamp):
+        return v.isoformat()
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, int | float | str | bool):
+        return v
+    return str(v)
