@@ -1,0 +1,364 @@
+"""The job plan: which job holds which lane when, as a pure function of the scenario.
+
+Each lane runs an alternating sequence *gap, job, gap, job ...* inside fixed
+epochs (1 day for interactive and batch lanes, 7 days for distributed lanes),
+with a per-lane phase so epoch edges are staggered across the cluster. A job
+never outlives its epoch (the last one is cut at the edge), so the plan of any
+window needs only the epochs that overlap it: no partition depends on the ones
+before it. Every draw comes from :mod:`gpu_health.sim.hashing`, keyed by
+(seed, lane, epoch, job, field).
+
+Demand follows the time of week: interactive work peaks in each region's
+business hours; batch retraining surges on Monday and Thursday mornings
+(weekday retrain waves), which shortens gaps and lengthens queue waits.
+Incidents that change *scheduling* (maintenance drains, faults that block a
+node, scheduler changes, dummy jobs, hangs) are applied here; incidents that
+change *speed* are applied per minute in :mod:`gpu_health.sim.telemetry`.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from gpu_health.sim import hashing as H
+from gpu_health.sim.scenario import ORIGIN, Scenario
+
+MIN = 60
+DAY = 86_400
+
+
+@dataclass(frozen=True)
+class PoolModel:
+    epoch_s: int
+    dur_median_s: float
+    dur_sigma: float
+    dur_min_s: float
+    dur_max_s: float
+    gap_mean_s: float
+    wait_mean_s: float
+    wait_max_s: float
+    exit_weights: tuple  # completed, failed, cancelled, timeout, node_fail
+    reports_metrics: bool
+    checkpoint_every_s: int
+    checkpoint_s: float
+
+
+POOLS = {
+    "interactive": PoolModel(DAY, 9 * MIN, 0.8, 2 * MIN, 8 * 3600, 4.5 * MIN, 20, 1800,
+                             (0.80, 0.04, 0.15, 0.01, 0.0), False, 0, 0.0),
+    "batch": PoolModel(DAY, 17 * MIN, 0.9, 3 * MIN, 12 * 3600, 4 * MIN, 90, 4 * 3600,
+                       (0.885, 0.07, 0.025, 0.015, 0.005), True, 15 * MIN, 8.0),
+    "distributed": PoolModel(7 * DAY, 10 * 3600, 0.9, 3600, 3.5 * DAY, 20 * MIN, 600, 6 * 3600,
+                             (0.80, 0.10, 0.05, 0.03, 0.02), True, 30 * MIN, 45.0),
+}
+POOL_NAMES = list(POOLS)
+EXIT_STATES = ["completed", "failed", "cancelled", "timeout", "node_fail"]
+FAILURE_REASONS = ["CUDA out of memory", "Python exception: RuntimeError", "NCCL timeout",
+                   "Xid 13: Graphics Engine Exception", "data loader worker killed (OOM)"]
+FAILURE_REASON_WEIGHTS = [0.35, 0.35, 0.1, 0.05, 0.15]
+REASON_XID = {3: 13}
+DRIVER_FAILURES = ["Xid 13: Graphics Engine Exception", "Xid 31: GPU memory page fault",
+                   "Xid 119: GSP RPC timeout", "NCCL error: unhandled cuda error"]
+DRIVER_XIDS = [13, 31, 119, 0]
+
+TEAMS = ["fraud-realtime", "fraud-offline", "credit-risk", "aml-graph", "personalization", "ml-research"]
+TEAM_WEIGHTS = {
+    "interactive": [0.15, 0.1, 0.2, 0.1, 0.15, 0.3],
+    "batch": [0.2, 0.3, 0.2, 0.1, 0.15, 0.05],
+    "distributed": [0.15, 0.3, 0.05, 0.15, 0.1, 0.25],
+}
+TEAM_MODELS = {
+    "fraud-realtime": ["fraud-transformer", "fraud-gbdt"],
+    "fraud-offline": ["fraud-gbdt", "fraud-transformer"],
+    "credit-risk": ["credit-xgb", "tabular-mlp"],
+    "aml-graph": ["gnn-aml"],
+    "personalization": ["embedding", "two-tower"],
+    "ml-research": ["llm-finetune", "embedding"],
+}
+MODELS = sorted({m for ms in TEAM_MODELS.values() for m in ms})
+# seconds per step on one H100, share of it waiting on input / in collectives, samples per GPU-step
+MODEL_STEP = {
+    "credit-xgb": (0.05, 0.08, 4096), "embedding": (0.20, 0.06, 1024), "fraud-gbdt": (0.08, 0.10, 8192),
+    "fraud-transformer": (0.35, 0.05, 256), "gnn-aml": (0.50, 0.07, 512), "llm-finetune": (1.20, 0.02, 8),
+    "tabular-mlp": (0.04, 0.09, 4096), "two-tower": (0.15, 0.06, 2048),
+}
+FRAMEWORKS = ["torch-2.13.0", "torch-2.12.1", "jax-0.10.2"]
+TEAM_FRAMEWORK = {"fraud-realtime": 0, "fraud-offline": 0, "credit-risk": 1, "aml-graph": 2, "personalization": 0, "ml-research": 0}
+QUEUES = {"interactive": "notebooks", "batch": "batch", "distributed": "train-large"}
+PRIORITY = {"interactive": 100, "batch": 50, "distributed": 70}
+SCHEDULER = {"interactive": "kubernetes", "batch": "slurm", "distributed": "slurm"}
+SLA_TEAMS = {"fraud-offline", "fraud-realtime"}
+BUSINESS_HOURS_UTC = {"us-east": (13, 23), "eu-west": (7, 17)}
+
+# field salts for hashing
+F_PHASE, F_GAP, F_DUR, F_WAIT, F_TEAM, F_MODEL, F_EXIT, F_REASON, F_SPEED, F_SLA, F_FRAC, F_DRV, F_DRVR, F_DUMMY, F_STALL = range(1, 16)
+
+
+def demand(pool: str, region: np.ndarray, t_s: np.ndarray) -> np.ndarray:
+    """Relative demand at time t (seconds since ORIGIN, a Monday 00:00 UTC)."""
+    dow = (t_s // DAY) % 7
+    hour = (t_s % DAY) / 3600.0
+    if pool == "interactive":
+        lo = np.where(region == "eu-west", 7, 13)
+        hi = lo + 10
+        busy = (dow < 5) & (hour >= lo) & (hour < hi)
+        return np.where(busy, 1.6, 0.55)
+    if pool == "batch":
+        wave = ((dow == 0) | (dow == 3)) & (hour >= 1) & (hour < 9)
+        return np.where(wave, 3.0, np.where(dow < 5, 1.0, 0.8))
+    wave = ((dow == 0) | (dow == 3)) & (hour >= 0) & (hour < 6)
+    return np.where(wave, 1.5, 1.0)
+
+
+def retrain_wave(t_s: np.ndarray) -> np.ndarray:
+    dow = (t_s // DAY) % 7
+    hour = (t_s % DAY) / 3600.0
+    return ((dow == 0) | (dow == 3)) & (hour >= 1) & (hour < 9)
+
+
+def to_s(ts) -> int:
+    return int((pd.Timestamp(ts) - ORIGIN) // pd.Timedelta(seconds=1))
+
+
+def from_s(s) -> pd.DatetimeIndex | pd.Timestamp:
+    if np.ndim(s) == 0:
+        return ORIGIN + pd.Timedelta(seconds=int(s))
+    return pd.DatetimeIndex(ORIGIN + pd.to_timedelta(np.asarray(s, dtype=np.int64), unit="s"))
+
+
+def _lane_epochs(seed, lanes: np.ndarray, model: PoolModel, lo_s: int, hi_s: int):
+    phase = (H.uniform(seed, F_PHASE, lanes) * model.epoch_s // MIN * MIN).astype(np.int64)
+    e_lo = (lo_s - phase) // model.epoch_s
+    e_hi = (hi_s - phase) // model.epoch_s
+    n_ep = int((e_hi - e_lo).max()) + 1 if len(lanes) else 0
+    return phase, e_lo, n_ep
+
+
+def build_plan(scen: Scenario, lo_s: int, hi_s: int) -> pd.DataFrame:
+    """Every job (one row per job) whose life may touch [lo_s, hi_s), incidents applied."""
+    seed = scen.seed
+    lanes_df = scen.cluster.lanes
+    frames = []
+    # incidents that change scheduling reach back to their start
+    for inc in scen.incidents:
+        if to_s(inc.start) < hi_s and to_s(inc.end) > lo_s:
+            lo_s = min(lo_s, to_s(inc.start) - 3600)
+    for pool, model in POOLS.items():
+        sel = lanes_df[lanes_df["pool"] == pool]
+        if sel.empty:
+            continue
+        lanes = sel["lane"].to_numpy()
+        regions = sel["region"].to_numpy()
+        lo = lo_s - model.wait_max_s
+        hi = hi_s + model.wait_max_s
+        phase, e_lo, n_ep = _lane_epochs(seed, lanes, model, lo - model.epoch_s, hi)
+        mean_cycle = model.dur_median_s * np.exp(model.dur_sigma ** 2 / 2) + model.gap_mean_s / 3.0
+        k = int(np.ceil(model.epoch_s / mean_cycle * 2.2)) + 8
+        L, E, K = np.meshgrid(np.arange(len(lanes)), np.arange(n_ep), np.arange(k), indexing="ij")
+        lane = lanes[L]
+        epoch = e_lo[L] + E
+        ep_start = epoch * model.epoch_s + phase[L]
+        dur = np.clip(H.lognormal(seed, model.dur_median_s, model.dur_sigma, F_DUR, lane, epoch, K), model.dur_min_s, model.dur_max_s)
+        gap0 = H.exponential(seed, F_GAP, lane, epoch, K) * model.gap_mean_s
+        gap_mult = _gap_multiplier(scen, pool, sel, L)
+        # pass 1 at base demand, pass 2 with demand at the approximate start time
+        approx = ep_start + np.cumsum(gap0 + dur, axis=2) - dur
+        d = demand(pool, regions[L], approx)
+        gap = gap0 / d * gap_mult(approx)
+        cyc = np.cumsum(gap + dur, axis=2)
+        end = ep_start + cyc
+        start = end - dur
+        ep_end = ep_start + model.epoch_s
+        keep = start < ep_end
+        end = np.minimum(end, ep_end)
+        start = (start // MIN * MIN).astype(np.int64)   # jobs start on whole minutes + jitter below
+        start = start + (H.uniform(seed, 99, lane, epoch, K) * 50).astype(np.int64)
+        end = np.maximum(end.astype(np.int64), start + 60)
+        keep &= (end > lo) & (start < hi)
+        f = pd.DataFrame({
+            "lane": lane[keep], "epoch": epoch[keep], "k": K[keep],
+            "start_s": start[keep], "end_s": end[keep], "gap_s": gap[keep],
+        })
+        f["pool"] = pool
+        frames.append(f)
+    plan = pd.concat(frames, ignore_index=True)
+    plan = _attributes(scen, plan)
+    plan = _apply_incidents(scen, plan)
+    return plan[plan["submit_s"] < hi_s].reset_index(drop=True)
+
+
+def _gap_multiplier(scen: Scenario, pool: str, sel: pd.DataFrame, L: np.ndarray):
+    """Scheduling incidents stretch placement gaps on the lanes they hit."""
+    effects = []
+    for inc in scen.incidents:
+        if inc.kind == "priority_change" and pool == "batch":
+            hit = sel["region"].to_numpy() == inc.region if inc.region else np.ones(len(sel), bool)
+        elif inc.kind == "fragmentation" and pool in ("batch", "distributed"):
+            hit = sel["gpus"].to_numpy() >= 2
+            if inc.region:
+                hit &= sel["region"].to_numpy() == inc.region
+        else:
+            continue
+        effects.append((hit[L], to_s(inc.start), to_s(inc.end), inc.magnitude))
+
+    def mult(t):
+        m = np.ones_like(t, dtype=float)
+        for hit, s, e, mag in effects:
+            m = np.where(hit & (t >= s) & (t < e), m * mag, m)
+        return m
+    return mult
+
+
+def _attributes(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
+    seed = scen.seed
+    lanes = scen.cluster.lanes.set_index("lane")
+    lane, epoch, k = plan["lane"].to_numpy(), plan["epoch"].to_numpy(), plan["k"].to_numpy()
+    pool = plan["pool"].to_numpy()
+    plan["region"] = lanes["region"].to_numpy()[lane]
+    plan["type_idx"] = lanes["type_idx"].to_numpy()[lane]
+    plan["gpus"] = lanes["gpus"].to_numpy()[lane]
+    plan["multi_node"] = lanes["multi_node"].to_numpy()[lane]
+    team = np.zeros(len(plan), dtype=np.int64)
+    exit_idx = np.zeros(len(plan), dtype=np.int64)
+    wait = np.zeros(len(plan))
+    for p, model in POOLS.items():
+        m = pool == p
+        team[m] = H.choice(seed, TEAM_WEIGHTS[p], F_TEAM, lane[m], epoch[m], k[m])
+        exit_idx[m] = H.choice(seed, model.exit_weights, F_EXIT, lane[m], epoch[m], k[m])
+        w = H.exponential(seed, F_WAIT, lane[m], epoch[m], k[m]) * model.wait_mean_s
+        if p != "interactive":
+            w = w * np.where(retrain_wave(plan["start_s"].to_numpy()[m]), 4.0, 1.0)
+        wait[m] = np.minimum(w, model.wait_max_s)
+    plan["team"] = np.array(TEAMS, dtype=object)[team]
+    mu = H.uniform(seed, F_MODEL, lane, epoch, k)
+    plan["model_type"] = [TEAM_MODELS[t][int(u * len(TEAM_MODELS[t]))] for t, u in zip(plan["team"], mu)]
+    plan["exit_state"] = np.array(EXIT_STATES, dtype=object)[exit_idx]
+    reason_idx = H.choice(seed, FAILURE_REASON_WEIGHTS, F_REASON, lane, epoch, k)
+    reasons = np.array(FAILURE_REASONS, dtype=object)[reason_idx]
+    plan["reason"] = np.where(plan["exit_state"] == "failed", reasons,
+                              np.where(plan["exit_state"] == "timeout", "time limit reached",
+                                       np.where(plan["exit_state"] == "node_fail", "node failure", None)))
+    plan["xid_on_end"] = np.where((plan["exit_state"] == "failed") & (reason_idx == 3), 13, 0)
+    plan["submit_s"] = plan["start_s"] - wait.astype(np.int64)
+    plan["job_id"] = [f"j{l:05d}-{e % 100000:05d}-{kk:03d}" for l, e, kk in zip(lane, epoch, k)]
+    plan["framework_version"] = np.array(FRAMEWORKS, dtype=object)[[TEAM_FRAMEWORK[t] for t in plan["team"]]]
+    plan["speed_jitter"] = 1.0 + 0.04 * H.normal(seed, F_SPEED, lane, epoch, k).clip(-2.5, 2.5)
+    plan["slow_framework"] = 0.0
+    plan["dummy"] = False
+    plan["stall_from_s"] = np.int64(-1)
+    plan["reports_metrics"] = [POOLS[p].reports_metrics for p in pool]
+    dur = plan["end_s"] - plan["start_s"]
+    sla = np.isin(plan["team"], list(SLA_TEAMS)) & (pool != "interactive") & (H.uniform(seed, F_SLA, lane, epoch, k) < 0.5)
+    plan["sla_deadline_s"] = np.where(sla, plan["submit_s"] + (dur * 1.6).astype(np.int64) + 1800, -1)
+    return plan
+
+
+def _lanes_on(scen: Scenario, node_ids) -> np.ndarray:
+    node_ids = set(node_ids)
+    lanes = scen.cluster.lanes
+    return lanes.loc[[bool(node_ids & set(ns)) for ns in lanes["node_ids"]], "lane"].to_numpy()
+
+
+def _lanes_of_gpus(scen: Scenario, gpu_uuids) -> np.ndarray:
+    g = scen.cluster.gpus
+    return g.loc[g["gpu_uuid"].isin(gpu_uuids), "lane"].unique()
+
+
+def _running_at(plan: pd.DataFrame, lanes: np.ndarray, t: int) -> pd.Series:
+    return plan["lane"].isin(lanes) & (plan["start_s"] <= t) & (plan["end_s"] > t)
+
+
+def _apply_incidents(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
+    seed = scen.seed
+    drop = np.zeros(len(plan), dtype=bool)
+    extra = []
+    for n, inc in enumerate(scen.incidents):
+        s, e = to_s(inc.start), to_s(inc.end)
+        starts_in = (plan["start_s"] >= s) & (plan["start_s"] < e)
+        if inc.kind == "maintenance":
+            lanes = _lanes_on(scen, inc.node_ids)
+            on = plan["lane"].isin(lanes)
+            drop |= (on & starts_in).to_numpy()
+            cut = _running_at(plan, lanes, s) & ~pd.Series(drop)
+            plan.loc[cut, ["end_s", "exit_state", "reason"]] = [s, "cancelled", "node drained for maintenance"]
+        elif inc.kind in ("gpu_ecc_fault", "gpu_fell_off_bus"):
+            bad_lanes = _lanes_of_gpus(scen, inc.gpu_uuids)
+            hit = _running_at(plan, bad_lanes, s)
+            xid = 48 if inc.kind == "gpu_ecc_fault" else 79
+            text = "Xid 48: double-bit ECC error" if xid == 48 else "Xid 79: GPU has fallen off the bus"
+            plan.loc[hit, ["end_s", "exit_state", "reason", "xid_on_end"]] = [s + 60, "failed", text, xid]
+            blocked = _lanes_on(scen, inc.node_ids) if inc.kind == "gpu_ecc_fault" else bad_lanes
+            drop |= (plan["lane"].isin(blocked) & starts_in).to_numpy()
+        elif inc.kind == "driver_regression":
+            lanes = _lanes_on(scen, inc.node_ids)
+            on = plan["lane"].isin(lanes) & (plan["start_s"] < e) & (plan["end_s"] > s) & ~pd.Series(drop)
+            idx = np.flatnonzero(on.to_numpy())
+            if len(idx):
+                lane, epoch, k = (plan[c].to_numpy()[idx] for c in ("lane", "epoch", "k"))
+                fails = H.uniform(seed, F_DRV, n, lane, epoch, k) < inc.magnitude
+                t_fail = np.maximum(plan["start_s"].to_numpy()[idx], s) + (60 + H.exponential(seed, F_DRV + 50, n, lane, epoch, k) * 240).astype(np.int64)
+                fails &= t_fail < plan["end_s"].to_numpy()[idx]
+                which = H.choice(seed, [0.3, 0.3, 0.2, 0.2], F_DRVR, n, lane, epoch, k)
+                rows = idx[fails]
+                plan.loc[plan.index[rows], "end_s"] = t_fail[fails]
+                plan.loc[plan.index[rows], "exit_state"] = "failed"
+                plan.loc[plan.index[rows], "reason"] = np.array(DRIVER_FAILURES, dtype=object)[which[fails]]
+                plan.loc[plan.index[rows], "xid_on_end"] = np.array(DRIVER_XIDS)[which[fails]]
+        elif inc.kind == "framework_regression":
+            cand = starts_in & (plan["pool"] != "interactive")
+            if inc.team:
+                cand &= plan["team"] == inc.team
+            u = H.uniform(seed, F_FRAC, n, plan["lane"].to_numpy(), plan["epoch"].to_numpy(), plan["k"].to_numpy())
+            cand &= u < inc.fraction
+            plan.loc[cand, "framework_version"] = inc.to_version
+            plan.loc[cand, "slow_framework"] = inc.magnitude
+        elif inc.kind == "dummy_workload":
+            lanes_df = scen.cluster.lanes
+            pool_lanes = lanes_df[(lanes_df["pool"] == "batch")]
+            if inc.node_ids:
+                pool_lanes = pool_lanes[[bool(set(ns) & set(inc.node_ids)) for ns in pool_lanes["node_ids"]]]
+            u = H.uniform(seed, F_DUMMY, n, pool_lanes["lane"].to_numpy())
+            target = pool_lanes["lane"].to_numpy()[u < inc.magnitude]
+            on = plan["lane"].isin(target)
+            drop |= (on & starts_in).to_numpy()
+            running = on & (plan["start_s"] < s) & (plan["end_s"] > s)
+            busy_until = plan[running].groupby("lane")["end_s"].max()
+            team = inc.team or "ml-research"
+            for lane in target:
+                st = int(max(s, busy_until.get(lane, s))) + 30
+                if st >= e:
+                    continue
+                row = plan[plan["lane"] == lane].iloc[0].copy() if (plan["lane"] == lane).any() else None
+                if row is None:
+                    continue
+                row["k"], row["epoch"] = 900 + n, int(s // DAY)
+                row["job_id"] = f"d{lane:05d}-{n:02d}-{s // 300 % 100000:05d}"
+                row["start_s"], row["end_s"], row["submit_s"] = st, e, st - 20
+                row["team"], row["model_type"], row["dummy"] = team, "fraud-transformer", True
+                row["exit_state"], row["reason"], row["xid_on_end"] = "cancelled", "cancelled by user", 0
+                row["reports_metrics"], row["sla_deadline_s"], row["slow_framework"] = False, -1, 0.0
+                row["framework_version"] = FRAMEWORKS[0]
+                extra.append(row)
+        elif inc.kind == "training_stall":
+            lanes = _lanes_on(scen, inc.node_ids)
+            lanes = scen.cluster.lanes.loc[scen.cluster.lanes["lane"].isin(lanes) & (scen.cluster.lanes["pool"] == "distributed"), "lane"].to_numpy()
+            hit = _running_at(plan, lanes, s) & ~pd.Series(drop)
+            idx = np.flatnonzero(hit.to_numpy())
+            if len(idx) and inc.fraction < 1.0:
+                u = H.uniform(seed, F_STALL, n, plan["lane"].to_numpy()[idx])
+                idx = idx[u < inc.fraction]
+            rows = plan.index[idx]
+            plan.loc[rows, "stall_from_s"] = s
+            plan.loc[rows, "end_s"] = e
+            plan.loc[rows, ["exit_state", "reason"]] = ["failed", "NCCL watchdog timeout: collective operation hung"]
+            stalled_lanes = plan.loc[rows, "lane"].unique()
+            drop |= (plan["lane"].isin(stalled_lanes) & starts_in).to_numpy()
+            inc.job_ids = tuple(plan.loc[rows, "job_id"])
+    plan = plan[~drop]
+    if extra:
+        plan = pd.concat([plan, pd.DataFrame(extra)], ignore_index=True)
+    # a job cut short by an earlier incident may now end before it starts its successor: fine;
+    # a job whose start was pushed past its end is removed
+    plan = plan[plan["end_s"] > plan["start_s"]]
+    return plan.sort_values(["lane", "start_s"]).reset_index(drop=True)

@@ -1,0 +1,346 @@
+"""Scenario files: the cluster, the time span and the incidents to inject.
+
+Format (YAML; see README "Scenario format")::
+
+    seed: 7
+    start: 2026-11-02T00:00:00Z
+    end: 2026-11-09T00:00:00Z
+    cluster: default            # or a mapping overriding ClusterSpec fields
+    incidents:
+      - kind: thermal_throttle
+        start: 2026-11-03T14:10:00Z
+        duration: 90m
+        severity: high          # high | low
+        scope: {region: us-east, nodes: 2}
+        magnitude: 0.38
+    changes:                    # optional benign change events (no incident)
+      - kind: kernel_upgrade
+        ts: 2026-11-04T10:00:00Z
+        scope: {region: eu-west, nodes: 4}
+        to_version: 6.8.0-51-generic
+
+Scope keys: ``region``; ``nodes`` (a count, picked deterministically) or
+``node_ids`` (a list); ``pool`` (interactive | batch | distributed);
+``team``; ``fraction`` (share of the jobs / lanes in scope); ``gpus`` (GPUs
+per node for GPU-level faults, default 1).
+"""
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from gpu_health.sim.cluster import Cluster, ClusterSpec
+from gpu_health.sim.hashing import stable_id, uniform
+
+
+@dataclass(frozen=True)
+class KindInfo:
+    family: str
+    magnitude: float
+    meaning: str
+    default_pool: str | None = None
+
+
+# kind -> cause family, default magnitude and what the magnitude means
+KINDS: dict[str, KindInfo] = {
+    "gpu_ecc_fault": KindInfo("hardware", 1.0, "DBE count at onset (Xid 48); the node is drained until the end", None),
+    "gpu_fell_off_bus": KindInfo("hardware", 1.0, "GPUs per node that fall off the bus (Xid 79) and stop reporting", None),
+    "thermal_throttle": KindInfo("hardware", 0.38, "relative step-time increase on throttled GPUs (temp > 83 C, SM clock down)", None),
+    "driver_regression": KindInfo("software", 0.6, "probability that a job on the upgraded cohort fails within minutes", None),
+    "framework_regression": KindInfo("software", 0.25, "relative step-time increase of jobs on the new framework version", None),
+    "priority_change": KindInfo("scheduling", 3.0, "factor by which idle gaps and queue waits grow in the region's batch pool", "batch"),
+    "fragmentation": KindInfo("scheduling", 4.0, "factor by which multi-GPU jobs' placement gaps and waits grow", None),
+    "io_bottleneck": KindInfo("data_io", 0.5, "relative step-time increase from data-loader wait (storage saturated)", None),
+    "network_degradation": KindInfo("network", 0.4, "relative step-time increase of multi-node jobs from gradient sync", "distributed"),
+    "dummy_workload": KindInfo("gaming", 0.5, "share of the scope's batch lanes held by ~100%-util dummy jobs", "batch"),
+    "training_stall": KindInfo("software", 1.0, "share of the scope's running distributed jobs that hang", "distributed"),
+    "maintenance": KindInfo("planned", 1.0, "(unused) nodes drained inside a calendar window", None),
+    "collector_outage": KindInfo("missing_data", 1.0, "(unused) a region's exporters go silent: missing data, not a GPU incident", None),
+}
+
+FAMILIES = ["hardware", "software", "scheduling", "data_io", "network", "gaming", "planned", "missing_data"]
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d)\s*$")
+
+
+def parse_duration(text) -> pd.Timedelta:
+    if isinstance(text, int | float):
+        return pd.Timedelta(minutes=float(text))
+    m = _DURATION.match(str(text))
+    if not m:
+        raise ValueError(f"duration {text!r}: expected e.g. 45s, 90m, 2h, 1d")
+    unit = {"s": "s", "m": "min", "min": "min", "h": "h", "d": "D"}[m.group(2)]
+    return pd.Timedelta(float(m.group(1)), unit=unit)
+
+
+def parse_ts(value, what: str) -> pd.Timestamp:
+    ts = pd.Timestamp(value)
+    if ts.tzinfo is None:
+        raise ValueError(f"{what}: {value!r} has no timezone; write UTC explicitly (e.g. 2026-11-02T00:00:00Z)")
+    return ts.tz_convert("UTC")
+
+
+@dataclass
+class Incident:
+    incident_id: str
+    kind: str
+    family: str
+    severity: str
+    start: pd.Timestamp
+    end: pd.Timestamp
+    magnitude: float
+    scope: dict
+    region: str | None = None
+    node_ids: tuple[str, ...] = ()
+    gpu_uuids: tuple[str, ...] = ()
+    team: str | None = None
+    fraction: float = 1.0
+    pool: str | None = None
+    from_version: str | None = None
+    to_version: str | None = None
+    job_ids: tuple[str, ...] = ()
+
+    def active(self, t_min: np.ndarray) -> np.ndarray:
+        """Boolean mask of minutes (int minutes since epoch origin) inside the incident."""
+        return (t_min >= _minute(self.start)) & (t_min < _minute(self.end))
+
+
+@dataclass
+class Change:
+    event_id: str
+    ts: pd.Timestamp
+    kind: str
+    scope: str
+    from_version: str | None
+    to_version: str | None
+    description: str
+    node_ids: tuple[str, ...] = ()
+
+
+@dataclass
+class Scenario:
+    seed: int
+    start: pd.Timestamp
+    end: pd.Timestamp
+    cluster: Cluster
+    incidents: list[Incident] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)
+    name: str = "scenario"
+
+    @property
+    def key(self) -> int:
+        return stable_id(f"{self.name}:{self.seed}")
+
+
+ORIGIN = pd.Timestamp("2020-01-06T00:00:00Z")  # a Monday: integer minutes count from here
+
+
+def _minute(ts: pd.Timestamp) -> int:
+    return int((pd.Timestamp(ts) - ORIGIN) // pd.Timedelta(minutes=1))
+
+
+def load_scenario(path_or_dict, *, name: str | None = None) -> Scenario:
+    """Parse and resolve a scenario (a YAML path or an already-loaded mapping)."""
+    if isinstance(path_or_dict, str | Path):
+        path = Path(path_or_dict)
+        raw = yaml.safe_load(path.read_text())
+        name = name or path.stem
+    else:
+        raw = dict(path_or_dict)
+    if not isinstance(raw, dict):
+        raise ValueError(f"scenario {name}: expected a mapping at the top level")
+    unknown = set(raw) - {"seed", "start", "end", "cluster", "incidents", "changes", "description", "name"}
+    if unknown:
+        raise ValueError(f"scenario {name}: unknown key(s) {sorted(unknown)}")
+    seed = int(raw.get("seed", 0))
+    start = parse_ts(raw.get("start", "2026-11-02T00:00:00Z"), "start")
+    end = parse_ts(raw.get("end", start + pd.Timedelta(days=7)), "end")
+    cluster = Cluster(ClusterSpec.from_config(raw.get("cluster", "default")))
+    scen = Scenario(seed=seed, start=start, end=end, cluster=cluster, name=raw.get("name") or name or "scenario")
+    for i, spec in enumerate(raw.get("incidents") or []):
+        scen.incidents.append(_resolve_incident(scen, i, spec))
+    for i, spec in enumerate(raw.get("changes") or []):
+        scen.changes.append(_resolve_change(scen, i, spec))
+    scen.changes.extend(_incident_changes(scen))
+    scen.changes.sort(key=lambda c: c.ts)
+    return scen
+
+
+def default_scenario(seed: int = 7, start="2026-11-02T00:00:00Z", days: int = 7) -> Scenario:
+    """A quiet scenario on the default cluster (what `dagster dev` runs live)."""
+    start = parse_ts(start, "start")
+    return load_scenario({"seed": seed, "start": start, "end": start + pd.Timedelta(days=days)}, name="default")
+
+
+def _pick(seed: int, salt: str, items: list, k: int) -> list:
+    if k >= len(items):
+        return list(items)
+    keys = uniform(seed, stable_id(salt), np.arange(len(items)))
+    return [items[i] for i in np.argsort(keys)[:k]]
+
+
+def _resolve_incident(scen: Scenario, i: int, spec: dict) -> Incident:
+    spec = dict(spec)
+    kind = spec.get("kind")
+    if kind not in KINDS:
+        raise ValueError(f"incident {i}: unknown kind {kind!r}; known kinds: {sorted(KINDS)}")
+    info = KINDS[kind]
+    start = parse_ts(spec["start"], f"incident {i} start")
+    if "end" in spec:
+        end = parse_ts(spec["end"], f"incident {i} end")
+    else:
+        end = start + parse_duration(spec.get("duration", "60m"))
+    severity = spec.get("severity", "high")
+    if severity not in ("high", "low"):
+        raise ValueError(f"incident {i}: severity must be high or low, got {severity!r}")
+    scope = dict(spec.get("scope") or {})
+    nodes = scen.cluster.nodes
+    region = scope.get("region")
+    if region is not None and region not in set(nodes["region"]):
+        raise ValueError(f"incident {i}: unknown region {region!r}")
+    pool = scope.get("pool", info.default_pool)
+    cand = nodes
+    if region:
+        cand = cand[cand["region"] == region]
+    if pool:
+        cand = cand[cand["pool"] == pool]
+    if "sku" in scope:
+        cand = cand[cand["sku"] == scope["sku"]]
+    salt = f"{scen.name}:{i}:{kind}"
+    if "node_ids" in scope:
+        node_ids = tuple(scope["node_ids"])
+        missing = set(node_ids) - set(nodes["node_id"])
+        if missing:
+            raise ValueError(f"incident {i}: unknown node_ids {sorted(missing)}")
+    elif "nodes" in scope:
+        want = int(scope["nodes"])
+        ids = cand["node_id"].tolist()
+        if pool == "distributed" or kind in ("network_degradation", "training_stall"):
+            # whole distributed groups, so a multi-node job sits on the chosen nodes
+            lanes = scen.cluster.lanes
+            lanes = lanes[lanes["pool"] == "distributed"]
+            if region:
+                lanes = lanes[lanes["region"] == region]
+            groups = [g for g in lanes["node_ids"] if set(g) <= set(ids)]
+            chosen = []
+            for g in _pick(scen.seed, salt, groups, len(groups)):
+                if len(chosen) >= want:
+                    break
+                chosen.extend(g)
+            node_ids = tuple(chosen[:max(want, 1)]) if chosen else tuple(_pick(scen.seed, salt, ids, want))
+        else:
+            node_ids = tuple(_pick(scen.seed, salt, ids, want))
+    elif region or pool:
+        node_ids = tuple(cand["node_id"])
+    else:
+        node_ids = tuple(nodes["node_id"])
+    if region is None and node_ids:
+        regions = set(nodes.loc[nodes["node_id"].isin(node_ids), "region"])
+        region = regions.pop() if len(regions) == 1 else None
+    gpu_uuids: tuple[str, ...] = ()
+    if kind in ("gpu_ecc_fault", "gpu_fell_off_bus"):
+        per_node = int(scope.get("gpus", max(1, int(spec.get("magnitude", 1))) if kind == "gpu_fell_off_bus" else 1))
+        g = scen.cluster.gpus
+        chosen = []
+        for nid in node_ids:
+            chosen.extend(_pick(scen.seed, f"{salt}:{nid}", g.loc[g["node_id"] == nid, "gpu_uuid"].tolist(), per_node))
+        gpu_uuids = tuple(chosen)
+    inc = Incident(
+        incident_id=f"inc-{i + 1:03d}-{kind}",
+        kind=kind, family=info.family, severity=severity, start=start, end=end,
+        magnitude=float(spec.get("magnitude", info.magnitude)), scope=scope,
+        region=region, node_ids=node_ids, gpu_uuids=gpu_uuids, team=scope.get("team"),
+        fraction=float(scope.get("fraction", 1.0)), pool=pool,
+    )
+    if kind == "driver_regression":
+        inc.from_version = spec.get("from_version", scen.cluster.spec.driver_version)
+        inc.to_version = spec.get("to_version", "560.35.03")
+    if kind == "framework_regression":
+        inc.from_version = spec.get("from_version")
+        inc.to_version = spec.get("to_version", "torch-2.14.0")
+    return inc
+
+
+def _scope_text(region: str | None, node_ids, all_nodes: int) -> str:
+    if node_ids and len(node_ids) < all_nodes:
+        return ",".join(node_ids)
+    return region or "*"
+
+
+def _resolve_change(scen: Scenario, i: int, spec: dict) -> Change:
+    kind = spec.get("kind")
+    from gpu_health.contracts.models import CHANGE_KINDS
+    if kind not in CHANGE_KINDS:
+        raise ValueError(f"change {i}: unknown kind {kind!r}; known: {CHANGE_KINDS}")
+    ts = parse_ts(spec["ts"], f"change {i} ts")
+    scope = dict(spec.get("scope") or {})
+    nodes = scen.cluster.nodes
+    cand = nodes[nodes["region"] == scope["region"]] if scope.get("region") else nodes
+    if "node_ids" in scope:
+        node_ids = tuple(scope["node_ids"])
+    elif "nodes" in scope:
+        node_ids = tuple(_pick(scen.seed, f"change:{i}", cand["node_id"].tolist(), int(scope["nodes"])))
+    else:
+        node_ids = tuple(cand["node_id"])
+    return Change(
+        event_id=f"chg-{i + 1:03d}", ts=ts, kind=kind,
+        scope=_scope_text(scope.get("region"), node_ids, len(nodes)),
+        from_version=spec.get("from_version"), to_version=spec.get("to_version"),
+        description=spec.get("description", f"{kind} (benign)"), node_ids=node_ids,
+    )
+
+
+def _incident_changes(scen: Scenario) -> list[Change]:
+    """The change events an incident's story includes (the deploy, and its rollback)."""
+    out = []
+    n_nodes = len(scen.cluster.nodes)
+    for inc in scen.incidents:
+        scope = _scope_text(inc.region, inc.node_ids, n_nodes)
+        if inc.kind == "driver_regression":
+            out.append(Change(f"{inc.incident_id}-deploy", inc.start, "driver_upgrade", scope, inc.from_version, inc.to_version,
+                              f"NVIDIA driver {inc.from_version} -> {inc.to_version}", inc.node_ids))
+            out.append(Change(f"{inc.incident_id}-rollback", inc.end, "driver_upgrade", scope, inc.to_version, inc.from_version,
+                              f"rollback NVIDIA driver {inc.to_version} -> {inc.from_version}", inc.node_ids))
+        elif inc.kind == "framework_regression":
+            out.append(Change(f"{inc.incident_id}-deploy", inc.start, "framework_release", inc.team or "*", inc.from_version, inc.to_version,
+                              f"framework release {inc.to_version}" + (f" for team {inc.team}" if inc.team else ""), ()))
+            out.append(Change(f"{inc.incident_id}-rollback", inc.end, "framework_release", inc.team or "*", inc.to_version, inc.from_version,
+                              f"rollback of {inc.to_version}", ()))
+        elif inc.kind == "priority_change":
+            out.append(Change(f"{inc.incident_id}-deploy", inc.start, "scheduler_config", inc.region or "*", None, None,
+                              f"scheduler priority/backfill config change in {inc.region or 'all regions'}", inc.node_ids))
+            out.append(Change(f"{inc.incident_id}-rollback", inc.end, "scheduler_config", inc.region or "*", None, None,
+                              "revert scheduler priority/backfill config", inc.node_ids))
+    return out
+
+
+def labels_frame(scen: Scenario, job_ids: dict[str, tuple[str, ...]] | None = None) -> pd.DataFrame:
+    """Ground truth: one row per incident (written as labels.parquet)."""
+    job_ids = job_ids or {}
+    rows = []
+    for inc in scen.incidents:
+        resolved = {"node_ids": list(inc.node_ids), "region": inc.region}
+        if inc.gpu_uuids:
+            resolved["gpu_uuids"] = list(inc.gpu_uuids)
+        if inc.team:
+            resolved["team"] = inc.team
+        if inc.to_version and inc.kind == "framework_regression":
+            resolved["framework_version"] = inc.to_version
+        if inc.kind == "driver_regression":
+            resolved["driver_version"] = inc.to_version
+        if job_ids.get(inc.incident_id):
+            resolved["job_ids"] = list(job_ids[inc.incident_id])
+        rows.append({
+            "incident_id": inc.incident_id, "kind": inc.kind, "family": inc.family, "severity": inc.severity,
+            "start": inc.start, "end": inc.end,
+            "scope": json.dumps({"spec": inc.scope, "magnitude": inc.magnitude, **resolved}, default=str),
+        })
+    frame = pd.DataFrame(rows, columns=["incident_id", "kind", "family", "severity", "start", "end", "scope"])
+    for col in ("start", "end"):
+        frame[col] = pd.to_datetime(frame[col], utc=True)
+    return frame
