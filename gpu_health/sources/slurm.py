@@ -1,0 +1,752 @@
+"""Slurm adapter: real ``sacct`` / ``squeue --json`` output -> contract frames.
+
+Tables produced: ``scheduler_events`` and ``job_metadata``.
+
+Inputs understood
+-----------------
+* ``sacct --parsable2`` (``|``-delimited, header line, no trailing delimiter) and
+  ``sacct --parsable`` (trailing delimiter), with or without ``--noheader`` and
+  with any ``--delimiter`` (the Hábrók dump ``hb-jobinfo/sacct.txt`` uses ``☃``).
+  A headerless dump needs its field list: pass ``fields=`` or rely on
+  :data:`HB_JOBINFO_FIELDS` (the 37 fields of ``hb-jobinfo``), used when the
+  field count matches.
+* ``squeue --json`` (Slurm OpenAPI v0.0.37 shape; the newer
+  ``{"set":…, "number":…}`` wrappers are understood as well).
+
+Mapping (one ``sacct`` job row -> up to three events)
+-----------------------------------------------------
+* ``submitted`` at ``Submit`` (``gpus`` = requested, from ``ReqTRES``);
+  ``started`` at ``Start`` when it is a time (``gpus`` = allocated, from
+  ``AllocTRES``, falling back to the request; ``node_ids`` = the expanded
+  ``NodeList``); ``ended`` at ``End`` for terminal states (``gpus`` and
+  ``node_ids`` as on ``started``, ``0``/null if the job never started).
+  ``PENDING`` jobs have only ``submitted``; ``RUNNING``/``SUSPENDED`` have no
+  ``ended``. ``PREEMPTED`` adds a ``preempted`` event, ``REQUEUED`` a
+  ``requeued`` event (no ``ended``), both at ``End``.
+* ``State``: ``COMPLETED``->completed, ``FAILED``->failed,
+  ``OUT_OF_MEMORY``->failed (reason ``OUT_OF_MEMORY``), ``CANCELLED`` and
+  ``CANCELLED by <uid>``->cancelled (reason keeps the text), ``TIMEOUT`` and
+  ``DEADLINE``->timeout, ``NODE_FAIL``/``BOOT_FAIL``->node_fail,
+  ``PREEMPTED``->cancelled (reason ``PREEMPTED``). An ``OUT_OF_MEMORY`` step
+  is added to the job's reason.
+* Steps (``.batch``, ``.extern``, ``.interactive``, numbered ``.0`` …) are folded
+  into their job: steps are not jobs. Array tasks keep their id (``7216821_144``).
+* ``gres/gpu=N`` in TRES is the GPU count; without it, typed entries
+  (``gres/gpu:a100=N``) are summed. TRES without any ``gres/gpu`` (older
+  accounting, or CPU jobs) means 0 GPUs: Hábrók's 2023 rows on ``gpu*``
+  partitions predate GPU TRES tracking and therefore read 0.
+* ``priority`` from a ``Priority`` field when the dump has one, else 0.
+* ``event_id`` = ``slurm:<job_id>:<event>`` (``#<n>`` appended for the n-th
+  repeated row of the same job, as ``sacct --duplicates`` prints requeues):
+  deterministic, so re-reading an overlapping dump yields the same ids.
+* Times: ``sacct`` prints the cluster's local wall clock without a zone. Pass
+  ``cluster_tz`` (default ``"UTC"``); an ambiguous fall-back time is read as
+  its first (daylight-saving) occurrence, a skipped spring-forward time is
+  shifted forward. ``Unknown``/``None``/empty mean "no such time".
+
+``job_metadata`` (one row per job)
+----------------------------------
+* ``team``: ``team_map[Account]``, else ``team_map[User]``, else the account,
+  else the user (configurable mapping; default is the account/user itself).
+* ``model_type``, ``dataset``, ``container_image``, ``framework_version``:
+  ``"unknown"`` -- Slurm accounting does not record them (a site that puts
+  them in ``Comment``/``AdminComment`` would extend this adapter).
+* ``workload_class`` (rule, in order): ``distributed`` when the job spans more
+  than one node (``NNodes > 1``); ``interactive`` when the partition name
+  contains ``interactive``, ``debug``, ``devel`` or ``jupyter``, or the job name
+  is a shell / notebook (``bash``, ``sh``, ``zsh``, ``interactive``,
+  ``jupyter*``, ``sys/dashboard*``); otherwise ``batch``. A short elapsed time
+  is *not* used: a batch job that crashes in a minute is still batch, and
+  ``*short`` partitions are time-limit classes, not interactive ones.
+* ``requested_gpus`` from ``ReqTRES``; ``requested_mem_gb`` from ``ReqMem``
+  (``4000M``, ``32G``; Slurm's binary units, so ``G`` = GiB): a bare value is
+  the job's total (Slurm >= 21.08 prints it so, matching ``ReqTRES mem=``),
+  ``…n`` is per node (x ``NNodes``), ``…c`` per CPU (x ``NCPUs``); an empty
+  ``ReqMem`` falls back to ``ReqTRES`` ``mem=``. ``sla_deadline`` is null.
+
+Bad input is never dropped silently: a line that cannot be parsed becomes a
+*reject* (origin, line number, raw text, reason). :class:`SlurmSource` raises
+:class:`~gpu_health.sources.base.SourceError` on rejects unless told to
+collect them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from gpu_health.contracts import columns, empty_frame
+from gpu_health.sources.base import DataNotReady, Fetched, SourceError
+
+log = logging.getLogger(__name__)
+
+SCHEDULER = "slurm"
+UNKNOWN = "unknown"
+
+# The 37 fields of rug-cit-hpc/hb-jobinfo's ``sacct --format=…`` (headerless dump).
+HB_JOBINFO_FIELDS: tuple[str, ...] = (
+    "JobID", "JobName", "User", "Partition", "NodeList", "NNodes", "NCPUs", "NTasks", "State",
+    "Submit", "Start", "End", "Timelimit", "Elapsed", "TotalCPU", "CPUTime", "UserCPU",
+    "SystemCPU", "ReqMem", "MaxRSS", "MaxVMSize", "ReqTRES", "AllocTRES", "TRESUsageInMax",
+    "TRESUsageInTot", "TRESUsageOutTot", "MaxDiskRead", "MaxDiskWrite", "MaxRSSNode",
+    "MaxRSSTask", "MaxVMSizeNode", "MaxVMSizeTask", "MaxDiskReadNode", "MaxDiskReadTask",
+    "MaxDiskWriteNode", "MaxDiskWriteTask", "Comment",
+)
+REQUIRED_SACCT_FIELDS = ("JobID", "State", "Submit")
+
+REJECT_COLUMNS = ["origin", "line_no", "raw", "reason"]
+
+# State (first word) -> (exit_state on `ended` or None, reason or None, kind)
+# kind: "pending" (submitted only), "running" (no ended), "ended", "requeued".
+_STATES: dict[str, tuple[str | None, str | None, str]] = {
+    "PENDING": (None, None, "pending"),
+    "REQUEUE_HOLD": (None, None, "pending"),
+    "REQUEUE_FED": (None, None, "pending"),
+    "RUNNING": (None, None, "running"),
+    "SUSPENDED": (None, None, "running"),
+    "COMPLETING": (None, None, "running"),
+    "CONFIGURING": (None, None, "running"),
+    "RESIZING": (None, None, "running"),
+    "SIGNALING": (None, None, "running"),
+    "STAGE_OUT": (None, None, "running"),
+    "STOPPED": (None, None, "running"),
+    "COMPLETED": ("completed", None, "ended"),
+    "FAILED": ("failed", None, "ended"),
+    "OUT_OF_MEMORY": ("failed", "OUT_OF_MEMORY", "ended"),
+    "CANCELLED": ("cancelled", None, "ended"),
+    "TIMEOUT": ("timeout", None, "ended"),
+    "DEADLINE": ("timeout", "DEADLINE", "ended"),
+    "NODE_FAIL": ("node_fail", None, "ended"),
+    "BOOT_FAIL": ("node_fail", "BOOT_FAIL", "ended"),
+    "PREEMPTED": ("cancelled", "PREEMPTED", "preempted"),
+    "REVOKED": ("cancelled", "REVOKED", "ended"),
+    "SPECIAL_EXIT": ("failed", "SPECIAL_EXIT", "ended"),
+    "REQUEUED": (None, "REQUEUED", "requeued"),
+}
+_STATE_ALIASES = {"CA": "CANCELLED", "CD": "COMPLETED", "F": "FAILED", "TO": "TIMEOUT", "NF": "NODE_FAIL",
+                  "OOM": "OUT_OF_MEMORY", "PD": "PENDING", "R": "RUNNING", "S": "SUSPENDED", "CG": "COMPLETING",
+                  "PR": "PREEMPTED", "BF": "BOOT_FAIL", "DL": "DEADLINE", "RQ": "REQUEUED"}
+
+# JobID: 123, 123_4, 123_[1-5%2], 123+0 (het) with an optional .step suffix.
+_JOBID = re.compile(r"^(?P<job>\d+(?:_(?:\d+|\[[^\]]*\]))?(?:\+\d+)?)(?:\.(?P<step>[^.\s]+))?$")
+_NO_TIME = {"", "unknown", "none", "n/a", "(null)"}
+_NO_NODES = {"", "none assigned", "(null)", "n/a"}
+_MEM = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?P<unit>[KMGTP]?)(?P<per>[nc]?)$", re.I)
+_MEM_TO_GB = {"K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0, "T": 1024.0, "P": 1024.0**2}
+_INTERACTIVE_PARTITION = re.compile(r"interactive|debug|devel|jupyter", re.I)
+_INTERACTIVE_NAMES = re.compile(r"^(bash|sh|zsh|tcsh|interactive|jupyter.*|sys/dashboard.*)$", re.I)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def expand_nodelist(nodelist: str | None) -> list[str]:
+    """Expand a Slurm hostlist: ``gpu[01-03,07],cpu5`` -> ``[gpu01, gpu02, gpu03, gpu07, cpu5]``.
+
+    Zero padding is kept (``[08-10]`` -> ``08, 09, 10``); several bracket groups
+    in one name expand to their product. ``None assigned`` / empty -> ``[]``.
+    Raises ``ValueError`` on unbalanced brackets or a malformed range.
+    """
+    if nodelist is None or nodelist.strip().lower() in _NO_NODES:
+        return []
+    items, depth, cur = [], 0, []
+    for ch in nodelist.strip():
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced ']' in node list {nodelist!r}")
+        if ch == "," and depth == 0:
+            items.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if depth != 0:
+        raise ValueError(f"unbalanced '[' in node list {nodelist!r}")
+    items.append("".join(cur))
+    out: list[str] = []
+    for item in items:
+        if not item:
+            raise ValueError(f"empty host name in node list {nodelist!r}")
+        parts = re.split(r"(\[[^\]]*\])", item)
+        choices: list[list[str]] = []
+        for part in parts:
+            if part.startswith("["):
+                choices.append(_expand_ranges(part[1:-1], nodelist))
+            elif part:
+                choices.append([part])
+        out.extend("".join(p) for p in itertools.product(*choices))
+    return out
+
+
+def _expand_ranges(body: str, whole: str) -> list[str]:
+    vals: list[str] = []
+    for rng in body.split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", rng.strip())
+        if not m:
+            raise ValueError(f"malformed range {rng!r} in node list {whole!r}")
+        lo, hi = m.group(1), m.group(2) or m.group(1)
+        if int(hi) < int(lo):
+            raise ValueError(f"descending range {rng!r} in node list {whole!r}")
+        width = len(lo)
+        vals.extend(str(i).zfill(width) for i in range(int(lo), int(hi) + 1))
+    return vals
+
+
+def parse_tres(tres: str | None) -> dict[str, str]:
+    """``billing=8,cpu=8,gres/gpu:v100=1,mem=10G`` -> ``{"billing": "8", …}``."""
+    out: dict[str, str] = {}
+    for item in (tres or "").split(","):
+        if "=" in item:
+            k, v = item.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def gpus_from_tres(tres: str | None) -> int | None:
+    """GPU count of a TRES string: ``gres/gpu=N``, else the sum of ``gres/gpu:<type>=N``.
+
+    ``None`` when the string names no GPU at all (callers read that as 0).
+    Also understands the per-job/per-node request form ``gres:gpu:a100:2`` /
+    ``gres/gpu:2`` used by ``squeue``'s ``tres_per_*`` fields.
+    """
+    if not tres:
+        return None
+    d = parse_tres(tres)
+    if "gres/gpu" in d:
+        return int(float(d["gres/gpu"]))
+    typed = [int(float(v)) for k, v in d.items() if k.startswith("gres/gpu:")]
+    if typed:
+        return sum(typed)
+    total = None
+    for item in tres.split(","):  # request forms without '='
+        m = re.fullmatch(r"(?:gres[:/])?gpu(?::[\w.-]+)?:(\d+)", item.strip())
+        if m:
+            total = (total or 0) + int(m.group(1))
+    return total
+
+
+def parse_mem_gb(req_mem: str | None, *, ncpus: int | None = None, nnodes: int | None = None) -> float | None:
+    """``ReqMem`` -> GB (Slurm binary units). ``4Gn`` is per node, ``4Gc`` per CPU, bare is the job total.
+
+    ``None`` for an empty or zero ("all of the node's memory") request. Raises
+    ``ValueError`` on text that is not a memory size.
+    """
+    text = (req_mem or "").strip()
+    if not text:
+        return None
+    m = _MEM.match(text)
+    if not m:
+        raise ValueError(f"not a memory size: {req_mem!r}")
+    gb = float(m.group("num")) * _MEM_TO_GB[(m.group("unit") or "M").upper()]
+    per = m.group("per").lower()
+    if per == "n":
+        gb *= nnodes or 1
+    elif per == "c":
+        gb *= ncpus or 1
+    return gb if gb > 0 else None
+
+
+def map_state(state: str) -> tuple[str | None, str | None, str]:
+    """``State`` text -> (exit_state, reason, kind). Raises ``ValueError`` for an unknown state.
+
+    ``CANCELLED by 10304007`` -> ``("cancelled", "CANCELLED by 10304007", "ended")``.
+    """
+    text = (state or "").strip()
+    head = text.split()[0].upper() if text else ""
+    head = _STATE_ALIASES.get(head, head)
+    if head not in _STATES:
+        raise ValueError(f"unknown State {state!r}")
+    exit_state, reason, kind = _STATES[head]
+    if text.upper() != head:  # extra text, e.g. "CANCELLED by <uid>": keep it
+        reason = text
+    return exit_state, reason, kind
+
+
+def workload_class(*, nnodes: int | None, partition: str | None, job_name: str | None) -> str:
+    """The documented rule: distributed (>1 node) > interactive (partition/job name) > batch."""
+    if nnodes is not None and nnodes > 1:
+        return "distributed"
+    if partition and _INTERACTIVE_PARTITION.search(partition):
+        return "interactive"
+    if job_name and _INTERACTIVE_NAMES.match(job_name.strip()):
+        return "interactive"
+    return "batch"
+
+
+def team_for(user: str | None, account: str | None, team_map: Mapping[str, str] | None) -> str:
+    """``team_map[account]`` > ``team_map[user]`` > account > user > ``unknown``."""
+    team_map = team_map or {}
+    for key in (account, user):
+        if key and key in team_map:
+            return team_map[key]
+    return account or user or UNKNOWN
+
+
+def _slurm_time(text: str | None, column: str) -> datetime | None:
+    value = (text or "").strip()
+    if value.lower() in _NO_TIME:
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{column} {text!r} is not a Slurm time (YYYY-MM-DDTHH:MM:SS, Unknown or None)") from None
+
+
+def _int_or_none(text: str | None, column: str) -> int | None:
+    value = (text or "").strip()
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{column} {text!r} is not an integer") from None
+
+
+def _to_utc(values: Sequence[datetime | None], tz: str) -> pd.DatetimeIndex:
+    idx = pd.DatetimeIndex(pd.to_datetime(list(values)))
+    if idx.tz is not None:
+        return idx.tz_convert("UTC")
+    if tz == "UTC":
+        return idx.tz_localize("UTC")
+    return idx.tz_localize(tz, ambiguous=np.ones(len(idx), dtype=bool), nonexistent="shift_forward").tz_convert("UTC")
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class SlurmParse:
+    """What a parse produced: contract frames, rejected lines and a few counts."""
+
+    scheduler_events: pd.DataFrame
+    job_metadata: pd.DataFrame
+    rejects: pd.DataFrame
+    stats: dict[str, int] = field(default_factory=dict)
+
+    @staticmethod
+    def concat(parts: Iterable["SlurmParse"]) -> "SlurmParse":
+        """Later parts win for the same ``event_id`` / ``job_id`` (newer dump, newer state)."""
+        parts = list(parts)
+        if not parts:
+            return SlurmParse(empty_frame("scheduler_events"), empty_frame("job_metadata"), _rejects_frame([]))
+        ev = pd.concat([p.scheduler_events for p in parts], ignore_index=True)
+        ev = ev.drop_duplicates("event_id", keep="last").sort_values(["ts", "event_id"], kind="stable")
+        md = pd.concat([p.job_metadata for p in parts], ignore_index=True)
+        md = md.drop_duplicates("job_id", keep="last").sort_values(["submitted_at", "job_id"], kind="stable")
+        rj = pd.concat([p.rejects for p in parts], ignore_index=True)
+        stats: dict[str, int] = {}
+        for p in parts:
+            for k, v in p.stats.items():
+                stats[k] = stats.get(k, 0) + v
+        return SlurmParse(ev.reset_index(drop=True), md.reset_index(drop=True), rj, stats)
+
+
+def _rejects_frame(rows: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=REJECT_COLUMNS).astype({"line_no": "int64"})
+
+
+def _events_frame(rows: list[dict], ts: pd.DatetimeIndex) -> pd.DataFrame:
+    if not rows:
+        return empty_frame("scheduler_events")
+    df = pd.DataFrame(rows)
+    df["ts"] = ts
+    df["priority"] = df["priority"].astype("int64")
+    df["gpus"] = df["gpus"].astype("int64")
+    for c in ("node_ids", "exit_state", "reason"):
+        df[c] = df[c].astype(object).where(df[c].notna(), None)
+    return df[columns("scheduler_events")]
+
+
+def _metadata_frame(rows: list[dict], submitted: pd.DatetimeIndex) -> pd.DataFrame:
+    if not rows:
+        return empty_frame("job_metadata")
+    df = pd.DataFrame(rows)
+    df["submitted_at"] = submitted
+    df["requested_gpus"] = df["requested_gpus"].astype("int64")
+    df["requested_mem_gb"] = df["requested_mem_gb"].astype("float64")
+    df["sla_deadline"] = pd.Series(pd.NaT, index=df.index, dtype="datetime64[ns, UTC]")
+    return df[columns("job_metadata")]
+
+
+def _event(job_id: str, attempt: int, event: str, *, queue: str, priority: int, gpus: int,
+           node_ids: str | None, exit_state: str | None = None, reason: str | None = None) -> dict:
+    suffix = f"#{attempt}" if attempt else ""
+    return {"event_id": f"slurm:{job_id}:{event}{suffix}", "job_id": job_id, "event": event,
+            "scheduler": SCHEDULER, "queue": queue, "priority": priority, "gpus": gpus,
+            "node_ids": node_ids, "exit_state": exit_state, "reason": reason}
+
+
+# --------------------------------------------------------------------------- sacct
+
+
+def _detect_layout(lines: list[str], delimiter: str | None, fields: Sequence[str] | None,
+                   origin: str) -> tuple[str, list[str], int]:
+    """(delimiter, field names, index of the first data line)."""
+    first = next((ln for ln in lines if ln.strip()), "")
+    if delimiter is None:
+        delimiter = "☃" if "☃" in first else "|"
+    head = [c.strip() for c in first.split(delimiter)]
+    if head and head[-1] == "":
+        head = head[:-1]
+    if head and head[0].lower() in ("jobid", "jobidraw"):
+        start = lines.index(first) + 1
+        if start < len(lines) and set(lines[start].strip()) <= set("-" + delimiter + " ") and lines[start].strip():
+            start += 1  # a '-----' rule under the header
+        return delimiter, head, start
+    if fields is not None:
+        return delimiter, list(fields), 0
+    if len(head) == len(HB_JOBINFO_FIELDS):
+        return delimiter, list(HB_JOBINFO_FIELDS), 0
+    raise ValueError(
+        f"{origin}: headerless sacct dump with {len(head)} fields and no field list; "
+        f"pass fields=[...] in --format order (first line starts {first[:80]!r})"
+    )
+
+
+def parse_sacct(
+    text: str,
+    *,
+    origin: str = "<sacct>",
+    fields: Sequence[str] | None = None,
+    delimiter: str | None = None,
+    team_map: Mapping[str, str] | None = None,
+    cluster_tz: str = "UTC",
+) -> SlurmParse:
+    """Parse ``sacct`` parsable output (see the module docstring) into contract frames.
+
+    Lines that cannot be parsed are returned in ``rejects`` (origin, 1-based
+    line number, raw text, reason); nothing is dropped silently.
+    """
+    lines = text.splitlines()
+    delimiter, names, first_data = _detect_layout(lines, delimiter, fields, origin)
+    missing = [f for f in REQUIRED_SACCT_FIELDS if f not in names]
+    if missing:
+        raise ValueError(f"{origin}: sacct dump lacks required field(s) {missing}; has {names}")
+    n = len(names)
+    rejects: list[dict] = []
+    jobs: list[tuple[int, str, dict]] = []  # (line_no, raw, record)
+    steps: dict[str, list[tuple[int, str, dict]]] = {}
+
+    def reject(line_no: int, raw: str, reason: str) -> None:
+        rejects.append({"origin": origin, "line_no": line_no, "raw": raw, "reason": reason})
+
+    for line_no, raw in enumerate(lines[first_data:], start=first_data + 1):
+        if not raw.strip():
+            continue
+        parts = raw.split(delimiter)
+        if len(parts) == n + 1 and parts[-1] == "":
+            parts = parts[:-1]  # --parsable's trailing delimiter
+        if len(parts) != n:
+            reject(line_no, raw, f"{len(parts)} fields, expected {n} (delimiter {delimiter!r} inside a value?)")
+            continue
+        rec = dict(zip(names, parts))
+        m = _JOBID.match(rec["JobID"].strip())
+        if not m:
+            reject(line_no, raw, f"JobID {rec['JobID']!r} is not a Slurm job id")
+            continue
+        rec["_job"] = m.group("job")
+        if m.group("step"):
+            steps.setdefault(m.group("job"), []).append((line_no, raw, rec))
+        else:
+            jobs.append((line_no, raw, rec))
+
+    job_ids = {rec["_job"] for _, _, rec in jobs}
+    for job, rows in steps.items():
+        if job not in job_ids:
+            for line_no, raw, rec in rows:
+                reject(line_no, raw, f"step {rec['JobID']!r} without its job row {job!r}")
+
+    ev_rows: list[dict] = []
+    ev_times: list[datetime] = []
+    md_rows: list[dict] = []
+    md_times: list[datetime] = []
+    attempts: dict[str, int] = {}
+    for line_no, raw, rec in jobs:
+        job = rec["_job"]
+        try:
+            exit_state, reason, kind = map_state(rec["State"])
+            submit = _slurm_time(rec["Submit"], "Submit")
+            if submit is None:
+                raise ValueError(f"Submit {rec['Submit']!r}: a job without a submit time cannot be placed")
+            start = _slurm_time(rec.get("Start"), "Start")
+            end = _slurm_time(rec.get("End"), "End")
+            nnodes = _int_or_none(rec.get("NNodes"), "NNodes")
+            ncpus = _int_or_none(rec.get("NCPUs") or rec.get("ReqCPUS"), "NCPUs")
+            priority = _int_or_none(rec.get("Priority"), "Priority") or 0
+            nodes = expand_nodelist(rec.get("NodeList"))
+            req_gpus = gpus_from_tres(rec.get("ReqTRES")) or 0
+            alloc_gpus = gpus_from_tres(rec.get("AllocTRES"))
+            alloc_gpus = req_gpus if alloc_gpus is None and not rec.get("AllocTRES") else (alloc_gpus or 0)
+            mem_gb = parse_mem_gb(rec.get("ReqMem"), ncpus=ncpus, nnodes=nnodes)
+            if mem_gb is None:
+                tres_mem = parse_tres(rec.get("ReqTRES")).get("mem")
+                mem_gb = parse_mem_gb(tres_mem) if tres_mem else None
+        except ValueError as exc:
+            reject(line_no, raw, str(exc))
+            continue
+        for _, _, st in steps.get(job, []):
+            if st["State"].strip().upper().startswith("OUT_OF_MEMORY"):
+                note = f"OUT_OF_MEMORY in step {st['JobID']}"
+                reason = note if reason is None else f"{reason}; {note}"
+        attempt = attempts.get(job, 0)
+        attempts[job] = attempt + 1
+        queue = rec.get("Partition", "").strip()
+        started = start is not None and kind != "pending"
+        node_ids = ",".join(nodes) if (started and nodes) else None
+        common = {"queue": queue, "priority": priority}
+        ev_rows.append(_event(job, attempt, "submitted", gpus=req_gpus, node_ids=None, **common))
+        ev_times.append(submit)
+        if started:
+            ev_rows.append(_event(job, attempt, "started", gpus=alloc_gpus, node_ids=node_ids, **common))
+            ev_times.append(start)
+        gpus_after = alloc_gpus if started else 0
+        if kind in ("ended", "preempted", "requeued") and end is not None:
+            if kind == "preempted":
+                ev_rows.append(_event(job, attempt, "preempted", gpus=gpus_after, node_ids=node_ids, reason=reason, **common))
+                ev_times.append(end)
+            if kind == "requeued":
+                ev_rows.append(_event(job, attempt, "requeued", gpus=gpus_after, node_ids=node_ids, reason=reason, **common))
+            else:
+                ev_rows.append(_event(job, attempt, "ended", gpus=gpus_after, node_ids=node_ids,
+                                      exit_state=exit_state, reason=reason, **common))
+            ev_times.append(end)
+        if attempt == 0:
+            user, account = rec.get("User", "").strip() or None, rec.get("Account", "").strip() or None
+            md_rows.append({
+                "job_id": job,
+                "team": team_for(user, account, team_map),
+                "model_type": UNKNOWN,
+                "workload_class": workload_class(nnodes=nnodes, partition=queue, job_name=rec.get("JobName")),
+                "dataset": UNKNOWN,
+                "requested_gpus": req_gpus,
+                "requested_mem_gb": np.nan if mem_gb is None else mem_gb,
+                "container_image": UNKNOWN,
+                "framework_version": UNKNOWN,
+            })
+            md_times.append(submit)
+
+    stats = {"lines": sum(1 for ln in lines[first_data:] if ln.strip()), "jobs": len(md_rows),
+             "job_rows": len(jobs), "steps_folded": sum(len(v) for k, v in steps.items() if k in job_ids),
+             "rejects": len(rejects)}
+    return SlurmParse(
+        _events_frame(ev_rows, _to_utc(ev_times, cluster_tz)),
+        _metadata_frame(md_rows, _to_utc(md_times, cluster_tz)),
+        _rejects_frame(rejects),
+        stats,
+    )
+
+
+def read_sacct(path: str | Path, **kwargs: Any) -> SlurmParse:
+    """:func:`parse_sacct` on a file (UTF-8); the path is the rejects' origin."""
+    path = Path(path)
+    return parse_sacct(path.read_text(encoding="utf-8"), origin=str(path), **kwargs)
+
+
+# --------------------------------------------------------------------------- squeue --json
+
+
+def _num(value: Any) -> Any:
+    """OpenAPI >= v0.0.39 wraps numbers as ``{"set", "infinite", "number"}``; unwrap (unset -> None)."""
+    if isinstance(value, dict) and "number" in value:
+        return value["number"] if value.get("set", True) and not value.get("infinite", False) else None
+    return value
+
+
+def _epoch(value: Any) -> pd.Timestamp | None:
+    v = _num(value)
+    if v in (None, 0, "", "0"):
+        return None
+    return pd.Timestamp(int(v), unit="s", tz="UTC")
+
+
+def parse_squeue_json(
+    payload: str | bytes | Mapping[str, Any],
+    *,
+    origin: str = "<squeue --json>",
+    team_map: Mapping[str, str] | None = None,
+) -> SlurmParse:
+    """Parse ``squeue --json`` into ``submitted`` (+ ``started`` for running jobs) events and metadata.
+
+    A job entry that cannot be read becomes a reject whose ``line_no`` is its
+    1-based position in the ``jobs`` array and whose ``raw`` is its JSON.
+    """
+    doc = json.loads(payload) if isinstance(payload, (str, bytes)) else payload
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("jobs"), list):
+        raise ValueError(f"{origin}: not squeue --json output (no 'jobs' list)")
+    rejects: list[dict] = []
+    ev_rows, ev_times, md_rows, md_times = [], [], [], []
+    for pos, job in enumerate(doc["jobs"], start=1):
+        try:
+            jid = _num(job.get("job_id"))
+            if jid in (None, ""):
+                raise ValueError("job_id missing")
+            array_id, task = _num(job.get("array_job_id")), _num(job.get("array_task_id"))
+            job_id = f"{array_id}_{task}" if array_id and task is not None else str(jid)
+            state = job.get("job_state")
+            state = state[0] if isinstance(state, list) and state else state
+            exit_state, reason, kind = map_state(str(state or ""))
+            submit = _epoch(job.get("submit_time"))
+            if submit is None:
+                raise ValueError(f"submit_time {job.get('submit_time')!r} is not an epoch time")
+            start = _epoch(job.get("start_time"))
+            nnodes = _num(job.get("node_count"))
+            cpus = _num(job.get("cpus"))
+            req_tres = job.get("tres_req_str") or ""
+            req_gpus = (gpus_from_tres(req_tres) or gpus_from_tres(job.get("tres_per_job"))
+                        or (gpus_from_tres(job.get("tres_per_node")) or 0) * (nnodes or 1))
+            alloc_gpus = gpus_from_tres(job.get("tres_alloc_str"))
+            alloc_gpus = req_gpus if alloc_gpus is None else alloc_gpus
+            tres_mem = parse_tres(req_tres).get("mem")
+            mem_gb = parse_mem_gb(tres_mem) if tres_mem else None
+            if mem_gb is None:
+                per_node, per_cpu = _num(job.get("memory_per_node")), _num(job.get("memory_per_cpu"))
+                if per_node:
+                    mem_gb = per_node / 1024 * (nnodes or 1)
+                elif per_cpu:
+                    mem_gb = per_cpu / 1024 * (cpus or 1)
+            nodes = expand_nodelist(job.get("nodes") or "")
+            priority = int(_num(job.get("priority")) or 0)
+        except (ValueError, TypeError) as exc:
+            rejects.append({"origin": origin, "line_no": pos, "raw": json.dumps(job, default=str)[:2000], "reason": str(exc)})
+            continue
+        queue = str(job.get("partition") or "")
+        state_reason = job.get("state_reason")
+        note = None if state_reason in (None, "", "None") else str(state_reason)
+        ev_rows.append(_event(job_id, 0, "submitted", queue=queue, priority=priority, gpus=req_gpus,
+                              node_ids=None, reason=note if kind == "pending" else None))
+        ev_times.append(submit)
+        if kind == "running" and start is not None:
+            ev_rows.append(_event(job_id, 0, "started", queue=queue, priority=priority, gpus=alloc_gpus,
+                                  node_ids=",".join(nodes) or None))
+            ev_times.append(start)
+        md_rows.append({
+            "job_id": job_id,
+            "team": team_for(job.get("user_name"), job.get("account"), team_map),
+            "model_type": UNKNOWN,
+            "workload_class": workload_class(nnodes=nnodes, partition=queue, job_name=job.get("name")),
+            "dataset": UNKNOWN,
+            "requested_gpus": req_gpus,
+            "requested_mem_gb": np.nan if mem_gb is None else mem_gb,
+            "container_image": UNKNOWN,
+            "framework_version": UNKNOWN,
+        })
+        md_times.append(submit)
+    return SlurmParse(
+        _events_frame(ev_rows, pd.DatetimeIndex(ev_times)),
+        _metadata_frame(md_rows, pd.DatetimeIndex(md_times)),
+        _rejects_frame(rejects),
+        {"jobs": len(md_rows), "rejects": len(rejects)},
+    )
+
+
+# --------------------------------------------------------------------------- source
+
+
+class SlurmSource:
+    """A :class:`~gpu_health.sources.base.Source` over a directory of Slurm dumps.
+
+    Reads every ``sacct`` dump matching ``sacct_glob`` and every ``squeue --json``
+    file matching ``squeue_glob``, oldest file first (by modification time, then
+    name), so a newer dump's view of a job wins. The window ``[start, end)`` is
+    applied to ``ts`` (events) or ``submitted_at`` (metadata).
+
+    A dump written at time *t* holds everything up to *t*: a window ending after
+    the newest dump's modification time (or ``complete_through`` when given)
+    raises :class:`DataNotReady`. Rejected lines raise :class:`SourceError`
+    (``on_reject="raise"``, the default) or are kept in :attr:`rejects` and
+    logged (``on_reject="collect"``).
+    """
+
+    name = "slurm"
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        sacct_glob: str = "sacct*",
+        squeue_glob: str = "squeue*.json",
+        fields: Sequence[str] | None = None,
+        delimiter: str | None = None,
+        team_map: Mapping[str, str] | None = None,
+        cluster_tz: str = "UTC",
+        on_reject: Literal["raise", "collect"] = "raise",
+        complete_through: pd.Timestamp | str | None = None,
+    ) -> None:
+        self.directory = Path(directory)
+        self.sacct_glob, self.squeue_glob = sacct_glob, squeue_glob
+        self.fields, self.delimiter = fields, delimiter
+        self.team_map = dict(team_map or {})
+        self.cluster_tz = cluster_tz
+        if on_reject not in ("raise", "collect"):
+            raise ValueError(f"on_reject must be 'raise' or 'collect', not {on_reject!r}")
+        self.on_reject = on_reject
+        self.complete_through = None if complete_through is None else _as_utc(complete_through)
+        self._cache: tuple[tuple, SlurmParse] | None = None
+
+    def tables(self) -> frozenset[str]:
+        return frozenset({"scheduler_events", "job_metadata"})
+
+    def _files(self) -> list[Path]:
+        files = {p for g in (self.sacct_glob, self.squeue_glob) for p in self.directory.glob(g) if p.is_file()}
+        return sorted(files, key=lambda p: (p.stat().st_mtime_ns, p.name))
+
+    def parse(self) -> SlurmParse:
+        """All dumps parsed and merged (cached until a file changes)."""
+        files = self._files()
+        signature = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files)
+        if self._cache is not None and self._cache[0] == signature:
+            return self._cache[1]
+        parts = []
+        for p in files:
+            if p.match(self.squeue_glob):
+                parts.append(parse_squeue_json(p.read_bytes(), origin=str(p), team_map=self.team_map))
+            else:
+                parts.append(read_sacct(p, fields=self.fields, delimiter=self.delimiter,
+                                        team_map=self.team_map, cluster_tz=self.cluster_tz))
+        merged = SlurmParse.concat(parts)
+        self._cache = (signature, merged)
+        return merged
+
+    @property
+    def rejects(self) -> pd.DataFrame:
+        return self.parse().rejects
+
+    def read(self, table: str, start: pd.Timestamp, end: pd.Timestamp) -> Fetched:
+        if table not in self.tables():
+            raise SourceError(f"{self.name}: no table {table!r}; provides {sorted(self.tables())}")
+        start, end = _as_utc(start), _as_utc(end)
+        files = self._files()
+        origin = f"{self.directory} ({', '.join(p.name for p in files)})"
+        if not files:
+            raise DataNotReady(f"{self.name}: no dumps matching {self.sacct_glob!r} / {self.squeue_glob!r} in {self.directory}")
+        through = self.complete_through or pd.Timestamp(max(p.stat().st_mtime_ns for p in files), unit="ns", tz="UTC")
+        if end > through:
+            raise DataNotReady(f"{origin}: newest dump covers up to {through}, window ends {end}")
+        parsed = self.parse()
+        if len(parsed.rejects):
+            r = parsed.rejects
+            examples = "; ".join(f"{o}:{n}: {why}" for o, n, why in r[["origin", "line_no", "reason"]].head(5).itertuples(index=False))
+            if self.on_reject == "raise":
+                raise SourceError(f"{self.name}: {len(r)} unparseable line(s), e.g. {examples}")
+            log.warning("%s: %d unparseable line(s) kept in .rejects, e.g. %s", self.name, len(r), examples)
+        frame = parsed.scheduler_events if table == "scheduler_events" else parsed.job_metadata
+        col = "ts" if table == "scheduler_events" else "submitted_at"
+        window = frame[(frame[col] >= start) & (frame[col] < end)].reset_index(drop=True)
+        return Fetched(window, origin)
+
+
+def _as_utc(ts: pd.Timestamp | str) -> pd.Timestamp:
+    ts = pd.Timestamp(ts)
+    return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
