@@ -1,0 +1,196 @@
+"""Reads and idempotent partition writes against the warehouse (SQLite or PostgreSQL).
+
+A partition write deletes the window's rows and inserts the new ones in one
+transaction, under a lock on (table, window): re-running a partition, or two
+runs of it racing, never duplicates or loses rows. On SQLite the transaction
+takes the database write lock up front (``BEGIN IMMEDIATE``); on PostgreSQL a
+transaction-scoped advisory lock keyed by table and window serialises racers
+(row locks alone would let the second run miss the first run's inserts).
+"""
+
+import csv
+import io
+import threading
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import sqlalchemy as sa
+
+from gpu_health.sim.hashing import stable_id
+from gpu_health.storage.schema import metadata, partition_column
+
+_ENGINES: dict[str, sa.Engine] = {}
+_LOCK = threading.Lock()
+
+
+def engine_for(url: str) -> sa.Engine:
+    """One engine per URL (SQLite files get their folder created and WAL mode)."""
+    with _LOCK:
+        if url in _ENGINES:
+            return _ENGINES[url]
+        if url.startswith("sqlite"):
+            path = sa.engine.make_url(url).database
+            if path and path != ":memory:":
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            engine = sa.create_engine(url, connect_args={"timeout": 60, "isolation_level": None})
+
+            @sa.event.listens_for(engine, "connect")
+            def _sqlite_pragmas(dbapi_conn, _record):
+                cur = dbapi_conn.cursor()
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute("PRAGMA synchronous=NORMAL")
+                cur.close()
+
+            @sa.event.listens_for(engine, "begin")
+            def _sqlite_begin(conn):
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            engine = sa.create_engine(url, pool_pre_ping=True)
+        _ENGINES[url] = engine
+        return engine
+
+
+class Warehouse:
+    """The warehouse at ``url``; tables are created on first use."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.engine = engine_for(url)
+        self.is_sqlite = self.engine.dialect.name == "sqlite"
+        self._created = False
+
+    def create_all(self) -> None:
+        if not self._created:
+            import gpu_health.metrics  # noqa: F401  (registers derived tables)
+
+            metadata.create_all(self.engine)
+            self._created = True
+
+    def table(self, name: str) -> sa.Table:
+        self.create_all()
+        return metadata.tables[name]
+
+    # --- writes ---------------------------------------------------------------------------
+    def replace_window(self, name: str, frame: pd.DataFrame, start, end, *, column: str | None = None,
+                       where: dict | None = None) -> int:
+        """Replace the rows of ``name`` whose ``column`` lies in ``[start, end)``.
+
+        ``where`` narrows the delete further (e.g. ``{"source": "gpu_telemetry"}``
+        for the shared rejects table).
+        """
+        table = self.table(name)
+        column = column or partition_column(name)
+        frame = frame[[c.name for c in table.columns]] if not frame.empty else frame
+        with self.engine.begin() as conn:
+            self._lock(conn, name, start, where)
+            cond = []
+            if column is not None and start is not None:
+                col = table.c[column]
+                cond += [col >= self._bound(start, col), col < self._bound(end, col)]
+            for k, v in (where or {}).items():
+                cond.append(table.c[k] == v)
+            conn.execute(table.delete().where(*cond) if cond else table.delete())
+            self._insert(conn, table, frame)
+        return len(frame)
+
+    def _bound(self, value, col):
+        value = pd.Timestamp(value)
+        if isinstance(col.type, sa.Date):
+            return value.date()
+        if self.is_sqlite:
+            return value.tz_convert("UTC").tz_localize(None).to_pydatetime()
+        return value.to_pydatetime()
+
+    def _lock(self, conn, name, start, where):
+        if self.is_sqlite:
+            return  # BEGIN IMMEDIATE already holds the database write lock
+        key = stable_id(f"{name}|{start}|{sorted((where or {}).items())}") & 0x7FFFFFFFFFFFFFFF
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+
+    def _insert(self, conn, table: sa.Table, frame: pd.DataFrame) -> None:
+        if frame.empty:
+            return
+        if self.is_sqlite:
+            cols = _columns_as_python(frame, table)
+            names = ", ".join(f'"{c.name}"' for c in table.columns)
+            marks = ", ".join("?" for _ in table.columns)
+            conn.connection.dbapi_connection.executemany(
+                f'INSERT INTO "{table.name}" ({names}) VALUES ({marks})', list(zip(*cols)))
+            return
+        # PostgreSQL: COPY is an order of magnitude faster than INSERTs
+        buf = io.StringIO()
+        out = frame.copy()
+        for c in table.columns:
+            s = out[c.name]
+            if isinstance(c.type, sa.DateTime):
+                out[c.name] = pd.to_datetime(s, utc=True).map(lambda v: v.isoformat() if pd.notna(v) else None)
+            elif isinstance(c.type, sa.Boolean):
+                out[c.name] = s.map(lambda v: None if pd.isna(v) else ("t" if v else "f"))
+        out.to_csv(buf, index=False, header=False, na_rep="\\N", quoting=csv.QUOTE_MINIMAL)
+        buf.seek(0)
+        raw = conn.connection.dbapi_connection
+        cols = ", ".join(f'"{c.name}"' for c in table.columns)
+        with raw.cursor() as cur:
+            cur.copy_expert(f'COPY "{table.name}" ({cols}) FROM STDIN WITH (FORMAT csv, NULL \'\\N\')', buf)
+
+    # --- reads ----------------------------------------------------------------------------
+    def read_window(self, name: str, start=None, end=None, *, column: str | None = None,
+                    columns: list[str] | None = None, where: dict | None = None) -> pd.DataFrame:
+        table = self.table(name)
+        column = column or partition_column(name)
+        cols = [table.c[c] for c in columns] if columns else list(table.columns)
+        q = sa.select(*cols)
+        if column is not None and start is not None:
+            col = table.c[column]
+            q = q.where(col >= self._bound(start, col))
+        if column is not None and end is not None:
+            col = table.c[column]
+            q = q.where(col < self._bound(end, col))
+        for k, v in (where or {}).items():
+            q = q.where(table.c[k].in_(v) if isinstance(v, list | tuple | set) else table.c[k] == v)
+        with self.engine.connect() as conn:
+            result = conn.execute(q)
+            frame = pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+        return _restore_types(frame, table)
+
+    def count(self, name: str) -> int:
+        table = self.table(name)
+        with self.engine.connect() as conn:
+            return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
+
+
+def _columns_as_python(frame: pd.DataFrame, table: sa.Table) -> list[list]:
+    """Column-wise conversion to DB-API values (vectorized; SQLite stores UTC as naive text)."""
+    cols = []
+    for c in table.columns:
+        s = frame[c.name]
+        if isinstance(c.type, sa.DateTime):
+            s = pd.to_datetime(s, utc=True)
+            text = s.dt.strftime("%Y-%m-%d %H:%M:%S.%f")
+            cols.append(text.where(s.notna(), None).tolist())
+        elif isinstance(c.type, sa.Date):
+            cols.append([None if pd.isna(v) else str(pd.Timestamp(v).date()) for v in s])
+        elif isinstance(c.type, sa.Float):
+            f = pd.to_numeric(s, errors="coerce").astype("float64")
+            cols.append(f.astype(object).where(f.notna(), None).tolist())
+        elif isinstance(c.type, sa.BigInteger | sa.Boolean):
+            cols.append(s.astype(object).where(s.notna(), None).tolist())
+        else:
+            cols.append(s.astype(object).where(s.notna(), None).tolist())
+    return cols
+
+
+def _restore_types(frame: pd.DataFrame, table: sa.Table) -> pd.DataFrame:
+    for c in table.columns:
+        if c.name not in frame.columns:
+            continue
+        if isinstance(c.type, sa.DateTime):
+            frame[c.name] = pd.to_datetime(frame[c.name], utc=True)
+        elif isinstance(c.type, sa.BigInteger):
+            frame[c.name] = pd.array(frame[c.name], dtype="Int64") if c.nullable else frame[c.name].astype("int64")
+        elif isinstance(c.type, sa.Float):
+            frame[c.name] = pd.to_numeric(frame[c.name], errors="coerce").astype("float64")
+        elif isinstance(c.type, sa.Boolean):
+            frame[c.name] = frame[c.name].astype(bool) if not c.nullable else frame[c.name]
+    return frame
