@@ -174,8 +174,31 @@ def _null_sentinels(df: pd.DataFrame, source: str) -> tuple[pd.DataFrame, int, p
     return df, count, marked
 
 
-def _check_types(df: pd.DataFrame, schema: pa.DataFrameSchema, source: str, origin: str) -> None:
-    """A column mostly made of values of another type fails the table."""
+_BOOL_TEXT = {"true": True, "false": False, "1": True, "0": False}
+
+
+def _as_bool(v):
+    """A bool for the values a bool column may hold, else None (never truthiness)."""
+    if isinstance(v, bool | np.bool_):
+        return bool(v)
+    if isinstance(v, int | np.integer | float | np.floating) and v in (0, 1):
+        return bool(v)
+    if isinstance(v, str):
+        return _BOOL_TEXT.get(v.strip().lower())
+    return None
+
+
+def _check_types(df: pd.DataFrame, schema: pa.DataFrameSchema, source: str, origin: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A column mostly made of values of another type fails the table; the odd bad value is a bad row.
+
+    pandera's own coercion cannot be trusted with either: an uncoercible value
+    leaves the column un-coerced, so the range checks then raise on a *string*
+    (reported without a row index), ``astype(bool)`` turns ``"False"`` into True,
+    and ``astype(int64)`` truncates 2.5 to 2. So numeric and bool columns are
+    coerced here; rows whose value cannot be (or is null in a required integer
+    column, which pandera reports three times over) are marked for rejection.
+    """
+    marks = []
     for name, col in schema.columns.items():
         s = df[name]
         nonnull = s.dropna()
@@ -185,14 +208,50 @@ def _check_types(df: pd.DataFrame, schema: pa.DataFrameSchema, source: str, orig
         if isinstance(kind, pd.DatetimeTZDtype):
             continue
         numeric = pd.api.types.is_numeric_dtype(kind) if not isinstance(kind, pd.api.extensions.ExtensionDtype) else kind.kind in "iuf"
-        if str(col.dtype) == "bool":
-            ok = nonnull.map(lambda v: isinstance(v, bool | np.bool_) or v in (0, 1, "true", "false", "True", "False"))
+        integer = numeric and (kind.kind in "iu" if hasattr(kind, "kind") else pd.api.types.is_integer_dtype(kind))
+        boolean = str(col.dtype) == "bool"
+        if boolean:
+            already = pd.api.types.is_bool_dtype(s.dtype)
+        elif integer:
+            already = pd.api.types.is_integer_dtype(s.dtype)
         elif numeric:
-            ok = pd.to_numeric(nonnull, errors="coerce").notna()
+            already = pd.api.types.is_numeric_dtype(s.dtype) and not pd.api.types.is_bool_dtype(s.dtype)
         else:
             continue
-        if (~ok).mean() >= WRONG_TYPE_SHARE:
-            raise ContractViolation(source, origin, name, f"type {s.dtype} cannot be coerced to {col.dtype}", nonnull[~ok].head(MAX_EXAMPLES).tolist())
+        if not already:
+            if boolean:
+                converted = nonnull.map(_as_bool)
+                ok = converted.notna()
+                what = "not a boolean"
+            else:
+                converted = pd.to_numeric(nonnull, errors="coerce")
+                ok = converted.notna()
+                what = "not a number"
+                if integer:
+                    whole = ok & (converted.astype("float64") % 1 == 0)
+                    if (ok & ~whole).any():
+                        what = "not a whole number"
+                    ok = whole
+            if (~ok).mean() >= WRONG_TYPE_SHARE:
+                raise ContractViolation(source, origin, name, f"type {s.dtype} cannot be coerced to {col.dtype}", nonnull[~ok].head(MAX_EXAMPLES).tolist())
+            bad = nonnull.index[~ok.to_numpy()]
+            if len(bad):
+                marks.append(pd.DataFrame({"row_index": bad, "column": name, "check": f"coerce_dtype('{col.dtype}')",
+                                           "value": df.loc[bad, name].astype(str).values,
+                                           "reason": f"value of {name} cannot be coerced to {col.dtype} ({what})"}))
+            if boolean:
+                df[name] = s.astype("object").where(s.isna(), s.map(_as_bool))
+        if (integer or boolean) and not col.nullable and s.isna().any():
+            nulls = s.index[s.isna().to_numpy()]
+            marks.append(pd.DataFrame({"row_index": nulls, "column": name, "check": "not_nullable",
+                                       "value": df.loc[nulls, name].astype(str).values,
+                                       "reason": f"null in required field {name}"}))
+    marked = pd.concat(marks, ignore_index=True) if marks else _no_failures()
+    return df, marked
+
+
+def _no_failures() -> pd.DataFrame:
+    return pd.DataFrame(columns=["row_index", "column", "check", "value", "reason"])
 
 
 def _reason(check: str, column: str | None) -> str:
@@ -217,7 +276,7 @@ def _pandera_failures(df: pd.DataFrame, model, source: str, origin: str) -> pd.D
     schema = model.to_schema()
     try:
         model.validate(df, lazy=True)
-        return pd.DataFrame(columns=["row_index", "column", "check", "value", "reason"])
+        return _no_failures()
     except SchemaErrors as errs:
         fc = errs.failure_cases.copy()
     rows = fc[fc["index"].notna()]
@@ -226,10 +285,18 @@ def _pandera_failures(df: pd.DataFrame, model, source: str, origin: str) -> pd.D
         first = table_level.iloc[0]
         col = first["column"] if isinstance(first["column"], str) else None
         raise ContractViolation(source, origin, col, f"{first['check']} failed", table_level["failure_case"].tolist())
-    rows = rows.assign(row_index=rows["index"].astype("int64"))
+    rows = rows.assign(row_index=rows["index"].astype("int64"), reason=None)
     # pandera reports every member of a duplicate group: keep the first occurrence.
     unique_cols = schema.unique or []
     dup_checks = rows["check"].astype(str).str.contains("uniqueness|^unique$", regex=True)
+    # a dataframe-wide check (e.g. step_time_null_iff_no_steps) is reported once per
+    # column of the failing row: one reject per row, named after the check.
+    frame_checks = (rows["schema_context"] == "DataFrameSchema") & ~dup_checks
+    if frame_checks.any():
+        once = rows[frame_checks].drop_duplicates(["row_index", "check"])
+        once = once.assign(column=None, failure_case=None, reason=[f"{c} failed" for c in once["check"].astype(str)])
+        rows = pd.concat([rows[~frame_checks], once])
+        dup_checks = rows["check"].astype(str).str.contains("uniqueness|^unique$", regex=True)
     if dup_checks.any():
         keyed = [c for c in (unique_cols if unique_cols else []) if c in df.columns]
         dup_rows = rows[dup_checks]
@@ -238,13 +305,16 @@ def _pandera_failures(df: pd.DataFrame, model, source: str, origin: str) -> pd.D
             key = keyed if (keyed and col in keyed) else [col]
             dups = df.duplicated(subset=key, keep="first")
             keep_out |= set(df.index[dups])
-        rows = pd.concat([rows[~dup_checks], dup_rows[dup_rows["row_index"].isin(keep_out)].drop_duplicates("row_index")])
+        dup_rows = dup_rows[dup_rows["row_index"].isin(keep_out)].drop_duplicates("row_index")
+        key_of = {c: (keyed if (keyed and c in keyed) else [c]) for c in dup_rows["column"].dropna().unique()}
+        dup_rows = dup_rows.assign(reason=[f"duplicate key ({', '.join(key_of.get(c, [c]))})" for c in dup_rows["column"]])
+        rows = pd.concat([rows[~dup_checks], dup_rows])
     return pd.DataFrame({
         "row_index": rows["row_index"].values,
         "column": rows["column"].values,
         "check": rows["check"].astype(str).values,
-        "value": rows["failure_case"].astype(str).values,
-        "reason": [_reason(c, col) for c, col in zip(rows["check"], rows["column"])],
+        "value": [None if v is None else str(v) for v in rows["failure_case"]],
+        "reason": [r if isinstance(r, str) else _reason(c, col) for r, c, col in zip(rows["reason"], rows["check"], rows["column"])],
     })
 
 
@@ -264,10 +334,13 @@ def validate_frame(df: pd.DataFrame, source: str, *, start=None, end=None, origi
     end = pd.Timestamp(end) if end is not None else None
     _check_window(df, source, origin, start, end)
     df, nulled, sentinel_rejects = _null_sentinels(df, source)
-    _check_types(df, schema, source, origin)
-
-    failures = _pandera_failures(df, model, source, origin)
-    failures = pd.concat([sentinel_rejects, failures], ignore_index=True)
+    df, type_rejects = _check_types(df, schema, source, origin)
+    # rows already condemned stay out of pandera: their values would break its coercion
+    marked = [m for m in (sentinel_rejects, type_rejects) if not m.empty]
+    premarked = pd.concat(marked, ignore_index=True) if marked else _no_failures()
+    found = _pandera_failures(df.drop(index=pd.Index(premarked["row_index"].unique())), model, source, origin)
+    parts = [f for f in (premarked, found) if not f.empty]
+    failures = pd.concat(parts, ignore_index=True) if parts else _no_failures()
     bad = pd.Index(failures["row_index"].unique()) if not failures.empty else pd.Index([])
     good = df.drop(index=bad)
     try:
@@ -289,7 +362,7 @@ def _rejects_frame(df: pd.DataFrame, failures: pd.DataFrame, source: str, origin
         "partition_start": pd.Timestamp(start) if start is not None else pd.NaT,
         "origin": origin,
         "row_index": failures["row_index"].astype("int64").values,
-        "column": failures["column"].astype(str).values,
+        "column": [c if isinstance(c, str) else None for c in failures["column"]],
         "check": failures["check"].values,
         "value": failures["value"].values,
         "reason": failures["reason"].values,
