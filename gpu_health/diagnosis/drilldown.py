@@ -50,7 +50,11 @@ Search (Adtributor's scores over the cuboid lattice, in the spirit of Squeeze
 3. Greedy: the eligible candidate with the highest surprise, discounted by
    ``combination_penalty`` per extra dimension (Occam: of two descriptions of
    the same leaves the shorter wins, and an intersection must buy its extra
-   dimension with a higher surprise), becomes a cause. Its leaves are removed
+   dimension with a higher surprise), becomes a cause -- narrowed by one more
+   dimension value while the leaves that drops carry at most 5% of its change
+   and moved at most half as much relatively (they stayed put, so they are not
+   part of the cause; this matters where surprise saturates, i.e. when the
+   baseline share is negligible). Its leaves are removed
    (as RiskLoc does) and the search repeats on the rest, up to ``max_causes``,
    while the change left unexplained is still at least
    ``min_explanatory_power`` of F in F's direction (once the causes are out,
@@ -90,6 +94,10 @@ UNKNOWN = "unknown"
 # Group cells through a dense bincount when the key space is at most this many
 # times the number of rows; otherwise through np.unique (sort based).
 _DENSE_FACTOR = 8
+# Narrowing a chosen set (see _narrower): the leaves dropped carry at most this
+# share of its change, and moved at most this fraction as much, relatively.
+_DROP_SHARE = 0.05
+_DROP_RIPPLE = 0.5
 
 
 @dataclass(frozen=True)
@@ -496,6 +504,16 @@ def _best_candidate(
         return None
     cuboid, cell, surprise, share, z_score = best
     in_set = np.all(codes[:, list(cuboid)] == np.asarray(cell), axis=1)
+    pseudo = smoothing * (np.clip(a, 0, None).sum() + np.clip(e, 0, None).sum()) / (2 * len(a))
+    while True:
+        narrower = _narrower(leaves, codes, d, e, in_set, cuboid, cell, set(cuboids), pseudo)
+        if narrower is None:
+            break
+        cuboid, cell, in_set = narrower
+        cells_p = p_leaf[in_set].sum()
+        share, surprise = float(cells_p), float(_js(np.array([cells_p]), np.array([q_leaf[in_set].sum()]))[0])
+        if noise > 0:
+            z_score = abs(d[in_set].sum() - cells_p * residual) / (noise * np.sqrt((level[in_set] ** 2).sum()))
     a_set, e_set = float(a[in_set].sum()), float(e[in_set].sum())
     cause = Cause(
         elements={
@@ -510,6 +528,60 @@ def _best_candidate(
         z_score=z_score,
     )
     return cuboid, cell, cause
+
+
+def _narrower(
+    leaves: _Leaves,
+    codes: np.ndarray,
+    d: np.ndarray,
+    e: np.ndarray,
+    in_set: np.ndarray,
+    cuboid: tuple[int, ...],
+    cell: tuple[int, ...],
+    allowed: set[tuple[int, ...]],
+    pseudo: float,
+) -> tuple[tuple[int, ...], tuple[int, ...], np.ndarray] | None:
+    """The set narrowed by one more dimension value, when the leaves it drops did not move.
+
+    Surprise saturates when a set's baseline share is negligible (a state that
+    normally never occurs), so it cannot tell ``node=n22`` from
+    ``node=n22 & team=risk`` when only the latter moved. Narrow when the
+    dropped leaves carry at most ``_DROP_SHARE`` of the set's change and moved,
+    relative to their baseline, at most ``_DROP_RIPPLE`` times as much as the
+    kept ones: a root cause's leaves move together (Squeeze's ripple effect),
+    so leaves that stayed put are not part of it.
+    """
+    rows = np.flatnonzero(in_set)
+    change = d[rows].sum()
+    best, best_change = None, None
+    for k in range(len(leaves.dimensions)):
+        if k in cuboid:
+            continue
+        wider = tuple(sorted((*cuboid, k)))
+        if wider not in allowed:
+            continue
+        sub = codes[rows, k]
+        card = leaves.cards[k]
+        kept_change = np.bincount(sub, weights=d[rows], minlength=card)
+        kept_base = np.bincount(sub, weights=np.clip(e[rows], 0, None), minlength=card)
+        kept_n = np.bincount(sub, minlength=card)
+        for v in np.flatnonzero((kept_n > 0) & (kept_n < len(rows))):
+            dropped = change - kept_change[v]
+            if abs(dropped) > _DROP_SHARE * abs(change):
+                continue
+            kept_rel = kept_change[v] / (kept_base[v] + pseudo * kept_n[v])
+            dropped_rel = dropped / (kept_base.sum() - kept_base[v] + pseudo * (len(rows) - kept_n[v]))
+            if abs(dropped_rel) > _DROP_RIPPLE * abs(kept_rel):
+                continue
+            if best is None or abs(kept_change[v]) > best_change:
+                best, best_change = (k, int(v)), abs(kept_change[v])
+    if best is None:
+        return None
+    k, v = best
+    values = dict(zip(cuboid, cell)) | {k: v}
+    narrowed = tuple(sorted(values))
+    narrowed_cell = tuple(values[j] for j in narrowed)
+    return narrowed, narrowed_cell, in_set & (codes[:, k] == v)
 
 
 def _plain(value: object) -> object:
