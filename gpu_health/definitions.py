@@ -1,0 +1,46 @@
+"""The gpu_health code location: only assembles the Definitions."""
+
+import dagster as dg
+
+from gpu_health.defs.jobs import build_jobs
+from gpu_health.defs.resources import TelemetrySourceResource, WarehouseIOManager, WarehouseResource
+from gpu_health.defs.telemetry.assets import build_telemetry_assets
+from gpu_health.defs.telemetry.sensors import build_partition_sensor
+from gpu_health.partitions import daily_partitions, five_minute_partitions
+from gpu_health.settings import Settings
+
+WAREHOUSE_URL = dg.EnvVar("GPU_HEALTH_WAREHOUSE_URL")
+
+
+def default_resources() -> dict:
+    """Resources from the environment (README: Configuration)."""
+    url = WAREHOUSE_URL.get_value("sqlite:///var/warehouse.db")
+    return {
+        "warehouse": WarehouseResource(url=url),
+        "warehouse_io_manager": WarehouseIOManager(url=url),
+        "source": TelemetrySourceResource(
+            kind=dg.EnvVar("GPU_HEALTH_SOURCE").get_value("simulator"),
+            scenario=dg.EnvVar("GPU_HEALTH_SCENARIO").get_value(""),
+            live=dg.EnvVar("GPU_HEALTH_LIVE").get_value("false").lower() == "true",
+            landing_dir=dg.EnvVar("GPU_HEALTH_LANDING_DIR").get_value("var/landing"),
+            prometheus_url=dg.EnvVar("GPU_HEALTH_PROMETHEUS_URL").get_value(""),
+        ),
+    }
+
+
+def build_definitions(settings: Settings, resources: dict | None = None) -> dg.Definitions:
+    five_minute = five_minute_partitions(settings.partition_start)
+    daily = daily_partitions(settings.partition_start)
+    assets = build_telemetry_assets(five_minute, daily)
+    five_job, daily_job, calendar_job, schedules = build_jobs(assets, five_minute, daily)
+    return dg.Definitions(
+        assets=assets,
+        jobs=[five_job, daily_job, calendar_job],
+        schedules=schedules,
+        sensors=[build_partition_sensor(five_job, five_minute)],
+        resources=resources if resources is not None else default_resources(),
+        executor=dg.in_process_executor,
+    )
+
+
+defs = build_definitions(Settings.from_env())

@@ -1,0 +1,106 @@
+"""One asset per telemetry source, each guarded by its pandera contract."""
+
+import dagster as dg
+import pandas as pd
+from dagster_pandera import pandera_schema_to_dagster_type
+
+from gpu_health.contracts import CONTRACTS, FIVE_MINUTE_SOURCES
+from gpu_health.contracts.validate import Validated, empty_rejects, validate_frame
+from gpu_health.defs.common import KINDS, OWNERS, column_schema, contract_check_result, contract_check_spec, preview
+from gpu_health.defs.resources import TelemetrySourceResource, WarehouseResource
+
+OWNER = {
+    "gpu_telemetry": "infra", "node_telemetry": "infra", "network_telemetry": "infra",
+    "scheduler_events": "ml_platform", "job_runtime_metrics": "ml_platform", "job_metadata": "ml_platform",
+    "change_events": "ml_platform", "cost_capacity": "finance", "maintenance_windows": "infra",
+}
+GRAIN = {
+    "gpu_telemetry": "one row per reporting GPU per minute",
+    "node_telemetry": "one row per node per minute",
+    "network_telemetry": "one row per InfiniBand/RoCE link per minute",
+    "scheduler_events": "one row per scheduler event",
+    "job_runtime_metrics": "one row per running job per minute that reports training metrics",
+    "job_metadata": "one row per job, in the partition of its submission",
+    "change_events": "one row per deploy or configuration change",
+    "cost_capacity": "one row per region x SKU per day",
+    "maintenance_windows": "one row per planned-maintenance window (the whole calendar)",
+}
+# ranges are processed in chunks so a week-long backfill never holds a week in memory
+CHUNK = pd.Timedelta(days=1)
+
+
+def _chunks(start: pd.Timestamp | None, end: pd.Timestamp | None):
+    if start is None:
+        yield None, None
+        return
+    t = start
+    while t < end:
+        yield t, min(t + CHUNK, end)
+        t = t + CHUNK
+
+
+def read_validated(source, table: str, start, end) -> Validated:
+    """Read a window from the source and judge it, file by file where the source has files."""
+    parts = source.read_files(table, start, end) if hasattr(source, "read_files") else [source.read(table, start, end)]
+    valid, rejects, nulled = [], [], 0
+    for fetched in parts:
+        v = validate_frame(fetched.frame, table, start=start, end=end, origin=fetched.origin)
+        valid.append(v.valid)
+        if len(v.rejects):
+            rejects.append(v.rejects)
+        nulled += v.sentinels_nulled
+    valid_frame = pd.concat(valid, ignore_index=True) if len(valid) > 1 else valid[0]
+    rej = pd.concat(rejects, ignore_index=True) if rejects else empty_rejects()
+    return Validated(valid_frame, rej, nulled)
+
+
+def build_source_asset(table: str, partitions_def) -> dg.AssetsDefinition:
+    model = CONTRACTS[table]
+
+    @dg.asset(
+        name=table,
+        group_name="telemetry",
+        owners=OWNERS[OWNER[table]],
+        kinds=KINDS,
+        partitions_def=partitions_def,
+        backfill_policy=dg.BackfillPolicy.single_run() if partitions_def is not None else None,
+        io_manager_key="warehouse_io_manager",
+        dagster_type=pandera_schema_to_dagster_type(model.to_schema()),
+        check_specs=[contract_check_spec(table)],
+        description=f"Source table `{table}` ({GRAIN[table]}), read from the configured source and "
+                    f"validated against the `{model.__name__}` contract; rows that break it are quarantined "
+                    f"in `source_rejects`.",
+        metadata={"dagster/column_schema": column_schema(model), "grain": GRAIN[table]},
+    )
+    def _asset(context: dg.AssetExecutionContext, source: TelemetrySourceResource, warehouse: WarehouseResource):
+        src = source.get()
+        wh = warehouse.get()
+        if context.assets_def.partitions_def is not None:  # one partition or a single-run range
+            tw = context.partition_time_window
+            start, end = pd.Timestamp(tw.start).tz_convert("UTC"), pd.Timestamp(tw.end).tz_convert("UTC")
+        else:
+            start = end = None
+        valid, rejects, nulled = [], [], 0
+        for c_start, c_end in _chunks(start, end):
+            v = read_validated(src, table, c_start, c_end)
+            valid.append(v.valid)
+            rejects.append(v.rejects)
+            nulled += v.sentinels_nulled
+            wh.replace_window("source_rejects", v.rejects, c_start, c_end, where={"source": table})
+        frame = pd.concat(valid, ignore_index=True) if len(valid) > 1 else valid[0]
+        rej = pd.concat(rejects, ignore_index=True)
+        frame = model.validate(frame, lazy=True)  # coerce what is stored (style.md)
+        yield dg.Output(frame, metadata={
+            "rows": len(frame), "rejected_rows": int(rej["row_index"].nunique()) if len(rej) else 0,
+            "dcgm_sentinels_nulled": nulled, "preview": preview(frame),
+        })
+        yield contract_check_result(table, len(frame), rej)
+
+    return _asset
+
+
+def build_telemetry_assets(five_minute, daily) -> list[dg.AssetsDefinition]:
+    assets = [build_source_asset(t, five_minute) for t in FIVE_MINUTE_SOURCES]
+    assets.append(build_source_asset("cost_capacity", daily))
+    assets.append(build_source_asset("maintenance_windows", None))
+    return assets
