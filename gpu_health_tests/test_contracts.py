@@ -1,0 +1,604 @@
+"""The source contracts (gpu_health.contracts) against the simulator's output and bad input.
+
+Each class of bad input is judged the way contracts.md says: a table-level
+break raises ContractViolation naming the origin, the column and example
+values; a row-level break sends exactly the offending rows to ``rejects`` and
+keeps the good rows unchanged.
+"""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpu_health.contracts.models import (
+    CONTRACTS,
+    DCGM_FP64_SENTINEL,
+    DCGM_INT64_SENTINEL,
+    FIVE_MINUTE_SOURCES,
+    OPTIONAL_DCGM_COLUMNS,
+    PARTITION_COLUMN,
+    columns,
+    empty_frame,
+)
+from gpu_health.contracts.validate import REJECT_COLUMNS, ContractViolation, validate_frame
+from gpu_health.sim.scenario import default_scenario, load_scenario
+from gpu_health.sim.telemetry import Window, cost_capacity, maintenance_windows
+
+T0 = pd.Timestamp("2026-11-03T14:00:00Z")  # a Tuesday afternoon: every pool busy
+T1 = T0 + pd.Timedelta(minutes=5)
+DAY0 = T0.normalize()
+DAY1 = DAY0 + pd.Timedelta(days=1)
+ORIGIN = "landing/{source}/2026-11-03/1400.parquet"
+
+
+@pytest.fixture(scope="module")
+def window() -> dict[str, pd.DataFrame]:
+    """One 5-minute partition of the default scenario, all seven 5-minute sources."""
+    return Window(default_scenario(), T0, T1).tables()
+
+
+@pytest.fixture(scope="module")
+def changes() -> pd.DataFrame:
+    """change_events of a partition holding a benign kernel upgrade and a driver deploy."""
+    scen = load_scenario({
+        "seed": 3, "start": "2026-11-03T00:00:00Z", "end": "2026-11-04T00:00:00Z",
+        "incidents": [{"kind": "driver_regression", "start": "2026-11-03T14:02:00Z", "duration": "30m",
+                       "scope": {"region": "us-east", "nodes": 3}}],
+        "changes": [{"kind": "kernel_upgrade", "ts": "2026-11-03T14:01:30Z", "scope": {"region": "eu-west", "nodes": 4},
+                     "from_version": "6.8.0-49-generic", "to_version": "6.8.0-51-generic"}],
+    })
+    return Window(scen, T0, T1).table("change_events")
+
+
+@pytest.fixture(scope="module")
+def maintenance() -> pd.DataFrame:
+    scen = load_scenario({
+        "seed": 3, "start": "2026-11-03T00:00:00Z", "end": "2026-11-05T00:00:00Z",
+        "incidents": [{"kind": "maintenance", "start": "2026-11-03T16:00:00Z", "duration": "2h",
+                       "scope": {"region": "eu-west", "nodes": 3, "reason": "firmware 2.1 rollout"}},
+                      {"kind": "maintenance", "start": "2026-11-04T02:00:00Z", "duration": "90m",
+                       "scope": {"region": "us-east", "nodes": 2}}],
+    })
+    return maintenance_windows(scen)
+
+
+@pytest.fixture(scope="module")
+def capacity() -> pd.DataFrame:
+    return cost_capacity(default_scenario(), DAY0)
+
+
+@pytest.fixture(scope="module")
+def frames(window, changes, maintenance, capacity) -> dict[str, pd.DataFrame]:
+    return {**window, "change_events": changes, "maintenance_windows": maintenance, "cost_capacity": capacity}
+
+
+def _bounds(source: str):
+    if source == "cost_capacity":
+        return DAY0, DAY1
+    if source == "maintenance_windows":
+        return None, None
+    return T0, T1
+
+
+def check(df: pd.DataFrame, source: str):
+    start, end = _bounds(source)
+    return validate_frame(df, source, start=start, end=end, origin=ORIGIN.format(source=source))
+
+
+def sample(frames, source: str, n: int = 30, where=None) -> pd.DataFrame:
+    """A small slice of a real frame (rows matching ``where`` first), reindexed 0..n-1."""
+    df = frames[source]
+    if where is not None:
+        hit = where(df)
+        df = pd.concat([df[hit], df[~hit]])
+    out = df.head(n).reset_index(drop=True).copy()
+    assert len(out) >= 1, f"no {source} rows to test with"
+    return out
+
+
+def put(df: pd.DataFrame, row: int, column: str, value) -> pd.DataFrame:
+    """Set one cell, widening the column to object so any value fits."""
+    df = df.copy()
+    df[column] = df[column].astype("object")
+    df.at[row, column] = value
+    return df
+
+
+def assert_rows_rejected(result, clean: pd.DataFrame, rows: list[int], source: str, column, reason: str):
+    """Exactly ``rows`` are rejected (for ``reason`` on ``column``); every other row is kept as it was."""
+    rej = result.rejects
+    assert list(rej.columns) == REJECT_COLUMNS
+    assert sorted(rej["row_index"].unique()) == sorted(rows), rej[["row_index", "column", "reason"]]
+    mine = rej[rej["reason"].str.contains(reason, regex=False)]
+    assert sorted(mine["row_index"].unique()) == sorted(rows), rej[["row_index", "column", "reason"]]
+    if column is not None:
+        assert set(mine["column"]) == {column}
+    assert (rej["source"] == source).all()
+    assert (rej["origin"] == ORIGIN.format(source=source)).all()
+    start, _ = _bounds(source)
+    if start is not None:
+        assert (rej["partition_start"] == start).all()
+    for rj in rej["row_json"]:
+        assert set(json.loads(rj)) == set(columns(source))
+    # the other rows come out exactly as they went in (clean frames are the simulator's, already coerced)
+    pd.testing.assert_frame_equal(result.valid, clean.drop(index=rows).reset_index(drop=True))
+
+
+def assert_violation(err: ContractViolation, source: str, column: str, *fragments: str):
+    text = str(err)
+    assert ORIGIN.format(source=source) in text
+    assert source in text
+    assert f"'{column}'" in text and err.column == column
+    for frag in fragments:
+        assert frag in text, text
+    assert len(err.examples) <= 5
+
+
+# --- the simulator's output keeps its contract -------------------------------------------------
+
+@pytest.mark.parametrize("source", FIVE_MINUTE_SOURCES)
+def test_simulated_partition_satisfies_contract(frames, source):
+    df = frames[source]
+    assert len(df) > 0
+    assert list(df.columns) == columns(source)
+    result = check(df, source)
+    assert result.rejects.empty, result.reject_counts
+    assert result.sentinels_nulled == 0
+    pd.testing.assert_frame_equal(result.valid, df)
+
+
+@pytest.mark.parametrize("source", ["cost_capacity", "maintenance_windows"])
+def test_daily_and_calendar_tables_satisfy_contract(frames, source):
+    df = frames[source]
+    assert len(df) > 0
+    result = check(df, source)
+    assert result.rejects.empty, result.reject_counts
+    pd.testing.assert_frame_equal(result.valid, df)
+
+
+def test_sim_tables_cover_the_default_cluster(frames):
+    # one row per GPU / node / link per minute in a quiet partition
+    assert len(frames["gpu_telemetry"]) == 1200 * 5
+    assert len(frames["node_telemetry"]) == 80 * 5
+    assert len(frames["network_telemetry"]) == 80 * 8 * 5
+    assert len(frames["cost_capacity"]) == 4
+    assert frames["cost_capacity"]["capacity_gpus"].sum() == 1200
+    assert set(frames["change_events"]["kind"]) == {"kernel_upgrade", "driver_upgrade"}
+
+
+@pytest.mark.parametrize("source", list(CONTRACTS))
+def test_empty_frame_has_the_contract_columns_and_validates(source):
+    df = empty_frame(source)
+    assert list(df.columns) == columns(source) == list(CONTRACTS[source].to_schema().columns)
+    result = check(df, source)
+    assert result.valid.empty and result.rejects.empty
+    assert list(result.valid.columns) == columns(source)
+
+
+# --- table-level breaks ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("source, column", [
+    ("gpu_telemetry", "temp_c"), ("node_telemetry", "health"), ("network_telemetry", "link_id"),
+    ("scheduler_events", "event"), ("job_runtime_metrics", "steps"), ("job_metadata", "team"),
+    ("cost_capacity", "reserved_gpus"), ("change_events", "kind"), ("maintenance_windows", "end"),
+])
+def test_missing_column_fails_the_table(frames, source, column):
+    df = frames[source].drop(columns=[column])
+    with pytest.raises(ContractViolation) as exc:
+        check(df, source)
+    assert_violation(exc.value, source, column, "missing column")
+
+
+@pytest.mark.parametrize("source", list(CONTRACTS))
+def test_unexpected_column_fails_the_table(frames, source):
+    df = frames[source].head(10).copy()
+    df["gpu_temp_fahrenheit"] = 187.25
+    with pytest.raises(ContractViolation) as exc:
+        check(df, source)
+    assert_violation(exc.value, source, "gpu_temp_fahrenheit", "unexpected column", "187.25")
+
+
+@pytest.mark.parametrize("source, column", [
+    ("gpu_telemetry", "gpu_util_pct"), ("gpu_telemetry", "xid"), ("gpu_telemetry", "throttle_reasons"),
+    ("node_telemetry", "cpu_util_pct"), ("network_telemetry", "rx_gbps"), ("network_telemetry", "link_up"),
+    ("scheduler_events", "gpus"), ("job_runtime_metrics", "steps"), ("job_metadata", "requested_gpus"),
+    ("cost_capacity", "capacity_gpus"),
+])
+def test_column_of_strings_fails_the_table(frames, source, column):
+    df = frames[source].head(20).copy()
+    df[column] = [f"bogus-{i}" for i in range(len(df))]
+    with pytest.raises(ContractViolation) as exc:
+        check(df, source)
+    assert_violation(exc.value, source, column, "cannot be coerced", "bogus-0")
+    assert exc.value.examples == [f"bogus-{i}" for i in range(min(5, len(df)))]
+
+
+@pytest.mark.parametrize("source", [s for s in CONTRACTS if PARTITION_COLUMN[s] not in (None, "date")])
+def test_naive_timestamps_fail_the_table(frames, source):
+    col = PARTITION_COLUMN[source]
+    df = frames[source].copy()
+    df[col] = df[col].dt.tz_localize(None)
+    with pytest.raises(ContractViolation) as exc:
+        check(df, source)
+    assert_violation(exc.value, source, col, "naive", str(df[col].iloc[0]))
+
+
+def test_naive_timestamp_strings_fail_the_table(frames):
+    df = frames["gpu_telemetry"].head(10).copy()
+    df["ts"] = df["ts"].dt.strftime("%Y-%m-%d %H:%M:%S")
+    with pytest.raises(ContractViolation) as exc:
+        check(df, "gpu_telemetry")
+    assert_violation(exc.value, "gpu_telemetry", "ts", "naive", "2026-11-03 14:00:00")
+
+
+def test_naive_timestamps_in_an_optional_column_fail_the_table(frames):
+    df = frames["job_metadata"].copy()
+    assert df["sla_deadline"].notna().any()
+    df["sla_deadline"] = df["sla_deadline"].dt.tz_localize(None)
+    with pytest.raises(ContractViolation) as exc:
+        check(df, "job_metadata")
+    assert_violation(exc.value, "job_metadata", "sla_deadline", "naive")
+
+
+def test_aware_timestamps_in_another_zone_are_converted_to_utc(frames):
+    df = frames["gpu_telemetry"].head(10).copy()
+    df["ts"] = df["ts"].dt.tz_convert("America/New_York")
+    result = check(df, "gpu_telemetry")
+    assert result.rejects.empty
+    assert str(result.valid["ts"].dtype) == "datetime64[ns, UTC]"
+    pd.testing.assert_series_equal(result.valid["ts"], frames["gpu_telemetry"]["ts"].head(10))
+
+
+@pytest.mark.parametrize("source", [s for s in FIVE_MINUTE_SOURCES])
+@pytest.mark.parametrize("where", ["before", "at_end"])
+def test_timestamp_outside_the_partition_fails_the_table(frames, source, where):
+    col = PARTITION_COLUMN[source]
+    df = frames[source].head(10).reset_index(drop=True)
+    bad = T0 - pd.Timedelta(minutes=1) if where == "before" else T1  # the end is exclusive
+    df = put(df, len(df) - 1, col, bad)
+    df[col] = pd.to_datetime(df[col], utc=True)
+    with pytest.raises(ContractViolation) as exc:
+        check(df, source)
+    assert_violation(exc.value, source, col, "1 row(s) outside the partition", str(bad))
+
+
+def test_cost_capacity_row_of_another_day_fails_the_table(frames):
+    df = put(frames["cost_capacity"], 1, "date", DAY1.date())
+    with pytest.raises(ContractViolation) as exc:
+        check(df, "cost_capacity")
+    assert_violation(exc.value, "cost_capacity", "date", "outside the partition", "2026-11-04")
+
+
+def test_violation_lists_at_most_five_examples(frames):
+    df = frames["node_telemetry"].copy()
+    df["ts"] = df["ts"] + pd.Timedelta(hours=1)
+    with pytest.raises(ContractViolation) as exc:
+        check(df, "node_telemetry")
+    assert exc.value.examples == df["ts"].astype(str).head(5).tolist()
+    assert f"{len(df)} row(s) outside" in str(exc.value)
+
+
+# --- row-level breaks: the bad rows are rejected, the good ones kept ------------------------------
+
+NULL_IN_REQUIRED = [
+    ("gpu_telemetry", "gpu_util_pct", np.nan),
+    ("gpu_telemetry", "xid", np.nan),
+    ("gpu_telemetry", "node_id", None),
+    ("gpu_telemetry", "ts", pd.NaT),
+    ("node_telemetry", "driver_version", None),
+    ("node_telemetry", "health", None),
+    ("network_telemetry", "latency_us", np.nan),
+    ("network_telemetry", "link_up", None),
+    ("scheduler_events", "job_id", None),
+    ("scheduler_events", "gpus", None),
+    ("job_runtime_metrics", "steps", np.nan),
+    ("job_runtime_metrics", "checkpoint_time_s", np.nan),
+    ("job_metadata", "team", None),
+    ("job_metadata", "submitted_at", pd.NaT),
+    ("cost_capacity", "capacity_gpus", np.nan),
+    ("change_events", "description", None),
+    ("maintenance_windows", "reason", None),
+]
+
+
+@pytest.mark.parametrize("source, column, value", NULL_IN_REQUIRED)
+def test_null_in_required_field_rejects_the_row(frames, source, column, value):
+    clean = sample(frames, source)
+    row = 1
+    result = check(put(clean, row, column, value), source)
+    assert_rows_rejected(result, clean, [row], source, None, f"null in required field {column}")
+
+
+@pytest.mark.parametrize("column", OPTIONAL_DCGM_COLUMNS + ["job_id"])
+def test_null_in_optional_field_is_kept(frames, column):
+    clean = sample(frames, "gpu_telemetry")
+    result = check(put(clean, 1, column, None), "gpu_telemetry")
+    assert result.rejects.empty
+    assert len(result.valid) == len(clean)
+    assert pd.isna(result.valid.at[1, column])
+
+
+NEGATIVE_COUNTERS = [
+    ("gpu_telemetry", "xid", -1),
+    ("gpu_telemetry", "ecc_sbe_delta", -4),
+    ("gpu_telemetry", "power_w", -1.5),
+    ("network_telemetry", "retransmits", -7),
+    ("network_telemetry", "rx_gbps", -0.1),
+    ("node_telemetry", "disk_read_mbps", -3.0),
+    ("scheduler_events", "gpus", -2),
+    ("job_runtime_metrics", "samples", -128),
+    ("job_runtime_metrics", "last_step", -1),
+    ("job_metadata", "requested_gpus", -8),
+    ("cost_capacity", "reserved_gpus", -10),
+    ("cost_capacity", "on_demand_gpu_hours", -0.5),
+]
+
+
+@pytest.mark.parametrize("source, column, value", NEGATIVE_COUNTERS)
+def test_negative_counter_rejects_the_row(frames, source, column, value):
+    clean = sample(frames, source)
+    result = check(put(clean, 2, column, value), source)
+    assert_rows_rejected(result, clean, [2], source, column, f"{column} out of range")
+    assert result.rejects["value"].iloc[0] == str(value)
+
+
+OUT_OF_RANGE = [
+    ("gpu_telemetry", "gpu_util_pct", 100.5),
+    ("gpu_telemetry", "sm_active", 1.2),
+    ("gpu_telemetry", "tensor_active", 3.0),
+    ("gpu_telemetry", "gpu_index", 16),
+    ("gpu_telemetry", "throttle_reasons", 0x200),
+    ("node_telemetry", "cpu_util_pct", 140.0),
+    ("node_telemetry", "mem_used_pct", 101.0),
+    ("node_telemetry", "nvme_util_pct", 250.0),
+    ("network_telemetry", "packet_loss_pct", 100.01),
+]
+
+
+@pytest.mark.parametrize("source, column, value", OUT_OF_RANGE)
+def test_percentage_or_ratio_above_its_range_rejects_the_row(frames, source, column, value):
+    clean = sample(frames, source)
+    rows = [0, 4]
+    df = put(put(clean, 0, column, value), 4, column, value)
+    result = check(df, source)
+    assert_rows_rejected(result, clean, rows, source, column, f"{column} out of range")
+
+
+def test_boundary_values_are_accepted(frames):
+    clean = sample(frames, "gpu_telemetry")
+    df = put(put(clean, 0, "gpu_util_pct", 100.0), 1, "gpu_util_pct", 0.0)
+    df = put(put(df, 2, "sm_active", 1.0), 3, "throttle_reasons", 0x1FF)
+    result = check(df, "gpu_telemetry")
+    assert result.rejects.empty
+    assert result.valid.loc[[0, 1], "gpu_util_pct"].tolist() == [100.0, 0.0]
+    assert result.valid.at[3, "throttle_reasons"] == 0x1FF
+
+
+UNKNOWN_ENUMS = [
+    ("node_telemetry", "health", "sick", None),
+    ("scheduler_events", "event", "exploded", lambda d: d["event"] == "submitted"),
+    ("scheduler_events", "scheduler", "pbs", None),
+    ("scheduler_events", "exit_state", "exploded", lambda d: d["event"] == "ended"),
+    ("job_metadata", "workload_class", "gaming", None),
+    ("change_events", "kind", "kernel_downgrade", None),
+]
+
+
+@pytest.mark.parametrize("source, column, value, where", UNKNOWN_ENUMS)
+def test_unknown_enum_value_rejects_the_row(frames, source, column, value, where):
+    clean = sample(frames, source, where=where)
+    row = min(1, len(clean) - 1)
+    result = check(put(clean, row, column, value), source)
+    assert_rows_rejected(result, clean, [row], source, column, f"unknown value of {column}")
+    assert result.rejects["value"].tolist() == [value]
+
+
+DUPLICATE_KEYS = [
+    ("gpu_telemetry", ["ts", "gpu_uuid"], "gpu_util_pct"),
+    ("node_telemetry", ["ts", "node_id"], "cpu_util_pct"),
+    ("network_telemetry", ["ts", "node_id", "link_id"], "rx_gbps"),
+    ("scheduler_events", ["event_id"], "priority"),
+    ("job_runtime_metrics", ["ts", "job_id"], "loss"),
+    ("job_metadata", ["job_id"], "requested_mem_gb"),
+    ("cost_capacity", ["date", "region", "sku"], "on_demand_gpu_hours"),
+    ("change_events", ["event_id"], "description"),
+    ("maintenance_windows", ["window_id"], "reason"),
+]
+
+
+@pytest.mark.parametrize("source, key, other", DUPLICATE_KEYS)
+def test_duplicate_key_keeps_the_first_and_rejects_later_ones(frames, source, key, other):
+    clean = sample(frames, source, n=12)
+    row = min(1, len(clean) - 1)
+    later = []
+    for n in (1, 2):  # two later copies of the row, each with some other value changed
+        copy = clean.iloc[[row]].copy()
+        copy[other] = copy[other].map(lambda v: f"{v} (copy {n})" if isinstance(v, str) else v + n)
+        later.append(copy)
+    df = pd.concat([clean, *later], ignore_index=True)
+    result = check(df, source)
+    dup_rows = [len(clean), len(clean) + 1]
+    assert_rows_rejected(result, df, dup_rows, source, None, f"duplicate key ({', '.join(key)})")
+    # the first occurrence is the one kept, with its own values
+    pd.testing.assert_frame_equal(result.valid, clean)
+
+
+UNCOERCIBLE = [
+    ("gpu_telemetry", "power_w", ["n/a", "ERR"]),
+    ("gpu_telemetry", "xid", ["79?", "none"]),
+    ("gpu_telemetry", "throttle_reasons", ["0xZZ", "?"]),
+    ("node_telemetry", "disk_read_mbps", ["fast", "--"]),
+    ("network_telemetry", "retransmits", [2.5, "many"]),
+    ("network_telemetry", "link_up", ["maybe", "up-ish"]),
+    ("job_runtime_metrics", "steps", ["NaN-ish", 0.5]),
+    ("job_metadata", "requested_mem_gb", ["64GB", "lots"]),
+    ("cost_capacity", "on_demand_gpu_hours", ["12h"]),  # 4 rows: one bad value is a bad row, two a bad column
+]
+
+
+@pytest.mark.parametrize("source, column, values", UNCOERCIBLE)
+def test_a_few_uncoercible_values_reject_only_their_rows(frames, source, column, values):
+    clean = sample(frames, source)
+    rows = [1, 3][:len(values)]
+    df = clean
+    for r, v in zip(rows, values):
+        df = put(df, r, column, v)
+    result = check(df, source)
+    assert_rows_rejected(result, clean, rows, source, column, f"value of {column} cannot be coerced")
+    assert sorted(result.rejects["value"]) == sorted(str(v) for v in values)
+
+
+def test_bool_strings_are_read_as_what_they_say(frames):
+    clean = sample(frames, "network_telemetry", n=6)
+    df = put(put(put(clean, 1, "link_up", "False"), 2, "link_up", "true"), 3, "link_up", 0)
+    result = check(df, "network_telemetry")
+    assert result.rejects.empty
+    expected = clean["link_up"].tolist()
+    expected[1:4] = [False, True, False]
+    assert result.valid["link_up"].tolist() == expected
+
+
+def test_whole_numbers_as_floats_are_accepted_in_integer_columns(frames):
+    clean = sample(frames, "network_telemetry")
+    df = clean.copy()
+    df["retransmits"] = df["retransmits"].astype(float)
+    result = check(df, "network_telemetry")
+    assert result.rejects.empty
+    pd.testing.assert_frame_equal(result.valid, clean)
+
+
+# --- DCGM "not supported" sentinels --------------------------------------------------------------
+
+@pytest.mark.parametrize("column, sentinel", [
+    ("sm_active", DCGM_FP64_SENTINEL), ("tensor_active", DCGM_INT64_SENTINEL),
+    ("throttle_reasons", DCGM_INT64_SENTINEL + 5), ("ecc_sbe_delta", 0x7FFFFFFFFFFFFFFF), ("ecc_dbe_delta", DCGM_INT64_SENTINEL),
+])
+def test_sentinel_in_optional_field_becomes_null_and_the_row_is_kept(frames, column, sentinel):
+    clean = sample(frames, "gpu_telemetry")
+    df = put(put(clean, 2, column, sentinel), 5, column, sentinel)
+    result = check(df, "gpu_telemetry")
+    assert result.rejects.empty
+    assert result.sentinels_nulled == 2
+    assert len(result.valid) == len(clean)
+    assert result.valid[column].isna().tolist() == [i in (2, 5) for i in range(len(clean))]
+    # never a zero reading, and the other columns are untouched
+    expected = clean.copy()
+    expected.loc[[2, 5], column] = None
+    pd.testing.assert_frame_equal(result.valid, expected)
+
+
+@pytest.mark.parametrize("column, sentinel", [
+    ("gpu_util_pct", DCGM_FP64_SENTINEL), ("power_w", DCGM_INT64_SENTINEL), ("temp_c", DCGM_FP64_SENTINEL),
+    ("sm_clock_mhz", DCGM_INT64_SENTINEL + 3), ("xid", DCGM_INT64_SENTINEL),
+])
+def test_sentinel_in_required_field_rejects_the_row(frames, column, sentinel):
+    clean = sample(frames, "gpu_telemetry")
+    result = check(put(clean, 4, column, sentinel), "gpu_telemetry")
+    assert_rows_rejected(result, clean, [4], "gpu_telemetry", column, "sentinel")
+    assert result.rejects["check"].tolist() == ["dcgm_sentinel"]
+    assert result.sentinels_nulled == 0
+
+
+def test_sentinel_in_a_native_int64_column(frames):
+    clean = sample(frames, "gpu_telemetry")
+    df = clean.copy()
+    df["xid"] = df["xid"].astype("int64")
+    df.loc[3, "xid"] = DCGM_INT64_SENTINEL
+    df["ecc_dbe_delta"] = df["ecc_dbe_delta"].astype("Int64")
+    df.loc[6, "ecc_dbe_delta"] = DCGM_INT64_SENTINEL + 1
+    result = check(df, "gpu_telemetry")
+    assert result.rejects["row_index"].tolist() == [3]
+    assert result.sentinels_nulled == 1
+    assert len(result.valid) == len(clean) - 1
+    assert result.valid["ecc_dbe_delta"].isna().sum() == 1
+
+
+def test_large_but_real_values_are_not_sentinels(frames):
+    clean = sample(frames, "gpu_telemetry")
+    df = put(clean, 1, "ecc_sbe_delta", 10_000)
+    result = check(df, "gpu_telemetry")
+    assert result.rejects.empty and result.sentinels_nulled == 0
+    assert result.valid.at[1, "ecc_sbe_delta"] == 10_000
+
+
+# --- named dataframe checks --------------------------------------------------------------------
+
+def test_step_time_with_zero_steps_breaks_a_named_check(frames):
+    clean = sample(frames, "job_runtime_metrics", where=lambda d: d["steps"] > 0)
+    assert clean.at[2, "step_time_s"] > 0
+    result = check(put(clean, 2, "steps", 0), "job_runtime_metrics")
+    assert_rows_rejected(result, clean, [2], "job_runtime_metrics", None, "step_time_null_iff_no_steps")
+    assert result.rejects["check"].tolist() == ["step_time_null_iff_no_steps"]  # one reject, not one per column
+
+
+def test_steps_without_step_time_break_the_same_check(frames):
+    clean = sample(frames, "job_runtime_metrics", where=lambda d: d["steps"] > 0)
+    result = check(put(clean, 0, "step_time_s", np.nan), "job_runtime_metrics")
+    assert_rows_rejected(result, clean, [0], "job_runtime_metrics", None, "step_time_null_iff_no_steps")
+
+
+def test_a_stalled_minute_is_valid(frames):
+    clean = sample(frames, "job_runtime_metrics", where=lambda d: d["steps"] > 0)
+    df = clean.copy()
+    df.loc[1, ["steps", "samples", "step_time_s", "data_loader_time_s", "grad_sync_time_s"]] = [0, 0, np.nan, np.nan, np.nan]
+    result = check(df, "job_runtime_metrics")
+    assert result.rejects.empty
+    assert result.valid.at[1, "steps"] == 0 and pd.isna(result.valid.at[1, "step_time_s"])
+
+
+def test_exit_state_on_a_non_ended_event_breaks_a_named_check(frames):
+    clean = sample(frames, "scheduler_events", where=lambda d: d["event"] == "started")
+    result = check(put(clean, 1, "exit_state", "completed"), "scheduler_events")
+    assert_rows_rejected(result, clean, [1], "scheduler_events", None, "exit_state_only_on_ended")
+    assert len(result.rejects) == 1
+
+
+def test_ended_event_without_exit_state_breaks_the_same_check(frames):
+    clean = sample(frames, "scheduler_events", where=lambda d: d["event"] == "ended")
+    result = check(put(clean, 0, "exit_state", None), "scheduler_events")
+    assert_rows_rejected(result, clean, [0], "scheduler_events", None, "exit_state_only_on_ended")
+
+
+def test_minute_grain_timestamp_must_be_aligned(frames):
+    clean = sample(frames, "node_telemetry")
+    df = clean.copy()
+    df.loc[3, "ts"] = df.loc[3, "ts"] + pd.Timedelta(seconds=17)
+    result = check(df, "node_telemetry")
+    assert_rows_rejected(result, clean, [3], "node_telemetry", None, "ts_minute_aligned")
+
+
+def test_scheduler_events_are_not_minute_aligned(frames):
+    df = frames["scheduler_events"]
+    assert (df["ts"].dt.second != 0).any()  # and the contract accepts them (see the simulator test above)
+
+
+def test_maintenance_window_must_end_after_it_starts(frames):
+    clean = frames["maintenance_windows"].reset_index(drop=True)
+    df = clean.copy()
+    df.loc[0, "end"] = df.loc[0, "start"]
+    result = check(df, "maintenance_windows")
+    assert_rows_rejected(result, clean, [0], "maintenance_windows", None, "end_after_start")
+
+
+def test_several_breaks_in_one_frame_are_all_reported(frames):
+    clean = sample(frames, "gpu_telemetry", n=40)
+    df = put(clean, 1, "gpu_util_pct", 180.0)
+    df = put(df, 5, "node_id", None)
+    df = put(df, 9, "power_w", "n/a")
+    df = put(df, 13, "xid", DCGM_INT64_SENTINEL)
+    df = put(df, 17, "ecc_sbe_delta", DCGM_INT64_SENTINEL)  # optional: nulled, kept
+    df = pd.concat([df, df.iloc[[20]]], ignore_index=True)
+    result = check(df, "gpu_telemetry")
+    assert sorted(result.rejects["row_index"].unique()) == [1, 5, 9, 13, 40]
+    assert result.sentinels_nulled == 1
+    assert len(result.valid) == 40 - 4
+    counts = result.reject_counts
+    assert counts == {
+        "gpu_util_pct out of range (less_than_or_equal_to(100))": 1,
+        "null in required field node_id": 1,
+        "value of power_w cannot be coerced to float64 (not a number)": 1,
+        "DCGM 'not supported' sentinel in required field xid": 1,
+        "duplicate key (ts, gpu_uuid)": 1,
+    }
