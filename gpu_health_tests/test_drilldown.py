@@ -362,7 +362,8 @@ def test_benchmark_set_strings_are_parsed_canonically():
     assert rca.parse_set("b=b3&a=a1;a=a2") == {"a=a1&b=b3", "a=a2"}
     assert rca.parse_set("") == frozenset()
     assert rca.cause_string({"d": "d1", "a": "a4"}) == "a=a4&d=d1"
-    score = rca.f1_score([frozenset({"a=a1"}), frozenset({"b=b1"})], [frozenset({"a=a1"}), frozenset({"b=b2"})])
+    predicted = [frozenset({"a=a1"}), frozenset({"b=b1"})]
+    score = rca.f1_score(predicted, [frozenset({"a=a1"}), frozenset({"b=b2"})])
     assert (score["tp"], score["fp"], score["fn"]) == (1, 1, 1)
     assert score["f1"] == pytest.approx(0.5)
 

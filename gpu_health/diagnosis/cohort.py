@@ -256,7 +256,10 @@ def judge_change_event(
             in_window &= times < start + window_minutes
     window = rows[in_window & rows[cohort_col].notna()]
     new = window[window[cohort_col] == new_value]
-    old = window[window[cohort_col] != new_value] if old_value is None else window[window[cohort_col] == old_value]
+    if old_value is None:
+        old = window[window[cohort_col] != new_value]
+    else:
+        old = window[window[cohort_col] == old_value]
     floors = effect_floors or {}
     verdicts = [
         judge_cohorts(
@@ -279,7 +282,9 @@ def judge_change_event(
 # --------------------------------------------------------------------------- internals
 
 
-def _observations(frame: pd.DataFrame, metric: str, time_col: str, bucket: str) -> tuple[np.ndarray, np.ndarray]:
+def _observations(
+    frame: pd.DataFrame, metric: str, time_col: str, bucket: str
+) -> tuple[np.ndarray, np.ndarray]:
     """Metric values (float) and their minute buckets, rows with a missing value dropped."""
     values = pd.to_numeric(frame[metric], errors="raise").astype(float)
     times = frame[time_col]

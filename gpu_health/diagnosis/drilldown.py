@@ -510,10 +510,11 @@ def _best_candidate(
         if narrower is None:
             break
         cuboid, cell, in_set = narrower
-        cells_p = p_leaf[in_set].sum()
-        share, surprise = float(cells_p), float(_js(np.array([cells_p]), np.array([q_leaf[in_set].sum()]))[0])
+        share = float(p_leaf[in_set].sum())
+        surprise = float(_js(np.array([share]), np.array([q_leaf[in_set].sum()]))[0])
         if noise > 0:
-            z_score = abs(d[in_set].sum() - cells_p * residual) / (noise * np.sqrt((level[in_set] ** 2).sum()))
+            spread = noise * np.sqrt((level[in_set] ** 2).sum())
+            z_score = abs(d[in_set].sum() - share * residual) / spread
     a_set, e_set = float(a[in_set].sum()), float(e[in_set].sum())
     cause = Cause(
         elements={
