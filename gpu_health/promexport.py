@@ -27,11 +27,17 @@ ordinary increase (inherent to counters).
 
 Format: ``# TYPE`` per family, each family contiguous, samples in time order
 (a series' samples strictly increase in time), timestamps in seconds, final
-``# EOF``. Work is done per time chunk (``chunk``, 2 h by default, the TSDB's
-block size) with label text built once per chunk from factorised values, so a
-week at 1,200 GPUs streams in bounded memory; families are spilled to
-temporary files and concatenated (one file) or each chunk becomes its own
-file (:func:`write_openmetrics_chunks`, which promtool parses fastest).
+``# EOF``.
+
+Scale. Work is done per time chunk (``chunk``, 2 h by default, the TSDB's
+block size): label text is built once per chunk and label set, then each
+sample costs two string concatenations (values formatted by Arrow), so memory
+stays bounded by the input frame plus one chunk. :func:`write_openmetrics`
+spills families to temporary files and concatenates them;
+:func:`write_openmetrics_chunks` writes one complete file per chunk, which
+is what a large export should use: promtool (about 10^5 samples/s per process,
+the slow step) then parses each file once and :func:`backfill` runs several
+in parallel. A week at 1,200 GPUs is ~130M GPU samples, ~17 GB of text.
 """
 
 from __future__ import annotations
@@ -41,12 +47,15 @@ import os
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from gpu_health.sources import dcgm_fields as F
 
@@ -75,29 +84,39 @@ def escape_label_value(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def _label_part(name: str, values: pd.Series | np.ndarray, prefix: str = ",") -> np.ndarray:
-    """``,name="value"`` per row (empty where the value is null), built from unique values."""
+def _label_part(name: str, values, prefix: str = ",") -> np.ndarray:
+    """``,name="value"`` per row (empty where the value is null), built from the unique values."""
     codes, uniques = pd.factorize(pd.Series(values, copy=False), use_na_sentinel=True)
     table = np.array([f'{prefix}{name}="{escape_label_value(str(u))}"' for u in uniques] + [""], dtype=object)
     return table[codes]  # code -1 (null) picks the trailing ""
 
 
-def _fmt_values(values: np.ndarray) -> np.ndarray:
-    """Shortest round-trip text of float values, via unique values."""
-    codes, uniques = pd.factorize(values)
-    return np.array([repr(float(u)) for u in uniques], dtype=object)[codes]
+def _join(*parts) -> np.ndarray:
+    """Row-wise concatenation of object arrays of str and str constants."""
+    out = parts[0]
+    for part in parts[1:]:
+        out = out + part
+    return out
 
 
-def _fmt_ts(ts_s: np.ndarray) -> np.ndarray:
-    codes, uniques = pd.factorize(ts_s)
-    return np.array([f" {int(u)}\n" for u in uniques], dtype=object)[codes]
+def _value_text(values: np.ndarray) -> np.ndarray:
+    """Shortest round-trip text of float values (Arrow's formatter), as an object array."""
+    return pc.cast(pa.array(values, type=pa.float64()), pa.string()).to_numpy(zero_copy_only=False)
 
 
-def _family_header(name: str, kind: str) -> str:
+def _lines(name: str, label_codes: np.ndarray, label_uniques: np.ndarray, values: np.ndarray, ts_s: np.ndarray) -> np.ndarray:
+    """``name{labels} value ts\\n`` per sample: two concatenations per line, the rest on unique values."""
+    prefix = np.array([f"{name}{u} " for u in label_uniques], dtype=object)[label_codes]
+    tcodes, tuniques = pd.factorize(ts_s)
+    suffix = np.array([f" {int(t)}\n" for t in tuniques], dtype=object)[tcodes]
+    return prefix + values + suffix
+
+
+def _family_header(name: str, kind: str) -> bytes:
     if kind == "counter" and name.endswith("_total"):
-        return f"# TYPE {name[: -len('_total')]} counter\n"
+        return f"# TYPE {name[: -len('_total')]} counter\n".encode()
     # DCGM counters lack the _total suffix OpenMetrics demands of counters.
-    return f"# TYPE {name} {'gauge' if kind == 'gauge' else 'unknown'}\n"
+    return f"# TYPE {name} {'gauge' if kind == 'gauge' else 'unknown'}\n".encode()
 
 
 # --- preparation (whole frame, numeric, vectorised) ---------------------------------------
@@ -313,39 +332,42 @@ class _Writer:
     # label text
     def _labels(self, df: pd.DataFrame, which: str) -> dict[str, np.ndarray]:
         """Label text per row (``{...}``) for each label set used by this table's families."""
-        region = _label_part(self.region_label, df["region"], prefix=",") if "region" in df.columns else None
+        region = _label_part(self.region_label, df["region"]) if "region" in df.columns else ""
         if which in ("gpu", "xid"):
             L = self.gpu_labels
-            base = (
-                _label_part(L["gpu_index"], df["gpu_index"].astype(int).astype(str), prefix="{")
-                + _label_part(L["gpu_uuid"], df["gpu_uuid"])
-                + _label_part(L["sku"], df["sku"])
-                + _label_part(L["node_id"], df["node_id"])
-                + _label_part(L["driver_version"], df["driver_version"])
-                + region
-                + _label_part(L["job_id"], df["job_id"])
-            )
+            parts = [
+                _label_part(L["gpu_index"], df["gpu_index"].astype(int).astype(str), prefix="{"),
+                _label_part(L["gpu_uuid"], df["gpu_uuid"]),
+                _label_part(L["sku"], df["sku"]),
+                _label_part(L["node_id"], df["node_id"]),
+                _label_part(L["driver_version"], df["driver_version"]),
+                region,
+                _label_part(L["job_id"], df["job_id"]),
+            ]
             if which == "xid":
-                return {"xid": base + _label_part(F.XID_CODE_LABEL, df[F.XID_CODE_LABEL]) + "}"}
-            return {"gpu": base + "}"}
+                return {"xid": _join(*parts, _label_part(F.XID_CODE_LABEL, df[F.XID_CODE_LABEL]), "}")}
+            return {"gpu": _join(*parts, "}")}
         if which == "job":
-            return {"job": _label_part(F.JOB_ID_LABEL, df["job_id"], prefix="{") + "}"}
+            return {"job": _join(_label_part(F.JOB_ID_LABEL, df["job_id"], prefix="{"), "}")}
         instance = _label_part(F.INSTANCE_LABEL, df["node_id"].astype(str) + ":" + NODE_EXPORTER_PORT, prefix="{")
-        common = instance + ',job="node"' + region
+        common = _join(instance, ',job="node"', region)
         if which == "link":
-            dev_port = [F.split_link_id(x) for x in df["link_id"].astype(str)]
-            devices = pd.Series([d for d, _ in dev_port], index=df.index)
-            ports = pd.Series([q for _, q in dev_port], index=df.index)
-            return {"link": common + _label_part(F.IB_DEVICE_LABEL, devices) + _label_part(F.IB_PORT_LABEL, ports) + "}"}
+            codes, uniques = pd.factorize(df["link_id"].astype(str))
+            split = [F.split_link_id(x) for x in uniques]
+            devices = np.array([d for d, _ in split], dtype=object)[codes]
+            ports = np.array([q for _, q in split], dtype=object)[codes]
+            return {"link": _join(common, _label_part(F.IB_DEVICE_LABEL, devices), _label_part(F.IB_PORT_LABEL, ports), "}")}
         return {
-            "node": common + "}",
-            "cpu_idle": common + f',cpu="0",mode="{F.NODE_CPU_IDLE_MODE}"}}',
-            "cpu_user": common + ',cpu="0",mode="user"}',
-            "disk": common + ',device="nvme0n1"}',
-            "uname": common
-            + _label_part(F.UNAME_NODENAME_LABEL, df["node_id"])
-            + _label_part(F.UNAME_RELEASE_LABEL, df["kernel_version"])
-            + ',sysname="Linux",machine="x86_64"}',
+            "node": _join(common, "}"),
+            "cpu_idle": _join(common, f',cpu="0",mode="{F.NODE_CPU_IDLE_MODE}"}}'),
+            "cpu_user": _join(common, ',cpu="0",mode="user"}'),
+            "disk": _join(common, ',device="nvme0n1"}'),
+            "uname": _join(
+                common,
+                _label_part(F.UNAME_NODENAME_LABEL, df["node_id"]),
+                _label_part(F.UNAME_RELEASE_LABEL, df["kernel_version"]),
+                ',sysname="Linux",machine="x86_64"}',
+            ),
         }
 
     # rendering
@@ -366,7 +388,7 @@ class _Writer:
         return sorted(starts)
 
     def render_chunk(self, c0: int) -> dict[str, list[tuple[np.ndarray, np.ndarray]]]:
-        """Per metric name, (sample time, line text) arrays of samples with time in ``[c0, c0+chunk)``."""
+        """Per metric name, (sample time, line text) of the samples with time in ``[c0, c0+chunk)``."""
         c1 = c0 + self.chunk_s
         out: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         for p, fams, which in self.tables:
@@ -376,30 +398,29 @@ class _Writer:
             rows = np.flatnonzero(need)
             if not len(rows):
                 continue
-            labels = self._labels(p.df.iloc[rows], which)
-            pos_in = in_chunk[rows]
-            pos_base = base_rows[rows]
+            labels = {k: pd.factorize(v) for k, v in self._labels(p.df.iloc[rows], which).items()}
+            pos_in, pos_base = in_chunk[rows], base_rows[rows]
+            ts_rows = p.ts_s[rows]
             for fam in fams:
-                label_text = labels[fam.labels if fam.labels in labels else which]
+                codes, uniques = labels[fam.labels if fam.labels in labels else which]
                 values = fam.values[rows]
+                override = None if fam.text is None else fam.text[rows]
+                has_text = np.zeros(len(rows), dtype=bool) if override is None else np.array([x is not None for x in override])
                 parts_t, parts_line = [], []
-                ok = pos_in & ~np.isnan(values)
-                if fam.text is not None:
-                    ok |= pos_in & (fam.text[rows] != None)  # noqa: E711 (object array)
+                ok = pos_in & (~np.isnan(values) | has_text)
                 if ok.any():
-                    vtext = _fmt_values(np.nan_to_num(values[ok]))
-                    if fam.text is not None:
-                        override = fam.text[rows][ok]
-                        vtext = np.where(override != None, override, vtext)  # noqa: E711
-                    t = p.ts_s[rows][ok]
+                    vtext = _value_text(np.nan_to_num(values[ok]))
+                    if has_text[ok].any():
+                        vtext = np.where(has_text[ok], override[ok], vtext)
+                    t = ts_rows[ok]
                     parts_t.append(t)
-                    parts_line.append(fam.name + label_text[ok] + " " + vtext + _fmt_ts(t))
+                    parts_line.append(_lines(fam.name, codes[ok], uniques, vtext, t))
                 if fam.baseline:
-                    b = pos_base & ~np.isnan(values) if fam.text is None else pos_base
+                    b = pos_base & (~np.isnan(values) | has_text)
                     if b.any():
-                        t = p.ts_s[rows][b] - 60
+                        t = ts_rows[b] - 60
                         parts_t.append(t)
-                        parts_line.append(fam.name + label_text[b] + " 0.0" + _fmt_ts(t))
+                        parts_line.append(_lines(fam.name, codes[b], uniques, np.full(len(t), "0", dtype=object), t))
                 if parts_t:
                     out.setdefault(fam.name, []).append((np.concatenate(parts_t), np.concatenate(parts_line)))
         return out
@@ -410,10 +431,10 @@ def _kinds(writer: _Writer) -> dict[str, str]:
 
 
 def _write_family(fh, parts: list[tuple[np.ndarray, np.ndarray]]) -> int:
+    """Write a family's lines of one chunk in time order; return the sample count."""
     t = np.concatenate([p[0] for p in parts])
-    lines = np.concatenate([p[1] for p in parts])
-    order = np.argsort(t, kind="stable")
-    fh.write("".join(lines[order].tolist()))
+    lines = np.concatenate([p[1] for p in parts])[np.argsort(t, kind="stable")]
+    fh.write("".join(lines.tolist()).encode())
     return len(lines)
 
 
@@ -442,7 +463,7 @@ def write_openmetrics(
     kinds = _kinds(w)
     summary = WriteSummary([path])
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".om-") as spill:
-        handles = {name: open(Path(spill) / f"{i}.part", "w", encoding="utf-8") for i, name in enumerate(w.families())}
+        handles = {name: open(Path(spill) / f"{i}.part", "wb") for i, name in enumerate(w.families())}
         try:
             for c0 in w.chunks():
                 for name, parts in w.render_chunk(c0).items():
@@ -450,13 +471,13 @@ def write_openmetrics(
         finally:
             for fh in handles.values():
                 fh.close()
-        with open(path, "w", encoding="utf-8") as out:
+        with open(path, "wb") as out:
             for i, name in enumerate(w.families()):
                 if summary.samples.get(name):
                     out.write(_family_header(name, kinds[name]))
-                    with open(Path(spill) / f"{i}.part", encoding="utf-8") as part:
+                    with open(Path(spill) / f"{i}.part", "rb") as part:
                         shutil.copyfileobj(part, out, 1 << 20)
-            out.write("# EOF\n")
+            out.write(b"# EOF\n")
     return summary
 
 
@@ -485,12 +506,12 @@ def write_openmetrics_chunks(
         if not rendered:
             continue
         path = directory / f"{c0}.om"
-        with open(path, "w", encoding="utf-8") as out:
+        with open(path, "wb") as out:
             for name in w.families():
                 if name in rendered:
                     out.write(_family_header(name, kinds[name]))
                     summary.samples[name] = summary.samples.get(name, 0) + _write_family(out, rendered[name])
-            out.write("# EOF\n")
+            out.write(b"# EOF\n")
         summary.paths.append(path)
     return summary
 
@@ -524,7 +545,7 @@ def scrape_to_openmetrics(scrapes: Sequence[str], timestamps: Sequence[pd.Timest
     path = Path(path)
     with open(path, "w", encoding="utf-8") as out:
         for fam, per_scrape in families.items():
-            out.write(_family_header(fam, kinds.get(fam, "unknown")))
+            out.write(_family_header(fam, kinds.get(fam, "unknown")).decode())
             for lines, t in zip(per_scrape, secs):
                 for line in lines:
                     out.write(f"{line} {t}\n")
@@ -538,8 +559,14 @@ def backfill(
     *,
     promtool: str = "promtool",
     max_block_duration: str | None = None,
+    parallel: int = 1,
 ) -> None:
-    """Turn OpenMetrics file(s) (a file, a list, or a directory of ``*.om``) into TSDB blocks in ``data_dir``."""
+    """Turn OpenMetrics file(s) (a file, a list, or a directory of ``*.om``) into TSDB blocks in ``data_dir``.
+
+    promtool converts about 10^5 samples/s per process: for large exports
+    write chunk files (:func:`write_openmetrics_chunks`) and run ``parallel``
+    promtool processes (each writes its own blocks; Prometheus merges them).
+    """
     exe = shutil.which(promtool)
     if exe is None:
         raise FileNotFoundError(f"{promtool!r} not found on PATH: install Prometheus (Debian: apt-get install prometheus)")
@@ -549,11 +576,16 @@ def backfill(
     else:
         files = [Path(x) for x in openmetrics_path]
     Path(data_dir).mkdir(parents=True, exist_ok=True)
-    for f in files:
-        cmd = [exe, "tsdb", "create-blocks-from", "openmetrics", "--quiet"]
-        if max_block_duration:
-            cmd.append(f"--max-block-duration={max_block_duration}")
+    cmd = [exe, "tsdb", "create-blocks-from", "openmetrics", "--quiet"]
+    if max_block_duration:
+        cmd.append(f"--max-block-duration={max_block_duration}")
+
+    def one(f: Path) -> None:
         proc = subprocess.run([*cmd, str(f), str(data_dir)], capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"promtool backfill of {f} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
         log.info("backfilled %s into %s", f, data_dir)
+
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        for future in [pool.submit(one, f) for f in files]:
+            future.result()

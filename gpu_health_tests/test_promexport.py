@@ -187,7 +187,7 @@ def test_chunked_files_backfill_the_same(tmp_path, prometheus_factory):  # noqa:
     gpu = gpu_frame()
     summary = write_openmetrics_chunks(tmp_path / "chunks", gpu=gpu, chunk="2min")
     assert len(summary.paths) > 2 and all(p.read_text().endswith("# EOF\n") for p in summary.paths)
-    url = prometheus_factory(tmp_path / "chunks")
+    url = prometheus_factory(tmp_path / "chunks")  # a directory of chunk files
     got = PrometheusSource(url).read("gpu_telemetry", T0, T0 + N * MIN).frame
     keys = ["ts", "gpu_uuid"]
     want = gpu.copy()

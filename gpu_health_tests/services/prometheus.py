@@ -118,7 +118,7 @@ def prometheus_factory(tmp_path_factory) -> Iterator[Callable[[str | os.PathLike
         require_binary("promtool")
         workdir = tmp_path_factory.mktemp("prometheus")
         data_dir = workdir / "data"
-        backfill(openmetrics, data_dir)
+        backfill(openmetrics, data_dir, parallel=2)
         server = PrometheusServer(data_dir, workdir)
         servers.append(server)
         return server.start()
