@@ -55,17 +55,17 @@ class _MinuteGrain(ContractModel):
 
 
 class _NodeKeyed(_MinuteGrain):
-    region: Series[str] = pa.Field(description="Region, e.g. us-east.", str_length={"min_value": 1})
-    node_id: Series[str] = pa.Field(description="Host name [Hostname label].", str_length={"min_value": 1})
+    region: Series[pd.StringDtype] = pa.Field(description="Region, e.g. us-east.", str_length={"min_value": 1})
+    node_id: Series[pd.StringDtype] = pa.Field(description="Host name [Hostname label].", str_length={"min_value": 1})
 
 
 class GpuTelemetry(_NodeKeyed):
     """One row per reporting GPU per minute (dcgm-exporter fields in brackets)."""
 
     gpu_index: Series[int] = pa.Field(ge=0, le=15, description="GPU index on the node [gpu label].")
-    gpu_uuid: Series[str] = pa.Field(description="GPU UUID [UUID label].", str_length={"min_value": 1})
-    sku: Series[str] = pa.Field(description="GPU model [modelName label].")
-    job_id: Series[str] = pa.Field(nullable=True, description="Job holding the GPU this minute; null = unallocated.")
+    gpu_uuid: Series[pd.StringDtype] = pa.Field(description="GPU UUID [UUID label].", str_length={"min_value": 1})
+    sku: Series[pd.StringDtype] = pa.Field(description="GPU model [modelName label].")
+    job_id: Series[pd.StringDtype] = pa.Field(nullable=True, description="Job holding the GPU this minute; null = unallocated.")
     gpu_util_pct: Series[float] = pa.Field(ge=0, le=100, description="[DCGM_FI_DEV_GPU_UTIL] percent.")
     sm_active: Series[float] = pa.Field(ge=0, le=1, nullable=True, description="[DCGM_FI_PROF_SM_ACTIVE] ratio; profiling field, often off.")
     tensor_active: Series[float] = pa.Field(ge=0, le=1, nullable=True, description="[DCGM_FI_PROF_PIPE_TENSOR_ACTIVE] ratio.")
@@ -85,15 +85,15 @@ class GpuTelemetry(_NodeKeyed):
 class NodeTelemetry(_NodeKeyed):
     """One row per node per minute."""
 
-    sku: Series[str] = pa.Field(description="GPU model installed in the node.")
+    sku: Series[pd.StringDtype] = pa.Field(description="GPU model installed in the node.")
     cpu_util_pct: Series[float] = pa.Field(ge=0, le=100, description="Host CPU utilisation percent.")
     mem_used_pct: Series[float] = pa.Field(ge=0, le=100, description="Host memory used percent.")
     disk_read_mbps: Series[float] = pa.Field(ge=0, description="Local NVMe / shared-FS client read MB/s.")
     disk_write_mbps: Series[float] = pa.Field(ge=0, description="Local NVMe / shared-FS client write MB/s.")
     nvme_util_pct: Series[float] = pa.Field(ge=0, le=100, description="NVMe busy percent.")
-    driver_version: Series[str] = pa.Field(description="NVIDIA driver [DCGM_FI_DRIVER_VERSION label].")
-    kernel_version: Series[str] = pa.Field(description="Linux kernel release.")
-    health: Series[str] = pa.Field(isin=HEALTH, description="ok | degraded | down | drained.")
+    driver_version: Series[pd.StringDtype] = pa.Field(description="NVIDIA driver [DCGM_FI_DRIVER_VERSION label].")
+    kernel_version: Series[pd.StringDtype] = pa.Field(description="Linux kernel release.")
+    health: Series[pd.StringDtype] = pa.Field(isin=HEALTH, description="ok | degraded | down | drained.")
 
     class Config:
         unique = ["ts", "node_id"]
@@ -102,7 +102,7 @@ class NodeTelemetry(_NodeKeyed):
 class NetworkTelemetry(_NodeKeyed):
     """One row per InfiniBand / RoCE link per minute."""
 
-    link_id: Series[str] = pa.Field(description="Port, e.g. mlx5_0.")
+    link_id: Series[pd.StringDtype] = pa.Field(description="Port, e.g. mlx5_0.")
     rx_gbps: Series[float] = pa.Field(ge=0, description="Receive Gbit/s.")
     tx_gbps: Series[float] = pa.Field(ge=0, description="Transmit Gbit/s.")
     packet_loss_pct: Series[float] = pa.Field(ge=0, le=100, description="Packets lost, percent.")
@@ -117,17 +117,17 @@ class NetworkTelemetry(_NodeKeyed):
 class SchedulerEvents(ContractModel):
     """One row per scheduler event (not minute-aligned)."""
 
-    event_id: Series[str] = pa.Field(unique=True, description="Unique event id.")
+    event_id: Series[pd.StringDtype] = pa.Field(unique=True, description="Unique event id.")
     ts: Series[pd.DatetimeTZDtype] = pa.Field(description="Event time, UTC.", **_TS)
-    job_id: Series[str] = pa.Field(description="Job id; a requeued job keeps it.")
-    event: Series[str] = pa.Field(isin=EVENTS, description="submitted | started | ended | preempted | requeued.")
-    scheduler: Series[str] = pa.Field(isin=SCHEDULERS, description="kubernetes | slurm.")
-    queue: Series[str] = pa.Field(description="Queue / partition / virtual cluster.")
+    job_id: Series[pd.StringDtype] = pa.Field(description="Job id; a requeued job keeps it.")
+    event: Series[pd.StringDtype] = pa.Field(isin=EVENTS, description="submitted | started | ended | preempted | requeued.")
+    scheduler: Series[pd.StringDtype] = pa.Field(isin=SCHEDULERS, description="kubernetes | slurm.")
+    queue: Series[pd.StringDtype] = pa.Field(description="Queue / partition / virtual cluster.")
     priority: Series[int] = pa.Field(description="Scheduler priority.")
     gpus: Series[int] = pa.Field(ge=0, description="Requested on submitted, allocated later (0 if never started).")
-    node_ids: Series[str] = pa.Field(nullable=True, description="Comma-separated placement.")
-    exit_state: Series[str] = pa.Field(isin=EXIT_STATES, nullable=True, description="On ended: completed | failed | cancelled | timeout | node_fail.")
-    reason: Series[str] = pa.Field(nullable=True, description="Free text from the scheduler.")
+    node_ids: Series[pd.StringDtype] = pa.Field(nullable=True, description="Comma-separated placement.")
+    exit_state: Series[pd.StringDtype] = pa.Field(isin=EXIT_STATES, nullable=True, description="On ended: completed | failed | cancelled | timeout | node_fail.")
+    reason: Series[pd.StringDtype] = pa.Field(nullable=True, description="Free text from the scheduler.")
 
 
     @pa.dataframe_check(name="exit_state_only_on_ended")
@@ -139,7 +139,7 @@ class SchedulerEvents(ContractModel):
 class JobRuntimeMetrics(_MinuteGrain):
     """One row per running job per minute that reports training metrics."""
 
-    job_id: Series[str] = pa.Field(description="Job id.")
+    job_id: Series[pd.StringDtype] = pa.Field(description="Job id.")
     steps: Series[int] = pa.Field(ge=0, description="Steps completed in the minute.")
     samples: Series[int] = pa.Field(ge=0, description="Samples processed in the minute.")
     last_step: Series[int] = pa.Field(ge=0, description="Cumulative step counter at the minute's end.")
@@ -161,16 +161,16 @@ class JobRuntimeMetrics(_MinuteGrain):
 class JobMetadata(ContractModel):
     """One row per job, landed in the partition of its submission."""
 
-    job_id: Series[str] = pa.Field(unique=True, description="Job id.")
+    job_id: Series[pd.StringDtype] = pa.Field(unique=True, description="Job id.")
     submitted_at: Series[pd.DatetimeTZDtype] = pa.Field(description="Submission time, UTC.", **_TS)
-    team: Series[str] = pa.Field(description="Owning team.")
-    model_type: Series[str] = pa.Field(description="e.g. fraud-gbdt, fraud-transformer, embedding.")
-    workload_class: Series[str] = pa.Field(isin=WORKLOAD_CLASSES, description="interactive | batch | distributed.")
-    dataset: Series[str] = pa.Field(description="Training dataset.")
+    team: Series[pd.StringDtype] = pa.Field(description="Owning team.")
+    model_type: Series[pd.StringDtype] = pa.Field(description="e.g. fraud-gbdt, fraud-transformer, embedding.")
+    workload_class: Series[pd.StringDtype] = pa.Field(isin=WORKLOAD_CLASSES, description="interactive | batch | distributed.")
+    dataset: Series[pd.StringDtype] = pa.Field(description="Training dataset.")
     requested_gpus: Series[int] = pa.Field(ge=0, description="GPUs requested.")
     requested_mem_gb: Series[float] = pa.Field(ge=0, description="Host memory requested, GB.")
-    container_image: Series[str] = pa.Field(description="Container image reference.")
-    framework_version: Series[str] = pa.Field(description="e.g. torch-2.13.0.")
+    container_image: Series[pd.StringDtype] = pa.Field(description="Container image reference.")
+    framework_version: Series[pd.StringDtype] = pa.Field(description="e.g. torch-2.13.0.")
     sla_deadline: Series[pd.DatetimeTZDtype] = pa.Field(nullable=True, description="Completion SLA, UTC.", **_TS)
 
 
@@ -179,8 +179,8 @@ class CostCapacity(ContractModel):
     """One row per region x SKU per day (from Finance)."""
 
     date: Series[pandas_engine.Date] = pa.Field(description="Day (UTC).")
-    region: Series[str] = pa.Field(description="Region.")
-    sku: Series[str] = pa.Field(description="GPU model.")
+    region: Series[pd.StringDtype] = pa.Field(description="Region.")
+    sku: Series[pd.StringDtype] = pa.Field(description="GPU model.")
     capacity_gpus: Series[int] = pa.Field(ge=0, description="Installed GPUs.")
     reserved_gpus: Series[int] = pa.Field(ge=0, description="GPUs covered by reservations.")
     reserved_gpu_hour_usd: Series[float] = pa.Field(ge=0, description="USD per reserved GPU-hour.")
@@ -194,25 +194,25 @@ class CostCapacity(ContractModel):
 class ChangeEvents(ContractModel):
     """One row per deploy or configuration change."""
 
-    event_id: Series[str] = pa.Field(unique=True, description="Unique change id.")
+    event_id: Series[pd.StringDtype] = pa.Field(unique=True, description="Unique change id.")
     ts: Series[pd.DatetimeTZDtype] = pa.Field(description="When the change took effect, UTC.", **_TS)
-    kind: Series[str] = pa.Field(isin=CHANGE_KINDS, description="Kind of change.")
-    scope: Series[str] = pa.Field(description="Region, comma-separated node ids, or *.")
-    from_version: Series[str] = pa.Field(nullable=True, description="Version before (null for config changes).")
-    to_version: Series[str] = pa.Field(nullable=True, description="Version after.")
-    description: Series[str] = pa.Field(description="Free text.")
+    kind: Series[pd.StringDtype] = pa.Field(isin=CHANGE_KINDS, description="Kind of change.")
+    scope: Series[pd.StringDtype] = pa.Field(description="Region, comma-separated node ids, or *.")
+    from_version: Series[pd.StringDtype] = pa.Field(nullable=True, description="Version before (null for config changes).")
+    to_version: Series[pd.StringDtype] = pa.Field(nullable=True, description="Version after.")
+    description: Series[pd.StringDtype] = pa.Field(description="Free text.")
 
 
 
 class MaintenanceWindows(ContractModel):
     """The planned-maintenance calendar, one row per window."""
 
-    window_id: Series[str] = pa.Field(unique=True, description="Window id.")
+    window_id: Series[pd.StringDtype] = pa.Field(unique=True, description="Window id.")
     start: Series[pd.DatetimeTZDtype] = pa.Field(description="Window start, UTC.", **_TS)
     end: Series[pd.DatetimeTZDtype] = pa.Field(description="Window end, UTC.", **_TS)
-    region: Series[str] = pa.Field(description="Region or * for all.")
-    node_ids: Series[str] = pa.Field(description="Comma-separated node ids or *.")
-    reason: Series[str] = pa.Field(description="Why.")
+    region: Series[pd.StringDtype] = pa.Field(description="Region or * for all.")
+    node_ids: Series[pd.StringDtype] = pa.Field(description="Comma-separated node ids or *.")
+    reason: Series[pd.StringDtype] = pa.Field(description="Why.")
 
 
     @pa.dataframe_check(name="end_after_start")

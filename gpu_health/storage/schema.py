@@ -38,14 +38,30 @@ def _sa_type(dtype) -> sa.types.TypeEngine:
     return sa.Text()
 
 
+def grain(model: type[pa.DataFrameModel], partition_col: str | None) -> list[str]:
+    """The table's key: the contract's unique columns, partition column first (clusters windows)."""
+    schema = model.to_schema()
+    keys = list(schema.unique or []) or [n for n, c in schema.columns.items() if c.unique]
+    if partition_col and keys and partition_col not in keys:
+        keys = [partition_col] + keys
+    elif partition_col in keys:
+        keys = [partition_col] + [k for k in keys if k != partition_col]
+    return keys
+
+
 def _table_from_model(name: str, model: type[pa.DataFrameModel], partition_col: str | None) -> sa.Table:
     schema = model.to_schema()
+    keys = grain(model, partition_col)
     cols = [
         sa.Column(col_name, _sa_type(col.dtype), nullable=bool(col.nullable), comment=(col.description or None))
         for col_name, col in schema.columns.items()
     ]
-    table = sa.Table(name, metadata, *cols, comment=(model.__doc__ or "").strip().splitlines()[0] if model.__doc__ else None)
-    if partition_col:
+    extra = [sa.PrimaryKeyConstraint(*keys, name=f"pk_{name}")] if keys else []
+    table = sa.Table(name, metadata, *cols, *extra,
+                     comment=(model.__doc__ or "").strip().splitlines()[0] if model.__doc__ else None,
+                     # SQLite: cluster rows by the key, so a window is one contiguous range
+                     sqlite_with_rowid=not keys)
+    if partition_col and (not keys or keys[0] != partition_col):
         sa.Index(f"ix_{name}_{partition_col}", table.c[partition_col])
     return table
 

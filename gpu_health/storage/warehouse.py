@@ -9,6 +9,7 @@ transaction-scoped advisory lock keyed by table and window serialises racers
 """
 
 import csv
+import datetime
 import io
 import threading
 from pathlib import Path
@@ -40,6 +41,7 @@ def engine_for(url: str) -> sa.Engine:
                 cur = dbapi_conn.cursor()
                 cur.execute("PRAGMA journal_mode=WAL")
                 cur.execute("PRAGMA synchronous=NORMAL")
+                cur.execute("PRAGMA cache_size=-131072")  # 128 MiB: key B-trees of a day fit
                 cur.close()
 
             @sa.event.listens_for(engine, "begin")
@@ -149,9 +151,14 @@ class Warehouse:
             q = q.where(col < self._bound(end, col))
         for k, v in (where or {}).items():
             q = q.where(table.c[k].in_(v) if isinstance(v, list | tuple | set) else table.c[k] == v)
+        # raw driver rows (no per-row type processing), converted column-wise below
+        compiled = q.compile(self.engine, compile_kwargs={"render_postcompile": True})
+        params = compiled.params
+        if self.is_sqlite:  # bind as the text SQLAlchemy stores
+            params = tuple(_sqlite_param(compiled.params[k]) for k in compiled.positiontup)
         with self.engine.connect() as conn:
-            result = conn.execute(q)
-            frame = pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+            cur = conn.exec_driver_sql(str(compiled), params)
+            frame = pd.DataFrame(cur.fetchall(), columns=[c.name for c in cols])
         return _restore_types(frame, table)
 
     def count(self, name: str) -> int:
@@ -160,15 +167,33 @@ class Warehouse:
             return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
 
 
+def _sqlite_param(value):
+    if isinstance(value, datetime.datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    return value
+
+
+def _timestamp_text(s: pd.Series) -> list:
+    """UTC timestamps as SQLite text; formats each distinct value once (minute grains repeat a lot)."""
+    s = pd.to_datetime(s, utc=True)
+    codes, uniques = pd.factorize(s)
+    text = np.asarray(pd.DatetimeIndex(uniques).strftime("%Y-%m-%d %H:%M:%S.%f"), dtype=object)
+    out = np.empty(len(s), dtype=object)
+    ok = codes >= 0
+    out[ok] = text[codes[ok]]
+    out[~ok] = None
+    return out.tolist()
+
+
 def _columns_as_python(frame: pd.DataFrame, table: sa.Table) -> list[list]:
     """Column-wise conversion to DB-API values (vectorized; SQLite stores UTC as naive text)."""
     cols = []
     for c in table.columns:
         s = frame[c.name]
         if isinstance(c.type, sa.DateTime):
-            s = pd.to_datetime(s, utc=True)
-            text = s.dt.strftime("%Y-%m-%d %H:%M:%S.%f")
-            cols.append(text.where(s.notna(), None).tolist())
+            cols.append(_timestamp_text(s))
         elif isinstance(c.type, sa.Date):
             cols.append([None if pd.isna(v) else str(pd.Timestamp(v).date()) for v in s])
         elif isinstance(c.type, sa.Float):
@@ -186,7 +211,9 @@ def _restore_types(frame: pd.DataFrame, table: sa.Table) -> pd.DataFrame:
         if c.name not in frame.columns:
             continue
         if isinstance(c.type, sa.DateTime):
-            frame[c.name] = pd.to_datetime(frame[c.name], utc=True)
+            frame[c.name] = pd.to_datetime(frame[c.name], utc=True, format="ISO8601")
+        elif isinstance(c.type, sa.Date):
+            frame[c.name] = [None if v is None else pd.Timestamp(v).date() for v in frame[c.name]]
         elif isinstance(c.type, sa.BigInteger):
             frame[c.name] = pd.array(frame[c.name], dtype="Int64") if c.nullable else frame[c.name].astype("int64")
         elif isinstance(c.type, sa.Float):

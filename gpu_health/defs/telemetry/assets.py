@@ -89,7 +89,7 @@ def build_source_asset(table: str, partitions_def) -> dg.AssetsDefinition:
             wh.replace_window("source_rejects", v.rejects, c_start, c_end, where={"source": table})
         frame = pd.concat(valid, ignore_index=True) if len(valid) > 1 else valid[0]
         rej = pd.concat(rejects, ignore_index=True)
-        frame = model.validate(frame, lazy=True)  # coerce what is stored (style.md)
+        # validate_frame returned Model.validate(df, lazy=True) output: coerced to the contract (style.md)
         yield dg.Output(frame, metadata={
             "rows": len(frame), "rejected_rows": int(rej["row_index"].nunique()) if len(rej) else 0,
             "dcgm_sentinels_nulled": nulled, "preview": preview(frame),
