@@ -9,8 +9,11 @@ Two independent sub-traces with different clocks, imported separately:
 ``timestamp_anon`` is used as given (shifted epoch seconds, decoding to
 2022-09-11 01:12 -> 2022-09-12 00:00 UTC) and floored to the minute; the
 series sample every ~57-60 s, so a container occasionally has two samples
-in one minute: they are averaged (counted in the summary), and a minute
-without a sample has no row (absence is data).
+in one minute (counted in the summary): utilisation, itself a duty cycle
+over the sampling interval, is averaged; memory, a gauge, keeps the
+minute's first sample -- an average of 0 and 30 GB is a reading that never
+existed, and would hide the drop-to-zero of a restarting container. A
+minute without a sample has no row (absence is data).
 Each container is one GPU: ``node_id`` = ``gpu_uuid`` = ``job_id`` =
 ``container_ip`` (the MD5 that joins the files; the container holds the
 GPU, so the minute is allocated), ``gpu_index`` 0, ``region`` =
@@ -75,7 +78,7 @@ def _dir(data_dir: str | Path | None) -> Path:
 # --------------------------------------------------------------------------- GenAI
 
 
-def _series(path: Path, name: str, containers: set | None, skipped: Counter) -> pd.Series:
+def _series(path: Path, name: str, containers: set | None, skipped: Counter, how: str) -> pd.Series:
     df = pd.read_csv(path, usecols=["timestamp_anon", "value", "container_ip"],
                      dtype={"container_ip": str, "timestamp_anon": "float64", "value": "float64"})
     bad = df.timestamp_anon.isna() | df.value.isna() | df.container_ip.isna()
@@ -83,11 +86,13 @@ def _series(path: Path, name: str, containers: set | None, skipped: Counter) -> 
     df = df[~bad]
     if containers is not None:
         df = df[df.container_ip.isin(containers)]
+    df = df.sort_values("timestamp_anon", kind="stable")
     df["ts"] = pd.to_datetime(df.timestamp_anon, unit="s", utc=True).dt.floor("min")
     g = df.groupby(["container_ip", "ts"]).value
-    merged = g.size()
-    skipped[f"gpu_telemetry: {name} samples averaged into an already-sampled minute"] += int((merged - 1).sum())
-    return g.mean().rename(name)
+    surplus = int((g.size() - 1).sum())
+    verb = "averaged into" if how == "mean" else "dropped from"
+    skipped[f"gpu_telemetry: {name} sample {verb} an already-sampled minute"] += surplus
+    return g.agg(how).rename(name)
 
 
 def genai_containers(data_dir: str | Path | None = None, limit: int | None = None) -> set | None:
@@ -102,8 +107,8 @@ def genai_gpu_telemetry(data_dir: str | Path | None = None, *, limit: int | None
     skipped = Counter() if skipped is None else skipped
     d = _dir(data_dir) / "v2026-GenAI"
     containers = genai_containers(data_dir, limit)
-    util = _series(d / "pod_gpu_duty_cycle_anon.csv", "util", containers, skipped)
-    mem = _series(d / "pod_gpu_memory_used_bytes_anon.csv", "mem", containers, skipped)
+    util = _series(d / "pod_gpu_duty_cycle_anon.csv", "util", containers, skipped, "mean")
+    mem = _series(d / "pod_gpu_memory_used_bytes_anon.csv", "mem", containers, skipped, "first")
     both = pd.concat([util, mem], axis=1).reset_index().sort_values(["ts", "container_ip"])
     out = (both.util < 0) | (both.util > 100)
     skipped["gpu_telemetry: utilisation outside 0-100"] += int(out.sum())

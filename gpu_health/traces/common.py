@@ -220,6 +220,8 @@ def first_n(values: pd.Series, limit: int | None) -> set:
 
 def numeric_cells(s: pd.Series) -> tuple[pd.Series, pd.Series]:
     """(values as float, mask of non-empty cells that are not numbers)."""
+    if pd.api.types.is_numeric_dtype(s):
+        return s.astype("float64"), pd.Series(False, index=s.index)
     num = pd.to_numeric(s, errors="coerce")
     bad = num.isna() & s.notna() & (s.astype(str).str.strip() != "")
     return num.astype("float64"), bad

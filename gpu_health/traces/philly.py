@@ -9,11 +9,12 @@ Inputs (``<real-data>/philly/``, see its README section 2.1):
 * ``philly_node_sequence.csv`` -- machines reporting GPU telemetry per minute.
 
 Times are US/Pacific wall clock (PDT -> PST on 2017-11-05) and converted to
-UTC. An ambiguous fall-back minute is resolved to the occurrence consistent
-with the job: a job's end to the occurrence matching ``start + runtime_min``
-(its start likewise from its end), its submission to the occurrence nearest
-its start, a window cell to the occurrence nearest ``start + offset`` in
-elapsed time. The CPU window stores both occurrences of a duplicated minute
+UTC. A job time in the fall-back hour (01:00-01:59 on 2017-11-05 happened
+twice) is read as its first (PDT) occurrence: the trace cannot tell, since
+its ``runtime_min`` is the plain wall-clock difference (so a job running
+through the fold really ran 60 minutes longer than ``runtime_min`` says,
+which the UTC times show). A window cell is resolved to the occurrence
+nearest ``start + offset`` in elapsed time. The CPU window stores both occurrences of a duplicated minute
 as one cell holding a stringified pandas Series (first value = first, PDT
 occurrence; second = PST: the second continues into 02:00): such a cell is
 parsed into two rows, one per UTC minute.
@@ -105,21 +106,24 @@ def _dir(data_dir: str | Path | None) -> Path:
 
 
 def pacific_to_utc(naive: pd.Series, near: pd.Series | None = None) -> pd.Series:
-    """US/Pacific wall clock -> UTC. Ambiguous minutes go to the occurrence nearest ``near`` (UTC), else the first."""
-    naive = pd.to_datetime(naive).reset_index(drop=True)
+    """US/Pacific wall clock -> UTC. Ambiguous minutes go to the occurrence nearest ``near`` (UTC), else the first.
+
+    The result keeps ``naive``'s index; ``near`` must be aligned with it.
+    """
+    naive = pd.to_datetime(pd.Series(naive))
     n = len(naive)
     first = naive.dt.tz_localize(TZ, ambiguous=np.ones(n, dtype=bool), nonexistent="shift_forward").dt.tz_convert("UTC")
     if near is None:
         return first
     second = naive.dt.tz_localize(TZ, ambiguous=np.zeros(n, dtype=bool), nonexistent="shift_forward").dt.tz_convert("UTC")
-    near = pd.Series(pd.to_datetime(near, utc=True)).reset_index(drop=True)
+    near = pd.to_datetime(pd.Series(near), utc=True).set_axis(naive.index)
     take_second = (second != first) & ((second - near).abs() < (first - near).abs())
     return first.where(~take_second, second)
 
 
 def is_ambiguous(naive: pd.Series) -> pd.Series:
     """True for wall-clock times that occur twice (the fall-back hour)."""
-    naive = pd.to_datetime(naive).reset_index(drop=True)
+    naive = pd.to_datetime(pd.Series(naive))
     n = len(naive)
     a = naive.dt.tz_localize(TZ, ambiguous=np.ones(n, dtype=bool), nonexistent="shift_forward")
     b = naive.dt.tz_localize(TZ, ambiguous=np.zeros(n, dtype=bool), nonexistent="shift_forward")
@@ -147,11 +151,9 @@ def load_jobs(data_dir: str | Path | None = None, *, limit: int | None = None,
         jobs = jobs.head(limit).reset_index(drop=True)
     jobs["machines"] = jobs.detail.map(lambda d: [m["ip"] for m in d])
     jobs["gpus"] = jobs.detail.map(lambda d: sum(len(m["gpus"]) for m in d)).astype("int64")
-    runtime = pd.to_timedelta(jobs.runtime_min, unit="min")
-    start_guess = pacific_to_utc(jobs.start_time)
-    jobs["end_utc"] = pacific_to_utc(jobs.end_time, near=start_guess + runtime)
-    jobs["start_utc"] = pacific_to_utc(jobs.start_time, near=jobs.end_utc - runtime)
-    jobs["submitted_utc"] = pacific_to_utc(jobs.submitted_time, near=jobs.start_utc)
+    jobs["submitted_utc"] = pacific_to_utc(jobs.submitted_time)
+    jobs["start_utc"] = pacific_to_utc(jobs.start_time)
+    jobs["end_utc"] = pacific_to_utc(jobs.end_time)
     jobs["anchor_naive"] = jobs.start_time.dt.floor("min")
     jobs["anchor_utc"] = jobs.start_utc.dt.floor("min")
     return jobs
@@ -228,10 +230,10 @@ def fleet_liveness(data_dir: str | Path | None = None) -> pd.DataFrame:
     s = pd.read_csv(_dir(data_dir) / "philly_node_sequence.csv")
     naive = pd.to_datetime(s.time)
     frame = pd.DataFrame({
-        "ts": pacific_to_utc(naive).to_numpy(),
-        "active_nodes": s.active.astype("Int64").to_numpy(),
-        "total_nodes": s.total.astype("Int64").to_numpy(),
-        "dst_ambiguous": is_ambiguous(naive).to_numpy(),
+        "ts": pacific_to_utc(naive),
+        "active_nodes": s.active.astype("Int64"),
+        "total_nodes": s.total.astype("Int64"),
+        "dst_ambiguous": is_ambiguous(naive),
     }).drop_duplicates("ts").set_index("ts")
     full = pd.date_range(frame.index.min(), frame.index.max(), freq="min", name="ts")
     out = frame.reindex(full)
@@ -258,7 +260,7 @@ def _series_cell_values(text: str) -> list[float] | None:
 
 def _window_cells(path: Path, jobs: pd.DataFrame, all_job_ids: set, skipped: Counter, label: str) -> pd.DataFrame:
     """Long format: jobid, name, offset, ts (UTC), value -- cells resolved, skips counted."""
-    wide = pd.read_csv(path, dtype=str)
+    wide = pd.read_csv(path, dtype={"jobid": str, "name": str})  # a column with text cells stays object
     not_listed = ~wide.jobid.isin(all_job_ids)
     if not_listed.any():
         skipped[f"{label}: job not in philly_sampled_jobs.json (rows)"] += int(not_listed.sum())
@@ -268,14 +270,13 @@ def _window_cells(path: Path, jobs: pd.DataFrame, all_job_ids: set, skipped: Cou
     long["offset"] = long.offset.astype("int64")
     long = long.merge(jobs[["jobid", "anchor_naive", "anchor_utc"]], on="jobid", how="inner")
     delta = pd.to_timedelta(long.offset, unit="min")
-    naive = (long.anchor_naive + delta).reset_index(drop=True)
-    long = long.reset_index(drop=True)
+    naive = long.anchor_naive + delta
 
-    is_series = long.raw.fillna("").str.contains("Name:", regex=False)
+    is_series = long.raw.map(lambda v: isinstance(v, str) and "Name:" in v).astype(bool)
     plain = long[~is_series].copy()
-    plain["ts"] = pacific_to_utc(naive[~is_series], near=(long.anchor_utc + delta)[~is_series]).to_numpy()
+    plain["ts"] = pacific_to_utc(naive[~is_series], near=(long.anchor_utc + delta)[~is_series])
     value, bad = numeric_cells(plain.raw)
-    plain["value"] = value.to_numpy()
+    plain["value"] = value
     skipped[f"{label}: unparseable cell"] += int(bad.sum())
     skipped[f"{label}: empty cell"] += int((value.isna() & ~bad).sum())
 
@@ -288,7 +289,7 @@ def _window_cells(path: Path, jobs: pd.DataFrame, all_job_ids: set, skipped: Cou
         for occurrence, ambiguous in ((0, True), (1, False)):  # first (PDT) then second (PST) occurrence
             ts = ser_naive.dt.tz_localize(TZ, ambiguous=np.full(len(ser_naive), ambiguous)).dt.tz_convert("UTC")
             vals = [v[occurrence] if ok else np.nan for v, ok in zip(values, two)]
-            extra.append(ser.assign(ts=ts.to_numpy(), value=np.asarray(vals, dtype="float64")))
+            extra.append(ser.assign(ts=ts, value=np.asarray(vals, dtype="float64")))
         skipped[f"{label}: DST-duplicate cell not holding two values"] += int((~two).sum())
         skipped[f"{label}: DST-duplicate cell parsed into two minutes"] += int(two.sum())
     cells = pd.concat([plain, *extra], ignore_index=True)
@@ -299,7 +300,9 @@ def gpu_telemetry(data_dir: str | Path | None, jobs: pd.DataFrame, all_job_ids: 
                   silent_minutes: pd.DatetimeIndex, skus: pd.DataFrame, skipped: Counter) -> pd.DataFrame:
     label = "gpu_telemetry"
     cells = _window_cells(_dir(data_dir) / "philly_jobwindow_gpu_util.csv", jobs, all_job_ids, skipped, label)
-    parts = cells.name.str.extract(r"^(?P<node>[^_]+)_gpu(?P<idx>\d+)$")
+    names = pd.Series(cells.name.unique())
+    parsed = names.str.extract(r"^(?P<node>[^_]+)_gpu(?P<idx>\d+)$").set_index(names)
+    parts = pd.DataFrame({"node": cells.name.map(parsed.node), "idx": cells.name.map(parsed.idx)})
     bad_name = parts.node.isna()
     skipped[f"{label}: GPU name not <machine>_gpu<N>"] += int(bad_name.sum())
     na = cells.value == -1
@@ -336,9 +339,11 @@ def node_telemetry(data_dir: str | Path | None, jobs: pd.DataFrame, all_job_ids:
     frames = {}
     for kind, file in (("cpu", "philly_jobwindow_cpu_util.csv"), ("mem", "philly_jobwindow_mem_free_pct.csv")):
         cells = _window_cells(d / file, jobs, all_job_ids, skipped, f"{label} ({kind})")
-        out = (cells.value < 0) | (cells.value > 100)
+        na = cells.value == -1
+        out = ~na & ((cells.value < 0) | (cells.value > 100))
+        skipped[f"{label} ({kind}): -1 (NA in the source)"] += int(na.sum())
         skipped[f"{label} ({kind}): value outside 0-100"] += int(out.sum())
-        cells = cells[~out]
+        cells = cells[~(na | out)]
         dup = cells.duplicated(["name", "ts"])
         skipped[f"{label} ({kind}): duplicate machine-minute from overlapping job windows"] += int(dup.sum())
         frames[kind] = cells[~dup].set_index(["name", "ts"]).value.rename(kind)

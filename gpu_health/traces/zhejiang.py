@@ -10,7 +10,9 @@ Mapping
 * A leaf port wired to a server NIC in the topology becomes that server's
   link: ``node_id`` = the server (``sysname``), ``link_id`` = its NIC's netdev
   name (``ens11np0``; the ``mlx5_N`` names of ``topology_GPU_NIC_info.csv`` are
-  keyed by an IP range that does not join to the topology's server IPs).
+  keyed by an IP range that does not join to the topology's server IPs). Two
+  NICs of ``GPU-153`` have no name in the topology: their ``link_id`` is
+  placeholder ``nic@<leaf>:<port>`` (e.g. ``nic@Leaf-12:TwoHundredGigE1/0/17:2``).
 * Direction is the server's: the switch port's *in* octets are what the
   server sent, so ``tx_gbps`` = ``in_octets``·8/60/1e9 and ``rx_gbps`` =
   ``out_octets``·8/60/1e9 (octets are per-sample deltas summed over the minute).
@@ -68,6 +70,9 @@ def build(data_dir: str | Path | None = None, *, limit: int | None = None,
     roll = pd.read_csv(d / "trafficinfo" / "all_switches_port_minute_rollup.csv", usecols=_ROLLUP_COLUMNS)
     topo = pd.read_csv(d / "topology_cluster_topology.csv", usecols=["switchname", "portname", "sysname", "nicname"])
     topo = topo.apply(lambda s: s.str.strip())
+    # Two NICs of one server have no name in the topology: name the link by its leaf port.
+    leaf = topo.switchname.str.extract(r"(Leaf-\d+)")[0].fillna(topo.switchname)
+    topo["nicname"] = topo.nicname.fillna("nic@" + leaf + ":" + topo.portname)
     dup = topo.duplicated(["switchname", "portname"])
     if dup.any():
         raise ValueError(f"{d / 'topology_cluster_topology.csv'}: switch port wired twice, e.g. "
