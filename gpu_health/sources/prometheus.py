@@ -119,10 +119,11 @@ def _increase(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def _sum_strict(df: pd.DataFrame, keys: list[str], col: str) -> pd.Series:
-    """Sum of ``col`` per group; NaN if any member is NaN."""
-    g = df.groupby(keys, sort=False)[col]
-    total = g.sum(min_count=1)
-    return total.where(~g.apply(lambda s: s.isna().any()), np.nan) if df[col].isna().any() else total
+    """Sum of ``col`` per group; NaN if any member is NaN (a partial sum would under-report)."""
+    groups = [df[k] for k in keys]
+    total = df[col].groupby(groups, sort=False).sum(min_count=1)
+    any_nan = df[col].isna().groupby(groups, sort=False).any()
+    return total.where(~any_nan)
 
 
 def _to_contract(table: str, df: pd.DataFrame) -> pd.DataFrame:
@@ -365,7 +366,7 @@ class PrometheusSource:
         rows = rows.merge(self._xid(w), on=["gpu_uuid", _K], how="left")
         rows["xid"] = rows["xid"].fillna(0)
         rows["ts"] = w.ts(rows[_K])
-        rows = rows.astype({"gpu_index": "float"})
+        rows["gpu_index"] = pd.to_numeric(rows["gpu_index"], errors="coerce")
         for field in F.GPU_GAUGES:
             if field.column not in rows.columns:
                 rows[field.column] = np.nan
