@@ -64,6 +64,22 @@ def test_real_dcgm_exporter_capture(t4_prometheus, caplog):
     assert any(HOST_B in r.getMessage() and "dropped" in r.getMessage() for r in caplog.records)
 
 
+def test_xid_errors_count_rises_count_once(prometheus_factory, tmp_path):  # noqa: F811
+    """dcgm-exporter's windowed DCGM_EXP_XID_ERRORS_COUNT{xid}: a code counts in the minutes its count rises."""
+    text = FIXTURE.read_text()
+    counts = [None, None, 1, 1, 2, 0]  # per minute; None = no series yet
+    scrapes = []
+    for c in counts:
+        extra = "" if c is None else (
+            "# TYPE DCGM_EXP_XID_ERRORS_COUNT gauge\n"
+            f'DCGM_EXP_XID_ERRORS_COUNT{{gpu="0",UUID="{UUID_A}",Hostname="{HOST_A}",xid="13"}} {c}\n'
+        )
+        scrapes.append(text + extra)
+    om = scrape_to_openmetrics(scrapes, [T0 + i * MIN for i in range(6)], tmp_path / "count.om")
+    df = PrometheusSource(prometheus_factory(om), region="lab").read("gpu_telemetry", T0, T0 + 6 * MIN).frame
+    assert list(df["xid"]) == [0, 0, 13, 0, 13, 0]
+
+
 def test_incomplete_rows_keep_reports_instead_of_dropping(t4_prometheus):
     df = PrometheusSource(t4_prometheus, region="lab", incomplete_rows="keep").read("gpu_telemetry", T0, T0 + 6 * MIN).frame
     host_b = df.loc[df["node_id"] == HOST_B]
