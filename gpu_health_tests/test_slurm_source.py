@@ -105,7 +105,7 @@ def test_unknown_and_none_times(hb):
     # Cancelled before it started: Start=None -> no started, ended with 0 GPUs and no placement.
     e = _events(hb, "4047445")
     assert set(e.index) == {"submitted", "ended"}
-    assert e.loc["ended"].gpus == 0 and e.loc["ended"].node_ids is None
+    assert e.loc["ended"].gpus == 0 and pd.isna(e.loc["ended"].node_ids)
     # NODE_FAIL with Start=None.
     assert _events(hb, "7336818").loc["ended"].exit_state == "node_fail"
 

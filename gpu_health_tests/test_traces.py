@@ -99,7 +99,7 @@ def test_philly_gpu_window_values_and_job_mapping(ph, ph_jobs):
     anchor = start.floor("min").tz_localize("America/Los_Angeles").tz_convert("UTC")
     before = gpu.loc[("philly:m127:gpu0", anchor - pd.Timedelta(minutes=10))]
     at = gpu.loc[("philly:m127:gpu0", anchor)]
-    assert before.gpu_util_pct == 95.0 and before.job_id is None  # before the start: holder unknown
+    assert before.gpu_util_pct == 95.0 and pd.isna(before.job_id)  # before the start: holder unknown
     assert at.gpu_util_pct == 100.0 and at.job_id == "application_1504131676014_11327"
     assert at.node_id == "m127" and at.gpu_index == 0
 

@@ -357,16 +357,17 @@ def _rejects_frame(rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=REJECT_COLUMNS).astype({"line_no": "int64"})
 
 
+def _typed(df: pd.DataFrame, table: str) -> pd.DataFrame:
+    """The contract's columns in order, cast to the contract's dtypes (strings as StringDtype)."""
+    return df[columns(table)].astype(empty_frame(table).dtypes.to_dict())
+
+
 def _events_frame(rows: list[dict], ts: pd.DatetimeIndex) -> pd.DataFrame:
     if not rows:
         return empty_frame("scheduler_events")
     df = pd.DataFrame(rows)
     df["ts"] = ts
-    df["priority"] = df["priority"].astype("int64")
-    df["gpus"] = df["gpus"].astype("int64")
-    for c in ("node_ids", "exit_state", "reason"):
-        df[c] = df[c].astype(object).where(df[c].notna(), None)
-    return df[columns("scheduler_events")]
+    return _typed(df, "scheduler_events")
 
 
 def _metadata_frame(rows: list[dict], submitted: pd.DatetimeIndex) -> pd.DataFrame:
@@ -374,10 +375,8 @@ def _metadata_frame(rows: list[dict], submitted: pd.DatetimeIndex) -> pd.DataFra
         return empty_frame("job_metadata")
     df = pd.DataFrame(rows)
     df["submitted_at"] = submitted
-    df["requested_gpus"] = df["requested_gpus"].astype("int64")
-    df["requested_mem_gb"] = df["requested_mem_gb"].astype("float64")
     df["sla_deadline"] = pd.Series(pd.NaT, index=df.index, dtype="datetime64[ns, UTC]")
-    return df[columns("job_metadata")]
+    return _typed(df, "job_metadata")
 
 
 def _event(job_id: str, attempt: int, event: str, *, queue: str, priority: int, gpus: int,

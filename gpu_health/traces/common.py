@@ -72,7 +72,9 @@ def conform(frame: pd.DataFrame, table: str, *, nullable: tuple[str, ...] = ()) 
             s = s.astype("boolean") if (col in nullable or s.isna().any()) else s.astype(bool)
         elif pd.api.types.is_float_dtype(dt):
             s = pd.to_numeric(s, errors="raise").astype("float64")
-        else:  # strings (and cost_capacity's date objects)
+        elif isinstance(dt, pd.StringDtype):
+            s = s.astype(dt)
+        else:  # object, e.g. cost_capacity's date
             s = s.astype(object).where(s.notna(), None)
         out[col] = s
     return out.reset_index(drop=True)
