@@ -188,17 +188,34 @@ def build_plan(scen: Scenario, lo_s: int, hi_s: int) -> pd.DataFrame:
     return plan[plan["submit_s"] < hi_s].reset_index(drop=True)
 
 
+def _scheduling_hit(inc, pool: str, region: np.ndarray, gpus: np.ndarray) -> np.ndarray | None:
+    """Lanes (by region / size) a scheduling incident slows down, or None if it spares the pool."""
+    if inc.kind == "priority_change" and pool == "batch":
+        return region == inc.region if inc.region else np.ones(len(region), bool)
+    if inc.kind == "fragmentation" and pool in ("batch", "distributed"):
+        hit = gpus >= 2
+        if inc.region:
+            hit &= region == inc.region
+        return hit
+    return None
+
+
+def incident_job_ids(scen: Scenario, n: int) -> tuple[str, ...]:
+    """The jobs incident ``n`` targets (hung jobs, dummy jobs), from the plan over the incident.
+
+    A pure function of the scenario: which windows were generated before does not matter.
+    """
+    inc = scen.incidents[n]
+    plan = build_plan(scen, to_s(inc.start), max(to_s(inc.end), to_s(inc.start) + MIN))
+    return tuple(sorted(plan.loc[plan["incident"] == n, "job_id"]))
+
+
 def _gap_multiplier(scen: Scenario, pool: str, sel: pd.DataFrame, L: np.ndarray):
     """Scheduling incidents stretch placement gaps on the lanes they hit."""
     effects = []
     for inc in scen.incidents:
-        if inc.kind == "priority_change" and pool == "batch":
-            hit = sel["region"].to_numpy() == inc.region if inc.region else np.ones(len(sel), bool)
-        elif inc.kind == "fragmentation" and pool in ("batch", "distributed"):
-            hit = sel["gpus"].to_numpy() >= 2
-            if inc.region:
-                hit &= sel["region"].to_numpy() == inc.region
-        else:
+        hit = _scheduling_hit(inc, pool, sel["region"].to_numpy(), sel["gpus"].to_numpy())
+        if hit is None:
             continue
         effects.append((hit[L], to_s(inc.start), to_s(inc.end), inc.magnitude))
 
@@ -227,9 +244,15 @@ def _attributes(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
         team[m] = H.choice(seed, TEAM_WEIGHTS[p], F_TEAM, lane[m], epoch[m], k[m])
         exit_idx[m] = H.choice(seed, model.exit_weights, F_EXIT, lane[m], epoch[m], k[m])
         w = H.exponential(seed, F_WAIT, lane[m], epoch[m], k[m]) * model.wait_mean_s
+        start_s = plan["start_s"].to_numpy()[m]
         if p != "interactive":
-            w = w * np.where(retrain_wave(plan["start_s"].to_numpy()[m]), 4.0, 1.0)
-        wait[m] = np.minimum(w, model.wait_max_s)
+            w = w * np.where(retrain_wave(start_s), 4.0, 1.0)
+        # scheduling incidents: jobs placed while one is on wait longer in the queue, too
+        for inc in scen.incidents:
+            hit = _scheduling_hit(inc, p, plan["region"].to_numpy()[m], plan["gpus"].to_numpy()[m])
+            if hit is not None:
+                w = w * np.where(hit & (start_s >= to_s(inc.start)) & (start_s < to_s(inc.end)), inc.magnitude, 1.0)
+        wait[m] = np.minimum(w, model.wait_max_s)  # capped: a window's plan reaches back wait_max_s
     plan["team"] = np.array(TEAMS, dtype=object)[team]
     mu = H.uniform(seed, F_MODEL, lane, epoch, k)
     plan["model_type"] = [TEAM_MODELS[t][int(u * len(TEAM_MODELS[t]))] for t, u in zip(plan["team"], mu)]
@@ -247,6 +270,7 @@ def _attributes(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
     plan["slow_framework"] = 0.0
     plan["dummy"] = False
     plan["stall_from_s"] = np.int64(-1)
+    plan["incident"] = np.int64(-1)  # index of the incident whose target the job is (hung / dummy jobs)
     plan["reports_metrics"] = [POOLS[p].reports_metrics for p in pool]
     dur = plan["end_s"] - plan["start_s"]
     sla = np.isin(plan["team"], list(SLA_TEAMS)) & (pool != "interactive") & (H.uniform(seed, F_SLA, lane, epoch, k) < 0.5)
@@ -339,6 +363,7 @@ def _apply_incidents(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
                 row["exit_state"], row["reason"], row["xid_on_end"] = "cancelled", "cancelled by user", 0
                 row["reports_metrics"], row["sla_deadline_s"], row["slow_framework"] = False, -1, 0.0
                 row["framework_version"] = FRAMEWORKS[0]
+                row["stall_from_s"], row["incident"] = -1, n
                 extra.append(row)
         elif inc.kind == "training_stall":
             lanes = _lanes_on(scen, inc.node_ids)
@@ -350,11 +375,11 @@ def _apply_incidents(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
                 idx = idx[u < inc.fraction]
             rows = plan.index[idx]
             plan.loc[rows, "stall_from_s"] = s
+            plan.loc[rows, "incident"] = n
             plan.loc[rows, "end_s"] = e
             plan.loc[rows, ["exit_state", "reason"]] = ["failed", "NCCL watchdog timeout: collective operation hung"]
             stalled_lanes = plan.loc[rows, "lane"].unique()
             drop |= (plan["lane"].isin(stalled_lanes) & starts_in).to_numpy()
-            inc.job_ids = tuple(plan.loc[rows, "job_id"])
     plan = plan[~drop]
     if extra:
         plan = pd.concat([plan, pd.DataFrame(extra)], ignore_index=True)

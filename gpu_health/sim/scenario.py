@@ -63,6 +63,9 @@ KINDS: dict[str, KindInfo] = {
     "collector_outage": KindInfo("missing_data", 1.0, "(unused) a region's exporters go silent: missing data, not a GPU incident", None),
 }
 
+# kinds whose targets include specific jobs (labels carry their job_ids)
+JOB_TARGETED_KINDS = ("training_stall", "dummy_workload")
+
 FAMILIES = ["hardware", "software", "scheduling", "data_io", "network", "gaming", "planned", "missing_data"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d)\s*$")
@@ -320,8 +323,19 @@ def _incident_changes(scen: Scenario) -> list[Change]:
 
 
 def labels_frame(scen: Scenario, job_ids: dict[str, tuple[str, ...]] | None = None) -> pd.DataFrame:
-    """Ground truth: one row per incident (written as labels.parquet)."""
-    job_ids = job_ids or {}
+    """Ground truth: one row per incident (written as labels.parquet).
+
+    ``job_ids`` (incident_id -> job ids) overrides the targeted jobs; where it
+    gives none, the hung jobs of a training_stall and the dummy jobs of a
+    dummy_workload are resolved from the job plan (a pure function of the
+    scenario, whatever windows were generated before).
+    """
+    from gpu_health.sim.jobs import incident_job_ids  # jobs imports this module
+
+    job_ids = dict(job_ids or {})
+    for n, inc in enumerate(scen.incidents):
+        if not job_ids.get(inc.incident_id) and inc.kind in JOB_TARGETED_KINDS:
+            job_ids[inc.incident_id] = incident_job_ids(scen, n)
     rows = []
     for inc in scen.incidents:
         resolved = {"node_ids": list(inc.node_ids), "region": inc.region}

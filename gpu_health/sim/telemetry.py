@@ -18,7 +18,7 @@ collector goes silent.
 import numpy as np
 import pandas as pd
 
-from gpu_health.contracts import columns
+from gpu_health.contracts import columns, conform
 from gpu_health.sim import hashing as H
 from gpu_health.sim.jobs import MODEL_STEP, POOLS, PRIORITY, QUEUES, SCHEDULER, build_plan, from_s, to_s
 from gpu_health.sim.scenario import Scenario
@@ -72,13 +72,18 @@ class Window:
         ok = (j >= 0) & (plan["lane"].to_numpy()[np.clip(j, 0, None)] == lane) & (plan["end_s"].to_numpy()[np.clip(j, 0, None)] > t)
         return np.where(ok, j, -1)
 
-    def _slow_terms(self, lane_nodes_rows, multi_node: np.ndarray, region: np.ndarray, t: np.ndarray):
-        """Per-row extra step time (relative) by component, from active incidents."""
+    def _slow_terms(self, lane_nodes_rows, multi_node: np.ndarray, region: np.ndarray, t: np.ndarray, incidents=None):
+        """Per-row extra step time (relative) by component, from active incidents.
+
+        ``incidents`` defaults to the speed incidents overlapping this window.
+        """
         n = len(t)
         compute = np.zeros(n)
         io = np.zeros(n)
         net = np.zeros(n)
-        for _, inc in self._incidents("thermal_throttle", "io_bottleneck", "network_degradation"):
+        if incidents is None:
+            incidents = self._incidents("thermal_throttle", "io_bottleneck", "network_degradation")
+        for _, inc in incidents:
             active = (t >= to_s(inc.start)) & (t < to_s(inc.end))
             if not active.any():
                 continue
@@ -116,7 +121,7 @@ class Window:
 
     def table(self, name: str) -> pd.DataFrame:
         if name not in self._tables:
-            self._tables[name] = getattr(self, f"_{name}")()[columns(name)]
+            self._tables[name] = conform(getattr(self, f"_{name}")()[columns(name)], name)
         return self._tables[name]
 
     # --- gpu_telemetry -------------------------------------------------------------------
@@ -402,11 +407,12 @@ class Window:
             """Steps completed by second ``tau`` (closed form over the incident intervals)."""
             tau = np.minimum(np.maximum(tau, st), en)
             eff = (tau - st).astype(float)
-            for _, inc in self._incidents_all("thermal_throttle", "io_bottleneck", "network_degradation"):
+            for n_inc, inc in self._incidents_all("thermal_throttle", "io_bottleneck", "network_degradation"):
                 s_, e_ = to_s(inc.start), to_s(inc.end)
                 ov = np.clip(np.minimum(tau, e_) - np.maximum(st, s_), 0, None)
                 mid = np.full(len(tau), (s_ + e_) // 2)
-                c, i_, n_ = self._slow_terms(lane_rows, multi, None, mid)
+                # this incident's own slowdown, whether or not it overlaps the window being generated
+                c, i_, n_ = self._slow_terms(lane_rows, multi, None, mid, incidents=[(n_inc, inc)])
                 f = 1 + c + i_ + n_
                 eff -= ov * (1 - 1 / f)
             eff = eff / (1 + fw)
@@ -497,7 +503,7 @@ class Window:
             "container_image": ("registry.internal/" + sel["team"] + "/" + sel["model_type"] + ":" + sel["framework_version"]).to_numpy(),
             "framework_version": sel["framework_version"].to_numpy(),
             "sla_deadline": _ts_or_nat(sla),
-        }).sort_values("submitted_at").reset_index(drop=True)
+        }).sort_values(["submitted_at", "job_id"]).reset_index(drop=True)
 
     def _change_events(self) -> pd.DataFrame:
         rows = [c for c in self.scen.changes if self.start <= c.ts < self.end]
