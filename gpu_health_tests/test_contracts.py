@@ -106,6 +106,14 @@ def put(df: pd.DataFrame, row: int, column: str, value) -> pd.DataFrame:
     return df
 
 
+def assert_same_rows(valid: pd.DataFrame, expected: pd.DataFrame):
+    """Same rows and values; string columns may come back in the contract's string dtype."""
+    assert list(valid.columns) == list(expected.columns)
+    strings = {c: valid[c].dtype for c in valid.columns
+               if isinstance(valid[c].dtype, pd.StringDtype) and expected[c].dtype == object}
+    pd.testing.assert_frame_equal(valid, expected.astype(strings))
+
+
 def assert_rows_rejected(result, clean: pd.DataFrame, rows: list[int], source: str, column, reason: str):
     """Exactly ``rows`` are rejected (for ``reason`` on ``column``); every other row is kept as it was."""
     rej = result.rejects
@@ -123,7 +131,7 @@ def assert_rows_rejected(result, clean: pd.DataFrame, rows: list[int], source: s
     for rj in rej["row_json"]:
         assert set(json.loads(rj)) == set(columns(source))
     # the other rows come out exactly as they went in (clean frames are the simulator's, already coerced)
-    pd.testing.assert_frame_equal(result.valid, clean.drop(index=rows).reset_index(drop=True))
+    assert_same_rows(result.valid, clean.drop(index=rows).reset_index(drop=True))
 
 
 def assert_violation(err: ContractViolation, source: str, column: str, *fragments: str):
@@ -146,7 +154,7 @@ def test_simulated_partition_satisfies_contract(frames, source):
     result = check(df, source)
     assert result.rejects.empty, result.reject_counts
     assert result.sentinels_nulled == 0
-    pd.testing.assert_frame_equal(result.valid, df)
+    assert_same_rows(result.valid, df)
 
 
 @pytest.mark.parametrize("source", ["cost_capacity", "maintenance_windows"])
@@ -155,7 +163,7 @@ def test_daily_and_calendar_tables_satisfy_contract(frames, source):
     assert len(df) > 0
     result = check(df, source)
     assert result.rejects.empty, result.reject_counts
-    pd.testing.assert_frame_equal(result.valid, df)
+    assert_same_rows(result.valid, df)
 
 
 def test_sim_tables_cover_the_default_cluster(frames):
@@ -422,7 +430,7 @@ def test_duplicate_key_keeps_the_first_and_rejects_later_ones(frames, source, ke
     dup_rows = [len(clean), len(clean) + 1]
     assert_rows_rejected(result, df, dup_rows, source, None, f"duplicate key ({', '.join(key)})")
     # the first occurrence is the one kept, with its own values
-    pd.testing.assert_frame_equal(result.valid, clean)
+    assert_same_rows(result.valid, clean)
 
 
 UNCOERCIBLE = [
@@ -466,7 +474,7 @@ def test_whole_numbers_as_floats_are_accepted_in_integer_columns(frames):
     df["retransmits"] = df["retransmits"].astype(float)
     result = check(df, "network_telemetry")
     assert result.rejects.empty
-    pd.testing.assert_frame_equal(result.valid, clean)
+    assert_same_rows(result.valid, clean)
 
 
 # --- DCGM "not supported" sentinels --------------------------------------------------------------
@@ -486,7 +494,7 @@ def test_sentinel_in_optional_field_becomes_null_and_the_row_is_kept(frames, col
     # never a zero reading, and the other columns are untouched
     expected = clean.copy()
     expected.loc[[2, 5], column] = None
-    pd.testing.assert_frame_equal(result.valid, expected)
+    assert_same_rows(result.valid, expected)
 
 
 @pytest.mark.parametrize("column, sentinel", [
