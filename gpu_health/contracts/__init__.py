@@ -6,7 +6,8 @@ from gpu_health.contracts.models import (
     OPTIONAL_DCGM_COLUMNS,
     PARTITION_COLUMN,
     columns,
+    conform,
     empty_frame,
 )
 
-__all__ = ["CONTRACTS", "FIVE_MINUTE_SOURCES", "OPTIONAL_DCGM_COLUMNS", "PARTITION_COLUMN", "columns", "empty_frame"]
+__all__ = ["CONTRACTS", "FIVE_MINUTE_SOURCES", "OPTIONAL_DCGM_COLUMNS", "PARTITION_COLUMN", "columns", "conform", "empty_frame"]

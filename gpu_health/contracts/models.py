@@ -264,6 +264,11 @@ def columns(table: str) -> list[str]:
     return list(CONTRACTS[table].to_schema().columns)
 
 
+def conform(frame: pd.DataFrame, table: str) -> pd.DataFrame:
+    """Cast a frame that already holds valid values to the contract's dtypes (no checks)."""
+    return CONTRACTS[table].to_schema().coerce_dtype(frame)
+
+
 def empty_frame(table: str) -> pd.DataFrame:
     """A zero-row frame with the contract's columns and dtypes."""
     schema = CONTRACTS[table].to_schema()

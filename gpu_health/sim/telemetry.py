@@ -539,7 +539,7 @@ def cost_capacity(scen: Scenario, day: pd.Timestamp) -> pd.DataFrame:
         rows.append({"date": day.date(), "region": region, "sku": sku, "capacity_gpus": int(cap),
                      "reserved_gpus": int(round(cap * 0.85)), "reserved_gpu_hour_usd": res,
                      "on_demand_gpu_hour_usd": od, "on_demand_gpu_hours": round(float(burst), 1)})
-    return pd.DataFrame(rows)
+    return conform(pd.DataFrame(rows), "cost_capacity")
 
 
 def maintenance_windows(scen: Scenario) -> pd.DataFrame:
@@ -553,4 +553,4 @@ def maintenance_windows(scen: Scenario) -> pd.DataFrame:
                      "reason": inc.scope.get("reason", "planned maintenance: firmware and driver update")})
     if not rows:
         return _empty("maintenance_windows")
-    return pd.DataFrame(rows)
+    return conform(pd.DataFrame(rows), "maintenance_windows")

@@ -25,6 +25,8 @@ class Fetched:
 
     frame: pd.DataFrame
     origin: str  # file path, URL or "simulator:<scenario>" -- named in error messages
+    start: pd.Timestamp | None = None  # the partition a file holds, when it holds one
+    end: pd.Timestamp | None = None
 
 
 class Source(Protocol):

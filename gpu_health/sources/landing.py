@@ -29,19 +29,21 @@ class LandingSource:
     def tables(self) -> frozenset[str]:
         return frozenset(FIVE_MINUTE_SOURCES) | DAILY_SOURCES | {"maintenance_windows"}
 
-    def files(self, table: str, start, end) -> list[Path]:
+    def files(self, table: str, start, end) -> list[tuple[Path, pd.Timestamp | None, pd.Timestamp | None]]:
+        """(path, partition start, partition end) of every file the window needs."""
         if table == "maintenance_windows":
-            return [partition_path(self.root, table)]
-        return [partition_path(self.root, table, s) for s in partition_starts(table, start, end)]
+            return [(partition_path(self.root, table), None, None)]
+        step = pd.Timedelta(days=1) if table in DAILY_SOURCES else FIVE_MINUTES
+        return [(partition_path(self.root, table, s), s, s + step) for s in partition_starts(table, start, end)]
 
     def read_files(self, table: str, start, end) -> list[Fetched]:
-        """One Fetched per file, so that a contract violation names its file."""
+        """One Fetched per file, with the partition it must hold, so a violation names its file."""
         out, missing = [], []
-        for path in self.files(table, start, end):
+        for path, p_start, p_end in self.files(table, start, end):
             if not path.exists():
                 missing.append(path)
                 continue
-            out.append(Fetched(pd.read_parquet(path), str(path)))
+            out.append(Fetched(pd.read_parquet(path), str(path), p_start, p_end))
         if missing:
             if table == "maintenance_windows":
                 return [Fetched(empty_frame(table), f"{missing[0]} (absent: no planned maintenance)")]

@@ -1,11 +1,12 @@
 """One asset per telemetry source, each guarded by its pandera contract."""
 
 import dagster as dg
+import numpy as np
 import pandas as pd
 from dagster_pandera import pandera_schema_to_dagster_type
 
 from gpu_health.contracts import CONTRACTS, FIVE_MINUTE_SOURCES
-from gpu_health.contracts.validate import Validated, empty_rejects, validate_frame
+from gpu_health.contracts.validate import Validated, precheck, validate_frame
 from gpu_health.defs.common import KINDS, OWNERS, column_schema, contract_check_result, contract_check_spec, preview
 from gpu_health.defs.resources import TelemetrySourceResource, WarehouseResource
 
@@ -40,18 +41,21 @@ def _chunks(start: pd.Timestamp | None, end: pd.Timestamp | None):
 
 
 def read_validated(source, table: str, start, end) -> Validated:
-    """Read a window from the source and judge it, file by file where the source has files."""
-    parts = source.read_files(table, start, end) if hasattr(source, "read_files") else [source.read(table, start, end)]
-    valid, rejects, nulled = [], [], 0
-    for fetched in parts:
-        v = validate_frame(fetched.frame, table, start=start, end=end, origin=fetched.origin)
-        valid.append(v.valid)
-        if len(v.rejects):
-            rejects.append(v.rejects)
-        nulled += v.sentinels_nulled
-    valid_frame = pd.concat(valid, ignore_index=True) if len(valid) > 1 else valid[0]
-    rej = pd.concat(rejects, ignore_index=True) if rejects else empty_rejects()
-    return Validated(valid_frame, rej, nulled)
+    """Read a window from the source and judge it.
+
+    File-based sources: each file is prechecked against its own partition (so a
+    table-level violation names its file), then the concatenation is validated
+    in one pandera pass with a per-row origin (so each reject names its file).
+    """
+    if not hasattr(source, "read_files"):
+        fetched = source.read(table, start, end)
+        return validate_frame(fetched.frame, table, start=start, end=end, origin=fetched.origin)
+    parts = source.read_files(table, start, end)
+    frames = [precheck(f.frame, table, start=f.start, end=f.end, origin=f.origin) for f in parts]
+    origins = np.concatenate([np.full(len(fr), f.origin, dtype=object) for fr, f in zip(frames, parts)]) if parts else np.array([], dtype=object)
+    non_empty = [fr for fr in frames if len(fr)] or frames[:1]
+    frame = pd.concat(non_empty, ignore_index=True) if len(non_empty) > 1 else non_empty[0]
+    return validate_frame(frame, table, start=start, end=end, origin=origins)
 
 
 def build_source_asset(table: str, partitions_def) -> dg.AssetsDefinition:

@@ -1,0 +1,191 @@
+"""The ``gpu-health`` command line.
+
+    gpu-health simulate --scenario FILE [--start ISO --end ISO] --landing DIR
+    gpu-health run --start ISO --end ISO [--scenario FILE | --landing DIR | --source prometheus --prometheus-url URL]
+                   [--warehouse URL]
+
+``simulate`` writes the landing zone (contracts.md layout) and ``DIR/labels.parquet``.
+``run`` materializes every asset of the code location for each partition in the
+range, in-process (single-run ranges of at most a day), and exits non-zero on failure.
+"""
+
+import argparse
+import logging
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pandas as pd
+
+from gpu_health.contracts import FIVE_MINUTE_SOURCES, PARTITION_COLUMN, empty_frame
+from gpu_health.landing import write_partition
+
+DAY = pd.Timedelta(days=1)
+FIVE = pd.Timedelta(minutes=5)
+
+
+def _ts(text: str) -> pd.Timestamp:
+    ts = pd.Timestamp(text)
+    if ts.tzinfo is None:
+        raise SystemExit(f"error: {text!r} has no timezone; write UTC explicitly, e.g. 2026-11-02T00:00:00Z")
+    ts = ts.tz_convert("UTC")
+    if ts != ts.floor("5min"):
+        raise SystemExit(f"error: {text!r} is not on a 5-minute boundary")
+    return ts
+
+
+def _days(start: pd.Timestamp, end: pd.Timestamp):
+    t = start
+    while t < end:
+        nxt = min((t + DAY).normalize(), end)
+        yield t, nxt
+        t = nxt
+
+
+# --- simulate ----------------------------------------------------------------------------
+def simulate(scenario_path: str, landing: str, start: str | None, end: str | None, *, quiet: bool = False) -> dict:
+    from gpu_health.sim.jobs import build_plan, to_s
+    from gpu_health.sim.scenario import labels_frame, load_scenario
+    from gpu_health.sim.telemetry import Window, cost_capacity, maintenance_windows
+
+    scen = load_scenario(scenario_path)
+    start_ts = _ts(start) if start else scen.start
+    end_ts = _ts(end) if end else scen.end
+    root = Path(landing)
+    root.mkdir(parents=True, exist_ok=True)
+    rows = dict.fromkeys(FIVE_MINUTE_SOURCES, 0)
+    files = 0
+    t0 = time.time()
+    for d_start, d_end in _days(start_ts, end_ts):
+        win = Window(scen, d_start, d_end)
+        starts = pd.date_range(d_start, d_end, freq="5min", inclusive="left")
+        for table in FIVE_MINUTE_SOURCES:
+            frame = win.table(table)
+            col = PARTITION_COLUMN[table]
+            keys = frame[col].dt.floor("5min") if len(frame) else pd.Series([], dtype="datetime64[ns, UTC]")
+            groups = dict(tuple(frame.groupby(keys, sort=False))) if len(frame) else {}
+            for p in starts:
+                part = groups.get(p)
+                write_partition(root, table, p, part if part is not None else empty_frame(table))
+                files += 1
+            rows[table] += len(frame)
+        write_partition(root, "cost_capacity", d_start.normalize(), cost_capacity(scen, d_start))
+        files += 1
+        if not quiet:
+            print(f"simulated {d_start:%Y-%m-%d %H:%M} .. {d_end:%Y-%m-%d %H:%M} ({time.time() - t0:.0f}s)", file=sys.stderr)
+    write_partition(root, "maintenance_windows", None, maintenance_windows(scen))
+    # resolve the jobs an incident hit (hangs) for the ground truth
+    for inc in scen.incidents:
+        build_plan(scen, to_s(inc.start), to_s(inc.start) + 300)
+    labels = labels_frame(scen, {inc.incident_id: inc.job_ids for inc in scen.incidents})
+    labels.to_parquet(root / "labels.parquet", index=False)
+    return {"landing": str(root), "files": files + 2, "rows": rows, "incidents": len(labels), "seconds": round(time.time() - t0, 1)}
+
+
+# --- run ---------------------------------------------------------------------------------
+def run(start: str, end: str, *, scenario: str | None = None, landing: str | None = None, source: str | None = None,
+        prometheus_url: str | None = None, warehouse: str | None = None, partition_start: str | None = None,
+        quiet: bool = False) -> dict:
+    import dagster as dg
+
+    from gpu_health.definitions import build_definitions, default_resources
+    from gpu_health.defs.resources import TelemetrySourceResource, WarehouseIOManager, WarehouseResource
+    from gpu_health.partitions import FIVE_MINUTE_FMT
+    from gpu_health.settings import Settings
+
+    start_ts, end_ts = _ts(start), _ts(end)
+    if end_ts <= start_ts:
+        raise SystemExit("error: --end must be after --start")
+    kind = source or ("landing" if landing else "simulator")
+    resources = default_resources()
+    url = warehouse or resources["warehouse"].url
+    src = TelemetrySourceResource(kind=kind, scenario=scenario or "", landing_dir=landing or "var/landing",
+                                  prometheus_url=prometheus_url or "")
+    resources.update(warehouse=WarehouseResource(url=url), warehouse_io_manager=WarehouseIOManager(url=url), source=src)
+    # the code location's partitions must cover the range: by default they start on its first day
+    settings = Settings(partition_start=partition_start or start_ts.normalize().strftime(FIVE_MINUTE_FMT))
+    defs = build_definitions(settings, resources)
+    instance = dg.DagsterInstance.ephemeral()
+    summary = {"warehouse": url, "source": kind, "runs": 0, "partitions": 0}
+    t0 = time.time()
+
+    quiet_logs = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+    def execute(job_name, **kw):
+        result = defs.resolve_job_def(job_name).execute_in_process(instance=instance, raise_on_error=False,
+                                                                   run_config=quiet_logs, **kw)
+        summary["runs"] += 1
+        if not result.success:
+            failures = [e for e in result.all_events if e.is_step_failure]
+            detail = "; ".join(f"{e.step_key}: {e.event_specific_data.error.message.strip()}" for e in failures) or "see logs"
+            raise RuntimeError(f"{job_name} {kw.get('partition_key') or kw.get('tags', {})} failed: {detail}")
+        for ev in result.get_asset_check_evaluations():
+            if not ev.passed:
+                summary.setdefault("failed_checks", []).append(f"{ev.asset_key.to_user_string()}:{ev.check_name}")
+        return result
+
+    execute("calendar_job")
+    for day in pd.date_range(start_ts.normalize(), end_ts, freq="D", inclusive="left"):
+        execute("daily_job", partition_key=day.strftime("%Y-%m-%d"))
+    for c_start, c_end in _days(start_ts, end_ts):
+        last = c_end - FIVE
+        execute("five_minute_job", tags={"dagster/asset_partition_range_start": c_start.strftime(FIVE_MINUTE_FMT),
+                                         "dagster/asset_partition_range_end": last.strftime(FIVE_MINUTE_FMT)})
+        summary["partitions"] += int((c_end - c_start) / FIVE)
+        if not quiet:
+            print(f"materialized {c_start:%Y-%m-%d %H:%M} .. {c_end:%Y-%m-%d %H:%M} ({time.time() - t0:.0f}s)", file=sys.stderr)
+    summary["seconds"] = round(time.time() - t0, 1)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpu-health", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_sim = sub.add_parser("simulate", help="write a scenario's landing zone and labels.parquet")
+    p_sim.add_argument("--scenario", required=True)
+    p_sim.add_argument("--start")
+    p_sim.add_argument("--end")
+    p_sim.add_argument("--landing", required=True)
+    p_run = sub.add_parser("run", help="materialize every asset for each partition in a range, in-process")
+    p_run.add_argument("--start", required=True)
+    p_run.add_argument("--end", required=True)
+    g = p_run.add_mutually_exclusive_group()
+    g.add_argument("--scenario", help="simulate this scenario (the embedded default source)")
+    g.add_argument("--landing", help="read the landing zone in this directory")
+    p_run.add_argument("--source", choices=["simulator", "landing", "prometheus"])
+    p_run.add_argument("--prometheus-url")
+    p_run.add_argument("--warehouse", help="SQLAlchemy URL (default: $GPU_HEALTH_WAREHOUSE_URL or sqlite:///var/warehouse.db)")
+    p_run.add_argument("--partition-start", help="first partition key of the code location (default: the range start)")
+    for p in (p_sim, p_run):
+        p.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    try:
+        import dagster as dg
+
+        warnings.filterwarnings("ignore", category=dg.BetaWarning)
+        warnings.filterwarnings("ignore", category=dg.PreviewWarning)
+    except (ImportError, AttributeError):
+        pass
+    logging.getLogger("dagster").setLevel(logging.WARNING)
+    try:
+        if args.command == "simulate":
+            out = simulate(args.scenario, args.landing, args.start, args.end, quiet=args.quiet)
+        else:
+            if args.source == "prometheus" and not args.prometheus_url:
+                parser.error("--source prometheus needs --prometheus-url")
+            out = run(args.start, args.end, scenario=args.scenario, landing=args.landing, source=args.source,
+                      prometheus_url=args.prometheus_url, warehouse=args.warehouse,
+                      partition_start=args.partition_start, quiet=args.quiet)
+    except (RuntimeError, ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    import json
+
+    print(json.dumps(out, default=str))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
