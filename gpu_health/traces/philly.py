@@ -14,10 +14,11 @@ twice) is read as its first (PDT) occurrence: the trace cannot tell, since
 its ``runtime_min`` is the plain wall-clock difference (so a job running
 through the fold really ran 60 minutes longer than ``runtime_min`` says,
 which the UTC times show). A window cell is resolved to the occurrence
-nearest ``start + offset`` in elapsed time. The CPU window stores both occurrences of a duplicated minute
-as one cell holding a stringified pandas Series (first value = first, PDT
-occurrence; second = PST: the second continues into 02:00): such a cell is
-parsed into two rows, one per UTC minute.
+nearest ``start + offset`` in elapsed time. The CPU window stores both
+occurrences of a duplicated minute as one cell holding a stringified pandas
+Series (first value = first, PDT occurrence; second = PST: the second
+continues into 02:00): such a cell is parsed into two rows, one per UTC
+minute.
 
 Tables and what is not in the trace
 -----------------------------------
