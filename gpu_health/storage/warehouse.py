@@ -197,12 +197,9 @@ def _columns_as_python(frame: pd.DataFrame, table: sa.Table) -> list[list]:
         elif isinstance(c.type, sa.Date):
             cols.append([None if pd.isna(v) else str(pd.Timestamp(v).date()) for v in s])
         elif isinstance(c.type, sa.Float):
-            f = pd.to_numeric(s, errors="coerce").astype("float64")
-            cols.append(f.astype(object).where(f.notna(), None).tolist())
-        elif isinstance(c.type, sa.BigInteger | sa.Boolean):
-            cols.append(s.astype(object).where(s.notna(), None).tolist())
+            cols.append(pd.to_numeric(s, errors="coerce").astype("float64").to_numpy(dtype=object, na_value=None).tolist())
         else:
-            cols.append(s.astype(object).where(s.notna(), None).tolist())
+            cols.append(s.to_numpy(dtype=object, na_value=None).tolist())
     return cols
 
 
