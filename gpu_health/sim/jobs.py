@@ -311,7 +311,8 @@ def _apply_incidents(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
             hit = _running_at(plan, bad_lanes, s)
             xid = 48 if inc.kind == "gpu_ecc_fault" else 79
             text = "Xid 48: double-bit ECC error" if xid == 48 else "Xid 79: GPU has fallen off the bus"
-            plan.loc[hit, ["end_s", "exit_state", "reason", "xid_on_end"]] = [s + 60, "failed", text, xid]
+            # the Xid is raised on the faulted GPU itself (telemetry.py), not on the lane's first GPU
+            plan.loc[hit, ["end_s", "exit_state", "reason", "xid_on_end"]] = [s + 60, "failed", text, 0]
             blocked = _lanes_on(scen, inc.node_ids) if inc.kind == "gpu_ecc_fault" else bad_lanes
             drop |= (plan["lane"].isin(blocked) & starts_in).to_numpy()
         elif inc.kind == "driver_regression":
