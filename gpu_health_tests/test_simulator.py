@@ -1,0 +1,639 @@
+"""The cluster simulator (gpu_health.sim): determinism, partition independence,
+cluster and workload facts, and the signature each incident kind leaves in the
+sources (never a flag column).
+
+Incident tests share one 2-hour window per kind (09:30-11:30 UTC on Tuesday
+2026-11-03, the incident 10:00-11:00), built once per module.
+"""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpu_health.contracts.models import FIVE_MINUTE_SOURCES, PARTITION_COLUMN, columns
+from gpu_health.contracts.validate import validate_frame
+from gpu_health.sim.cluster import H100, V100, ClusterSpec
+from gpu_health.sim.scenario import KINDS, default_scenario, labels_frame, load_scenario
+from gpu_health.sim.telemetry import Window, cost_capacity, maintenance_windows
+
+WEEK = {"start": "2026-11-02T00:00:00Z", "end": "2026-11-09T00:00:00Z"}  # Monday to Monday
+SEED = 7
+S = pd.Timestamp("2026-11-03T10:00:00Z")  # incident start (a Tuesday)
+E = S + pd.Timedelta(hours=1)             # incident end
+W0, W1 = S - pd.Timedelta(minutes=30), E + pd.Timedelta(minutes=30)
+MIN = pd.Timedelta(minutes=1)
+
+
+def scenario(*incidents, seed=SEED, **extra):
+    return load_scenario({"seed": seed, **WEEK, "incidents": list(incidents), **extra})
+
+
+def incident(kind, scope, **extra):
+    return {"kind": kind, "start": S.isoformat(), "end": E.isoformat(), "scope": scope, **extra}
+
+
+def during(df, col="ts"):
+    return (df[col] >= S) & (df[col] < E)
+
+
+def before(df, col="ts"):
+    return df[col] < S
+
+
+def cut(df: pd.DataFrame, table: str, start, end) -> pd.DataFrame:
+    col = PARTITION_COLUMN[table]
+    return df[(df[col] >= start) & (df[col] < end)].reset_index(drop=True)
+
+
+def queue_waits(w: Window) -> pd.DataFrame:
+    """started.ts - submitted.ts per job with both events in the window, with its placement."""
+    ev = w.table("scheduler_events")
+    st = ev[ev["event"] == "started"].set_index("job_id")
+    sb = ev[ev["event"] == "submitted"].set_index("job_id")["ts"]
+    out = st[["ts", "node_ids", "gpus"]].join(sb.rename("submitted"), how="inner")
+    out["wait_s"] = (out["ts"] - out["submitted"]).dt.total_seconds()
+    out["region"] = np.where(out["node_ids"].str.startswith("use-"), "us-east", "eu-west")
+    md = w.table("job_metadata").set_index("job_id")["workload_class"]
+    out["workload_class"] = md.reindex(out.index)
+    return out
+
+
+class Runs:
+    """Memoized incident windows: one scenario + 2-hour window per (kind, scope)."""
+
+    SPECS = {
+        "gpu_ecc_fault": ({"region": "us-east", "nodes": 2}, {}),
+        "gpu_fell_off_bus": ({"region": "us-east", "nodes": 2}, {}),
+        "thermal_throttle": ({"region": "us-east", "nodes": 2}, {"magnitude": 0.38}),
+        "driver_regression": ({"region": "us-east", "nodes": 8}, {}),
+        "framework_regression": ({"team": "fraud-offline"}, {}),
+        "priority_change": ({"region": "us-east"}, {}),
+        "fragmentation": ({"region": "us-east"}, {}),
+        "io_bottleneck": ({"region": "us-east", "nodes": 3}, {}),
+        "network_degradation": ({"region": "us-east", "nodes": 2}, {}),
+        "dummy_workload": ({"region": "us-east", "nodes": 4, "team": "credit-risk"}, {}),
+        "training_stall": ({"region": "eu-west", "nodes": 6}, {}),
+        "maintenance": ({"region": "us-east", "nodes": 2}, {}),
+        "collector_outage": ({"region": "eu-west"}, {}),
+    }
+
+    def __init__(self):
+        self._cache = {}
+
+    def __call__(self, kind):
+        if kind not in self._cache:
+            if kind is None:
+                scen = scenario()
+                self._cache[kind] = (scen, None, Window(scen, W0, W1))
+            else:
+                scope, extra = self.SPECS[kind]
+                scen = scenario(incident(kind, scope, **extra))
+                self._cache[kind] = (scen, scen.incidents[0], Window(scen, W0, W1))
+        return self._cache[kind]
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return Runs()
+
+
+def test_every_kind_has_an_incident_test():
+    assert set(Runs.SPECS) == set(KINDS)
+
+
+# --- determinism and partition independence ------------------------------------------------
+
+PI_START = pd.Timestamp("2026-11-03T14:00:00Z")
+
+
+def pi_scenario():
+    """Speed, software and scheduling incidents that start and end inside one hour."""
+    return scenario(
+        {"kind": "thermal_throttle", "start": "2026-11-03T14:07:00Z", "end": "2026-11-03T14:22:00Z",
+         "scope": {"region": "us-east", "nodes": 2}},
+        {"kind": "driver_regression", "start": "2026-11-03T14:12:00Z", "duration": "28m",
+         "scope": {"region": "eu-west", "nodes": 6}},
+        {"kind": "training_stall", "start": "2026-11-03T14:31:00Z", "duration": "20m",
+         "scope": {"region": "eu-west", "nodes": 6}},
+        {"kind": "dummy_workload", "start": "2026-11-03T14:15:00Z", "duration": "25m",
+         "scope": {"region": "us-east", "nodes": 4}},
+    )
+
+
+@pytest.fixture(scope="module")
+def hour():
+    """The whole hour 14:00-15:00 generated in one go."""
+    return Window(pi_scenario(), PI_START, PI_START + pd.Timedelta(hours=1)).tables()
+
+
+# 5-minute partitions: the first, during the incidents, right after the thermal one ended, the last
+PI_SLOTS = [0, 10, 25, 55]
+
+
+@pytest.fixture(scope="module")
+def alone():
+    """Each 5-minute slot generated alone, each from a freshly loaded scenario."""
+    out = {}
+    for m in PI_SLOTS:
+        t = PI_START + pd.Timedelta(minutes=m)
+        out[m] = Window(pi_scenario(), t, t + pd.Timedelta(minutes=5)).tables()
+    return out
+
+
+@pytest.mark.parametrize("table", FIVE_MINUTE_SOURCES)
+def test_same_seed_and_window_give_identical_frames(alone, table):
+    t = PI_START + pd.Timedelta(minutes=10)
+    again = Window(pi_scenario(), t, t + pd.Timedelta(minutes=5)).table(table)
+    assert len(again) > 0
+    pd.testing.assert_frame_equal(again, alone[10][table])
+
+
+def test_another_seed_gives_other_data(alone):
+    t = PI_START + pd.Timedelta(minutes=10)
+    other = Window(scenario(*[_spec(i) for i in pi_scenario().incidents], seed=SEED + 1), t, t + pd.Timedelta(minutes=5)).tables()
+    mine = alone[10]
+    # same cluster, same grain ...
+    assert len(other["gpu_telemetry"]) == len(mine["gpu_telemetry"])
+    assert other["gpu_telemetry"]["gpu_uuid"].tolist() == mine["gpu_telemetry"]["gpu_uuid"].tolist()
+    # ... other values and other jobs
+    assert (other["gpu_telemetry"]["power_w"] != mine["gpu_telemetry"]["power_w"]).mean() > 0.5
+    assert set(other["job_metadata"]["job_id"]) != set(mine["job_metadata"]["job_id"])
+    assert not other["scheduler_events"]["ts"].equals(mine["scheduler_events"]["ts"])
+
+
+def _spec(inc):
+    return {"kind": inc.kind, "start": inc.start.isoformat(), "end": inc.end.isoformat(), "scope": inc.scope}
+
+
+@pytest.mark.parametrize("minute", PI_SLOTS)
+@pytest.mark.parametrize("table", FIVE_MINUTE_SOURCES)
+def test_partition_alone_equals_the_same_minutes_of_an_hour(hour, alone, minute, table):
+    t = PI_START + pd.Timedelta(minutes=minute)
+    pd.testing.assert_frame_equal(alone[minute][table], cut(hour[table], table, t, t + pd.Timedelta(minutes=5)))
+
+
+def test_partition_slots_are_not_trivially_empty(alone):
+    for table in FIVE_MINUTE_SOURCES:
+        assert sum(len(alone[m][table]) for m in PI_SLOTS) > 0, table
+    assert len(alone[10]["change_events"]) == 1  # the driver deploy at 14:12
+
+
+def test_generating_other_windows_first_changes_nothing(alone):
+    scen = pi_scenario()
+    t = PI_START + pd.Timedelta(minutes=25)
+    first_labels = labels_frame(scen)
+    # other windows of the same scenario object: before, across the incidents, a day later
+    Window(scen, PI_START - pd.Timedelta(hours=3), PI_START - pd.Timedelta(hours=2)).tables()
+    Window(scen, PI_START + pd.Timedelta(minutes=5), PI_START + pd.Timedelta(minutes=20)).tables()
+    Window(scen, PI_START + pd.Timedelta(days=1), PI_START + pd.Timedelta(days=1, minutes=5)).tables()
+    again = Window(scen, t, t + pd.Timedelta(minutes=5)).tables()
+    for table in FIVE_MINUTE_SOURCES:
+        pd.testing.assert_frame_equal(again[table], alone[25][table])
+    pd.testing.assert_frame_equal(labels_frame(scen), first_labels)
+
+
+# --- cluster and workload facts ------------------------------------------------------------
+
+def test_default_cluster_size():
+    c = default_scenario().cluster
+    assert len(c.gpus) == 1200 == c.spec.total_gpus
+    assert len(c.nodes) == 80
+    assert sorted(c.nodes["region"].unique()) == ["eu-west", "us-east"]
+    assert sorted(c.nodes["sku"].unique()) == sorted([H100.sku, V100.sku])
+    per_node = c.gpus.groupby("node_id").size()
+    skus = c.nodes.set_index("node_id")["sku"]
+    assert set(per_node[skus[skus == H100.sku].index]) == {8}
+    assert set(per_node[skus[skus == V100.sku].index]) == {16}
+    assert c.gpus["gpu_uuid"].is_unique and c.nodes["node_id"].is_unique
+    assert c.inventory()["capacity_gpus"].sum() == 1200
+
+
+def test_a_partition_reports_every_gpu_node_and_link(alone):
+    p = alone[0]
+    assert p["gpu_telemetry"]["gpu_uuid"].nunique() == 1200
+    assert p["gpu_telemetry"].groupby("ts").size().eq(1200).all()
+    assert p["node_telemetry"]["node_id"].nunique() == 80
+    assert p["gpu_telemetry"]["region"].nunique() == 2 and p["gpu_telemetry"]["sku"].nunique() == 2
+    assert p["network_telemetry"].groupby("ts").size().eq(80 * 8).all()
+
+
+def test_cluster_scales_to_a_hundred_thousand_gpus():
+    big = load_scenario({"seed": 1, **WEEK, "cluster": {"gpus": 100_000}}).cluster
+    assert abs(len(big.gpus) - 100_000) / 100_000 < 0.01
+    assert big.spec.total_gpus == len(big.gpus)
+    assert len(big.nodes) > 6000 and sorted(big.nodes["region"].unique()) == ["eu-west", "us-east"]
+    assert big.gpus["gpu_uuid"].is_unique
+    # the demand scales with it
+    assert big.spec.jobs_per_day_target == pytest.approx(35_000 * len(big.gpus) / 1200, rel=0.01)
+
+
+def test_cost_capacity_matches_the_inventory():
+    scen = default_scenario()
+    cc = cost_capacity(scen, pd.Timestamp("2026-11-03T00:00:00Z"))
+    inv = scen.cluster.inventory().set_index(["region", "sku"])["capacity_gpus"]
+    assert cc.set_index(["region", "sku"])["capacity_gpus"].sort_index().tolist() == inv.sort_index().tolist()
+    assert (cc["reserved_gpus"] <= cc["capacity_gpus"]).all()
+    assert validate_frame(cc, "cost_capacity").rejects.empty
+
+
+@pytest.fixture(scope="module")
+def tuesday():
+    """One whole weekday (the plan and the scheduler's tables only: no per-minute grid)."""
+    w = Window(default_scenario(), pd.Timestamp("2026-11-03T00:00:00Z"), pd.Timestamp("2026-11-04T00:00:00Z"))
+    return w.table("job_metadata"), w.table("scheduler_events")
+
+
+def test_about_35k_jobs_a_weekday(tuesday):
+    md, _ = tuesday
+    assert 35_000 * 0.85 <= len(md) <= 35_000 * 1.15
+    assert md["job_id"].is_unique
+    assert set(md["workload_class"]) == {"interactive", "batch", "distributed"}
+
+
+def test_failure_rates_are_realistic(tuesday):
+    md, ev = tuesday
+    ended = ev[ev["event"] == "ended"]
+    assert ended["exit_state"].notna().all()
+    share = ended["exit_state"].value_counts(normalize=True)
+    assert 0.02 <= share["failed"] <= 0.12
+    assert share["completed"] >= 0.7
+    assert share.get("node_fail", 0) <= 0.02
+    assert 0 < share["timeout"] <= 0.05
+    pools = ended.join(md.set_index("job_id")["workload_class"], on="job_id")
+    failed = pools.groupby("workload_class")["exit_state"].apply(lambda s: (s == "failed").mean())
+    assert failed["interactive"] < failed["batch"]  # notebooks mostly get cancelled, not crash
+    assert (ended.loc[ended["exit_state"] == "failed", "reason"].notna()).all()
+
+
+def _wave_hours(day: str):
+    w = Window(default_scenario(), pd.Timestamp(f"{day}T01:00:00Z"), pd.Timestamp(f"{day}T09:00:00Z"))
+    md = w.table("job_metadata")
+    waits = queue_waits(w)
+    return (md["workload_class"] == "batch").sum(), waits.loc[waits["workload_class"] == "batch", "wait_s"].mean()
+
+
+def test_monday_and_thursday_retrain_waves():
+    tue_jobs, tue_wait = _wave_hours("2026-11-03")
+    for day in ("2026-11-02", "2026-11-05"):  # Monday, Thursday
+        jobs, wait = _wave_hours(day)
+        assert jobs > 1.04 * tue_jobs, day
+        assert wait > 2.5 * tue_wait, day
+
+
+# --- incidents: each leaves its signature in the sources ----------------------------------------
+
+def test_gpu_ecc_fault(runs):
+    scen, inc, w = runs("gpu_ecc_fault")
+    g, n, ev = w.table("gpu_telemetry"), w.table("node_telemetry"), w.table("scheduler_events")
+    assert len(inc.gpu_uuids) == 2
+    # Xid 48 + a double-bit error on the labelled GPU at onset, nowhere else
+    xid48 = g[g["xid"] == 48]
+    assert sorted(xid48["gpu_uuid"]) == sorted(inc.gpu_uuids)
+    assert (xid48["ts"] == S).all() and (xid48["ecc_dbe_delta"] > 0).all()
+    assert g.loc[~g["gpu_uuid"].isin(inc.gpu_uuids), "ecc_dbe_delta"].eq(0).all()
+    # the job holding the GPU ends failed with the Xid, within two minutes
+    holders = g[g["gpu_uuid"].isin(inc.gpu_uuids) & (g["ts"] == S)]["job_id"].dropna()
+    assert len(holders) >= 1
+    ended = ev[(ev["event"] == "ended") & ev["job_id"].isin(holders)]
+    assert sorted(ended["job_id"]) == sorted(holders)
+    assert (ended["exit_state"] == "failed").all() and ended["reason"].str.contains("Xid 48").all()
+    assert ((ended["ts"] >= S) & (ended["ts"] <= S + 2 * MIN)).all()
+    # the node is drained after the fault, ok before; it takes no new jobs meanwhile
+    on = n[n["node_id"].isin(inc.node_ids)]
+    assert (on.loc[before(on), "health"] == "ok").all()
+    assert (on.loc[(on["ts"] > S) & (on["ts"] < E), "health"] == "drained").all()
+    assert (n.loc[~n["node_id"].isin(inc.node_ids), "health"] == "ok").all()
+    started = ev[(ev["event"] == "started") & during(ev)]
+    assert not started["node_ids"].str.split(",").map(lambda ns: bool(set(ns) & set(inc.node_ids))).any()
+
+
+def test_gpu_fell_off_bus(runs):
+    scen, inc, w = runs("gpu_fell_off_bus")
+    g, ev = w.table("gpu_telemetry"), w.table("scheduler_events")
+    for uuid, node in zip(inc.gpu_uuids, inc.node_ids):
+        mine = g[g["gpu_uuid"] == uuid]
+        assert mine.loc[mine["ts"] == S, "xid"].tolist() == [79]
+        assert not ((mine["ts"] > S) & (mine["ts"] < E)).any(), "a GPU off the bus has no rows"
+        assert before(mine).sum() == 30 and (mine["ts"] >= E).sum() == 30
+        others = g[(g["node_id"] == node) & (g["gpu_uuid"] != uuid) & (g["ts"] > S) & (g["ts"] < E)]
+        n_gpus = (scen.cluster.gpus["node_id"] == node).sum()
+        assert len(others) == (n_gpus - 1) * 59  # the rest of the node keeps reporting
+    assert set(g.loc[g["xid"] == 79, "gpu_uuid"]) == set(inc.gpu_uuids)
+    holders = g[g["gpu_uuid"].isin(inc.gpu_uuids) & (g["ts"] == S)]["job_id"].dropna()
+    ended = ev[(ev["event"] == "ended") & ev["job_id"].isin(holders)]
+    assert len(ended) == len(holders) >= 1
+    assert (ended["exit_state"] == "failed").all() and ended["reason"].str.contains("Xid 79").all()
+
+
+def test_thermal_throttle(runs):
+    scen, inc, w = runs("thermal_throttle")
+    g, n, m = w.table("gpu_telemetry"), w.table("node_telemetry"), w.table("job_runtime_metrics")
+    on = g["node_id"].isin(inc.node_ids)
+    hot = g[on & during(g)]
+    assert set(hot["sku"]) == {H100.sku, V100.sku}  # the scope drew one node of each
+    assert (hot["temp_c"] > 83).all()
+    assert ((hot["throttle_reasons"] & 0x60) == 0x60).all()
+    busy = hot[hot["job_id"].notna()]
+    h100 = busy.loc[busy["sku"] == H100.sku, "sm_clock_mhz"]
+    v100 = busy.loc[busy["sku"] == V100.sku, "sm_clock_mhz"]
+    assert len(h100) and len(v100)
+    assert h100.between(1150, 1300).all()  # ~1200 MHz, from 1980
+    assert v100.max() < h100.min()
+    cool = g[~(on & during(g))]
+    assert (cool["temp_c"] <= 83).all() and ((cool["throttle_reasons"] & 0x60) == 0).all()
+    assert cool.loc[cool["job_id"].notna() & (cool["gpu_util_pct"] > 1) & (cool["sku"] == H100.sku), "sm_clock_mhz"].min() > 1900
+    nn = n[n["node_id"].isin(inc.node_ids)]
+    assert (nn.loc[during(nn), "health"] == "degraded").all() and (nn.loc[before(nn), "health"] == "ok").all()
+    # jobs on the hot nodes before and during: step time up by ~the magnitude
+    jobs = set(busy["job_id"]) & set(g.loc[on & before(g), "job_id"].dropna())
+    mm = m[m["job_id"].isin(jobs) & m["step_time_s"].notna()]
+    ratio = mm[during(mm)].groupby("job_id")["step_time_s"].median() / mm[before(mm)].groupby("job_id")["step_time_s"].median()
+    ratio = ratio.dropna()
+    assert len(ratio) >= 3
+    assert ratio.median() == pytest.approx(1 + inc.magnitude, abs=0.05)
+
+
+def test_driver_regression(runs):
+    scen, inc, w = runs("driver_regression")
+    n, ev, g, ch = (w.table(t) for t in ("node_telemetry", "scheduler_events", "gpu_telemetry", "change_events"))
+    cohort = set(inc.node_ids)
+    deploy = ch[ch["ts"] == S]
+    assert deploy[["kind", "from_version", "to_version"]].values.tolist() == [["driver_upgrade", "550.127.08", inc.to_version]]
+    assert set(deploy["scope"].iloc[0].split(",")) == cohort
+    on = n["node_id"].isin(cohort)
+    assert (n.loc[on & during(n), "driver_version"] == inc.to_version).all()
+    assert (n.loc[on & ~during(n), "driver_version"] == "550.127.08").all()
+    assert (n.loc[~on, "driver_version"] == "550.127.08").all()
+    ended = ev[(ev["event"] == "ended") & during(ev)].copy()
+    ended["cohort"] = ended["node_ids"].str.split(",").map(lambda ns: bool(set(ns) & cohort))
+    fail = ended.groupby("cohort")["exit_state"].apply(lambda s: (s == "failed").mean())
+    assert ended["cohort"].sum() >= 30
+    assert fail[True] > 0.3 and fail[True] > 3 * fail[False]
+    reasons = ended.loc[ended["cohort"] & (ended["exit_state"] == "failed"), "reason"]
+    assert reasons.str.contains("Xid 13|Xid 31|Xid 119").mean() > 0.5
+    xids = set(g.loc[g["node_id"].isin(cohort) & during(g), "xid"]) - {0}
+    assert {13, 31, 119} <= xids
+    # before the deploy the cohort fails like everyone else
+    pre = ev[(ev["event"] == "ended") & before(ev)]
+    pre_cohort = pre["node_ids"].str.split(",").map(lambda ns: bool(set(ns) & cohort))
+    assert (pre.loc[pre_cohort, "exit_state"] == "failed").mean() < 0.2
+
+
+def test_framework_regression(runs):
+    scen, inc, w = runs("framework_regression")
+    md, m, ev, g, ch = (w.table(t) for t in ("job_metadata", "job_runtime_metrics", "scheduler_events", "gpu_telemetry", "change_events"))
+    assert ch.loc[ch["ts"] == S, ["kind", "to_version"]].values.tolist() == [["framework_release", inc.to_version]]
+    started = ev[ev["event"] == "started"].set_index("job_id")["ts"]
+    md = md.join(started.rename("started"), on="job_id")
+    new = md["framework_version"] == inc.to_version
+    team_training = (md["team"] == "fraud-offline") & (md["workload_class"] != "interactive")
+    # the team's training jobs placed after the release run it; nobody else's, and none before
+    assert new[team_training & during(md, "started")].all()
+    assert not new[~team_training].any()
+    assert not new[md["started"] < S].any()
+    # their step time is (1 + m) x the baseline of their signature (model, sku, GPUs)
+    sku = g.dropna(subset=["job_id"]).groupby("job_id")["sku"].first()
+    steps = m[m["step_time_s"].notna()].groupby("job_id")["step_time_s"].median()
+    jobs = md.set_index("job_id").join(sku.rename("sku")).join(steps.rename("step")).dropna(subset=["sku", "step"])
+    jobs["new"] = jobs["framework_version"] == inc.to_version
+    sig = jobs.groupby(["model_type", "sku", "requested_gpus", "new"])["step"].agg(["median", "size"]).unstack("new")
+    sig = sig[(sig[("size", True)] >= 3) & (sig[("size", False)] >= 3)]
+    ratio = sig[("median", True)] / sig[("median", False)]
+    assert len(ratio) >= 3
+    assert ratio.median() == pytest.approx(1 + inc.magnitude, abs=0.05)
+    assert ratio.between(1 + inc.magnitude - 0.12, 1 + inc.magnitude + 0.12).all()
+
+
+def _allocated_share(w: Window, node_ids) -> float:
+    g = w.table("gpu_telemetry")
+    sel = g[g["node_id"].isin(node_ids) & during(g)]
+    return sel["job_id"].notna().mean()
+
+
+def test_priority_change(runs):
+    scen, inc, w = runs("priority_change")
+    _, _, base = runs(None)  # same seed, no incident
+    ch = w.table("change_events")
+    assert ch[["ts", "kind", "scope"]].values.tolist() == [[S, "scheduler_config", "us-east"], [E, "scheduler_config", "us-east"]]
+    assert ch[["from_version", "to_version"]].isna().all().all()
+    scope = set(inc.node_ids)
+    assert scope == set(scen.cluster.nodes.query("region == 'us-east' and pool == 'batch'")["node_id"])
+    assert _allocated_share(w, scope) < _allocated_share(base, scope) - 0.1
+    qw, qb = queue_waits(w), queue_waits(base)
+    sel = lambda q: q[(q["region"] == "us-east") & (q["workload_class"] == "batch") & during(q)]["wait_s"]  # noqa: E731
+    assert sel(qw).mean() > 1.5 * sel(qb).mean()
+    # nothing changes in the other region
+    gw, gb = w.table("gpu_telemetry"), base.table("gpu_telemetry")
+    pd.testing.assert_frame_equal(gw[gw["region"] == "eu-west"], gb[gb["region"] == "eu-west"])
+
+
+def test_fragmentation(runs):
+    scen, inc, w = runs("fragmentation")
+    _, _, base = runs(None)
+    assert w.table("change_events").empty  # emergent: no config change to blame
+    lanes = scen.cluster.lanes
+    multi = lanes[(lanes["region"] == "us-east") & (lanes["gpus"] >= 2) & lanes["pool"].isin(["batch", "distributed"])]
+    multi_nodes = {nid for ns in multi["node_ids"] for nid in ns}
+    assert _allocated_share(w, multi_nodes) < _allocated_share(base, multi_nodes) - 0.05
+    qw, qb = queue_waits(w), queue_waits(base)
+    sel = lambda q, big: q[(q["region"] == "us-east") & (q["workload_class"] == "batch") & ((q["gpus"] >= 2) == big) & during(q)]["wait_s"]  # noqa: E731
+    assert sel(qw, True).mean() > 1.5 * sel(qb, True).mean()
+    assert sel(qw, False).mean() == pytest.approx(sel(qb, False).mean())  # single-GPU jobs still fit
+
+
+def test_io_bottleneck(runs):
+    scen, inc, w = runs("io_bottleneck")
+    n, g, m = w.table("node_telemetry"), w.table("gpu_telemetry"), w.table("job_runtime_metrics")
+    on = n["node_id"].isin(inc.node_ids)
+    hit = n[on & during(n)]
+    assert len(hit) == len(inc.node_ids) * 60
+    assert hit["disk_read_mbps"].min() > 1.5 * n.loc[~(on & during(n)), "disk_read_mbps"].max()  # storage saturated
+    assert (hit["nvme_util_pct"] > 95).all()
+    assert (n.loc[~(on & during(n)), "nvme_util_pct"] < 95).all()
+    gon = g["node_id"].isin(inc.node_ids) & g["job_id"].notna()
+    jobs = set(g.loc[gon & during(g), "job_id"]) & set(g.loc[gon & before(g), "job_id"])
+    mm = m[m["job_id"].isin(jobs) & m["steps"].gt(0)]
+    loader = mm[during(mm)].groupby("job_id")["data_loader_time_s"].median() / mm[before(mm)].groupby("job_id")["data_loader_time_s"].median()
+    assert len(loader.dropna()) >= 3 and (loader.dropna() > 5).all()
+    training = g[gon & g["job_id"].isin(mm["job_id"])]
+    assert training.loc[during(training), "gpu_util_pct"].median() < training.loc[before(training), "gpu_util_pct"].median() - 15
+
+
+def test_network_degradation(runs):
+    scen, inc, w = runs("network_degradation")
+    net, g, m = w.table("network_telemetry"), w.table("gpu_telemetry"), w.table("job_runtime_metrics")
+    on = net["node_id"].isin(inc.node_ids) & during(net)
+    assert net.loc[on, "packet_loss_pct"].min() > 100 * net.loc[~on, "packet_loss_pct"].max()
+    assert net.loc[on, "retransmits"].median() > 100 and net.loc[~on, "retransmits"].max() <= 10
+    assert net.loc[on, "latency_us"].median() > 3 * net.loc[~on, "latency_us"].median()
+    # multi-node jobs on those nodes spend longer in gradient sync than outside the incident
+    spans = g.dropna(subset=["job_id"]).groupby("job_id")["node_id"].agg(lambda s: set(s))
+    multi = [j for j, ns in spans.items() if len(ns) > 1 and ns & set(inc.node_ids)]
+    mm = m[m["job_id"].isin(multi) & m["steps"].gt(0)]
+    inside = mm[during(mm)].groupby("job_id")["grad_sync_time_s"].median()
+    outside = mm[~during(mm)].groupby("job_id")["grad_sync_time_s"].median()
+    ratio = (inside / outside).dropna()
+    assert len(ratio) >= 1 and (ratio > 2).all()
+
+
+def _dummy_profile(w: Window) -> pd.Index:
+    """Jobs that hold GPUs at ~100 % utilization without any tensor work, every minute."""
+    g = w.table("gpu_telemetry").dropna(subset=["job_id"])
+    prof = g.groupby("job_id").agg(util=("gpu_util_pct", "min"), tensor=("tensor_active", "max"), n=("ts", "size"))
+    return prof[(prof["util"] >= 98) & (prof["tensor"] <= 0.01) & (prof["n"] >= 10)].index
+
+
+def test_dummy_workload(runs):
+    scen, inc, w = runs("dummy_workload")
+    _, _, base = runs(None)
+    g, md, m = w.table("gpu_telemetry"), w.table("job_metadata"), w.table("job_runtime_metrics")
+    dummies = _dummy_profile(w)
+    assert len(dummies) >= 3
+    assert (md.set_index("job_id").loc[dummies, "team"] == "credit-risk").all()
+    assert set(g.loc[g["job_id"].isin(dummies), "node_id"]) <= set(inc.node_ids)
+    assert not m["job_id"].isin(dummies).any()  # no training metrics at all
+    assert len(_dummy_profile(base)) == 0
+    label = json.loads(labels_frame(scen)["scope"].iloc[0])
+    assert sorted(label["job_ids"]) == sorted(dummies) and label["team"] == "credit-risk"
+
+
+def test_training_stall(runs):
+    scen, inc, w = runs("training_stall")
+    g, m, ev = w.table("gpu_telemetry"), w.table("job_runtime_metrics"), w.table("scheduler_events")
+    hung = json.loads(labels_frame(scen)["scope"].iloc[0])["job_ids"]
+    assert len(hung) >= 2
+    for job in hung:
+        mm = m[m["job_id"] == job]
+        stuck = mm[during(mm)]
+        assert len(stuck) == 60 and (stuck["steps"] == 0).all() and stuck["step_time_s"].isna().all()
+        assert (mm.loc[before(mm), "steps"] > 0).all()
+        gg = g[g["job_id"] == job]
+        per_minute = gg[during(gg)].groupby("ts").size()
+        assert len(per_minute) == 60 and per_minute.nunique() == 1 and per_minute.iloc[0] >= 16  # GPUs stay allocated
+        assert gg.loc[during(gg), "gpu_util_pct"].min() >= 98
+        end = ev[(ev["job_id"] == job) & (ev["event"] == "ended")]
+        assert end[["ts", "exit_state"]].values.tolist() == [[E, "failed"]]
+    # nobody else stalls
+    zero = m[during(m)].groupby("job_id")["steps"].apply(lambda s: (s == 0).sum())
+    assert set(zero[zero >= 5].index) == set(hung)
+
+
+def test_maintenance(runs):
+    scen, inc, w = runs("maintenance")
+    n, g, ev = w.table("node_telemetry"), w.table("gpu_telemetry"), w.table("scheduler_events")
+    nn = n[n["node_id"].isin(inc.node_ids)]
+    assert (nn.loc[during(nn), "health"] == "drained").all() and len(nn[during(nn)]) == 2 * 60
+    assert (nn.loc[~during(nn), "health"] == "ok").all()
+    gg = g[g["node_id"].isin(inc.node_ids)]
+    assert gg.loc[during(gg), "job_id"].isna().all()
+    assert gg.loc[~during(gg), "job_id"].notna().any()
+    cal = maintenance_windows(scen)
+    assert len(cal) == 1
+    row = cal.iloc[0]
+    assert (row["start"], row["end"], row["region"]) == (S, E, "us-east")
+    assert set(row["node_ids"].split(",")) == set(inc.node_ids)
+    cut_short = ev[(ev["event"] == "ended") & (ev["ts"] == S) & ev["reason"].str.contains("maintenance", na=False)]
+    assert len(cut_short) >= 1 and (cut_short["exit_state"] == "cancelled").all()
+
+
+def test_collector_outage(runs):
+    scen, inc, w = runs("collector_outage")
+    for table, per_minute in (("gpu_telemetry", 600), ("node_telemetry", 40), ("network_telemetry", 320)):
+        df = w.table(table)
+        count = df.groupby(["region", during(df)]).size()
+        assert ("eu-west", True) not in count.index, table  # silent: no rows at all
+        assert count[("eu-west", False)] == per_minute * 60
+        assert count[("us-east", True)] == per_minute * 60  # the other region reports in full
+        assert count[("us-east", False)] == per_minute * 60
+
+
+# --- ground truth and scenario files ------------------------------------------------------------
+
+def test_labels_carry_resolved_targets():
+    scen = scenario(
+        incident("gpu_ecc_fault", {"region": "us-east", "nodes": 2}),
+        incident("framework_regression", {"team": "fraud-offline"}, to_version="torch-2.15.0"),
+        incident("training_stall", {"region": "eu-west", "nodes": 6}),
+        incident("driver_regression", {"node_ids": ["euw-v100-001", "euw-v100-002"]}),
+    )
+    labels = labels_frame(scen)
+    assert list(labels.columns) == ["incident_id", "kind", "family", "severity", "start", "end", "scope"]
+    assert labels["kind"].tolist() == ["gpu_ecc_fault", "framework_regression", "training_stall", "driver_regression"]
+    assert labels["family"].tolist() == [KINDS[k].family for k in labels["kind"]]
+    assert labels["incident_id"].is_unique
+    assert (labels["start"] == S).all() and (labels["end"] == E).all()
+    scopes = [json.loads(s) for s in labels["scope"]]
+    nodes = set(scen.cluster.nodes["node_id"])
+    gpus = scen.cluster.gpus.set_index("gpu_uuid")["node_id"]
+    for sc in scopes:
+        assert sc["node_ids"] and set(sc["node_ids"]) <= nodes
+    ecc, fw, stall, drv = scopes
+    assert ecc["spec"] == {"region": "us-east", "nodes": 2} and ecc["region"] == "us-east"
+    assert len(ecc["gpu_uuids"]) == 2 and set(gpus[ecc["gpu_uuids"]]) == set(ecc["node_ids"])
+    assert fw["framework_version"] == "torch-2.15.0" and fw["team"] == "fraud-offline"
+    assert stall["job_ids"] and all(j.startswith("j") for j in stall["job_ids"])
+    assert drv["node_ids"] == ["euw-v100-001", "euw-v100-002"] and drv["region"] == "eu-west"
+    # an explicit mapping overrides
+    over = labels_frame(scen, {"inc-003-training_stall": ("j-x",)})
+    assert json.loads(over["scope"].iloc[2])["job_ids"] == ["j-x"]
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"incidents": [{"kind": "gpu_on_fire", "start": "2026-11-03T10:00:00Z"}]}, "unknown kind 'gpu_on_fire'"),
+    ({"incidents": [{"kind": "thermal_throttle", "start": "2026-11-03T10:00:00"}]}, "has no timezone"),
+    ({"start": "2026-11-02T00:00:00"}, "start: '2026-11-02T00:00:00' has no timezone"),
+    ({"incidents": [{"kind": "thermal_throttle", "start": "2026-11-03T10:00:00Z", "duration": "ninety minutes"}]},
+     "duration 'ninety minutes': expected e.g. 45s, 90m, 2h, 1d"),
+    ({"incidents": [{"kind": "thermal_throttle", "start": "2026-11-03T10:00:00Z", "severity": "medium"}]}, "severity must be high or low"),
+    ({"incidents": [{"kind": "maintenance", "start": "2026-11-03T10:00:00Z", "scope": {"region": "mars-1"}}]}, "unknown region 'mars-1'"),
+    ({"incidents": [{"kind": "maintenance", "start": "2026-11-03T10:00:00Z", "scope": {"node_ids": ["nope-1"]}}]}, "unknown node_ids ['nope-1']"),
+    ({"cluster": {"gpu_count": 5}}, "cluster: unknown field(s) ['gpu_count']"),
+    ({"incident": []}, "unknown key(s) ['incident']"),
+    ({"changes": [{"kind": "bios_flash", "ts": "2026-11-03T10:00:00Z"}]}, "unknown kind 'bios_flash'"),
+])
+def test_scenario_errors_are_clear(raw, message):
+    with pytest.raises(ValueError) as exc:
+        load_scenario({"seed": 1, **raw})
+    assert message in str(exc.value)
+
+
+def test_unknown_kind_error_lists_the_known_kinds():
+    with pytest.raises(ValueError) as exc:
+        load_scenario({"incidents": [{"kind": "gpu_on_fire", "start": "2026-11-03T10:00:00Z"}]})
+    assert "incident 0" in str(exc.value)
+    for kind in KINDS:
+        assert kind in str(exc.value)
+
+
+def test_scenario_yaml_file(tmp_path):
+    path = tmp_path / "week.yaml"
+    path.write_text(
+        "seed: 3\nstart: 2026-11-02T00:00:00Z\nend: 2026-11-09T00:00:00Z\ncluster: default\n"
+        "incidents:\n  - kind: thermal_throttle\n    start: 2026-11-03T14:10:00Z\n    duration: 90m\n"
+        "    scope: {region: us-east, nodes: 2}\n"
+    )
+    scen = load_scenario(path)
+    assert scen.name == "week" and scen.seed == 3
+    inc = scen.incidents[0]
+    assert inc.end - inc.start == pd.Timedelta(minutes=90)
+    assert inc.magnitude == KINDS["thermal_throttle"].magnitude and len(inc.node_ids) == 2
+
+
+@pytest.mark.parametrize("fields, nulls, present", [
+    ({"profiling_fields": False}, ["sm_active", "tensor_active"], ["ecc_sbe_delta", "throttle_reasons"]),
+    ({"ecc_fields": False}, ["ecc_sbe_delta", "ecc_dbe_delta"], ["sm_active", "tensor_active"]),
+])
+def test_fields_switched_off_are_null_never_zero(fields, nulls, present):
+    scen = load_scenario({"seed": SEED, **WEEK, "cluster": fields})
+    t = pd.Timestamp("2026-11-03T14:00:00Z")
+    g = Window(scen, t, t + pd.Timedelta(minutes=5)).table("gpu_telemetry")
+    assert len(g) == 1200 * 5
+    for col in nulls:
+        assert g[col].isna().all(), col
+    for col in present:
+        assert g[col].notna().all(), col
+    result = validate_frame(g, "gpu_telemetry", start=t, end=t + pd.Timedelta(minutes=5))
+    assert result.rejects.empty and len(result.valid) == len(g)
+    assert list(g.columns) == columns("gpu_telemetry")
