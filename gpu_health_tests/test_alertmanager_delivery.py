@@ -30,10 +30,7 @@ from gpu_health.delivery.alertmanager import (
     deliver,
     sent_state_from_cursor,
 )
-from gpu_health_tests.services.alertmanager import (
-    alertmanager_url,  # noqa: F401 - fixture
-    start_alertmanager,
-)
+from gpu_health_tests.services.alertmanager import start_alertmanager  # alertmanager_url: conftest.py
 
 DEPLOY_CONFIG = Path(__file__).resolve().parents[1] / "deploy" / "alertmanager.yml"
 NOW = datetime.now(UTC).replace(microsecond=0)

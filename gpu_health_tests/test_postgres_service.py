@@ -10,10 +10,9 @@ import sqlalchemy as sa
 from dagster._core.instance.ref import InstanceRef
 from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage, PostgresScheduleStorage
 
-from gpu_health_tests.services.postgres import (
+from gpu_health_tests.services.postgres import (  # postgres_url: conftest.py
     ENV_BINDIR,
     PostgresStartError,
-    postgres_url,  # noqa: F401 - fixture
     start_postgres,
 )
 

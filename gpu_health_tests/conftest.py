@@ -1,0 +1,73 @@
+"""Shared test fixtures: the real services (registered once) and small data.
+
+The service fixtures are imported here and nowhere else when they are
+session-scoped: a fixture imported into a test module becomes a second
+definition with its own session cache, so it would start a second server.
+
+Small shared data:
+
+* ``sqlite_url`` -- a fresh SQLite warehouse URL in the test's tmp dir;
+* ``landing_zone`` -- a landing zone written once per session by
+  ``gpu-health simulate`` for the 30 minutes ``LANDING_START`` ..
+  ``LANDING_END`` of ``scenarios/thermal_week.yaml``. Treat it as read-only:
+  copy it (``copy_landing``) before changing a file.
+"""
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gpu_health_tests.services.alertmanager import alertmanager_url  # noqa: F401  (session fixture)
+from gpu_health_tests.services.postgres import postgres_url  # noqa: F401  (session fixture)
+from gpu_health_tests.services.prometheus import prometheus_factory  # noqa: F401  (fixture)
+
+REPO = Path(__file__).resolve().parents[1]
+THERMAL_WEEK = REPO / "scenarios" / "thermal_week.yaml"
+# a Tuesday afternoon, the thermal incident starting at 14:10 inside it
+LANDING_START = pd.Timestamp("2026-11-03T14:00:00Z")
+LANDING_END = pd.Timestamp("2026-11-03T14:30:00Z")
+
+_DAGSTER_NOISE = ("BetaWarning", "PreviewWarning", "SupersessionWarning")
+
+
+def pytest_configure(config):
+    # the same filters as pyproject's, kept here too so that running a single file with another
+    # rootdir / -c stays quiet; they apply to collection (imports, asset decorators) and tests
+    for name in _DAGSTER_NOISE:
+        config.addinivalue_line("filterwarnings", f"ignore::dagster.{name}")
+
+
+def iso(ts: pd.Timestamp) -> str:
+    return ts.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    """A SQLite warehouse of this test alone (created on first use)."""
+    return f"sqlite:///{tmp_path / 'warehouse.db'}"
+
+
+@pytest.fixture(scope="session")
+def landing_zone(tmp_path_factory) -> Path:
+    """The 30-minute landing zone written by ``gpu-health simulate`` (read-only)."""
+    from gpu_health.cli import main
+
+    root = tmp_path_factory.mktemp("landing") / "zone"
+    code = main(["simulate", "--scenario", str(THERMAL_WEEK), "--start", iso(LANDING_START),
+                 "--end", iso(LANDING_END), "--landing", str(root), "--quiet"])
+    assert code == 0, "gpu-health simulate failed"
+    return root
+
+
+@pytest.fixture
+def copy_landing(landing_zone, tmp_path):
+    """``copy_landing()`` -> a private copy of the landing zone to break files in."""
+
+    def copy() -> Path:
+        target = tmp_path / "landing"
+        shutil.copytree(landing_zone, target)
+        return target
+
+    return copy
