@@ -89,7 +89,10 @@ def plan_requests(source, cursor: SensorCursor, *, now: pd.Timestamp, partitions
         if ver is None:
             if t >= nxt:
                 holding = True
-        elif versions.get(key) != ver:
+        elif versions.get(key) != ver and (t >= nxt or key in versions):
+            # before `nxt` only a partition that ran with another version is requested again: one
+            # without a record never ran (a fresh cursor starts `initial_lookback` back, not
+            # `lookback`) or ran so long ago that its record was dropped
             requests.append(Request(key, ver))
             versions[key] = ver
         if not holding and t >= new_next and ver is not None:

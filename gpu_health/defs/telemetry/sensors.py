@@ -9,6 +9,9 @@ version each recent partition was run with, so that
   ready partitions still run);
 * a late or replaced file triggers the partition again (its version changes);
 * the same data never runs twice (run_key = partition + data version).
+
+The clock it judges readiness by is Dagster's partition-loading time, so a test
+pins it with ``dg.partition_loading_context(effective_dt=...)``.
 """
 
 import dagster as dg
@@ -28,7 +31,11 @@ def build_partition_sensor(job, partitions_def, *, grace_seconds: int = 60,
                     "(after a grace period), and again when a partition's landing files arrive late or are replaced.",
     )
     def five_minute_partition_sensor(context: dg.SensorEvaluationContext, source: TelemetrySourceResource):
-        now = pd.Timestamp.now(tz="UTC")
+        # "now" is the partition-loading context's effective time: the wall clock on a real tick,
+        # pinned in tests with `dg.partition_loading_context(effective_dt=...)` (stack-notes.md)
+        with dg.partition_loading_context() as loading:
+            now = pd.Timestamp(loading.effective_dt)
+        now = now.tz_localize("UTC") if now.tzinfo is None else now.tz_convert("UTC")
         first = pd.Timestamp(partitions_def.start).tz_convert("UTC")
         cursor = SensorCursor.loads(context.cursor)
         requests, new_cursor = plan_requests(

@@ -1,0 +1,289 @@
+"""The 5-minute sensor: which partitions it requests, and what its cursor remembers.
+
+Two layers: the pure planner (``gpu_health.readiness.plan_requests``) against a
+real ``LandingSource`` in a tmp dir, with "now" passed in; and the Dagster
+sensor of the assembled code location through ``dg.build_sensor_context``,
+with "now" pinned by ``dg.partition_loading_context(effective_dt=...)``.
+
+Landing files here are zero-row files of the full schema (a partition in which
+nothing happened): readiness depends on which files exist and their versions,
+not on their rows.
+"""
+
+import functools
+import json
+
+import dagster as dg
+import pandas as pd
+import pytest
+
+from gpu_health.contracts import FIVE_MINUTE_SOURCES, empty_frame
+from gpu_health.definitions import build_definitions
+from gpu_health.defs.resources import TelemetrySourceResource, WarehouseIOManager, WarehouseResource
+from gpu_health.landing import partition_path, write_partition
+from gpu_health.readiness import SensorCursor, data_version, plan_requests
+from gpu_health.settings import Settings
+from gpu_health.sim.scenario import default_scenario
+from gpu_health.sources.landing import LandingSource
+from gpu_health.sources.simulator import SimulatorSource
+
+T0 = pd.Timestamp("2026-11-03T14:00:00Z")
+FIVE = pd.Timedelta(minutes=5)
+GRACE = pd.Timedelta(seconds=60)
+PLAN = {"partitions_start": T0, "grace": GRACE, "lookback": pd.Timedelta(hours=24),
+        "initial_lookback": pd.Timedelta(minutes=60), "max_requests": 48}
+
+
+def at(minutes: float) -> pd.Timestamp:
+    """T0 + ``minutes``."""
+    return T0 + pd.Timedelta(minutes=minutes)
+
+
+def key(minutes: float) -> str:
+    return at(minutes).strftime("%Y-%m-%d-%H:%M")
+
+
+@functools.cache
+def _zero_rows(table: str) -> bytes:
+    return empty_frame(table).to_parquet(index=False)
+
+
+def land(root, start: pd.Timestamp, tables=FIVE_MINUTE_SOURCES) -> None:
+    """Every (or the given) 5-minute source file of the partition starting at ``start``: zero rows."""
+    for table in tables:
+        path = partition_path(root, table, start)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(_zero_rows(table))
+
+
+def one_change(ts: pd.Timestamp) -> pd.DataFrame:
+    """A change_events file holding one change (a replacement for a zero-row file)."""
+    return pd.DataFrame([{"event_id": "chg-1", "ts": ts, "kind": "kernel_upgrade", "scope": "eu-west",
+                          "from_version": "6.8.0-49-generic", "to_version": "6.8.0-51-generic",
+                          "description": "late correction"}])
+
+
+def tick(source, cursor_json: str | None, now: pd.Timestamp, **overrides):
+    """One tick as the sensor runs it: cursor text in, (requests, cursor text) out."""
+    requests, cursor = plan_requests(source, SensorCursor.loads(cursor_json), now=now, **{**PLAN, **overrides})
+    return requests, cursor.dumps()
+
+
+def keys(requests) -> list[str]:
+    return [r.partition_key for r in requests]
+
+
+def next_start(cursor_json: str) -> pd.Timestamp:
+    return SensorCursor.loads(cursor_json).next_start
+
+
+@pytest.fixture
+def landing(tmp_path):
+    root = tmp_path / "landing"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def source(landing) -> LandingSource:
+    return LandingSource(landing)
+
+
+# --- the pure planner ----------------------------------------------------------------------
+def test_new_files_give_one_request_per_ready_partition(landing, source):
+    for m in (0, 5, 10):
+        land(landing, at(m))
+    requests, cursor = tick(source, None, now=at(16.5))
+    assert keys(requests) == [key(0), key(5), key(10)]
+    assert len({r.run_key for r in requests}) == 3
+    assert all(r.run_key == f"{r.partition_key}@{r.version}" for r in requests)
+    assert next_start(cursor) == at(15)
+
+    # the next tick with nothing new requests nothing and keeps the cursor
+    again, cursor2 = tick(source, cursor, now=at(19))
+    assert again == []
+    assert next_start(cursor2) == at(15)
+
+
+def test_missing_file_holds_the_cursor_later_partitions_still_run_and_late_file_is_requested(landing, source):
+    land(landing, at(0))
+    land(landing, at(5), [t for t in FIVE_MINUTE_SOURCES if t != "gpu_telemetry"])  # gpu file late
+    land(landing, at(10))
+    requests, cursor = tick(source, None, now=at(16.5))
+    assert keys(requests) == [key(0), key(10)]
+    assert next_start(cursor) == at(5), "a partition with a missing file must hold the cursor"
+
+    land(landing, at(15))
+    requests, cursor = tick(source, cursor, now=at(21.5))
+    assert keys(requests) == [key(15)]  # 14:00 and 14:10 are not requested twice
+    assert next_start(cursor) == at(5)
+
+    land(landing, at(5), ["gpu_telemetry"])  # the late file arrives
+    requests, cursor = tick(source, cursor, now=at(23))
+    assert keys(requests) == [key(5)]
+    assert next_start(cursor) == at(20), "once the gap is filled the cursor moves past every run partition"
+
+    requests, cursor = tick(source, cursor, now=at(24))
+    assert requests == []
+
+
+def test_replaced_file_is_requested_again_with_a_new_run_key(landing, source):
+    land(landing, at(0))
+    land(landing, at(5))
+    first, cursor = tick(source, None, now=at(11))
+    assert keys(first) == [key(0), key(5)]
+
+    # a corrected file replaces 14:00's (different content: one change event instead of none)
+    write_partition(landing, "change_events", at(0), one_change(at(2)))
+    second, cursor = tick(source, cursor, now=at(12))
+    assert keys(second) == [key(0)]
+    assert second[0].run_key != first[0].run_key
+    assert second[0].version != first[0].version
+
+    # the replaced data is not requested a third time
+    third, cursor = tick(source, cursor, now=at(13))
+    assert third == []
+
+
+def test_unchanged_data_is_never_requested_twice(landing, source):
+    for m in range(0, 30, 5):
+        land(landing, at(m))
+    seen: list[str] = []
+    cursor = None
+    for now_min in [7, 12, 16.5, 21, 22, 31.5, 40, 40, 55]:  # incl. a repeated tick at the same time
+        requests, cursor = tick(source, cursor, now=at(now_min))
+        seen += [r.run_key for r in requests]
+    assert len(seen) == len(set(seen)) == 6
+    assert sorted(r.split("@")[0] for r in seen) == [key(m) for m in range(0, 30, 5)]
+
+
+def test_grace_period_is_respected(landing, source):
+    land(landing, at(0))
+    # the partition closes at 14:05; with a 60 s grace it is ready at 14:06, not a second before
+    requests, cursor = tick(source, None, now=at(6) - pd.Timedelta(seconds=1))
+    assert requests == []
+    assert next_start(cursor) == at(0)
+    requests, cursor = tick(source, cursor, now=at(6))
+    assert keys(requests) == [key(0)]
+    # a longer grace delays it further
+    requests, _ = tick(source, None, now=at(9), grace=pd.Timedelta(minutes=5))
+    assert requests == []
+    requests, _ = tick(source, None, now=at(10), grace=pd.Timedelta(minutes=5))
+    assert keys(requests) == [key(0)]
+    assert data_version(source, at(0), at(6) - pd.Timedelta(seconds=1), GRACE) is None
+    assert data_version(source, at(0), at(6), GRACE) is not None
+
+
+def test_max_requests_caps_a_tick_without_skipping_partitions(landing, source):
+    for m in range(0, 60, 5):
+        land(landing, at(m))
+    requested: list[str] = []
+    cursor = None
+    for _ in range(4):
+        requests, cursor = tick(source, cursor, now=at(70), max_requests=5, initial_lookback=pd.Timedelta(hours=2))
+        assert len(requests) <= 5
+        requested += keys(requests)
+    assert requested == [key(m) for m in range(0, 60, 5)]
+    assert next_start(cursor) == at(60)
+
+
+def test_a_fresh_cursor_starts_initial_lookback_back_not_the_whole_lookback(landing, source):
+    # a landing zone that already holds two hours when the sensor is first turned on
+    for m in range(-120, 15, 5):
+        land(landing, at(m))
+    requests, cursor = tick(source, None, now=at(16.5), partitions_start=at(-24 * 60),
+                            initial_lookback=pd.Timedelta(minutes=30), lookback=pd.Timedelta(hours=24))
+    assert keys(requests) == [key(m) for m in range(-15, 15, 5)]  # 13:45 .. 14:10
+    assert next_start(cursor) == at(15)
+
+
+def test_versions_are_forgotten_beyond_the_lookback(landing, source):
+    for m in range(0, 20, 5):
+        land(landing, at(m))
+    _, cursor = tick(source, None, now=at(21.5), lookback=pd.Timedelta(hours=1))
+    assert set(json.loads(cursor)["versions"]) == {key(m) for m in range(0, 20, 5)}
+    _, cursor = tick(source, cursor, now=at(70.5), lookback=pd.Timedelta(hours=1))
+    assert set(json.loads(cursor)["versions"]) == {key(10), key(15)}  # horizon 13:10+1h = 14:10
+
+
+def test_cursor_json_round_trip():
+    cursor = SensorCursor(at(15), {key(0): "a1b2", key(10): "c3d4"})
+    text = cursor.dumps()
+    assert json.loads(text) == {"next": "2026-11-03T14:15:00+00:00", "versions": {key(0): "a1b2", key(10): "c3d4"}}
+    back = SensorCursor.loads(text)
+    assert back == cursor
+    assert back.next_start.tz is not None
+    assert back.dumps() == text
+    assert SensorCursor.loads(None) == SensorCursor.loads("") == SensorCursor()
+    assert SensorCursor.loads(SensorCursor().dumps()) == SensorCursor()
+
+
+def test_simulator_source_follows_the_clock():
+    sim = SimulatorSource(default_scenario())
+    requests, cursor = tick(sim, None, now=at(16.5))
+    assert keys(requests) == [key(0), key(5), key(10)]
+    assert {r.version for r in requests} == {"clock"}
+    # the clock moves on: only the newly closed partition, and never one that has not closed + grace
+    requests, cursor = tick(sim, cursor, now=at(21))
+    assert keys(requests) == [key(15)]
+    requests, cursor = tick(sim, cursor, now=at(21))
+    assert requests == []
+    requests, cursor = tick(sim, cursor, now=at(36.5))
+    assert keys(requests) == [key(20), key(25), key(30)]
+    assert next_start(cursor) == at(35)
+
+
+# --- the Dagster sensor ----------------------------------------------------------------------
+@pytest.fixture
+def sensor_and_resources(landing, tmp_path):
+    url = f"sqlite:///{tmp_path / 'wh.db'}"
+    resources = {"warehouse": WarehouseResource(url=url), "warehouse_io_manager": WarehouseIOManager(url=url),
+                 "source": TelemetrySourceResource(kind="landing", landing_dir=str(landing))}
+    defs = build_definitions(Settings(partition_start="2026-11-03-14:00"), resources)
+    return defs.resolve_sensor_def("five_minute_partition_sensor"), {"source": resources["source"]}, defs
+
+
+def evaluate(sensor, resources, cursor, now: pd.Timestamp, defs):
+    # the definitions let Dagster resolve the partitioned run requests against five_minute_job
+    context = dg.build_sensor_context(cursor=cursor, resources=resources, definitions=defs)
+    with dg.partition_loading_context(effective_dt=now.to_pydatetime()):
+        return sensor.evaluate_tick(context)
+
+
+def test_dagster_sensor_requests_ready_partitions_and_keeps_its_cursor(landing, sensor_and_resources):
+    sensor, resources, defs = sensor_and_resources
+    assert sensor.job_name == "five_minute_job"
+    land(landing, at(0))
+    land(landing, at(5), [t for t in FIVE_MINUTE_SOURCES if t != "node_telemetry"])
+    land(landing, at(10))
+
+    result = evaluate(sensor, resources, None, now=at(16.5), defs=defs)
+    assert [r.partition_key for r in result.run_requests] == [key(0), key(10)]
+    for r in result.run_requests:
+        assert r.run_key == f"{r.partition_key}@{r.tags['gpu_health/data_version']}"
+    assert next_start(result.cursor) == at(5)
+
+    # nothing new: a skip, same cursor
+    idle = evaluate(sensor, resources, result.cursor, now=at(18), defs=defs)
+    assert not idle.run_requests
+    assert idle.skip_message and "2026-11-03 14:05" in idle.skip_message
+    assert next_start(idle.cursor) == at(5)
+
+    # the late file arrives, and a 14:10 file is replaced
+    land(landing, at(5), ["node_telemetry"])
+    old_run_key = {r.partition_key: r.run_key for r in result.run_requests}[key(10)]
+    write_partition(landing, "change_events", at(10), one_change(at(11)))
+    late = evaluate(sensor, resources, idle.cursor, now=at(19), defs=defs)
+    assert sorted(r.partition_key for r in late.run_requests) == [key(5), key(10)]
+    assert {r.partition_key: r.run_key for r in late.run_requests}[key(10)] != old_run_key
+    assert next_start(late.cursor) == at(15)
+
+
+def test_dagster_sensor_honours_the_pinned_clock_and_grace(landing, sensor_and_resources):
+    sensor, resources, defs = sensor_and_resources
+    land(landing, at(0))
+    assert partition_path(landing, "gpu_telemetry", at(0)).exists()
+    early = evaluate(sensor, resources, None, now=at(5.5), defs=defs)  # closed, but within the 60 s grace
+    assert not early.run_requests
+    ready = evaluate(sensor, resources, early.cursor, now=at(6), defs=defs)
+    assert [r.partition_key for r in ready.run_requests] == [key(0)]
