@@ -2,7 +2,9 @@
 
 import dagster as dg
 
+from gpu_health.defs.baselines.assets import build_baseline_assets
 from gpu_health.defs.jobs import build_jobs
+from gpu_health.defs.kpis.assets import build_kpi_assets
 from gpu_health.defs.resources import TelemetrySourceResource, WarehouseIOManager, WarehouseResource
 from gpu_health.defs.telemetry.assets import build_telemetry_assets
 from gpu_health.defs.telemetry.sensors import build_partition_sensor
@@ -31,7 +33,7 @@ def default_resources() -> dict:
 def build_definitions(settings: Settings, resources: dict | None = None) -> dg.Definitions:
     five_minute = five_minute_partitions(settings.partition_start)
     daily = daily_partitions(settings.partition_start)
-    assets = build_telemetry_assets(five_minute, daily)
+    assets = [*build_telemetry_assets(five_minute, daily), *build_baseline_assets(five_minute), *build_kpi_assets(five_minute)]
     five_job, daily_job, calendar_job, schedules = build_jobs(assets, five_minute, daily)
     return dg.Definitions(
         assets=assets,

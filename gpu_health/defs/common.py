@@ -45,3 +45,44 @@ def contract_check_result(asset_name: str, accepted: int, rejects: pd.DataFrame)
                   "rejects_by_reason": dg.MetadataValue.json({str(k): int(v) for k, v in by_reason.items()}),
                   "examples": preview(examples, MAX_CHECK_EXAMPLES)},
     )
+
+
+def window_of(context) -> tuple[pd.Timestamp | None, pd.Timestamp | None]:
+    """The partition window (one partition or a single-run range), or (None, None)."""
+    if context.assets_def.partitions_def is None:
+        return None, None
+    tw = context.partition_time_window
+    return pd.Timestamp(tw.start).tz_convert("UTC"), pd.Timestamp(tw.end).tz_convert("UTC")
+
+
+def output_metadata(frame: pd.DataFrame, **extra) -> dict:
+    return {"rows": len(frame), "preview": preview(frame), **extra}
+
+
+def derived_asset(name: str, *, group: str, owner: str, model, partitions_def, deps: list[str], grain: str,
+                  description: str, compute, check_specs=None):
+    """A derived asset: validated by its pandera model, stored by the warehouse IO manager.
+
+    ``compute(context, warehouse, start, end)`` returns the frame, or (frame, extra
+    events) where extra events are AssetCheckResults.
+    """
+    from dagster_pandera import pandera_schema_to_dagster_type
+
+    from gpu_health.defs.resources import WarehouseResource
+
+    @dg.asset(
+        name=name, group_name=group, owners=OWNERS[owner], kinds=KINDS, partitions_def=partitions_def,
+        backfill_policy=dg.BackfillPolicy.single_run(), io_manager_key="warehouse_io_manager",
+        dagster_type=pandera_schema_to_dagster_type(model.to_schema()), deps=deps, check_specs=check_specs,
+        description=f"{description} Grain: {grain}.",
+        metadata={"dagster/column_schema": column_schema(model), "grain": grain},
+    )
+    def _asset(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
+        start, end = window_of(context)
+        result = compute(context, warehouse.get(), start, end)
+        frame, events = result if isinstance(result, tuple) else (result, [])
+        frame = model.validate(frame, lazy=True)
+        yield dg.Output(frame, metadata=output_metadata(frame))
+        yield from events
+
+    return _asset

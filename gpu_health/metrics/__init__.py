@@ -1,0 +1,23 @@
+"""Metric logic (pure pandas): the loss tree, baselines, KPIs, finance.
+
+Importing this package registers the derived tables in the warehouse schema.
+"""
+
+from gpu_health.metrics import models as _models
+from gpu_health.storage.schema import register_derived
+
+DERIVED = {
+    "node_inventory": (_models.NodeInventory, "partition_start"),
+    "workload_step_stats": (_models.WorkloadStepStats, "partition_start"),
+    "step_time_baselines": (_models.StepTimeBaselines, "partition_start"),
+    "goodput_leaves": (_models.GoodputLeaves, "partition_start"),
+    "goodput_states": (_models.GoodputStates, "partition_start"),
+    "goodput_node_states": (_models.GoodputNodeStates, "partition_start"),
+    "job_failures": (_models.JobFailures, "partition_start"),
+    "cluster_goodput": (_models.ClusterGoodput, "partition_start"),
+    "cluster_goodput_daily": (_models.ClusterGoodputDaily, "date"),
+    "wasted_spend": (_models.WastedSpend, "date"),
+}
+
+for _name, (_model, _col) in DERIVED.items():
+    register_derived(_name, _model, _col)

@@ -121,9 +121,15 @@ def baseline_for(rows: pd.DataFrame, baseline: pd.DataFrame | None) -> pd.DataFr
         return rows.assign(**{v: np.nan for v in vals})
     b = baseline.rename(columns={"step_time_s": "base_step_s", "data_loader_time_s": "base_loader_s",
                                  "grad_sync_time_s": "base_sync_s"})[keys + vals]
+    if "partition_start" in baseline.columns:  # one baseline per partition
+        keys = ["partition_start", *keys]
+        b = baseline.rename(columns={"step_time_s": "base_step_s", "data_loader_time_s": "base_loader_s",
+                                     "grad_sync_time_s": "base_sync_s"})[keys + vals]
+        rows = rows.assign(partition_start=rows["ts"].dt.floor("5min"))
     b = b.astype({"model_type": object, "sku": object, "gpus": "int64"})
     r = rows.astype({"model_type": object, "sku": object, "gpus": "int64"})
-    return r.merge(b, on=keys, how="left")
+    out = r.merge(b, on=keys, how="left")
+    return out.drop(columns=["partition_start"]) if "partition_start" in keys else out
 
 
 def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, inventory: pd.DataFrame,
@@ -304,7 +310,14 @@ def _missing_minutes(g: pd.DataFrame, minutes: pd.DatetimeIndex, capacity, inven
 
 
 def _failures(sched: pd.DataFrame, runtime: pd.DataFrame, g: pd.DataFrame, start, end) -> pd.DataFrame:
-    """Jobs that failed in the window and the work they threw away (since their last checkpoint)."""
+    """Jobs that failed in the window and the work they threw away.
+
+    Lost work = steps since the last durable checkpoint (``last_step -
+    last_checkpoint_step`` of the job's last runtime row) at its step time; a job
+    with no training metrics loses everything since it started. Only the job's
+    own counters are used, so the answer does not depend on how much history
+    the window holds.
+    """
     cols = ["job_id", "failed_at", "exit_state", "reason", "lost_from", "gpus", "lost_gpu_minutes", "lost_in_window"]
     if sched is None or sched.empty:
         return pd.DataFrame(columns=cols)
@@ -313,19 +326,24 @@ def _failures(sched: pd.DataFrame, runtime: pd.DataFrame, g: pd.DataFrame, start
     if ended.empty:
         return pd.DataFrame(columns=cols)
     ended = ended.drop_duplicates("job_id", keep="last").set_index("job_id")
-    starts = sched[sched["event"] == "started"].groupby("job_id")["ts"].max()
-    # last checkpoint: the last minute with checkpoint time, else the job's start (or the window start)
-    ck = runtime[runtime["checkpoint_time_s"] > 0].groupby("job_id")["ts"].max() + MINUTE
-    lost_from = pd.Series(ck.reindex(ended.index)).fillna(pd.Series(starts.reindex(ended.index)))
-    lost_from = lost_from.fillna(start)
     failed_at = ended["ts"].dt.floor("1min")
+    starts = sched[sched["event"] == "started"].groupby("job_id")["ts"].max().reindex(ended.index)
+    last = (runtime[runtime["job_id"].isin(ended.index)].sort_values("ts").groupby("job_id")
+            .agg(last_step=("last_step", "last"), ck=("last_checkpoint_step", "last"), step=("step_time_s", "median")))
+    last = last.reindex(ended.index)
+    since_ck = (last["last_step"] - last["ck"].astype(float).fillna(0)).clip(lower=0)
+    lost_min = since_ck * last["step"] / 60.0
+    lost_from = failed_at - pd.to_timedelta(lost_min.fillna(0).round(), unit="min")
+    no_metrics = last["last_step"].isna()
+    lost_from = lost_from.where(~no_metrics, starts.dt.floor("1min"))
+    lost_from = lost_from.fillna(failed_at)
     gpus = ended["gpus"].astype(float)
-    lost_min = ((failed_at - lost_from) / MINUTE).clip(lower=0) + 1
+    total_min = ((failed_at - lost_from) / MINUTE).clip(lower=0) + 1
     in_win = ((failed_at - np.maximum(lost_from, start)) / MINUTE).clip(lower=0) + 1
     out = pd.DataFrame({
         "failed_at": failed_at, "exit_state": ended["exit_state"], "reason": ended["reason"],
         "lost_from": pd.to_datetime(lost_from, utc=True), "gpus": gpus,
-        "lost_gpu_minutes": lost_min * gpus, "lost_in_window": in_win * gpus,
+        "lost_gpu_minutes": total_min * gpus, "lost_in_window": in_win * gpus,
     })
     return out.rename_axis("job_id").reset_index()
 

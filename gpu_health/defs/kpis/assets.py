@@ -1,0 +1,79 @@
+"""The loss tree and the north star (5-minute, provisional)."""
+
+import dagster as dg
+import pandas as pd
+from dagster_pandera import pandera_schema_to_dagster_type
+
+from gpu_health.defs.common import KINDS, OWNERS, column_schema, output_metadata, window_of
+from gpu_health.defs.resources import WarehouseResource
+from gpu_health.metrics import models as M
+from gpu_health.metrics import pipeline as P
+from gpu_health.metrics.goodput import STATES
+
+OUTS = {
+    "goodput_leaves": (M.GoodputLeaves, "GPU-minutes per loss state at the drill-down grain",
+                       "one row per (region, node, sku, driver, team, workload class, model type, framework, queue) x state per partition"),
+    "goodput_states": (M.GoodputStates, "GPU-minutes per loss state; every paid GPU-minute is in exactly one state",
+                       "one row per region x sku x workload_class x team x state per 5-minute partition"),
+    "goodput_node_states": (M.GoodputNodeStates, "GPU-minutes per loss state per node, for the hardware drill-down",
+                            "one row per node x state per 5-minute partition"),
+    "job_failures": (M.JobFailures, "Jobs that failed and the GPU-minutes they threw away since their last checkpoint",
+                     "one row per failed job, in the partition of its failure"),
+    "cluster_goodput": (M.ClusterGoodput, "North star, provisional: productive / paid GPU-minutes, with each state's share; "
+                        "read the daily settled value (cluster_goodput_daily) for money",
+                        "one row per region (and * for the cluster) per 5-minute partition"),
+}
+
+
+def paid_invariant(states: pd.DataFrame, wh, start, end) -> dg.AssetCheckResult:
+    """States must sum to paid GPU-minutes: max(Finance's capacity, GPUs in the inventory) x minutes."""
+    cap = wh.read_window("cost_capacity", start.normalize(), end)
+    inv = P.inventory_for(wh, start, end).groupby(["region", "sku"])["gpus"].sum()
+    expected = cap.groupby(["region", "sku"])["capacity_gpus"].max().combine(inv, max, fill_value=0) if len(cap) else inv
+    got = states.groupby(["partition_start", "region", "sku"])["gpu_minutes"].sum().reset_index()
+    minutes = got["partition_start"].map(lambda p: (min(p + pd.Timedelta(minutes=5), end) - p) / pd.Timedelta(minutes=1))
+    got["expected"] = [expected.get((r, s), 0) for r, s in zip(got["region"], got["sku"])] * minutes
+    got["error"] = (got["gpu_minutes"] - got["expected"]).abs()
+    bad = got[got["error"] > 1e-6 * got["expected"].clip(lower=1)]
+    return dg.AssetCheckResult(
+        check_name="paid_minutes_invariant", asset_key="goodput_states", passed=bad.empty,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={"slices": len(got), "violations": len(bad), "max_abs_error_gpu_minutes": float(got["error"].max() if len(got) else 0),
+                  "examples": dg.MetadataValue.md(bad.head(10).to_markdown(index=False) if len(bad) else "(none)")},
+    )
+
+
+def build_kpi_assets(five_minute) -> list:
+    outs = {
+        name: dg.AssetOut(
+            group_name="kpis", owners=OWNERS["infra" if name == "goodput_node_states" else "finance" if name == "cluster_goodput" else "ml_platform"],
+            kinds=KINDS, io_manager_key="warehouse_io_manager", dagster_type=pandera_schema_to_dagster_type(model.to_schema()),
+            description=f"{text}. Grain: {grain}.", metadata={"dagster/column_schema": column_schema(model), "grain": grain},
+            is_required=True,
+        )
+        for name, (model, text, grain) in OUTS.items()
+    }
+
+    @dg.multi_asset(
+        name="goodput", outs=outs, partitions_def=five_minute, backfill_policy=dg.BackfillPolicy.single_run(),
+        deps=["gpu_telemetry", "node_telemetry", "job_runtime_metrics", "scheduler_events", "job_metadata",
+              "maintenance_windows", "cost_capacity", "node_inventory", "step_time_baselines"],
+        check_specs=[dg.AssetCheckSpec("paid_minutes_invariant", asset="goodput_states", blocking=True,
+                                       description="Every partition's states sum exactly to paid GPU-minutes.")],
+    )
+    def goodput(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
+        wh = warehouse.get()
+        start, end = window_of(context)
+        leaves, failures = P.goodput(wh, start, end)
+        tables = {"goodput_leaves": leaves, "job_failures": failures, **P.rollups(leaves)}
+        for name, (model, _, _) in OUTS.items():
+            frame = model.validate(tables[name], lazy=True)
+            extra = {}
+            if name == "cluster_goodput" and len(frame):
+                overall = frame[frame["region"] == "*"]
+                extra = {"goodput_mean": float(overall["goodput"].mean()),
+                         **{f"share_{s}": float(overall[f"share_{s}"].mean()) for s in STATES}}
+            yield dg.Output(frame, output_name=name, metadata=output_metadata(frame, **extra))
+        yield paid_invariant(tables["goodput_states"], wh, start, end)
+
+    return [goodput]

@@ -1,0 +1,182 @@
+"""Pandera contracts of the derived tables (the KPI, baseline and finance assets)."""
+
+import pandas as pd
+import pandera.pandas as pa
+from pandera.engines import pandas_engine
+from pandera.typing import Series
+
+from gpu_health.contracts.models import ContractModel
+from gpu_health.metrics.goodput import STATES
+
+_TS = {"dtype_kwargs": {"unit": "ns", "tz": "UTC"}}
+Str = pd.StringDtype
+
+
+class _Partitioned(ContractModel):
+    partition_start: Series[pd.DatetimeTZDtype] = pa.Field(description="Start of the 5-minute partition, UTC.", **_TS)
+
+
+class NodeInventory(_Partitioned):
+    """One row per node seen reporting in the partition (the trailing day is the inventory)."""
+
+    region: Series[Str] = pa.Field(description="Region.")
+    node_id: Series[Str] = pa.Field(description="Node.")
+    sku: Series[Str] = pa.Field(description="GPU model.")
+    gpus_seen: Series[int] = pa.Field(ge=0, le=16, description="Distinct GPUs that reported in the partition.")
+    driver_version: Series[Str] = pa.Field(description="Driver reported last in the partition.")
+
+    class Config:
+        unique = ["partition_start", "node_id"]
+
+
+class WorkloadStepStats(_Partitioned):
+    """One row per workload signature per partition: healthy minutes and median step-time components."""
+
+    model_type: Series[Str] = pa.Field(description="Model type of the signature.")
+    sku: Series[Str] = pa.Field(description="GPU model of the signature.")
+    gpus: Series[int] = pa.Field(ge=1, description="GPUs of the job (signature).")
+    healthy_minutes: Series[int] = pa.Field(ge=0, description="Job-minutes that counted (healthy, progressing).")
+    step_time_s: Series[float] = pa.Field(gt=0, description="Median seconds per step.")
+    data_loader_time_s: Series[float] = pa.Field(ge=0, nullable=True, description="Median loader wait per step, s.")
+    grad_sync_time_s: Series[float] = pa.Field(ge=0, nullable=True, description="Median gradient sync per step, s.")
+
+    class Config:
+        unique = ["partition_start", "model_type", "sku", "gpus"]
+
+
+class StepTimeBaselines(_Partitioned):
+    """One row per signature per partition: the baseline the partition was judged against."""
+
+    model_type: Series[Str] = pa.Field(description="Model type of the signature.")
+    sku: Series[Str] = pa.Field(description="GPU model.")
+    gpus: Series[int] = pa.Field(ge=1, description="GPUs of the job.")
+    step_time_s: Series[float] = pa.Field(gt=0, description="Baseline seconds per step.")
+    data_loader_time_s: Series[float] = pa.Field(ge=0, nullable=True, description="Baseline loader wait per step, s.")
+    grad_sync_time_s: Series[float] = pa.Field(ge=0, nullable=True, description="Baseline gradient sync per step, s.")
+    history_minutes: Series[float] = pa.Field(ge=0, description="Healthy job-minutes behind the baseline.")
+    baseline_source: Series[Str] = pa.Field(isin=["history", "cohort"], description="7-day history, or the current window (cold start).")
+
+    class Config:
+        unique = ["partition_start", "model_type", "sku", "gpus"]
+
+
+class GoodputLeaves(_Partitioned):
+    """GPU-minutes per loss state at the finest grain the drill-down needs (one row per dimension values x state)."""
+
+    region: Series[Str] = pa.Field(description="Region.")
+    node_id: Series[Str] = pa.Field(description="Node ('unseen' for paid GPUs never heard from).")
+    sku: Series[Str] = pa.Field(description="GPU model.")
+    driver_version: Series[Str] = pa.Field(description="NVIDIA driver of the node.")
+    team: Series[Str] = pa.Field(description="Team of the job ('none' unallocated, 'unknown' without metadata).")
+    workload_class: Series[Str] = pa.Field(description="interactive | batch | distributed | none | unknown.")
+    model_type: Series[Str] = pa.Field(description="Model type of the job.")
+    framework_version: Series[Str] = pa.Field(description="Framework of the job.")
+    queue: Series[Str] = pa.Field(description="Scheduler queue of the job.")
+    state: Series[Str] = pa.Field(isin=STATES, description="Loss-tree state.")
+    gpu_minutes: Series[float] = pa.Field(ge=0, description="GPU-minutes in the state.")
+
+    class Config:
+        unique = ["partition_start", "region", "node_id", "sku", "driver_version", "team", "workload_class",
+                  "model_type", "framework_version", "queue", "state"]
+
+
+class GoodputStates(_Partitioned):
+    """GPU-minutes per loss state by region x SKU x workload class x team; states sum to paid GPU-minutes."""
+
+    region: Series[Str] = pa.Field(description="Region.")
+    sku: Series[Str] = pa.Field(description="GPU model.")
+    workload_class: Series[Str] = pa.Field(description="interactive | batch | distributed | none | unknown.")
+    team: Series[Str] = pa.Field(description="Team ('none' for unallocated GPUs).")
+    state: Series[Str] = pa.Field(isin=STATES, description="Loss-tree state.")
+    gpu_minutes: Series[float] = pa.Field(ge=0, description="GPU-minutes in the state.")
+
+    class Config:
+        unique = ["partition_start", "region", "sku", "workload_class", "team", "state"]
+
+
+class GoodputNodeStates(_Partitioned):
+    """GPU-minutes per loss state per node (hardware drill-down)."""
+
+    region: Series[Str] = pa.Field(description="Region.")
+    node_id: Series[Str] = pa.Field(description="Node.")
+    sku: Series[Str] = pa.Field(description="GPU model.")
+    driver_version: Series[Str] = pa.Field(description="NVIDIA driver.")
+    state: Series[Str] = pa.Field(isin=STATES, description="Loss-tree state.")
+    gpu_minutes: Series[float] = pa.Field(ge=0, description="GPU-minutes in the state.")
+
+    class Config:
+        unique = ["partition_start", "region", "node_id", "sku", "driver_version", "state"]
+
+
+class JobFailures(_Partitioned):
+    """One row per job that failed (failed / node_fail / timeout) in the partition, with the work it threw away."""
+
+    job_id: Series[Str] = pa.Field(description="Job.")
+    failed_at: Series[pd.DatetimeTZDtype] = pa.Field(description="Minute of the failure, UTC.", **_TS)
+    exit_state: Series[Str] = pa.Field(description="failed | node_fail | timeout.")
+    reason: Series[Str] = pa.Field(nullable=True, description="Scheduler's reason.")
+    lost_from: Series[pd.DatetimeTZDtype] = pa.Field(description="First minute after the last durable checkpoint.", **_TS)
+    gpus: Series[float] = pa.Field(ge=0, description="GPUs the job held.")
+    lost_gpu_minutes: Series[float] = pa.Field(ge=0, description="GPU-minutes thrown away since the last checkpoint.")
+    lost_in_window: Series[float] = pa.Field(ge=0, description="Part of it inside the failure's own partition (already failure_loss there).")
+    region: Series[Str] = pa.Field(description="Region.")
+    sku: Series[Str] = pa.Field(description="GPU model.")
+    team: Series[Str] = pa.Field(description="Team.")
+    workload_class: Series[Str] = pa.Field(description="Workload class.")
+
+    class Config:
+        unique = ["partition_start", "job_id"]
+
+
+class _ClusterGoodputBase(_Partitioned):
+
+    region: Series[Str] = pa.Field(description="Region or * for the cluster.")
+    paid_gpu_minutes: Series[float] = pa.Field(ge=0, description="Paid GPU-minutes (capacity x minutes).")
+    productive_gpu_minutes: Series[float] = pa.Field(ge=0, description="Productive GPU-minutes.")
+    goodput: Series[float] = pa.Field(ge=0, le=1, nullable=True, description="Productive / paid.")
+
+    class Config:
+        unique = ["partition_start", "region"]
+
+
+_SHARES = {f"share_{s}": pa.Field(ge=0, le=1, nullable=True, description=f"Share of paid GPU-minutes in {s}.") for s in STATES}
+ClusterGoodput = type("ClusterGoodput", (_ClusterGoodputBase,), {
+    "__doc__": "North star, provisional: productive / paid GPU-minutes per partition, per region and overall ('*'), "
+               "with each loss state's share.",
+    "__module__": __name__,
+    "__annotations__": {k: Series[float] for k in _SHARES},
+    **_SHARES,
+})
+
+
+class ClusterGoodputDaily(ContractModel):
+    """North star, settled: per day and region (and '*'), work thrown away by failures moved back to when it was spent."""
+
+    date: Series[pandas_engine.Date] = pa.Field(description="Day (UTC).")
+    region: Series[Str] = pa.Field(description="Region or *.")
+    paid_gpu_hours: Series[float] = pa.Field(ge=0, description="Paid GPU-hours.")
+    productive_gpu_hours: Series[float] = pa.Field(ge=0, description="Productive GPU-hours after settlement.")
+    provisional_goodput: Series[float] = pa.Field(ge=0, le=1, nullable=True, description="Mean of the 5-minute series.")
+    settled_goodput: Series[float] = pa.Field(ge=0, le=1, nullable=True, description="After failures are settled.")
+    failure_loss_gpu_hours: Series[float] = pa.Field(ge=0, description="Settled failure loss.")
+    partitions: Series[int] = pa.Field(ge=0, description="5-minute partitions present (288 = complete day).")
+
+    class Config:
+        unique = ["date", "region"]
+
+
+class WastedSpend(ContractModel):
+    """USD by day, region, state, cause family and team: each non-productive state's GPU-hours x that day's blended cost."""
+
+    date: Series[pandas_engine.Date] = pa.Field(description="Day (UTC).")
+    region: Series[Str] = pa.Field(description="Region.")
+    sku: Series[Str] = pa.Field(description="GPU model.")
+    state: Series[Str] = pa.Field(isin=STATES, description="Loss-tree state (productive included for reconciliation).")
+    cause_family: Series[Str] = pa.Field(description="Cause family of the state.")
+    team: Series[Str] = pa.Field(description="Team ('none' for unallocated capacity).")
+    gpu_hours: Series[float] = pa.Field(ge=0, description="GPU-hours in the state (settled).")
+    blended_gpu_hour_usd: Series[float] = pa.Field(ge=0, description="That day's blended USD per GPU-hour for region x SKU.")
+    usd: Series[float] = pa.Field(ge=0, description="gpu_hours x blended_gpu_hour_usd.")
+
+    class Config:
+        unique = ["date", "region", "sku", "state", "team"]

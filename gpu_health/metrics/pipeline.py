@@ -1,0 +1,158 @@
+"""Computations of the derived assets for a window, given the warehouse.
+
+No Dagster here: each function reads what it needs (the window's sources and
+the history behind them) from a :class:`~gpu_health.storage.warehouse.Warehouse`
+and calls the pure metric functions. The Dagster assets are thin wrappers, and
+the evaluation harness and benchmarks call the same functions.
+
+History each computation reads (consumers look back as far as they need):
+job metadata submitted in the last 4 days (jobs live up to 3.5 days; older
+ones count as ``unknown``, never dropped), scheduler events of the last 6
+hours (pending demand and queues), the node inventory of the last 24 hours,
+and 7 days of workload step statistics (baselines).
+"""
+
+import numpy as np
+import pandas as pd
+
+from gpu_health.contracts import conform
+from gpu_health.metrics import baselines as B
+from gpu_health.metrics import goodput as G
+from gpu_health.storage.warehouse import Warehouse
+
+META_LOOKBACK = pd.Timedelta(days=4)
+SCHED_LOOKBACK = pd.Timedelta(hours=6)
+INVENTORY_LOOKBACK = pd.Timedelta(hours=24)
+SOURCES = ["gpu_telemetry", "node_telemetry", "job_runtime_metrics", "scheduler_events"]
+
+
+def read_sources(wh: Warehouse, start, end, tables=SOURCES) -> dict[str, pd.DataFrame]:
+    return {t: wh.read_window(t, start, end) for t in tables}
+
+
+def _conform(frames: dict) -> dict:
+    return {k: conform(v, k) for k, v in frames.items()}
+
+
+def node_inventory(frames: dict) -> pd.DataFrame:
+    """Nodes seen in each partition with the GPUs they reported and their driver."""
+    gpu, node = frames["gpu_telemetry"], frames["node_telemetry"]
+    cols = ["partition_start", "region", "node_id", "sku", "gpus_seen", "driver_version"]
+    if gpu.empty and node.empty:
+        return pd.DataFrame(columns=cols)
+    g = gpu.assign(partition_start=gpu["ts"].dt.floor("5min"))
+    seen = g.groupby(["partition_start", "node_id"], observed=True).agg(
+        region=("region", "first"), sku=("sku", "first"), gpus_seen=("gpu_uuid", "nunique")).reset_index()
+    n = node.assign(partition_start=node["ts"].dt.floor("5min")).sort_values("ts")
+    drv = n.groupby(["partition_start", "node_id"], observed=True).agg(
+        region_n=("region", "last"), sku_n=("sku", "last"), driver_version=("driver_version", "last")).reset_index()
+    out = seen.merge(drv, on=["partition_start", "node_id"], how="outer")
+    out["region"] = out["region"].astype(object).fillna(out["region_n"].astype(object))
+    out["sku"] = out["sku"].astype(object).fillna(out["sku_n"].astype(object))
+    out["gpus_seen"] = out["gpus_seen"].fillna(0).astype("int64")
+    out["driver_version"] = out["driver_version"].astype(object).fillna("unknown")
+    return out[cols]
+
+
+def inventory_for(wh: Warehouse, start, end) -> pd.DataFrame:
+    """Nodes known over the trailing day: node_id, region, sku, gpus (most GPUs ever seen)."""
+    inv = wh.read_window("node_inventory", pd.Timestamp(start) - INVENTORY_LOOKBACK, end)
+    if inv.empty:
+        return pd.DataFrame(columns=["node_id", "region", "sku", "gpus"])
+    inv = inv.sort_values("partition_start")
+    out = inv.groupby("node_id").agg(region=("region", "last"), sku=("sku", "last"), gpus=("gpus_seen", "max")).reset_index()
+    # a node that only ever reported node telemetry: assume the SKU's usual GPU count
+    typical = out[out["gpus"] > 0].groupby("sku")["gpus"].agg(lambda s: int(s.mode().iloc[0]))
+    out["gpus"] = np.where(out["gpus"] > 0, out["gpus"], out["sku"].map(typical).fillna(0)).astype("int64")
+    return out.astype({"node_id": object, "region": object, "sku": object})
+
+
+def step_stats(wh: Warehouse, start, end, frames: dict | None = None) -> pd.DataFrame:
+    frames = frames or read_sources(wh, start, end, ["gpu_telemetry", "node_telemetry", "job_runtime_metrics"])
+    meta = wh.read_window("job_metadata", pd.Timestamp(start) - META_LOOKBACK, end, columns=["job_id", "model_type"])
+    maint = wh.read_window("maintenance_windows")
+    return B.workload_step_stats(frames, meta=meta, maintenance=maint)
+
+
+def step_baselines(wh: Warehouse, start, end, current: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The baseline of every partition in [start, end): 7-day history as of the partition's hour,
+    or the partition's own stats at cold start (same result for a range run and partition runs)."""
+    start, end = pd.Timestamp(start), pd.Timestamp(end)
+    current = current if current is not None else wh.read_window("workload_step_stats", start, end)
+    hist_all = wh.read_window("workload_step_stats", start.floor("1h") - B.LOOKBACK, end)
+    out = []
+    for hour in pd.date_range(start.floor("1h"), end, freq="1h", inclusive="left"):
+        hist = hist_all[(hist_all["partition_start"] >= hour - B.LOOKBACK) & (hist_all["partition_start"] < hour)]
+        base_h = B.step_baseline(hist, None)
+        for p in pd.date_range(max(hour, start), min(hour + pd.Timedelta(hours=1), end), freq="5min", inclusive="left"):
+            cur = current[current["partition_start"] == p]
+            cohort = B.step_baseline(None, cur) if len(cur) else base_h.iloc[0:0]
+            both = pd.concat([base_h[base_h["history_minutes"] >= B.MIN_HISTORY_MINUTES], cohort], ignore_index=True)
+            both = both.drop_duplicates(B.SIGNATURE, keep="first")
+            if len(both):
+                out.append(both.assign(partition_start=p))
+    cols = ["partition_start", *B.SIGNATURE, "step_time_s", "data_loader_time_s", "grad_sync_time_s", "history_minutes", "baseline_source"]
+    return pd.concat(out, ignore_index=True)[cols] if out else pd.DataFrame(columns=cols)
+
+
+def goodput(wh: Warehouse, start, end, frames: dict | None = None, baselines: pd.DataFrame | None = None):
+    """Leaves of the loss tree and the job failures of [start, end), partition by partition
+    (each partition against its own baseline)."""
+    start, end = pd.Timestamp(start), pd.Timestamp(end)
+    frames = frames or read_sources(wh, start, end, ["gpu_telemetry", "node_telemetry", "job_runtime_metrics"])
+    frames = dict(frames)
+    frames["scheduler_events"] = wh.read_window("scheduler_events", start - SCHED_LOOKBACK, end)
+    meta = wh.read_window("job_metadata", start - META_LOOKBACK, end)
+    maint = wh.read_window("maintenance_windows")
+    capacity = wh.read_window("cost_capacity", start.normalize(), end)
+    inventory = inventory_for(wh, start, end)
+    baselines = baselines if baselines is not None else wh.read_window("step_time_baselines", start, end)
+    sched_all = frames["scheduler_events"]
+    in_window = dict(frames)
+    in_window["scheduler_events"] = sched_all[sched_all["ts"] >= start]
+    leaves_parts, fail_parts = [], []
+    for c0, c1 in _chunks(start, end, CHUNK):  # bounded memory; results do not depend on the chunking
+        sub = {k: v[(v["ts"] >= c0) & (v["ts"] < c1)] for k, v in in_window.items()}
+        leaves, failures = G.compute_states(
+            sub, start=c0, end=c1, capacity=capacity[capacity["date"].astype(str) == str(c0.date())],
+            inventory=inventory, maintenance=maint, meta=meta, sched_history=sched_all[sched_all["ts"] < c1],
+            baseline=baselines[(baselines["partition_start"] >= c0) & (baselines["partition_start"] < c1)])
+        leaves_parts.append(leaves)
+        fail_parts.append(failures)
+    leaves = pd.concat(leaves_parts, ignore_index=True)
+    failures = pd.concat(fail_parts, ignore_index=True)
+    failures = _enrich_failures(failures, frames["gpu_telemetry"], meta, sched_all)
+    return leaves, failures
+
+
+CHUNK = pd.Timedelta(hours=6)
+
+
+def _chunks(start, end, size):
+    t = start
+    while t < end:
+        nxt = min(t + size, (t + pd.Timedelta(days=1)).normalize(), end)
+        yield t, nxt
+        t = nxt
+
+
+def _enrich_failures(failures: pd.DataFrame, gpu: pd.DataFrame, meta: pd.DataFrame, sched: pd.DataFrame) -> pd.DataFrame:
+    if failures.empty:
+        return failures.assign(partition_start=pd.Series(dtype="datetime64[ns, UTC]"), region=[], sku=[], team=[], workload_class=[])
+    place = gpu[gpu["job_id"].notna()].sort_values("ts").groupby("job_id").agg(region=("region", "last"), sku=("sku", "last"))
+    m = meta.drop_duplicates("job_id").set_index("job_id") if len(meta) else pd.DataFrame(columns=["team", "workload_class"])
+    f = failures.copy()
+    f["partition_start"] = f["failed_at"].dt.floor("5min")
+    for col, src in (("region", place), ("sku", place), ("team", m), ("workload_class", m)):
+        f[col] = f["job_id"].map(src[col]).astype(object).fillna("unknown") if col in src else "unknown"
+    f["reason"] = f["reason"].astype(object)
+    return f
+
+
+def rollups(leaves: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    states = G.rollup(leaves, ["region", "sku", "workload_class", "team"])
+    nodes = G.rollup(leaves, ["region", "node_id", "sku", "driver_version"])
+    by_region = G.goodput_ratio(leaves, ["region"])
+    overall = G.goodput_ratio(leaves).assign(region="*")
+    cluster = pd.concat([by_region, overall], ignore_index=True)
+    return {"goodput_states": states, "goodput_node_states": nodes, "cluster_goodput": cluster}
