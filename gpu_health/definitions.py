@@ -3,6 +3,7 @@
 import dagster as dg
 
 from gpu_health.defs.baselines.assets import build_baseline_assets
+from gpu_health.defs.finance.assets import build_finance_assets
 from gpu_health.defs.jobs import build_jobs
 from gpu_health.defs.kpis.assets import build_kpi_assets
 from gpu_health.defs.resources import TelemetrySourceResource, WarehouseIOManager, WarehouseResource
@@ -33,7 +34,8 @@ def default_resources() -> dict:
 def build_definitions(settings: Settings, resources: dict | None = None) -> dg.Definitions:
     five_minute = five_minute_partitions(settings.partition_start)
     daily = daily_partitions(settings.partition_start)
-    assets = [*build_telemetry_assets(five_minute, daily), *build_baseline_assets(five_minute), *build_kpi_assets(five_minute)]
+    assets = [*build_telemetry_assets(five_minute, daily), *build_baseline_assets(five_minute), *build_kpi_assets(five_minute),
+              *build_finance_assets(daily)]
     five_job, daily_job, calendar_job, schedules = build_jobs(assets, five_minute, daily)
     return dg.Definitions(
         assets=assets,

@@ -156,3 +156,18 @@ def rollups(leaves: pd.DataFrame) -> dict[str, pd.DataFrame]:
     overall = G.goodput_ratio(leaves).assign(region="*")
     cluster = pd.concat([by_region, overall], ignore_index=True)
     return {"goodput_states": states, "goodput_node_states": nodes, "cluster_goodput": cluster}
+
+
+def finance_day(wh: Warehouse, day_start, day_end) -> dict[str, pd.DataFrame]:
+    """Settled goodput and wasted spend for one day (failures up to a day later settle back into it)."""
+    from gpu_health.metrics import finance as F
+
+    states = wh.read_window("goodput_states", day_start, day_end)
+    failures = wh.read_window("job_failures", day_start, pd.Timestamp(day_end) + pd.Timedelta(days=1))
+    provisional = wh.read_window("cluster_goodput", day_start, day_end)
+    cost = wh.read_window("cost_capacity", day_start, day_end)
+    settled, moved = F.settle(states, failures, day_start, day_end)
+    partitions = int(states["partition_start"].nunique()) if len(states) else 0
+    daily = F.daily_goodput(settled, provisional, day_start, partitions)
+    spend = F.wasted_spend(settled, F.blended_rates(cost), day_start) if len(cost) else F.wasted_spend(settled.iloc[0:0], F.blended_rates(cost), day_start)
+    return {"cluster_goodput_daily": daily, "wasted_spend": spend, "moved_gpu_minutes": moved}
