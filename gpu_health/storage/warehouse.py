@@ -66,7 +66,10 @@ class Warehouse:
         if not self._created:
             import gpu_health.metrics  # noqa: F401  (registers derived tables)
 
+            from gpu_health.storage.views import create_views
+
             metadata.create_all(self.engine)
+            create_views(self.engine)
             self._created = True
 
     def table(self, name: str) -> sa.Table:
