@@ -12,6 +12,7 @@ import sys
 import pandas as pd
 import pandera.pandas as pa
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from gpu_health.contracts.models import CONTRACTS, PARTITION_COLUMN
@@ -108,7 +109,7 @@ def render_sql(dialect_name: str = "postgresql") -> str:
     """DDL of every table, as reviewed in sql/schema.sql."""
     import gpu_health.metrics  # noqa: F401  (registers derived tables)
 
-    dialect = sa.dialects.postgresql.dialect() if dialect_name == "postgresql" else sa.dialects.sqlite.dialect()
+    dialect = postgresql.dialect() if dialect_name == "postgresql" else sqlite.dialect()
     out = ["-- Generated from gpu_health/storage/schema.py by `python -m gpu_health.storage.schema`.",
            "-- Do not edit by hand: a test fails when this file and the module drift.", ""]
     for table in metadata.sorted_tables:

@@ -1,0 +1,292 @@
+"""The warehouse: idempotent partition writes, racing writers, round trips, schema drift.
+
+Every behaviour that differs between the two backends (transactions, locks,
+type round trips) runs on SQLite and on a real PostgreSQL 15 (``postgres_url``,
+started by the test session); each test gets a database of its own.
+"""
+
+import datetime
+import difflib
+import threading
+import uuid
+from pathlib import Path
+
+import pandas as pd
+import psycopg2
+import pytest
+import sqlalchemy as sa
+import yaml
+
+from gpu_health.contracts import CONTRACTS, FIVE_MINUTE_SOURCES, PARTITION_COLUMN
+from gpu_health.contracts.validate import validate_frame
+from gpu_health.sim.scenario import load_scenario
+from gpu_health.sim.telemetry import Window, cost_capacity, maintenance_windows
+from gpu_health.storage.schema import grain, metadata, render_sql
+from gpu_health.storage.warehouse import Warehouse, engine_for
+from gpu_health_tests.conftest import REPO, THERMAL_WEEK
+
+T0 = pd.Timestamp("2026-11-03T14:00:00Z")
+T1 = T0 + pd.Timedelta(minutes=5)
+DAY0 = T0.normalize()
+DAY1 = DAY0 + pd.Timedelta(days=1)
+SCHEMA_SQL = REPO / "sql" / "schema.sql"
+REGENERATE = ".venv/bin/python -m gpu_health.storage.schema sql/schema.sql"
+
+
+def bounds(table: str):
+    if table == "cost_capacity":
+        return DAY0, DAY1
+    if table == "maintenance_windows":
+        return None, None
+    return T0, T1
+
+
+def sort_by_grain(frame: pd.DataFrame, table: str) -> pd.DataFrame:
+    keys = grain(CONTRACTS[table], PARTITION_COLUMN[table])
+    return frame.sort_values(keys).reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def frames() -> dict[str, pd.DataFrame]:
+    """Every source table of one simulated partition, as its contract holds it.
+
+    The thermal week plus a benign kernel upgrade at a sub-second time (so that
+    change_events has a row); a few optional fields are blanked and a link is
+    down, so that nulls in nullable ints/floats and False bools travel too.
+    """
+    raw = yaml.safe_load(THERMAL_WEEK.read_text())
+    raw["changes"] = [{"kind": "kernel_upgrade", "ts": "2026-11-03T14:01:30.250Z", "scope": {"region": "eu-west", "nodes": 4},
+                       "from_version": "6.8.0-49-generic", "to_version": "6.8.0-51-generic"}]
+    scen = load_scenario(raw)
+    raw_frames = Window(scen, T0, T1).tables()
+    gpu = raw_frames["gpu_telemetry"].copy()
+    blank = gpu.index[::97]
+    for col in ("throttle_reasons", "ecc_sbe_delta", "ecc_dbe_delta", "sm_active", "tensor_active"):
+        gpu[col] = gpu[col].astype("object")
+        gpu.loc[blank, col] = None
+    raw_frames["gpu_telemetry"] = gpu
+    net = raw_frames["network_telemetry"].copy()
+    net.loc[net.index[:8], "link_up"] = False
+    raw_frames["network_telemetry"] = net
+    raw_frames["cost_capacity"] = cost_capacity(scen, DAY0)
+    raw_frames["maintenance_windows"] = maintenance_windows(scen)
+    out = {}
+    for table in CONTRACTS:
+        start, end = bounds(table)
+        checked = validate_frame(raw_frames[table], table, start=start, end=end, origin="simulator")
+        assert checked.rejects.empty, f"{table}: the fixture itself breaks its contract"
+        assert len(checked.valid), f"{table}: the fixture has no rows"
+        out[table] = checked.valid
+    return out
+
+
+@pytest.fixture
+def pg_url(postgres_url):
+    """A fresh database on the session's PostgreSQL server, dropped afterwards."""
+    url = sa.make_url(postgres_url)
+    name = f"wh_{uuid.uuid4().hex[:10]}"
+    admin = dict(host=url.host, port=url.port, user=url.username, dbname="postgres")
+    conn = psycopg2.connect(**admin)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    conn.close()
+    new = url.set(database=name).render_as_string(hide_password=False)
+    yield new
+    engine_for(new).dispose()
+    conn = psycopg2.connect(**admin)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    conn.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def warehouse_url(request, sqlite_url):
+    if request.param == "sqlite":
+        return sqlite_url
+    return request.getfixturevalue("pg_url")
+
+
+# --- idempotent writes --------------------------------------------------------------------
+def test_rerunning_a_partition_keeps_one_copy_and_leaves_neighbours(warehouse_url, frames):
+    wh = Warehouse(warehouse_url)
+    gpu = frames["gpu_telemetry"]
+    before = gpu.assign(ts=gpu["ts"] - pd.Timedelta(minutes=5))  # the previous partition
+    wh.replace_window("gpu_telemetry", before, T0 - pd.Timedelta(minutes=5), T0)
+    assert wh.replace_window("gpu_telemetry", gpu, T0, T1) == len(gpu)
+    assert wh.replace_window("gpu_telemetry", gpu, T0, T1) == len(gpu)
+    assert wh.count("gpu_telemetry") == 2 * len(gpu)
+    got = wh.read_window("gpu_telemetry", T0, T1)
+    assert len(got) == len(gpu)
+    assert not got.duplicated(["ts", "gpu_uuid"]).any()
+
+    # a re-run with fewer rows leaves exactly those rows: nothing stale survives
+    fewer = gpu[gpu["region"] == "us-east"]
+    wh.replace_window("gpu_telemetry", fewer, T0, T1)
+    got = wh.read_window("gpu_telemetry", T0, T1)
+    assert sorted(got["gpu_uuid"].unique()) == sorted(fewer["gpu_uuid"].unique())
+    assert len(got) == len(fewer)
+    # the neighbouring partition is untouched by both re-runs
+    assert len(wh.read_window("gpu_telemetry", T0 - pd.Timedelta(minutes=5), T0)) == len(before)
+
+    # an empty frame empties the window (a partition in which nothing was reported)
+    wh.replace_window("gpu_telemetry", gpu.iloc[:0], T0, T1)
+    assert wh.read_window("gpu_telemetry", T0, T1).empty
+    assert wh.count("gpu_telemetry") == len(before)
+
+
+def _race(url: str, table: str, versions: list[pd.DataFrame], start, end, **kw) -> list[BaseException]:
+    """Every frame in ``versions`` written to the same window at once, one thread each."""
+    barrier = threading.Barrier(len(versions))
+    errors: list[BaseException] = []
+
+    def write(frame):
+        try:
+            wh = Warehouse(url)
+            barrier.wait()
+            wh.replace_window(table, frame, start, end, **kw)
+        except BaseException as err:  # collected and reported by the test
+            errors.append(err)
+
+    threads = [threading.Thread(target=write, args=(f,)) for f in versions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+def test_two_runs_racing_one_partition_leave_exactly_one_copy(warehouse_url, frames):
+    gpu = frames["gpu_telemetry"]
+    first = gpu
+    second = gpu.assign(power_w=gpu["power_w"] + 1.0)  # the other run read a corrected file
+    wh = Warehouse(warehouse_url)
+    wh.replace_window("gpu_telemetry", gpu.iloc[:10], T0, T1)  # an earlier run's rows are there
+    for round_ in range(3):
+        errors = _race(warehouse_url, "gpu_telemetry", [first, second], T0, T1)
+        assert errors == [], f"round {round_}: a racing writer failed: {errors!r}"
+        got = sort_by_grain(wh.read_window("gpu_telemetry", T0, T1), "gpu_telemetry")
+        assert len(got) == len(gpu)
+        assert not got.duplicated(["ts", "gpu_uuid"]).any()
+        # one run's rows, whole: never a mix of both, nor of the earlier run
+        expected = [sort_by_grain(f, "gpu_telemetry")["power_w"] for f in (first, second)]
+        assert any(got["power_w"].equals(e) for e in expected), f"round {round_}: rows of both runs mixed"
+
+
+def test_where_narrows_the_replaced_rows_to_one_source(warehouse_url, frames):
+    wh = Warehouse(warehouse_url)
+
+    def rejects(table: str, bad_rows: int, column: str, value) -> pd.DataFrame:
+        frame = frames[table].copy()
+        frame[column] = frame[column].astype("float64")
+        frame.loc[frame.index[:bad_rows], column] = value
+        out = validate_frame(frame, table, start=T0, end=T1, origin=f"landing/{table}/2026-11-03/1400.parquet").rejects
+        assert out["row_index"].nunique() == bad_rows
+        return out
+
+    wh.replace_window("source_rejects", rejects("gpu_telemetry", 3, "gpu_util_pct", 150.0), T0, T1, where={"source": "gpu_telemetry"})
+    wh.replace_window("source_rejects", rejects("node_telemetry", 2, "cpu_util_pct", -1.0), T0, T1, where={"source": "node_telemetry"})
+    # gpu_telemetry's partition is re-run after a fix: one bad row left
+    wh.replace_window("source_rejects", rejects("gpu_telemetry", 1, "gpu_util_pct", 150.0), T0, T1, where={"source": "gpu_telemetry"})
+
+    got = wh.read_window("source_rejects", T0, T1)
+    assert got.groupby("source")["row_index"].nunique().to_dict() == {"gpu_telemetry": 1, "node_telemetry": 2}
+    node = wh.read_window("source_rejects", T0, T1, where={"source": "node_telemetry"}, columns=["origin", "column", "reason"])
+    assert list(node.columns) == ["origin", "column", "reason"]
+    assert set(node["origin"]) == {"landing/node_telemetry/2026-11-03/1400.parquet"}
+    assert set(node["column"]) == {"cpu_util_pct"}
+    # a list in where= selects several sources
+    assert len(wh.read_window("source_rejects", T0, T1, where={"source": ["gpu_telemetry", "node_telemetry"]})) == 3
+
+
+# --- round trips -------------------------------------------------------------------------
+def test_every_source_table_round_trips_values_and_dtypes(warehouse_url, frames):
+    wh = Warehouse(warehouse_url)
+    for table, frame in frames.items():
+        start, end = bounds(table)
+        wh.replace_window(table, frame, start, end)
+    for table, frame in frames.items():
+        start, end = bounds(table)
+        back = wh.read_window(table, start, end)
+        assert list(back.columns) == list(frame.columns), table
+        assert len(back) == len(frame), table
+        # what the warehouse hands back is what the contract holds: validate it as a source
+        checked = validate_frame(back, table, start=start, end=end, origin=f"warehouse:{table}")
+        assert checked.rejects.empty, f"{table}: {checked.reject_counts}"
+        pd.testing.assert_frame_equal(sort_by_grain(checked.valid, table), sort_by_grain(frame, table),
+                                      check_exact=False, rtol=1e-12, obj=table)
+        # and the types come back without the contract's help (except strings: object)
+        for col in frame.columns:
+            if str(frame[col].dtype) not in ("string", "object"):
+                assert back[col].dtype == frame[col].dtype, f"{table}.{col}: {back[col].dtype} != {frame[col].dtype}"
+
+    gpu = wh.read_window("gpu_telemetry", T0, T1)
+    assert str(gpu["ts"].dtype) == "datetime64[ns, UTC]"
+    assert str(gpu["throttle_reasons"].dtype) == "Int64"
+    assert gpu["throttle_reasons"].isna().sum() == frames["gpu_telemetry"]["throttle_reasons"].isna().sum() > 0
+    assert gpu["sm_active"].isna().sum() == frames["gpu_telemetry"]["sm_active"].isna().sum() > 0
+    net = wh.read_window("network_telemetry", T0, T1)
+    assert net["link_up"].dtype == bool and (~net["link_up"]).sum() == 8
+    change = wh.read_window("change_events", T0, T1)
+    assert change["ts"].tolist() == [pd.Timestamp("2026-11-03T14:01:30.250Z")]  # sub-second kept
+    cost = wh.read_window("cost_capacity", DAY0, DAY1)
+    assert all(type(d) is datetime.date for d in cost["date"]) and set(cost["date"]) == {DAY0.date()}
+    jobs = wh.read_window("job_metadata", T0, T1)
+    assert jobs["sla_deadline"].isna().any() and jobs["sla_deadline"].notna().any()
+
+
+def test_read_window_is_half_open(warehouse_url, frames):
+    wh = Warehouse(warehouse_url)
+    gpu = frames["gpu_telemetry"]
+    wh.replace_window("gpu_telemetry", gpu, T0, T1)
+    minute = T0 + pd.Timedelta(minutes=2)
+    got = wh.read_window("gpu_telemetry", minute, minute + pd.Timedelta(minutes=1))
+    assert set(got["ts"]) == {minute}
+    assert len(got) == (gpu["ts"] == minute).sum()
+    assert wh.read_window("gpu_telemetry", T1, T1 + pd.Timedelta(minutes=5)).empty
+
+
+# --- the schema ---------------------------------------------------------------------------
+def test_primary_keys_are_the_contracts_grain():
+    expected = {
+        "gpu_telemetry": ["ts", "gpu_uuid"],
+        "node_telemetry": ["ts", "node_id"],
+        "network_telemetry": ["ts", "node_id", "link_id"],
+        "scheduler_events": ["ts", "event_id"],
+        "job_runtime_metrics": ["ts", "job_id"],
+        "job_metadata": ["submitted_at", "job_id"],
+        "change_events": ["ts", "event_id"],
+        "cost_capacity": ["date", "region", "sku"],
+        "maintenance_windows": ["window_id"],
+    }
+    assert set(expected) == set(CONTRACTS)
+    for table, keys in expected.items():
+        assert [c.name for c in metadata.tables[table].primary_key.columns] == keys, table
+    for table in FIVE_MINUTE_SOURCES:  # the partition column leads, so a window is one key range
+        assert expected[table][0] == PARTITION_COLUMN[table]
+
+
+def test_sql_schema_file_matches_the_module():
+    rendered = render_sql()
+    assert SCHEMA_SQL.exists(), f"{SCHEMA_SQL} is missing: generate it with `{REGENERATE}` and commit it"
+    committed = SCHEMA_SQL.read_text()
+    if committed != rendered:
+        diff = "".join(list(difflib.unified_diff(committed.splitlines(True), rendered.splitlines(True),
+                                                 "sql/schema.sql", "render_sql()"))[:60])
+        pytest.fail(f"sql/schema.sql has drifted from gpu_health/storage/schema.py. Regenerate it with\n"
+                    f"    {REGENERATE}\nreview the diff and commit it.\n{diff}", pytrace=False)
+
+
+def test_schema_sql_creates_every_table_on_postgresql(pg_url):
+    """The reviewed DDL is valid PostgreSQL and yields the tables the module declares."""
+    engine = sa.create_engine(pg_url)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(Path(SCHEMA_SQL).read_text())
+        created = set(sa.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+    declared = {line.split()[2] for line in SCHEMA_SQL.read_text().splitlines() if line.startswith("CREATE TABLE ")}
+    assert declared >= set(CONTRACTS) | {"source_rejects"}
+    assert created == declared

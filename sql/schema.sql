@@ -1,0 +1,145 @@
+-- Generated from gpu_health/storage/schema.py by `python -m gpu_health.storage.schema`.
+-- Do not edit by hand: a test fails when this file and the module drift.
+
+CREATE TABLE change_events (
+	event_id TEXT NOT NULL, 
+	ts TIMESTAMP WITH TIME ZONE NOT NULL, 
+	kind TEXT NOT NULL, 
+	scope TEXT NOT NULL, 
+	from_version TEXT, 
+	to_version TEXT, 
+	description TEXT NOT NULL, 
+	CONSTRAINT pk_change_events PRIMARY KEY (ts, event_id)
+);
+
+CREATE TABLE cost_capacity (
+	date DATE NOT NULL, 
+	region TEXT NOT NULL, 
+	sku TEXT NOT NULL, 
+	capacity_gpus BIGINT NOT NULL, 
+	reserved_gpus BIGINT NOT NULL, 
+	reserved_gpu_hour_usd FLOAT NOT NULL, 
+	on_demand_gpu_hour_usd FLOAT NOT NULL, 
+	on_demand_gpu_hours FLOAT NOT NULL, 
+	CONSTRAINT pk_cost_capacity PRIMARY KEY (date, region, sku)
+);
+
+CREATE TABLE gpu_telemetry (
+	ts TIMESTAMP WITH TIME ZONE NOT NULL, 
+	region TEXT NOT NULL, 
+	node_id TEXT NOT NULL, 
+	gpu_index BIGINT NOT NULL, 
+	gpu_uuid TEXT NOT NULL, 
+	sku TEXT NOT NULL, 
+	job_id TEXT, 
+	gpu_util_pct FLOAT NOT NULL, 
+	sm_active FLOAT, 
+	tensor_active FLOAT, 
+	fb_used_mib FLOAT NOT NULL, 
+	power_w FLOAT NOT NULL, 
+	temp_c FLOAT NOT NULL, 
+	sm_clock_mhz FLOAT NOT NULL, 
+	throttle_reasons BIGINT, 
+	ecc_sbe_delta BIGINT, 
+	ecc_dbe_delta BIGINT, 
+	xid BIGINT NOT NULL, 
+	CONSTRAINT pk_gpu_telemetry PRIMARY KEY (ts, gpu_uuid)
+);
+
+CREATE TABLE job_metadata (
+	job_id TEXT NOT NULL, 
+	submitted_at TIMESTAMP WITH TIME ZONE NOT NULL, 
+	team TEXT NOT NULL, 
+	model_type TEXT NOT NULL, 
+	workload_class TEXT NOT NULL, 
+	dataset TEXT NOT NULL, 
+	requested_gpus BIGINT NOT NULL, 
+	requested_mem_gb FLOAT NOT NULL, 
+	container_image TEXT NOT NULL, 
+	framework_version TEXT NOT NULL, 
+	sla_deadline TIMESTAMP WITH TIME ZONE, 
+	CONSTRAINT pk_job_metadata PRIMARY KEY (submitted_at, job_id)
+);
+
+CREATE TABLE job_runtime_metrics (
+	ts TIMESTAMP WITH TIME ZONE NOT NULL, 
+	job_id TEXT NOT NULL, 
+	steps BIGINT NOT NULL, 
+	samples BIGINT NOT NULL, 
+	last_step BIGINT NOT NULL, 
+	step_time_s FLOAT, 
+	data_loader_time_s FLOAT, 
+	grad_sync_time_s FLOAT, 
+	checkpoint_time_s FLOAT NOT NULL, 
+	loss FLOAT, 
+	last_checkpoint_step BIGINT, 
+	CONSTRAINT pk_job_runtime_metrics PRIMARY KEY (ts, job_id)
+);
+
+CREATE TABLE maintenance_windows (
+	window_id TEXT NOT NULL, 
+	start TIMESTAMP WITH TIME ZONE NOT NULL, 
+	"end" TIMESTAMP WITH TIME ZONE NOT NULL, 
+	region TEXT NOT NULL, 
+	node_ids TEXT NOT NULL, 
+	reason TEXT NOT NULL, 
+	CONSTRAINT pk_maintenance_windows PRIMARY KEY (window_id)
+);
+
+CREATE TABLE network_telemetry (
+	ts TIMESTAMP WITH TIME ZONE NOT NULL, 
+	region TEXT NOT NULL, 
+	node_id TEXT NOT NULL, 
+	link_id TEXT NOT NULL, 
+	rx_gbps FLOAT NOT NULL, 
+	tx_gbps FLOAT NOT NULL, 
+	packet_loss_pct FLOAT NOT NULL, 
+	retransmits BIGINT NOT NULL, 
+	latency_us FLOAT NOT NULL, 
+	link_up BOOLEAN NOT NULL, 
+	CONSTRAINT pk_network_telemetry PRIMARY KEY (ts, node_id, link_id)
+);
+
+CREATE TABLE node_telemetry (
+	ts TIMESTAMP WITH TIME ZONE NOT NULL, 
+	region TEXT NOT NULL, 
+	node_id TEXT NOT NULL, 
+	sku TEXT NOT NULL, 
+	cpu_util_pct FLOAT NOT NULL, 
+	mem_used_pct FLOAT NOT NULL, 
+	disk_read_mbps FLOAT NOT NULL, 
+	disk_write_mbps FLOAT NOT NULL, 
+	nvme_util_pct FLOAT NOT NULL, 
+	driver_version TEXT NOT NULL, 
+	kernel_version TEXT NOT NULL, 
+	health TEXT NOT NULL, 
+	CONSTRAINT pk_node_telemetry PRIMARY KEY (ts, node_id)
+);
+
+CREATE TABLE scheduler_events (
+	event_id TEXT NOT NULL, 
+	ts TIMESTAMP WITH TIME ZONE NOT NULL, 
+	job_id TEXT NOT NULL, 
+	event TEXT NOT NULL, 
+	scheduler TEXT NOT NULL, 
+	queue TEXT NOT NULL, 
+	priority BIGINT NOT NULL, 
+	gpus BIGINT NOT NULL, 
+	node_ids TEXT, 
+	exit_state TEXT, 
+	reason TEXT, 
+	CONSTRAINT pk_scheduler_events PRIMARY KEY (ts, event_id)
+);
+
+CREATE TABLE source_rejects (
+	source TEXT NOT NULL, 
+	partition_start TIMESTAMP WITH TIME ZONE, 
+	origin TEXT NOT NULL, 
+	row_index BIGINT NOT NULL, 
+	"column" TEXT, 
+	"check" TEXT NOT NULL, 
+	value TEXT, 
+	reason TEXT NOT NULL, 
+	row_json TEXT NOT NULL
+);
+CREATE INDEX ix_source_rejects_source_partition ON source_rejects (source, partition_start);
