@@ -12,6 +12,40 @@ CREATE TABLE change_events (
 	CONSTRAINT pk_change_events PRIMARY KEY (ts, event_id)
 );
 
+CREATE TABLE cluster_goodput (
+	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
+	region TEXT NOT NULL, 
+	paid_gpu_minutes FLOAT NOT NULL, 
+	productive_gpu_minutes FLOAT NOT NULL, 
+	goodput FLOAT, 
+	share_no_data FLOAT, 
+	share_maintenance FLOAT, 
+	share_hw_unavailable FLOAT, 
+	share_idle_blocked FLOAT, 
+	share_idle_no_demand FLOAT, 
+	share_allocated_idle FLOAT, 
+	share_allocated_unproductive FLOAT, 
+	share_failure_loss FLOAT, 
+	share_slowdown_data_io FLOAT, 
+	share_slowdown_network FLOAT, 
+	share_slowdown_checkpoint FLOAT, 
+	share_slowdown_compute FLOAT, 
+	share_productive FLOAT, 
+	CONSTRAINT pk_cluster_goodput PRIMARY KEY (partition_start, region)
+);
+
+CREATE TABLE cluster_goodput_daily (
+	date DATE NOT NULL, 
+	region TEXT NOT NULL, 
+	paid_gpu_hours FLOAT NOT NULL, 
+	productive_gpu_hours FLOAT NOT NULL, 
+	provisional_goodput FLOAT, 
+	settled_goodput FLOAT, 
+	failure_loss_gpu_hours FLOAT NOT NULL, 
+	partitions BIGINT NOT NULL, 
+	CONSTRAINT pk_cluster_goodput_daily PRIMARY KEY (date, region)
+);
+
 CREATE TABLE cost_capacity (
 	date DATE NOT NULL, 
 	region TEXT NOT NULL, 
@@ -22,6 +56,44 @@ CREATE TABLE cost_capacity (
 	on_demand_gpu_hour_usd FLOAT NOT NULL, 
 	on_demand_gpu_hours FLOAT NOT NULL, 
 	CONSTRAINT pk_cost_capacity PRIMARY KEY (date, region, sku)
+);
+
+CREATE TABLE goodput_leaves (
+	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
+	region TEXT NOT NULL, 
+	node_id TEXT NOT NULL, 
+	sku TEXT NOT NULL, 
+	driver_version TEXT NOT NULL, 
+	team TEXT NOT NULL, 
+	workload_class TEXT NOT NULL, 
+	model_type TEXT NOT NULL, 
+	framework_version TEXT NOT NULL, 
+	queue TEXT NOT NULL, 
+	state TEXT NOT NULL, 
+	gpu_minutes FLOAT NOT NULL, 
+	CONSTRAINT pk_goodput_leaves PRIMARY KEY (partition_start, region, node_id, sku, driver_version, team, workload_class, model_type, framework_version, queue, state)
+);
+
+CREATE TABLE goodput_node_states (
+	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
+	region TEXT NOT NULL, 
+	node_id TEXT NOT NULL, 
+	sku TEXT NOT NULL, 
+	driver_version TEXT NOT NULL, 
+	state TEXT NOT NULL, 
+	gpu_minutes FLOAT NOT NULL, 
+	CONSTRAINT pk_goodput_node_states PRIMARY KEY (partition_start, region, node_id, sku, driver_version, state)
+);
+
+CREATE TABLE goodput_states (
+	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
+	region TEXT NOT NULL, 
+	sku TEXT NOT NULL, 
+	workload_class TEXT NOT NULL, 
+	team TEXT NOT NULL, 
+	state TEXT NOT NULL, 
+	gpu_minutes FLOAT NOT NULL, 
+	CONSTRAINT pk_goodput_states PRIMARY KEY (partition_start, region, sku, workload_class, team, state)
 );
 
 CREATE TABLE gpu_telemetry (
@@ -44,6 +116,23 @@ CREATE TABLE gpu_telemetry (
 	ecc_dbe_delta BIGINT, 
 	xid BIGINT NOT NULL, 
 	CONSTRAINT pk_gpu_telemetry PRIMARY KEY (ts, gpu_uuid)
+);
+
+CREATE TABLE job_failures (
+	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
+	job_id TEXT NOT NULL, 
+	failed_at TIMESTAMP WITH TIME ZONE NOT NULL, 
+	exit_state TEXT NOT NULL, 
+	reason TEXT, 
+	lost_from TIMESTAMP WITH TIME ZONE NOT NULL, 
+	gpus FLOAT NOT NULL, 
+	lost_gpu_minutes FLOAT NOT NULL, 
+	lost_in_window FLOAT NOT NULL, 
+	region TEXT NOT NULL, 
+	sku TEXT NOT NULL, 
+	team TEXT NOT NULL, 
+	workload_class TEXT NOT NULL, 
+	CONSTRAINT pk_job_failures PRIMARY KEY (partition_start, job_id)
 );
 
 CREATE TABLE job_metadata (
@@ -100,6 +189,16 @@ CREATE TABLE network_telemetry (
 	CONSTRAINT pk_network_telemetry PRIMARY KEY (ts, node_id, link_id)
 );
 
+CREATE TABLE node_inventory (
+	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
+	region TEXT NOT NULL, 
+	node_id TEXT NOT NULL, 
+	sku TEXT NOT NULL, 
+	gpus_seen BIGINT NOT NULL, 
+	driver_version TEXT NOT NULL, 
+	CONSTRAINT pk_node_inventory PRIMARY KEY (partition_start, node_id)
+);
+
 CREATE TABLE node_telemetry (
 	ts TIMESTAMP WITH TIME ZONE NOT NULL, 
 	region TEXT NOT NULL, 
@@ -143,3 +242,41 @@ CREATE TABLE source_rejects (
 	row_json TEXT NOT NULL
 );
 CREATE INDEX ix_source_rejects_source_partition ON source_rejects (source, partition_start);
+
+CREATE TABLE step_time_baselines (
+	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
+	model_type TEXT NOT NULL, 
+	sku TEXT NOT NULL, 
+	gpus BIGINT NOT NULL, 
+	step_time_s FLOAT NOT NULL, 
+	data_loader_time_s FLOAT, 
+	grad_sync_time_s FLOAT, 
+	history_minutes FLOAT NOT NULL, 
+	baseline_source TEXT NOT NULL, 
+	CONSTRAINT pk_step_time_baselines PRIMARY KEY (partition_start, model_type, sku, gpus)
+);
+
+CREATE TABLE wasted_spend (
+	date DATE NOT NULL, 
+	region TEXT NOT NULL, 
+	sku TEXT NOT NULL, 
+	state TEXT NOT NULL, 
+	cause_family TEXT NOT NULL, 
+	team TEXT NOT NULL, 
+	gpu_hours FLOAT NOT NULL, 
+	blended_gpu_hour_usd FLOAT NOT NULL, 
+	usd FLOAT NOT NULL, 
+	CONSTRAINT pk_wasted_spend PRIMARY KEY (date, region, sku, state, team)
+);
+
+CREATE TABLE workload_step_stats (
+	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
+	model_type TEXT NOT NULL, 
+	sku TEXT NOT NULL, 
+	gpus BIGINT NOT NULL, 
+	healthy_minutes BIGINT NOT NULL, 
+	step_time_s FLOAT NOT NULL, 
+	data_loader_time_s FLOAT, 
+	grad_sync_time_s FLOAT, 
+	CONSTRAINT pk_workload_step_stats PRIMARY KEY (partition_start, model_type, sku, gpus)
+);

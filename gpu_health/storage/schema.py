@@ -123,6 +123,10 @@ def render_sql(dialect_name: str = "postgresql") -> str:
 if __name__ == "__main__":  # pragma: no cover - a developer command
     from pathlib import Path
 
+    # run as a script this file is `__main__`, a second copy of the module: the derived tables
+    # register into the imported module's metadata, so render from that one
+    from gpu_health.storage import schema
+
     target = Path(sys.argv[1] if len(sys.argv) > 1 else "sql/schema.sql")
-    target.write_text(render_sql())
+    target.write_text(schema.render_sql())
     print(f"wrote {target}")
