@@ -63,8 +63,8 @@ def derived_asset(name: str, *, group: str, owner: str, model, partitions_def, d
                   description: str, compute, check_specs=None):
     """A derived asset: validated by its pandera model, stored by the warehouse IO manager.
 
-    ``compute(context, warehouse, start, end)`` returns the frame, or (frame, extra
-    events) where extra events are AssetCheckResults.
+    ``compute(context, warehouse, start, end)`` returns the frame, or a tuple
+    (frame, check results) or (frame, check results, extra output metadata).
     """
     from dagster_pandera import pandera_schema_to_dagster_type
 
@@ -80,9 +80,9 @@ def derived_asset(name: str, *, group: str, owner: str, model, partitions_def, d
     def _asset(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
         start, end = window_of(context)
         result = compute(context, warehouse.get(), start, end)
-        frame, events = result if isinstance(result, tuple) else (result, [])
+        frame, events, extra = (*result, {}, {})[:3] if isinstance(result, tuple) else (result, [], {})
         frame = model.validate(frame, lazy=True)
-        yield dg.Output(frame, metadata=output_metadata(frame))
+        yield dg.Output(frame, metadata=output_metadata(frame, **extra))
         yield from events
 
     return _asset

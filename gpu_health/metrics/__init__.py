@@ -17,6 +17,7 @@ DERIVED = {
     "cluster_goodput": (_models.ClusterGoodput, "partition_start"),
     "cluster_goodput_daily": (_models.ClusterGoodputDaily, "date"),
     "wasted_spend": (_models.WastedSpend, "date"),
+    "alerts": (_models.Alerts, "partition_start"),
 }
 
 for _name, (_model, _col) in DERIVED.items():

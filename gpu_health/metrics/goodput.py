@@ -52,7 +52,9 @@ STATE_FAMILY = {
 }
 LEAF_DIMS = ["region", "node_id", "sku", "driver_version", "team", "workload_class", "model_type",
              "framework_version", "queue"]
-FATAL_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120})
+# Xids that mean the GPU itself is unusable (ECC, row remap, NVLink, off the bus). Xid 119/120 (GSP RPC
+# timeouts) follow driver and firmware bugs: evidence for software, not a hardware fault.
+FATAL_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95})
 LOSS_EXITS = frozenset({"failed", "node_fail", "timeout"})
 SLOW_THROTTLE_BITS = 0x8 | 0x20 | 0x40 | 0x80  # hw slowdown, sw/hw thermal, power brake
 BUSY_UTIL_PCT = 5.0

@@ -180,3 +180,32 @@ class WastedSpend(ContractModel):
 
     class Config:
         unique = ["date", "region", "sku", "state", "team"]
+
+
+class Alerts(_Partitioned):
+    """Alert snapshots: one row per alert per 5-minute partition in which it was open (latest row = current state)."""
+
+    alert_id: Series[Str] = pa.Field(description="Stable id: one incident = one alert.")
+    key: Series[Str] = pa.Field(description="Detector and scope the alert is matched on across partitions.")
+    detector: Series[Str] = pa.Field(description="Detector that raised it.")
+    status: Series[Str] = pa.Field(isin=["firing", "clearing", "resolved"], description="firing | clearing | resolved.")
+    severity: Series[Str] = pa.Field(isin=["page", "ticket", "dashboard"], description="page | ticket | dashboard.")
+    cause_family: Series[Str] = pa.Field(description="hardware | software | scheduling | data_io | network | gaming | planned | missing_data.")
+    region: Series[Str] = pa.Field(description="Region (* when several).")
+    scope: Series[Str] = pa.Field(description="JSON: region, nodes, team, cohort.")
+    summary: Series[Str] = pa.Field(description="What is broken, where.")
+    description: Series[Str] = pa.Field(description="Evidence, the deploy it follows, first action.")
+    usd_per_hour: Series[float] = pa.Field(ge=0, description="USD per hour burning at the current rate of loss.")
+    runbook: Series[Str] = pa.Field(description="Runbook of the cause family.")
+    opened_at: Series[pd.DatetimeTZDtype] = pa.Field(description="End of the partition that opened it.", **_TS)
+    first_partition_start: Series[pd.DatetimeTZDtype] = pa.Field(description="Start of that partition.", **_TS)
+    paged_at: Series[pd.DatetimeTZDtype] = pa.Field(nullable=True, description="End of the partition in which it became a page.", **_TS)
+    updated_at: Series[pd.DatetimeTZDtype] = pa.Field(description="Last update.", **_TS)
+    resolved_at: Series[pd.DatetimeTZDtype] = pa.Field(nullable=True, description="End of the partition that resolved it.", **_TS)
+    follows_change: Series[Str] = pa.Field(nullable=True, description="The change event it follows, if any.")
+    clear_count: Series[int] = pa.Field(ge=0, description="Consecutive partitions without a finding.")
+    baseline_at_open: Series[float] = pa.Field(nullable=True, description="Baseline the detector judged against when it opened.")
+    lost_gpu_minutes: Series[float] = pa.Field(ge=0, description="GPU-minutes lost in scope this partition.")
+
+    class Config:
+        unique = ["partition_start", "alert_id"]

@@ -171,3 +171,62 @@ def finance_day(wh: Warehouse, day_start, day_end) -> dict[str, pd.DataFrame]:
     daily = F.daily_goodput(settled, provisional, day_start, partitions)
     spend = F.wasted_spend(settled, F.blended_rates(cost), day_start) if len(cost) else F.wasted_spend(settled.iloc[0:0], F.blended_rates(cost), day_start)
     return {"cluster_goodput_daily": daily, "wasted_spend": spend, "moved_gpu_minutes": moved}
+
+
+def blended_rate_by_region(cost: pd.DataFrame) -> dict:
+    """USD per paid GPU-hour per region (capacity-weighted over SKUs) and '*' for the cluster."""
+    from gpu_health.metrics.finance import blended_rates
+
+    if cost is None or cost.empty:
+        return {}
+    r = blended_rates(cost)
+    r = r.assign(w=r["capacity_gpus"].astype(float))
+    out = {reg: float((g["blended_gpu_hour_usd"] * g["w"]).sum() / max(g["w"].sum(), 1)) for reg, g in r.groupby("region")}
+    out["*"] = float((r["blended_gpu_hour_usd"] * r["w"]).sum() / max(r["w"].sum(), 1))
+    return out
+
+
+def alerts(wh: Warehouse, start, end) -> pd.DataFrame:
+    """Alert snapshots of every partition in [start, end), carrying the open alerts forward."""
+    from gpu_health.diagnosis import alerts as A
+    from gpu_health.diagnosis.detect import DEPLOY_LOOKBACK, PartitionContext, detect
+
+    start, end = pd.Timestamp(start), pd.Timestamp(end)
+    five = pd.Timedelta(minutes=5)
+    frames = read_sources(wh, start, end, ["gpu_telemetry", "node_telemetry", "network_telemetry"])
+    runtime = wh.read_window("job_runtime_metrics", start - five, end)
+    sched = wh.read_window("scheduler_events", start - SCHED_LOOKBACK, end)
+    changes = wh.read_window("change_events", start - DEPLOY_LOOKBACK, end)
+    maint = wh.read_window("maintenance_windows")
+    leaves = wh.read_window("goodput_leaves", start, end)
+    baselines = wh.read_window("step_time_baselines", start, end)
+    meta = wh.read_window("job_metadata", start - META_LOOKBACK, end,
+                          columns=["job_id", "team", "workload_class", "model_type", "framework_version"])
+    inventory = inventory_for(wh, start, end)
+    hist = wh.read_window("cluster_goodput", start - pd.Timedelta(days=7), end,
+                          columns=["partition_start", "region", "share_idle_blocked"])
+    rates = blended_rate_by_region(wh.read_window("cost_capacity", start.normalize() - pd.Timedelta(days=1), end))
+    prev = wh.read_window("alerts", start - five, start)
+
+    def by_partition(frame, col="ts"):
+        return dict(tuple(frame.groupby(frame[col].dt.floor("5min")))) if len(frame) else {}
+
+    g_p, n_p, net_p = (by_partition(frames[t]) for t in ("gpu_telemetry", "node_telemetry", "network_telemetry"))
+    leaves_p, base_p = by_partition(leaves, "partition_start"), by_partition(baselines, "partition_start")
+    empty = {t: frames[t].iloc[0:0] for t in frames}
+    out = []
+    for p in pd.date_range(start, end, freq="5min", inclusive="left"):
+        ctx = PartitionContext(
+            start=p, end=p + five, gpu=g_p.get(p, empty["gpu_telemetry"]), node=n_p.get(p, empty["node_telemetry"]),
+            network=net_p.get(p, empty["network_telemetry"]),
+            runtime=runtime[(runtime["ts"] >= p - five) & (runtime["ts"] < p + five)],
+            sched=sched[(sched["ts"] >= p + five - SCHED_LOOKBACK) & (sched["ts"] < p + five)],
+            changes=changes[changes["ts"] < p + five], maintenance=maint, leaves=leaves_p.get(p, leaves.iloc[0:0]),
+            baselines=base_p.get(p, baselines.iloc[0:0]), meta=meta, inventory=inventory,
+            region_history=hist[hist["partition_start"] < p], open_baselines=A.open_baselines(prev),
+        )
+        snap = A.step(prev, detect(ctx), p, rates=rates, changes=changes[changes["ts"] < p + five])
+        if len(snap):
+            out.append(snap)
+        prev = snap
+    return pd.concat(out, ignore_index=True) if out else A.empty()

@@ -12,6 +12,10 @@ import sys
 import sqlalchemy as sa
 
 VIEWS: dict[str, str] = {
+    "alerts_current": """
+        SELECT a.* FROM alerts a
+        JOIN (SELECT alert_id, MAX(partition_start) AS last_partition FROM alerts GROUP BY alert_id) l
+          ON l.alert_id = a.alert_id AND l.last_partition = a.partition_start""",
     "finance_waste_by_day": """
         SELECT date, region, sku, cause_family, state, team, SUM(gpu_hours) AS gpu_hours, SUM(usd) AS usd
         FROM wasted_spend

@@ -16,8 +16,8 @@ def _days(start, end):
 def build_finance_assets(daily) -> list:
     def _daily(context, wh, start, end):
         out = [P.finance_day(wh, d, d + ONE_DAY) for d in _days(start, end)]
-        context.add_output_metadata({"settled_gpu_minutes_moved": float(sum(o["moved_gpu_minutes"] for o in out))})
-        return pd.concat([o["cluster_goodput_daily"] for o in out], ignore_index=True)
+        frame = pd.concat([o["cluster_goodput_daily"] for o in out], ignore_index=True)
+        return frame, [], {"settled_gpu_minutes_moved": float(sum(o["moved_gpu_minutes"] for o in out))}
 
     def _spend(context, wh, start, end):
         return pd.concat([P.finance_day(wh, d, d + ONE_DAY)["wasted_spend"] for d in _days(start, end)], ignore_index=True)

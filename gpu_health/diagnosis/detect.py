@@ -1,0 +1,491 @@
+"""Detectors: per 5-minute partition, findings with a cause family and their evidence.
+
+Pure pandas. Each detector reads direct evidence a real incident leaves in the
+sources and the loss tree, so that it can fire in the partition where an
+incident starts (a page within 15 minutes of a deploy needs that):
+
+==================  ===========  =====================================================================
+detector            family       fires on
+==================  ===========  =====================================================================
+hardware_fault      hardware     fatal Xid (48/63/64/74/79/92/94/95) or a double-bit ECC error; GPUs
+                                 (or whole nodes) missing while their region reports; a node drained
+                                 outside any maintenance window while GPUs sit unavailable
+thermal_throttle    hardware     GPUs with thermal clock-event bits and temperature >= 83 C
+deploy_regression   software     a change event's cohort (nodes on the new driver / kernel / firmware,
+                                 jobs on the new framework) worse than the rest in the same minutes:
+                                 job failure rate (Fisher exact test + rate-ratio floor) or step time
+                                 over baseline (Mann-Whitney cohort judge + effect floor)
+training_stall      software     jobs reporting 0 steps (and no checkpoint) for 3+ minutes while they
+                                 hold their GPUs
+data_io_slowdown    data_io      loader wait above its baseline (slowdown_data_io) with storage saturated
+network_slowdown    network      gradient-sync time above its baseline (slowdown_network) with IB loss
+                                 or retransmits on the jobs' links
+scheduling_blocked  scheduling   idle GPUs while jobs wait (idle_blocked) well above its baseline
+busy_no_progress    gaming       a team's GPUs busy with no training progress reported at all
+missing_data        missing_data a region's collectors silent (never a page: not a GPU incident)
+==================  ===========  =====================================================================
+
+Baselines: ``scheduling_blocked`` compares a region's idle_blocked share with
+the same hour of the previous days (up to 7; median and MAD), or with the
+trailing two hours at cold start; the detectors on the slowdown states inherit
+their baseline from the step-time baselines the loss tree already used (so
+their floor is near zero in healthy operation). Absolute floors (GPU-minutes,
+shares) are documented constants below, set from healthy operation.
+Planned maintenance never pages: nodes inside a window are excluded.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy.stats import fisher_exact
+
+from gpu_health.diagnosis.cohort import REGRESSION, judge_cohorts
+from gpu_health.metrics.goodput import FATAL_XIDS, maintenance_mask
+
+FIVE = pd.Timedelta(minutes=5)
+THERMAL_BITS = 0x20 | 0x40
+THERMAL_TEMP_C = 83.0
+MIN_THERMAL_GPU_MINUTES = 5
+MIN_MISSING_MINUTES = 2
+DATA_IO_PAGE_SHARE = 0.02      # slowdown_data_io / allocated GPU-minutes in the region
+NETWORK_PAGE_SHARE = 0.02      # slowdown_network / allocated GPU-minutes of multi-node jobs
+LINK_RETRANSMITS = 100         # per link-minute
+LINK_LOSS_PCT = 0.1
+SCHED_MIN_JUMP = 0.06          # idle_blocked share above baseline
+SCHED_MAD_K = 6.0
+NO_PROGRESS_PAGE_GPU_MINUTES = 40   # a team's busy-without-progress GPU-minutes in 5 minutes (8 GPUs)
+STALL_MINUTES = 3
+FAILURE_RATE_RATIO = 3.0
+FAILURE_P = 1e-3
+MIN_COHORT_FAILURES = 3
+DEPLOY_LOOKBACK = pd.Timedelta(hours=6)
+DEPLOY_WINDOW = pd.Timedelta(minutes=30)
+STEP_EFFECT_FLOOR = 0.10
+
+RUNBOOKS = {
+    "hardware": "Cordon and drain the node(s); run DCGM diagnostics (dcgmi diag -r 3); reseat or RMA the GPU for "
+                "Xid 48/79/94/95; check cooling and fans for thermal events. Runbook: docs/runbooks.md#hardware",
+    "software": "Roll back the deploy named in the alert (driver / framework / kernel) for the affected cohort; "
+                "collect NCCL_DEBUG=INFO logs and py-spy dumps of hung ranks. Runbook: docs/runbooks.md#software",
+    "scheduling": "Revert the latest scheduler configuration change; check priorities, quotas, backfill and "
+                  "fragmentation (free GPUs vs the smallest pending job). Runbook: docs/runbooks.md#scheduling",
+    "data_io": "Check the shared filesystem / object store throughput and the dataset's hot partitions; raise data "
+               "loader workers or stage data to local NVMe. Runbook: docs/runbooks.md#data_io",
+    "network": "Check the IB / RoCE links with errors (ibdiagnet, port counters), reseat or replace cables, "
+               "drain the nodes from multi-node jobs. Runbook: docs/runbooks.md#network",
+    "gaming": "Contact the team: GPUs held at high utilization without training progress; reclaim the GPUs "
+              "and review the quota. Runbook: docs/runbooks.md#gaming",
+    "missing_data": "Check the collectors (dcgm-exporter, node-exporter, the landing-zone uploader) of the region; "
+                    "GPU incidents cannot be judged until data flows. Runbook: docs/runbooks.md#missing_data",
+}
+
+
+@dataclass
+class Finding:
+    detector: str
+    family: str
+    severity: str  # page | ticket
+    region: str
+    key: str  # stable scope key: one incident = one alert
+    nodes: list[str] = field(default_factory=list)
+    team: str | None = None
+    cohort: str | None = None
+    change_event: str | None = None
+    lost_gpu_minutes: float = 0.0
+    summary: str = ""
+    evidence: str = ""
+    baseline: float | None = None
+    value: float | None = None
+
+
+@dataclass
+class PartitionContext:
+    """Everything the detectors read for one partition [start, end)."""
+
+    start: pd.Timestamp
+    end: pd.Timestamp
+    gpu: pd.DataFrame
+    node: pd.DataFrame
+    network: pd.DataFrame
+    runtime: pd.DataFrame           # the partition and the 5 minutes before it (stall runs)
+    sched: pd.DataFrame             # scheduler events of the last hours up to end
+    changes: pd.DataFrame           # change events up to end (last DEPLOY_LOOKBACK)
+    maintenance: pd.DataFrame
+    leaves: pd.DataFrame            # goodput_leaves of the partition
+    baselines: pd.DataFrame         # step_time_baselines of the partition
+    meta: pd.DataFrame              # job metadata lookup (job_id -> team, workload_class, model_type, framework_version)
+    inventory: pd.DataFrame         # node_id, region, sku, gpus
+    region_history: pd.DataFrame    # cluster_goodput rows (partition_start, region, share_idle_blocked) before start
+    open_baselines: dict = field(default_factory=dict)  # alert key -> baseline captured when it opened
+
+
+def _in_maintenance(ctx: PartitionContext, nodes: pd.Series, regions: pd.Series) -> np.ndarray:
+    ts = pd.Series(ctx.start + pd.Timedelta(minutes=2, seconds=30), index=nodes.index)
+    return maintenance_mask(ts, regions, nodes, ctx.maintenance)
+
+
+def _state(ctx: PartitionContext, state: str, by: list[str]) -> pd.Series:
+    lv = ctx.leaves
+    return lv[lv["state"] == state].groupby(by, observed=True)["gpu_minutes"].sum() if len(lv) else pd.Series(dtype=float)
+
+
+def detect_hardware(ctx: PartitionContext) -> list[Finding]:
+    gpu, node = ctx.gpu, ctx.node
+    out = []
+    fatal = gpu[gpu["xid"].isin(FATAL_XIDS) | (gpu["ecc_dbe_delta"].fillna(0) > 0)]
+    # GPUs missing while their node reports; nodes missing while their region reports
+    per_min = gpu.groupby(["ts", "node_id"]).size().rename("reported").reset_index()
+    inv = ctx.inventory
+    covered = gpu.groupby(["ts", "region"]).size().rename("n").reset_index()
+    exp_region = inv.groupby("region")["gpus"].sum()
+    covered = covered[covered["n"] >= 0.5 * covered["region"].map(exp_region).fillna(np.inf)]
+    minutes = pd.date_range(ctx.start, ctx.end, freq="1min", inclusive="left")
+    grid = pd.MultiIndex.from_product([minutes, inv["node_id"]], names=["ts", "node_id"]).to_frame(index=False)
+    grid = grid.merge(inv, on="node_id").merge(per_min, on=["ts", "node_id"], how="left")
+    grid["reported"] = grid["reported"].fillna(0)
+    grid = grid.merge(covered[["ts", "region"]], on=["ts", "region"], how="inner")  # region reporting
+    grid = grid[~_in_maintenance(ctx, grid["node_id"], grid["region"])]
+    grid["missing"] = grid["gpus"] - grid["reported"]
+    missing = grid[grid["missing"] > 0].groupby(["region", "node_id"]).agg(minutes=("ts", "nunique"), gpus=("missing", "max"))
+    missing = missing[missing["minutes"] >= MIN_MISSING_MINUTES]
+    # drained outside maintenance, with unavailable GPUs
+    hw = _state(ctx, "hw_unavailable", ["region", "node_id"])
+    drained = node[node["health"].isin(["drained", "down"])]
+    drained = drained[~_in_maintenance(ctx, drained["node_id"], drained["region"])]
+    drained_nodes = set(drained["node_id"]) & {n for (_, n), v in hw.items() if v > 0}
+    fatal = fatal[~_in_maintenance(ctx, fatal["node_id"], fatal["region"])]
+    regions = set(fatal["region"]) | {r for r, _ in missing.index} | set(drained.loc[drained["node_id"].isin(drained_nodes), "region"])
+    for region in sorted(regions):
+        f = fatal[fatal["region"] == region]
+        m = missing.loc[[i for i in missing.index if i[0] == region]] if len(missing) else missing
+        d = sorted(n for n in drained_nodes if n in set(drained.loc[drained["region"] == region, "node_id"]))
+        nodes = sorted(set(f["node_id"]) | {n for _, n in m.index} | set(d))
+        parts = []
+        if len(f):
+            codes = ", ".join(f"Xid {int(x)}" for x in sorted(set(f["xid"])) if x) or "double-bit ECC"
+            parts.append(f"{codes} on {f['gpu_uuid'].nunique()} GPU(s) ({', '.join(sorted(set(f['node_id'])))})")
+        if len(m):
+            parts.append(f"{int(m['gpus'].sum())} GPU(s) not reporting on {', '.join(n for _, n in m.index)} while the region reports")
+        if d:
+            parts.append(f"node(s) drained outside maintenance: {', '.join(d)}")
+        lost = float(sum(v for (r, n), v in hw.items() if r == region and n in nodes))
+        out.append(Finding("hardware_fault", "hardware", "page", region, f"hardware_fault|{region}", nodes=nodes,
+                           lost_gpu_minutes=lost, summary=f"GPU hardware fault in {region} on {', '.join(nodes)}",
+                           evidence="; ".join(parts)))
+    return out
+
+
+def detect_thermal(ctx: PartitionContext) -> list[Finding]:
+    g = ctx.gpu
+    hot = g[((g["throttle_reasons"].fillna(0).astype("int64") & THERMAL_BITS) > 0) & (g["temp_c"] >= THERMAL_TEMP_C)]
+    hot = hot[~_in_maintenance(ctx, hot["node_id"], hot["region"])]
+    out = []
+    for region, grp in hot.groupby("region"):
+        per_node = grp.groupby("node_id").size()
+        per_node = per_node[per_node >= MIN_THERMAL_GPU_MINUTES]
+        if per_node.empty:
+            continue
+        nodes = sorted(per_node.index)
+        sub = grp[grp["node_id"].isin(nodes)]
+        busy = sub["job_id"].notna().any()
+        slow = _state(ctx, "slowdown_compute", ["region", "node_id"])
+        lost = float(sum(v for (r, n), v in slow.items() if r == region and n in nodes))
+        out.append(Finding("thermal_throttle", "hardware", "page" if busy else "ticket", region, f"thermal_throttle|{region}",
+                           nodes=nodes, lost_gpu_minutes=lost,
+                           summary=f"Thermal throttling in {region} on {', '.join(nodes)}",
+                           evidence=f"{int(per_node.sum())} GPU-minutes with thermal clock-event bits at up to "
+                                    f"{sub['temp_c'].max():.0f} C, SM clock median {sub['sm_clock_mhz'].median():.0f} MHz; "
+                                    f"{lost:.0f} GPU-minutes of compute slowdown"))
+    return out
+
+
+def _scope_nodes(scope: str, inventory: pd.DataFrame) -> set[str]:
+    if scope in (None, "", "*"):
+        return set(inventory["node_id"])
+    if scope in set(inventory["region"]):
+        return set(inventory.loc[inventory["region"] == scope, "node_id"])
+    return {s.strip() for s in str(scope).split(",") if s.strip()}
+
+
+def detect_deploys(ctx: PartitionContext) -> list[Finding]:
+    ch = ctx.changes
+    out = []
+    if ch is None or ch.empty:
+        return out
+    recent = ch[(ch["ts"] >= ctx.end - DEPLOY_LOOKBACK) & (ch["ts"] < ctx.end)]
+    for ev in recent.itertuples(index=False):
+        since = max(ev.ts, ctx.end - DEPLOY_WINDOW)
+        if ev.kind in ("driver_upgrade", "kernel_upgrade", "firmware_update"):
+            f = _node_cohort_failures(ctx, ev, since)
+        elif ev.kind == "framework_release" and ev.to_version:
+            f = _framework_cohort(ctx, ev, since)
+        else:
+            continue
+        if f is not None:
+            out.append(f)
+    return out
+
+
+def _node_cohort_failures(ctx: PartitionContext, ev, since) -> Finding | None:
+    # a later change on the same scope supersedes this one (e.g. the rollback)
+    later = ctx.changes[(ctx.changes["ts"] > ev.ts) & (ctx.changes["scope"] == ev.scope) & (ctx.changes["kind"] == ev.kind)]
+    if len(later) and later["ts"].min() < ctx.end:
+        return None
+    cohort = _scope_nodes(ev.scope, ctx.inventory)
+    ended = ctx.sched[(ctx.sched["event"] == "ended") & (ctx.sched["ts"] >= since) & (ctx.sched["ts"] < ctx.end)]
+    if ended.empty:
+        return None
+    on = ended["node_ids"].fillna("").map(lambda s: bool(cohort & set(s.split(","))))
+    failed = ended["exit_state"].isin(["failed", "node_fail"])
+    a, b = int((on & failed).sum()), int((on & ~failed).sum())
+    c, d = int((~on & failed).sum()), int((~on & ~failed).sum())
+    if a < MIN_COHORT_FAILURES:
+        return None
+    rate_new = a / max(a + b, 1)
+    rate_old = (c + 0.5) / max(c + d + 1, 1)
+    p = fisher_exact([[a, b], [c, d]], alternative="greater")[1]
+    if p >= FAILURE_P or rate_new < FAILURE_RATE_RATIO * rate_old:
+        return None
+    nodes_hit = sorted(cohort & set(",".join(ended.loc[on & failed, "node_ids"].fillna("")).split(",")))
+    reasons = ended.loc[on & failed, "reason"].fillna("").value_counts().head(3)
+    region = _region_of(nodes_hit or sorted(cohort), ctx.inventory)
+    lost = float(ctx.leaves[(ctx.leaves["state"] == "failure_loss") & ctx.leaves["node_id"].isin(cohort)]["gpu_minutes"].sum()) if len(ctx.leaves) else 0.0
+    first_fail = ended.loc[on & failed, "ts"].min()
+    onset = (first_fail - ev.ts) / pd.Timedelta(minutes=1)
+    return Finding("deploy_regression", "software", "page", region, f"deploy_regression|{ev.event_id}",
+                   nodes=sorted(cohort), cohort=f"{ev.kind} {ev.from_version} -> {ev.to_version}", change_event=ev.event_id,
+                   lost_gpu_minutes=lost,
+                   summary=f"Job failures after {ev.kind} {ev.from_version} -> {ev.to_version} on {len(cohort)} node(s) in {region}",
+                   evidence=f"cohort failure rate {rate_new:.0%} ({a}/{a + b} jobs) vs {c / max(c + d, 1):.1%} elsewhere since "
+                            f"{since:%H:%M}, Fisher p={p:.1g}; first failure {onset:.0f} min after the change; top reasons: "
+                            + "; ".join(f"{k} ({v})" for k, v in reasons.items()))
+
+
+def _framework_cohort(ctx: PartitionContext, ev, since) -> Finding | None:
+    rt = ctx.runtime[(ctx.runtime["ts"] >= since) & (ctx.runtime["ts"] < ctx.end) & (ctx.runtime["steps"] > 0)]
+    if rt.empty or ctx.meta is None or ctx.meta.empty:
+        return None
+    m = ctx.meta
+    rows = rt.merge(m[["job_id", "framework_version", "model_type"]], on="job_id", how="inner")
+    place = ctx.gpu[ctx.gpu["job_id"].notna()].groupby(["ts", "job_id"]).agg(sku=("sku", "first"), gpus=("sku", "size"), region=("region", "first")).reset_index()
+    rows = rows.merge(place, on=["ts", "job_id"], how="inner")
+    b = ctx.baselines
+    if b is None or b.empty:
+        return None
+    b = b.astype({"model_type": object, "sku": object})[["model_type", "sku", "gpus", "step_time_s"]].rename(columns={"step_time_s": "base"})
+    rows = rows.astype({"model_type": object, "sku": object}).merge(b, on=["model_type", "sku", "gpus"], how="inner")
+    if rows.empty:
+        return None
+    rows["ratio"] = rows["step_time_s"] / rows["base"]
+    new = rows[rows["framework_version"] == ev.to_version]
+    old = rows[rows["framework_version"] != ev.to_version]
+    if len(new) < 8 or len(old) < 8:
+        return None
+    v = judge_cohorts(new, old, metric="ratio", time_col="ts", higher_is_worse=True, effect_floor=STEP_EFFECT_FLOOR,
+                      alpha=1e-3, start=since)
+    if v.verdict != REGRESSION:
+        return None
+    region = new["region"].mode().iloc[0] if new["region"].nunique() == 1 else "*"
+    lost = float(ctx.leaves[(ctx.leaves["state"] == "slowdown_compute") & (ctx.leaves["framework_version"] == ev.to_version)]["gpu_minutes"].sum())
+    teams = sorted(m.loc[m["framework_version"] == ev.to_version, "team"].dropna().unique())
+    return Finding("deploy_regression", "software", "page", region, f"deploy_regression|{ev.event_id}",
+                   team=",".join(teams) if teams else None, cohort=f"framework {ev.to_version}", change_event=ev.event_id,
+                   lost_gpu_minutes=lost,
+                   summary=f"Step time regression on {ev.to_version} ({new['job_id'].nunique()} jobs)",
+                   evidence=v.describe())
+
+
+def _region_of(nodes, inventory: pd.DataFrame) -> str:
+    regions = set(inventory.loc[inventory["node_id"].isin(nodes), "region"])
+    return regions.pop() if len(regions) == 1 else "*"
+
+
+def detect_slowdowns(ctx: PartitionContext) -> list[Finding]:
+    out = []
+    lv = ctx.leaves
+    if lv.empty:
+        return out
+    alloc_states = ["allocated_idle", "allocated_unproductive", "failure_loss", "slowdown_data_io", "slowdown_network",
+                    "slowdown_checkpoint", "slowdown_compute", "productive"]
+    alloc = lv[lv["state"].isin(alloc_states)].groupby("region")["gpu_minutes"].sum()
+    nt = ctx.node
+    for region, total in alloc.items():
+        io = lv[(lv["region"] == region) & (lv["state"] == "slowdown_data_io")]
+        io_total = io["gpu_minutes"].sum()
+        if total > 0 and io_total / total >= DATA_IO_PAGE_SHARE:
+            per_node = io.groupby("node_id")["gpu_minutes"].sum().sort_values(ascending=False)
+            nodes = sorted(per_node[per_node >= 0.5].index)
+            sat = nt[(nt["region"] == region) & nt["node_id"].isin(nodes)]
+            hot = sat[sat["nvme_util_pct"] >= 95]
+            sev = "page" if len(hot) else "ticket"
+            out.append(Finding("data_io_slowdown", "data_io", sev, region, f"data_io_slowdown|{region}", nodes=nodes,
+                               lost_gpu_minutes=float(io_total), value=float(io_total / total),
+                               summary=f"Data-loader slowdown in {region} on {len(nodes)} node(s)",
+                               evidence=f"{io_total:.0f} GPU-minutes ({io_total / total:.1%} of allocated) lost to loader wait; "
+                                        f"storage saturated on {hot['node_id'].nunique()} node(s) (NVMe >= 95 %, read "
+                                        f"{sat['disk_read_mbps'].median() if len(sat) else float('nan'):.0f} MB/s median)"))
+        net = lv[(lv["region"] == region) & (lv["state"] == "slowdown_network")]
+        net_total = net["gpu_minutes"].sum()
+        multi = lv[(lv["region"] == region) & (lv["workload_class"] == "distributed") & lv["state"].isin(alloc_states)]["gpu_minutes"].sum()
+        if multi > 0 and net_total / multi >= NETWORK_PAGE_SHARE:
+            nodes = sorted(net.groupby("node_id")["gpu_minutes"].sum().loc[lambda s: s > 0.5].index)
+            links = ctx.network[(ctx.network["region"] == region) & ctx.network["node_id"].isin(nodes)]
+            bad = links[(links["retransmits"].fillna(0) >= LINK_RETRANSMITS) | (links["packet_loss_pct"].fillna(0) >= LINK_LOSS_PCT)]
+            sev = "page" if len(bad) else "ticket"
+            bad_nodes = sorted(set(bad["node_id"])) or nodes
+            out.append(Finding("network_slowdown", "network", sev, region, f"network_slowdown|{region}", nodes=bad_nodes,
+                               lost_gpu_minutes=float(net_total), value=float(net_total / multi),
+                               summary=f"Collective-communication slowdown in {region} on {len(bad_nodes)} node(s)",
+                               evidence=f"{net_total:.0f} GPU-minutes ({net_total / multi:.1%} of multi-node jobs' time) lost "
+                                        f"to gradient sync; {bad['link_id'].nunique() if len(bad) else 0} link(s) with loss "
+                                        f"up to {links['packet_loss_pct'].max() if len(links) else 0:.2f} % and "
+                                        f"{int(links['retransmits'].fillna(0).sum()) if len(links) else 0} retransmits"))
+    return out
+
+
+def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
+    lv = ctx.leaves
+    out = []
+    if lv.empty:
+        return out
+    paid = lv.groupby("region")["gpu_minutes"].sum()
+    blocked = lv[lv["state"] == "idle_blocked"].groupby("region")["gpu_minutes"].sum()
+    hist = ctx.region_history
+    for region, total in paid.items():
+        share = float(blocked.get(region, 0.0) / total) if total > 0 else 0.0
+        key = f"scheduling_blocked|{region}"
+        base, mad = _history_baseline(hist, region, ctx.start)
+        if key in ctx.open_baselines:  # hysteresis: judged against the baseline it opened on
+            base = ctx.open_baselines[key]
+        threshold = base + max(SCHED_MIN_JUMP, SCHED_MAD_K * 1.4826 * mad)
+        if key in ctx.open_baselines:
+            threshold = base + 0.5 * max(SCHED_MIN_JUMP, SCHED_MAD_K * 1.4826 * mad)
+        if share < threshold:
+            continue
+        started = ctx.sched[(ctx.sched["event"] == "started") & (ctx.sched["ts"] >= ctx.start) & (ctx.sched["ts"] < ctx.end)]
+        sub = ctx.sched[ctx.sched["event"] == "submitted"].set_index("job_id")["ts"]
+        waits = (started.set_index("job_id")["ts"] - started["job_id"].map(sub).values).dropna().dt.total_seconds() / 60
+        cfg = ctx.changes[(ctx.changes["kind"] == "scheduler_config") & (ctx.changes["ts"] >= ctx.end - DEPLOY_LOOKBACK) & (ctx.changes["ts"] < ctx.end)] if len(ctx.changes) else ctx.changes
+        cfg_text = f"; follows scheduler change {cfg.iloc[-1]['event_id']} at {cfg.iloc[-1]['ts']:%H:%M}" if len(cfg) else ""
+        out.append(Finding("scheduling_blocked", "scheduling", "page", region, key,
+                           lost_gpu_minutes=float(blocked.get(region, 0.0)), baseline=base, value=share,
+                           change_event=cfg.iloc[-1]["event_id"] if len(cfg) else None,
+                           summary=f"GPUs idle while jobs wait in {region}",
+                           evidence=f"idle_blocked {share:.1%} of paid GPU-minutes vs baseline {base:.1%}; queue wait p95 "
+                                    f"{waits.quantile(0.95) if len(waits) else float('nan'):.1f} min over {len(waits)} starts"
+                                    + cfg_text))
+    return out
+
+
+def _history_baseline(hist: pd.DataFrame, region: str, start: pd.Timestamp) -> tuple[float, float]:
+    """Same hour of the previous days (median, MAD); the trailing two hours at cold start."""
+    if hist is None or hist.empty:
+        return 0.0, 0.0
+    h = hist[hist["region"] == region]
+    tod = (h["partition_start"] - h["partition_start"].dt.normalize())
+    target = start - start.normalize()
+    same_hour = h[((tod - target).abs() <= pd.Timedelta(minutes=30)) & (h["partition_start"] < start - pd.Timedelta(hours=12))]
+    if same_hour["partition_start"].dt.date.nunique() >= 2:
+        vals = same_hour["share_idle_blocked"].to_numpy(dtype=float)
+    else:
+        vals = h[(h["partition_start"] >= start - pd.Timedelta(hours=2)) & (h["partition_start"] < start)]["share_idle_blocked"].to_numpy(dtype=float)
+    vals = vals[~np.isnan(vals)]
+    if not len(vals):
+        return 0.0, 0.0
+    med = float(np.median(vals))
+    return med, float(np.median(np.abs(vals - med)))
+
+
+def detect_no_progress(ctx: PartitionContext) -> list[Finding]:
+    g = ctx.gpu[ctx.gpu["job_id"].notna()]
+    out = []
+    if g.empty:
+        return out
+    reporting = set(ctx.runtime["job_id"].astype(object))
+    meta = ctx.meta.drop_duplicates("job_id").set_index("job_id") if len(ctx.meta) else pd.DataFrame(columns=["team", "workload_class"])
+    cls = g["job_id"].astype(object).map(meta["workload_class"]).astype(object).fillna("unknown")
+    # only jobs known to be training jobs are judged: a notebook reports no steps by nature, and a job
+    # whose metadata never arrived cannot be told from one
+    busy = (g["gpu_util_pct"] >= 50) & ~g["job_id"].astype(object).isin(reporting) & cls.isin(["batch", "distributed"])
+    sus = g[busy].assign(team=g.loc[busy, "job_id"].astype(object).map(meta["team"]).astype(object).fillna("unknown"))
+    for team, grp in sus.groupby("team"):
+        n = len(grp)
+        if n < NO_PROGRESS_PAGE_GPU_MINUTES:
+            continue
+        tensor = grp["tensor_active"].astype(float)
+        low_tensor = tensor.notna().any() and tensor.median() < 0.05
+        region = grp["region"].mode().iloc[0] if grp["region"].nunique() == 1 else "*"
+        out.append(Finding("busy_no_progress", "gaming", "page", region, f"busy_no_progress|{team}", team=team,
+                           nodes=sorted(set(grp["node_id"])), lost_gpu_minutes=float(n),
+                           summary=f"Team {team}: GPUs busy with no training progress",
+                           evidence=f"{n} GPU-minutes at median {grp['gpu_util_pct'].median():.0f} % util from "
+                                    f"{grp['job_id'].nunique()} job(s) reporting no training metrics; tensor activity "
+                                    + (f"median {tensor.median():.2f}" if tensor.notna().any() else "not exported (degraded)")
+                                    + f", power median {grp['power_w'].median():.0f} W"
+                                    + ("; consistent with dummy load" if low_tensor else "")))
+    return out
+
+
+def detect_stalls(ctx: PartitionContext) -> list[Finding]:
+    rt = ctx.runtime.sort_values("ts")
+    out = []
+    if rt.empty:
+        return out
+    zero = (rt["steps"] == 0) & (rt["checkpoint_time_s"].fillna(0) == 0)
+    rt = rt.assign(zero=zero)
+    stalled = []
+    for job, grp in rt.groupby("job_id"):
+        z = grp["zero"].to_numpy()
+        if not z[-1] or grp["ts"].iloc[-1] < ctx.start:
+            continue
+        run = int(np.argmax(~z[::-1])) if (~z).any() else len(z)
+        if run >= STALL_MINUTES:
+            stalled.append((job, run))
+    if not stalled:
+        return out
+    jobs = [j for j, _ in stalled]
+    g = ctx.gpu[ctx.gpu["job_id"].isin(jobs)]
+    if g.empty:
+        return out
+    for region, grp in g.groupby("region"):
+        nodes = sorted(set(grp["node_id"]))
+        js = sorted(set(grp["job_id"]))
+        lost = float(len(grp))
+        out.append(Finding("training_stall", "software", "page" if lost >= 20 else "ticket", region, f"training_stall|{region}",
+                           nodes=nodes, lost_gpu_minutes=lost,
+                           summary=f"{len(js)} training job(s) hung in {region}",
+                           evidence=f"no steps for {max(r for j, r in stalled if j in js)}+ minutes while holding "
+                                    f"{grp['gpu_uuid'].nunique()} GPUs at median {grp['gpu_util_pct'].median():.0f} % util "
+                                    f"(jobs {', '.join(js[:5])})"))
+    return out
+
+
+def detect_missing_data(ctx: PartitionContext) -> list[Finding]:
+    inv = ctx.inventory
+    out = []
+    if inv.empty:
+        return out
+    exp = inv.groupby("region")["gpus"].sum()
+    rep = ctx.gpu.groupby(["region", "ts"]).size().unstack("ts", fill_value=0) if len(ctx.gpu) else pd.DataFrame()
+    minutes = pd.date_range(ctx.start, ctx.end, freq="1min", inclusive="left")
+    for region, expected in exp.items():
+        row = rep.loc[region].reindex(minutes, fill_value=0) if region in rep.index else pd.Series(0, index=minutes)
+        silent = int((row < 0.5 * expected).sum())
+        if silent >= MIN_MISSING_MINUTES:
+            out.append(Finding("missing_data", "missing_data", "ticket", region, f"missing_data|{region}",
+                               summary=f"Telemetry missing for {region}",
+                               evidence=f"{silent} of {len(minutes)} minutes with under half of the region's {int(expected)} "
+                                        f"GPUs reporting: missing data, not a GPU incident"))
+    return out
+
+
+DETECTORS = [detect_hardware, detect_thermal, detect_deploys, detect_slowdowns, detect_scheduling, detect_no_progress,
+             detect_stalls, detect_missing_data]
+
+
+def detect(ctx: PartitionContext) -> list[Finding]:
+    """All findings of one partition. A region whose collector is silent raises only missing_data."""
+    findings = [f for det in DETECTORS for f in det(ctx)]
+    silent = {f.region for f in findings if f.detector == "missing_data"}
+    return [f for f in findings if f.detector == "missing_data" or f.region not in silent or f.detector == "deploy_regression"]

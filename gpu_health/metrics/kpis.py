@@ -1,0 +1,757 @@
+"""The supporting KPIs of one window, one row per series x slice x 5-minute partition.
+
+Pure pandas (no Dagster). :func:`compute_kpis` takes the source frames of a
+window ``[start, end)`` -- one 5-minute partition or a whole day; everything is
+grouped by the row's timestamp floored to 5 minutes -- and returns the
+``kpi_values`` table (contract :class:`KpiValues`). What each series means,
+who owns it and how it degrades is in :mod:`gpu_health.metrics.kpi_catalog`.
+
+Rows outside ``[start, end)`` are history: they answer look-ups (a job's
+submission time, whether it was running at its SLA deadline) but are never
+counted. Job attributes come from the window's ``job_metadata`` and from
+``job_metadata_lookup`` (long-running jobs landed their metadata days ago); a
+job found in neither counts under ``'unknown'`` and is never dropped.
+
+Slicing (per KPI, ``Kpi.dimensions``; the other dimension columns hold ``'*'``):
+
+* region x sku -- allocation_rate, hw_fault_rate, comm_health,
+  cost_per_productive_gpu_hour: hardware, fabric and price live there.
+* region x sku x workload_class -- fragmentation: free GPUs where they are,
+  against the smallest blocked job of each class (queues are per class).
+* region x workload_class -- job_failure_rate: a deploy hits a region's nodes;
+  interactive and training jobs fail differently.
+* workload_class -- queue_wait_p95 and sla_attainment: a pending job has no
+  region yet, and queues are per class.
+* region x sku x workload_class -- step_time_inflation: the baseline is per
+  SKU, the causes per region, the jobs per class.
+* team -- gaming_guardrails: gaming is a team's choice.
+
+Only the finest slice is emitted (no roll-ups): ratio series carry
+``numerator`` and ``denominator`` so that any roll-up is a sum of both; the
+quantile series (queue_wait_p95) carries ``numerator`` = NaN and the number of
+waits as ``denominator``.
+
+Status per row: ``no_data`` when the slice had nothing to measure in the
+partition (no rows, or a zero denominator); ``degraded`` when it had, but under
+:data:`MIN_COVERAGE` of them report the optional field or input the series
+needs; ``ok`` otherwise. ``value`` is NaN unless the status is ``ok`` -- a
+missing reading is never a zero. Every slice seen anywhere in the window (and,
+for region x sku KPIs, every region x SKU of the inventory) gets a row in every
+partition, so silence shows as ``no_data`` rather than as a missing row.
+"""
+
+import numpy as np
+import pandas as pd
+import pandera.pandas as pa
+from pandera.typing import Series
+
+from gpu_health.contracts.models import WORKLOAD_CLASSES, ContractModel, empty_frame
+from gpu_health.metrics.kpi_catalog import CATALOG, DIMENSIONS, by_name, series_units
+
+STAR = "*"
+UNKNOWN = "unknown"
+STATUSES = ["ok", "degraded", "no_data"]
+FIVE_MIN = pd.Timedelta(minutes=5)
+MINUTE = pd.Timedelta(minutes=1)
+
+MIN_COVERAGE = 0.5  # share of a slice's observations that must report a needed field
+BUSY_UTIL_PCT = 50.0  # "busy" for the guardrails: what a utilization dashboard calls busy
+IDLE_TENSOR = 0.05  # tensor pipes essentially idle
+IDLE_SM = 0.25  # SM activity of a GPU that is not really computing (when tensor is not reported)
+LOW_POWER_SHARE = 0.5  # of the SKU's reference power
+REF_POWER_QUANTILE = 0.95
+PENDING_GRACE = pd.Timedelta(minutes=5)  # pending longer than one scheduling cycle: blocked
+QUANTILE = 0.95
+FAILED_EXITS = ["failed", "node_fail", "timeout"]
+UNSCHEDULABLE = ["drained", "down"]
+SLOW_THROTTLE_BITS = 0x8 | 0x20 | 0x40 | 0x80  # hw slowdown, sw thermal, hw thermal, hw power brake
+OUT_COLUMNS = ["partition_start", "kpi", *DIMENSIONS, "value", "numerator", "denominator", "unit", "status"]
+SERIES_UNITS = series_units()
+
+# reason class of a failed job: first matching pattern (case-insensitive) wins
+REASON_CLASSES = [
+    ("gpu_xid", r"\bxid\b|ecc|fallen off the bus|\bgpu\b"),
+    ("nccl", r"nccl|collective"),
+    ("oom", r"out of memory|\boom\b"),
+]
+
+
+class KpiValues(ContractModel):
+    """One row per KPI series x dimension slice x 5-minute partition (see gpu_health.metrics.kpi_catalog)."""
+
+    partition_start: Series[pd.DatetimeTZDtype] = pa.Field(
+        description="Start of the 5-minute partition, UTC.", dtype_kwargs={"unit": "ns", "tz": "UTC"})
+    kpi: Series[pd.StringDtype] = pa.Field(
+        isin=list(SERIES_UNITS), description="Series: a catalog KPI name, or <kpi>.<component>.")
+    region: Series[pd.StringDtype] = pa.Field(description="Region; '*' when the KPI is not sliced by region.")
+    sku: Series[pd.StringDtype] = pa.Field(description="GPU model; '*' when not sliced by SKU.")
+    workload_class: Series[pd.StringDtype] = pa.Field(
+        description="interactive | batch | distributed | unknown; '*' when not sliced by class.")
+    team: Series[pd.StringDtype] = pa.Field(description="Team ('unknown' without metadata); '*' when not sliced by team.")
+    value: Series[float] = pa.Field(nullable=True, description="The KPI value in `unit`; NaN unless status is ok.")
+    numerator: Series[float] = pa.Field(
+        nullable=True, description="Additive numerator of a ratio series (NaN for quantile series).")
+    denominator: Series[float] = pa.Field(
+        ge=0, nullable=True, description="Additive denominator of a ratio series (number of observations for a quantile).")
+    unit: Series[pd.StringDtype] = pa.Field(description="Unit of value (ratio, s, gpus, usd per productive gpu-hour, ...).")
+    status: Series[pd.StringDtype] = pa.Field(isin=STATUSES, description="ok | degraded (a needed field is missing) | no_data.")
+
+    class Config:
+        unique = ["partition_start", "kpi", *DIMENSIONS]
+
+    @pa.dataframe_check(name="value_iff_ok")
+    def value_iff_ok(cls, df: pd.DataFrame) -> Series[bool]:
+        return (df["status"] == "ok") == df["value"].notna()
+
+    @pa.dataframe_check(name="partition_start_aligned_5min")
+    def partition_start_aligned_5min(cls, df: pd.DataFrame) -> Series[bool]:
+        return df["partition_start"] == df["partition_start"].dt.floor("5min")
+
+    @pa.dataframe_check(name="unit_matches_series")
+    def unit_matches_series(cls, df: pd.DataFrame) -> Series[bool]:
+        return df["unit"].astype(object) == df["kpi"].astype(object).map(SERIES_UNITS)
+
+
+# --- public helpers ---------------------------------------------------------------------
+
+
+def pending_jobs(scheduler_events: pd.DataFrame, at, pending: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The backlog at ``at``: jobs submitted (or requeued) before it and not started or ended by then.
+
+    Pass the previous backlog as ``pending`` to carry it from window to window;
+    the result (job_id, submitted_at, gpus) is what :func:`compute_kpis` takes as
+    ``pending`` for a window starting at ``at``.
+    """
+    at = _utc(at)
+    spells = _spells(scheduler_events, pending)
+    open_now = spells[(spells["open"] <= at) & (spells["close"] > at)]
+    out = open_now.rename(columns={"open": "submitted_at"})[["job_id", "submitted_at", "gpus"]]
+    return out.sort_values(["submitted_at", "job_id"]).drop_duplicates("job_id", keep="last").reset_index(drop=True)
+
+
+def compute_kpis(
+    frames: dict[str, pd.DataFrame],
+    goodput_states: pd.DataFrame,
+    *,
+    start,
+    end,
+    cost: pd.DataFrame | None = None,
+    job_metadata_lookup: pd.DataFrame | None = None,
+    step_baseline: pd.DataFrame | None = None,
+    pending: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """The ``kpi_values`` rows of ``[start, end)``.
+
+    ``frames``: source frames by table name (contract columns; a missing table
+    counts as empty). ``goodput_states``: the loss tree's GPU-minutes per
+    partition_start x region x sku x workload_class x team x state.
+    ``cost``: cost_capacity rows of the window's days. ``job_metadata_lookup``:
+    job_metadata rows of jobs submitted before the window. ``step_baseline``:
+    model_type, sku, gpus, step_time_s, data_loader_time_s, grad_sync_time_s
+    (optionally per partition_start). ``pending``: the backlog at ``start``
+    (job_id, submitted_at, gpus; see :func:`pending_jobs`).
+    """
+    start, end = _utc(start), _utc(end)
+    ctx = _Context(frames, goodput_states, start, end, cost, job_metadata_lookup, step_baseline, pending)
+    raw = [
+        _allocation_rate(ctx),
+        _job_failure_rate(ctx),
+        _queue_wait_p95(ctx),
+        _sla_attainment(ctx),
+        _step_time_inflation(ctx),
+        _hw_fault_rate(ctx),
+        _comm_health(ctx),
+        _fragmentation(ctx),
+        _cost_per_productive_gpu_hour(ctx),
+        _gaming_guardrails(ctx),
+    ]
+    return _finish([r for r in raw if len(r)], ctx)
+
+
+# --- context: the window's rows, prepared once ----------------------------------------------
+
+
+def _utc(ts) -> pd.Timestamp:
+    ts = pd.Timestamp(ts)
+    return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
+
+
+def _obj(s: pd.Series) -> pd.Series:
+    return s.astype(object).where(s.notna(), None)
+
+
+class _Context:
+    def __init__(self, frames, goodput_states, start, end, cost, lookup, baseline, pending):
+        self.start, self.end = start, end
+        self.partitions = pd.date_range(start, end, freq="5min", inclusive="left")
+        f = {name: frames[name] if frames.get(name) is not None else empty_frame(name)
+             for name in ("gpu_telemetry", "node_telemetry", "network_telemetry", "scheduler_events",
+                          "job_runtime_metrics", "job_metadata")}
+        self.events = f["scheduler_events"]
+        self.goodput_states = goodput_states
+        self.cost, self.baseline, self.pending = cost, baseline, pending
+        self.jobs = _job_table(f["job_metadata"], lookup)
+
+        gpu = f["gpu_telemetry"]
+        node = f["node_telemetry"]
+        # node -> region / sku, from every row given (history included)
+        nmap = pd.concat([gpu[["node_id", "region", "sku"]].drop_duplicates("node_id"),
+                          node[["node_id", "region", "sku"]].drop_duplicates("node_id")], ignore_index=True)
+        nmap = nmap.astype(object).drop_duplicates("node_id").set_index("node_id")
+        self.node_region, self.node_sku = nmap["region"], nmap["sku"]
+
+        g = self.window(gpu)
+        g = pd.DataFrame({
+            "ts": g["ts"].to_numpy(), "node_id": _obj(g["node_id"]).to_numpy(),
+            "region": _obj(g["region"]).to_numpy(), "sku": _obj(g["sku"]).to_numpy(),
+            "job_id": _obj(g["job_id"]).to_numpy(),
+            "util": g["gpu_util_pct"].to_numpy(dtype=float),
+            "sm": g["sm_active"].to_numpy(dtype=float, na_value=np.nan),
+            "tensor": g["tensor_active"].to_numpy(dtype=float, na_value=np.nan),
+            "power": g["power_w"].to_numpy(dtype=float),
+            "throttle": g["throttle_reasons"].to_numpy(dtype=float, na_value=np.nan),
+            "dbe": g["ecc_dbe_delta"].to_numpy(dtype=float, na_value=np.nan),
+            "xid": g["xid"].to_numpy(dtype=np.int64),
+        })
+        g["ts"] = pd.to_datetime(g["ts"], utc=True)
+        g["p"] = g["ts"].dt.floor("5min")
+        g["allocated"] = g["job_id"].notna()
+        nw = self.window(node)
+        bad = nw.loc[nw["health"].isin(UNSCHEDULABLE), ["ts", "node_id"]].astype({"node_id": object})
+        if len(bad):
+            key = g[["ts", "node_id"]].merge(bad.assign(_bad=True), on=["ts", "node_id"], how="left")["_bad"]
+            g["schedulable"] = key.isna().to_numpy()
+        else:
+            g["schedulable"] = True
+        self.gpu = g
+        # job -> team / class of allocated rows
+        alloc = g["allocated"].to_numpy()
+        jid = g.loc[alloc, "job_id"]
+        for col in ("team", "workload_class"):
+            g[col] = None
+            g.loc[alloc, col] = jid.map(self.jobs[col]).fillna(UNKNOWN).to_numpy() if len(self.jobs) else UNKNOWN
+
+        # job placement over the window: region, sku, GPUs of the signature
+        ga = g.loc[alloc, ["ts", "job_id", "region", "sku"]]
+        per_min = ga.groupby(["job_id", "ts"], sort=False).size().groupby(level=0).max()
+        first = ga.drop_duplicates("job_id").set_index("job_id")
+        self.placement = pd.DataFrame({"region": first["region"], "sku": first["sku"], "gpus": per_min})
+        self.node = nw
+        self.network = self.window(f["network_telemetry"])
+        self.runtime = self.window(f["job_runtime_metrics"])
+        self.inventory = self._inventory(g, nw)
+
+    def window(self, df: pd.DataFrame, col: str = "ts") -> pd.DataFrame:
+        return df[(df[col] >= self.start) & (df[col] < self.end)]
+
+    def _inventory(self, g, node) -> set:
+        pairs = set(zip(g["region"], g["sku"])) | set(zip(_obj(node["region"]), _obj(node["sku"])))
+        if self.cost is not None and len(self.cost):
+            days = {d.date() for d in self.partitions}
+            c = self.cost[pd.to_datetime(self.cost["date"]).dt.date.isin(days)]
+            pairs |= set(zip(_obj(c["region"]), _obj(c["sku"])))
+        return pairs
+
+    def job_attr(self, job_ids: pd.Series, col: str) -> np.ndarray:
+        if not len(self.jobs) or col not in self.jobs:
+            return np.full(len(job_ids), UNKNOWN, dtype=object)
+        return job_ids.map(self.jobs[col]).astype(object).fillna(UNKNOWN).to_numpy()
+
+
+def _job_table(meta: pd.DataFrame, lookup: pd.DataFrame | None) -> pd.DataFrame:
+    """job_id -> team, workload_class, model_type, submitted_at, sla_deadline, requested_gpus."""
+    cols = ["team", "workload_class", "model_type", "submitted_at", "sla_deadline", "requested_gpus"]
+    parts = [m for m in (meta, lookup) if m is not None and len(m)]
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    both = pd.concat([p.reindex(columns=["job_id", *cols]) for p in parts], ignore_index=True)
+    both["job_id"] = both["job_id"].astype(object)
+    out = both.drop_duplicates("job_id", keep="first").set_index("job_id")
+    for col in ("team", "workload_class", "model_type"):
+        out[col] = out[col].astype(object)
+    for col in ("submitted_at", "sla_deadline"):
+        out[col] = pd.to_datetime(out[col], utc=True)
+    return out
+
+
+def _spells(events: pd.DataFrame, pending: pd.DataFrame | None) -> pd.DataFrame:
+    """Pending spells: job_id, open (submitted / requeued), close (next started / ended), gpus."""
+    ev = events[["job_id", "event", "ts", "gpus"]].astype({"job_id": object, "event": object})
+    opens = ev.loc[ev["event"].isin(["submitted", "requeued"]), ["job_id", "ts", "gpus"]]
+    if pending is not None and len(pending):
+        carried = pd.DataFrame({"job_id": _obj(pending["job_id"]), "ts": pd.to_datetime(pending["submitted_at"], utc=True),
+                                "gpus": pending["gpus"].to_numpy()})
+        opens = pd.concat([opens, carried], ignore_index=True).drop_duplicates(["job_id", "ts"])
+    closes = ev.loc[ev["event"].isin(["started", "ended"]), ["job_id", "ts"]].rename(columns={"ts": "close"})
+    if opens.empty:
+        return pd.DataFrame({"job_id": pd.Series(dtype=object), "open": pd.Series(dtype="datetime64[ns, UTC]"),
+                             "close": pd.Series(dtype="datetime64[ns, UTC]"), "gpus": pd.Series(dtype=float)})
+    opens = opens.sort_values("ts")
+    closes = closes.sort_values("close")
+    s = pd.merge_asof(opens, closes, left_on="ts", right_on="close", by="job_id", direction="forward")
+    s = s.rename(columns={"ts": "open"})
+    s["close"] = s["close"].fillna(pd.Timestamp.max.tz_localize("UTC").floor("1D"))
+    s["gpus"] = s["gpus"].astype(float)
+    return s[["job_id", "open", "close", "gpus"]]
+
+
+# --- one function per KPI: raw rows (partition x slice) with numerator, denominator, n, covered ---
+
+
+def _raw(df: pd.DataFrame, kpi: str, dims: list[str], **aggs) -> pd.DataFrame:
+    """Group ``df`` by partition x ``dims`` and sum the named boolean / float columns."""
+    keys = ["p", *dims]
+    out = df.groupby(keys, sort=False, observed=True).agg(**aggs).reset_index()
+    out["kpi"] = kpi
+    return out
+
+
+def _allocation_rate(ctx: _Context) -> pd.DataFrame:
+    g = ctx.gpu
+    d = pd.DataFrame({"p": g["p"], "region": g["region"], "sku": g["sku"],
+                      "num": g["allocated"] & g["schedulable"], "den": g["schedulable"]})
+    return _raw(d, "allocation_rate", ["region", "sku"], numerator=("num", "sum"), denominator=("den", "sum"),
+                n=("den", "size"))
+
+
+def _reason_class(exit_state: pd.Series, reason: pd.Series) -> np.ndarray:
+    text = reason.astype(object).fillna("").str.lower()
+    out = np.full(len(text), "app_error", dtype=object)
+    decided = np.zeros(len(text), dtype=bool)
+    for name, pattern in REASON_CLASSES:
+        hit = text.str.contains(pattern, regex=True).to_numpy() & ~decided
+        out[hit] = name
+        decided |= hit
+    es = exit_state.astype(object).to_numpy()
+    out[es == "node_fail"] = "node_fail"
+    out[es == "timeout"] = "timeout"
+    return out
+
+
+def _job_failure_rate(ctx: _Context) -> pd.DataFrame:
+    ev = ctx.window(ctx.events)
+    ended = ev[(ev["event"] == "ended") & (ev["gpus"] > 0)]
+    if ended.empty:
+        return pd.DataFrame()
+    first_node = ended["node_ids"].astype(object).fillna("").str.split(",").str[0]
+    d = pd.DataFrame({
+        "p": ended["ts"].dt.floor("5min").to_numpy(),
+        "region": first_node.map(ctx.node_region).fillna(UNKNOWN).to_numpy(),
+        "workload_class": ctx.job_attr(ended["job_id"].astype(object), "workload_class"),
+    })
+    failed = ended["exit_state"].isin(FAILED_EXITS).to_numpy()
+    cls = _reason_class(ended["exit_state"], ended["reason"])
+    kpi = by_name()["job_failure_rate"]
+    d["all"] = failed
+    for c in kpi.components:
+        d[c.name] = failed & (cls == c.name)
+    dims = ["region", "workload_class"]
+    base = d.groupby(["p", *dims], sort=False).agg(
+        n=("all", "size"), **{c: (c, "sum") for c in ["all", *(c.name for c in kpi.components)]}).reset_index()
+    out = []
+    for series, col in [(kpi.name, "all"), *((f"{kpi.name}.{c.name}", c.name) for c in kpi.components)]:
+        out.append(base[["p", *dims, "n"]].assign(kpi=series, numerator=base[col].astype(float),
+                                                  denominator=base["n"].astype(float)))
+    return pd.concat(out, ignore_index=True)
+
+
+def _queue_wait_p95(ctx: _Context) -> pd.DataFrame:
+    ev = ctx.events
+    started = ctx.window(ev)
+    started = started.loc[started["event"] == "started", ["job_id", "ts"]].astype({"job_id": object})
+    if started.empty:
+        return pd.DataFrame()
+    opens = ev.loc[ev["event"].isin(["submitted", "requeued"]), ["job_id", "ts"]].astype({"job_id": object})
+    s = pd.merge_asof(started.sort_values("ts"), opens.rename(columns={"ts": "open"}).sort_values("open"),
+                      left_on="ts", right_on="open", by="job_id", direction="backward")
+    if ctx.pending is not None and len(ctx.pending):
+        carried = ctx.pending.assign(job_id=_obj(ctx.pending["job_id"])).drop_duplicates("job_id", keep="last")
+        s["open"] = s["open"].fillna(s["job_id"].map(carried.set_index("job_id")["submitted_at"]))
+    if len(ctx.jobs):
+        s["open"] = s["open"].fillna(s["job_id"].map(ctx.jobs["submitted_at"]))
+    wait = ((s["ts"] - s["open"]).dt.total_seconds()).clip(lower=0)
+    d = pd.DataFrame({"p": s["ts"].dt.floor("5min"), "workload_class": ctx.job_attr(s["job_id"], "workload_class"),
+                      "wait": wait})
+    out = d.groupby(["p", "workload_class"], sort=False).agg(
+        value=("wait", lambda w: w.quantile(QUANTILE) if w.notna().any() else np.nan),
+        denominator=("wait", "count"), n=("wait", "size")).reset_index()
+    out["covered"] = out["denominator"]
+    out["numerator"] = np.nan
+    out["kpi"] = "queue_wait_p95"
+    return out
+
+
+def _sla_attainment(ctx: _Context) -> pd.DataFrame:
+    jobs = ctx.jobs
+    if not len(jobs) or jobs["sla_deadline"].isna().all():
+        return pd.DataFrame()
+    deadline = jobs["sla_deadline"].dropna()
+    ev = ctx.events.astype({"job_id": object})
+    ev = ev[ev["job_id"].isin(deadline.index)]
+    ended = ev[ev["event"] == "ended"]
+    ended = ended.assign(deadline=ended["job_id"].map(deadline))
+    # ended at or before the deadline: counted when it ends
+    on_time = ctx.window(ended)
+    on_time = on_time[on_time["ts"] <= on_time["deadline"]]
+    outcomes = [pd.DataFrame({"ts": on_time["ts"], "job_id": on_time["job_id"],
+                              "met": (on_time["exit_state"] == "completed").to_numpy()})]
+    # a deadline inside the window with the job still alive (running or pending) and not ended by then: missed
+    due = deadline[(deadline >= ctx.start) & (deadline < ctx.end)]
+    if len(due):
+        ended_by = ended[ended["ts"] <= ended["deadline"]]["job_id"].unique()
+        due = due[~due.index.isin(ended_by)]
+        alive = set(ended.loc[ended["ts"] > ended["deadline"], "job_id"])
+        g = ctx.gpu.loc[ctx.gpu["allocated"], ["ts", "job_id"]]
+        g = g[g["job_id"].isin(due.index)]
+        last_seen = g.groupby("job_id")["ts"].max()
+        alive |= set(last_seen.index[last_seen >= due.reindex(last_seen.index).dt.floor("1min")])
+        spells = _spells(ctx.events, ctx.pending)
+        spells = spells[spells["job_id"].isin(due.index)]
+        at = spells["job_id"].map(due)
+        alive |= set(spells.loc[(spells["open"] <= at) & (spells["close"] > at), "job_id"])
+        missed = due[due.index.isin(list(alive))]
+        outcomes.append(pd.DataFrame({"ts": missed.to_numpy(), "job_id": missed.index.to_numpy(), "met": False}))
+    o = pd.concat(outcomes, ignore_index=True)
+    if o.empty:
+        return pd.DataFrame()
+    o["ts"] = pd.to_datetime(o["ts"], utc=True)
+    d = pd.DataFrame({"p": o["ts"].dt.floor("5min"), "workload_class": ctx.job_attr(o["job_id"], "workload_class"),
+                      "met": o["met"].astype(bool)})
+    return _raw(d, "sla_attainment", ["workload_class"], numerator=("met", "sum"), denominator=("met", "size"),
+                n=("met", "size"))
+
+
+def _job_minutes(ctx: _Context) -> pd.DataFrame:
+    """job_runtime_metrics rows of the window with the job's placement, class, signature and baseline."""
+    rt = ctx.runtime
+    jid = rt["job_id"].astype(object)
+    pl = ctx.placement
+    d = pd.DataFrame({
+        "ts": rt["ts"].to_numpy(), "job_id": jid.to_numpy(),
+        "steps": rt["steps"].to_numpy(dtype=float),
+        "step": rt["step_time_s"].to_numpy(dtype=float, na_value=np.nan),
+        "loader": rt["data_loader_time_s"].to_numpy(dtype=float, na_value=np.nan),
+        "sync": rt["grad_sync_time_s"].to_numpy(dtype=float, na_value=np.nan),
+        "ckpt": rt["checkpoint_time_s"].to_numpy(dtype=float),
+        "region": jid.map(pl["region"]).fillna(UNKNOWN).to_numpy(),
+        "sku": jid.map(pl["sku"]).fillna(UNKNOWN).to_numpy(),
+        "gpus": jid.map(pl["gpus"]).to_numpy(dtype=float),
+        "workload_class": ctx.job_attr(jid, "workload_class"),
+        "model_type": ctx.job_attr(jid, "model_type"),
+    })
+    d["ts"] = pd.to_datetime(d["ts"], utc=True)
+    if d["gpus"].isna().any() and len(ctx.jobs):  # never seen on a GPU in the window: what it asked for
+        d["gpus"] = d["gpus"].fillna(jid.map(ctx.jobs["requested_gpus"]).astype(float))
+    d["gpus"] = d["gpus"].fillna(1.0)
+    d["p"] = d["ts"].dt.floor("5min")
+    base_cols = {"step_time_s": "b_step", "data_loader_time_s": "b_loader", "grad_sync_time_s": "b_sync"}
+    b = ctx.baseline
+    if b is None or b.empty:
+        for v in base_cols.values():
+            d[v] = np.nan
+        return d
+    keys = ["model_type", "sku", "gpus"]
+    b = b.rename(columns=base_cols)
+    if "partition_start" in b.columns:
+        b = b.rename(columns={"partition_start": "p"})
+        b["p"] = pd.to_datetime(b["p"], utc=True)
+        keys = ["p", *keys]
+    b = b[keys + list(base_cols.values())].astype({"model_type": object, "sku": object, "gpus": float})
+    b = b.drop_duplicates(keys)
+    for v in base_cols.values():
+        b[v] = b[v].astype(float)
+    return d.merge(b, on=keys, how="left")
+
+
+def _step_time_inflation(ctx: _Context) -> pd.DataFrame:
+    d = _job_minutes(ctx)
+    if d.empty:
+        return pd.DataFrame()
+    prog = (d["steps"] > 0).to_numpy()
+    has_b = d["b_step"].notna().to_numpy()
+    w = (d["gpus"] * d["steps"]).to_numpy()
+    base_s = np.nan_to_num(w * d["b_step"].to_numpy())
+    step_x = d["step"].to_numpy() - d["b_step"].to_numpy()
+    io_x = d["loader"].to_numpy() - d["b_loader"].to_numpy()
+    net_x = d["sync"].to_numpy() - d["b_sync"].to_numpy()
+    cmp_x = step_x - io_x - net_x
+    ck = (d["gpus"] * d["ckpt"]).to_numpy()
+    counted = has_b & (prog | (d["ckpt"].to_numpy() > 0))  # checkpoint-only minutes count their checkpoint
+
+    def ok(x):
+        return prog & has_b & ~np.isnan(x)
+
+    cols = {
+        "n": prog.astype(float),
+        "tot_num": np.where(prog & has_b, np.nan_to_num(w * step_x), 0.0) + np.where(counted, ck, 0.0),
+        "tot_den": np.where(prog & has_b, base_s, 0.0), "tot_cov": (prog & has_b).astype(float),
+        "ck_num": np.where(counted, ck, 0.0),
+    }
+    for name, x in (("data_io", io_x), ("network", net_x), ("compute", cmp_x)):
+        m = ok(x)
+        cols[f"{name}_num"] = np.where(m, np.nan_to_num(w * x), 0.0)
+        cols[f"{name}_den"] = np.where(m, base_s, 0.0)
+        cols[f"{name}_cov"] = m.astype(float)
+    dims = ["region", "sku", "workload_class"]
+    frame = pd.concat([d[["p", *dims]], pd.DataFrame(cols, index=d.index)], axis=1)
+    agg = frame.groupby(["p", *dims], sort=False).sum().reset_index()
+    agg = agg[agg["n"] > 0]
+    name = "step_time_inflation"
+    out = [agg[["p", *dims, "n"]].assign(kpi=name, numerator=agg["tot_num"], denominator=agg["tot_den"],
+                                         covered=agg["tot_cov"])]
+    for comp in ("data_io", "network", "compute"):
+        out.append(agg[["p", *dims, "n"]].assign(kpi=f"{name}.{comp}", numerator=agg[f"{comp}_num"],
+                                                 denominator=agg[f"{comp}_den"], covered=agg[f"{comp}_cov"]))
+    out.append(agg[["p", *dims, "n"]].assign(kpi=f"{name}.checkpoint", numerator=agg["ck_num"],
+                                             denominator=agg["tot_den"], covered=agg["tot_cov"]))
+    return pd.concat(out, ignore_index=True)
+
+
+def _hw_fault_rate(ctx: _Context) -> pd.DataFrame:
+    g = ctx.gpu
+    thr = g["throttle"].to_numpy()
+    thr_known = ~np.isnan(thr)
+    dbe = g["dbe"].to_numpy()
+    dbe_known = ~np.isnan(dbe)
+    d = pd.DataFrame({
+        "p": g["p"], "region": g["region"], "sku": g["sku"],
+        "xid": g["xid"].to_numpy() != 0,
+        "dbe": dbe_known & (np.nan_to_num(dbe) > 0), "dbe_known": dbe_known,
+        "thr": thr_known & ((np.nan_to_num(thr).astype(np.int64) & SLOW_THROTTLE_BITS) != 0), "thr_known": thr_known,
+    })
+    agg = d.groupby(["p", "region", "sku"], sort=False, observed=True).agg(
+        n=("xid", "size"), xid=("xid", "sum"), dbe=("dbe", "sum"), dbe_known=("dbe_known", "sum"),
+        thr=("thr", "sum"), thr_known=("thr_known", "sum")).reset_index()
+    keys = agg[["p", "region", "sku", "n"]]
+    return pd.concat([
+        keys.assign(kpi="hw_fault_rate.xid", numerator=agg["xid"], denominator=agg["n"], covered=agg["n"]),
+        keys.assign(kpi="hw_fault_rate.dbe", numerator=agg["dbe"], denominator=agg["dbe_known"], covered=agg["dbe_known"]),
+        keys.assign(kpi="hw_fault_rate.throttled", numerator=agg["thr"], denominator=agg["thr_known"],
+                    covered=agg["thr_known"]),
+    ], ignore_index=True)
+
+
+def _comm_health(ctx: _Context) -> pd.DataFrame:
+    out = []
+    d = _job_minutes(ctx)
+    if len(d):
+        multi = (d["steps"] > 0).to_numpy() & (d["gpus"] > 1).to_numpy()
+        known = multi & d["sync"].notna().to_numpy()
+        w = (d["gpus"] * d["steps"]).to_numpy()
+        f = pd.DataFrame({"p": d["p"], "region": d["region"], "sku": d["sku"], "n": multi.astype(float),
+                          "covered": known.astype(float),
+                          "numerator": np.where(known, np.nan_to_num(w * d["sync"].to_numpy()), 0.0),
+                          "denominator": np.where(known, np.nan_to_num(w * d["step"].to_numpy()), 0.0)})
+        agg = f.groupby(["p", "region", "sku"], sort=False).sum().reset_index()
+        out.append(agg[agg["n"] > 0].assign(kpi="comm_health.grad_sync_share"))
+    net = ctx.network
+    if len(net):
+        node = net["node_id"].astype(object)
+        f = pd.DataFrame({"p": net["ts"].dt.floor("5min"), "region": _obj(net["region"]),
+                          "sku": node.map(ctx.node_sku).fillna(UNKNOWN),
+                          "rtx": net["retransmits"].to_numpy(dtype=float),
+                          "loss": net["packet_loss_pct"].to_numpy(dtype=float),
+                          "down": ~net["link_up"].to_numpy(dtype=bool)})
+        agg = f.groupby(["p", "region", "sku"], sort=False).agg(
+            n=("rtx", "size"), rtx=("rtx", "sum"), loss=("loss", "sum"), down=("down", "sum")).reset_index()
+        keys = agg[["p", "region", "sku", "n"]]
+        for series, col in (("retransmits", "rtx"), ("packet_loss", "loss"), ("link_down", "down")):
+            out.append(keys.assign(kpi=f"comm_health.{series}", numerator=agg[col].astype(float), denominator=agg["n"]))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+def _blocked_requests(ctx: _Context) -> dict[str, np.ndarray]:
+    """Per workload class, per minute of the window: the smallest request (GPUs) among the class's
+    jobs pending for at least PENDING_GRACE (inf: none blocked)."""
+    minutes = pd.date_range(ctx.start, ctx.end, freq="1min", inclusive="left")
+    M = len(minutes)
+    s = _spells(ctx.events, ctx.pending)
+    s = s[(s["close"] - s["open"]) > PENDING_GRACE]
+    cls = pd.Series(ctx.job_attr(s["job_id"], "workload_class"), index=s.index)
+    if ctx.pending is not None and "workload_class" in ctx.pending and len(s):
+        carried = ctx.pending.assign(job_id=_obj(ctx.pending["job_id"])).drop_duplicates("job_id", keep="last")
+        known = s["job_id"].map(carried.set_index("job_id")["workload_class"].astype(object))
+        cls = cls.where(cls != UNKNOWN, known.fillna(UNKNOWN))
+    classes = sorted(set(WORKLOAD_CLASSES) | set(cls))
+    out = {c: np.full(M, np.inf) for c in classes}
+    if s.empty or not M:
+        return out
+    origin = minutes[0]
+    lo = np.ceil(((s["open"] + PENDING_GRACE) - origin) / MINUTE).to_numpy().clip(0, M).astype(np.int64)
+    close = s["close"].clip(upper=ctx.end + MINUTE)
+    hi = np.ceil((close - origin) / MINUTE).to_numpy().clip(0, M).astype(np.int64)  # minute t pending if t < close
+    gpus, cls = s["gpus"].to_numpy(), cls.to_numpy()
+    for c in classes:
+        best = out[c]
+        for size in np.unique(gpus[cls == c]):  # few distinct sizes: coverage by difference arrays
+            m = (cls == c) & (gpus == size) & (hi > lo)
+            if not m.any():
+                continue
+            diff = np.zeros(M + 1)
+            np.add.at(diff, lo[m], 1)
+            np.add.at(diff, hi[m], -1)
+            cover = np.cumsum(diff[:M]) > 0
+            best = np.where(cover & (best > size), size, best)
+        out[c] = best
+    return out
+
+
+def _fragmentation(ctx: _Context) -> pd.DataFrame:
+    g = ctx.gpu
+    if g.empty:
+        return pd.DataFrame()
+    dims = ["region", "sku"]
+    if ctx.pending is None:  # jobs pending from before the window are invisible: never a false zero
+        agg = g.groupby(["p", *dims], sort=False, observed=True).size().rename("n").reset_index()
+        return pd.concat([agg.assign(workload_class=c) for c in WORKLOAD_CLASSES], ignore_index=True).assign(
+            kpi="fragmentation", numerator=np.nan, denominator=np.nan, covered=0.0)
+    free = g["schedulable"] & ~g["allocated"]
+    nodes = pd.DataFrame({"ts": g["ts"], "node_id": g["node_id"], "p": g["p"], "region": g["region"],
+                          "sku": g["sku"], "free": free.to_numpy(dtype=float)})
+    nm = nodes.groupby(["ts", "node_id"], sort=False).agg(
+        p=("p", "first"), region=("region", "first"), sku=("sku", "first"), size=("free", "size"),
+        free=("free", "sum")).reset_index()
+    minute = ((nm["ts"] - ctx.start) // MINUTE).to_numpy().astype(np.int64)
+    size, fr = nm["size"].to_numpy(dtype=float), nm["free"].to_numpy()
+    out = []
+    for cls, req in _blocked_requests(ctx).items():
+        r = req[minute]
+        # a request up to a node's size needs that many free GPUs on one node; a bigger one, whole free nodes
+        cannot = np.where(r <= size, fr < r, (fr > 0) & (fr < size))
+        stranded = pd.Series(np.where(np.isfinite(r) & cannot, fr, 0.0), index=nm.index)
+        agg = nm.assign(stranded=stranded).groupby(["p", *dims], sort=False).agg(
+            numerator=("stranded", "sum"), denominator=("ts", "nunique"), n=("size", "sum")).reset_index()
+        out.append(agg.assign(workload_class=cls))
+    return pd.concat(out, ignore_index=True).assign(kpi="fragmentation")
+
+
+def _cost_per_productive_gpu_hour(ctx: _Context) -> pd.DataFrame:
+    gs = ctx.goodput_states
+    if gs is None or gs.empty:
+        return pd.DataFrame()
+    gs = gs[(gs["partition_start"] >= ctx.start) & (gs["partition_start"] < ctx.end)]
+    if gs.empty:
+        return pd.DataFrame()
+    minutes = gs["gpu_minutes"].to_numpy(dtype=float)
+    d = pd.DataFrame({"p": pd.to_datetime(gs["partition_start"], utc=True), "region": _obj(gs["region"]),
+                      "sku": _obj(gs["sku"]), "paid": minutes,
+                      "prod": np.where(gs["state"].astype(object) == "productive", minutes, 0.0)})
+    agg = d.groupby(["p", "region", "sku"], sort=False).sum().reset_index()
+    agg["n"] = (agg["paid"] > 0).astype(float)
+    rate = np.full(len(agg), np.nan)
+    if ctx.cost is not None and len(ctx.cost):
+        from gpu_health.metrics.finance import blended_rates
+
+        r = blended_rates(ctx.cost)
+        key = pd.MultiIndex.from_arrays([pd.to_datetime(r["date"]).dt.date, _obj(r["region"]), _obj(r["sku"])])
+        lookup = pd.Series(r["blended_gpu_hour_usd"].to_numpy(dtype=float), index=key)
+        want = pd.MultiIndex.from_arrays([agg["p"].dt.date, agg["region"], agg["sku"]])
+        rate = lookup.reindex(want).to_numpy()
+    known = ~np.isnan(rate)
+    agg["numerator"] = np.where(known, agg["paid"] / 60.0 * np.nan_to_num(rate), np.nan)
+    agg["denominator"] = agg["prod"] / 60.0
+    agg["covered"] = np.where(known, agg["n"], 0.0)
+    agg["kpi"] = "cost_per_productive_gpu_hour"
+    return agg
+
+
+def _gaming_guardrails(ctx: _Context) -> pd.DataFrame:
+    g = ctx.gpu
+    busy = g[g["allocated"] & (g["util"] >= BUSY_UTIL_PCT)]
+    if busy.empty:
+        return pd.DataFrame()
+    rt = ctx.runtime
+    progressed = rt.loc[rt["steps"] > 0, ["ts", "job_id"]].astype({"job_id": object}).drop_duplicates()
+    prog = busy[["ts", "job_id"]].merge(progressed.assign(_prog=True), on=["ts", "job_id"], how="left")["_prog"]
+    progress = prog.notna().to_numpy()
+    training = (busy["workload_class"] != "interactive").to_numpy()
+
+    tensor, sm, power = busy["tensor"].to_numpy(), busy["sm"].to_numpy(), busy["power"].to_numpy()
+    t_known, s_known = ~np.isnan(tensor), ~np.isnan(sm)
+    known = t_known | s_known
+    device_idle = np.where(t_known, np.nan_to_num(tensor) < IDLE_TENSOR, np.nan_to_num(sm) < IDLE_SM)
+    ref = _reference_power(g)
+    low_power = power < LOW_POWER_SHARE * busy["sku"].map(ref).to_numpy(dtype=float)
+    d = pd.DataFrame({
+        "p": busy["p"], "team": busy["team"],
+        "bwp_n": training.astype(float), "bwp_num": (training & ~progress).astype(float),
+        "div_n": 1.0, "div_cov": known.astype(float), "div_num": (known & device_idle & low_power).astype(float),
+    })
+    agg = d.groupby(["p", "team"], sort=False).sum().reset_index()
+    keys = agg[["p", "team"]]
+    bwp = keys.assign(kpi="gaming_guardrails.busy_without_progress", numerator=agg["bwp_num"],
+                      denominator=agg["bwp_n"], n=agg["bwp_n"])
+    div = keys.assign(kpi="gaming_guardrails.util_power_divergence", numerator=agg["div_num"],
+                      denominator=agg["div_cov"], n=agg["div_n"], covered=agg["div_cov"])
+    return pd.concat([bwp[bwp["n"] > 0], div], ignore_index=True)
+
+
+def _reference_power(g: pd.DataFrame) -> pd.Series:
+    """Per SKU: p95 power of its working GPUs in the window (busy, tensor/SM active); else its max power."""
+    tensor, sm = g["tensor"].to_numpy(), g["sm"].to_numpy()
+    active = np.where(~np.isnan(tensor), np.nan_to_num(tensor) >= IDLE_TENSOR, np.nan_to_num(sm) >= IDLE_SM)
+    working = g["allocated"].to_numpy() & (g["util"].to_numpy() >= BUSY_UTIL_PCT) & active
+    ref = g.loc[working].groupby("sku")["power"].quantile(REF_POWER_QUANTILE)
+    return ref.combine_first(g.groupby("sku")["power"].max())
+
+
+# --- assembly: every slice in every partition, status and value ------------------------------
+
+
+def _finish(raw: list[pd.DataFrame], ctx: _Context) -> pd.DataFrame:
+    r = pd.concat(raw, ignore_index=True) if raw else pd.DataFrame(columns=["p", "kpi"])
+    for col in DIMENSIONS:
+        if col not in r:
+            r[col] = STAR
+        r[col] = r[col].astype(object).fillna(STAR)
+    for col in ("numerator", "denominator", "n", "covered", "value"):
+        if col not in r:
+            r[col] = np.nan
+    r["covered"] = r["covered"].fillna(r["n"])
+    parts = pd.DataFrame({"p": ctx.partitions})
+    out = []
+    for kpi in CATALOG:
+        dims = list(kpi.dimensions)
+        for series in kpi.series():
+            rows = r[r["kpi"] == series]
+            slices = rows[dims].drop_duplicates()
+            if {"region", "sku"} <= set(dims) and ctx.inventory:  # a silent region x SKU shows as no_data
+                inv = pd.DataFrame(sorted(ctx.inventory), columns=["region", "sku"])
+                rest = [d for d in dims if d not in ("region", "sku")]
+                if rest:
+                    inv = inv.merge(slices[rest].drop_duplicates(), how="cross") if len(slices) else inv.iloc[0:0]
+                slices = pd.concat([slices, inv[dims]], ignore_index=True).drop_duplicates()
+            if slices.empty:
+                slices = pd.DataFrame({d: [STAR] for d in dims})
+            grid = parts.merge(slices, how="cross")
+            grid = grid.merge(rows.drop(columns=[c for c in DIMENSIONS if c not in dims] + ["kpi"]),
+                              on=["p", *dims], how="left")
+            grid["kpi"] = series
+            out.append(grid)
+    f = pd.concat(out, ignore_index=True)
+    for col in DIMENSIONS:
+        if col not in f:
+            f[col] = STAR
+        f[col] = f[col].fillna(STAR)
+    n = f["n"].fillna(0.0).to_numpy()
+    covered = f["covered"].fillna(0.0).to_numpy()
+    num = f["numerator"].to_numpy(dtype=float)
+    den = f["denominator"].to_numpy(dtype=float)
+    quant = f["value"].to_numpy(dtype=float)
+    no_data = (n <= 0)
+    degraded = ~no_data & (covered < MIN_COVERAGE * n)
+    no_data |= ~degraded & ~(np.nan_to_num(den) > 0)
+    ok = ~no_data & ~degraded
+    is_q = f["kpi"].to_numpy() == "queue_wait_p95"
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = num / den
+    value = np.where(is_q, quant, ratio)
+    f["value"] = np.where(ok, value, np.nan)
+    f["status"] = np.select([ok, degraded], ["ok", "degraded"], "no_data")
+    # nothing observed: the counts are truly zero (a degraded count stays as measured)
+    f["numerator"] = np.where(n <= 0, np.where(is_q, np.nan, 0.0), num)
+    f["denominator"] = np.where(n <= 0, 0.0, den)
+    f["unit"] = f["kpi"].map(SERIES_UNITS)
+    f = f.rename(columns={"p": "partition_start"})[OUT_COLUMNS]
+    f = f.sort_values(["partition_start", "kpi", *DIMENSIONS], kind="stable").reset_index(drop=True)
+    return KpiValues.to_schema().coerce_dtype(f)
