@@ -146,8 +146,9 @@ CATALOG: tuple[Kpi, ...] = (
                          "sustained excess over the same hour of the week is a ticket, and a scheduler deploy is "
                          "judged by the cohort comparison.",
         needs=(),
-        degraded_when="Never degraded. Jobs whose submission time is unknown (no event, backlog or metadata row) "
-                      "are left out of the quantile; the denominator counts the waits used.",
+        degraded_when="Jobs whose submission time is unknown (no event, backlog or metadata row) are left out of "
+                      "the quantile (the denominator counts the waits used); degraded (NaN) when that is over half "
+                      "of the jobs that started.",
         dimensions=("workload_class",),
     ),
     Kpi(
@@ -335,7 +336,7 @@ CATALOG: tuple[Kpi, ...] = (
                 "no job_runtime_metrics row with steps > 0 for (ts, job_id) / all their busy GPU-minutes; "
                 "util_power_divergence = busy GPU-minutes (util >= 50 %) with tensor_active < 0.05 (sm_active < "
                 "0.25 when tensor is not reported) and power_w < 0.5 x the SKU's reference power (p95 power of "
-                "its working GPUs in the window) / busy GPU-minutes that report the activity field",
+                "its working GPUs in the partition) / busy GPU-minutes that report the activity field",
         unit="ratio",
         owner="ml_platform",
         kind="leading",
