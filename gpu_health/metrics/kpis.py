@@ -240,6 +240,7 @@ class _Context:
         self.network = self.window(f["network_telemetry"])
         self.runtime = self.window(f["job_runtime_metrics"])
         self.inventory = self._inventory(g, nw)
+        self.job_minutes = None  # built on first use
 
     def window(self, df: pd.DataFrame, col: str = "ts") -> pd.DataFrame:
         return df[(df[col] >= self.start) & (df[col] < self.end)]
@@ -411,6 +412,9 @@ def _sla_attainment(ctx: _Context) -> pd.DataFrame:
         alive |= set(spells.loc[(spells["open"] <= at) & (spells["close"] > at), "job_id"])
         missed = due[due.index.isin(list(alive))]
         outcomes.append(pd.DataFrame({"ts": missed.to_numpy(), "job_id": missed.index.to_numpy(), "met": False}))
+    outcomes = [o for o in outcomes if len(o)]
+    if not outcomes:
+        return pd.DataFrame()
     o = pd.concat(outcomes, ignore_index=True)
     if o.empty:
         return pd.DataFrame()
@@ -423,6 +427,12 @@ def _sla_attainment(ctx: _Context) -> pd.DataFrame:
 
 def _job_minutes(ctx: _Context) -> pd.DataFrame:
     """job_runtime_metrics rows of the window with the job's placement, class, signature and baseline."""
+    if ctx.job_minutes is None:
+        ctx.job_minutes = _build_job_minutes(ctx)
+    return ctx.job_minutes
+
+
+def _build_job_minutes(ctx: _Context) -> pd.DataFrame:
     rt = ctx.runtime
     jid = rt["job_id"].astype(object)
     pl = ctx.placement
@@ -671,7 +681,8 @@ def _gaming_guardrails(ctx: _Context) -> pd.DataFrame:
     known = t_known | s_known
     device_idle = np.where(t_known, np.nan_to_num(tensor) < IDLE_TENSOR, np.nan_to_num(sm) < IDLE_SM)
     ref = _reference_power(g)
-    low_power = power < LOW_POWER_SHARE * busy["sku"].map(ref).to_numpy(dtype=float)
+    key = pd.MultiIndex.from_arrays([busy["p"], busy["sku"]])
+    low_power = power < LOW_POWER_SHARE * ref.reindex(key).to_numpy(dtype=float)
     d = pd.DataFrame({
         "p": busy["p"], "team": busy["team"],
         "bwp_n": training.astype(float), "bwp_num": (training & ~progress).astype(float),
@@ -687,15 +698,38 @@ def _gaming_guardrails(ctx: _Context) -> pd.DataFrame:
 
 
 def _reference_power(g: pd.DataFrame) -> pd.Series:
-    """Per SKU: p95 power of its working GPUs in the window (busy, tensor/SM active); else its max power."""
+    """Per partition x SKU: p95 power of its working GPUs (busy, tensor/SM active); else its max power."""
     tensor, sm = g["tensor"].to_numpy(), g["sm"].to_numpy()
     active = np.where(~np.isnan(tensor), np.nan_to_num(tensor) >= IDLE_TENSOR, np.nan_to_num(sm) >= IDLE_SM)
     working = g["allocated"].to_numpy() & (g["util"].to_numpy() >= BUSY_UTIL_PCT) & active
-    ref = g.loc[working].groupby("sku")["power"].quantile(REF_POWER_QUANTILE)
-    return ref.combine_first(g.groupby("sku")["power"].max())
+    ref = g.loc[working].groupby(["p", "sku"])["power"].quantile(REF_POWER_QUANTILE)
+    return ref.combine_first(g.groupby(["p", "sku"])["power"].max())
 
 
 # --- assembly: every slice in every partition, status and value ------------------------------
+
+
+def _slices(r: pd.DataFrame, ctx: _Context) -> pd.DataFrame:
+    """kpi x dimension values to report in every partition: those seen in the window, plus the
+    inventory's region x SKU for KPIs sliced by both (a silent region x SKU shows as no_data)."""
+    seen = r[["kpi", *DIMENSIONS]].drop_duplicates()
+    inv = sorted(ctx.inventory)
+    out = []
+    for kpi in CATALOG:
+        dims = list(kpi.dimensions)
+        rest = [d for d in dims if d not in ("region", "sku")]
+        for series in kpi.series():
+            mine = seen[seen["kpi"] == series]
+            extra = []
+            if {"region", "sku"} <= set(dims) and inv:
+                rest_values = mine[rest].drop_duplicates().itertuples(index=False) if rest else [()]
+                extra = [(series, *rs, *tuple(rv)) for rv in rest_values for rs in inv]
+            if not len(mine) and not extra:
+                extra = [(series, *([STAR] * len(dims)))]
+            cols = ["kpi", "region", "sku", *rest] if {"region", "sku"} <= set(dims) else ["kpi", *dims]
+            out.append(mine)
+            out.append(pd.DataFrame(extra, columns=cols).reindex(columns=["kpi", *DIMENSIONS], fill_value=STAR))
+    return pd.concat(out, ignore_index=True).drop_duplicates()
 
 
 def _finish(raw: list[pd.DataFrame], ctx: _Context) -> pd.DataFrame:
@@ -708,47 +742,24 @@ def _finish(raw: list[pd.DataFrame], ctx: _Context) -> pd.DataFrame:
         if col not in r:
             r[col] = np.nan
     r["covered"] = r["covered"].fillna(r["n"])
-    parts = pd.DataFrame({"p": ctx.partitions})
-    out = []
-    for kpi in CATALOG:
-        dims = list(kpi.dimensions)
-        for series in kpi.series():
-            rows = r[r["kpi"] == series]
-            slices = rows[dims].drop_duplicates()
-            if {"region", "sku"} <= set(dims) and ctx.inventory:  # a silent region x SKU shows as no_data
-                inv = pd.DataFrame(sorted(ctx.inventory), columns=["region", "sku"])
-                rest = [d for d in dims if d not in ("region", "sku")]
-                if rest:
-                    inv = inv.merge(slices[rest].drop_duplicates(), how="cross") if len(slices) else inv.iloc[0:0]
-                slices = pd.concat([slices, inv[dims]], ignore_index=True).drop_duplicates()
-            if slices.empty:
-                slices = pd.DataFrame({d: [STAR] for d in dims})
-            grid = parts.merge(slices, how="cross")
-            grid = grid.merge(rows.drop(columns=[c for c in DIMENSIONS if c not in dims] + ["kpi"]),
-                              on=["p", *dims], how="left")
-            grid["kpi"] = series
-            out.append(grid)
-    f = pd.concat(out, ignore_index=True)
-    for col in DIMENSIONS:
-        if col not in f:
-            f[col] = STAR
-        f[col] = f[col].fillna(STAR)
-    n = f["n"].fillna(0.0).to_numpy()
-    covered = f["covered"].fillna(0.0).to_numpy()
+    r = r[["p", "kpi", *DIMENSIONS, "numerator", "denominator", "n", "covered", "value"]]
+    grid = pd.DataFrame({"p": ctx.partitions}).merge(_slices(r, ctx), how="cross")
+    f = grid.merge(r, on=["p", "kpi", *DIMENSIONS], how="left")
+    n = f["n"].fillna(0.0).to_numpy(dtype=float)
+    covered = f["covered"].fillna(0.0).to_numpy(dtype=float)
     num = f["numerator"].to_numpy(dtype=float)
     den = f["denominator"].to_numpy(dtype=float)
     quant = f["value"].to_numpy(dtype=float)
-    no_data = (n <= 0)
+    no_data = n <= 0
     degraded = ~no_data & (covered < MIN_COVERAGE * n)
     no_data |= ~degraded & ~(np.nan_to_num(den) > 0)
     ok = ~no_data & ~degraded
     is_q = f["kpi"].to_numpy() == "queue_wait_p95"
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = num / den
-    value = np.where(is_q, quant, ratio)
+        value = np.where(is_q, quant, num / den)
     f["value"] = np.where(ok, value, np.nan)
     f["status"] = np.select([ok, degraded], ["ok", "degraded"], "no_data")
-    # nothing observed: the counts are truly zero (a degraded count stays as measured)
+    # nothing observed: the counts are truly zero (a degraded row keeps what was measured)
     f["numerator"] = np.where(n <= 0, np.where(is_q, np.nan, 0.0), num)
     f["denominator"] = np.where(n <= 0, 0.0, den)
     f["unit"] = f["kpi"].map(SERIES_UNITS)
