@@ -1,0 +1,100 @@
+"""Generate ``docs/kpis.md`` from the KPI catalog (the catalog is the only source).
+
+Run ``python -m gpu_health.metrics.kpi_docs`` to rewrite the file; a test fails
+when the file in the repository is stale.
+"""
+
+import sys
+from pathlib import Path
+
+from gpu_health.metrics import kpis as K
+from gpu_health.metrics.kpi_catalog import CATALOG, Kpi
+
+DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "kpis.md"
+REGENERATE = "python -m gpu_health.metrics.kpi_docs"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _code(items) -> str:
+    return ", ".join(f"`{i}`" for i in items) if items else "none"
+
+
+def _section(k: Kpi) -> list[str]:
+    lines = [
+        f"## `{k.name}` — {k.title}",
+        "",
+        k.definition,
+        "",
+        f"- **Formula:** {k.formula}.",
+        f"- **Unit:** {k.unit}. **Sliced by:** {_code(k.dimensions)} (other dimension columns are `*`).",
+        f"- **Series:** {_code(k.series())}.",
+        f"- **Owner: {k.owner}.** {k.owner_rationale}",
+        f"- **{k.kind.capitalize()}, alert intent: {k.alert_intent}.** {k.intent_rationale}",
+        f"- **Guards against:** {k.guards_against}",
+        f"- **Needs (optional inputs):** {_code(k.needs)}.",
+        f"- **Degrades:** {k.degraded_when}",
+    ]
+    if k.components:
+        lines += ["", "| component | unit | what it counts | needs |", "|---|---|---|---|"]
+        lines += [f"| `{c.name}` | {c.unit} | {_cell(c.definition)} | {_code(c.needs)} |" for c in k.components]
+    return lines + [""]
+
+
+def render_kpi_docs() -> str:
+    """The Markdown of docs/kpis.md."""
+    lines = [
+        "# Supporting KPIs",
+        "",
+        f"<!-- Generated from gpu_health/metrics/kpi_catalog.py by `{REGENERATE}`; do not edit by hand. -->",
+        "",
+        "The north star is cluster goodput (productive / paid GPU-minutes, the loss tree of "
+        "`gpu_health/metrics/goodput.py`). "
+        f"These {len(CATALOG)} KPIs explain its moves, route them to an owner and keep it from being gamed. "
+        "`gpu_health.metrics.kpis.compute_kpis` writes them to the `kpi_values` table: one row per series x "
+        "dimension slice x 5-minute partition, with `value`, the additive `numerator` and `denominator`, the "
+        "`unit` and a `status`.",
+        "",
+        "| KPI | owner | kind | alert | unit | sliced by | series |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for k in CATALOG:
+        lines.append(f"| `{k.name}` {k.title} | {k.owner} | {k.kind} | "
+                     f"{k.alert_intent} | {k.unit} | {', '.join(k.dimensions)} | {len(k.series())} |")
+    lines += [
+        "",
+        "## Reading `kpi_values`",
+        "",
+        "- `status` is `ok`, `degraded` or `no_data`. `no_data`: the slice had nothing to measure in the "
+        "partition (no rows, or a zero denominator). `degraded`: it had, but under "
+        f"{K.MIN_COVERAGE:.0%} of the observations report an optional field or input the series needs "
+        "(listed per KPI below). `value` is NaN unless `status` is `ok`: a missing reading is never a zero.",
+        "- A KPI split by cause emits one series per component, `<kpi>.<component>`; where the components add "
+        "up, the KPI's total is emitted under its bare name too.",
+        "- Only the finest slice is stored. A roll-up of a ratio series is the sum of its numerators over the "
+        "sum of its denominators; quantile series (`queue_wait_p95`) cannot be rolled up and carry the number "
+        "of waits as `denominator`.",
+        "- Jobs whose metadata never arrived count under `unknown` (team, workload class), never dropped.",
+        f"- Thresholds used in the definitions: busy = `gpu_util_pct` >= {K.BUSY_UTIL_PCT:g}; device idle = "
+        f"`tensor_active` < {K.IDLE_TENSOR:g} (`sm_active` < {K.IDLE_SM:g} without tensor); low power = under "
+        f"{K.LOW_POWER_SHARE:g} x the p{K.REF_POWER_QUANTILE * 100:g} power of the SKU's working GPUs in the "
+        "partition; blocked = pending "
+        f"for at least {int(K.PENDING_GRACE.total_seconds() // 60)} minutes.",
+        "",
+    ]
+    for k in CATALOG:
+        lines += _section(k)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    DOC_PATH.parent.mkdir(parents=True, exist_ok=True)
+    DOC_PATH.write_text(render_kpi_docs())
+    print(f"wrote {DOC_PATH}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
