@@ -3,6 +3,7 @@
     gpu-health simulate --scenario FILE [--start ISO --end ISO] --landing DIR
     gpu-health run --start ISO --end ISO [--scenario FILE | --landing DIR | --source prometheus --prometheus-url URL]
                    [--warehouse URL]
+    gpu-health evaluate --scenarios DIR --out FILE.json [--workers N]
 
 ``simulate`` writes the landing zone (contracts.md layout) and ``DIR/labels.parquet``.
 ``run`` materializes every asset of the code location for each partition in the
@@ -118,7 +119,7 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
         summary["runs"] += 1
         if not result.success:
             failures = [e for e in result.all_events if e.is_step_failure]
-            detail = "; ".join(f"{e.step_key}: {e.event_specific_data.error.message.strip()}" for e in failures) or "see logs"
+            detail = "; ".join(f"{e.step_key}: {_root_message(e.event_specific_data.error)}" for e in failures) or "see logs"
             raise RuntimeError(f"{job_name} {kw.get('partition_key') or kw.get('tags', {})} failed: {detail}")
         for ev in result.get_asset_check_evaluations():
             if not ev.passed:
@@ -144,6 +145,14 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
     return summary
 
 
+def _root_message(error) -> str:
+    """The innermost cause of a step failure: the user's exception (it names file and column), not
+    Dagster's "Error occurred while executing op" wrapper around it."""
+    while error.cause is not None:
+        error = error.cause
+    return error.message.strip()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpu-health", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -162,7 +171,12 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--prometheus-url")
     p_run.add_argument("--warehouse", help="SQLAlchemy URL (default: $GPU_HEALTH_WAREHOUSE_URL or sqlite:///var/warehouse.db)")
     p_run.add_argument("--partition-start", help="first partition key of the code location (default: the range start)")
-    for p in (p_sim, p_run):
+    p_eval = sub.add_parser("evaluate", help="score detection, attribution and false pages on a scenario suite")
+    p_eval.add_argument("--scenarios", required=True, help="directory of scenario YAML files")
+    p_eval.add_argument("--out", required=True, help="JSON report path")
+    p_eval.add_argument("--workers", type=int, default=1, help="scenarios evaluated in parallel (processes)")
+    p_eval.add_argument("--pattern", default="*.yaml")
+    for p in (p_sim, p_run, p_eval):
         p.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
@@ -177,6 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "simulate":
             out = simulate(args.scenario, args.landing, args.start, args.end, quiet=args.quiet)
+        elif args.command == "evaluate":
+            from gpu_health.evaluate import evaluate, table
+
+            report = evaluate(args.scenarios, args.out, workers=args.workers, pattern=args.pattern)
+            print(table(report))
+            out = report["overall"]
         else:
             if args.source == "prometheus" and not args.prometheus_url:
                 parser.error("--source prometheus needs --prometheus-url")
