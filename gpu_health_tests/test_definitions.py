@@ -22,6 +22,7 @@ GROUPS = {"telemetry", "kpis", "baselines", "diagnosis", "alerting", "finance"} 
 OWNERS = {"team:infra", "team:ml-platform", "team:finance"}
 
 ASSET_KEYS = [
+    "alerts",
     "change_events",
     "cluster_goodput",
     "cluster_goodput_daily",

@@ -1,6 +1,32 @@
 -- Generated from gpu_health/storage/schema.py by `python -m gpu_health.storage.schema`.
 -- Do not edit by hand: a test fails when this file and the module drift.
 
+CREATE TABLE alerts (
+	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
+	alert_id TEXT NOT NULL, 
+	key TEXT NOT NULL, 
+	detector TEXT NOT NULL, 
+	status TEXT NOT NULL, 
+	severity TEXT NOT NULL, 
+	cause_family TEXT NOT NULL, 
+	region TEXT NOT NULL, 
+	scope TEXT NOT NULL, 
+	summary TEXT NOT NULL, 
+	description TEXT NOT NULL, 
+	usd_per_hour FLOAT NOT NULL, 
+	runbook TEXT NOT NULL, 
+	opened_at TIMESTAMP WITH TIME ZONE NOT NULL, 
+	first_partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
+	paged_at TIMESTAMP WITH TIME ZONE, 
+	updated_at TIMESTAMP WITH TIME ZONE NOT NULL, 
+	resolved_at TIMESTAMP WITH TIME ZONE, 
+	follows_change TEXT, 
+	clear_count BIGINT NOT NULL, 
+	baseline_at_open FLOAT, 
+	lost_gpu_minutes FLOAT NOT NULL, 
+	CONSTRAINT pk_alerts PRIMARY KEY (partition_start, alert_id)
+);
+
 CREATE TABLE change_events (
 	event_id TEXT NOT NULL, 
 	ts TIMESTAMP WITH TIME ZONE NOT NULL, 
