@@ -287,3 +287,16 @@ def test_dagster_sensor_honours_the_pinned_clock_and_grace(landing, sensor_and_r
     assert not early.run_requests
     ready = evaluate(sensor, resources, early.cursor, now=at(6), defs=defs)
     assert [r.partition_key for r in ready.run_requests] == [key(0)]
+
+
+def test_dagster_sensor_with_the_simulator_follows_the_pinned_clock(tmp_path):
+    url = f"sqlite:///{tmp_path / 'wh.db'}"
+    source = TelemetrySourceResource(kind="simulator")
+    defs = build_definitions(Settings(partition_start="2026-11-03-14:00"), {
+        "warehouse": WarehouseResource(url=url), "warehouse_io_manager": WarehouseIOManager(url=url), "source": source})
+    sensor = defs.resolve_sensor_def("five_minute_partition_sensor")
+    first = evaluate(sensor, {"source": source}, None, now=at(16.5), defs=defs)
+    assert [r.partition_key for r in first.run_requests] == [key(0), key(5), key(10)]
+    assert {r.tags["gpu_health/data_version"] for r in first.run_requests} == {"clock"}
+    later = evaluate(sensor, {"source": source}, first.cursor, now=at(26.5), defs=defs)
+    assert [r.partition_key for r in later.run_requests] == [key(15), key(20)]
