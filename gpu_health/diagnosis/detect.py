@@ -364,8 +364,8 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         if share < threshold:
             continue
         started = ctx.sched[(ctx.sched["event"] == "started") & (ctx.sched["ts"] >= ctx.start) & (ctx.sched["ts"] < ctx.end)]
-        sub = ctx.sched[ctx.sched["event"] == "submitted"].set_index("job_id")["ts"]
-        waits = (started.set_index("job_id")["ts"] - started["job_id"].map(sub).values).dropna().dt.total_seconds() / 60
+        sub = ctx.sched[ctx.sched["event"] == "submitted"].drop_duplicates("job_id").set_index("job_id")["ts"]
+        waits = (started["ts"] - started["job_id"].map(sub)).dropna().dt.total_seconds() / 60
         cfg = ctx.changes[(ctx.changes["kind"] == "scheduler_config") & (ctx.changes["ts"] >= ctx.end - DEPLOY_LOOKBACK) & (ctx.changes["ts"] < ctx.end)] if len(ctx.changes) else ctx.changes
         cfg_text = f"; follows scheduler change {cfg.iloc[-1]['event_id']} at {cfg.iloc[-1]['ts']:%H:%M}" if len(cfg) else ""
         out.append(Finding("scheduling_blocked", "scheduling", "page", region, key,
@@ -428,26 +428,20 @@ def detect_no_progress(ctx: PartitionContext) -> list[Finding]:
 
 
 def detect_stalls(ctx: PartitionContext) -> list[Finding]:
-    rt = ctx.runtime.sort_values("ts")
+    rt = ctx.runtime
     out = []
     if rt.empty:
         return out
     zero = (rt["steps"] == 0) & (rt["checkpoint_time_s"].fillna(0) == 0)
-    rt = rt.assign(zero=zero)
-    stalled = []
-    for job, grp in rt.groupby("job_id"):
-        z = grp["zero"].to_numpy()
-        if not z[-1] or grp["ts"].iloc[-1] < ctx.start:
-            continue
-        run = int(np.argmax(~z[::-1])) if (~z).any() else len(z)
-        if run >= STALL_MINUTES:
-            stalled.append((job, run))
-    if not stalled:
+    # per job: minutes reported after its last progressing minute (a trailing run of zero-step minutes)
+    last_ts = rt.groupby("job_id")["ts"].max()
+    last_progress = rt[~zero].groupby("job_id")["ts"].max()
+    trailing = rt[zero & (rt["ts"] > rt["job_id"].map(last_progress).fillna(pd.Timestamp.min.tz_localize("UTC")))]
+    run = trailing.groupby("job_id").size()
+    run = run[(run >= STALL_MINUTES) & (last_ts.reindex(run.index) >= ctx.start)]
+    if run.empty:
         return out
-    jobs = [j for j, _ in stalled]
-    g = ctx.gpu[ctx.gpu["job_id"].isin(jobs)]
-    if g.empty:
-        return out
+    g = ctx.gpu[ctx.gpu["job_id"].isin(run.index)]
     for region, grp in g.groupby("region"):
         nodes = sorted(set(grp["node_id"]))
         js = sorted(set(grp["job_id"]))
@@ -455,7 +449,7 @@ def detect_stalls(ctx: PartitionContext) -> list[Finding]:
         out.append(Finding("training_stall", "software", "page" if lost >= 20 else "ticket", region, f"training_stall|{region}",
                            nodes=nodes, lost_gpu_minutes=lost,
                            summary=f"{len(js)} training job(s) hung in {region}",
-                           evidence=f"no steps for {max(r for j, r in stalled if j in js)}+ minutes while holding "
+                           evidence=f"no steps for {int(run.reindex(js).max())}+ minutes while holding "
                                     f"{grp['gpu_uuid'].nunique()} GPUs at median {grp['gpu_util_pct'].median():.0f} % util "
                                     f"(jobs {', '.join(js[:5])})"))
     return out

@@ -115,23 +115,8 @@ def job_lookup(meta: pd.DataFrame, sched: pd.DataFrame) -> pd.DataFrame:
     return out.astype(object).where(out.notna(), "unknown")
 
 
-def baseline_for(rows: pd.DataFrame, baseline: pd.DataFrame | None) -> pd.DataFrame:
-    """Attach the (model_type, sku, gpus) baseline step time and components to job-minute rows."""
-    keys = ["model_type", "sku", "gpus"]
-    vals = ["base_step_s", "base_loader_s", "base_sync_s"]
-    if baseline is None or baseline.empty:
-        return rows.assign(**{v: np.nan for v in vals})
-    b = baseline.rename(columns={"step_time_s": "base_step_s", "data_loader_time_s": "base_loader_s",
-                                 "grad_sync_time_s": "base_sync_s"})[keys + vals]
-    if "partition_start" in baseline.columns:  # one baseline per partition
-        keys = ["partition_start", *keys]
-        b = baseline.rename(columns={"step_time_s": "base_step_s", "data_loader_time_s": "base_loader_s",
-                                     "grad_sync_time_s": "base_sync_s"})[keys + vals]
-        rows = rows.assign(partition_start=rows["ts"].dt.floor("5min"))
-    b = b.astype({"model_type": object, "sku": object, "gpus": "int64"})
-    r = rows.astype({"model_type": object, "sku": object, "gpus": "int64"})
-    out = r.merge(b, on=keys, how="left")
-    return out.drop(columns=["partition_start"]) if "partition_start" in keys else out
+def _codes(values, universe: pd.Index) -> np.ndarray:
+    return universe.get_indexer(pd.Index(np.asarray(values, dtype=object)))
 
 
 def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, inventory: pd.DataFrame,
@@ -144,170 +129,282 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     window with the GPU-minutes it threw away (for daily settlement).
 
     ``inventory``: node_id, region, sku, gpus (nodes known from the trailing day).
+    ``baseline``: step-time baselines per signature (model_type, sku, gpus), with
+    ``partition_start`` when each partition has its own.
+
+    Implementation: every join is on integer codes (minute x node, minute x job,
+    partition x signature) and the final aggregation is one ``np.unique`` over a
+    packed key and a ``bincount`` per state, so the cost is a few array passes
+    per GPU-minute.
     """
     start, end = pd.Timestamp(start), pd.Timestamp(end)
     gpu = frames["gpu_telemetry"]
     node = frames["node_telemetry"]
     runtime = frames["job_runtime_metrics"]
     minutes = _minutes(start, end)
+    M = len(minutes)
+    n = len(gpu)
+    t_idx = ((gpu["ts"] - start) // MINUTE).to_numpy(np.int64) if n else np.zeros(0, np.int64)
 
-    # --- node context per (ts, node) --------------------------------------------------------
-    node_ctx = node[["ts", "node_id", "health", "driver_version"]]
-    g = gpu[["ts", "region", "node_id", "sku", "gpu_uuid", "job_id", "gpu_util_pct", "sm_active",
-             "throttle_reasons", "ecc_dbe_delta", "xid"]].merge(node_ctx, on=["ts", "node_id"], how="left")
-    g["health"] = g["health"].astype(object).fillna("ok")
-    drivers = node.groupby("node_id")["driver_version"].last() if len(node) else pd.Series(dtype=object)
-    g["driver_version"] = g["driver_version"].astype(object).fillna(g["node_id"].map(drivers)).fillna("unknown")
-    in_maint = maintenance_mask(g["ts"], g["region"], g["node_id"], maintenance)
-    fatal = g["xid"].isin(FATAL_XIDS).to_numpy() | (g["ecc_dbe_delta"].fillna(0).to_numpy() > 0)
-    has_job = g["job_id"].notna().to_numpy()
-    sm = g["sm_active"].to_numpy(dtype=float)
-    busy = (g["gpu_util_pct"].to_numpy() >= BUSY_UTIL_PCT) & ~(np.nan_to_num(sm, nan=1.0) < BUSY_SM)
+    # --- nodes: health and driver per (minute, node) -----------------------------------------
+    node_uni = pd.Index(pd.unique(np.concatenate([
+        np.asarray(inventory["node_id"], dtype=object), np.asarray(gpu["node_id"], dtype=object),
+        np.asarray(node["node_id"], dtype=object)])))
+    Nn = max(len(node_uni), 1)
+    g_node = _codes(gpu["node_id"], node_uni)
+    health_codes = {"ok": 0, "degraded": 1, "down": 2, "drained": 3}
+    health_arr = np.zeros(M * Nn, dtype=np.int8)
+    drv_uni = pd.Index(pd.unique(np.concatenate([np.asarray(node["driver_version"], dtype=object),
+                                                 np.array(["unknown"], dtype=object)])))
+    drv_arr = np.full(M * Nn, -1, dtype=np.int64)
+    node_last_drv = np.full(Nn, drv_uni.get_loc("unknown"), dtype=np.int64)
+    if len(node):
+        nt = ((node["ts"] - start) // MINUTE).to_numpy(np.int64)
+        nn = _codes(node["node_id"], node_uni)
+        ok = (nt >= 0) & (nt < M)
+        nk = nt[ok] * Nn + nn[ok]
+        health_arr[nk] = node["health"].astype(object).map(health_codes).fillna(0).to_numpy(np.int8)[ok]
+        dcode = _codes(node["driver_version"], drv_uni)
+        drv_arr[nk] = dcode[ok]
+        order = np.argsort(nt, kind="stable")
+        node_last_drv[nn[order]] = dcode[order]  # last driver seen per node in the window
+    rk = t_idx * Nn + g_node
+    health = health_arr[rk] if n else np.zeros(0, np.int8)
+    drv = np.where(drv_arr[rk] >= 0, drv_arr[rk], node_last_drv[g_node]) if n else np.zeros(0, np.int64)
+    node_region = np.full(Nn, None, dtype=object)
+    node_sku = np.full(Nn, None, dtype=object)
+    inv_codes = _codes(inventory["node_id"], node_uni)
+    node_region[inv_codes] = np.asarray(inventory["region"], dtype=object)
+    node_sku[inv_codes] = np.asarray(inventory["sku"], dtype=object)
+    if n:
+        node_region[g_node] = np.asarray(gpu["region"], dtype=object)
+        node_sku[g_node] = np.asarray(gpu["sku"], dtype=object)
 
-    # --- job attributes --------------------------------------------------------------------
+    in_maint = maintenance_mask(gpu["ts"], gpu["region"], gpu["node_id"], maintenance) if n else np.zeros(0, bool)
+    fatal = gpu["xid"].isin(FATAL_XIDS).to_numpy() | (gpu["ecc_dbe_delta"].fillna(0).to_numpy() > 0)
+    has_job = gpu["job_id"].notna().to_numpy()
+    sm = gpu["sm_active"].to_numpy(dtype=float, na_value=np.nan)
+    busy = (gpu["gpu_util_pct"].to_numpy(dtype=float) >= BUSY_UTIL_PCT) & ~(np.nan_to_num(sm, nan=1.0) < BUSY_SM)
+
+    # --- jobs: attributes, GPUs, runtime metrics per (minute, job) -----------------------------
+    job_uni = pd.Index(pd.unique(np.concatenate([np.asarray(gpu.loc[has_job, "job_id"], dtype=object),
+                                                 np.asarray(runtime["job_id"], dtype=object)])))
+    Nj = max(len(job_uni), 1)
+    g_job = np.full(n, -1, dtype=np.int64)
+    if n and has_job.any():
+        g_job[has_job] = _codes(gpu.loc[has_job, "job_id"], job_uni)
     lookup = job_lookup(meta, sched_history)
-    jid = g["job_id"].astype(object)
-    for col in ["team", "workload_class", "model_type", "framework_version", "queue"]:
-        g[col] = np.where(has_job, jid.map(lookup[col]).fillna("unknown"), "none") if len(lookup) else np.where(has_job, "unknown", "none")
-    g["gpus"] = g.groupby(["ts", "job_id"])["gpu_uuid"].transform("size").fillna(0).astype("int64")
+    lookup = lookup.reindex(job_uni).astype(object).fillna("unknown") if len(job_uni) else lookup.iloc[0:0]
+    attr_cols = ["team", "workload_class", "model_type", "framework_version", "queue"]
+    if len(job_uni):
+        job_attr, attr_uni = pd.factorize(pd.MultiIndex.from_frame(lookup[attr_cols].astype(object)))
+        job_interactive = (lookup["workload_class"] == "interactive").to_numpy()
+    else:
+        job_attr, attr_uni, job_interactive = np.zeros(0, np.int64), [], np.zeros(0, bool)
+    jj = np.clip(g_job, 0, None)
+    jk = t_idx * Nj + jj
+    gpus_per = np.bincount(jk[has_job], minlength=M * Nj) if n else np.zeros(M * Nj, np.int64)
+    row_gpus = np.where(has_job, gpus_per[jk], 0) if n else np.zeros(0, np.int64)
 
-    # runtime metrics of the job this minute
-    rt = runtime[["ts", "job_id", "steps", "step_time_s", "data_loader_time_s", "grad_sync_time_s",
-                  "checkpoint_time_s", "last_checkpoint_step"]]
-    reporting_jobs = set(runtime["job_id"].astype(object).unique())
-    g = g.merge(rt, on=["ts", "job_id"], how="left")
-    has_row = g["steps"].notna().to_numpy()
-    reports = jid.isin(reporting_jobs).to_numpy() if len(reporting_jobs) else np.zeros(len(g), bool)
-    interactive = (g["workload_class"] == "interactive").to_numpy()
+    steps_arr = np.full(M * Nj, np.nan)
+    st_arr, ld_arr, sy_arr, ck_arr = (np.full(M * Nj, np.nan) for _ in range(4))
+    reports_job = np.zeros(Nj, dtype=bool)
+    if len(runtime):
+        rt_t = ((runtime["ts"] - start) // MINUTE).to_numpy(np.int64)
+        rt_j = _codes(runtime["job_id"], job_uni)
+        ok = (rt_t >= 0) & (rt_t < M) & (rt_j >= 0)
+        kk = rt_t[ok] * Nj + rt_j[ok]
+        steps_arr[kk] = runtime["steps"].to_numpy(dtype=float)[ok]
+        for arr, col in ((st_arr, "step_time_s"), (ld_arr, "data_loader_time_s"), (sy_arr, "grad_sync_time_s"),
+                         (ck_arr, "checkpoint_time_s")):
+            arr[kk] = runtime[col].to_numpy(dtype=float, na_value=np.nan)[ok]
+        reports_job[rt_j[rt_j >= 0]] = True
+    nan_n = np.full(n, np.nan)
+
+    def per_row(arr):
+        return np.where(has_job, arr[jk], np.nan) if n else nan_n
+
+    steps = per_row(steps_arr)
+    has_row = ~np.isnan(steps)
+    reports = has_job & reports_job[jj] if n else np.zeros(0, bool)
+    interactive = has_job & job_interactive[jj] if n and len(job_uni) else np.zeros(n, bool)
 
     # failures: minutes after the last checkpoint of jobs that failed in the window
-    failures = _failures(frames["scheduler_events"], runtime, g, start, end)
-    lost = np.zeros(len(g), dtype=bool)
-    if len(failures):
-        f = failures.set_index("job_id")
-        lf = jid.map(f["lost_from"])
-        fa = jid.map(f["failed_at"])
-        lost = has_job & lf.notna().to_numpy() & (g["ts"] >= lf).to_numpy() & (g["ts"] <= fa).to_numpy()
+    failures = _failures(frames["scheduler_events"], runtime, gpu, start, end)
+    lost = np.zeros(n, dtype=bool)
+    if len(failures) and n:
+        fj = _codes(failures["job_id"], job_uni)
+        okf = fj >= 0
+        lf = np.full(Nj, np.iinfo(np.int64).max)
+        fa = np.full(Nj, np.iinfo(np.int64).min)
+        lf[fj[okf]] = ((failures["lost_from"] - start) // MINUTE).to_numpy(np.int64)[okf]
+        fa[fj[okf]] = ((failures["failed_at"] - start) // MINUTE).to_numpy(np.int64)[okf]
+        lost = has_job & (t_idx >= lf[jj]) & (t_idx <= fa[jj])
 
-    # --- allocated job-minutes: efficiency against the baseline -------------------------------
-    g = baseline_for(g, baseline)
-    st = g["step_time_s"].to_numpy(dtype=float)
-    base = g["base_step_s"].to_numpy(dtype=float)
+    # --- efficiency against the baseline (per partition x signature) ---------------------------
+    st, loader, sync, ckt = per_row(st_arr), per_row(ld_arr), per_row(sy_arr), per_row(ck_arr)
+    base, base_ld, base_sy = _baseline_arrays(baseline, start, t_idx, g_job, lookup, job_uni, gpu["sku"], row_gpus)
     base = np.where(np.isnan(base), st, base)  # no baseline yet: the job is its own baseline
     eff = np.clip(np.where(st > 0, base / st, 1.0), 0.0, 1.0)
-    ck = np.clip(g["checkpoint_time_s"].fillna(0).to_numpy(dtype=float) / 60.0, 0.0, 1.0)
-    excess = np.clip(st - base, 0, None)
-    ex_io = np.clip(g["data_loader_time_s"].to_numpy(dtype=float) - g["base_loader_s"].fillna(g["data_loader_time_s"]).to_numpy(dtype=float), 0, None)
-    ex_net = np.clip(g["grad_sync_time_s"].to_numpy(dtype=float) - g["base_sync_s"].fillna(g["grad_sync_time_s"]).to_numpy(dtype=float), 0, None)
-    ex_io, ex_net = np.nan_to_num(ex_io), np.nan_to_num(ex_net)
+    ck = np.clip(np.nan_to_num(ckt) / 60.0, 0.0, 1.0)
+    excess = np.clip(np.nan_to_num(st - base), 0, None)
+    ex_io = np.nan_to_num(np.clip(loader - np.where(np.isnan(base_ld), loader, base_ld), 0, None))
+    ex_net = np.nan_to_num(np.clip(sync - np.where(np.isnan(base_sy), sync, base_sy), 0, None))
     scale = np.where(ex_io + ex_net > excess, excess / np.maximum(ex_io + ex_net, 1e-12), 1.0)
     ex_io, ex_net = ex_io * scale, ex_net * scale
     ex_cmp = np.clip(excess - ex_io - ex_net, 0, None)
     slow = (1 - eff) * (1 - ck)
     tot = np.maximum(excess, 1e-12)
 
-    n = len(g)
-    W = {s: np.zeros(n) for s in STATES}
+    W = {s_: np.zeros(n) for s_ in STATES}
     unalloc = ~has_job
-    W["maintenance"] = np.where(unalloc & in_maint, 1.0, 0.0)
-    hw = (fatal | (unalloc & g["health"].isin(["down", "drained"]).to_numpy() & ~in_maint)) & (W["maintenance"] == 0)
+    maint = unalloc & in_maint
+    W["maintenance"] = maint.astype(float)
+    hw = (fatal | (unalloc & (health >= 2) & ~in_maint)) & ~maint
     W["hw_unavailable"] = hw.astype(float)
-    idle = unalloc & ~hw & (W["maintenance"] == 0)
+    idle = unalloc & ~hw & ~maint
     alloc = has_job & ~hw
     W["failure_loss"] = (alloc & lost).astype(float)
     live = alloc & ~lost
     W["allocated_idle"] = (live & ~busy).astype(float)
     working = live & busy
-    no_metrics = working & ~reports & ~interactive
-    W["allocated_unproductive"] = no_metrics.astype(float)
-    zero_steps = working & has_row & (g["steps"].fillna(0).to_numpy() == 0)
+    W["allocated_unproductive"] = (working & ~reports & ~interactive).astype(float)
+    zero_steps = working & has_row & (np.nan_to_num(steps) == 0)
     ck_minute = zero_steps & (ck >= 20 / 60)
     W["slowdown_checkpoint"] = ck_minute.astype(float)
     W["allocated_unproductive"] += (zero_steps & ~ck_minute).astype(float)
     nb = working & ~reports & interactive
     between = working & reports & ~has_row  # a reporting job with no row this minute (start-up / tear-down)
-    W["productive"] = (nb | between).astype(float)
-    prog = working & has_row & (g["steps"].fillna(0).to_numpy() > 0)
-    W["productive"] += np.where(prog, eff * (1 - ck), 0.0)
+    prog = working & has_row & (np.nan_to_num(steps) > 0)
+    W["productive"] = (nb | between).astype(float) + np.where(prog, eff * (1 - ck), 0.0)
     W["slowdown_checkpoint"] += np.where(prog, ck, 0.0)
     W["slowdown_data_io"] = np.where(prog, slow * ex_io / tot, 0.0)
     W["slowdown_network"] = np.where(prog, slow * ex_net / tot, 0.0)
     W["slowdown_compute"] = np.where(prog, slow * np.where(excess > 0, ex_cmp / tot, 1.0), 0.0)
 
     # idle split by pending demand (cluster-wide, per minute)
-    t_idx = ((g["ts"] - start) // MINUTE).to_numpy().astype(np.int64)
-    idle_per_min = np.bincount(t_idx[idle], minlength=len(minutes)).astype(float)
+    idle_per_min = np.bincount(t_idx[idle], minlength=M).astype(float)
     pend = pending_gpus(sched_history, minutes)
     frac_blocked = np.where(idle_per_min > 0, np.minimum(idle_per_min, pend) / np.maximum(idle_per_min, 1), 0.0)
-    fb = frac_blocked[np.clip(t_idx, 0, len(minutes) - 1)]
+    fb = frac_blocked[np.clip(t_idx, 0, max(M - 1, 0))] if n else np.zeros(0)
     W["idle_blocked"] = np.where(idle, fb, 0.0)
     W["idle_no_demand"] = np.where(idle, 1 - fb, 0.0)
 
-    rep = g[["ts"] + LEAF_DIMS].copy()
-    rep["partition_start"] = g["ts"].dt.floor("5min")
-    long = _melt(rep, W)
-    missing = _missing_minutes(g, minutes, capacity, inventory, maintenance)
-    leaves = pd.concat([long, missing], ignore_index=True)
+    # --- aggregate: one packed key per (partition, node, driver, job attributes) ----------------
+    NA = len(attr_uni) + 1
+    ND = len(drv_uni) + 1
+    row_attr = (np.where(has_job, job_attr[jj], -1) + 1) if (n and len(job_uni)) else np.zeros(n, np.int64)
+    key = ((t_idx // 5) * Nn + g_node) * ND * NA + (drv + 1) * NA + row_attr
+    leaves = _aggregate(key, W, start, Nn, ND, NA, node_uni, node_region, node_sku, drv_uni, attr_uni)
+    missing = _missing_minutes(t_idx, g_node, minutes, node_uni, node_region, node_sku, node_last_drv, drv_uni,
+                               capacity, inventory, maintenance)
+    leaves = pd.concat([x for x in (leaves, missing) if len(x)], ignore_index=True) if len(leaves) or len(missing) else leaves
     leaves = (leaves.groupby(["partition_start"] + LEAF_DIMS + ["state"], observed=True, sort=False)["gpu_minutes"]
               .sum().reset_index())
     leaves = leaves[leaves["gpu_minutes"] > 1e-9].reset_index(drop=True)
     return leaves, failures
 
 
-def _melt(rep: pd.DataFrame, W: dict) -> pd.DataFrame:
+def _baseline_arrays(baseline, start, t_idx, g_job, lookup, job_uni, sku, row_gpus):
+    """Baseline step / loader / sync time per row, looked up by (partition, signature)."""
+    n = len(t_idx)
+    if baseline is None or baseline.empty or not n or not len(job_uni):
+        return np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+    b = baseline
+    per_partition = "partition_start" in b.columns
+    sig_b = pd.MultiIndex.from_arrays([np.asarray(b["model_type"], dtype=object), np.asarray(b["sku"], dtype=object),
+                                       b["gpus"].to_numpy(np.int64)])
+    job_model = np.asarray(lookup["model_type"], dtype=object)
+    jj = np.clip(g_job, 0, None)
+    sig_r = pd.MultiIndex.from_arrays([np.where(g_job >= 0, job_model[jj], None), np.asarray(sku, dtype=object),
+                                       np.asarray(row_gpus, dtype=np.int64)])
+    sig_uni = sig_b.unique()
+    sb, sr = sig_uni.get_indexer(sig_b), sig_uni.get_indexer(sig_r)
+    P = int(t_idx.max() // 5) + 1 if per_partition else 1
+    pb = ((b["partition_start"] - start) // pd.Timedelta(minutes=5)).to_numpy(np.int64) if per_partition else np.zeros(len(b), np.int64)
+    ok = (pb >= 0) & (pb < P) & (sb >= 0)
+    S = len(sig_uni)
+    pr = (t_idx // 5) if per_partition else np.zeros(n, np.int64)
+    idx = np.where(sr >= 0, pr * S + sr, 0)
+    found = (sr >= 0) & (g_job >= 0)
+    out = []
+    for col in ("step_time_s", "data_loader_time_s", "grad_sync_time_s"):
+        table = np.full(P * S, np.nan)
+        table[pb[ok] * S + sb[ok]] = b[col].to_numpy(dtype=float, na_value=np.nan)[ok]
+        out.append(np.where(found, table[idx], np.nan))
+    return tuple(out)
+
+
+def _aggregate(key, W, start, Nn, ND, NA, node_uni, node_region, node_sku, drv_uni, attr_uni) -> pd.DataFrame:
+    cols = ["partition_start"] + LEAF_DIMS + ["state", "gpu_minutes"]
+    if not len(key):
+        return pd.DataFrame(columns=cols)
+    uk, inv = np.unique(key, return_inverse=True)
+    p_idx = uk // (Nn * ND * NA)
+    rest = uk % (Nn * ND * NA)
+    node_c = rest // (ND * NA)
+    drv_c = (rest % (ND * NA)) // NA - 1
+    attr_c = rest % NA - 1
+    attrs = np.array([tuple(a) for a in attr_uni] + [("none",) * 5], dtype=object).reshape(-1, 5)
+    attr_rows = attrs[np.where(attr_c >= 0, attr_c, len(attrs) - 1)]
+    base = pd.DataFrame({
+        "partition_start": start + pd.to_timedelta(p_idx * 5, unit="min"),
+        "region": node_region[node_c], "node_id": np.asarray(node_uni, dtype=object)[node_c], "sku": node_sku[node_c],
+        "driver_version": np.where(drv_c >= 0, np.asarray(drv_uni, dtype=object)[np.clip(drv_c, 0, None)], "unknown"),
+        "team": attr_rows[:, 0], "workload_class": attr_rows[:, 1], "model_type": attr_rows[:, 2],
+        "framework_version": attr_rows[:, 3], "queue": attr_rows[:, 4],
+    })
     parts = []
     for state, w in W.items():
-        m = w > 0
+        sums = np.bincount(inv, weights=w, minlength=len(uk))
+        m = sums > 1e-12
         if m.any():
-            p = rep.loc[m, ["partition_start"] + LEAF_DIMS].copy()
-            p["state"] = state
-            p["gpu_minutes"] = w[m]
-            parts.append(p)
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["partition_start"] + LEAF_DIMS + ["state", "gpu_minutes"])
+            parts.append(base[m].assign(state=state, gpu_minutes=sums[m]))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
 
 
-def _missing_minutes(g: pd.DataFrame, minutes: pd.DatetimeIndex, capacity, inventory: pd.DataFrame,
-                     maintenance) -> pd.DataFrame:
+def _missing_minutes(t_idx, g_node, minutes, node_uni, node_region, node_sku, node_last_drv, drv_uni,
+                     capacity, inventory: pd.DataFrame, maintenance) -> pd.DataFrame:
     """Expected GPU-minutes that did not report: no_data, maintenance or hw_unavailable."""
-    if not len(minutes):
-        return pd.DataFrame()
-    inv = inventory.copy()
-    reported = g.groupby(["ts", "node_id"]).size().rename("reported")
-    grid = pd.MultiIndex.from_product([minutes, inv["node_id"]], names=["ts", "node_id"]).to_frame(index=False)
-    grid = grid.merge(inv, on="node_id", how="left")
-    grid = grid.merge(reported.reset_index(), on=["ts", "node_id"], how="left")
-    grid["reported"] = grid["reported"].fillna(0)
-    grid["gpus"] = np.maximum(grid["gpus"], grid["reported"])
-    grid["missing"] = grid["gpus"] - grid["reported"]
-    # region coverage per minute
-    cov = grid.groupby(["ts", "region"]).agg(exp=("gpus", "sum"), rep=("reported", "sum"))
-    cov["silent"] = cov["rep"] < NO_DATA_COVERAGE * cov["exp"]
-    grid = grid.merge(cov["silent"].reset_index(), on=["ts", "region"], how="left")
-    in_maint = maintenance_mask(grid["ts"], grid["region"], grid["node_id"], maintenance)
-    grid["state"] = np.where(grid["silent"], "no_data", np.where(in_maint, "maintenance", "hw_unavailable"))
-    # GPUs that report in a silent region minute are classified normally; the missing ones are no_data
-    miss = grid[grid["missing"] > 0]
-    out = pd.DataFrame({
-        "partition_start": miss["ts"].dt.floor("5min"), "region": miss["region"].values, "node_id": miss["node_id"].values,
-        "sku": miss["sku"].values, "driver_version": miss["node_id"].map(g.groupby("node_id")["driver_version"].last()).fillna("unknown").values,
-        "team": "none", "workload_class": "none", "model_type": "none", "framework_version": "none", "queue": "none",
-        "state": miss["state"].values, "gpu_minutes": miss["missing"].astype(float).values,
-    })
+    M, Nn = len(minutes), len(node_uni)
+    cols = ["partition_start"] + LEAF_DIMS + ["state", "gpu_minutes"]
+    if not M or inventory.empty:
+        return pd.DataFrame(columns=cols)
+    reported = (np.bincount(t_idx * Nn + g_node, minlength=M * Nn).reshape(M, Nn).astype(float)
+                if len(t_idx) else np.zeros((M, Nn)))
+    expected = np.zeros(Nn)
+    expected[_codes(inventory["node_id"], node_uni)] = inventory["gpus"].to_numpy(dtype=float)
+    expected = np.maximum(expected[None, :], reported)  # more GPUs than the inventory knew: they are paid too
+    missing = expected - reported
+    # a region is silent in a minute when under half of its expected GPUs report
+    region_codes, region_uni = pd.factorize(pd.Series(node_region, dtype=object).fillna("unknown"))
+    exp_r = np.stack([expected[:, region_codes == r].sum(axis=1) for r in range(len(region_uni))], axis=1)
+    rep_r = np.stack([reported[:, region_codes == r].sum(axis=1) for r in range(len(region_uni))], axis=1)
+    silent = (rep_r < NO_DATA_COVERAGE * exp_r)[:, region_codes]  # M x Nn
+    tt, nn = np.nonzero(missing > 0)
+    out = pd.DataFrame(columns=cols)
+    if len(tt):
+        names = np.asarray(node_uni, dtype=object)
+        in_maint = maintenance_mask(pd.Series(minutes[tt]), pd.Series(node_region[nn]), pd.Series(names[nn]), maintenance)
+        out = pd.DataFrame({
+            "partition_start": minutes[tt].floor("5min"), "region": node_region[nn], "node_id": names[nn],
+            "sku": node_sku[nn], "driver_version": np.asarray(drv_uni, dtype=object)[node_last_drv[nn]],
+            "team": "none", "workload_class": "none", "model_type": "none", "framework_version": "none", "queue": "none",
+            "state": np.where(silent[tt, nn], "no_data", np.where(in_maint, "maintenance", "hw_unavailable")),
+            "gpu_minutes": missing[tt, nn],
+        })
     # paid capacity above the inventory ever seen: GPUs nobody has heard from in a day
     if capacity is not None and len(capacity):
-        seen = inv.groupby(["region", "sku"])["gpus"].sum()
+        seen = inventory.groupby(["region", "sku"])["gpus"].sum()
         cap = capacity.groupby(["region", "sku"])["capacity_gpus"].max()
         gap = (cap - seen.reindex(cap.index).fillna(0)).clip(lower=0)
-        gap = gap[gap > 0]
-        rows = []
-        for (region, sku), k in gap.items():
-            for p in pd.date_range(minutes[0].floor("5min"), minutes[-1], freq="5min"):
-                n_min = int(((minutes >= p) & (minutes < p + pd.Timedelta(minutes=5))).sum())
-                rows.append({"partition_start": p, "region": region, "node_id": "unseen", "sku": sku, "driver_version": "unknown",
-                             "team": "none", "workload_class": "none", "model_type": "none", "framework_version": "none",
-                             "queue": "none", "state": "hw_unavailable", "gpu_minutes": float(k) * n_min})
+        per_part = pd.Series(1, index=minutes).groupby(minutes.floor("5min")).size()
+        rows = [{"partition_start": p, "region": region, "node_id": "unseen", "sku": sku, "driver_version": "unknown",
+                 "team": "none", "workload_class": "none", "model_type": "none", "framework_version": "none",
+                 "queue": "none", "state": "hw_unavailable", "gpu_minutes": float(k) * n_min}
+                for (region, sku), k in gap[gap > 0].items() for p, n_min in per_part.items()]
         if rows:
-            out = pd.concat([out, pd.DataFrame(rows)], ignore_index=True)
+            out = pd.concat([x for x in (out, pd.DataFrame(rows)) if len(x)], ignore_index=True)
     return out
 
 

@@ -24,6 +24,14 @@ from gpu_health.storage.schema import metadata, partition_column
 _ENGINES: dict[str, sa.Engine] = {}
 _LOCK = threading.Lock()
 
+# Write-through cache of the frames this process wrote, per (url, table): a run's downstream assets
+# read the windows its upstream assets just wrote without a database round trip. Writes invalidate
+# overlapping entries; only reads fully inside a cached window (and without `where`) are served.
+# Other processes never see this cache: they read the database. GPU_HEALTH_WAREHOUSE_CACHE=0 turns it off.
+_CACHE: dict[tuple[str, str], list[tuple]] = {}
+_CACHE_ENTRIES_PER_TABLE = 2
+_CACHE_MAX_ROWS = 4_000_000
+
 
 def engine_for(url: str) -> sa.Engine:
     """One engine per URL (SQLite files get their folder created and WAL mode)."""
@@ -97,7 +105,36 @@ class Warehouse:
                 cond.append(table.c[k] == v)
             conn.execute(table.delete().where(*cond) if cond else table.delete())
             self._insert(conn, table, frame)
+        self._cache_put(name, frame, start, end, column, where)
         return len(frame)
+
+    # --- the write-through cache -------------------------------------------------------------
+    def _cache_put(self, name, frame, start, end, column, where) -> None:
+        key = (self.url, name)
+        with _LOCK:
+            entries = _CACHE.get(key, [])
+            if start is None or column is None:
+                entries = []
+            else:
+                s0, e0 = pd.Timestamp(start), pd.Timestamp(end)
+                entries = [e for e in entries if e[1] >= e0 or e[2] <= s0]  # drop overlapping windows
+            if (_cache_enabled() and where is None and start is not None and column is not None
+                    and len(frame) <= _CACHE_MAX_ROWS):
+                entries.append((column, pd.Timestamp(start), pd.Timestamp(end), frame))
+                entries = entries[-_CACHE_ENTRIES_PER_TABLE:]
+            _CACHE[key] = entries
+
+    def _cache_get(self, name, start, end, column, columns, where):
+        if where or start is None or end is None or not _cache_enabled():
+            return None
+        s0, e0 = pd.Timestamp(start), pd.Timestamp(end)
+        with _LOCK:
+            for col, cs, ce, frame in reversed(_CACHE.get((self.url, name), [])):
+                if col == column and cs <= s0 and e0 <= ce:
+                    part = frame if (cs == s0 and ce == e0) else frame[(frame[col] >= s0) & (frame[col] < e0)]
+                    part = part[columns] if columns else part
+                    return part.reset_index(drop=True).copy()
+        return None
 
     def _bound(self, value, col):
         value = pd.Timestamp(value)
@@ -144,6 +181,9 @@ class Warehouse:
                     columns: list[str] | None = None, where: dict | None = None) -> pd.DataFrame:
         table = self.table(name)
         column = column or partition_column(name)
+        cached = self._cache_get(name, start, end, column, columns, where)
+        if cached is not None:
+            return cached
         cols = [table.c[c] for c in columns] if columns else list(table.columns)
         q = sa.select(*cols)
         if column is not None and start is not None:
@@ -168,6 +208,12 @@ class Warehouse:
         table = self.table(name)
         with self.engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
+
+
+def _cache_enabled() -> bool:
+    import os
+
+    return os.environ.get("GPU_HEALTH_WAREHOUSE_CACHE", "1") != "0"
 
 
 def _sqlite_param(value):
@@ -220,4 +266,6 @@ def _restore_types(frame: pd.DataFrame, table: sa.Table) -> pd.DataFrame:
             frame[c.name] = pd.to_numeric(frame[c.name], errors="coerce").astype("float64")
         elif isinstance(c.type, sa.Boolean):
             frame[c.name] = frame[c.name].astype(bool) if not c.nullable else frame[c.name]
+        elif isinstance(c.type, sa.Text):
+            frame[c.name] = frame[c.name].astype("string")  # the contracts' string dtype
     return frame

@@ -1,0 +1,182 @@
+"""Score detection, attribution and false pages on a suite of scenarios.
+
+For each scenario YAML: run the whole code location over the scenario's span
+into a fresh SQLite warehouse (the simulator source, in-process, as `gpu-health
+run --scenario` does), read the ``alerts`` table and score it against the
+scenario's ground truth (``labels_frame``, what ``labels.parquet`` holds).
+
+Definitions (issue #5):
+
+* a high-severity incident is **detected** when a page opens (``paged_at``)
+  between its start and its end + 15 minutes, with a scope that touches the
+  incident's (a shared node, the same region, team or cohort; an alert for the
+  whole cluster touches every incident);
+* **time to detect** = the first such page's ``paged_at`` - incident start, in
+  data time (minutes);
+* **top-1 accuracy**: the cause family of that first page equals the incident's;
+* **false pages**: pages that match no incident (time window and scope), per
+  simulated week; **maintenance pages**: pages whose nodes are inside a
+  maintenance window when they open;
+* low-severity incidents: the share that got a ticket (or a page) in the same window.
+"""
+
+import json
+import math
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+GRACE = pd.Timedelta(minutes=15)
+WEEK = pd.Timedelta(days=7)
+
+
+def _alerts_summary(alerts: pd.DataFrame) -> pd.DataFrame:
+    """One row per alert: when it opened and paged, its family and scope."""
+    if alerts.empty:
+        return pd.DataFrame(columns=["alert_id", "opened_at", "paged_at", "severity", "cause_family", "region", "nodes", "team", "cohort"])
+    a = alerts.sort_values("partition_start")
+    first = a.groupby("alert_id").first()
+    paged = a[a["severity"] == "page"].groupby("alert_id")["paged_at"].min()
+    last = a.groupby("alert_id").last()
+    scope = first["scope"].map(json.loads)
+    return pd.DataFrame({
+        "alert_id": first.index, "opened_at": first["opened_at"].values,
+        "paged_at": paged.reindex(first.index).values, "severity": last["severity"].values,
+        "cause_family": first["cause_family"].values, "region": first["region"].values,
+        "nodes": [set(s.get("nodes", [])) for s in scope], "team": [s.get("team") for s in scope],
+        "cohort": [s.get("cohort") for s in scope], "summary": first["summary"].values,
+    }).reset_index(drop=True)
+
+
+def _touches(alert, inc_scope: dict) -> bool:
+    nodes = set(inc_scope.get("node_ids") or [])
+    if alert["nodes"] and nodes and alert["nodes"] & nodes:
+        return True
+    if alert["region"] in ("*", None) or inc_scope.get("region") in (None, alert["region"]):
+        if not alert["nodes"] or not nodes:
+            return True
+        # same region, other nodes: only when the incident is region-wide (scheduling, data, gaming)
+        return inc_scope.get("region") == alert["region"] and len(nodes) > 8
+    team = inc_scope.get("team")
+    if team and alert["team"] and team in str(alert["team"]).split(","):
+        return True
+    fw = inc_scope.get("framework_version")
+    return bool(fw and alert["cohort"] and fw in str(alert["cohort"]))
+
+
+def score(alerts: pd.DataFrame, labels: pd.DataFrame, maintenance: pd.DataFrame, span: pd.Timedelta) -> dict:
+    s = _alerts_summary(alerts)
+    pages = s[s["paged_at"].notna()].copy()
+    pages["paged_at"] = pd.to_datetime(pages["paged_at"], utc=True)
+    matched_pages: set = set()
+    incidents = []
+    for inc in labels.itertuples(index=False):
+        scope = json.loads(inc.scope)
+        lo, hi = inc.start, inc.end + GRACE
+        cand = pages[(pages["paged_at"] >= lo) & (pages["paged_at"] <= hi)]
+        cand = cand[[_touches(a, scope) for a in cand.to_dict("records")]]
+        tickets = s[(pd.to_datetime(s["opened_at"], utc=True) >= lo) & (pd.to_datetime(s["opened_at"], utc=True) <= hi)]
+        tickets = tickets[[_touches(a, scope) for a in tickets.to_dict("records")]]
+        matched_pages |= set(cand["alert_id"])
+        first = cand.sort_values("paged_at").iloc[0] if len(cand) else None
+        incidents.append({
+            "incident_id": inc.incident_id, "kind": inc.kind, "family": inc.family, "severity": inc.severity,
+            "start": inc.start.isoformat(), "detected": first is not None,
+            "ttd_min": float((first["paged_at"] - inc.start) / pd.Timedelta(minutes=1)) if first is not None else None,
+            "page_family": first["cause_family"] if first is not None else None,
+            "ticketed": bool(len(tickets)),
+            "alerts": sorted(set(cand["alert_id"]) | set(tickets["alert_id"])),
+        })
+    false_pages = pages[~pages["alert_id"].isin(matched_pages)]
+    maint_pages = 0
+    for p in pages.to_dict("records"):
+        for w in maintenance.itertuples(index=False) if maintenance is not None else []:
+            nodes = set(str(w.node_ids).split(",")) if w.node_ids != "*" else None
+            if w.start <= p["paged_at"] < w.end + pd.Timedelta(minutes=5) and (nodes is None or (p["nodes"] and p["nodes"] <= nodes)):
+                maint_pages += 1
+                break
+    inc = pd.DataFrame(incidents)
+    return {"incidents": incidents, "false_pages": false_pages[["alert_id", "paged_at", "cause_family", "summary"]].astype(str).to_dict("records"),
+            **_metrics(inc, len(false_pages), maint_pages, span)}
+
+
+def _metrics(inc: pd.DataFrame, false_pages: int, maintenance_pages: int, span: pd.Timedelta) -> dict:
+    high = inc[inc["severity"] == "high"] if len(inc) else inc
+    high = high[~high["family"].isin(["planned", "missing_data"])] if len(high) else high
+    low = inc[(inc["severity"] == "low") & ~inc["family"].isin(["planned"])] if len(inc) else inc
+    det = high[high["detected"]] if len(high) else high
+    ttd = det["ttd_min"].astype(float).to_numpy() if len(det) else np.array([])
+    weeks = max(span / WEEK, 1e-9)
+    return {
+        "high_incidents": int(len(high)),
+        "detection_rate": float(len(det) / len(high)) if len(high) else None,
+        "ttd_p50_min": float(np.percentile(ttd, 50)) if len(ttd) else None,
+        "ttd_p95_min": float(np.percentile(ttd, 95)) if len(ttd) else None,
+        "ttd_max_min": float(ttd.max()) if len(ttd) else None,
+        "top1_accuracy": float((det["page_family"] == det["family"]).mean()) if len(det) else None,
+        "false_pages": int(false_pages),
+        "false_pages_per_week": float(false_pages / weeks),
+        "maintenance_pages": int(maintenance_pages),
+        "low_incidents": int(len(low)),
+        "ticket_rate": float(low["ticketed"].mean()) if len(low) else None,
+        "simulated_days": round(span / pd.Timedelta(days=1), 3),
+    }
+
+
+def evaluate_scenario(path: str, workdir: str | None = None) -> dict:
+    from gpu_health.cli import run
+    from gpu_health.sim.scenario import labels_frame, load_scenario
+    from gpu_health.sim.telemetry import maintenance_windows
+    from gpu_health.storage.warehouse import Warehouse
+
+    scen = load_scenario(path)
+    t0 = time.time()
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        url = f"sqlite:///{tmp}/warehouse.db"
+        run(scen.start.isoformat(), scen.end.isoformat(), scenario=str(path), warehouse=url, quiet=True)
+        alerts = Warehouse(url).read_window("alerts")
+    result = score(alerts, labels_frame(scen), maintenance_windows(scen), scen.end - scen.start)
+    return {"scenario": Path(path).stem, "seconds": round(time.time() - t0, 1), **result}
+
+
+def overall(results: list[dict]) -> dict:
+    inc = pd.DataFrame([i for r in results for i in r["incidents"]])
+    span = pd.Timedelta(days=sum(r["simulated_days"] for r in results))
+    out = _metrics(inc, sum(r["false_pages"] for r in results), sum(r["maintenance_pages"] for r in results), span)
+    out["scenarios"] = len(results)
+    return out
+
+
+def evaluate(scenarios: str, out: str | None = None, *, workers: int = 1, pattern: str = "*.yaml") -> dict:
+    paths = sorted(str(p) for p in Path(scenarios).glob(pattern))
+    if not paths:
+        raise FileNotFoundError(f"no scenario {pattern} in {scenarios}")
+    if workers > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            results = list(pool.map(evaluate_scenario, paths))
+    else:
+        results = [evaluate_scenario(p) for p in paths]
+    report = {"overall": overall(results), "scenarios": results}
+    if out:
+        Path(out).write_text(json.dumps(report, indent=2, default=str))
+    return report
+
+
+def table(report: dict) -> str:
+    cols = ["detection_rate", "ttd_p50_min", "ttd_p95_min", "ttd_max_min", "top1_accuracy", "false_pages_per_week",
+            "maintenance_pages", "ticket_rate"]
+
+    def fmt(v):
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "-"
+        return f"{v:.2f}" if isinstance(v, float) else str(v)
+
+    lines = ["| scenario | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for r in report["scenarios"]:
+        lines.append(f"| {r['scenario']} | " + " | ".join(fmt(r.get(c)) for c in cols) + " |")
+    lines.append("| **overall** | " + " | ".join(fmt(report["overall"].get(c)) for c in cols) + " |")
+    return "\n".join(lines)
