@@ -176,6 +176,11 @@ def _utc(ts) -> pd.Timestamp:
     return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
 
 
+def _utc_values(ts: pd.Series) -> pd.DatetimeIndex:
+    """A tz-aware column as a UTC DatetimeIndex without a round trip through Timestamp objects."""
+    return pd.DatetimeIndex(ts.to_numpy(dtype="datetime64[ns]")).tz_localize("UTC")
+
+
 def _obj(s: pd.Series) -> pd.Series:
     return s.astype(object).where(s.notna(), None)
 
@@ -202,7 +207,7 @@ class _Context:
 
         g = self.window(gpu)
         g = pd.DataFrame({
-            "ts": g["ts"].to_numpy(), "node_id": _obj(g["node_id"]).to_numpy(),
+            "ts": _utc_values(g["ts"]), "node_id": _obj(g["node_id"]).to_numpy(),
             "region": _obj(g["region"]).to_numpy(), "sku": _obj(g["sku"]).to_numpy(),
             "job_id": _obj(g["job_id"]).to_numpy(),
             "util": g["gpu_util_pct"].to_numpy(dtype=float),
@@ -213,7 +218,6 @@ class _Context:
             "dbe": g["ecc_dbe_delta"].to_numpy(dtype=float, na_value=np.nan),
             "xid": g["xid"].to_numpy(dtype=np.int64),
         })
-        g["ts"] = pd.to_datetime(g["ts"], utc=True)
         g["p"] = g["ts"].dt.floor("5min")
         g["allocated"] = g["job_id"].notna()
         nw = self.window(node)
@@ -231,10 +235,11 @@ class _Context:
             g[col] = None
             g.loc[alloc, col] = jid.map(self.jobs[col]).fillna(UNKNOWN).to_numpy() if len(self.jobs) else UNKNOWN
 
-        # job placement over the window: region, sku, GPUs of the signature
-        ga = g.loc[alloc, ["ts", "job_id", "region", "sku"]]
-        per_min = ga.groupby(["job_id", "ts"], sort=False).size().groupby(level=0).max()
-        first = ga.drop_duplicates("job_id").set_index("job_id")
+        # job placement per partition (so a partition's rows never depend on its neighbours):
+        # region, sku and the GPUs of the signature (most GPUs held in a minute)
+        ga = g.loc[alloc, ["p", "ts", "job_id", "region", "sku"]]
+        per_min = ga.groupby(["p", "job_id", "ts"], sort=False).size().groupby(level=[0, 1]).max()
+        first = ga.drop_duplicates(["p", "job_id"]).set_index(["p", "job_id"])
         self.placement = pd.DataFrame({"region": first["region"], "sku": first["sku"], "gpus": per_min})
         self.node = nw
         self.network = self.window(f["network_telemetry"])
@@ -246,7 +251,8 @@ class _Context:
         return df[(df[col] >= self.start) & (df[col] < self.end)]
 
     def _inventory(self, g, node) -> set:
-        pairs = set(zip(g["region"], g["sku"])) | set(zip(_obj(node["region"]), _obj(node["sku"])))
+        seen = pd.concat([g[["region", "sku"]].drop_duplicates(), node[["region", "sku"]].drop_duplicates()])
+        pairs = set(zip(_obj(seen["region"]), _obj(seen["sku"])))
         if self.cost is not None and len(self.cost):
             days = {d.date() for d in self.partitions}
             c = self.cost[pd.to_datetime(self.cost["date"]).dt.date.isin(days)]
@@ -336,7 +342,7 @@ def _job_failure_rate(ctx: _Context) -> pd.DataFrame:
         return pd.DataFrame()
     first_node = ended["node_ids"].astype(object).fillna("").str.split(",").str[0]
     d = pd.DataFrame({
-        "p": ended["ts"].dt.floor("5min").to_numpy(),
+        "p": ended["ts"].dt.floor("5min").reset_index(drop=True),
         "region": first_node.map(ctx.node_region).fillna(UNKNOWN).to_numpy(),
         "workload_class": ctx.job_attr(ended["job_id"].astype(object), "workload_class"),
     })
@@ -435,22 +441,22 @@ def _job_minutes(ctx: _Context) -> pd.DataFrame:
 def _build_job_minutes(ctx: _Context) -> pd.DataFrame:
     rt = ctx.runtime
     jid = rt["job_id"].astype(object)
-    pl = ctx.placement
+    key = pd.MultiIndex.from_arrays([rt["ts"].dt.floor("5min"), jid])
+    pl = ctx.placement.reindex(key)
     d = pd.DataFrame({
-        "ts": rt["ts"].to_numpy(), "job_id": jid.to_numpy(),
+        "ts": _utc_values(rt["ts"]), "job_id": jid.to_numpy(),
         "steps": rt["steps"].to_numpy(dtype=float),
         "step": rt["step_time_s"].to_numpy(dtype=float, na_value=np.nan),
         "loader": rt["data_loader_time_s"].to_numpy(dtype=float, na_value=np.nan),
         "sync": rt["grad_sync_time_s"].to_numpy(dtype=float, na_value=np.nan),
         "ckpt": rt["checkpoint_time_s"].to_numpy(dtype=float),
-        "region": jid.map(pl["region"]).fillna(UNKNOWN).to_numpy(),
-        "sku": jid.map(pl["sku"]).fillna(UNKNOWN).to_numpy(),
-        "gpus": jid.map(pl["gpus"]).to_numpy(dtype=float),
+        "region": pl["region"].fillna(UNKNOWN).to_numpy(),
+        "sku": pl["sku"].fillna(UNKNOWN).to_numpy(),
+        "gpus": pl["gpus"].to_numpy(dtype=float),
         "workload_class": ctx.job_attr(jid, "workload_class"),
         "model_type": ctx.job_attr(jid, "model_type"),
     })
-    d["ts"] = pd.to_datetime(d["ts"], utc=True)
-    if d["gpus"].isna().any() and len(ctx.jobs):  # never seen on a GPU in the window: what it asked for
+    if d["gpus"].isna().any() and len(ctx.jobs):  # not seen on a GPU in the partition: what it asked for
         d["gpus"] = d["gpus"].fillna(jid.map(ctx.jobs["requested_gpus"]).astype(float))
     d["gpus"] = d["gpus"].fillna(1.0)
     d["p"] = d["ts"].dt.floor("5min")
