@@ -340,6 +340,12 @@ def test_pending_jobs_carries_the_backlog():
     later = pending_jobs(events([{"job_id": "a", "event": "started", "ts": T0 + MIN, "gpus": 4},
                                  {"job_id": "d", "event": "submitted", "ts": T0 + MIN, "gpus": 1}]), T0 + 5 * MIN, back)
     assert later["job_id"].tolist() == ["d"]
+    # a backlog read back from storage (string ids, microsecond timestamps) is the same backlog
+    stored = back.astype({"job_id": "string", "submitted_at": "datetime64[us, UTC]", "gpus": "int64"})
+    assert pending_jobs(events([]), T0 + MIN, stored)["job_id"].tolist() == ["a"]
+    g = _frag_nodes()
+    assert row(kpis({"gpu_telemetry": g}, pending=stored), "fragmentation", region="r1", sku=SKU,
+               workload_class="unknown")["value"] == 4.0  # 'a' has no metadata: its class is unknown
 
 
 def test_hw_fault_rate_exact_and_degraded_when_ecc_and_throttle_fields_are_off():

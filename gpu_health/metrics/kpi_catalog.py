@@ -300,7 +300,8 @@ CATALOG: tuple[Kpi, ...] = (
         needs=("pending",),
         degraded_when="Degraded (NaN) when the backlog at the window start (`pending`) is not given: without it, "
                       "jobs submitted before the window are invisible and a 5-minute window could never show a "
-                      "blocked job, a false zero.",
+                      "blocked job, a false zero. (An empty backlog is fine when the scheduler events passed "
+                      "reach back far enough to show every waiting job.)",
         dimensions=("region", "sku", "workload_class"),
     ),
     Kpi(

@@ -51,7 +51,7 @@ from gpu_health.metrics.kpi_catalog import CATALOG, DIMENSIONS, by_name, series_
 STAR = "*"
 UNKNOWN = "unknown"
 STATUSES = ["ok", "degraded", "no_data"]
-FIVE_MIN = pd.Timedelta(minutes=5)
+UTC_NS = pd.DatetimeTZDtype("ns", "UTC")
 MINUTE = pd.Timedelta(minutes=1)
 
 MIN_COVERAGE = 0.5  # share of a slice's observations that must report a needed field
@@ -149,7 +149,10 @@ def compute_kpis(
     job_metadata rows of jobs submitted before the window. ``step_baseline``:
     model_type, sku, gpus, step_time_s, data_loader_time_s, grad_sync_time_s
     (optionally per partition_start). ``pending``: the backlog at ``start``
-    (job_id, submitted_at, gpus; see :func:`pending_jobs`).
+    (job_id, submitted_at, gpus, optionally workload_class; see
+    :func:`pending_jobs`) -- or an empty frame when ``scheduler_events`` already
+    reach back far enough (hours) to show every job still waiting. ``None``
+    means "unknown", and fragmentation is then degraded.
     """
     start, end = _utc(start), _utc(end)
     ctx = _Context(frames, goodput_states, start, end, cost, job_metadata_lookup, step_baseline, pending)
@@ -194,7 +197,7 @@ class _Context:
                           "job_runtime_metrics", "job_metadata")}
         self.events = f["scheduler_events"]
         self.goodput_states = goodput_states
-        self.cost, self.baseline, self.pending = cost, baseline, pending
+        self.cost, self.baseline, self.pending = cost, baseline, _normalize_pending(pending)
         self.jobs = _job_table(f["job_metadata"], lookup)
 
         gpu = f["gpu_telemetry"]
@@ -281,14 +284,24 @@ def _job_table(meta: pd.DataFrame, lookup: pd.DataFrame | None) -> pd.DataFrame:
     return out
 
 
+def _normalize_pending(pending: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The backlog with object job ids and nanosecond UTC submission times (whatever it was read from)."""
+    if pending is None:
+        return None
+    out = pending.assign(job_id=_obj(pending["job_id"]),
+                         submitted_at=pd.to_datetime(pending["submitted_at"], utc=True).astype(UTC_NS),
+                         gpus=pending["gpus"].astype(float))
+    return out.reset_index(drop=True)
+
+
 def _spells(events: pd.DataFrame, pending: pd.DataFrame | None) -> pd.DataFrame:
     """Pending spells: job_id, open (submitted / requeued), close (next started / ended), gpus."""
-    ev = events[["job_id", "event", "ts", "gpus"]].astype({"job_id": object, "event": object})
+    ev = events[["job_id", "event", "ts", "gpus"]].astype({"job_id": object, "event": object, "ts": UTC_NS})
     opens = ev.loc[ev["event"].isin(["submitted", "requeued"]), ["job_id", "ts", "gpus"]]
+    pending = _normalize_pending(pending)
     if pending is not None and len(pending):
-        carried = pd.DataFrame({"job_id": _obj(pending["job_id"]), "ts": pd.to_datetime(pending["submitted_at"], utc=True),
-                                "gpus": pending["gpus"].to_numpy()})
-        opens = pd.concat([opens, carried], ignore_index=True).drop_duplicates(["job_id", "ts"])
+        carried = pending[["job_id", "submitted_at", "gpus"]].rename(columns={"submitted_at": "ts"})
+        opens = pd.concat([opens.astype({"gpus": float}), carried], ignore_index=True).drop_duplicates(["job_id", "ts"])
     closes = ev.loc[ev["event"].isin(["started", "ended"]), ["job_id", "ts"]].rename(columns={"ts": "close"})
     if opens.empty:
         return pd.DataFrame({"job_id": pd.Series(dtype=object), "open": pd.Series(dtype="datetime64[ns, UTC]"),
@@ -372,7 +385,7 @@ def _queue_wait_p95(ctx: _Context) -> pd.DataFrame:
     s = pd.merge_asof(started.sort_values("ts"), opens.rename(columns={"ts": "open"}).sort_values("open"),
                       left_on="ts", right_on="open", by="job_id", direction="backward")
     if ctx.pending is not None and len(ctx.pending):
-        carried = ctx.pending.assign(job_id=_obj(ctx.pending["job_id"])).drop_duplicates("job_id", keep="last")
+        carried = ctx.pending.drop_duplicates("job_id", keep="last")
         s["open"] = s["open"].fillna(s["job_id"].map(carried.set_index("job_id")["submitted_at"]))
     if len(ctx.jobs):
         s["open"] = s["open"].fillna(s["job_id"].map(ctx.jobs["submitted_at"]))
@@ -585,7 +598,7 @@ def _blocked_requests(ctx: _Context) -> dict[str, np.ndarray]:
     s = s[(s["close"] - s["open"]) > PENDING_GRACE]
     cls = pd.Series(ctx.job_attr(s["job_id"], "workload_class"), index=s.index)
     if ctx.pending is not None and "workload_class" in ctx.pending and len(s):
-        carried = ctx.pending.assign(job_id=_obj(ctx.pending["job_id"])).drop_duplicates("job_id", keep="last")
+        carried = ctx.pending.drop_duplicates("job_id", keep="last")
         known = s["job_id"].map(carried.set_index("job_id")["workload_class"].astype(object))
         cls = cls.where(cls != UNKNOWN, known.fillna(UNKNOWN))
     classes = sorted(set(WORKLOAD_CLASSES) | set(cls))
