@@ -131,45 +131,35 @@ def _state(ctx: PartitionContext, state: str, by: list[str]) -> pd.Series:
 
 
 def detect_hardware(ctx: PartitionContext) -> list[Finding]:
-    gpu, node = ctx.gpu, ctx.node
-    out = []
-    fatal = gpu[gpu["xid"].isin(FATAL_XIDS) | (gpu["ecc_dbe_delta"].fillna(0) > 0)]
-    # GPUs missing while their node reports; nodes missing while their region reports
-    per_min = gpu.groupby(["ts", "node_id"]).size().rename("reported").reset_index()
-    inv = ctx.inventory
-    covered = gpu.groupby(["ts", "region"]).size().rename("n").reset_index()
-    exp_region = inv.groupby("region")["gpus"].sum()
-    covered = covered[covered["n"] >= 0.5 * covered["region"].map(exp_region).fillna(np.inf)]
-    minutes = pd.date_range(ctx.start, ctx.end, freq="1min", inclusive="left")
-    grid = pd.MultiIndex.from_product([minutes, inv["node_id"]], names=["ts", "node_id"]).to_frame(index=False)
-    grid = grid.merge(inv, on="node_id").merge(per_min, on=["ts", "node_id"], how="left")
-    grid["reported"] = grid["reported"].fillna(0)
-    grid = grid.merge(covered[["ts", "region"]], on=["ts", "region"], how="inner")  # region reporting
-    grid = grid[~_in_maintenance(ctx, grid["node_id"], grid["region"])]
-    grid["missing"] = grid["gpus"] - grid["reported"]
-    missing = grid[grid["missing"] > 0].groupby(["region", "node_id"]).agg(minutes=("ts", "nunique"), gpus=("missing", "max"))
-    missing = missing[missing["minutes"] >= MIN_MISSING_MINUTES]
-    # drained outside maintenance, with unavailable GPUs
+    """GPU-minutes the loss tree put in hw_unavailable (maintenance and silent collectors already
+    excluded there): fatal Xid / DBE, GPUs or nodes missing while their region reports, nodes
+    down or drained outside a window. Evidence comes from the raw rows."""
     hw = _state(ctx, "hw_unavailable", ["region", "node_id"])
-    drained = node[node["health"].isin(["drained", "down"])]
-    drained = drained[~_in_maintenance(ctx, drained["node_id"], drained["region"])]
-    drained_nodes = set(drained["node_id"]) & {n for (_, n), v in hw.items() if v > 0}
+    hw = hw[(hw >= MIN_MISSING_MINUTES) & (hw.index.get_level_values("node_id") != "unseen")] if len(hw) else hw
+    gpu, node = ctx.gpu, ctx.node
+    fatal = gpu[gpu["xid"].isin(FATAL_XIDS) | (gpu["ecc_dbe_delta"].fillna(0) > 0)]
     fatal = fatal[~_in_maintenance(ctx, fatal["node_id"], fatal["region"])]
-    regions = set(fatal["region"]) | {r for r, _ in missing.index} | set(drained.loc[drained["node_id"].isin(drained_nodes), "region"])
+    regions = {r for r, _ in hw.index} | set(fatal["region"])
+    out = []
     for region in sorted(regions):
+        hw_r = hw[[r == region for r, _ in hw.index]] if len(hw) else hw
         f = fatal[fatal["region"] == region]
-        m = missing.loc[[i for i in missing.index if i[0] == region]] if len(missing) else missing
-        d = sorted(n for n in drained_nodes if n in set(drained.loc[drained["region"] == region, "node_id"]))
-        nodes = sorted(set(f["node_id"]) | {n for _, n in m.index} | set(d))
+        nodes = sorted({n for _, n in hw_r.index} | set(f["node_id"]))
         parts = []
         if len(f):
             codes = ", ".join(f"Xid {int(x)}" for x in sorted(set(f["xid"])) if x) or "double-bit ECC"
             parts.append(f"{codes} on {f['gpu_uuid'].nunique()} GPU(s) ({', '.join(sorted(set(f['node_id'])))})")
-        if len(m):
-            parts.append(f"{int(m['gpus'].sum())} GPU(s) not reporting on {', '.join(n for _, n in m.index)} while the region reports")
-        if d:
-            parts.append(f"node(s) drained outside maintenance: {', '.join(d)}")
-        lost = float(sum(v for (r, n), v in hw.items() if r == region and n in nodes))
+        reporting = gpu[gpu["node_id"].isin(nodes)].groupby("node_id")["gpu_uuid"].nunique()
+        expected = ctx.inventory.set_index("node_id")["gpus"].reindex(nodes).fillna(0)
+        short = {n: int(expected[n] - reporting.get(n, 0)) for n in nodes if expected[n] - reporting.get(n, 0) > 0}
+        if short:
+            parts.append("not reporting: " + ", ".join(f"{n} ({k} GPU{'s' if k > 1 else ''})" for n, k in short.items()))
+        health = node[node["node_id"].isin(nodes)].groupby("node_id")["health"].last()
+        bad = health[health.isin(["drained", "down"])]
+        if len(bad):
+            parts.append("outside maintenance: " + ", ".join(f"{n} {h}" for n, h in bad.items()))
+        lost = float(hw_r.sum())
+        parts.append(f"{lost:.0f} GPU-minutes unavailable")
         out.append(Finding("hardware_fault", "hardware", "page", region, f"hardware_fault|{region}", nodes=nodes,
                            lost_gpu_minutes=lost, summary=f"GPU hardware fault in {region} on {', '.join(nodes)}",
                            evidence="; ".join(parts)))

@@ -242,19 +242,20 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
         lost = has_job & (t_idx >= lf[jj]) & (t_idx <= fa[jj])
 
     # --- efficiency against the baseline (per partition x signature) ---------------------------
-    st, loader, sync, ckt = per_row(st_arr), per_row(ld_arr), per_row(sy_arr), per_row(ck_arr)
-    base, base_ld, base_sy = _baseline_arrays(baseline, start, t_idx, g_job, lookup, job_uni, gpu["sku"], row_gpus)
-    base = np.where(np.isnan(base), st, base)  # no baseline yet: the job is its own baseline
-    eff = np.clip(np.where(st > 0, base / st, 1.0), 0.0, 1.0)
-    ck = np.clip(np.nan_to_num(ckt) / 60.0, 0.0, 1.0)
-    excess = np.clip(np.nan_to_num(st - base), 0, None)
-    ex_io = np.nan_to_num(np.clip(loader - np.where(np.isnan(base_ld), loader, base_ld), 0, None))
-    ex_net = np.nan_to_num(np.clip(sync - np.where(np.isnan(base_sy), sync, base_sy), 0, None))
-    scale = np.where(ex_io + ex_net > excess, excess / np.maximum(ex_io + ex_net, 1e-12), 1.0)
-    ex_io, ex_net = ex_io * scale, ex_net * scale
-    ex_cmp = np.clip(excess - ex_io - ex_net, 0, None)
-    slow = (1 - eff) * (1 - ck)
-    tot = np.maximum(excess, 1e-12)
+    with np.errstate(invalid="ignore"):  # NaN step times (no row this minute) propagate by design
+        st, loader, sync, ckt = per_row(st_arr), per_row(ld_arr), per_row(sy_arr), per_row(ck_arr)
+        base, base_ld, base_sy = _baseline_arrays(baseline, start, t_idx, g_job, lookup, job_uni, gpu["sku"], row_gpus)
+        base = np.where(np.isnan(base), st, base)  # no baseline yet: the job is its own baseline
+        eff = np.clip(np.where(st > 0, base / st, 1.0), 0.0, 1.0)
+        ck = np.clip(np.nan_to_num(ckt) / 60.0, 0.0, 1.0)
+        excess = np.clip(np.nan_to_num(st - base), 0, None)
+        ex_io = np.nan_to_num(np.clip(loader - np.where(np.isnan(base_ld), loader, base_ld), 0, None))
+        ex_net = np.nan_to_num(np.clip(sync - np.where(np.isnan(base_sy), sync, base_sy), 0, None))
+        scale = np.where(ex_io + ex_net > excess, excess / np.maximum(ex_io + ex_net, 1e-12), 1.0)
+        ex_io, ex_net = ex_io * scale, ex_net * scale
+        ex_cmp = np.clip(excess - ex_io - ex_net, 0, None)
+        slow = (1 - eff) * (1 - ck)
+        tot = np.maximum(excess, 1e-12)
 
     W = {s_: np.zeros(n) for s_ in STATES}
     unalloc = ~has_job
