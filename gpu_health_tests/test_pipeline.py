@@ -65,6 +65,13 @@ def table_rows(url: str, table: str) -> pd.DataFrame:
     return frame.sort_values(keys).reset_index(drop=True)
 
 
+def stored(url: str, table: str, start=None, end=None, **kw) -> pd.DataFrame:
+    """What the database holds (not the process's write-through cache of what the run just wrote)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GPU_HEALTH_WAREHOUSE_CACHE", "0")
+        return Warehouse(url).read_window(table, start, end, **kw)
+
+
 def check_evaluations(result) -> dict[str, dg.AssetCheckEvaluation]:
     return {e.check_name: e for e in result.get_asset_check_evaluations()}
 
@@ -86,8 +93,8 @@ def test_one_partition_of_the_five_minute_job_fills_every_source_table(sqlite_ur
     expected = Window(load_scenario(THERMAL_WEEK), start, start + FIVE).tables()
     for table in FIVE_MINUTE_SOURCES:
         assert wh.count(table) == len(expected[table]), table
-        stored = wh.read_window(table, columns=[PARTITION_COLUMN[table]]).iloc[:, 0]
-        assert stored.empty or (stored.min() >= start and stored.max() < start + FIVE), table
+        placed = stored(sqlite_url, table, columns=[PARTITION_COLUMN[table]]).iloc[:, 0]
+        assert placed.empty or (placed.min() >= start and placed.max() < start + FIVE), table
     assert wh.count("source_rejects") == 0
     checks = check_evaluations(result)
     assert all(checks[f"{t}_contract"].passed for t in FIVE_MINUTE_SOURCES)
@@ -147,15 +154,15 @@ def test_bad_rows_are_quarantined_good_rows_kept_and_the_check_warns(bad_rows_la
     wh = Warehouse(sqlite_url)
     checks = check_evaluations(result)
     for table, (path, frame, bad) in broken.items():
-        stored = wh.read_window(table, start, start + FIVE)
-        assert len(stored) == len(frame) - len(bad), table
+        kept = stored(sqlite_url, table, start, start + FIVE)
+        assert len(kept) == len(frame) - len(bad), table
         good = validate_frame(frame.drop(index=bad), table, start=start, end=start + FIVE).valid
         key = [c.name for c in metadata.tables[table].primary_key.columns]
         pd.testing.assert_frame_equal(
-            validate_frame(stored, table, start=start, end=start + FIVE).valid.sort_values(key).reset_index(drop=True),
+            validate_frame(kept, table, start=start, end=start + FIVE).valid.sort_values(key).reset_index(drop=True),
             good.sort_values(key).reset_index(drop=True), obj=table)
 
-        rejects = wh.read_window("source_rejects", start, start + FIVE, where={"source": table})
+        rejects = stored(sqlite_url, "source_rejects", start, start + FIVE, where={"source": table})
         assert sorted(rejects["row_index"].unique()) == bad, table
         assert set(rejects["origin"]) == {str(path)}
         assert rejects["reason"].str.len().gt(0).all()
@@ -177,7 +184,7 @@ def test_bad_rows_are_quarantined_good_rows_kept_and_the_check_warns(bad_rows_la
     rerun = materialize_sources(sqlite_url, partition_key=start.strftime(FMT), kind="landing", landing_dir=str(root))
     assert rerun.success
     assert wh.count("source_rejects") == 0
-    assert wh.read_window("gpu_telemetry", start, start + FIVE).shape[0] == len(broken["gpu_telemetry"][1])
+    assert len(stored(sqlite_url, "gpu_telemetry", start, start + FIVE)) == len(broken["gpu_telemetry"][1])
 
 
 def test_a_landing_file_missing_a_column_fails_the_run_naming_file_and_column(copy_landing, sqlite_url):
@@ -197,4 +204,4 @@ def test_a_landing_file_missing_a_column_fails_the_run_naming_file_and_column(co
         error = error.cause
     text = "\n".join(messages)
     assert str(path) in text and "'health'" in text and "missing column" in text, text
-    assert Warehouse(sqlite_url).read_window("node_telemetry", start, start + FIVE).empty
+    assert stored(sqlite_url, "node_telemetry", start, start + FIVE).empty

@@ -29,6 +29,8 @@ T0 = pd.Timestamp("2026-11-03T14:00:00Z")
 T1 = T0 + pd.Timedelta(minutes=5)
 DAY0 = T0.normalize()
 DAY1 = DAY0 + pd.Timedelta(days=1)
+FIVE_MIN = pd.Timedelta(minutes=5)
+CACHE_ENV = "GPU_HEALTH_WAREHOUSE_CACHE"
 SCHEMA_SQL = REPO / "sql" / "schema.sql"
 REGENERATE = ".venv/bin/python -m gpu_health.storage.schema sql/schema.sql"
 
@@ -78,6 +80,13 @@ def frames() -> dict[str, pd.DataFrame]:
         assert len(checked.valid), f"{table}: the fixture has no rows"
         out[table] = checked.valid
     return out
+
+
+@pytest.fixture(autouse=True)
+def database_reads(monkeypatch):
+    """Reads go to the database: the process's write-through cache would otherwise serve back the very
+    frames a test wrote (its own test below checks that cached reads equal database reads)."""
+    monkeypatch.setenv(CACHE_ENV, "0")
 
 
 @pytest.fixture
@@ -234,6 +243,42 @@ def test_every_source_table_round_trips_values_and_dtypes(warehouse_url, frames)
     assert all(type(d) is datetime.date for d in cost["date"]) and set(cost["date"]) == {DAY0.date()}
     jobs = wh.read_window("job_metadata", T0, T1)
     assert jobs["sla_deadline"].isna().any() and jobs["sla_deadline"].notna().any()
+
+
+def test_a_daily_table_read_for_a_window_gets_the_days_it_overlaps(warehouse_url, frames):
+    wh = Warehouse(warehouse_url)
+    cost = frames["cost_capacity"]
+    next_day = cost.assign(date=[(DAY1).date()] * len(cost), capacity_gpus=cost["capacity_gpus"] + 8)
+    wh.replace_window("cost_capacity", cost, DAY0, DAY1)
+    wh.replace_window("cost_capacity", next_day, DAY1, DAY1 + pd.Timedelta(days=1))
+    # a 5-minute partition's window reads its day's row (the day overlaps the window) ...
+    assert set(wh.read_window("cost_capacity", DAY0, T1)["date"]) == {DAY0.date()}
+    assert set(wh.read_window("cost_capacity", T0, T1)["date"]) == {DAY0.date()}
+    # ... a window ending at midnight does not read the next day, one past it does
+    assert set(wh.read_window("cost_capacity", DAY0, DAY1)["date"]) == {DAY0.date()}
+    assert set(wh.read_window("cost_capacity", T0, DAY1 + FIVE_MIN)["date"]) == {DAY0.date(), DAY1.date()}
+    # re-writing one day leaves the other
+    wh.replace_window("cost_capacity", cost, DAY0, DAY1)
+    assert wh.count("cost_capacity") == 2 * len(cost)
+
+
+def test_reads_from_the_write_through_cache_equal_database_reads(warehouse_url, frames, monkeypatch):
+    monkeypatch.setenv(CACHE_ENV, "1")
+    wh = Warehouse(warehouse_url)
+    wh.replace_window("gpu_telemetry", frames["gpu_telemetry"], T0, T1)
+    wh.replace_window("cost_capacity", frames["cost_capacity"], DAY0, DAY1)
+    minute = T0 + pd.Timedelta(minutes=2)
+    windows = [("gpu_telemetry", T0, T1, None), ("gpu_telemetry", minute, minute + pd.Timedelta(minutes=1), None),
+               ("gpu_telemetry", T0, T1, ("ts", "gpu_uuid", "throttle_reasons")),
+               ("cost_capacity", DAY0, DAY1, None), ("cost_capacity", DAY0, T1, None), ("cost_capacity", T0, T1, None)]
+    served = {w: wh.read_window(w[0], w[1], w[2], columns=list(w[3] or []) or None) for w in windows}
+    monkeypatch.setenv(CACHE_ENV, "0")
+    for w in windows:
+        stored = wh.read_window(w[0], w[1], w[2], columns=list(w[3] or []) or None)
+        key = [c for c in grain(CONTRACTS[w[0]], PARTITION_COLUMN[w[0]]) if c in stored.columns]
+        pd.testing.assert_frame_equal(served[w].sort_values(key).reset_index(drop=True),
+                                      stored.sort_values(key).reset_index(drop=True), obj=str(w[:3]))
+        assert len(stored), w
 
 
 def test_read_window_is_half_open(warehouse_url, frames):

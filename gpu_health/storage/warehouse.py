@@ -100,7 +100,7 @@ class Warehouse:
             cond = []
             if column is not None and start is not None:
                 col = table.c[column]
-                cond += [col >= self._bound(start, col), col < self._bound(end, col)]
+                cond += [col >= self._bound(start, col), col < self._bound(end, col, upper=True)]
             for k, v in (where or {}).items():
                 cond.append(table.c[k] == v)
             conn.execute(table.delete().where(*cond) if cond else table.delete())
@@ -128,18 +128,26 @@ class Warehouse:
         if where or start is None or end is None or not _cache_enabled():
             return None
         s0, e0 = pd.Timestamp(start), pd.Timestamp(end)
+        col_def = metadata.tables[name].c[column]
+        # a DATE column holds datetime.date values (which do not compare with Timestamps): same days as the database
+        lo, hi = ((self._bound(s0, col_def), self._bound(e0, col_def, upper=True)) if isinstance(col_def.type, sa.Date)
+                  else (s0, e0))
         with _LOCK:
             for col, cs, ce, frame in reversed(_CACHE.get((self.url, name), [])):
                 if col == column and cs <= s0 and e0 <= ce:
-                    part = frame if (cs == s0 and ce == e0) else frame[(frame[col] >= s0) & (frame[col] < e0)]
+                    part = frame if (cs == s0 and ce == e0) else frame[(frame[col] >= lo) & (frame[col] < hi)]
                     part = part[columns] if columns else part
                     return part.reset_index(drop=True).copy()
         return None
 
-    def _bound(self, value, col):
+    def _bound(self, value, col, *, upper: bool = False):
         value = pd.Timestamp(value)
         if isinstance(col.type, sa.Date):
-            return value.date()
+            # the days overlapping [start, end): an end inside a day keeps that day (a 5-minute window
+            # reads its day's cost_capacity row), an end at midnight does not
+            value = value.tz_convert("UTC") if value.tzinfo is not None else value
+            day = value.date()
+            return day + datetime.timedelta(days=1) if upper and value != value.normalize() else day
         if self.is_sqlite:
             return value.tz_convert("UTC").tz_localize(None).to_pydatetime()
         return value.to_pydatetime()
@@ -191,7 +199,7 @@ class Warehouse:
             q = q.where(col >= self._bound(start, col))
         if column is not None and end is not None:
             col = table.c[column]
-            q = q.where(col < self._bound(end, col))
+            q = q.where(col < self._bound(end, col, upper=True))
         for k, v in (where or {}).items():
             q = q.where(table.c[k].in_(v) if isinstance(v, list | tuple | set) else table.c[k] == v)
         # raw driver rows (no per-row type processing), converted column-wise below
