@@ -189,6 +189,9 @@ def _obj(s: pd.Series) -> pd.Series:
 
 
 class _Context:
+    """The window's rows, prepared once: GPU-minutes with schedulability, team and class; job placement
+    per partition; node -> region / sku; the job attribute table; the inventory of region x SKU."""
+
     def __init__(self, frames, goodput_states, start, end, cost, lookup, baseline, pending):
         self.start, self.end = start, end
         self.partitions = pd.date_range(start, end, freq="5min", inclusive="left")
@@ -230,7 +233,6 @@ class _Context:
             g["schedulable"] = key.isna().to_numpy()
         else:
             g["schedulable"] = True
-        self.gpu = g
         # job -> team / class of allocated rows
         alloc = g["allocated"].to_numpy()
         jid = g.loc[alloc, "job_id"]
@@ -244,6 +246,7 @@ class _Context:
         per_min = ga.groupby(["p", "job_id", "ts"], sort=False).size().groupby(level=[0, 1]).max()
         first = ga.drop_duplicates(["p", "job_id"]).set_index(["p", "job_id"])
         self.placement = pd.DataFrame({"region": first["region"], "sku": first["sku"], "gpus": per_min})
+        self.gpu = g
         self.node = nw
         self.network = self.window(f["network_telemetry"])
         self.runtime = self.window(f["job_runtime_metrics"])
