@@ -92,6 +92,7 @@ def score(alerts: pd.DataFrame, labels: pd.DataFrame, maintenance: pd.DataFrame,
             "alerts": sorted(set(cand["alert_id"]) | set(tickets["alert_id"])),
         })
     false_pages = pages[~pages["alert_id"].isin(matched_pages)]
+    incidents_cols = ["incident_id", "kind", "family", "severity", "detected", "ttd_min", "page_family", "ticketed"]
     maint_pages = 0
     for p in pages.to_dict("records"):
         for w in maintenance.itertuples(index=False) if maintenance is not None else []:
@@ -99,7 +100,7 @@ def score(alerts: pd.DataFrame, labels: pd.DataFrame, maintenance: pd.DataFrame,
             if w.start <= p["paged_at"] < w.end + pd.Timedelta(minutes=5) and (nodes is None or (p["nodes"] and p["nodes"] <= nodes)):
                 maint_pages += 1
                 break
-    inc = pd.DataFrame(incidents)
+    inc = pd.DataFrame(incidents, columns=[*incidents_cols, "start", "alerts"])
     return {"incidents": incidents, "false_pages": false_pages[["alert_id", "paged_at", "cause_family", "summary"]].astype(str).to_dict("records"),
             **_metrics(inc, len(false_pages), maint_pages, span)}
 
@@ -137,14 +138,20 @@ def evaluate_scenario(path: str, workdir: str | None = None) -> dict:
     t0 = time.time()
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         url = f"sqlite:///{tmp}/warehouse.db"
-        run(scen.start.isoformat(), scen.end.isoformat(), scenario=str(path), warehouse=url, quiet=True)
+        try:
+            run(scen.start.isoformat(), scen.end.isoformat(), scenario=str(path), warehouse=url, quiet=True)
+        except Exception as err:  # noqa: BLE001 -- a pipeline failure is this scenario's result, reported, not hidden
+            return {"scenario": Path(path).stem, "error": f"{type(err).__name__}: {err}"[:2000],
+                    "seconds": round(time.time() - t0, 1), "incidents": [], "false_pages": [],
+                    **_metrics(pd.DataFrame(), 0, 0, scen.end - scen.start)}
         alerts = Warehouse(url).read_window("alerts")
     result = score(alerts, labels_frame(scen), maintenance_windows(scen), scen.end - scen.start)
     return {"scenario": Path(path).stem, "seconds": round(time.time() - t0, 1), **result}
 
 
 def overall(results: list[dict]) -> dict:
-    inc = pd.DataFrame([i for r in results for i in r["incidents"]])
+    inc = pd.DataFrame([i for r in results for i in r["incidents"]],
+                       columns=["incident_id", "kind", "family", "severity", "detected", "ttd_min", "page_family", "ticketed"])
     span = pd.Timedelta(days=sum(r["simulated_days"] for r in results))
     out = _metrics(inc, sum(r["false_pages"] for r in results), sum(r["maintenance_pages"] for r in results), span)
     out["scenarios"] = len(results)
@@ -161,6 +168,7 @@ def evaluate(scenarios: str, out: str | None = None, *, workers: int = 1, patter
     else:
         results = [evaluate_scenario(p) for p in paths]
     report = {"overall": overall(results), "scenarios": results}
+    report["overall"]["errors"] = [r["scenario"] for r in results if r.get("error")]
     if out:
         Path(out).write_text(json.dumps(report, indent=2, default=str))
     return report

@@ -208,7 +208,7 @@ def detect_deploys(ctx: PartitionContext) -> list[Finding]:
         since = max(ev.ts, ctx.end - DEPLOY_WINDOW)
         if ev.kind in ("driver_upgrade", "kernel_upgrade", "firmware_update"):
             f = _node_cohort_failures(ctx, ev, since)
-        elif ev.kind == "framework_release" and ev.to_version:
+        elif ev.kind == "framework_release" and pd.notna(ev.to_version):
             f = _framework_cohort(ctx, ev, since)
         else:
             continue

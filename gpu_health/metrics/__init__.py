@@ -20,5 +20,9 @@ DERIVED = {
     "alerts": (_models.Alerts, "partition_start"),
 }
 
+from gpu_health.metrics.kpis import KpiValues as _KpiValues  # noqa: E402  (kpis imports the contracts only)
+
+DERIVED["kpi_values"] = (_KpiValues, "partition_start")
+
 for _name, (_model, _col) in DERIVED.items():
     register_derived(_name, _model, _col)

@@ -74,9 +74,9 @@ def maintenance_mask(ts: pd.Series, region: pd.Series, node: pd.Series, windows:
         return mask
     for w in windows.itertuples(index=False):
         inside = (ts >= w.start) & (ts < w.end)
-        if w.region not in ("*", None):
+        if pd.notna(w.region) and w.region != "*":
             inside &= region == w.region
-        if w.node_ids not in ("*", None):
+        if pd.notna(w.node_ids) and w.node_ids != "*":
             inside &= node.isin(str(w.node_ids).split(","))
         mask |= np.asarray(inside, dtype=bool)
     return mask

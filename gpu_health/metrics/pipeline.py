@@ -230,3 +230,21 @@ def alerts(wh: Warehouse, start, end) -> pd.DataFrame:
             out.append(snap)
         prev = snap
     return pd.concat(out, ignore_index=True) if out else A.empty()
+
+
+def kpi_values(wh: Warehouse, start, end) -> pd.DataFrame:
+    """The KPI catalog's values for every partition of [start, end) (gpu_health.metrics.kpis)."""
+    from gpu_health.metrics.kpis import compute_kpis
+
+    start, end = pd.Timestamp(start), pd.Timestamp(end)
+    tables = ["gpu_telemetry", "node_telemetry", "network_telemetry", "job_runtime_metrics", "job_metadata", "change_events"]
+    frames = read_sources(wh, start, end, tables)
+    # six hours of scheduler events show every job still waiting at the window's start
+    frames["scheduler_events"] = wh.read_window("scheduler_events", start - SCHED_LOOKBACK, end)
+    return compute_kpis(
+        frames, wh.read_window("goodput_states", start, end), start=start, end=end,
+        cost=wh.read_window("cost_capacity", start.normalize(), end),
+        job_metadata_lookup=wh.read_window("job_metadata", start - META_LOOKBACK, start),
+        step_baseline=wh.read_window("step_time_baselines", start, end),
+        pending=pd.DataFrame(columns=["job_id", "submitted_at", "gpus"]),
+    )

@@ -4,11 +4,12 @@ import dagster as dg
 import pandas as pd
 from dagster_pandera import pandera_schema_to_dagster_type
 
-from gpu_health.defs.common import KINDS, OWNERS, column_schema, output_metadata, window_of
+from gpu_health.defs.common import KINDS, OWNERS, column_schema, derived_asset, output_metadata, window_of
 from gpu_health.defs.resources import WarehouseResource
 from gpu_health.metrics import models as M
 from gpu_health.metrics import pipeline as P
 from gpu_health.metrics.goodput import STATES
+from gpu_health.metrics.kpis import KpiValues
 
 OUTS = {
     "goodput_leaves": (M.GoodputLeaves, "GPU-minutes per loss state at the drill-down grain",
@@ -76,4 +77,16 @@ def build_kpi_assets(five_minute) -> list:
             yield dg.Output(frame, output_name=name, metadata=output_metadata(frame, **extra))
         yield paid_invariant(tables["goodput_states"], wh, start, end)
 
-    return [goodput]
+    def _kpis(context, wh, start, end):
+        return P.kpi_values(wh, start, end)
+
+    kpis = derived_asset(
+        "kpi_values", group="kpis", owner="ml_platform", model=KpiValues, partitions_def=five_minute,
+        deps=["goodput_states", "gpu_telemetry", "node_telemetry", "network_telemetry", "scheduler_events",
+              "job_runtime_metrics", "job_metadata", "step_time_baselines", "cost_capacity"],
+        grain="one row per KPI x region x sku x workload_class x team slice per 5-minute partition",
+        description="The supporting KPIs of the catalog (docs/kpis.md): definition, owner and alert intent are code "
+                    "(gpu_health/metrics/kpi_catalog.py). A KPI whose optional source field is missing says 'degraded' "
+                    "with a null value, never 0.",
+        compute=_kpis)
+    return [goodput, kpis]
