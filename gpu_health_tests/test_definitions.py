@@ -34,6 +34,7 @@ ASSET_KEYS = [
     "job_failures",
     "job_metadata",
     "job_runtime_metrics",
+    "kpi_values",
     "maintenance_windows",
     "network_telemetry",
     "node_inventory",

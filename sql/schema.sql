@@ -191,6 +191,21 @@ CREATE TABLE job_runtime_metrics (
 	CONSTRAINT pk_job_runtime_metrics PRIMARY KEY (ts, job_id)
 );
 
+CREATE TABLE kpi_values (
+	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
+	kpi TEXT NOT NULL, 
+	region TEXT NOT NULL, 
+	sku TEXT NOT NULL, 
+	workload_class TEXT NOT NULL, 
+	team TEXT NOT NULL, 
+	value FLOAT, 
+	numerator FLOAT, 
+	denominator FLOAT, 
+	unit TEXT NOT NULL, 
+	status TEXT NOT NULL, 
+	CONSTRAINT pk_kpi_values PRIMARY KEY (partition_start, kpi, region, sku, workload_class, team)
+);
+
 CREATE TABLE maintenance_windows (
 	window_id TEXT NOT NULL, 
 	start TIMESTAMP WITH TIME ZONE NOT NULL, 
