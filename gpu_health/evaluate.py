@@ -37,7 +37,7 @@ WEEK = pd.Timedelta(days=7)
 def _alerts_summary(alerts: pd.DataFrame) -> pd.DataFrame:
     """One row per alert: when it opened and paged, its family and scope."""
     if alerts.empty:
-        return pd.DataFrame(columns=["alert_id", "opened_at", "paged_at", "severity", "cause_family", "region", "nodes", "team", "cohort"])
+        return pd.DataFrame(columns=["alert_id", "opened_at", "paged_at", "severity", "cause_family", "region", "nodes", "team", "cohort", "summary"])
     a = alerts.sort_values("partition_start")
     first = a.groupby("alert_id").first()
     paged = a[a["severity"] == "page"].groupby("alert_id")["paged_at"].min()
@@ -78,9 +78,9 @@ def score(alerts: pd.DataFrame, labels: pd.DataFrame, maintenance: pd.DataFrame,
         scope = json.loads(inc.scope)
         lo, hi = inc.start, inc.end + GRACE
         cand = pages[(pages["paged_at"] >= lo) & (pages["paged_at"] <= hi)]
-        cand = cand[[_touches(a, scope) for a in cand.to_dict("records")]]
+        cand = cand[np.array([_touches(a, scope) for a in cand.to_dict("records")], dtype=bool)]
         tickets = s[(pd.to_datetime(s["opened_at"], utc=True) >= lo) & (pd.to_datetime(s["opened_at"], utc=True) <= hi)]
-        tickets = tickets[[_touches(a, scope) for a in tickets.to_dict("records")]]
+        tickets = tickets[np.array([_touches(a, scope) for a in tickets.to_dict("records")], dtype=bool)]
         matched_pages |= set(cand["alert_id"])
         first = cand.sort_values("paged_at").iloc[0] if len(cand) else None
         incidents.append({

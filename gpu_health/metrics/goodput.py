@@ -239,7 +239,9 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
         fa = np.full(Nj, np.iinfo(np.int64).min)
         lf[fj[okf]] = ((failures["lost_from"] - start) // MINUTE).to_numpy(np.int64)[okf]
         fa[fj[okf]] = ((failures["failed_at"] - start) // MINUTE).to_numpy(np.int64)[okf]
-        lost = has_job & (t_idx >= lf[jj]) & (t_idx <= fa[jj])
+        # only the failure's own partition is failure_loss here: the 5-minute series cannot know a failure
+        # before it happens (and a range run must equal partition runs); the daily settlement moves the rest
+        lost = has_job & (t_idx >= lf[jj]) & (t_idx <= fa[jj]) & (t_idx // 5 == fa[jj] // 5)
 
     # --- efficiency against the baseline (per partition x signature) ---------------------------
     with np.errstate(invalid="ignore"):  # NaN step times (no row this minute) propagate by design
@@ -439,11 +441,12 @@ def _failures(sched: pd.DataFrame, runtime: pd.DataFrame, g: pd.DataFrame, start
     lost_from = lost_from.fillna(failed_at)
     gpus = ended["gpus"].astype(float)
     total_min = ((failed_at - lost_from) / MINUTE).clip(lower=0) + 1
-    in_win = ((failed_at - np.maximum(lost_from, start)) / MINUTE).clip(lower=0) + 1
+    own_partition = failed_at.dt.floor("5min")
+    in_win = ((failed_at - np.maximum(lost_from, own_partition)) / MINUTE).clip(lower=0) + 1
     out = pd.DataFrame({
         "failed_at": failed_at, "exit_state": ended["exit_state"], "reason": ended["reason"],
         "lost_from": pd.to_datetime(lost_from, utc=True), "gpus": gpus,
-        "lost_gpu_minutes": total_min * gpus, "lost_in_window": in_win * gpus,
+        "lost_gpu_minutes": total_min * gpus, "lost_in_window": in_win * gpus,  # in the failure's own partition
     })
     return out.rename_axis("job_id").reset_index()
 
