@@ -402,6 +402,8 @@ class Window:
         ck_every = np.array([POOLS[p].checkpoint_every_s for p in pool])
         ck_s = np.array([POOLS[p].checkpoint_s for p in pool])
         stall_from = plan["stall_from_s"].to_numpy()[ji]
+        # a hung job writes no checkpoint: none after its hang starts
+        ck_until = np.where(stall_from >= 0, np.maximum(stall_from, st), en)
 
         def cum_steps(tau):
             """Steps completed by second ``tau`` (closed form over the incident intervals)."""
@@ -418,7 +420,7 @@ class Window:
             eff = eff / (1 + fw)
             stalled = stall_from >= 0
             eff -= np.where(stalled, np.clip(tau - np.maximum(stall_from, st), 0, None), 0)
-            n_ck = np.where(ck_every > 0, (tau - st) // np.maximum(ck_every, 1), 0)
+            n_ck = np.where(ck_every > 0, (np.minimum(tau, ck_until) - st) // np.maximum(ck_every, 1), 0)
             eff -= n_ck * ck_s
             return np.floor(np.clip(eff, 0, None) / step).astype(np.int64)
 
@@ -432,7 +434,8 @@ class Window:
         sync = step * sync_share / (1 + sync_share) + step * net_x
         has_steps = steps > 0
         ck_in_minute = (ck_every > 0) & (((t + 60 - st) // np.maximum(ck_every, 1)) > ((t - st) // np.maximum(ck_every, 1))) & (t + 60 > st)
-        n_ck_end = np.where(ck_every > 0, (np.minimum(t + 60, en) - st) // np.maximum(ck_every, 1), 0)
+        ck_in_minute &= ~stalled_now
+        n_ck_end = np.where(ck_every > 0, (np.minimum(np.minimum(t + 60, en), ck_until) - st) // np.maximum(ck_every, 1), 0)
         last_ck = np.where(n_ck_end > 0, cum_steps(st + n_ck_end * ck_every), -1)
         u = H.uniform(seed, 301, lane, t // 60)
         loss = 2.2 * (1 + c_next / 400.0) ** -0.35 + 0.02 * u
