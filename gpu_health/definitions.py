@@ -3,6 +3,7 @@
 import dagster as dg
 
 from gpu_health.defs.alerting.assets import build_alerting_assets
+from gpu_health.defs.alerting.sensors import AlertmanagerResource, alertmanager_delivery_sensor
 from gpu_health.defs.baselines.assets import build_baseline_assets
 from gpu_health.defs.finance.assets import build_finance_assets
 from gpu_health.defs.jobs import build_jobs
@@ -29,6 +30,10 @@ def default_resources() -> dict:
             landing_dir=dg.EnvVar("GPU_HEALTH_LANDING_DIR").get_value("var/landing"),
             prometheus_url=dg.EnvVar("GPU_HEALTH_PROMETHEUS_URL").get_value(""),
         ),
+        "alertmanager": AlertmanagerResource(
+            url=dg.EnvVar("GPU_HEALTH_ALERTMANAGER_URL").get_value(""),
+            generator_url=dg.EnvVar("GPU_HEALTH_ALERT_LINK").get_value(""),
+        ),
     }
 
 
@@ -43,7 +48,7 @@ def build_definitions(settings: Settings, resources: dict | None = None) -> dg.D
         assets=assets,
         jobs=[five_job, daily_job, calendar_job],
         schedules=schedules,
-        sensors=[build_partition_sensor(five_job, five_minute)],
+        sensors=[build_partition_sensor(five_job, five_minute), alertmanager_delivery_sensor],
         resources=resources if resources is not None else default_resources(),
         executor=dg.in_process_executor,
     )
