@@ -6,6 +6,7 @@ from dagster_pandera import pandera_schema_to_dagster_type
 
 from gpu_health.defs.common import KINDS, OWNERS, column_schema, derived_asset, output_metadata, window_of
 from gpu_health.defs.resources import WarehouseResource
+from gpu_health.metrics import charts
 from gpu_health.metrics import models as M
 from gpu_health.metrics import pipeline as P
 from gpu_health.metrics.goodput import STATES
@@ -24,6 +25,11 @@ OUTS = {
                         "read the daily settled value (cluster_goodput_daily) for money",
                         "one row per region (and * for the cluster) per 5-minute partition"),
 }
+
+
+def _render_pictures(start, end) -> bool:
+    """Pictures cost ~1-2 s (matplotlib): draw them on ranges and on the partition that closes each hour."""
+    return (end - start) > pd.Timedelta(minutes=5) or end.minute == 0
 
 
 def paid_invariant(states: pd.DataFrame, wh, start, end) -> dg.AssetCheckResult:
@@ -70,10 +76,14 @@ def build_kpi_assets(five_minute) -> list:
         for name, (model, _, _) in OUTS.items():
             frame = model.validate(tables[name], lazy=True)
             extra = {}
-            if name == "cluster_goodput" and len(frame):
+            if name == "cluster_goodput" and len(frame) and _render_pictures(start, end):
                 overall = frame[frame["region"] == "*"]
+                history = wh.read_window("cluster_goodput", end - pd.Timedelta(hours=24), start,
+                                         columns=["partition_start", "region", "goodput"])
                 extra = {"goodput_mean": float(overall["goodput"].mean()),
-                         **{f"share_{s}": float(overall[f"share_{s}"].mean()) for s in STATES}}
+                         **{f"share_{s}": float(overall[f"share_{s}"].mean()) for s in STATES},
+                         "loss_tree": dg.MetadataValue.md(charts.waterfall(charts.shares_of(frame), f"Loss tree {start:%Y-%m-%d %H:%M}-{end:%H:%M} UTC")),
+                         "goodput_trend": dg.MetadataValue.md(charts.trend(pd.concat([history, frame[["partition_start", "region", "goodput"]]]), "Goodput, last 24 h"))}
             yield dg.Output(frame, output_name=name, metadata=output_metadata(frame, **extra))
         yield paid_invariant(tables["goodput_states"], wh, start, end)
 
