@@ -41,19 +41,21 @@ import pandas as pd
 from scipy.stats import fisher_exact
 
 from gpu_health.diagnosis.cohort import REGRESSION, judge_cohorts
-from gpu_health.metrics.goodput import FATAL_XIDS, maintenance_mask
+from gpu_health.metrics.goodput import FATAL_XIDS, maintenance_mask, queue_regions
 
 FIVE = pd.Timedelta(minutes=5)
 THERMAL_BITS = 0x20 | 0x40
 THERMAL_TEMP_C = 83.0
 MIN_THERMAL_GPU_MINUTES = 5
 MIN_MISSING_MINUTES = 2
-DATA_IO_PAGE_SHARE = 0.02      # slowdown_data_io / allocated GPU-minutes in the region
-NETWORK_PAGE_SHARE = 0.02      # slowdown_network / allocated GPU-minutes of multi-node jobs
+NODE_SLOW_SHARE = 0.10         # a component's slowdown / the node's allocated (multi-node, for network) GPU-minutes
+NODE_SLOW_MIN_GPU_MINUTES = 5
 LINK_RETRANSMITS = 100         # per link-minute
 LINK_LOSS_PCT = 0.1
-SCHED_MIN_JUMP = 0.06          # idle_blocked share above baseline
-SCHED_MAD_K = 6.0
+AGED_WAIT = pd.Timedelta(minutes=5)   # a job waiting this long while GPUs in its region idle is blocked
+SCHED_PAGE_SHARE = 0.03               # blocked GPU-minutes / the region's paid GPU-minutes
+SCHED_PAGE_SHARE_AFTER_CHANGE = 0.02  # lower bar within DEPLOY_LOOKBACK of a scheduler_config change
+SCHED_MIN_JOBS = 4                    # jobs held back: one long-waiting large job is normal, a pile-up is not
 NO_PROGRESS_PAGE_GPU_MINUTES = 40   # a team's busy-without-progress GPU-minutes in 5 minutes (8 GPUs)
 STALL_MINUTES = 3
 FAILURE_RATE_RATIO = 3.0
@@ -291,79 +293,125 @@ def _region_of(nodes, inventory: pd.DataFrame) -> str:
     return regions.pop() if len(regions) == 1 else "*"
 
 
+ALLOC_STATES = ["allocated_idle", "allocated_unproductive", "failure_loss", "slowdown_data_io", "slowdown_network",
+                "slowdown_checkpoint", "slowdown_compute", "productive"]
+
+
+def _slow_nodes(lv: pd.DataFrame, state: str, denominator: pd.Series) -> pd.DataFrame:
+    """Nodes where ``state`` holds at least NODE_SLOW_SHARE of the denominator GPU-minutes."""
+    slow = lv[lv["state"] == state].groupby(["region", "node_id"])["gpu_minutes"].sum()
+    frame = pd.DataFrame({"slow": slow, "den": denominator.reindex(slow.index).fillna(0.0)})
+    frame = frame[(frame["slow"] >= NODE_SLOW_MIN_GPU_MINUTES) & (frame["slow"] >= NODE_SLOW_SHARE * frame["den"])]
+    return frame.reset_index()
+
+
 def detect_slowdowns(ctx: PartitionContext) -> list[Finding]:
+    """Loader wait (data_io) and gradient sync (network) above their baselines, judged per node:
+    storage or fabric trouble hits a set of nodes, which a region-wide share would dilute."""
     out = []
     lv = ctx.leaves
     if lv.empty:
         return out
-    alloc_states = ["allocated_idle", "allocated_unproductive", "failure_loss", "slowdown_data_io", "slowdown_network",
-                    "slowdown_checkpoint", "slowdown_compute", "productive"]
-    alloc = lv[lv["state"].isin(alloc_states)].groupby("region")["gpu_minutes"].sum()
-    nt = ctx.node
-    for region, total in alloc.items():
-        io = lv[(lv["region"] == region) & (lv["state"] == "slowdown_data_io")]
-        io_total = io["gpu_minutes"].sum()
-        if total > 0 and io_total / total >= DATA_IO_PAGE_SHARE:
-            per_node = io.groupby("node_id")["gpu_minutes"].sum().sort_values(ascending=False)
-            nodes = sorted(per_node[per_node >= 0.5].index)
-            sat = nt[(nt["region"] == region) & nt["node_id"].isin(nodes)]
-            hot = sat[sat["nvme_util_pct"] >= 95]
-            sev = "page" if len(hot) else "ticket"
-            out.append(Finding("data_io_slowdown", "data_io", sev, region, f"data_io_slowdown|{region}", nodes=nodes,
-                               lost_gpu_minutes=float(io_total), value=float(io_total / total),
-                               summary=f"Data-loader slowdown in {region} on {len(nodes)} node(s)",
-                               evidence=f"{io_total:.0f} GPU-minutes ({io_total / total:.1%} of allocated) lost to loader wait; "
-                                        f"storage saturated on {hot['node_id'].nunique()} node(s) (NVMe >= 95 %, read "
-                                        f"{sat['disk_read_mbps'].median() if len(sat) else float('nan'):.0f} MB/s median)"))
-        net = lv[(lv["region"] == region) & (lv["state"] == "slowdown_network")]
-        net_total = net["gpu_minutes"].sum()
-        multi = lv[(lv["region"] == region) & (lv["workload_class"] == "distributed") & lv["state"].isin(alloc_states)]["gpu_minutes"].sum()
-        if multi > 0 and net_total / multi >= NETWORK_PAGE_SHARE:
-            nodes = sorted(net.groupby("node_id")["gpu_minutes"].sum().loc[lambda s: s > 0.5].index)
-            links = ctx.network[(ctx.network["region"] == region) & ctx.network["node_id"].isin(nodes)]
-            bad = links[(links["retransmits"].fillna(0) >= LINK_RETRANSMITS) | (links["packet_loss_pct"].fillna(0) >= LINK_LOSS_PCT)]
-            sev = "page" if len(bad) else "ticket"
-            bad_nodes = sorted(set(bad["node_id"])) or nodes
-            out.append(Finding("network_slowdown", "network", sev, region, f"network_slowdown|{region}", nodes=bad_nodes,
-                               lost_gpu_minutes=float(net_total), value=float(net_total / multi),
-                               summary=f"Collective-communication slowdown in {region} on {len(bad_nodes)} node(s)",
-                               evidence=f"{net_total:.0f} GPU-minutes ({net_total / multi:.1%} of multi-node jobs' time) lost "
-                                        f"to gradient sync; {bad['link_id'].nunique() if len(bad) else 0} link(s) with loss "
-                                        f"up to {links['packet_loss_pct'].max() if len(links) else 0:.2f} % and "
-                                        f"{int(links['retransmits'].fillna(0).sum()) if len(links) else 0} retransmits"))
+    alloc = lv[lv["state"].isin(ALLOC_STATES)]
+    per_node = alloc.groupby(["region", "node_id"])["gpu_minutes"].sum()
+    multi = alloc[alloc["workload_class"] == "distributed"].groupby(["region", "node_id"])["gpu_minutes"].sum()
+    io_nodes = _slow_nodes(lv, "slowdown_data_io", per_node)
+    for region, grp in io_nodes.groupby("region"):
+        nodes = sorted(grp["node_id"])
+        sat = ctx.node[(ctx.node["region"] == region) & ctx.node["node_id"].isin(nodes)]
+        hot = sat[sat["nvme_util_pct"] >= 95]
+        total = float(grp["slow"].sum())
+        out.append(Finding("data_io_slowdown", "data_io", "page" if len(hot) else "ticket", region,
+                           f"data_io_slowdown|{region}", nodes=nodes, lost_gpu_minutes=total,
+                           value=float(total / max(grp["den"].sum(), 1e-9)),
+                           summary=f"Data-loader slowdown in {region} on {len(nodes)} node(s)",
+                           evidence=f"{total:.0f} GPU-minutes ({total / max(grp['den'].sum(), 1e-9):.0%} of those nodes' "
+                                    f"allocated time) lost to loader wait above baseline; storage saturated on "
+                                    f"{hot['node_id'].nunique()} node(s) (NVMe >= 95 %, read "
+                                    f"{sat['disk_read_mbps'].median() if len(sat) else float('nan'):.0f} MB/s median)"))
+    net_nodes = _slow_nodes(lv, "slowdown_network", multi)
+    for region, grp in net_nodes.groupby("region"):
+        nodes = sorted(grp["node_id"])
+        links = ctx.network[(ctx.network["region"] == region) & ctx.network["node_id"].isin(nodes)]
+        bad = links[(links["retransmits"].fillna(0) >= LINK_RETRANSMITS) | (links["packet_loss_pct"].fillna(0) >= LINK_LOSS_PCT)]
+        total = float(grp["slow"].sum())
+        bad_nodes = sorted(set(bad["node_id"])) or nodes
+        out.append(Finding("network_slowdown", "network", "page" if len(bad) else "ticket", region,
+                           f"network_slowdown|{region}", nodes=bad_nodes, lost_gpu_minutes=total,
+                           value=float(total / max(grp["den"].sum(), 1e-9)),
+                           summary=f"Collective-communication slowdown in {region} on {len(bad_nodes)} node(s)",
+                           evidence=f"{total:.0f} GPU-minutes ({total / max(grp['den'].sum(), 1e-9):.0%} of multi-node jobs' "
+                                    f"time there) lost to gradient sync above baseline; {bad['link_id'].nunique() if len(bad) else 0} "
+                                    f"link(s) with loss up to {links['packet_loss_pct'].max() if len(links) else 0:.2f} % and "
+                                    f"{int(links['retransmits'].fillna(0).sum()) if len(links) else 0} retransmits"))
     return out
 
 
+def aged_blocked(ctx: PartitionContext) -> pd.DataFrame:
+    """Per region: GPU-minutes idle while jobs of the region's queues have waited over AGED_WAIT.
+
+    Short waits are normal (and make the loss tree's idle_blocked noisy at 5-minute grain); a healthy
+    scheduler does not keep a job waiting for minutes while GPUs in its region sit idle.
+    """
+    minutes = pd.date_range(ctx.start, ctx.end, freq="1min", inclusive="left")
+    inv = ctx.inventory
+    cols = ["region", "blocked_gpu_minutes", "paid_gpu_minutes", "aged_jobs", "wait_p95_min"]
+    if ctx.sched is None or ctx.sched.empty or inv.empty:
+        return pd.DataFrame(columns=cols)
+    ev = ctx.sched
+    sub = ev[ev["event"] == "submitted"].groupby("job_id").agg(sub=("ts", "min"), gpus=("gpus", "max"), queue=("queue", "first"))
+    left = ev[ev["event"].isin(["started", "ended"])].groupby("job_id")["ts"].min()
+    sub["left"] = left.reindex(sub.index)
+    node_region = dict(zip(inv["node_id"], inv["region"]))
+    qmap = queue_regions(ev, node_region)
+    sub["region"] = sub["queue"].astype(object).map(qmap)
+    g = ctx.gpu
+    idle = g[g["job_id"].isna() & ~g["xid"].isin(FATAL_XIDS)]
+    idle = idle[~_in_maintenance(ctx, idle["node_id"], idle["region"])]
+    idle_rm = idle.groupby(["region", "ts"]).size()
+    paid = inv.groupby("region")["gpus"].sum() * len(minutes)
+    rows = []
+    mid = (minutes + pd.Timedelta(seconds=30)).values
+    for region in paid.index:
+        jobs = sub[sub["region"] == region]
+        sub_t = jobs["sub"].values
+        left_t = jobs["left"].fillna(pd.Timestamp.max.tz_localize("UTC")).values
+        aged = (sub_t[:, None] <= (mid - AGED_WAIT.to_timedelta64())[None, :]) & (left_t[:, None] > mid[None, :])  # jobs x minutes
+        demand = (aged * jobs["gpus"].to_numpy(dtype=float)[:, None]).sum(axis=0)
+        idle_m = np.array([float(idle_rm.get((region, m), 0)) for m in minutes])
+        blocked = float(np.minimum(idle_m, demand).sum())
+        aged_ids = set(jobs.index[aged.any(axis=1)])
+        started = jobs[(jobs["left"] >= ctx.start) & (jobs["left"] < ctx.end)]
+        waits = (started["left"] - started["sub"]).dt.total_seconds() / 60
+        rows.append((region, blocked, float(paid[region]), len(aged_ids), float(waits.quantile(0.95)) if len(waits) else np.nan))
+    return pd.DataFrame(rows, columns=cols)
+
+
 def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
-    lv = ctx.leaves
     out = []
-    if lv.empty:
-        return out
-    paid = lv.groupby("region")["gpu_minutes"].sum()
-    blocked = lv[lv["state"] == "idle_blocked"].groupby("region")["gpu_minutes"].sum()
-    hist = ctx.region_history
-    for region, total in paid.items():
-        share = float(blocked.get(region, 0.0) / total) if total > 0 else 0.0
-        key = f"scheduling_blocked|{region}"
-        base, mad = _history_baseline(hist, region, ctx.start)
-        if key in ctx.open_baselines:  # hysteresis: judged against the baseline it opened on
-            base = ctx.open_baselines[key]
-        threshold = base + max(SCHED_MIN_JUMP, SCHED_MAD_K * 1.4826 * mad)
-        if key in ctx.open_baselines:
-            threshold = base + 0.5 * max(SCHED_MIN_JUMP, SCHED_MAD_K * 1.4826 * mad)
-        if share < threshold:
+    ab = aged_blocked(ctx)
+    lv = ctx.leaves
+    blocked_leaf = lv[lv["state"] == "idle_blocked"].groupby("region")["gpu_minutes"].sum() if len(lv) else pd.Series(dtype=float)
+    for r in ab.itertuples(index=False):
+        share = r.blocked_gpu_minutes / r.paid_gpu_minutes if r.paid_gpu_minutes else 0.0
+        key = f"scheduling_blocked|{r.region}"
+        cfg = ctx.changes[(ctx.changes["kind"] == "scheduler_config") & (ctx.changes["ts"] >= ctx.end - DEPLOY_LOOKBACK)
+                          & (ctx.changes["ts"] < ctx.end) & ctx.changes["scope"].isin([r.region, "*"])] if len(ctx.changes) else ctx.changes
+        bar, jobs = (SCHED_PAGE_SHARE_AFTER_CHANGE, SCHED_MIN_JOBS - 1) if len(cfg) else (SCHED_PAGE_SHARE, SCHED_MIN_JOBS)
+        if key in ctx.open_baselines:  # an open alert stays open above half the bar
+            bar, jobs = bar / 2, max(1, jobs // 2)
+        if share < bar or r.aged_jobs < jobs:
             continue
-        started = ctx.sched[(ctx.sched["event"] == "started") & (ctx.sched["ts"] >= ctx.start) & (ctx.sched["ts"] < ctx.end)]
-        sub = ctx.sched[ctx.sched["event"] == "submitted"].drop_duplicates("job_id").set_index("job_id")["ts"]
-        waits = (started["ts"] - started["job_id"].map(sub)).dropna().dt.total_seconds() / 60
-        cfg = ctx.changes[(ctx.changes["kind"] == "scheduler_config") & (ctx.changes["ts"] >= ctx.end - DEPLOY_LOOKBACK) & (ctx.changes["ts"] < ctx.end)] if len(ctx.changes) else ctx.changes
+        base, _ = _history_baseline(ctx.region_history, r.region, ctx.start)
         cfg_text = f"; follows scheduler change {cfg.iloc[-1]['event_id']} at {cfg.iloc[-1]['ts']:%H:%M}" if len(cfg) else ""
-        out.append(Finding("scheduling_blocked", "scheduling", "page", region, key,
-                           lost_gpu_minutes=float(blocked.get(region, 0.0)), baseline=base, value=share,
+        out.append(Finding("scheduling_blocked", "scheduling", "page", r.region, key,
+                           lost_gpu_minutes=float(r.blocked_gpu_minutes), baseline=0.0, value=share,
                            change_event=cfg.iloc[-1]["event_id"] if len(cfg) else None,
-                           summary=f"GPUs idle while jobs wait in {region}",
-                           evidence=f"idle_blocked {share:.1%} of paid GPU-minutes vs baseline {base:.1%}; queue wait p95 "
-                                    f"{waits.quantile(0.95) if len(waits) else float('nan'):.1f} min over {len(waits)} starts"
+                           summary=f"GPUs idle while jobs wait in {r.region}",
+                           evidence=f"{r.blocked_gpu_minutes:.0f} GPU-minutes ({share:.1%} of paid) idle while {r.aged_jobs} "
+                                    f"job(s) of the region's queues waited over {AGED_WAIT.seconds // 60} min; queue wait p95 "
+                                    f"{r.wait_p95_min:.1f} min; idle_blocked "
+                                    f"{blocked_leaf.get(r.region, 0.0) / r.paid_gpu_minutes:.1%} (same hour baseline {base:.1%})"
                                     + cfg_text))
     return out
 

@@ -82,25 +82,46 @@ def maintenance_mask(ts: pd.Series, region: pd.Series, node: pd.Series, windows:
     return mask
 
 
-def pending_gpus(sched: pd.DataFrame, minutes: pd.DatetimeIndex) -> np.ndarray:
-    """GPUs requested by jobs submitted but not yet started, at each minute's middle."""
+def pending_gpus(sched: pd.DataFrame, minutes: pd.DatetimeIndex, groups: pd.Series | None = None) -> dict:
+    """GPUs requested by jobs submitted but not yet started, at each minute's middle.
+
+    Returns ``{group: array over minutes}``; ``groups`` maps job_id -> group (e.g. its
+    queue's region); jobs without a group are under ``None``.
+    """
     if sched is None or sched.empty or not len(minutes):
-        return np.zeros(len(minutes))
+        return {None: np.zeros(len(minutes))}
     ev = sched[["job_id", "event", "ts", "gpus"]]
     sub = ev[ev["event"] == "submitted"].groupby("job_id").agg(sub=("ts", "min"), gpus=("gpus", "max"))
     done = ev[ev["event"].isin(["started", "ended"])].groupby("job_id")["ts"].min().rename("left")
     jobs = sub.join(done, how="left")
+    jobs["group"] = jobs.index.map(groups).astype(object) if groups is not None else None
     mid = (minutes + pd.Timedelta(seconds=30)).values
-    s = jobs["sub"].values
-    left = jobs["left"].fillna(pd.Timestamp.max.tz_localize("UTC")).values
-    g = jobs["gpus"].to_numpy(dtype=float)
-    # sweep: +gpus at submit, -gpus when it starts (or ends without starting)
-    times = np.concatenate([s, left])
-    deltas = np.concatenate([g, -g])
-    order = np.argsort(times, kind="stable")
-    times, deltas = times[order], np.cumsum(deltas[order])
-    pos = np.searchsorted(times, mid, side="right") - 1
-    return np.where(pos >= 0, deltas[np.clip(pos, 0, None)], 0.0).clip(0)
+    out = {}
+    for group, grp in jobs.groupby("group", dropna=False):
+        s = grp["sub"].values
+        left = grp["left"].fillna(pd.Timestamp.max.tz_localize("UTC")).values
+        g = grp["gpus"].to_numpy(dtype=float)
+        # sweep: +gpus at submit, -gpus when it starts (or ends without starting)
+        times = np.concatenate([s, left])
+        deltas = np.concatenate([g, -g])
+        order = np.argsort(times, kind="stable")
+        times, deltas = times[order], np.cumsum(deltas[order])
+        pos = np.searchsorted(times, mid, side="right") - 1
+        out[None if pd.isna(group) else group] = np.where(pos >= 0, deltas[np.clip(pos, 0, None)], 0.0).clip(0)
+    return out or {None: np.zeros(len(minutes))}
+
+
+def queue_regions(sched: pd.DataFrame, node_region: dict) -> dict:
+    """queue -> region when (nearly) all of the queue's placements in the history are in one region."""
+    if sched is None or sched.empty:
+        return {}
+    placed = sched[sched["event"].isin(["started", "ended"]) & sched["node_ids"].notna()]
+    if placed.empty:
+        return {}
+    first = placed["node_ids"].astype(str).str.split(",", n=1).str[0].map(node_region)
+    share = pd.crosstab(placed["queue"].astype(object), first.astype(object), normalize="index")
+    best = share.idxmax(axis=1)
+    return {q: r for q, r in best.items() if share.loc[q, r] >= 0.95}
 
 
 def job_lookup(meta: pd.DataFrame, sched: pd.DataFrame) -> pd.DataFrame:
@@ -285,11 +306,10 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     W["slowdown_network"] = np.where(prog, slow * ex_net / tot, 0.0)
     W["slowdown_compute"] = np.where(prog, slow * np.where(excess > 0, ex_cmp / tot, 1.0), 0.0)
 
-    # idle split by pending demand (cluster-wide, per minute)
-    idle_per_min = np.bincount(t_idx[idle], minlength=M).astype(float)
-    pend = pending_gpus(sched_history, minutes)
-    frac_blocked = np.where(idle_per_min > 0, np.minimum(idle_per_min, pend) / np.maximum(idle_per_min, 1), 0.0)
-    fb = frac_blocked[np.clip(t_idx, 0, max(M - 1, 0))] if n else np.zeros(0)
+    # idle split by pending demand: a queue's pending GPUs are matched with idle GPUs of its region
+    # (queues map to a region by where their jobs run); pending jobs of shared queues with any idle GPU
+    fb = _blocked_fraction(idle, t_idx, node_region[g_node] if n else np.zeros(0, dtype=object), minutes,
+                           sched_history, node_region, node_uni)
     W["idle_blocked"] = np.where(idle, fb, 0.0)
     W["idle_no_demand"] = np.where(idle, 1 - fb, 0.0)
 
@@ -306,6 +326,31 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
               .sum().reset_index())
     leaves = leaves[leaves["gpu_minutes"] > 1e-9].reset_index(drop=True)
     return leaves, failures
+
+
+def _blocked_fraction(idle, t_idx, row_region, minutes, sched_history, node_region, node_uni) -> np.ndarray:
+    M = len(minutes)
+    if not len(t_idx):
+        return np.zeros(0)
+    regions, r_code = np.unique(row_region.astype(str), return_inverse=True)
+    R = len(regions)
+    idle_rm = np.bincount(r_code[idle] * M + t_idx[idle], minlength=R * M).reshape(R, M).astype(float)
+    qmap = queue_regions(sched_history, dict(zip(np.asarray(node_uni, dtype=object), node_region)))
+    groups = None
+    if sched_history is not None and len(sched_history) and qmap:
+        q = sched_history.drop_duplicates("job_id").set_index("job_id")["queue"].astype(object)
+        groups = q.map(qmap)
+    pend = pending_gpus(sched_history, minutes, groups)
+    blocked = np.zeros((R, M))
+    for i, r in enumerate(regions):
+        blocked[i] = np.minimum(idle_rm[i], pend.get(r, np.zeros(M)))
+    shared = pend.get(None, np.zeros(M))
+    left = idle_rm - blocked
+    total_left = left.sum(axis=0)
+    extra = np.where(total_left > 0, np.minimum(total_left, shared) / np.maximum(total_left, 1e-9), 0.0)
+    blocked += left * extra[None, :]
+    frac = np.where(idle_rm > 0, blocked / np.maximum(idle_rm, 1e-9), 0.0)
+    return frac[r_code, np.clip(t_idx, 0, max(M - 1, 0))]
 
 
 def _baseline_arrays(baseline, start, t_idx, g_job, lookup, job_uni, sku, row_gpus):

@@ -247,11 +247,14 @@ def _attributes(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
         start_s = plan["start_s"].to_numpy()[m]
         if p != "interactive":
             w = w * np.where(retrain_wave(start_s), 4.0, 1.0)
-        # scheduling incidents: jobs placed while one is on wait longer in the queue, too
+        # scheduling incidents: a job the scheduler holds back pends through the whole idle gap before it
+        # (submitted when its lane freed, or earlier), so GPUs sit idle while jobs wait
+        gap_s = plan["gap_s"].to_numpy()[m]
         for inc in scen.incidents:
             hit = _scheduling_hit(inc, p, plan["region"].to_numpy()[m], plan["gpus"].to_numpy()[m])
             if hit is not None:
-                w = w * np.where(hit & (start_s >= to_s(inc.start)) & (start_s < to_s(inc.end)), inc.magnitude, 1.0)
+                during = hit & (start_s >= to_s(inc.start)) & (start_s < to_s(inc.end))
+                w = np.where(during, np.maximum(w * inc.magnitude, gap_s + w), w)
         wait[m] = np.minimum(w, model.wait_max_s)  # capped: a window's plan reaches back wait_max_s
     plan["team"] = np.array(TEAMS, dtype=object)[team]
     mu = H.uniform(seed, F_MODEL, lane, epoch, k)

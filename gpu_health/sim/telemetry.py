@@ -476,7 +476,8 @@ class Window:
                 "job_id": sel["job_id"].to_numpy(),
                 "event": event,
                 "scheduler": [SCHEDULER[p] for p in pool],
-                "queue": [QUEUES[p] for p in pool],
+                # each region runs its own scheduler: its queues carry the region's name
+                "queue": [f"{r}/{QUEUES[p]}" for r, p in zip(sel["region"].to_numpy(), pool)],
                 "priority": np.array([PRIORITY[p] for p in pool]) + np.where(sla, 40, 0),
                 "gpus": sel["gpus"].to_numpy(),
                 "node_ids": node_text[sel["lane"].to_numpy()] if event != "submitted" else None,
