@@ -120,6 +120,7 @@ class PartitionContext:
     inventory: pd.DataFrame         # node_id, region, sku, gpus
     region_history: pd.DataFrame    # cluster_goodput rows (partition_start, region, share_idle_blocked) before start
     open_baselines: dict = field(default_factory=dict)  # alert key -> baseline captured when it opened
+    jobs: pd.DataFrame | None = None  # job_table() of the scheduler events as known at `end` (computed once per range)
 
 
 def _in_maintenance(ctx: PartitionContext, nodes: pd.Series, regions: pd.Series) -> np.ndarray:
@@ -347,6 +348,25 @@ def detect_slowdowns(ctx: PartitionContext) -> list[Finding]:
     return out
 
 
+def job_table(sched: pd.DataFrame, inventory: pd.DataFrame) -> pd.DataFrame:
+    """One row per submitted job: submit time, GPUs, queue, the region its queue runs in, when it left the queue."""
+    cols = ["sub", "gpus", "queue", "left", "region"]
+    if sched is None or sched.empty:
+        return pd.DataFrame(columns=cols)
+    sub = sched[sched["event"] == "submitted"].groupby("job_id").agg(sub=("ts", "min"), gpus=("gpus", "max"), queue=("queue", "first"))
+    sub["left"] = sched[sched["event"].isin(["started", "ended"])].groupby("job_id")["ts"].min().reindex(sub.index)
+    qmap = queue_regions(sched, dict(zip(inventory["node_id"], inventory["region"])))
+    sub["region"] = sub["queue"].astype(object).map(qmap)
+    return sub[cols]
+
+
+def jobs_as_of(jobs: pd.DataFrame, end: pd.Timestamp) -> pd.DataFrame:
+    """The job table as it was known at ``end`` (later submissions and starts unseen)."""
+    j = jobs[jobs["sub"] < end].copy()
+    j.loc[j["left"] >= end, "left"] = pd.NaT
+    return j
+
+
 def aged_blocked(ctx: PartitionContext) -> pd.DataFrame:
     """Per region: GPU-minutes idle while jobs of the region's queues have waited over AGED_WAIT.
 
@@ -358,13 +378,7 @@ def aged_blocked(ctx: PartitionContext) -> pd.DataFrame:
     cols = ["region", "blocked_gpu_minutes", "paid_gpu_minutes", "aged_jobs", "wait_p95_min"]
     if ctx.sched is None or ctx.sched.empty or inv.empty:
         return pd.DataFrame(columns=cols)
-    ev = ctx.sched
-    sub = ev[ev["event"] == "submitted"].groupby("job_id").agg(sub=("ts", "min"), gpus=("gpus", "max"), queue=("queue", "first"))
-    left = ev[ev["event"].isin(["started", "ended"])].groupby("job_id")["ts"].min()
-    sub["left"] = left.reindex(sub.index)
-    node_region = dict(zip(inv["node_id"], inv["region"]))
-    qmap = queue_regions(ev, node_region)
-    sub["region"] = sub["queue"].astype(object).map(qmap)
+    sub = ctx.jobs if ctx.jobs is not None else job_table(ctx.sched, inv)
     g = ctx.gpu
     idle = g[g["job_id"].isna() & ~g["xid"].isin(FATAL_XIDS)]
     idle = idle[~_in_maintenance(ctx, idle["node_id"], idle["region"])]

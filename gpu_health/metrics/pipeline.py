@@ -189,7 +189,7 @@ def blended_rate_by_region(cost: pd.DataFrame) -> dict:
 def alerts(wh: Warehouse, start, end) -> pd.DataFrame:
     """Alert snapshots of every partition in [start, end), carrying the open alerts forward."""
     from gpu_health.diagnosis import alerts as A
-    from gpu_health.diagnosis.detect import DEPLOY_LOOKBACK, PartitionContext, detect
+    from gpu_health.diagnosis.detect import DEPLOY_LOOKBACK, PartitionContext, detect, job_table, jobs_as_of
 
     start, end = pd.Timestamp(start), pd.Timestamp(end)
     five = pd.Timedelta(minutes=5)
@@ -207,6 +207,7 @@ def alerts(wh: Warehouse, start, end) -> pd.DataFrame:
                           columns=["partition_start", "region", "share_idle_blocked"])
     rates = blended_rate_by_region(wh.read_window("cost_capacity", start.normalize() - pd.Timedelta(days=1), end))
     prev = wh.read_window("alerts", start - five, start)
+    jobs = job_table(sched, inventory)
 
     def by_partition(frame, col="ts"):
         return dict(tuple(frame.groupby(frame[col].dt.floor("5min")))) if len(frame) else {}
@@ -224,6 +225,7 @@ def alerts(wh: Warehouse, start, end) -> pd.DataFrame:
             changes=changes[changes["ts"] < p + five], maintenance=maint, leaves=leaves_p.get(p, leaves.iloc[0:0]),
             baselines=base_p.get(p, baselines.iloc[0:0]), meta=meta, inventory=inventory,
             region_history=hist[hist["partition_start"] < p], open_baselines=A.open_baselines(prev),
+            jobs=jobs_as_of(jobs[jobs["sub"] >= p + five - SCHED_LOOKBACK], p + five),
         )
         snap = A.step(prev, detect(ctx), p, rates=rates, changes=changes[changes["ts"] < p + five])
         if len(snap):
