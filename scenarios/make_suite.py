@@ -1,0 +1,92 @@
+"""Writes scenarios/suite/*.yaml: the evaluation suite of issue #5 (run once; the YAML files are what is reviewed).
+
+One simulated week (Mon 2026-11-02 .. Mon 2026-11-09, weekday retrain waves Mon/Thu 01:00-09:00 UTC) per
+incident kind with four incidents: two magnitudes x two scopes (one node vs a cohort / region), at awkward
+times: mid-partition on a Tuesday afternoon, inside Thursday's retrain wave, right after a maintenance window
+on Friday, and across midnight on Saturday. Plus a quiet week (two maintenance windows, benign deploys) that
+must page nothing, a week of overlapping incidents of different families, and the brief's findings A and B.
+"""
+
+from pathlib import Path
+
+import yaml
+
+OUT = Path(__file__).parent / "suite"
+WEEK = {"start": "2026-11-02T00:00:00Z", "end": "2026-11-09T00:00:00Z"}
+TIMES = ["2026-11-03T14:07:00Z", "2026-11-05T04:13:00Z", "2026-11-06T04:03:00Z", "2026-11-07T23:52:00Z"]
+MAINT = [{"kind": "maintenance", "start": "2026-11-06T02:00:00Z", "duration": "2h", "severity": "low",
+          "scope": {"region": "us-east", "nodes": 4, "reason": "firmware update"}}]
+# kind -> (high magnitude, low magnitude, narrow scope, wide scope, duration)
+KINDS = {
+    "gpu_ecc_fault": (1, 1, {"region": "us-east", "nodes": 1}, {"region": "eu-west", "nodes": 3}, "90m"),
+    "gpu_fell_off_bus": (1, 2, {"region": "eu-west", "nodes": 1}, {"region": "us-east", "nodes": 2}, "60m"),
+    "thermal_throttle": (0.38, 0.15, {"region": "us-east", "nodes": 1}, {"region": "eu-west", "nodes": 4}, "90m"),
+    "driver_regression": (0.6, 0.25, {"region": "eu-west", "nodes": 2}, {"region": "us-east"}, "60m"),
+    "framework_regression": (0.3, 0.12, {"team": "fraud-offline"}, {"fraction": 0.5}, "2h"),
+    "priority_change": (3.0, 2.0, {"region": "us-east"}, {"region": "eu-west"}, "60m"),
+    "fragmentation": (4.0, 2.5, {"region": "eu-west"}, {"region": "us-east"}, "60m"),
+    "io_bottleneck": (0.5, 0.2, {"region": "us-east", "nodes": 2}, {"region": "eu-west"}, "60m"),
+    "network_degradation": (0.4, 0.15, {"region": "eu-west", "nodes": 2}, {"region": "us-east", "nodes": 6}, "60m"),
+    "dummy_workload": (0.5, 0.2, {"region": "us-east", "team": "ml-research"}, {"team": "personalization"}, "3h"),
+    "training_stall": (1.0, 0.5, {"region": "us-east", "nodes": 2}, {"region": "eu-west", "nodes": 8}, "45m"),
+    "collector_outage": (1, 1, {"region": "us-east"}, {"region": "eu-west"}, "30m"),
+}
+
+
+def week(kind: str, seed: int) -> dict:
+    hi, lo, narrow, wide, duration = KINDS[kind]
+    severity = "low" if kind == "collector_outage" else None
+    incidents = []
+    for i, (t, mag, scope) in enumerate(zip(TIMES, [hi, lo, hi, lo], [narrow, narrow, wide, wide])):
+        incidents.append({"kind": kind, "start": t, "duration": duration,
+                          "severity": severity or ("high" if mag == hi else "low"), "scope": scope, "magnitude": mag})
+    return {"seed": seed, **WEEK, "incidents": incidents + MAINT}
+
+
+def main() -> None:
+    OUT.mkdir(exist_ok=True)
+    for i, kind in enumerate(KINDS):
+        write(f"{kind}_week", week(kind, 100 + i), f"One week, four {kind} incidents (2 magnitudes x 2 scopes).")
+    write("quiet_week", {"seed": 7, **WEEK, "incidents": [
+        {"kind": "maintenance", "start": "2026-11-04T02:00:00Z", "duration": "3h", "severity": "low",
+         "scope": {"region": "eu-west", "nodes": 6, "reason": "kernel and BIOS update"}},
+        {"kind": "maintenance", "start": "2026-11-07T20:00:00Z", "duration": "4h", "severity": "low",
+         "scope": {"region": "us-east", "nodes": 10, "reason": "rack power work"}}],
+        "changes": [
+            {"kind": "kernel_upgrade", "ts": "2026-11-04T05:10:00Z", "scope": {"region": "eu-west", "nodes": 6},
+             "from_version": "6.8.0-49-generic", "to_version": "6.8.0-51-generic", "description": "benign kernel upgrade"},
+            {"kind": "driver_upgrade", "ts": "2026-11-05T15:00:00Z", "scope": {"region": "us-east", "nodes": 8},
+             "from_version": "550.127.08", "to_version": "550.144.03", "description": "benign driver upgrade"}]},
+        "A quiet week: retrain waves, two maintenance windows, two benign deploys. Must page nothing.")
+    write("overlaps_week", {"seed": 31, **WEEK, "incidents": [
+        {"kind": "thermal_throttle", "start": "2026-11-03T10:02:00Z", "duration": "90m", "severity": "high",
+         "scope": {"region": "us-east", "nodes": 2}, "magnitude": 0.38},
+        {"kind": "io_bottleneck", "start": "2026-11-03T10:31:00Z", "duration": "60m", "severity": "high",
+         "scope": {"region": "eu-west", "nodes": 4}, "magnitude": 0.5},
+        {"kind": "driver_regression", "start": "2026-11-05T03:11:00Z", "duration": "60m", "severity": "high",
+         "scope": {"region": "us-east", "nodes": 3}, "magnitude": 0.6},
+        {"kind": "dummy_workload", "start": "2026-11-05T03:40:00Z", "duration": "2h", "severity": "high",
+         "scope": {"region": "eu-west", "team": "credit-risk"}, "magnitude": 0.5}]},
+        "Overlapping incidents of different families (one during Thursday's retrain wave).")
+    write("finding_a", {"seed": 41, "start": "2026-11-04T00:00:00Z", "end": "2026-11-06T00:00:00Z", "incidents": [
+        {"kind": "framework_regression", "start": "2026-11-05T01:30:00Z", "duration": "4h", "severity": "high",
+         "scope": {"team": "fraud-offline"}, "magnitude": 0.3},
+        {"kind": "io_bottleneck", "start": "2026-11-05T02:10:00Z", "duration": "3h", "severity": "high",
+         "scope": {"region": "us-east", "nodes": 6}, "magnitude": 0.5}]},
+        "Finding A: utilization flat, SLA misses spike (slower and failing training in a retrain wave).")
+    write("finding_b", {"seed": 42, "start": "2026-11-04T00:00:00Z", "end": "2026-11-06T00:00:00Z", "incidents": [
+        {"kind": "priority_change", "start": "2026-11-05T10:04:00Z", "duration": "2h", "severity": "high",
+         "scope": {"region": "us-east"}, "magnitude": 3.0},
+        {"kind": "fragmentation", "start": "2026-11-05T13:00:00Z", "duration": "2h", "severity": "high",
+         "scope": {"region": "us-east"}, "magnitude": 4.0}]},
+        "Finding B: utilization drops and queue time rises while node health looks normal.")
+
+
+def write(name: str, doc: dict, comment: str) -> None:
+    with open(OUT / f"{name}.yaml", "w") as f:
+        f.write(f"# {comment}\n# Generated by scenarios/make_suite.py.\n")
+        yaml.safe_dump(doc, f, sort_keys=False)
+
+
+if __name__ == "__main__":
+    main()
