@@ -1,0 +1,409 @@
+"""Decomposition of a goodput drop: which loss states grew, and where inside them.
+
+Pure pandas (no Dagster). Input: the loss-tree leaves (``goodput_leaves``) of a
+window and the leaves it is judged against (:func:`expected_leaves_from_history`).
+
+1. **Exact split over the states.** Every paid GPU-minute is in exactly one
+   state, so the state shares of paid GPU-minutes sum to 1 on both sides and
+
+       delta goodput = delta share(productive) = - sum over the loss states of delta share(state).
+
+   The expected leaves are first scaled so that their paid GPU-minutes equal
+   the window's (a capacity change is not a state change); the identity is then
+   checked numerically (:func:`state_deltas`, an ``AssertionError`` if broken).
+2. **Drill-down inside each state that grew** by more than ``min_state_growth``
+   of paid GPU-minutes (default 0.1 percentage point): the state's GPU-minutes,
+   actual vs expected, per combination of ``dimensions`` go through
+   :func:`gpu_health.diagnosis.drilldown.drill_down` (Adtributor's explanatory
+   power and surprise over the cuboid lattice), which returns the narrowest
+   sets of values (up to ``max_causes`` per state) that carry the growth, or
+   nothing when it is spread evenly. The leaves searched are every combination
+   seen where the state could occur (on unallocated GPUs, allocated ones, or
+   either), zeros included: they are the contrast. What the causes leave of
+   the state's growth (when at least the floor) is one more row with no
+   dimension values: "the rest, spread".
+3. **Ranked causes**, one row each: ``share_of_drop`` = the cause's change in
+   GPU-minutes / the drop in productive GPU-minutes (signed; > 1 when other
+   states shrank meanwhile; NaN when goodput did not move). The causes that
+   name dimension values come first, by change in GPU-minutes, largest first;
+   the spread rests of the states follow (also by change): they complete the
+   accounting but point nowhere.
+
+Cause family (the brief's families; explicit, by state and by what the cause names):
+
+======================== ================ =============================================
+state                    default family   refined by the cause's dimension values
+======================== ================ =============================================
+no_data                  missing_data
+maintenance              planned
+hw_unavailable           hardware
+idle_blocked             scheduling
+idle_no_demand           capacity
+allocated_idle           waste
+allocated_unproductive   gaming           node_id -> hardware; a version -> software
+failure_loss             software         node_id -> hardware; a version -> software
+slowdown_data_io         data_io
+slowdown_network         network
+slowdown_checkpoint      data_io          (checkpoint writes are storage I/O)
+slowdown_compute         hardware         node_id -> hardware; a version -> software
+======================== ================ =============================================
+
+"a version" = ``driver_version`` or ``framework_version``. A cause that names a
+node is a machine's problem (throttling, a faulty GPU, a node that kills its
+jobs, a hung NCCL peer); one that names a version but no node is a cohort's
+regression (the simulator's driver and framework regressions are software).
+"""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pandera.pandas as pa
+from pandera.typing import Series
+
+from gpu_health.contracts.models import ContractModel
+from gpu_health.diagnosis.drilldown import drill_down
+from gpu_health.metrics.goodput import LEAF_DIMS, STATE_FAMILY, STATES
+
+DIMENSIONS = ("region", "node_id", "sku", "driver_version", "framework_version", "queue", "team", "model_type")
+LOSS_STATES = [s for s in STATES if s != "productive"]
+FAMILIES = ["hardware", "software", "scheduling", "data_io", "network", "gaming", "planned", "missing_data",
+            "capacity", "waste"]
+BASE_FAMILY = {s: STATE_FAMILY[s] for s in LOSS_STATES} | {"slowdown_checkpoint": "data_io"}
+REFINED_STATES = frozenset({"allocated_unproductive", "failure_loss", "slowdown_compute"})
+VERSION_DIMS = ("driver_version", "framework_version")
+# where a state can occur: on unallocated GPUs (leaves without a job), allocated ones, or either (a fatal Xid
+# makes an allocated GPU hw_unavailable)
+STATE_KIND = {"no_data": "unallocated", "maintenance": "unallocated", "hw_unavailable": "any",
+              "idle_blocked": "unallocated", "idle_no_demand": "unallocated", "productive": "allocated"}
+STATE_KIND |= {s: "allocated" for s in STATES if s not in STATE_KIND}
+MIN_STATE_GROWTH = 0.001  # share of paid GPU-minutes (0.1 percentage point)
+EXACT_TOL = 1e-9
+SLOT = pd.Timedelta(minutes=5)
+DAY_SLOTS = 288
+LOOKBACK_DAYS = 7
+TRAILING = pd.Timedelta(hours=2)
+OUT_COLUMNS = ["partition_start", "window_end", "rank", "state", "cause_family", "share_of_drop", "elements",
+               "explanatory_power", "surprise", "actual_gpu_minutes", "expected_gpu_minutes", "evidence"]
+_EPOCH = pd.Timestamp("1970-01-01", tz="UTC")
+
+
+class GoodputDecomposition(ContractModel):
+    """One row per ranked cause of a window's goodput change against its baseline."""
+
+    partition_start: Series[pd.DatetimeTZDtype] = pa.Field(
+        description="Start of the window decomposed, UTC.", dtype_kwargs={"unit": "ns", "tz": "UTC"})
+    window_end: Series[pd.DatetimeTZDtype] = pa.Field(
+        description="End of the window (exclusive), UTC.", dtype_kwargs={"unit": "ns", "tz": "UTC"})
+    rank: Series[int] = pa.Field(
+        ge=1, description="1 = the named cause that moved the most GPU-minutes; spread rests ({}) after them.")
+    state: Series[pd.StringDtype] = pa.Field(isin=LOSS_STATES, description="Loss-tree state that grew.")
+    cause_family: Series[pd.StringDtype] = pa.Field(isin=FAMILIES, description="Cause family (see decompose's table).")
+    share_of_drop: Series[float] = pa.Field(
+        nullable=True, description="The cause's change in GPU-minutes / the drop in productive GPU-minutes, signed "
+                                   "(NaN when goodput did not move).")
+    elements: Series[pd.StringDtype] = pa.Field(
+        description="JSON object of the dimension values that carry it ({} = the rest of the state, spread).")
+    explanatory_power: Series[float] = pa.Field(description="Share of the state's change it carries, signed.")
+    surprise: Series[float] = pa.Field(ge=0, description="Jensen-Shannon surprise of the set (0 for the spread rest).")
+    actual_gpu_minutes: Series[float] = pa.Field(ge=0, description="GPU-minutes of the state in the set, window.")
+    expected_gpu_minutes: Series[float] = pa.Field(ge=0, description="Expected GPU-minutes (baseline scaled to paid).")
+    evidence: Series[pd.StringDtype] = pa.Field(description="The numbers behind it, in words.")
+
+    class Config:
+        unique = ["partition_start", "window_end", "rank"]
+
+    @pa.dataframe_check(name="window_not_empty")
+    def window_not_empty(cls, df: pd.DataFrame) -> Series[bool]:
+        return df["window_end"] > df["partition_start"]
+
+    @pa.dataframe_check(name="elements_json_object")
+    def elements_json_object(cls, df: pd.DataFrame) -> Series[bool]:
+        return df["elements"].map(lambda text: isinstance(json.loads(text), dict))
+
+
+# --- public ------------------------------------------------------------------------------
+
+
+def cause_family(state: str, elements: dict) -> str:
+    """The family of a cause: the state's default, refined by the dimensions it names (module table)."""
+    if state in REFINED_STATES:
+        if "node_id" in elements:
+            return "hardware"
+        if any(d in elements for d in VERSION_DIMS):
+            return "software"
+    return BASE_FAMILY[state]
+
+
+def state_deltas(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame) -> pd.DataFrame:
+    """Per state (index, in :data:`STATES` order): GPU-minutes and shares of paid, actual vs expected.
+
+    Columns: actual_gpu_minutes, expected_gpu_minutes (scaled to the actual
+    paid GPU-minutes), actual_share, expected_share, delta_share and
+    goodput_change (+delta for productive, -delta for a loss state: the
+    state's contribution to the change of goodput; they sum to it exactly).
+    Raises ``ValueError`` when either side has no paid GPU-minutes.
+    """
+    a = _by_state(actual_leaves)
+    e = _by_state(expected_leaves)
+    paid_a, paid_e = a.sum(), e.sum()
+    if paid_a <= 0 or paid_e <= 0:
+        raise ValueError(f"nothing to decompose: paid GPU-minutes actual {paid_a:g}, expected {paid_e:g}")
+    e = e * (paid_a / paid_e)
+    out = pd.DataFrame({"actual_gpu_minutes": a, "expected_gpu_minutes": e})
+    out["actual_share"] = a / paid_a
+    out["expected_share"] = e / paid_a
+    out["delta_share"] = out["actual_share"] - out["expected_share"]
+    out["goodput_change"] = np.where(out.index == "productive", out["delta_share"], -out["delta_share"])
+    change = out.loc["productive", "delta_share"]
+    explained = out.loc[LOSS_STATES, "goodput_change"].sum()
+    if abs(change - explained) > EXACT_TOL:
+        raise AssertionError(f"state deltas do not add up to the goodput change: {explained!r} != {change!r}")
+    return out
+
+
+def decompose(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame, *, dimensions=DIMENSIONS,
+              max_causes: int = 3, min_state_growth: float = MIN_STATE_GROWTH, start=None, end=None) -> pd.DataFrame:
+    """Ranked causes of the window's goodput change (contract :class:`GoodputDecomposition`).
+
+    ``actual_leaves``: goodput_leaves rows of the window (any number of
+    partitions; they are summed). ``expected_leaves``: the same columns for the
+    baseline (e.g. :func:`expected_leaves_from_history`). ``max_causes``: causes
+    per state that grew. ``start`` / ``end``: the window (default: the first
+    partition of ``actual_leaves`` and 5 minutes after the last). An empty
+    frame when there is nothing to decompose (no paid GPU-minutes on a side).
+    """
+    start, end = _window(actual_leaves, start, end)
+    try:
+        deltas = state_deltas(actual_leaves, expected_leaves)
+    except ValueError:
+        return _empty()
+    paid = float(deltas["actual_gpu_minutes"].sum())
+    scale = paid / float(_by_state(expected_leaves).sum())
+    drop = float(deltas.loc["productive", "expected_gpu_minutes"] - deltas.loc["productive", "actual_gpu_minutes"])
+    has_drop = abs(drop) > EXACT_TOL * paid
+    goodput_a, goodput_e = deltas.loc["productive", ["actual_share", "expected_share"]]
+    header = (f"goodput {goodput_a:.2%} vs {goodput_e:.2%} expected ({(goodput_a - goodput_e) * 100:+.2f} pp, "
+              f"{-drop:+,.0f} productive GPU-min of {paid:,.0f} paid)")
+    floor = min_state_growth * paid
+    dims = list(dimensions)
+
+    rows = []
+    table = _LeafTable(actual_leaves, expected_leaves, dims, scale)
+    grown = deltas.loc[LOSS_STATES]
+    grown = grown[grown["actual_gpu_minutes"] - grown["expected_gpu_minutes"] > floor]
+    for state, d in grown.iterrows():
+        growth = float(d["actual_gpu_minutes"] - d["expected_gpu_minutes"])
+        state_text = (f"{state} {d['delta_share'] * 100:+.2f} pp of paid GPU-minutes ({growth:+,.0f} GPU-min: "
+                      f"{d['actual_gpu_minutes']:,.0f} vs {d['expected_gpu_minutes']:,.0f} expected)")
+        causes = drill_down(table.frame(state), dims, "actual", "expected", max_causes=max_causes)
+        for c in causes:
+            rows.append({
+                "state": state, "cause_family": cause_family(state, c.elements), "elements": json.dumps(c.elements),
+                "explanatory_power": c.explanatory_power, "surprise": c.surprise,
+                "actual_gpu_minutes": c.actual, "expected_gpu_minutes": c.expected, "change": c.change,
+                "evidence": f"{header}; {state_text}; {c.describe()}",
+            })
+        rest = growth - sum(c.change for c in causes)
+        if rest >= floor:
+            a_rest = float(d["actual_gpu_minutes"]) - sum(c.actual for c in causes)
+            e_rest = float(d["expected_gpu_minutes"]) - sum(c.expected for c in causes)
+            what = "the rest" if causes else "all of it"
+            rows.append({
+                "state": state, "cause_family": BASE_FAMILY[state], "elements": json.dumps({}),
+                "explanatory_power": rest / growth, "surprise": 0.0,
+                "actual_gpu_minutes": max(a_rest, 0.0), "expected_gpu_minutes": max(e_rest, 0.0), "change": rest,
+                "evidence": (f"{header}; {state_text}; {what} ({rest:+,.0f} GPU-min) is spread over "
+                             f"{', '.join(dims)}: no narrower set of values carries it"),
+            })
+    if not rows:
+        return _empty()
+    out = pd.DataFrame(rows)
+    out["share_of_drop"] = out["change"] / drop if has_drop else np.nan
+    order = {s: i for i, s in enumerate(STATES)}
+    out = out.assign(_spread=out["elements"] == "{}", _state=out["state"].map(order))
+    out = out.sort_values(["_spread", "change", "_state"], ascending=[True, False, True], kind="stable", ignore_index=True)
+    out["rank"] = np.arange(1, len(out) + 1)
+    out["partition_start"] = start
+    out["window_end"] = end
+    return out[OUT_COLUMNS]
+
+
+def expected_leaves_from_history(history_leaves: pd.DataFrame, partitions, *,
+                                 actual_leaves: pd.DataFrame | None = None, exclude=(),
+                                 lookback_days: int = LOOKBACK_DAYS, trailing: pd.Timedelta = TRAILING) -> pd.DataFrame:
+    """Expected goodput leaves of each partition of a window, from the leaves before it.
+
+    - ``hour_of_day``: the mean of the same 5-minute slot of the day over the
+      days of the last ``lookback_days`` before the window's first partition
+      that have it (a missing leaf counts 0 on a day that has the slot);
+    - ``trailing`` (cold start, no such day): the mean partition of the
+      ``trailing`` period before the window;
+    - neither: the partition gets no rows.
+
+    Partitions in ``exclude`` (incident minutes) are never used; history at or
+    after the window's start is ignored (the window never judges itself). With
+    ``actual_leaves``, each partition x region x sku is scaled so that its
+    expected paid GPU-minutes equal the actual ones (where both exist).
+
+    Returns the goodput_leaves columns plus ``method`` (hour_of_day | trailing).
+    """
+    cols = ["partition_start", *LEAF_DIMS, "state", "gpu_minutes", "method"]
+    keys = [*LEAF_DIMS, "state"]
+    parts_idx = pd.DatetimeIndex(pd.to_datetime(pd.Index(partitions), utc=True)).unique().sort_values()
+    if not len(parts_idx) or history_leaves is None or history_leaves.empty:
+        return pd.DataFrame(columns=cols)
+    start = parts_idx[0]
+    ps = pd.to_datetime(history_leaves["partition_start"], utc=True)
+    use = (ps < start) & (ps >= start - pd.Timedelta(days=lookback_days))
+    if len(exclude):
+        use &= ~ps.isin(pd.to_datetime(list(exclude), utc=True))
+    h = history_leaves.loc[use.to_numpy(), keys]
+    if h.empty:
+        return pd.DataFrame(columns=cols)
+    slot = _slot(ps[use.to_numpy()])
+    minutes = history_leaves.loc[use.to_numpy(), "gpu_minutes"].to_numpy(dtype=float)
+    leaf, first_row = _leaf_codes(h, keys)
+    n_leaves = len(first_row)
+    tod = slot % DAY_SLOTS
+    target_tod = _slot(parts_idx) % DAY_SLOTS
+
+    # hour_of_day: per slot of the day, the sum over the days that have it / their number
+    days = np.bincount(np.unique(slot) % DAY_SLOTS, minlength=DAY_SLOTS)
+    cells, inverse = np.unique(tod * n_leaves + leaf, return_inverse=True)
+    cell_sum = np.bincount(inverse, weights=minutes)
+    cell_tod, cell_leaf = np.divmod(cells, n_leaves)
+    cell_mean = cell_sum / days[cell_tod]
+    # cells are sorted by slot of the day: each target partition takes its slot's run of cells
+    run_start = np.searchsorted(cell_tod, np.arange(DAY_SLOTS))
+    run_len = np.bincount(cell_tod, minlength=DAY_SLOTS)
+    warm = days[target_tod] > 0
+    t_of_row = np.repeat(np.flatnonzero(warm), run_len[target_tod[warm]])
+    cell_of_row = _ranges(run_start[target_tod[warm]], run_len[target_tod[warm]])
+    pieces = [(t_of_row, cell_leaf[cell_of_row], cell_mean[cell_of_row], "hour_of_day")]
+
+    # trailing (cold start): the mean partition of the trailing period, for partitions with no such day
+    cold = np.flatnonzero(~warm)
+    trail = slot >= _slot([start - trailing])[0]
+    if len(cold) and trail.any():
+        t_sum = np.bincount(leaf[trail], weights=minutes[trail], minlength=n_leaves) / len(np.unique(slot[trail]))
+        t_leaf = np.flatnonzero(np.bincount(leaf[trail], minlength=n_leaves) > 0)
+        pieces.append((np.repeat(cold, len(t_leaf)), np.tile(t_leaf, len(cold)), np.tile(t_sum[t_leaf], len(cold)),
+                       "trailing"))
+    t_all = np.concatenate([p[0] for p in pieces])
+    if not len(t_all):
+        return pd.DataFrame(columns=cols)
+    leaf_all = np.concatenate([p[1] for p in pieces])
+    out = h.iloc[first_row[leaf_all]].reset_index(drop=True)
+    out.insert(0, "partition_start", parts_idx[t_all])
+    out["gpu_minutes"] = np.concatenate([p[2] for p in pieces])
+    out["method"] = np.concatenate([np.full(len(p[0]), p[3], dtype=object) for p in pieces])
+
+    if actual_leaves is not None and len(actual_leaves):
+        act = actual_leaves.assign(partition_start=pd.to_datetime(actual_leaves["partition_start"], utc=True))
+        paid_a = act.groupby(["partition_start", "region", "sku"])["gpu_minutes"].sum()
+        paid_e = out.groupby(["partition_start", "region", "sku"])["gpu_minutes"].sum()
+        factor = (paid_a / paid_e).dropna()
+        factor = factor[np.isfinite(factor) & (factor > 0)].rename("factor").reset_index()
+        out = out.merge(factor, on=["partition_start", "region", "sku"], how="left")
+        out["gpu_minutes"] *= out.pop("factor").fillna(1.0)
+    return out[cols].reset_index(drop=True)
+
+
+# --- internals ---------------------------------------------------------------------------
+
+
+def _empty() -> pd.DataFrame:
+    frame = pd.DataFrame({c: pd.Series(dtype=object) for c in OUT_COLUMNS})
+    for c in ("partition_start", "window_end"):
+        frame[c] = pd.to_datetime(frame[c], utc=True)
+    for c in ("share_of_drop", "explanatory_power", "surprise", "actual_gpu_minutes", "expected_gpu_minutes"):
+        frame[c] = frame[c].astype(float)
+    frame["rank"] = frame["rank"].astype("int64")
+    return frame
+
+
+def _window(actual_leaves: pd.DataFrame, start, end) -> tuple[pd.Timestamp, pd.Timestamp]:
+    ps = pd.to_datetime(actual_leaves["partition_start"], utc=True) if len(actual_leaves) else None
+    start = pd.Timestamp(start) if start is not None else (ps.min() if ps is not None else pd.NaT)
+    end = pd.Timestamp(end) if end is not None else (ps.max() + SLOT if ps is not None else pd.NaT)
+    for name, ts in (("start", start), ("end", end)):
+        if pd.isna(ts):
+            raise ValueError(f"decompose: no window {name} (empty actual leaves and none given)")
+    return (start.tz_localize("UTC") if start.tz is None else start.tz_convert("UTC"),
+            end.tz_localize("UTC") if end.tz is None else end.tz_convert("UTC"))
+
+
+def _by_state(leaves: pd.DataFrame) -> pd.Series:
+    if leaves is None or leaves.empty:
+        return pd.Series(0.0, index=pd.Index(STATES, name="state"))
+    unknown = set(leaves["state"].astype(object)) - set(STATES)
+    if unknown:
+        raise ValueError(f"unknown loss-tree states: {sorted(unknown)}")
+    return leaves.groupby(leaves["state"].astype(object))["gpu_minutes"].sum().reindex(STATES, fill_value=0.0)
+
+
+class _LeafTable:
+    """The leaves a state's drill-down runs over, with its GPU-minutes actual and expected.
+
+    Leaves are the combinations of ``dims`` seen in the window or its baseline
+    in any state *of the same kind* (:data:`STATE_KIND`: unallocated GPUs,
+    allocated ones, or either), zeros included: the places a state did not
+    occur are the contrast that pins a state newly appearing on one node
+    (nothing expected anywhere) to that node, while job leaves never dilute an
+    idle state (and idle leaves, with no team or queue, never a job's state).
+    """
+
+    def __init__(self, actual: pd.DataFrame, expected: pd.DataFrame, dims: list[str], scale: float):
+        both = pd.concat([actual[[*dims, "state", "gpu_minutes"]].assign(_side=0),
+                          expected[[*dims, "state", "gpu_minutes"]].assign(_side=1)], ignore_index=True)
+        keyed = both[dims]
+        if keyed.isna().any().any():
+            keyed = keyed.astype(object).fillna("unknown")
+        self.leaf, first_row = _leaf_codes(keyed, dims)
+        self.universe = keyed.iloc[first_row].astype(object).reset_index(drop=True)
+        self.state = both["state"].astype(object).to_numpy()
+        self.side = both["_side"].to_numpy()
+        self.minutes = both["gpu_minutes"].to_numpy(dtype=float) * np.where(self.side == 1, scale, 1.0)
+
+    def frame(self, state: str) -> pd.DataFrame:
+        """This state's leaves with ``actual`` and ``expected`` GPU-minutes (the dimension columns plus those two)."""
+        n = len(self.universe)
+        kind = STATE_KIND[state]
+        same_kind = [s for s in STATES if kind == "any" or STATE_KIND[s] in (kind, "any")]
+        seen = np.bincount(self.leaf[np.isin(self.state, same_kind)], minlength=n) > 0
+        rows = self.state == state
+        out = self.universe.copy()
+        for name, side in (("actual", 0), ("expected", 1)):
+            sel = rows & (self.side == side)
+            out[name] = np.bincount(self.leaf[sel], weights=self.minutes[sel], minlength=n)
+        return out[seen].reset_index(drop=True)
+
+
+def _leaf_codes(frame: pd.DataFrame, cols: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Code of each row's combination of ``cols`` (0..n-1) and the first row of each code."""
+    key = np.zeros(len(frame), dtype=np.int64)
+    card = 1
+    for c in cols:
+        code, uniq = pd.factorize(frame[c], use_na_sentinel=False)
+        key = key * len(uniq) + code
+        card *= len(uniq)
+        if card > 2**40:  # keep the packed key inside int64
+            key = pd.factorize(key)[0].astype(np.int64)
+            card = int(key.max()) + 1
+    _, first_row, codes = np.unique(key, return_index=True, return_inverse=True)
+    return codes.ravel(), first_row
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, s + n)`` for each start and length."""
+    total = int(lengths.sum())
+    if not total:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    offsets = np.arange(total) - np.repeat(ends - lengths, lengths)
+    return np.repeat(starts, lengths) + offsets
+
+
+def _slot(ts) -> np.ndarray:
+    return np.asarray((pd.DatetimeIndex(pd.to_datetime(ts, utc=True)) - _EPOCH) // SLOT, dtype=np.int64)
