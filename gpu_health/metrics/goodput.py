@@ -20,7 +20,8 @@ State of a GPU-minute, by precedence:
 5. allocated:
    * ``failure_loss`` -- minutes of a job that failed (failed / node_fail /
      timeout) in the window, spent after its last durable checkpoint;
-   * ``allocated_idle`` -- the GPU does no work (util < 5 % and SM activity < 0.05);
+   * ``allocated_idle`` -- the GPU does no work (util < 5 % or SM activity < 0.05: a hung
+     collective spins at ~100 % util with SM activity ~0);
    * ``allocated_unproductive`` -- busy but no training progress: a
      batch/distributed job reporting no training metrics at all (dummy load
      games utilization this way) or reporting minutes with 0 steps (a hang);
@@ -61,6 +62,9 @@ BUSY_UTIL_PCT = 5.0
 BUSY_SM = 0.05
 NO_DATA_COVERAGE = 0.5
 MINUTE = pd.Timedelta(minutes=1)
+# a failed job's lost work is read from its runtime rows of this span before the failure (the
+# caller passes them as ``runtime_history``), so a range and its partitions agree
+FAILURE_LOOKBACK = pd.Timedelta(hours=1)
 
 
 def _minutes(start, end) -> pd.DatetimeIndex:
@@ -129,7 +133,10 @@ def job_lookup(meta: pd.DataFrame, sched: pd.DataFrame) -> pd.DataFrame:
     cols = ["team", "workload_class", "model_type", "framework_version"]
     out = meta.drop_duplicates("job_id").set_index("job_id")[cols] if meta is not None and len(meta) else pd.DataFrame(columns=cols)
     if sched is not None and len(sched):
-        q = sched.drop_duplicates("job_id", keep="last").set_index("job_id")["queue"]
+        # the queue a job was submitted to, from events before it ran (a later 'ended' event would make a
+        # range know more than its partitions)
+        placed = sched[sched["event"].isin(["submitted", "started"])].sort_values("ts", kind="stable")
+        q = placed.drop_duplicates("job_id", keep="first").set_index("job_id")["queue"]
         out = out.join(q.rename("queue"), how="outer")
     else:
         out["queue"] = pd.NA
@@ -142,7 +149,8 @@ def _codes(values, universe: pd.Index) -> np.ndarray:
 
 def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, inventory: pd.DataFrame,
                    maintenance: pd.DataFrame | None, meta: pd.DataFrame | None, sched_history: pd.DataFrame | None,
-                   baseline: pd.DataFrame | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+                   baseline: pd.DataFrame | None, runtime_history: pd.DataFrame | None = None
+                   ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Leaves of the loss tree for ``[start, end)``.
 
     Returns ``(leaves, failures)``: leaves hold gpu_minutes per partition_start x
@@ -152,6 +160,9 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     ``inventory``: node_id, region, sku, gpus (nodes known from the trailing day).
     ``baseline``: step-time baselines per signature (model_type, sku, gpus), with
     ``partition_start`` when each partition has its own.
+    ``runtime_history``: job_runtime_metrics of the :data:`FAILURE_LOOKBACK` before
+    ``start`` (the work jobs failing early in the window threw away); ``sched_history``
+    holds the 'started' events of jobs without training metrics.
 
     Implementation: every join is on integer codes (minute x node, minute x job,
     partition x signature) and the final aggregation is one ``np.unique`` over a
@@ -251,7 +262,8 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     interactive = has_job & job_interactive[jj] if n and len(job_uni) else np.zeros(n, bool)
 
     # failures: minutes after the last checkpoint of jobs that failed in the window
-    failures = _failures(frames["scheduler_events"], runtime, gpu, start, end)
+    rt_fail = runtime if runtime_history is None or runtime_history.empty else pd.concat([runtime_history, runtime])
+    failures = _failures(frames["scheduler_events"], rt_fail, gpu, start, end, history=sched_history)
     lost = np.zeros(n, dtype=bool)
     if len(failures) and n:
         fj = _codes(failures["job_id"], job_uni)
@@ -456,14 +468,16 @@ def _missing_minutes(t_idx, g_node, minutes, node_uni, node_region, node_sku, no
     return out
 
 
-def _failures(sched: pd.DataFrame, runtime: pd.DataFrame, g: pd.DataFrame, start, end) -> pd.DataFrame:
+def _failures(sched: pd.DataFrame, runtime: pd.DataFrame, g: pd.DataFrame, start, end,
+              history: pd.DataFrame | None = None) -> pd.DataFrame:
     """Jobs that failed in the window and the work they threw away.
 
     Lost work = steps since the last durable checkpoint (``last_step -
-    last_checkpoint_step`` of the job's last runtime row) at its step time; a job
-    with no training metrics loses everything since it started. Only the job's
-    own counters are used, so the answer does not depend on how much history
-    the window holds.
+    last_checkpoint_step`` of the job's last runtime row) at its median step time
+    over the :data:`FAILURE_LOOKBACK` before the failure; a job with no training
+    metrics loses everything since it started (its 'started' event in ``history``).
+    Only the job's own rows in that span are used, so the answer does not depend on
+    the window (given the lookback).
     """
     cols = ["job_id", "failed_at", "exit_state", "reason", "lost_from", "gpus", "lost_gpu_minutes", "lost_in_window"]
     if sched is None or sched.empty:
@@ -474,8 +488,11 @@ def _failures(sched: pd.DataFrame, runtime: pd.DataFrame, g: pd.DataFrame, start
         return pd.DataFrame(columns=cols)
     ended = ended.drop_duplicates("job_id", keep="last").set_index("job_id")
     failed_at = ended["ts"].dt.floor("1min")
-    starts = sched[sched["event"] == "started"].groupby("job_id")["ts"].max().reindex(ended.index)
-    last = (runtime[runtime["job_id"].isin(ended.index)].sort_values("ts").groupby("job_id")
+    events = history if history is not None and len(history) else sched
+    starts = events[events["event"] == "started"].groupby("job_id")["ts"].max().reindex(ended.index)
+    rt = runtime[runtime["job_id"].isin(ended.index)]
+    rt = rt[rt["ts"] >= rt["job_id"].map(failed_at - FAILURE_LOOKBACK)]
+    last = (rt.sort_values("ts").groupby("job_id")
             .agg(last_step=("last_step", "last"), ck=("last_checkpoint_step", "last"), step=("step_time_s", "median")))
     last = last.reindex(ended.index)
     since_ck = (last["last_step"] - last["ck"].astype(float).fillna(0)).clip(lower=0)

@@ -108,6 +108,10 @@ def goodput(wh: Warehouse, start, end, frames: dict | None = None, baselines: pd
     inventory = inventory_for(wh, start, end)
     baselines = baselines if baselines is not None else wh.read_window("step_time_baselines", start, end)
     sched_all = frames["scheduler_events"]
+    # runtime rows before the window: the work a job failing early in the window threw away
+    rt_all = frames["job_runtime_metrics"]
+    rt_before = wh.read_window("job_runtime_metrics", start - G.FAILURE_LOOKBACK, start)
+    rt_all = pd.concat([rt_before, rt_all], ignore_index=True) if len(rt_before) else rt_all
     in_window = dict(frames)
     in_window["scheduler_events"] = sched_all[sched_all["ts"] >= start]
     leaves_parts, fail_parts = [], []
@@ -116,12 +120,13 @@ def goodput(wh: Warehouse, start, end, frames: dict | None = None, baselines: pd
         leaves, failures = G.compute_states(
             sub, start=c0, end=c1, capacity=capacity[capacity["date"].astype(str) == str(c0.date())],
             inventory=inventory, maintenance=maint, meta=meta, sched_history=sched_all[sched_all["ts"] < c1],
-            baseline=baselines[(baselines["partition_start"] >= c0) & (baselines["partition_start"] < c1)])
+            baseline=baselines[(baselines["partition_start"] >= c0) & (baselines["partition_start"] < c1)],
+            runtime_history=rt_all[(rt_all["ts"] >= c0 - G.FAILURE_LOOKBACK) & (rt_all["ts"] < c0)])
         leaves_parts.append(leaves)
         fail_parts.append(failures)
     leaves = pd.concat(leaves_parts, ignore_index=True)
     failures = pd.concat(fail_parts, ignore_index=True)
-    failures = _enrich_failures(failures, frames["gpu_telemetry"], meta, sched_all)
+    failures = _enrich_failures(failures, frames["gpu_telemetry"], meta, sched_all, inventory)
     return leaves, failures
 
 
@@ -136,10 +141,18 @@ def _chunks(start, end, size):
         t = nxt
 
 
-def _enrich_failures(failures: pd.DataFrame, gpu: pd.DataFrame, meta: pd.DataFrame, sched: pd.DataFrame) -> pd.DataFrame:
+def _enrich_failures(failures: pd.DataFrame, gpu: pd.DataFrame, meta: pd.DataFrame, sched: pd.DataFrame,
+                     inventory: pd.DataFrame | None = None) -> pd.DataFrame:
     if failures.empty:
         return failures.assign(partition_start=pd.Series(dtype="datetime64[ns, UTC]"), region=[], sku=[], team=[], workload_class=[])
     place = gpu[gpu["job_id"].notna()].sort_values("ts").groupby("job_id").agg(region=("region", "last"), sku=("sku", "last"))
+    if inventory is not None and len(inventory):
+        # a job that failed early in a partition may have no GPU rows in it: its 'ended' event names its nodes
+        ended = sched[(sched["event"] == "ended") & sched["job_id"].isin(failures["job_id"]) & sched["node_ids"].notna()]
+        first = ended.drop_duplicates("job_id", keep="last").set_index("job_id")["node_ids"].astype(str).str.split(",").str[0]
+        inv = inventory.drop_duplicates("node_id").set_index("node_id")
+        by_event = pd.DataFrame({"region": first.map(inv["region"]), "sku": first.map(inv["sku"])})
+        place = place.combine_first(by_event.dropna(how="all")) if len(place) else by_event
     m = meta.drop_duplicates("job_id").set_index("job_id") if len(meta) else pd.DataFrame(columns=["team", "workload_class"])
     f = failures.copy()
     f["partition_start"] = f["failed_at"].dt.floor("5min")
