@@ -5,6 +5,7 @@ import dagster as dg
 from gpu_health.defs.alerting.assets import build_alerting_assets
 from gpu_health.defs.alerting.sensors import AlertmanagerResource, alertmanager_delivery_sensor
 from gpu_health.defs.baselines.assets import build_baseline_assets
+from gpu_health.defs.diagnosis.assets import build_diagnosis_assets
 from gpu_health.defs.finance.assets import build_finance_assets
 from gpu_health.defs.jobs import build_jobs
 from gpu_health.defs.kpis.assets import build_kpi_assets
@@ -41,7 +42,7 @@ def build_definitions(settings: Settings, resources: dict | None = None) -> dg.D
     five_minute = five_minute_partitions(settings.partition_start)
     daily = daily_partitions(settings.partition_start)
     assets = [*build_telemetry_assets(five_minute, daily), *build_baseline_assets(five_minute), *build_kpi_assets(five_minute),
-              *build_alerting_assets(five_minute),
+              *build_alerting_assets(five_minute), *build_diagnosis_assets(five_minute),
               *build_finance_assets(daily)]
     five_job, daily_job, calendar_job, schedules = build_jobs(assets, five_minute, daily)
     return dg.Definitions(

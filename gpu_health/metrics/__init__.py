@@ -24,5 +24,11 @@ from gpu_health.metrics.kpis import KpiValues as _KpiValues  # noqa: E402  (kpis
 
 DERIVED["kpi_values"] = (_KpiValues, "partition_start")
 
+from gpu_health.diagnosis.decompose import GoodputDecomposition as _Decomposition  # noqa: E402
+from gpu_health.metrics.kpi_baselines import KpiBaselines as _KpiBaselines  # noqa: E402
+
+DERIVED["kpi_baselines"] = (_KpiBaselines, "partition_start")
+DERIVED["goodput_decomposition"] = (_Decomposition, "partition_start")
+
 for _name, (_model, _col) in DERIVED.items():
     register_derived(_name, _model, _col)

@@ -263,3 +263,60 @@ def kpi_values(wh: Warehouse, start, end) -> pd.DataFrame:
         step_baseline=wh.read_window("step_time_baselines", start, end),
         pending=pd.DataFrame(columns=["job_id", "submitted_at", "gpus"]),
     )
+
+
+def _paged_partitions(wh: Warehouse, start, end) -> set:
+    """Partitions in which a page was firing: incident minutes never teach a baseline."""
+    a = wh.read_window("alerts", start, end, columns=["partition_start", "severity", "status"])
+    return set(a.loc[(a["severity"] == "page") & (a["status"] == "firing"), "partition_start"]) if len(a) else set()
+
+
+def _slices(start, end, days: int, pad: pd.Timedelta) -> list[tuple[pd.Timestamp, pd.Timestamp]]:
+    """The same time of day on each of the previous ``days`` days (padded), plus the trailing two hours."""
+    out = [(start - pd.Timedelta(days=d) - pad, end - pd.Timedelta(days=d) + pad) for d in range(days, 0, -1)]
+    return out + [(start - pd.Timedelta(hours=2), start)]
+
+
+def _read_slices(wh: Warehouse, table: str, slices, **kw) -> pd.DataFrame:
+    parts = [wh.read_window(table, a, b, **kw) for a, b in slices]
+    parts = [p for p in parts if len(p)]
+    return pd.concat(parts, ignore_index=True).drop_duplicates() if parts else wh.read_window(table, slices[-1][1], slices[-1][1], **kw)
+
+
+def kpi_baselines(wh: Warehouse, start, end) -> pd.DataFrame:
+    """Expected value of every KPI series and loss-state share per partition (gpu_health.metrics.kpi_baselines):
+    only the slices its rules use are read (the same +-30 min on each of the previous 14 days, the trailing 2 h)."""
+    from gpu_health.metrics.kpi_baselines import expected_values
+
+    start, end = pd.Timestamp(start), pd.Timestamp(end)
+    slices = _slices(start, end, 14, pd.Timedelta(minutes=35))
+    kpis = _read_slices(wh, "kpi_values", slices)
+    states = _read_slices(wh, "goodput_states", slices)
+    exclude = _paged_partitions(wh, start - pd.Timedelta(days=15), start)
+    parts = pd.date_range(start, end, freq="5min", inclusive="left")
+    return expected_values(kpis, states, parts, exclude=exclude, maintenance=wh.read_window("maintenance_windows"))
+
+
+def decomposition(wh: Warehouse, start, end) -> pd.DataFrame:
+    """Ranked causes of each partition's goodput change against its expected leaves (same slot of the
+    previous 3 days, else the trailing 2 hours; gpu_health.diagnosis.decompose)."""
+    from gpu_health.diagnosis.decompose import decompose, expected_leaves_from_history
+
+    start, end = pd.Timestamp(start), pd.Timestamp(end)
+    actual = wh.read_window("goodput_leaves", start, end)
+    history = _read_slices(wh, "goodput_leaves", _slices(start, end, 3, pd.Timedelta(0)))
+    history = history[history["partition_start"] < start]
+    exclude = _paged_partitions(wh, start - pd.Timedelta(days=4), start)
+    parts = pd.date_range(start, end, freq="5min", inclusive="left")
+    # expected leaves of every partition at once, from history before the window (at cold start the trailing
+    # two hours before the window's start: a range run and partition runs differ only then)
+    expected = expected_leaves_from_history(history, parts, actual_leaves=actual, exclude=exclude, lookback_days=3)
+    if expected.empty:
+        return pd.DataFrame()
+    exp_by = dict(tuple(expected.drop(columns=["method"], errors="ignore").groupby("partition_start")))
+    out = []
+    for p, act in actual.groupby("partition_start"):
+        if p in exp_by:
+            out.append(decompose(act, exp_by[p], start=p, end=p + pd.Timedelta(minutes=5)))
+    out = [o for o in out if len(o)]
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()

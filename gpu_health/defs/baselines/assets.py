@@ -16,7 +16,20 @@ def build_baseline_assets(five_minute) -> list:
     def _baselines(context, wh, start, end):
         return P.step_baselines(wh, start, end)
 
+    def _kpi_baselines(context, wh, start, end):
+        return P.kpi_baselines(wh, start, end)
+
+    from gpu_health.metrics.kpi_baselines import KpiBaselines
+
     return [
+        derived_asset("kpi_baselines", group="baselines", owner="ml_platform", model=KpiBaselines,
+                      partitions_def=five_minute, deps=["kpi_values", "goodput_states", "alerts", "maintenance_windows"],
+                      grain="one row per KPI series or loss-state share x slice per 5-minute partition",
+                      description="Expected value (median, MAD, quantiles) of every KPI and loss-state share: the same hour "
+                                  "of the week (2+ weeks of history), else the same hour of day on days of the same type, "
+                                  "else the trailing two hours (cold start); incident (paged) and maintenance minutes never "
+                                  "teach it.",
+                      compute=_kpi_baselines),
         derived_asset("node_inventory", group="baselines", owner="infra", model=M.NodeInventory, partitions_def=five_minute,
                       deps=["gpu_telemetry", "node_telemetry"], grain="one row per node seen per 5-minute partition",
                       description="Nodes and GPUs that reported: the trailing day of it is the inventory behind paid GPU-minutes "
