@@ -87,7 +87,8 @@ def step_baselines(wh: Warehouse, start, end, current: pd.DataFrame | None = Non
         for p in pd.date_range(max(hour, start), min(hour + pd.Timedelta(hours=1), end), freq="5min", inclusive="left"):
             cur = current[current["partition_start"] == p]
             cohort = B.step_baseline(None, cur) if len(cur) else base_h.iloc[0:0]
-            both = pd.concat([base_h[base_h["history_minutes"] >= B.MIN_HISTORY_MINUTES], cohort], ignore_index=True)
+            parts = [x for x in (base_h[base_h["history_minutes"] >= B.MIN_HISTORY_MINUTES], cohort) if len(x)]
+            both = pd.concat(parts, ignore_index=True) if parts else base_h.iloc[0:0]
             both = both.drop_duplicates(B.SIGNATURE, keep="first")
             if len(both):
                 out.append(both.assign(partition_start=p))
