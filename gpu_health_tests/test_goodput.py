@@ -189,7 +189,9 @@ def _check_slowdown(sim, kind, state, rows):
     for other in set(G.SLOWDOWN_STATES) - {state, "slowdown_checkpoint"}:
         moved = run.total(other, node_id=nodes) - quiet.total(other, node_id=nodes)
         assert abs(moved) < 0.05 * expected, (kind, other, moved)
-    return run, quiet, nodes
+    # nodes whose jobs were not hit run as without the incident
+    elsewhere = sorted(set(run.leaves["node_id"]) - set(nodes))
+    assert run.total(state, node_id=elsewhere) == pytest.approx(quiet.total(state, node_id=elsewhere), abs=1.0)
 
 
 def test_thermal_throttle_moves_the_lost_share_of_throttled_jobs_into_slowdown_compute(sim):
@@ -214,12 +216,8 @@ def test_network_degradation_moves_gradient_sync_of_multi_node_jobs_into_slowdow
     nodes_per_job = g[g["job_id"].notna()].groupby("job_id")["node_id"].nunique()
     multi = nodes_per_job[nodes_per_job > 1].index
     hit = g[g["node_id"].isin(run.label()["node_ids"]) & (g["ts"] >= I0) & (g["ts"] < I1)]
-    run_, quiet, nodes = _check_slowdown(sim, "network_degradation", "slowdown_network",
-                                         _job_minutes_progressing(run.frames, hit[hit["job_id"].isin(multi)]))
-    # single-node jobs on the degraded nodes do not slow down
-    single = hit[hit["job_id"].notna() & ~hit["job_id"].isin(multi)]
-    assert run_.total("slowdown_network", node_id=sorted(set(single["node_id"]) - set(nodes))) == pytest.approx(
-        quiet.total("slowdown_network", node_id=sorted(set(single["node_id"]) - set(nodes))), abs=1.0)
+    _check_slowdown(sim, "network_degradation", "slowdown_network",
+                    _job_minutes_progressing(run.frames, hit[hit["job_id"].isin(multi)]))
 
 
 def test_framework_regression_slows_the_jobs_on_the_new_version(sim):
@@ -348,7 +346,7 @@ def test_scheduling_incidents_raise_idle_blocked(sim, kind):
     run, quiet = sim(kind), sim()
     inside = [p for p in PARTITIONS if p + FIVE > I0 and p < I1]
     blocked, blocked_quiet = run.total("idle_blocked", partition_start=inside), quiet.total("idle_blocked", partition_start=inside)
-    assert blocked > 1.05 * blocked_quiet, (blocked, blocked_quiet)
+    assert blocked > 1.3 * blocked_quiet, (blocked, blocked_quiet)
 
 
 def test_driver_regression_failures_land_in_failure_loss_on_the_upgraded_cohort(sim):
