@@ -84,6 +84,22 @@ CREATE TABLE cost_capacity (
 	CONSTRAINT pk_cost_capacity PRIMARY KEY (date, region, sku)
 );
 
+CREATE TABLE goodput_decomposition (
+	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
+	window_end TIMESTAMP WITH TIME ZONE NOT NULL, 
+	rank BIGINT NOT NULL, 
+	state TEXT NOT NULL, 
+	cause_family TEXT NOT NULL, 
+	share_of_drop FLOAT, 
+	elements TEXT NOT NULL, 
+	explanatory_power FLOAT NOT NULL, 
+	surprise FLOAT NOT NULL, 
+	actual_gpu_minutes FLOAT NOT NULL, 
+	expected_gpu_minutes FLOAT NOT NULL, 
+	evidence TEXT NOT NULL, 
+	CONSTRAINT pk_goodput_decomposition PRIMARY KEY (partition_start, window_end, rank)
+);
+
 CREATE TABLE goodput_leaves (
 	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
 	region TEXT NOT NULL, 
@@ -189,6 +205,22 @@ CREATE TABLE job_runtime_metrics (
 	loss FLOAT, 
 	last_checkpoint_step BIGINT, 
 	CONSTRAINT pk_job_runtime_metrics PRIMARY KEY (ts, job_id)
+);
+
+CREATE TABLE kpi_baselines (
+	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
+	series TEXT NOT NULL, 
+	region TEXT NOT NULL, 
+	sku TEXT NOT NULL, 
+	workload_class TEXT NOT NULL, 
+	team TEXT NOT NULL, 
+	expected FLOAT, 
+	mad FLOAT, 
+	q10 FLOAT, 
+	q90 FLOAT, 
+	n_samples BIGINT NOT NULL, 
+	method TEXT NOT NULL, 
+	CONSTRAINT pk_kpi_baselines PRIMARY KEY (partition_start, series, region, sku, workload_class, team)
 );
 
 CREATE TABLE kpi_values (
