@@ -101,7 +101,7 @@ def score(alerts: pd.DataFrame, labels: pd.DataFrame, maintenance: pd.DataFrame,
                 maint_pages += 1
                 break
     inc = pd.DataFrame(incidents, columns=[*incidents_cols, "start", "alerts"])
-    return {"incidents": incidents, "false_pages": false_pages[["alert_id", "paged_at", "cause_family", "summary"]].astype(str).to_dict("records"),
+    return {"incidents": incidents, "false_page_alerts": false_pages[["alert_id", "paged_at", "cause_family", "summary"]].astype(str).to_dict("records"),
             **_metrics(inc, len(false_pages), maint_pages, span)}
 
 
@@ -142,7 +142,7 @@ def evaluate_scenario(path: str, workdir: str | None = None) -> dict:
             run(scen.start.isoformat(), scen.end.isoformat(), scenario=str(path), warehouse=url, quiet=True)
         except Exception as err:  # noqa: BLE001 -- a pipeline failure is this scenario's result, reported, not hidden
             return {"scenario": Path(path).stem, "error": f"{type(err).__name__}: {err}"[:2000],
-                    "seconds": round(time.time() - t0, 1), "incidents": [], "false_pages": [],
+                    "seconds": round(time.time() - t0, 1), "incidents": [], "false_page_alerts": [],
                     **_metrics(pd.DataFrame(), 0, 0, scen.end - scen.start)}
         alerts = Warehouse(url).read_window("alerts")
     result = score(alerts, labels_frame(scen), maintenance_windows(scen), scen.end - scen.start)

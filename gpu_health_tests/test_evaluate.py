@@ -1,0 +1,94 @@
+"""The evaluation harness: scoring definitions on hand-built alerts, and a reduced suite end to end."""
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from gpu_health.cli import main
+from gpu_health.evaluate import score
+
+T0 = pd.Timestamp("2026-11-03T12:07:00Z")
+
+
+def _labels(*incidents) -> pd.DataFrame:
+    rows = []
+    for i, (kind, family, severity, start, minutes, scope) in enumerate(incidents):
+        rows.append({"incident_id": f"inc-{i}", "kind": kind, "family": family, "severity": severity, "start": start,
+                     "end": start + pd.Timedelta(minutes=minutes), "scope": json.dumps(scope)})
+    return pd.DataFrame(rows)
+
+
+def _alerts(*alerts) -> pd.DataFrame:
+    rows = []
+    for alert_id, opened, severity, family, region, nodes in alerts:
+        rows.append({"partition_start": opened - pd.Timedelta(minutes=5), "alert_id": alert_id, "opened_at": opened,
+                     "paged_at": opened if severity == "page" else pd.NaT, "severity": severity, "cause_family": family,
+                     "region": region, "scope": json.dumps({"region": region, "nodes": nodes}), "summary": alert_id})
+    return pd.DataFrame(rows)
+
+
+def test_detection_ttd_family_and_false_pages():
+    labels = _labels(("thermal_throttle", "hardware", "high", T0, 60, {"region": "us-east", "node_ids": ["n1", "n2"]}),
+                     ("io_bottleneck", "data_io", "high", T0 + pd.Timedelta(hours=3), 60, {"region": "eu-west", "node_ids": ["n9"]}))
+    alerts = _alerts(("a1", T0 + pd.Timedelta(minutes=8), "page", "hardware", "us-east", ["n2"]),
+                     ("a2", T0 + pd.Timedelta(hours=3, minutes=13), "page", "network", "eu-west", ["n9"]),
+                     ("a3", T0 + pd.Timedelta(hours=6), "page", "gaming", "us-east", ["n5"]))
+    r = score(alerts, labels, pd.DataFrame(columns=["start", "end", "node_ids"]), pd.Timedelta(days=7))
+    assert r["detection_rate"] == 1.0
+    assert r["ttd_p50_min"] == pytest.approx(10.5) and r["ttd_max_min"] == pytest.approx(13.0)
+    assert r["top1_accuracy"] == 0.5  # the io incident was paged as network
+    assert r["false_pages"] == 1 and r["false_page_alerts"][0]["alert_id"] == "a3"
+    assert r["false_pages_per_week"] == pytest.approx(1.0)
+
+
+def test_a_page_after_the_grace_or_elsewhere_does_not_detect():
+    labels = _labels(("gpu_ecc_fault", "hardware", "high", T0, 30, {"region": "us-east", "node_ids": ["n1"]}))
+    late = _alerts(("late", T0 + pd.Timedelta(minutes=46), "page", "hardware", "us-east", ["n1"]))
+    other = _alerts(("other", T0 + pd.Timedelta(minutes=5), "page", "hardware", "eu-west", ["n7"]))
+    for alerts in (late, other):
+        r = score(alerts, labels, None, pd.Timedelta(days=1))
+        assert r["detection_rate"] == 0.0 and r["false_pages"] == 1
+
+
+def test_tickets_count_for_low_severity_and_maintenance_pages_are_counted():
+    labels = _labels(("collector_outage", "missing_data", "low", T0, 20, {"region": "us-east"}),
+                     ("maintenance", "planned", "low", T0 + pd.Timedelta(hours=2), 60, {"region": "eu-west", "node_ids": ["m1"]}))
+    windows = pd.DataFrame({"start": [T0 + pd.Timedelta(hours=2)], "end": [T0 + pd.Timedelta(hours=3)], "node_ids": ["m1,m2"]})
+    alerts = _alerts(("t1", T0 + pd.Timedelta(minutes=5), "ticket", "missing_data", "us-east", []),
+                     ("p1", T0 + pd.Timedelta(hours=2, minutes=10), "page", "hardware", "eu-west", ["m1"]))
+    r = score(alerts, labels, windows, pd.Timedelta(days=1))
+    assert r["ticket_rate"] == 1.0  # the outage (the only low-severity, non-planned incident) got its ticket
+    assert r["maintenance_pages"] == 1
+
+
+def test_no_alerts_at_all():
+    labels = _labels(("thermal_throttle", "hardware", "high", T0, 60, {"region": "us-east", "node_ids": ["n1"]}))
+    r = score(_alerts().reindex(columns=["partition_start", "alert_id", "opened_at", "paged_at", "severity",
+                                         "cause_family", "region", "scope", "summary"]), labels, None, pd.Timedelta(days=1))
+    assert r["detection_rate"] == 0.0 and r["false_pages"] == 0
+
+
+def test_reduced_suite_end_to_end(tmp_path, capsys):
+    """`gpu-health evaluate` on a short scenario: a thermal event and dummy load after two hours of history."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "short.yaml").write_text(yaml.safe_dump({
+        "seed": 3, "start": "2026-11-03T10:00:00Z", "end": "2026-11-03T12:45:00Z",
+        "incidents": [
+            {"kind": "thermal_throttle", "start": "2026-11-03T12:07:00Z", "duration": "30m", "severity": "high",
+             "scope": {"region": "us-east", "nodes": 2}, "magnitude": 0.38},
+            {"kind": "dummy_workload", "start": "2026-11-03T12:13:00Z", "duration": "30m", "severity": "high",
+             "scope": {"region": "eu-west", "team": "credit-risk"}, "magnitude": 0.5}]}))
+    out = tmp_path / "report.json"
+    assert main(["evaluate", "--scenarios", str(suite), "--out", str(out), "--quiet"]) == 0
+    report = json.loads(out.read_text())
+    for key in ("detection_rate", "ttd_p50_min", "ttd_p95_min", "ttd_max_min", "top1_accuracy",
+                "false_pages_per_week", "maintenance_pages"):
+        assert key in report["overall"]
+    assert report["overall"]["errors"] == []
+    assert report["overall"]["detection_rate"] == 1.0, report["scenarios"][0]["incidents"]
+    assert report["overall"]["top1_accuracy"] == 1.0
+    assert report["overall"]["ttd_max_min"] <= 15
+    assert "| short |" in capsys.readouterr().out
