@@ -165,7 +165,8 @@ def build_plan(scen: Scenario, lo_s: int, hi_s: int) -> pd.DataFrame:
         # pass 1 at base demand, pass 2 with demand at the approximate start time
         approx = ep_start + np.cumsum(gap0 + dur, axis=2) - dur
         d = demand(pool, regions[L], approx)
-        gap = gap0 / d * gap_mult(approx)
+        # a scheduling incident stretches the gaps that begin after it starts (never one already under way)
+        gap = gap0 / d * gap_mult(approx - gap0 / d)
         cyc = np.cumsum(gap + dur, axis=2)
         end = ep_start + cyc
         start = end - dur
@@ -254,7 +255,12 @@ def _attributes(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
             hit = _scheduling_hit(inc, p, plan["region"].to_numpy()[m], plan["gpus"].to_numpy()[m])
             if hit is not None:
                 during = hit & (start_s >= to_s(inc.start)) & (start_s < to_s(inc.end))
-                w = np.where(during, np.maximum(w * inc.magnitude, gap_s + w), w)
+                # waiting since its lane freed, but not since before the change that holds it back
+                held = start_s - np.maximum(start_s - gap_s, to_s(inc.start))
+                longer = np.maximum(w * inc.magnitude, np.maximum(held, w))
+                # the extra wait lies after the change: before it, a job waits as it always did
+                longer = np.minimum(longer, (start_s - to_s(inc.start)) + w)
+                w = np.where(during, longer, w)
         wait[m] = np.minimum(w, model.wait_max_s)  # capped: a window's plan reaches back wait_max_s
     plan["team"] = np.array(TEAMS, dtype=object)[team]
     mu = H.uniform(seed, F_MODEL, lane, epoch, k)
