@@ -56,10 +56,15 @@ gauge *is* carried: each day starts with the job's last progress time of the
 day before (an identical duplicate sample), so a stall across midnight still
 pages.
 
-Cost (default cluster, 1,200 GPUs, 2 cores): one simulated day is ~7.4M
-samples and ~1.3 GB of OpenMetrics text; ~7 s to simulate, ~23 s to write,
-~55 s for promtool (parallel=2): ~1.5 min per simulated day, ~10 min a week
-(``timings`` in the result measures it).
+Cost, measured on ``scenarios/thermal_week.yaml`` (default cluster, 1,200
+GPUs; 2 cores shared with other jobs): a simulated day is ~7.3M samples
+(~1.3 GB of OpenMetrics text, ~50 MB of TSDB); per day ~6 s to simulate,
+~18 s to write, ~50 s for promtool (parallel=2, the bottleneck), ~17 s of
+replay queries: ~90 s per simulated day, ~12 min for the week including
+scoring its ~63,000 alerts. Prometheus runs with min = max block duration
+(2h) so that it does not spend minutes compacting the backfilled week into
+larger blocks while the replay queries run (that tripled the query time).
+``timings`` in each result measures it again.
 
 CLI: ``python -m gpu_health.static_rules --scenarios DIR --out FILE.json
 [--pattern GLOB]`` writes ``{"overall": ..., "scenarios": [...]}`` with the
@@ -296,7 +301,10 @@ class PrometheusProcess:
             with open(self.log_path, "wb") as logf:
                 self.proc = subprocess.Popen(
                     [exe, f"--config.file={config}", f"--storage.tsdb.path={self.data_dir}",
-                     "--storage.tsdb.retention.time=100y", f"--web.listen-address=127.0.0.1:{port}"],
+                     "--storage.tsdb.retention.time=100y", f"--web.listen-address=127.0.0.1:{port}",
+                     # min = max block duration: no background compaction of the backfilled blocks into
+                     # larger ones (minutes of CPU at startup for a week, competing with the replay queries)
+                     "--storage.tsdb.min-block-duration=2h", "--storage.tsdb.max-block-duration=2h"],
                     stdout=logf, stderr=subprocess.STDOUT, cwd=self.workdir)
             if self._wait_ready():
                 return self.url
@@ -436,36 +444,41 @@ ALERT_COLUMNS = ["alert_id", "partition_start", "opened_at", "paged_at", "severi
 
 def alerts_frame(episodes: list[Episode], rules: list[AlertRule], job_nodes: dict | None = None) -> pd.DataFrame:
     """One alert row per firing episode, in the columns ``evaluate._alerts_summary`` reads."""
+    if not episodes:
+        return pd.DataFrame(columns=ALERT_COLUMNS)
     by_name = {r.name: r for r in rules}
     job_nodes = job_nodes or {}
     node_label, job_label = F.GPU_LABELS["node_id"][0], F.JOB_ID_LABEL
-    rows = []
+    ids, severity, family, region, scope, summary = [], [], [], [], [], []
     for e in episodes:
         rule = by_name[e.rule]
         nodes = [e.labels[node_label]] if e.labels.get(node_label) else []
-        region = e.labels.get(F.DEFAULT_REGION_LABEL)
+        reg = e.labels.get(F.DEFAULT_REGION_LABEL)
         if not nodes and e.labels.get(job_label) in job_nodes:
             job_n, job_r = job_nodes[e.labels[job_label]]
             nodes = sorted(job_n)
-            region = region or (next(iter(job_r)) if len(job_r) == 1 else None)
+            reg = reg or (next(iter(job_r)) if len(job_r) == 1 else None)
         key = json.dumps(sorted(e.labels.items()))
-        digest = hashlib.sha1(f"{e.rule}|{key}|{e.active_at}".encode()).hexdigest()[:12]
-        fired = pd.Timestamp(e.fired_at, unit="s", tz="UTC")
-        rows.append({
-            "alert_id": f"static-{e.rule}-{digest}",
-            "partition_start": fired.floor("5min"),
-            "opened_at": fired, "paged_at": fired,
-            "severity": rule.labels.get("severity", "page"),
-            "cause_family": RULE_FAMILY.get(e.rule),
-            "region": region,
-            "scope": json.dumps({"nodes": nodes, "rule": e.rule, "labels": e.labels}),
-            "summary": render(rule.annotations.get("summary", e.rule), e.labels, e.value),
-            "status": "firing" if e.resolved_at is None else "resolved",
-            "rule": e.rule,
-            "active_at": pd.Timestamp(e.active_at, unit="s", tz="UTC"),
-            "resolved_at": pd.Timestamp(e.resolved_at, unit="s", tz="UTC") if e.resolved_at is not None else pd.NaT,
-        })
-    return pd.DataFrame(rows, columns=ALERT_COLUMNS)
+        ids.append(f"static-{e.rule}-{hashlib.sha1(f'{e.rule}|{key}|{e.active_at}'.encode()).hexdigest()[:12]}")
+        severity.append(rule.labels.get("severity", "page"))
+        family.append(RULE_FAMILY.get(e.rule))
+        region.append(reg)
+        scope.append(json.dumps({"nodes": nodes, "rule": e.rule, "labels": e.labels}))
+        summary.append(render(rule.annotations.get("summary", e.rule), e.labels, e.value))
+
+    def ts(values) -> pd.Series:
+        return pd.Series(pd.to_datetime(np.array(values, dtype="float64"), unit="s", utc=True))
+
+    fired = ts([e.fired_at for e in episodes])
+    resolved = [e.resolved_at for e in episodes]
+    return pd.DataFrame({
+        "alert_id": ids, "partition_start": fired.dt.floor("5min"), "opened_at": fired, "paged_at": fired,
+        "severity": severity, "cause_family": family, "region": region, "scope": scope, "summary": summary,
+        "status": ["firing" if r is None else "resolved" for r in resolved],
+        "rule": [e.rule for e in episodes],
+        "active_at": ts([e.active_at for e in episodes]),
+        "resolved_at": ts([np.nan if r is None else r for r in resolved]),
+    }, columns=ALERT_COLUMNS)
 
 
 # --- one scenario, a suite -------------------------------------------------------------------------
@@ -506,16 +519,18 @@ def evaluate_static_rules(scenario_path: str | Path, workdir: str | Path | None 
     except Exception as err:  # noqa: BLE001 -- a failure is this scenario's result, reported, not hidden
         return {"scenario": name, "error": f"{type(err).__name__}: {err}"[:2000], "seconds": round(time.time() - t_start, 1),
                 "incidents": [], "false_pages": [], **_metrics(pd.DataFrame(), 0, 0, span)}
+    t_s = time.perf_counter()
     alerts = alerts_frame(episodes, rules, stats.job_nodes)
     result = score(alerts, labels_frame(scen), maintenance_windows(scen), span)
+    score_s = time.perf_counter() - t_s
     days = span / pd.Timedelta(days=1)
-    total = stats.simulate_s + stats.write_s + stats.backfill_s + query_s
+    total = stats.simulate_s + stats.write_s + stats.backfill_s + query_s + score_s
     out = {
         "scenario": name, "seconds": round(time.time() - t_start, 1), **result,
         "alerts_by_rule": {r.name: int((alerts["rule"] == r.name).sum()) for r in rules},
         "timings": {
             "samples": stats.samples, "simulate_s": round(stats.simulate_s, 1), "write_s": round(stats.write_s, 1),
-            "backfill_s": round(stats.backfill_s, 1), "query_s": round(query_s, 1),
+            "backfill_s": round(stats.backfill_s, 1), "query_s": round(query_s, 1), "score_s": round(score_s, 1),
             "seconds_per_simulated_day": round(total / days, 1) if days else None,
         },
     }
