@@ -230,3 +230,22 @@ def test_cli_writes_the_evaluate_report(scenario_path, tmp_path, capsys):
     assert report["overall"]["errors"] == [] and report["overall"]["scenarios"] == 1
     assert report["scenarios"][0]["detection_rate"] == 1.0
     assert "| **overall** |" in capsys.readouterr().out
+
+
+def test_a_stall_across_midnight_still_pages(tmp_path):
+    """The export works a day at a time; the last progress time carries into the next day."""
+    require_binary("prometheus")
+    stall_at = pd.Timestamp("2026-11-03T23:55:00Z")
+    scen = {"seed": 5, "start": "2026-11-03T23:00:00Z", "end": "2026-11-04T01:00:00Z", "cluster": {"gpus": 100},
+            "incidents": [{"kind": "training_stall", "start": stall_at.isoformat(), "duration": "60m", "severity": "high",
+                           "scope": {"region": "eu-west"}}]}
+    path = tmp_path / "midnight.yaml"
+    path.write_text(yaml.safe_dump(scen))
+    result = evaluate_static_rules(path, tmp_path / "work", return_alerts=True)
+    assert "error" not in result, result.get("error")
+    alerts = result["alerts"]
+    stalled = alerts[alerts["rule"] == "TrainingJobStalled"]
+    jobs = json.loads(labels_frame(load_scenario(path)).loc[0, "scope"])["job_ids"]
+    assert {_scope(r)["labels"]["job_id"] for _, r in stalled.iterrows()} == set(jobs)
+    assert (stalled["opened_at"] >= stall_at + 15 * MIN).all()  # after midnight: > 600 s without a step, then 5m
+    assert result["incidents"][0]["detected"]
