@@ -3,7 +3,7 @@
     gpu-health simulate --scenario FILE [--start ISO --end ISO] --landing DIR
     gpu-health run --start ISO --end ISO [--scenario FILE | --landing DIR | --source prometheus --prometheus-url URL]
                    [--warehouse URL]
-    gpu-health evaluate --scenarios DIR --out FILE.json [--workers N]
+    gpu-health evaluate --scenarios DIR --out FILE.json [--workers N] [--static-rules]
 
 ``simulate`` writes the landing zone (contracts.md layout) and ``DIR/labels.parquet``.
 ``run`` materializes every asset of the code location for each partition in the
@@ -176,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     p_eval.add_argument("--out", required=True, help="JSON report path")
     p_eval.add_argument("--workers", type=int, default=1, help="scenarios evaluated in parallel (processes)")
     p_eval.add_argument("--pattern", default="*.yaml")
+    p_eval.add_argument("--static-rules", action="store_true",
+                        help="score the seeds' static Prometheus rules (deploy/prometheus/seed_rules.yml) on the same "
+                             "simulated telemetry instead, replayed by a real Prometheus")
     for p in (p_sim, p_run, p_eval):
         p.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
@@ -194,7 +197,12 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "evaluate":
             from gpu_health.evaluate import evaluate, table
 
-            report = evaluate(args.scenarios, args.out, workers=args.workers, pattern=args.pattern)
+            if args.static_rules:
+                from gpu_health.static_rules import evaluate_static
+
+                report = evaluate_static(args.scenarios, args.out, pattern=args.pattern)
+            else:
+                report = evaluate(args.scenarios, args.out, workers=args.workers, pattern=args.pattern)
             print(table(report))
             out = report["overall"]
         else:
