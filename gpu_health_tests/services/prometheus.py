@@ -12,19 +12,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
-import requests
 
 from gpu_health.promexport import backfill
-
-READY_WAIT_S = 60.0  # an upper bound on waiting, not a timing assertion
-MINIMAL_CONFIG = "global:\n  scrape_interval: 1m\n  evaluation_interval: 1m\n"
+from gpu_health.static_rules import PrometheusProcess
 
 
 def require_binary(name: str) -> str:
@@ -35,78 +29,15 @@ def require_binary(name: str) -> str:
     return path
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class PrometheusServer:
-    """One ``prometheus`` process over a data directory, bound to loopback."""
-
-    def __init__(self, data_dir: Path, workdir: Path):
-        self.data_dir = data_dir
-        self.workdir = workdir
-        self.proc: subprocess.Popen | None = None
-        self.url = ""
-        self.log_path = workdir / "prometheus.log"
+class PrometheusServer(PrometheusProcess):
+    """The package's ``prometheus`` process over a data directory on loopback; a failed start fails the test."""
 
     def start(self) -> str:
-        exe = require_binary("prometheus")
-        config = self.workdir / "prometheus.yml"
-        config.write_text(MINIMAL_CONFIG)
-        for _ in range(3):  # the free port may be taken between probe and bind
-            port = free_port()
-            self.url = f"http://127.0.0.1:{port}"
-            log = open(self.log_path, "wb")
-            self.proc = subprocess.Popen(
-                [
-                    exe,
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={self.data_dir}",
-                    "--storage.tsdb.retention.time=100y",
-                    f"--web.listen-address=127.0.0.1:{port}",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.workdir,
-            )
-            log.close()
-            if self._wait_ready():
-                return self.url
-            self.stop()
-        pytest.fail(f"prometheus did not become ready; log:\n{self.log_tail()}")
-
-    def _wait_ready(self) -> bool:
-        deadline = time.monotonic() + READY_WAIT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return False
-            try:
-                if requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
-                    return True
-            except requests.RequestException:
-                pass
-            time.sleep(0.05)
-        return False
-
-    def log_tail(self, lines: int = 30) -> str:
+        require_binary("prometheus")
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
+            return super().start()
+        except RuntimeError as err:
+            pytest.fail(str(err))
 
 
 @pytest.fixture
