@@ -417,8 +417,11 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         if share < bar or r.aged_jobs < jobs:
             continue
         base, _ = _history_baseline(ctx.region_history, r.region, ctx.start)
+        # without a scheduler change to blame, one partition of held-back jobs is a ticket; it pages when it
+        # persists into the next partition (the lifecycle escalates the open alert)
+        severity = "page" if (len(cfg) or key in ctx.open_baselines) else "ticket"
         cfg_text = f"; follows scheduler change {cfg.iloc[-1]['event_id']} at {cfg.iloc[-1]['ts']:%H:%M}" if len(cfg) else ""
-        out.append(Finding("scheduling_blocked", "scheduling", "page", r.region, key,
+        out.append(Finding("scheduling_blocked", "scheduling", severity, r.region, key,
                            lost_gpu_minutes=float(r.blocked_gpu_minutes), baseline=0.0, value=share,
                            change_event=cfg.iloc[-1]["event_id"] if len(cfg) else None,
                            summary=f"GPUs idle while jobs wait in {r.region}",
