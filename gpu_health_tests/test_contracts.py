@@ -297,7 +297,7 @@ NULL_IN_REQUIRED = [
     ("gpu_telemetry", "ts", pd.NaT),
     ("node_telemetry", "driver_version", None),
     ("node_telemetry", "health", None),
-    ("network_telemetry", "latency_us", np.nan),
+    ("network_telemetry", "rx_gbps", np.nan),
     ("network_telemetry", "link_up", None),
     ("scheduler_events", "job_id", None),
     ("scheduler_events", "gpus", None),
@@ -326,6 +326,41 @@ def test_null_in_optional_field_is_kept(frames, column):
     assert result.rejects.empty
     assert len(result.valid) == len(clean)
     assert pd.isna(result.valid.at[1, column])
+
+
+# Fields some real collectors do not expose at all: power and temperature (a utilisation-only GPU log
+# such as Philly's), retransmits and latency (switch-port counters, node-exporter IB counters).
+NOT_EXPOSED_BY_SOME_COLLECTORS = [
+    ("gpu_telemetry", "power_w"), ("gpu_telemetry", "temp_c"),
+    ("network_telemetry", "retransmits"), ("network_telemetry", "latency_us"),
+]
+
+
+@pytest.mark.parametrize("source, column", NOT_EXPOSED_BY_SOME_COLLECTORS)
+def test_field_a_collector_does_not_expose_is_null_and_the_row_is_kept(frames, source, column):
+    clean = sample(frames, source)
+    df = clean.copy()
+    df[column] = None  # the whole collector lacks it: every row null
+    result = check(df, source)
+    assert result.rejects.empty
+    assert len(result.valid) == len(clean)
+    assert result.valid[column].isna().all()  # null, never a zero reading
+    rest = [c for c in clean.columns if c != column]
+    assert_same_rows(result.valid[rest], clean[rest])
+
+
+@pytest.mark.parametrize("source, column", NOT_EXPOSED_BY_SOME_COLLECTORS)
+def test_field_a_collector_does_not_expose_keeps_its_range_check(frames, source, column):
+    clean = sample(frames, source)
+    result = check(put(clean, 3, column, -50), source)  # below every range floor (temp_c: -40 C)
+    assert_rows_rejected(result, clean, [3], source, column, f"{column} out of range")
+
+
+def test_yarn_is_a_scheduler(frames):
+    clean = sample(frames, "scheduler_events")
+    result = check(put(put(clean, 1, "scheduler", "yarn"), 2, "scheduler", "mesos"), "scheduler_events")
+    assert result.rejects["row_index"].unique().tolist() == [2]
+    assert result.reject_counts == {"unknown value of scheduler": 1}
 
 
 NEGATIVE_COUNTERS = [
@@ -482,6 +517,7 @@ def test_whole_numbers_as_floats_are_accepted_in_integer_columns(frames):
 @pytest.mark.parametrize("column, sentinel", [
     ("sm_active", DCGM_FP64_SENTINEL), ("tensor_active", DCGM_INT64_SENTINEL),
     ("throttle_reasons", DCGM_INT64_SENTINEL + 5), ("ecc_sbe_delta", 0x7FFFFFFFFFFFFFFF), ("ecc_dbe_delta", DCGM_INT64_SENTINEL),
+    ("power_w", DCGM_INT64_SENTINEL), ("temp_c", DCGM_FP64_SENTINEL),
 ])
 def test_sentinel_in_optional_field_becomes_null_and_the_row_is_kept(frames, column, sentinel):
     clean = sample(frames, "gpu_telemetry")
@@ -498,7 +534,7 @@ def test_sentinel_in_optional_field_becomes_null_and_the_row_is_kept(frames, col
 
 
 @pytest.mark.parametrize("column, sentinel", [
-    ("gpu_util_pct", DCGM_FP64_SENTINEL), ("power_w", DCGM_INT64_SENTINEL), ("temp_c", DCGM_FP64_SENTINEL),
+    ("gpu_util_pct", DCGM_FP64_SENTINEL), ("fb_used_mib", DCGM_INT64_SENTINEL),
     ("sm_clock_mhz", DCGM_INT64_SENTINEL + 3), ("xid", DCGM_INT64_SENTINEL),
 ])
 def test_sentinel_in_required_field_rejects_the_row(frames, column, sentinel):

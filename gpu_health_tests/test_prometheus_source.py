@@ -11,6 +11,7 @@ import pytest
 
 from gpu_health.contracts.models import GpuTelemetry
 from gpu_health.promexport import scrape_to_openmetrics
+from gpu_health.sources import dcgm_fields as F
 from gpu_health.sources.base import DataNotReady, SourceError
 from gpu_health.sources.prometheus import PrometheusSource, label_matchers, promql_escape, promql_string
 from gpu_health_tests.services.prometheus import prometheus_factory  # noqa: F401  (fixture)
@@ -62,6 +63,14 @@ def test_real_dcgm_exporter_capture(t4_prometheus, caplog):
     # cannot satisfy the contract and are dropped, loudly.
     assert HOST_B not in set(df["node_id"])
     assert any(HOST_B in r.getMessage() and "dropped" in r.getMessage() for r in caplog.records)
+
+
+def test_dcgm_field_map_marks_required_exactly_the_contracts_non_nullable_columns():
+    # the source drops a row lacking a required field: a column the contract accepts null in
+    # (power_w, temp_c: not every collector exposes them) must never cost the row
+    schema = GpuTelemetry.to_schema()
+    for field in F.GPU_FIELDS:
+        assert field.required == (not schema.columns[field.column].nullable), field.column
 
 
 def test_xid_errors_count_rises_count_once(prometheus_factory, tmp_path):  # noqa: F811

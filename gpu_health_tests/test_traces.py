@@ -56,6 +56,7 @@ def test_philly_jobs_become_events_and_metadata(ph):
     assert ev.event.value_counts().to_dict() == {"submitted": 5910, "started": 5910, "ended": 5910}
     assert ev[ev.event == "ended"].exit_state.value_counts().to_dict() == {"completed": 3172, "failed": 2738}
     CONTRACTS["scheduler_events"].validate(ev, lazy=True)
+    assert set(ev.scheduler) == {"yarn"}  # YARN application ids
     assert_contract_except(md, "job_metadata", philly.NULL_REQUIRED_COLUMNS["job_metadata"])
     row = md.set_index("job_id").loc["application_1506638472019_14199"]
     assert (row.team, row.requested_gpus, row.workload_class) == ("ee9e8c", 8, "batch")
@@ -283,6 +284,7 @@ def test_zhejiang_rates_and_direction(zj):
 def test_zhejiang_contract_and_link_state(zj):
     net = zj.tables["network_telemetry"]
     assert net.link_up.isna().any() and not (net.link_up == False).any()  # noqa: E712
+    assert net.retransmits.isna().all() and net.latency_us.isna().all()  # accepted null: not in the counters
     assert_contract_except(net, "network_telemetry", zhejiang.NULL_REQUIRED_COLUMNS["network_telemetry"])
     skipped = sum(v for k, v in zj.skipped.items() if "not wired to a server" in k)
     assert skipped == (2160 - 1012) * 57

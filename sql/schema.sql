@@ -150,8 +150,8 @@ CREATE TABLE gpu_telemetry (
 	sm_active FLOAT, 
 	tensor_active FLOAT, 
 	fb_used_mib FLOAT NOT NULL, 
-	power_w FLOAT NOT NULL, 
-	temp_c FLOAT NOT NULL, 
+	power_w FLOAT, 
+	temp_c FLOAT, 
 	sm_clock_mhz FLOAT NOT NULL, 
 	throttle_reasons BIGINT, 
 	ecc_sbe_delta BIGINT, 
@@ -256,8 +256,8 @@ CREATE TABLE network_telemetry (
 	rx_gbps FLOAT NOT NULL, 
 	tx_gbps FLOAT NOT NULL, 
 	packet_loss_pct FLOAT NOT NULL, 
-	retransmits BIGINT NOT NULL, 
-	latency_us FLOAT NOT NULL, 
+	retransmits BIGINT, 
+	latency_us FLOAT, 
 	link_up BOOLEAN NOT NULL, 
 	CONSTRAINT pk_network_telemetry PRIMARY KEY (ts, node_id, link_id)
 );

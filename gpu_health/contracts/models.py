@@ -24,7 +24,7 @@ DCGM_INT64_SENTINEL = 0x7FFFFFFFFFFFFFF0
 DCGM_FP64_SENTINEL = 140737488355328.0
 
 EVENTS = ["submitted", "started", "ended", "preempted", "requeued"]
-SCHEDULERS = ["kubernetes", "slurm"]
+SCHEDULERS = ["kubernetes", "slurm", "yarn"]
 EXIT_STATES = ["completed", "failed", "cancelled", "timeout", "node_fail"]
 HEALTH = ["ok", "degraded", "down", "drained"]
 WORKLOAD_CLASSES = ["interactive", "batch", "distributed"]
@@ -70,8 +70,8 @@ class GpuTelemetry(_NodeKeyed):
     sm_active: Series[float] = pa.Field(ge=0, le=1, nullable=True, description="[DCGM_FI_PROF_SM_ACTIVE] ratio; profiling field, often off.")
     tensor_active: Series[float] = pa.Field(ge=0, le=1, nullable=True, description="[DCGM_FI_PROF_PIPE_TENSOR_ACTIVE] ratio.")
     fb_used_mib: Series[float] = pa.Field(ge=0, description="[DCGM_FI_DEV_FB_USED] MiB.")
-    power_w: Series[float] = pa.Field(ge=0, description="[DCGM_FI_DEV_POWER_USAGE] watts.")
-    temp_c: Series[float] = pa.Field(ge=-40, le=150, description="[DCGM_FI_DEV_GPU_TEMP] degrees C.")
+    power_w: Series[float] = pa.Field(ge=0, nullable=True, description="[DCGM_FI_DEV_POWER_USAGE] watts; null = the collector does not expose it (e.g. a utilisation-only nvidia-smi log).")
+    temp_c: Series[float] = pa.Field(ge=-40, le=150, nullable=True, description="[DCGM_FI_DEV_GPU_TEMP] degrees C; null = the collector does not expose it.")
     sm_clock_mhz: Series[float] = pa.Field(ge=0, description="[DCGM_FI_DEV_SM_CLOCK] MHz.")
     throttle_reasons: Series[pd.Int64Dtype] = pa.Field(ge=0, le=THROTTLE_MASK_MAX, nullable=True, description="[DCGM_FI_DEV_CLOCK_THROTTLE_REASONS] bitmask.")
     ecc_sbe_delta: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True, description="Single-bit ECC errors in the minute (differenced counter).")
@@ -106,8 +106,8 @@ class NetworkTelemetry(_NodeKeyed):
     rx_gbps: Series[float] = pa.Field(ge=0, description="Receive Gbit/s.")
     tx_gbps: Series[float] = pa.Field(ge=0, description="Transmit Gbit/s.")
     packet_loss_pct: Series[float] = pa.Field(ge=0, le=100, description="Packets lost, percent.")
-    retransmits: Series[int] = pa.Field(ge=0, description="Retransmits in the minute.")
-    latency_us: Series[float] = pa.Field(ge=0, description="Link latency, microseconds.")
+    retransmits: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True, description="Retransmits in the minute; null = the collector does not expose it (switch-port counters and node-exporter IB counters have none).")
+    latency_us: Series[float] = pa.Field(ge=0, nullable=True, description="Link latency, microseconds; null = the collector does not expose it (needs a fabric probe).")
     link_up: Series[bool] = pa.Field(description="Port state is up.")
 
     class Config:
@@ -121,7 +121,7 @@ class SchedulerEvents(ContractModel):
     ts: Series[pd.DatetimeTZDtype] = pa.Field(description="Event time, UTC.", **_TS)
     job_id: Series[pd.StringDtype] = pa.Field(description="Job id; a requeued job keeps it.")
     event: Series[pd.StringDtype] = pa.Field(isin=EVENTS, description="submitted | started | ended | preempted | requeued.")
-    scheduler: Series[pd.StringDtype] = pa.Field(isin=SCHEDULERS, description="kubernetes | slurm.")
+    scheduler: Series[pd.StringDtype] = pa.Field(isin=SCHEDULERS, description="kubernetes | slurm | yarn.")
     queue: Series[pd.StringDtype] = pa.Field(description="Queue / partition / virtual cluster.")
     priority: Series[int] = pa.Field(description="Scheduler priority.")
     gpus: Series[int] = pa.Field(ge=0, description="Requested on submitted, allocated later (0 if never started).")

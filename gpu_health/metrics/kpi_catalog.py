@@ -260,14 +260,18 @@ CATALOG: tuple[Kpi, ...] = (
         owner_rationale="The fabric (HCAs, cables, switches, NCCL topology settings) is Infra Eng's.",
         intent_rationale="A degraded fabric slows or hangs all distributed training at once and the fix (drain "
                          "the link, reroute) is immediate: it pages.",
-        needs=("job_runtime_metrics.grad_sync_time_s",),
+        needs=("job_runtime_metrics.grad_sync_time_s", "network_telemetry.retransmits"),
         degraded_when="grad_sync_share is degraded (NaN) when under half of the slice's multi-GPU job-minutes "
-                      "report grad_sync_time_s; the fabric series need only required fields.",
+                      "report grad_sync_time_s; retransmits is degraded (NaN, never 0) when under half of the "
+                      "slice's link-minutes report it (switch-port counters and node-exporter IB counters do "
+                      "not), and is then averaged over the link-minutes that do; packet_loss and link_down "
+                      "need only required fields.",
         dimensions=("region", "sku"),
         components=(
             Component("grad_sync_share", "ratio", "Share of step time in collectives (multi-GPU jobs).",
                       ("job_runtime_metrics.grad_sync_time_s",)),
-            Component("retransmits", "retransmits per link-minute", "Mean retransmits per link-minute."),
+            Component("retransmits", "retransmits per link-minute", "Mean retransmits per link-minute that "
+                      "reports them.", ("network_telemetry.retransmits",)),
             Component("packet_loss", "pct", "Mean packet loss per link-minute."),
             Component("link_down", "ratio", "Share of link-minutes with the port down."),
         ),
@@ -337,7 +341,7 @@ CATALOG: tuple[Kpi, ...] = (
                 "no job_runtime_metrics row with steps > 0 for (ts, job_id) / all their busy GPU-minutes; "
                 "util_power_divergence = busy GPU-minutes (util >= 50 %) with tensor_active < 0.05 (sm_active < "
                 "0.25 when tensor is not reported) and power_w < 0.5 x the SKU's reference power (p95 power of "
-                "its working GPUs in the partition) / busy GPU-minutes that report the activity field",
+                "its working GPUs in the partition) / busy GPU-minutes that report the activity field and power",
         unit="ratio",
         owner="ml_platform",
         kind="leading",
@@ -348,16 +352,18 @@ CATALOG: tuple[Kpi, ...] = (
                         "consulted when the divergence points at the device rather than the job.",
         intent_rationale="Gaming is a policy problem, not an outage: a ticket to the team with the evidence. A "
                          "hang shows here too, but the outage pages come from failure rate and comm health.",
-        needs=("gpu_telemetry.tensor_active", "gpu_telemetry.sm_active"),
+        needs=("gpu_telemetry.tensor_active", "gpu_telemetry.sm_active", "gpu_telemetry.power_w"),
         degraded_when="util_power_divergence is degraded (value NaN, never 0) when under half of the team's busy "
                       "GPU-minutes report tensor_active or sm_active (profiling fields are off by default in "
-                      "dcgm-exporter); busy_without_progress needs only required fields.",
+                      "dcgm-exporter) together with power_w (a utilisation-only collector has no power); "
+                      "busy_without_progress needs only required fields.",
         dimensions=("team",),
         components=(
             Component("busy_without_progress", "ratio", "Busy GPU-minutes of training-class jobs with no "
                       "completed step (interactive notebooks report no steps by design and are left out)."),
             Component("util_power_divergence", "ratio", "Busy GPU-minutes whose tensor/SM activity and power say "
-                      "the GPU is not really working.", ("gpu_telemetry.tensor_active", "gpu_telemetry.sm_active")),
+                      "the GPU is not really working.",
+                      ("gpu_telemetry.tensor_active", "gpu_telemetry.sm_active", "gpu_telemetry.power_w")),
         ),
         has_total=False,
     ),

@@ -219,7 +219,7 @@ class _Context:
             "util": g["gpu_util_pct"].to_numpy(dtype=float),
             "sm": g["sm_active"].to_numpy(dtype=float, na_value=np.nan),
             "tensor": g["tensor_active"].to_numpy(dtype=float, na_value=np.nan),
-            "power": g["power_w"].to_numpy(dtype=float),
+            "power": g["power_w"].to_numpy(dtype=float, na_value=np.nan),
             "throttle": g["throttle_reasons"].to_numpy(dtype=float, na_value=np.nan),
             "dbe": g["ecc_dbe_delta"].to_numpy(dtype=float, na_value=np.nan),
             "xid": g["xid"].to_numpy(dtype=np.int64),
@@ -579,15 +579,21 @@ def _comm_health(ctx: _Context) -> pd.DataFrame:
     net = ctx.network
     if len(net):
         node = net["node_id"].astype(object)
+        # retransmits: null where the collector does not expose them (switch-port and node-exporter IB
+        # counters): averaged over the link-minutes that report them, degraded when under half do
+        rtx = pd.to_numeric(net["retransmits"]).to_numpy(dtype=float, na_value=np.nan)
         f = pd.DataFrame({"p": net["ts"].dt.floor("5min"), "region": _obj(net["region"]),
                           "sku": node.map(ctx.node_sku).fillna(UNKNOWN),
-                          "rtx": net["retransmits"].to_numpy(dtype=float),
+                          "rtx": np.nan_to_num(rtx), "rtx_known": (~np.isnan(rtx)).astype(float),
                           "loss": net["packet_loss_pct"].to_numpy(dtype=float),
                           "down": ~net["link_up"].to_numpy(dtype=bool)})
         agg = f.groupby(["p", "region", "sku"], sort=False).agg(
-            n=("rtx", "size"), rtx=("rtx", "sum"), loss=("loss", "sum"), down=("down", "sum")).reset_index()
+            n=("rtx", "size"), rtx=("rtx", "sum"), rtx_known=("rtx_known", "sum"), loss=("loss", "sum"),
+            down=("down", "sum")).reset_index()
         keys = agg[["p", "region", "sku", "n"]]
-        for series, col in (("retransmits", "rtx"), ("packet_loss", "loss"), ("link_down", "down")):
+        out.append(keys.assign(kpi="comm_health.retransmits", numerator=agg["rtx"], denominator=agg["rtx_known"],
+                               covered=agg["rtx_known"]))
+        for series, col in (("packet_loss", "loss"), ("link_down", "down")):
             out.append(keys.assign(kpi=f"comm_health.{series}", numerator=agg[col].astype(float), denominator=agg["n"]))
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
 
@@ -700,7 +706,7 @@ def _gaming_guardrails(ctx: _Context) -> pd.DataFrame:
 
     tensor, sm, power = busy["tensor"].to_numpy(), busy["sm"].to_numpy(), busy["power"].to_numpy()
     t_known, s_known = ~np.isnan(tensor), ~np.isnan(sm)
-    known = t_known | s_known
+    known = (t_known | s_known) & ~np.isnan(power)  # a collector without power cannot tell low power
     device_idle = np.where(t_known, np.nan_to_num(tensor) < IDLE_TENSOR, np.nan_to_num(sm) < IDLE_SM)
     ref = _reference_power(g)
     key = pd.MultiIndex.from_arrays([busy["p"], busy["sku"]])

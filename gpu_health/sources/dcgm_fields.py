@@ -39,7 +39,7 @@ class DcgmField:
     metrics: tuple[str, ...]  # accepted names, newest first; the writer uses the first
     kind: MetricKind
     dcgm_type: DcgmType
-    required: bool  # non-nullable in the contract and exported by default
+    required: bool  # non-nullable in the contract: the Prometheus source drops a row without it
 
 
 # --- gpu_telemetry -----------------------------------------------------------
@@ -48,8 +48,9 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
     DcgmField("sm_active", ("DCGM_FI_PROF_SM_ACTIVE",), "gauge", "float", False),
     DcgmField("tensor_active", ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",), "gauge", "float", False),
     DcgmField("fb_used_mib", ("DCGM_FI_DEV_FB_USED",), "gauge", "int", True),
-    DcgmField("power_w", ("DCGM_FI_DEV_POWER_USAGE",), "gauge", "float", True),
-    DcgmField("temp_c", ("DCGM_FI_DEV_GPU_TEMP",), "gauge", "int", True),
+    # exported by default, but not by every collector (a utilisation-only nvidia-smi log): nullable
+    DcgmField("power_w", ("DCGM_FI_DEV_POWER_USAGE",), "gauge", "float", False),
+    DcgmField("temp_c", ("DCGM_FI_DEV_GPU_TEMP",), "gauge", "int", False),
     DcgmField("sm_clock_mhz", ("DCGM_FI_DEV_SM_CLOCK",), "gauge", "int", True),
     # DCGM 3.2 renamed "clock throttle reasons" to "clocks event reasons"; same bits.
     DcgmField(

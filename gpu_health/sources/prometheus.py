@@ -21,9 +21,10 @@ as every GPU gone.
 Rows lacking a required contract column (an exporter configured without a
 default field, a node's first minute where no counter increase is known yet)
 are dropped with a warning by default (``incomplete_rows="drop"``), or kept
-with nulls for the contract check to report (``"keep"``). ``latency_us`` and
-``retransmits`` have no standard exporter behind them (see dcgm_fields): they
-are null when not exported and never cause a drop.
+with nulls for the contract check to report (``"keep"``). Columns the contract
+makes nullable never cause a drop: ``latency_us`` and ``retransmits`` have no
+standard exporter behind them (see dcgm_fields), and ``power_w`` / ``temp_c``
+are null where a GPU does not report them.
 
 Node health (a heuristic: no exporter reports it). A node that reports is
 ``ok``, unless in that minute one of its GPUs raised a fatal Xid
@@ -59,9 +60,6 @@ RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 MINUTE = pd.Timedelta(minutes=1)
 _K, _V = "__k", "__v"  # label names may not start with "__": no clash with labels
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
-# Contract columns that may stay null although the contract forbids it: no
-# standard exporter provides them (see dcgm_fields), so they never drop a row.
-BEST_EFFORT = frozenset({"latency_us", "retransmits"})
 
 
 # --- PromQL text ---------------------------------------------------------------

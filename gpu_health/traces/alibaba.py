@@ -21,10 +21,11 @@ GPU, so the minute is allocated), ``gpu_index`` 0, ``region`` =
 ``fb_used_mib`` = bytes / 2**20. Util and memory are joined on
 (container, minute); a minute present in only one series has the other
 column null (``gpu_util_pct`` / ``fb_used_mib`` are required, so such a
-minute is quarantined). ``power_w``, ``temp_c``, ``sm_clock_mhz`` and ``xid``
-are required by the contract but not in the trace: null (see
-``NULL_REQUIRED_COLUMNS``; the contract quarantines those rows until it
-accepts null there).
+minute is quarantined). ``power_w`` and ``temp_c`` are not in the trace:
+null (the contract accepts null there). ``sm_clock_mhz`` and ``xid`` are
+required by the contract but not in the trace: null too (see
+``NULL_REQUIRED_COLUMNS``; the contract quarantines those rows unless
+explicit placeholders fill them).
 
 ``openb`` -- cluster-trace-gpu-v2023 (Weng et al., ATC'23), ``openb_pod_list_default.csv``
 -------------------------------------------------------------------------------------------
@@ -67,7 +68,7 @@ OPENB_EXIT = {"Succeeded": ("completed", None), "Failed": ("failed", None),
               "Pending": ("cancelled", "deleted while Pending (never scheduled)"),
               "Running": ("cancelled", "deleted while Running")}
 NULL_REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
-    "gpu_telemetry": ("gpu_util_pct", "fb_used_mib", "power_w", "temp_c", "sm_clock_mhz", "xid"),
+    "gpu_telemetry": ("gpu_util_pct", "fb_used_mib", "sm_clock_mhz", "xid"),
 }
 
 

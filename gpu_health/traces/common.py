@@ -9,7 +9,7 @@ the leading underscore keeps it apart from the contract tables).
 
 Null policy. Contract columns a trace does not carry are null -- never a
 made-up reading (contracts.md: "absence is not a zero reading"). Where the
-contract makes such a column required (e.g. ``power_w`` on Philly GPUs),
+contract makes such a column required (e.g. ``xid`` on Philly GPUs),
 the rows will be quarantined by the contract check until the contract
 accepts null there; each importer lists those columns in
 ``NULL_REQUIRED_COLUMNS`` and :func:`write_trace` reports them. A caller who

@@ -29,10 +29,11 @@ placeholder ``Philly GPU 12GB`` / ``Philly GPU 24GB`` from the machine list
 (the trace gives memory, not the model; ``unknown`` for unlisted machines);
 ``job_id`` = the job for offsets >= 0, null before its start (the GPU's
 holder then is not in the trace). ``gpu_util_pct`` is the only reading.
-Optional DCGM fields are null; the *required* ``fb_used_mib``, ``power_w``,
-``temp_c``, ``sm_clock_mhz`` and ``xid`` are also null (no reading exists;
-0 would be a false reading) -- the contract quarantines such rows until it
-makes them nullable (see ``NULL_REQUIRED_COLUMNS``). Cells skipped, with
+Optional DCGM fields, ``power_w`` and ``temp_c`` are null (the contract
+accepts null there: the collector did not expose them); the *required*
+``fb_used_mib``, ``sm_clock_mhz`` and ``xid`` are also null (no reading
+exists; 0 would be a false reading) -- the contract quarantines such rows
+(see ``NULL_REQUIRED_COLUMNS``) unless explicit placeholders fill them. Cells skipped, with
 counts: empty, ``-1`` (NA in the source), out of 0–100, unparseable, and
 every cell in a minute where ``philly_node_sequence`` says no machine
 reported GPU telemetry (``active == 0``, e.g. the 2017-10-26 00:00–18:00
@@ -46,10 +47,9 @@ placeholder ``ok`` (the machine reported; its GPU fault state is unknown).
 ``scheduler_events``: ``submitted``/``started``/``ended`` per job at the UTC
 times; ``queue`` = virtual cluster (``vc``); ``priority`` 0 (not in the
 trace); ``gpus`` = GPUs in ``detail``; ``node_ids`` = its machines;
-``exit_state`` Pass->completed, Failed->failed. ``scheduler`` = placeholder
-``slurm``: Philly ran a YARN-based gang scheduler, which the contract's
-enum (kubernetes|slurm) cannot name; ``slurm`` is the closest batch-queue
-semantics. ``event_id`` = ``philly:<jobid>:<event>``.
+``exit_state`` Pass->completed, Failed->failed. ``scheduler`` = ``yarn``
+(Philly's gang scheduler ran on YARN: job ids are YARN application ids).
+``event_id`` = ``philly:<jobid>:<event>``.
 
 ``job_metadata``: ``team`` = the virtual cluster (Philly's VCs are per product
 group); ``workload_class`` = ``distributed`` on >1 machine, else ``batch``;
@@ -85,7 +85,7 @@ from gpu_health.traces.common import UNKNOWN, TraceFrames, conform, default_data
 TRACE = "philly"
 TZ = "America/Los_Angeles"
 REGION = "philly"
-SCHEDULER_PLACEHOLDER = "slurm"
+SCHEDULER = "yarn"
 EXIT_STATE = {"Pass": "completed", "Failed": "failed"}
 # Illustrative USD per GPU-hour (placeholders, not Microsoft's costs): on-demand
 # near 2017 public-cloud list prices for 12 GB (K80-class) and 24 GB (P40-class)
@@ -95,7 +95,7 @@ RATE_CARD: dict[str, dict[str, float]] = {
     "Philly GPU 24GB": {"reserved_gpu_hour_usd": 1.40, "on_demand_gpu_hour_usd": 2.07},
 }
 NULL_REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
-    "gpu_telemetry": ("fb_used_mib", "power_w", "temp_c", "sm_clock_mhz", "xid"),
+    "gpu_telemetry": ("fb_used_mib", "sm_clock_mhz", "xid"),
     "node_telemetry": ("disk_read_mbps", "disk_write_mbps", "nvme_util_pct"),
     "job_metadata": ("requested_mem_gb",),
 }
@@ -163,7 +163,7 @@ def load_jobs(data_dir: str | Path | None = None, *, limit: int | None = None,
 def scheduler_events(jobs: pd.DataFrame) -> pd.DataFrame:
     """submitted / started / ended per job (see the module docstring)."""
     base = pd.DataFrame({
-        "job_id": jobs.jobid, "scheduler": SCHEDULER_PLACEHOLDER, "queue": jobs.vc,
+        "job_id": jobs.jobid, "scheduler": SCHEDULER, "queue": jobs.vc,
         "priority": 0, "gpus": jobs.gpus,
     })
     nodes = jobs.machines.map(",".join)
