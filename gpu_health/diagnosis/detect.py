@@ -10,7 +10,8 @@ detector            family       fires on
 hardware_fault      hardware     fatal Xid (48/63/64/74/79/92/94/95) or a double-bit ECC error; GPUs
                                  (or whole nodes) missing while their region reports; a node drained
                                  outside any maintenance window while GPUs sit unavailable
-thermal_throttle    hardware     GPUs with thermal clock-event bits and temperature >= 83 C
+thermal_throttle    hardware     GPUs with thermal clock-event bits and temperature >= 83 C (a GPU whose
+                                 collector exposes no temperature is not judged)
 deploy_regression   software     a change event's cohort (nodes on the new driver / kernel / firmware,
                                  jobs on the new framework) worse than the rest in the same minutes:
                                  job failure rate (Fisher exact test + rate-ratio floor) or step time
@@ -335,6 +336,10 @@ def detect_slowdowns(ctx: PartitionContext) -> list[Finding]:
         nodes = sorted(grp["node_id"])
         links = ctx.network[(ctx.network["region"] == region) & ctx.network["node_id"].isin(nodes)]
         bad = links[(links["retransmits"].fillna(0) >= LINK_RETRANSMITS) | (links["packet_loss_pct"].fillna(0) >= LINK_LOSS_PCT)]
+        # switch-port and node-exporter IB counters have no retransmits: absence is not "0 retransmits"
+        retransmits = ("no link telemetry" if links.empty
+                       else f"{int(links['retransmits'].fillna(0).sum())} retransmits" if links["retransmits"].notna().any()
+                       else "retransmits not exported")
         total = float(grp["slow"].sum())
         bad_nodes = sorted(set(bad["node_id"])) or nodes
         out.append(Finding("network_slowdown", "network", "page" if len(bad) else "ticket", region,
@@ -344,7 +349,7 @@ def detect_slowdowns(ctx: PartitionContext) -> list[Finding]:
                            evidence=f"{total:.0f} GPU-minutes ({total / max(grp['den'].sum(), 1e-9):.0%} of multi-node jobs' "
                                     f"time there) lost to gradient sync above baseline; {bad['link_id'].nunique() if len(bad) else 0} "
                                     f"link(s) with loss up to {links['packet_loss_pct'].max() if len(links) else 0:.2f} % and "
-                                    f"{int(links['retransmits'].fillna(0).sum()) if len(links) else 0} retransmits"))
+                                    f"{retransmits}"))
     return out
 
 
@@ -477,7 +482,8 @@ def detect_no_progress(ctx: PartitionContext) -> list[Finding]:
                            evidence=f"{n} GPU-minutes at median {grp['gpu_util_pct'].median():.0f} % util from "
                                     f"{grp['job_id'].nunique()} job(s) reporting no training metrics; tensor activity "
                                     + (f"median {tensor.median():.2f}" if tensor.notna().any() else "not exported (degraded)")
-                                    + f", power median {grp['power_w'].median():.0f} W"
+                                    + (f", power median {grp['power_w'].median():.0f} W" if grp["power_w"].notna().any()
+                                       else ", power not exported")
                                     + ("; consistent with dummy load" if low_tensor else "")))
     return out
 
