@@ -42,15 +42,17 @@ class PoolModel:
     reports_metrics: bool
     checkpoint_every_s: int
     checkpoint_s: float
+    # relative demand above which the pool's queue stays non-empty (demand exceeds capacity)
+    saturates_above: float = float("inf")
 
 
 POOLS = {
     "interactive": PoolModel(DAY, 9 * MIN, 0.8, 2 * MIN, 8 * 3600, 4.5 * MIN, 20, 1800,
-                             (0.80, 0.04, 0.15, 0.01, 0.0), False, 0, 0.0),
+                             (0.80, 0.04, 0.15, 0.01, 0.0), False, 0, 0.0),  # notebooks: never saturated
     "batch": PoolModel(DAY, 17 * MIN, 0.9, 3 * MIN, 12 * 3600, 4 * MIN, 90, 4 * 3600,
-                       (0.885, 0.07, 0.025, 0.015, 0.005), True, 15 * MIN, 8.0),
+                       (0.885, 0.07, 0.025, 0.015, 0.005), True, 15 * MIN, 8.0, saturates_above=2.0),
     "distributed": PoolModel(7 * DAY, 10 * 3600, 0.9, 3600, 3.5 * DAY, 20 * MIN, 600, 6 * 3600,
-                             (0.80, 0.10, 0.05, 0.03, 0.02), True, 30 * MIN, 45.0),
+                             (0.80, 0.10, 0.05, 0.03, 0.02), True, 30 * MIN, 45.0, saturates_above=1.25),
 }
 POOL_NAMES = list(POOLS)
 EXIT_STATES = ["completed", "failed", "cancelled", "timeout", "node_fail"]
@@ -92,7 +94,10 @@ SLA_TEAMS = {"fraud-offline", "fraud-realtime"}
 BUSINESS_HOURS_UTC = {"us-east": (13, 23), "eu-west": (7, 17)}
 
 # field salts for hashing
-F_PHASE, F_GAP, F_DUR, F_WAIT, F_TEAM, F_MODEL, F_EXIT, F_REASON, F_SPEED, F_SLA, F_FRAC, F_DRV, F_DRVR, F_DUMMY, F_STALL = range(1, 16)
+F_PHASE, F_GAP, F_DUR, F_WAIT, F_TEAM, F_MODEL, F_EXIT, F_REASON, F_SPEED, F_SLA, F_FRAC, F_DRV, F_DRVR, F_DUMMY, F_STALL, \
+    F_DISPATCH = range(1, 17)
+# a work-conserving scheduler starts a job that arrives into free capacity within seconds (mean)
+DISPATCH_MEAN_S = 25.0
 
 
 def demand(pool: str, region: np.ndarray, t_s: np.ndarray) -> np.ndarray:
@@ -115,6 +120,20 @@ def retrain_wave(t_s: np.ndarray) -> np.ndarray:
     dow = (t_s // DAY) % 7
     hour = (t_s % DAY) / 3600.0
     return ((dow == 0) | (dow == 3)) & (hour >= 1) & (hour < 9)
+
+
+def _saturated_for(pool: str, region: np.ndarray, t_s: np.ndarray, horizon_s: float, step_s: int = 300) -> np.ndarray:
+    """Seconds (to ``step_s``, up to ``horizon_s``) the pool has been saturated before ``t_s``: a queue builds
+    only while demand exceeds capacity, so no job has waited longer than that."""
+    t_s = np.asarray(t_s, dtype=np.int64)
+    since = np.zeros(len(t_s))
+    still = np.ones(len(t_s), dtype=bool)
+    for back in range(step_s, int(horizon_s) + step_s, step_s):
+        still &= demand(pool, region, t_s - back) > POOLS[pool].saturates_above
+        since = np.where(still, back, since)
+        if not still.any():
+            break
+    return since
 
 
 def to_s(ts) -> int:
@@ -166,7 +185,18 @@ def build_plan(scen: Scenario, lo_s: int, hi_s: int) -> pd.DataFrame:
         approx = ep_start + np.cumsum(gap0 + dur, axis=2) - dur
         d = demand(pool, regions[L], approx)
         # a scheduling incident stretches the gaps that begin after it starts (never one already under way)
-        gap = gap0 / d * gap_mult(approx - gap0 / d)
+        mult = gap_mult(approx - gap0 / d)
+        gap = gap0 / d * mult
+        # demand above capacity (retrain waves) keeps the pool's queue non-empty: when a lane
+        # frees then, the next job was already waiting and starts at once -- a work-conserving scheduler
+        # leaves no idle GPU behind a waiting job. A job held back by a scheduling incident keeps its
+        # stretched gap.
+        dispatch = H.exponential(seed, F_DISPATCH, lane, epoch, K) * DISPATCH_MEAN_S
+        free_gap = gap
+        for _ in range(3):  # when the lane frees moves as earlier gaps shrink: settle it
+            freed = ep_start + np.cumsum(gap + dur, axis=2) - dur - gap
+            queued = (demand(pool, regions[L], freed) > model.saturates_above) & (mult == 1.0)
+            gap = np.where(queued, np.minimum(free_gap, dispatch), free_gap)
         cyc = np.cumsum(gap + dur, axis=2)
         end = ep_start + cyc
         start = end - dur
@@ -179,7 +209,8 @@ def build_plan(scen: Scenario, lo_s: int, hi_s: int) -> pd.DataFrame:
         keep &= (end > lo) & (start < hi)
         f = pd.DataFrame({
             "lane": lane[keep], "epoch": epoch[keep], "k": K[keep],
-            "start_s": start[keep], "end_s": end[keep], "gap_s": gap[keep],
+            "start_s": start[keep], "end_s": end[keep], "gap_s": gap[keep], "queued": queued[keep],
+            "dispatch_s": dispatch[keep],
         })
         f["pool"] = pool
         frames.append(f)
@@ -248,9 +279,14 @@ def _attributes(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
         start_s = plan["start_s"].to_numpy()[m]
         if p != "interactive":
             w = w * np.where(retrain_wave(start_s), 4.0, 1.0)
+        # queued behind a busy lane: the wait lies before the lane freed (plus the dispatch gap); arrived into
+        # free capacity: it waits for dispatch only, inside its lane's idle gap
+        gap_s = plan["gap_s"].to_numpy()[m]
+        queued = plan["queued"].to_numpy()[m]
+        busy = np.minimum(w, _saturated_for(p, plan["region"].to_numpy()[m], start_s - gap_s, model.wait_max_s))
+        w = np.where(queued, gap_s + busy, np.minimum(plan["dispatch_s"].to_numpy()[m], gap_s))
         # scheduling incidents: a job the scheduler holds back pends through the whole idle gap before it
         # (submitted when its lane freed, or earlier), so GPUs sit idle while jobs wait
-        gap_s = plan["gap_s"].to_numpy()[m]
         for inc in scen.incidents:
             hit = _scheduling_hit(inc, p, plan["region"].to_numpy()[m], plan["gpus"].to_numpy()[m])
             if hit is not None:
