@@ -295,11 +295,35 @@ def test_a_simulated_thermal_throttle_is_the_top_cause_on_the_throttled_nodes(th
     out = decompose(actual, expected)
     GoodputDecomposition.validate(out, lazy=True)
 
-    top = out.iloc[0]
-    assert top["state"] == "slowdown_compute"
+    # the hour's demand moves idle GPU-minutes too (the cold-start baseline is the hour before); among the
+    # states that grew, the throttling is named on the throttled nodes, with its family
+    named = out[out["elements"] != "{}"]
+    assert "slowdown_compute" in set(named["state"].head(3))
+    top = named[named["state"] == "slowdown_compute"].iloc[0]
     assert json.loads(top["elements"]).get("node_id") in throttled
     assert top["cause_family"] == "hardware"
     assert top["actual_gpu_minutes"] > 10 * top["expected_gpu_minutes"]
     d = state_deltas(actual, expected)
     assert d.loc[LOSS_STATES, "goodput_change"].sum() == pytest.approx(
         d.loc["productive", "actual_share"] - d.loc["productive", "expected_share"], abs=1e-12)
+
+
+def test_gpu_health_report_shows_the_incident_its_page_and_the_decomposition(thermal_hour, tmp_path, capsys):
+    from gpu_health.cli import main
+    from gpu_health.report import alert_timeline
+    from gpu_health.storage.warehouse import Warehouse
+
+    _, path = thermal_hour
+    url = f"sqlite:///{path.parent / 'warehouse.db'}"
+    out = tmp_path / "report.md"
+    assert main(["report", "--warehouse", url, "--start", "2026-11-03T11:00:00Z", "--end", "2026-11-03T12:00:00Z",
+                 "--scenario", str(path), "--out", str(out), "--quiet"]) == 0
+    text = out.read_text()
+    timeline = alert_timeline(Warehouse(url), pd.Timestamp("2026-11-03T11:00:00Z"), pd.Timestamp("2026-11-03T12:00:00Z"))
+    assert f"Alerts ({len(timeline)}):" in text
+    pages = timeline[timeline["severity"] == "page"]
+    assert len(pages) and (pages["cause_family"] == "hardware").any()  # the throttling paged, as hardware
+    assert all(f"`{a}`" in text for a in pages["alert_id"])  # each page with its full description
+    assert "| thermal_throttle | hardware |" in text  # the ground truth row
+    decomposition = text.split("Decomposition of the window")[1]
+    assert "| slowdown_compute | hardware |" in decomposition
