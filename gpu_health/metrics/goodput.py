@@ -128,6 +128,22 @@ def queue_regions(sched: pd.DataFrame, node_region: dict) -> dict:
     return {q: r for q, r in best.items() if share.loc[q, r] >= 0.95}
 
 
+def queue_nodes(sched: pd.DataFrame) -> dict:
+    """queue -> the nodes its jobs were placed on in the history (a Slurm partition's / node pool's reach).
+
+    A job waiting in a queue can only use GPUs on the nodes that queue places on; idle GPUs of another
+    pool do not block it.
+    """
+    if sched is None or sched.empty:
+        return {}
+    placed = sched[sched["event"].isin(["started", "ended"]) & sched["node_ids"].notna()]
+    if placed.empty:
+        return {}
+    pairs = pd.DataFrame({"queue": placed["queue"].astype(object).to_numpy(),
+                          "node_id": placed["node_ids"].astype(str).str.split(",").to_numpy()}).explode("node_id")
+    return {q: frozenset(g) for q, g in pairs.groupby("queue")["node_id"]}
+
+
 def job_lookup(meta: pd.DataFrame, sched: pd.DataFrame) -> pd.DataFrame:
     """job_id -> team, workload_class, model_type, framework_version, queue ('unknown' when absent)."""
     cols = ["team", "workload_class", "model_type", "framework_version"]

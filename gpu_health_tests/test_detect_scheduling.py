@@ -1,0 +1,180 @@
+"""The scheduling detector: GPUs idle while jobs that could use them wait (gpu_health.diagnosis.detect)."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpu_health.diagnosis import alerts as A
+from gpu_health.diagnosis.detect import (
+    AGED_WAIT,
+    SCHED_PAGE_SHARE,
+    SCHED_TICKET_SHARE,
+    PartitionContext,
+    aged_blocked,
+    detect_scheduling,
+)
+
+START = pd.Timestamp("2026-11-03T12:00:00Z")
+FIVE = pd.Timedelta(minutes=5)
+# r1: two 8-GPU batch nodes (b1, b2) and two 8-GPU notebook nodes (i1, i2), plus `filler` busy nodes of
+# another pool that only make the region bigger (the bars are shares of its paid GPU-minutes)
+NODES = ["b1", "b2", "i1", "i2"]
+
+
+def inventory(filler: int = 0) -> pd.DataFrame:
+    return pd.DataFrame({"node_id": NODES + [f"f{i}" for i in range(filler)], "region": "r1", "sku": "H100", "gpus": 8})
+
+
+def gpu_minutes(start: pd.Timestamp, busy: dict[str, int], filler: int = 0) -> pd.DataFrame:
+    """One row per GPU per minute of the partition; ``busy[node]`` GPUs of the node hold a job (filler: all)."""
+    busy = busy | {f"f{i}": 8 for i in range(filler)}
+    rows = []
+    for minute in pd.date_range(start, start + FIVE, freq="1min", inclusive="left"):
+        for node in inventory(filler)["node_id"]:
+            for i in range(8):
+                rows.append((minute, "r1", node, i, f"j-{node}" if i < busy.get(node, 0) else None, 0))
+    return pd.DataFrame(rows, columns=["ts", "region", "node_id", "gpu_index", "job_id", "xid"])
+
+
+def scheduler_events(waiting: list[tuple[str, str, int]], start: pd.Timestamp) -> pd.DataFrame:
+    """Placements that teach each queue its nodes, and ``waiting`` jobs (queue, id, gpus) submitted 20 min before ``start``."""
+    rows = [("e-p1", start - pd.Timedelta(hours=2), "p1", "submitted", "r1/batch", 8, None),
+            ("e-p2", start - pd.Timedelta(hours=2), "p1", "started", "r1/batch", 8, "b1"),
+            ("e-p3", start - pd.Timedelta(hours=2), "p2", "submitted", "r1/batch", 8, None),
+            ("e-p4", start - pd.Timedelta(hours=2), "p2", "started", "r1/batch", 8, "b2"),
+            ("e-p5", start - pd.Timedelta(hours=2), "p3", "submitted", "r1/notebooks", 1, None),
+            ("e-p6", start - pd.Timedelta(hours=2), "p3", "started", "r1/notebooks", 1, "i1"),
+            ("e-p7", start - pd.Timedelta(hours=2), "p4", "submitted", "r1/notebooks", 1, None),
+            ("e-p8", start - pd.Timedelta(hours=2), "p4", "started", "r1/notebooks", 1, "i2")]
+    for i, (queue, job, gpus) in enumerate(waiting):
+        rows.append((f"e-w{i}", start - pd.Timedelta(minutes=20), job, "submitted", queue, gpus, None))
+    return pd.DataFrame(rows, columns=["event_id", "ts", "job_id", "event", "queue", "gpus", "node_ids"])
+
+
+def context(busy: dict[str, int], waiting, *, start=START, changes=None, open_baselines=None, filler=0) -> PartitionContext:
+    empty = pd.DataFrame()
+    return PartitionContext(
+        start=start, end=start + FIVE, gpu=gpu_minutes(start, busy, filler), node=empty, network=empty, runtime=empty,
+        sched=scheduler_events(waiting, start),
+        changes=changes if changes is not None else pd.DataFrame(columns=["event_id", "ts", "kind", "scope"]),
+        maintenance=pd.DataFrame(columns=["start", "end", "region", "node_ids"]),
+        leaves=pd.DataFrame(columns=["state", "region", "gpu_minutes"]), baselines=empty, meta=empty,
+        inventory=inventory(filler), region_history=pd.DataFrame(columns=["partition_start", "region", "share_idle_blocked"]),
+        open_baselines=open_baselines or {})
+
+
+def blocked(ctx) -> float:
+    return float(aged_blocked(ctx).set_index("region").loc["r1", "blocked_gpu_minutes"])
+
+
+FULL_BATCH = {"b1": 8, "b2": 8}
+
+
+def test_idle_gpus_on_the_queues_own_nodes_block_a_waiting_job():
+    # batch node b2 is idle; eight 1-GPU batch jobs have waited 20 minutes: 8 GPUs x 5 minutes blocked
+    ctx = context({"b1": 8, "i1": 8, "i2": 8}, [("r1/batch", f"w{i}", 1) for i in range(8)])
+    assert blocked(ctx) == 40.0
+    assert aged_blocked(ctx).iloc[0]["aged_jobs"] == 8
+
+
+def test_idle_gpus_of_another_pool_do_not_block():
+    # the notebook nodes are idle, the batch nodes full: batch jobs wait for capacity, nothing is blocked
+    assert blocked(context(FULL_BATCH, [("r1/batch", f"w{i}", 1) for i in range(8)])) == 0.0
+
+
+def test_scattered_free_gpus_do_not_block_a_larger_request():
+    # three GPUs free on each batch node cannot host a 4-GPU job (fragmentation, not a blocked queue) ...
+    waiting = [("r1/batch", "w4", 4)]
+    assert blocked(context({"b1": 5, "b2": 5, "i1": 8, "i2": 8}, waiting)) == 0.0
+    # ... four free on one node can
+    assert blocked(context({"b1": 4, "b2": 5, "i1": 8, "i2": 8}, waiting)) == 20.0
+
+
+def test_a_request_larger_than_a_node_needs_whole_free_nodes():
+    waiting = [("r1/batch", "w16", 16)]
+    assert blocked(context({"b1": 1, "b2": 1, "i1": 8, "i2": 8}, waiting)) == 0.0
+    assert blocked(context({"b1": 8, "i1": 8, "i2": 8}, waiting)) == 40.0
+
+
+def test_a_short_wait_is_not_blocking():
+    ctx = context({"b1": 8, "i1": 8, "i2": 8}, [])
+    recent = pd.DataFrame([("e-n", START - AGED_WAIT + pd.Timedelta(minutes=3), "n1", "submitted", "r1/batch", 1, None)],
+                          columns=ctx.sched.columns)
+    ctx.sched = pd.concat([ctx.sched, recent], ignore_index=True)
+    # submitted at 11:58: over five minutes old only at the middles of the partition's last two minutes
+    assert blocked(ctx) == 2.0
+
+
+def filler_for(share: float, blocked_gpu_minutes: float) -> int:
+    """Filler nodes that make ``blocked_gpu_minutes`` this share of the region's paid GPU-minutes."""
+    return round(blocked_gpu_minutes / share / (8 * 5)) - len(NODES)
+
+
+NO_CHANGES = pd.DataFrame(columns=["event_id", "ts", "scope"])
+WAITING = [("r1/batch", f"w{i}", 1) for i in range(8)]
+B2_IDLE = {"b1": 8, "i1": 8, "i2": 8}  # 8 idle batch GPUs: 40 blocked GPU-minutes with 8 jobs waiting
+
+
+def test_a_pile_up_between_the_ticket_and_page_bars_is_a_ticket_and_pages_when_it_grows():
+    between = filler_for((SCHED_TICKET_SHARE + SCHED_PAGE_SHARE) / 2, 40)
+    first = detect_scheduling(context(B2_IDLE, WAITING, filler=between))
+    assert [(f.detector, f.family, f.severity) for f in first] == [("scheduling_blocked", "scheduling", "ticket")]
+    snap = A.step(A.empty(), first, START, rates={"r1": 2.0}, changes=NO_CHANGES)
+    above = filler_for(SCHED_PAGE_SHARE * 1.2, 40)
+    second = detect_scheduling(context(B2_IDLE, WAITING, start=START + FIVE, filler=above,
+                                       open_baselines=A.open_baselines(snap)))
+    assert [f.severity for f in second] == ["page"]
+    snap2 = A.step(snap, second, START + FIVE, rates={"r1": 2.0}, changes=NO_CHANGES)
+    assert len(snap2) == 1 and snap2.iloc[0]["alert_id"] == snap.iloc[0]["alert_id"]  # one incident, one alert
+    assert snap2.iloc[0]["paged_at"] == START + 2 * FIVE
+    assert json.loads(snap2.iloc[0]["scope"])["region"] == "r1"
+
+
+def test_below_the_ticket_bar_nothing_opens():
+    assert detect_scheduling(context(B2_IDLE, WAITING, filler=filler_for(SCHED_TICKET_SHARE * 0.8, 40))) == []
+
+
+def test_a_pile_up_above_the_page_bar_pages_in_its_first_partition():
+    assert [f.severity for f in detect_scheduling(context(B2_IDLE, WAITING))] == ["page"]
+
+
+def test_too_few_jobs_is_not_a_pile_up():
+    assert detect_scheduling(context(B2_IDLE, WAITING[:3])) == []
+
+
+def test_an_open_alert_stays_open_as_a_ticket_while_the_pile_up_thins():
+    snap = A.step(A.empty(), detect_scheduling(context(B2_IDLE, WAITING)), START, rates={"r1": 2.0}, changes=NO_CHANGES)
+    # two jobs still wait on idle GPUs: the share is above the bar, the pile-up below its job count
+    weaker = context(B2_IDLE, WAITING[:2], start=START + FIVE, open_baselines=A.open_baselines(snap))
+    found = detect_scheduling(weaker)
+    assert [f.severity for f in found] == ["ticket"]
+    snap2 = A.step(snap, found, START + FIVE, rates={"r1": 2.0}, changes=NO_CHANGES)
+    assert snap2.iloc[0]["status"] == "firing" and snap2.iloc[0]["severity"] == "page"  # still the paged incident
+
+
+def test_after_a_scheduler_change_the_page_bar_is_lower():
+    changes = pd.DataFrame([("c1", START - pd.Timedelta(minutes=30), "scheduler_config", "r1")],
+                           columns=["event_id", "ts", "kind", "scope"])
+    between = filler_for((SCHED_TICKET_SHARE + SCHED_PAGE_SHARE) / 2, 40)
+    assert [f.severity for f in detect_scheduling(context(B2_IDLE, WAITING, filler=between))] == ["ticket"]
+    found = detect_scheduling(context(B2_IDLE, WAITING, changes=changes, filler=between))
+    assert [(f.severity, f.change_event) for f in found] == [("page", "c1")]
+
+
+@pytest.mark.parametrize("busy", [FULL_BATCH, {"b1": 8, "b2": 8, "i1": 8, "i2": 8}])
+def test_no_finding_without_usable_idle_gpus(busy):
+    assert detect_scheduling(context(busy, [("r1/batch", f"w{i}", 1) for i in range(8)])) == []
+
+
+def test_blocked_never_exceeds_the_idle_gpus_when_queues_share_nodes():
+    ctx = context({"b1": 8, "i1": 8, "i2": 8}, [("r1/batch", f"w{i}", 1) for i in range(8)])
+    # a second queue placing on the same batch nodes, with its own waiting jobs
+    extra = pd.DataFrame([("e-x1", START - pd.Timedelta(hours=1), "x1", "started", "r1/batch-hi", 8, "b2")]
+                         + [(f"e-y{i}", START - pd.Timedelta(minutes=20), f"y{i}", "submitted", "r1/batch-hi", 1, None)
+                            for i in range(8)], columns=ctx.sched.columns)
+    ctx.sched = pd.concat([ctx.sched, extra], ignore_index=True)
+    # x1 started on b2 an hour ago but holds nothing now (b2 reports idle): both queues see 8 idle GPUs
+    assert blocked(ctx) == 40.0
+    assert np.isclose(aged_blocked(ctx).iloc[0]["paid_gpu_minutes"], 4 * 8 * 5)
