@@ -145,6 +145,29 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
     return summary
 
 
+def report_window(start: str, end: str, *, warehouse: str | None = None, scenario: str | None = None,
+           out: str | None = None) -> dict:
+    from gpu_health.definitions import default_resources
+    from gpu_health.report import markdown
+    from gpu_health.storage.warehouse import Warehouse
+
+    start_ts, end_ts = _ts(start), _ts(end)
+    if end_ts <= start_ts:
+        raise SystemExit("error: --end must be after --start")
+    incidents = None
+    if scenario:
+        from gpu_health.sim.scenario import labels_frame, load_scenario
+
+        labels = labels_frame(load_scenario(scenario))
+        incidents = labels[(labels["start"] < end_ts) & (labels["end"] > start_ts)]
+    text = markdown(Warehouse(warehouse or default_resources()["warehouse"].url), start_ts, end_ts, incidents=incidents)
+    if out:
+        Path(out).write_text(text)
+        return {"report": out}
+    print(text)
+    return {}
+
+
 def _root_message(error) -> str:
     """The innermost cause of a step failure: the user's exception (it names file and column), not
     Dagster's "Error occurred while executing op" wrapper around it."""
@@ -179,7 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     p_eval.add_argument("--static-rules", action="store_true",
                         help="score the seeds' static Prometheus rules (deploy/prometheus/seed_rules.yml) on the same "
                              "simulated telemetry instead, replayed by a real Prometheus")
-    for p in (p_sim, p_run, p_eval):
+    p_rep = sub.add_parser("report", help="a window's alerts and goodput decomposition, as Markdown")
+    p_rep.add_argument("--warehouse", help="SQLAlchemy URL (default: $GPU_HEALTH_WAREHOUSE_URL or sqlite:///var/warehouse.db)")
+    p_rep.add_argument("--start", required=True)
+    p_rep.add_argument("--end", required=True)
+    p_rep.add_argument("--scenario", help="add this scenario's injected incidents (ground truth)")
+    p_rep.add_argument("--out", help="write the Markdown here instead of printing it")
+    for p in (p_sim, p_run, p_eval, p_rep):
         p.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
@@ -205,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
                 report = evaluate(args.scenarios, args.out, workers=args.workers, pattern=args.pattern)
             print(table(report))
             out = report["overall"]
+        elif args.command == "report":
+            out = report_window(args.start, args.end, warehouse=args.warehouse, scenario=args.scenario, out=args.out)
         else:
             if args.source == "prometheus" and not args.prometheus_url:
                 parser.error("--source prometheus needs --prometheus-url")
