@@ -2,6 +2,7 @@
 
     python bench/run.py                  # the standard set (partition at 1,200 and 100,000 GPUs, KPI assets)
     python bench/run.py --week           # also the 7-day backfill at 1,200 GPUs (about 15 minutes)
+    python bench/run.py --only week_backfill_sources --workers 2   # the backfill as 2 parallel day-range runs
     python bench/run.py --only source_partition --gpus 100000
 
 Each measurement runs in a fresh Python process so its peak memory (max RSS)
@@ -62,7 +63,22 @@ def _execute(defs, instance, names, **kw):
     return result
 
 
-def one(name: str, gpus: int) -> dict:
+def _backfill_days(defs, instance, days) -> None:
+    for day in days:
+        d0 = f"2026-11-{2 + day:02d}-00:00"
+        d1 = f"2026-11-{2 + day:02d}-23:55"
+        _execute(defs, instance, TELEMETRY, tags={"dagster/asset_partition_range_start": d0,
+                                                  "dagster/asset_partition_range_end": d1})
+
+
+def _backfill_worker(job: tuple) -> None:
+    """One day-range run in a worker process (its own Definitions and instance, the shared warehouse)."""
+    tmp, gpus, day = job
+    defs, instance, _ = _defs(tmp, gpus)
+    _backfill_days(defs, instance, [day])
+
+
+def one(name: str, gpus: int, workers: int = 1, days: int = 7) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         defs, instance, dg = _defs(tmp, gpus)
         out = {"name": name, "gpus": gpus}
@@ -85,13 +101,18 @@ def one(name: str, gpus: int) -> dict:
             out["seconds"] = round(time.perf_counter() - t, 3)
         elif name == "week_backfill_sources":
             t = time.perf_counter()
-            for day in range(7):
-                d0 = f"2026-11-{2 + day:02d}-00:00"
-                d1 = f"2026-11-{2 + day:02d}-23:55"
-                _execute(defs, instance, TELEMETRY, tags={"dagster/asset_partition_range_start": d0,
-                                                          "dagster/asset_partition_range_end": d1})
+            if workers == 1:
+                _backfill_days(defs, instance, range(days))
+            else:
+                # the scale-out path in miniature: a run queue of day-range runs, `workers` at a time, each in
+                # its own process (what Dagster's run launcher does), all writing one warehouse
+                from concurrent.futures import ProcessPoolExecutor
+
+                with ProcessPoolExecutor(max_workers=workers) as pool:
+                    list(pool.map(_backfill_worker, [(tmp, gpus, day) for day in range(days)]))
             out["seconds"] = round(time.perf_counter() - t, 3)
-            out["partitions"] = 2016
+            out["partitions"] = 288 * days
+            out["workers"] = workers
         elif name == "week_full_pipeline":
             from gpu_health.cli import run
 
@@ -102,7 +123,8 @@ def one(name: str, gpus: int) -> dict:
             out["partitions"] = summary["partitions"]
         else:
             raise SystemExit(f"unknown measurement {name}")
-        out["peak_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+        out["peak_mib"] = round(max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                                    resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024, 1)
         return out
 
 
@@ -111,19 +133,26 @@ def main() -> None:
     ap.add_argument("--only")
     ap.add_argument("--gpus", type=int, default=1200)
     ap.add_argument("--week", action="store_true", help="also the 7-day backfills (slow)")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="processes for week_backfill_sources (day-range runs in parallel, one warehouse)")
+    ap.add_argument("--days", type=int, default=7, help="days of week_backfill_sources (default 7)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(one(args.only, args.gpus)), flush=True)
+        print(json.dumps(one(args.only, args.gpus, args.workers, args.days)), flush=True)
         return
-    plan = [(args.only, args.gpus)] if args.only else [
-        ("source_partition", 1200), ("source_partition", 100_000), ("kpi_partition", 1200), ("kpi_partition", 100_000)]
+    plan = [(args.only, args.gpus, args.workers)] if args.only else [
+        ("source_partition", 1200, 1), ("source_partition", 100_000, 1), ("kpi_partition", 1200, 1),
+        ("kpi_partition", 100_000, 1)]
     if args.week and not args.only:
-        plan += [("week_backfill_sources", 1200), ("week_full_pipeline", 1200)]
+        plan += [("week_backfill_sources", 1200, 1)]
+        if args.workers > 1:  # the same backfill as parallel runs, for the speed-up
+            plan += [("week_backfill_sources", 1200, args.workers)]
+        plan += [("week_full_pipeline", 1200, 1)]
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    for name, gpus in plan:
-        proc = subprocess.run([sys.executable, __file__, "--child", "--only", name, "--gpus", str(gpus)],
-                              capture_output=True, text=True, env=env)
+    for name, gpus, workers in plan:
+        proc = subprocess.run([sys.executable, __file__, "--child", "--only", name, "--gpus", str(gpus),
+                               "--workers", str(workers), "--days", str(args.days)], capture_output=True, text=True, env=env)
         line = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
         if proc.returncode != 0 or not line.startswith("{"):
             print(json.dumps({"name": name, "gpus": gpus, "error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}), flush=True)
