@@ -43,7 +43,7 @@ import pandas as pd
 from scipy.stats import fisher_exact
 
 from gpu_health.diagnosis.cohort import REGRESSION, judge_cohorts
-from gpu_health.metrics.goodput import FATAL_XIDS, maintenance_mask, queue_nodes, queue_regions
+from gpu_health.metrics.goodput import FATAL_XIDS, maintenance_mask, queue_nodes, queue_regions, queue_table
 
 FIVE = pd.Timedelta(minutes=5)
 THERMAL_BITS = 0x20 | 0x40
@@ -362,8 +362,7 @@ def job_table(sched: pd.DataFrame, inventory: pd.DataFrame) -> pd.DataFrame:
     cols = ["sub", "gpus", "queue", "left", "region"]
     if sched is None or sched.empty:
         return pd.DataFrame(columns=cols)
-    sub = sched[sched["event"] == "submitted"].groupby("job_id").agg(sub=("ts", "min"), gpus=("gpus", "max"), queue=("queue", "first"))
-    sub["left"] = sched[sched["event"].isin(["started", "ended"])].groupby("job_id")["ts"].min().reindex(sub.index)
+    sub = queue_table(sched)
     qmap = queue_regions(sched, dict(zip(inventory["node_id"], inventory["region"])))
     sub["region"] = sub["queue"].astype(object).map(qmap)
     return sub[cols]

@@ -86,6 +86,23 @@ def maintenance_mask(ts: pd.Series, region: pd.Series, node: pd.Series, windows:
     return mask
 
 
+def queue_table(sched: pd.DataFrame) -> pd.DataFrame:
+    """One row per submitted job (index job_id): when it was submitted (``sub``), the GPUs it asked for, its
+    queue, and when it left the queue (``left``: started, or ended without starting; NaT while it waits).
+
+    The one derivation of queue state: the loss tree's idle_blocked and the scheduling detector both use it.
+    """
+    cols = ["sub", "gpus", "queue", "left"]
+    if sched is None or sched.empty:
+        return pd.DataFrame(columns=cols, index=pd.Index([], name="job_id"))
+    agg = {"sub": ("ts", "min"), "gpus": ("gpus", "max")}
+    if "queue" in sched.columns:
+        agg["queue"] = ("queue", "first")
+    jobs = sched[sched["event"] == "submitted"].groupby("job_id").agg(**agg)
+    jobs["left"] = sched[sched["event"].isin(["started", "ended"])].groupby("job_id")["ts"].min().reindex(jobs.index)
+    return jobs.reindex(columns=cols)
+
+
 def pending_gpus(sched: pd.DataFrame, minutes: pd.DatetimeIndex, groups: pd.Series | None = None) -> dict:
     """GPUs requested by jobs submitted but not yet started, at each minute's middle.
 
@@ -94,10 +111,7 @@ def pending_gpus(sched: pd.DataFrame, minutes: pd.DatetimeIndex, groups: pd.Seri
     """
     if sched is None or sched.empty or not len(minutes):
         return {None: np.zeros(len(minutes))}
-    ev = sched[["job_id", "event", "ts", "gpus"]]
-    sub = ev[ev["event"] == "submitted"].groupby("job_id").agg(sub=("ts", "min"), gpus=("gpus", "max"))
-    done = ev[ev["event"].isin(["started", "ended"])].groupby("job_id")["ts"].min().rename("left")
-    jobs = sub.join(done, how="left")
+    jobs = queue_table(sched)
     jobs["group"] = jobs.index.map(groups).astype(object) if groups is not None else None
     mid = (minutes + pd.Timedelta(seconds=30)).values
     out = {}
