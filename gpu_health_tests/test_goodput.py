@@ -117,17 +117,19 @@ class Sim:
     def __call__(self, kind=None) -> Run:
         if kind not in self._cache:
             scen = scenario(incident(kind)) if kind else scenario()
-            hist, old_meta, baseline = self._history()
             frames = Window(scen, S, E).tables()
-            tables = {k: pd.concat([hist[k], frames[k]], ignore_index=True) for k in frames}
-            meta = pd.concat([old_meta, frames["job_metadata"]], ignore_index=True)
-            maint = maintenance_windows(scen)
-            capacity = cost_capacity(scen, S)
-            leaves, failures = G.compute_states(
-                frames, start=S, end=E, capacity=capacity, inventory=inventory_of(tables), maintenance=maint,
-                meta=meta, sched_history=tables["scheduler_events"], baseline=baseline)
-            self._cache[kind] = Run(scen, hist, frames, meta, capacity, leaves, failures)
+            self._cache[kind] = self.states(scen, frames, cost_capacity(scen, S))
         return self._cache[kind]
+
+    def states(self, scen, frames: dict, capacity: pd.DataFrame) -> Run:
+        """The loss tree of ``frames`` (the window) of ``scen``, paid for as ``capacity`` says."""
+        hist, old_meta, baseline = self._history()
+        tables = {k: pd.concat([hist[k], frames[k]], ignore_index=True) for k in frames}
+        meta = pd.concat([old_meta, frames["job_metadata"]], ignore_index=True)
+        leaves, failures = G.compute_states(
+            frames, start=S, end=E, capacity=capacity, inventory=inventory_of(tables), maintenance=maintenance_windows(scen),
+            meta=meta, sched_history=tables["scheduler_events"], baseline=baseline)
+        return Run(scen, hist, frames, meta, capacity, leaves, failures)
 
 
 @pytest.fixture(scope="module")
@@ -339,6 +341,32 @@ def test_collector_outage_is_no_data_never_hw_unavailable(sim):
     assert run.total("no_data") == pytest.approx(region_gpus * INCIDENT_MINUTES, abs=1e-6)
     assert run.total("no_data", region=region) == run.total("no_data")
     assert run.total("hw_unavailable") == quiet.total("hw_unavailable") == 0
+
+
+def test_unseen_capacity_is_no_data_while_its_region_is_silent_and_hardware_otherwise(sim):
+    """Finance pays for more GPUs than the inventory has seen (node 'unseen'): in the minutes the region's
+    collector is silent they are missing data like the rest of the region, never hardware; in the
+    minutes it reports they are hw_unavailable. The other region's unseen GPUs stay hardware throughout."""
+    outage = sim("collector_outage")
+    region, other = outage.inc.region, "us-east"
+    extra = 24  # unseen GPUs per (region, SKU)
+    run = sim.states(outage.scen, outage.frames, outage.capacity.assign(capacity_gpus=outage.capacity["capacity_gpus"] + extra))
+    minutes = (E - S) / MIN
+    skus = run.capacity.loc[run.capacity["region"] == region, "sku"].nunique()
+    assert run.total("no_data", node_id="unseen", region=region) == pytest.approx(extra * skus * INCIDENT_MINUTES, abs=1e-6)
+    assert run.total("hw_unavailable", node_id="unseen", region=region) == pytest.approx(
+        extra * skus * (minutes - INCIDENT_MINUTES), abs=1e-6)
+    # minute by minute: the partition the outage starts in (10:05-10:10, silent from 10:07) splits 2 / 3
+    first = run.leaves[(run.leaves["partition_start"] == I0.floor("5min")) & (run.leaves["node_id"] == "unseen")
+                       & (run.leaves["region"] == region)].groupby("state")["gpu_minutes"].sum()
+    assert first.to_dict() == pytest.approx({"hw_unavailable": extra * skus * 2.0, "no_data": extra * skus * 3.0})
+    assert run.total("no_data", region=other) == 0
+    assert run.total("hw_unavailable", node_id="unseen", region=other) == pytest.approx(extra * skus * minutes, abs=1e-6)
+    # still every paid GPU-minute in exactly one state
+    got = run.leaves.groupby(["partition_start", "region", "sku"])["gpu_minutes"].sum()
+    paid = run.capacity.set_index(["region", "sku"])["capacity_gpus"].astype(float) * 5
+    np.testing.assert_allclose(got.to_numpy(), [paid[(r, s)] for _, r, s in got.index], rtol=1e-9)
+    assert len(got) == len(PARTITIONS) * len(paid)
 
 
 @pytest.mark.parametrize("kind", ["priority_change", "fragmentation"])

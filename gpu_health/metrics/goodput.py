@@ -9,11 +9,13 @@ capacity Finance pays for and the maintenance calendar).
 State of a GPU-minute, by precedence:
 
 1. ``no_data`` -- its region's collector is silent (under half of the region's
-   expected GPUs report in that minute): missing data, never a GPU incident.
+   expected GPUs report in that minute): missing data, never a GPU incident. This
+   includes the region's paid capacity above its inventory (node ``unseen``).
 2. ``maintenance`` -- unallocated (or not reporting) inside a planned window.
 3. ``hw_unavailable`` -- a fatal Xid / double-bit ECC error this minute; or
    unallocated on a node that is down / drained outside a window; or expected
-   but not reporting while its region reports (a node down, a GPU off the bus).
+   but not reporting while its region reports (a node down, a GPU off the bus);
+   or paid capacity above the inventory (node ``unseen``) while its region reports.
 4. unallocated and healthy -> ``idle_blocked`` for the share of idle GPUs that
    pending jobs are waiting for (min(idle, pending GPUs) cluster-wide), the rest
    ``idle_no_demand``.
@@ -470,7 +472,8 @@ def _missing_minutes(t_idx, g_node, minutes, node_uni, node_region, node_sku, no
     region_codes, region_uni = pd.factorize(pd.Series(node_region, dtype=object).fillna("unknown"))
     exp_r = np.stack([expected[:, region_codes == r].sum(axis=1) for r in range(len(region_uni))], axis=1)
     rep_r = np.stack([reported[:, region_codes == r].sum(axis=1) for r in range(len(region_uni))], axis=1)
-    silent = (rep_r < NO_DATA_COVERAGE * exp_r)[:, region_codes]  # M x Nn
+    region_silent = rep_r < NO_DATA_COVERAGE * exp_r  # M x regions
+    silent = region_silent[:, region_codes]  # M x Nn
     tt, nn = np.nonzero(missing > 0)
     out = pd.DataFrame(columns=cols)
     if len(tt):
@@ -483,16 +486,27 @@ def _missing_minutes(t_idx, g_node, minutes, node_uni, node_region, node_sku, no
             "state": np.where(silent[tt, nn], "no_data", np.where(in_maint, "maintenance", "hw_unavailable")),
             "gpu_minutes": missing[tt, nn],
         })
-    # paid capacity above the inventory ever seen: GPUs nobody has heard from in a day
+    # paid capacity above the inventory: GPUs nobody has heard from (node 'unseen'). Unavailable hardware while
+    # their region reports; in the minutes their region is silent they are missing data like the rest of it
+    # (a collector outage must not be charged to hardware). A region with no inventory is never silent.
     if capacity is not None and len(capacity):
         seen = inventory.groupby(["region", "sku"])["gpus"].sum()
         cap = capacity.groupby(["region", "sku"])["capacity_gpus"].max()
         gap = (cap - seen.reindex(cap.index).fillna(0)).clip(lower=0)
-        per_part = pd.Series(1, index=minutes).groupby(minutes.floor("5min")).size()
-        rows = [{"partition_start": p, "region": region, "node_id": "unseen", "sku": sku, "driver_version": "unknown",
-                 "team": "none", "workload_class": "none", "model_type": "none", "framework_version": "none",
-                 "queue": "none", "state": "hw_unavailable", "gpu_minutes": float(k) * n_min}
-                for (region, sku), k in gap[gap > 0].items() for p, n_min in per_part.items()]
+        silent_by_region = pd.DataFrame(region_silent, index=minutes, columns=region_uni)
+        partition = minutes.floor("5min")
+        rows = []
+        for (region, sku), k in gap[gap > 0].items():
+            silent_m = (silent_by_region[region] if region in silent_by_region.columns
+                        else pd.Series(False, index=minutes))
+            per_part = silent_m.groupby(partition).agg(["sum", "size"])
+            for p, n_silent, n_min in per_part.itertuples():
+                for state, n in (("no_data", n_silent), ("hw_unavailable", n_min - n_silent)):
+                    if n:
+                        rows.append({"partition_start": p, "region": region, "node_id": "unseen", "sku": sku,
+                                     "driver_version": "unknown", "team": "none", "workload_class": "none",
+                                     "model_type": "none", "framework_version": "none", "queue": "none",
+                                     "state": state, "gpu_minutes": float(k) * n})
         if rows:
             out = pd.concat([x for x in (out, pd.DataFrame(rows)) if len(x)], ignore_index=True)
     return out
