@@ -212,6 +212,22 @@ class Warehouse:
             frame = pd.DataFrame(cur.fetchall(), columns=[c.name for c in cols])
         return _restore_types(frame, table)
 
+    def last_partition_by(self, name: str, by: str, start, end, *, column: str | None = None) -> pd.Series:
+        """``by`` -> the latest ``column`` (the partition column) of its rows in ``[start, end)``, aggregated in
+        the database (one row per group comes back, however many rows the window holds)."""
+        table = self.table(name)
+        col = table.c[column or partition_column(name)]
+        q = (sa.select(table.c[by], sa.func.max(col).label(col.name))
+             .where(col >= self._bound(start, col), col < self._bound(end, col, upper=True)).group_by(table.c[by]))
+        compiled = q.compile(self.engine, compile_kwargs={"render_postcompile": True})
+        params = compiled.params
+        if self.is_sqlite:
+            params = tuple(_sqlite_param(compiled.params[k]) for k in compiled.positiontup)
+        with self.engine.connect() as conn:
+            frame = pd.DataFrame(conn.exec_driver_sql(str(compiled), params).fetchall(), columns=[by, col.name])
+        frame = _restore_types(frame, table)
+        return frame.set_index(pd.Index(frame[by].astype(object), name=by))[col.name]
+
     def count(self, name: str) -> int:
         table = self.table(name)
         with self.engine.connect() as conn:
