@@ -65,7 +65,7 @@ def incident(kind, start=I0, end=I1) -> dict:
 
 
 def inventory_of(frames: dict) -> pd.DataFrame:
-    """What pipeline.inventory_for reads back: nodes seen with the most GPUs each reported."""
+    """What pipeline.inventory_as_of reads back (no region silent): nodes seen with the most GPUs each reported."""
     inv = P.node_inventory(frames)
     return (inv.groupby("node_id").agg(region=("region", "last"), sku=("sku", "last"), gpus=("gpus_seen", "max"))
             .reset_index().astype({"node_id": object, "region": object, "sku": object}))

@@ -8,7 +8,8 @@ the evaluation harness and benchmarks call the same functions.
 History each computation reads (consumers look back as far as they need):
 job metadata submitted in the last 4 days (jobs live up to 3.5 days; older
 ones count as ``unknown``, never dropped), scheduler events of the last 6
-hours (pending demand and queues), the node inventory of the last 24 hours,
+hours (pending demand and queues), the node inventory of the last 24 hours
+(a silent region's as of its last report, up to 7 days back: inventory_segments),
 and 7 days of workload step statistics (baselines).
 """
 
@@ -23,6 +24,12 @@ from gpu_health.storage.warehouse import Warehouse
 META_LOOKBACK = pd.Timedelta(days=4)
 SCHED_LOOKBACK = pd.Timedelta(hours=6)
 INVENTORY_LOOKBACK = pd.Timedelta(hours=24)
+# A region none of whose nodes reported over INVENTORY_LOOKBACK keeps its inventory as of its last report for this
+# long after it (inventory_segments): a week, the longest history the pipeline reads elsewhere (baselines). Past it
+# the region is no longer expected (its missing_data ticket resolves); a region taken out of service is expected
+# until then.
+SILENT_REGION_MEMORY = pd.Timedelta(days=7)
+FIVE = pd.Timedelta(minutes=5)
 SOURCES = ["gpu_telemetry", "node_telemetry", "job_runtime_metrics", "scheduler_events"]
 
 
@@ -54,17 +61,127 @@ def node_inventory(frames: dict) -> pd.DataFrame:
     return out[cols]
 
 
-def inventory_for(wh: Warehouse, start, end) -> pd.DataFrame:
-    """Nodes known over the trailing day: node_id, region, sku, gpus (most GPUs ever seen)."""
-    inv = wh.read_window("node_inventory", pd.Timestamp(start) - INVENTORY_LOOKBACK, end)
+INVENTORY_COLUMNS = ["node_id", "region", "sku", "gpus"]
+
+
+def _nodes_seen(rows: pd.DataFrame) -> pd.DataFrame:
+    """node_inventory rows -> one row per node: its last region and SKU, the most GPUs it reported."""
+    if rows.empty:
+        return pd.DataFrame(columns=INVENTORY_COLUMNS)
+    rows = rows.sort_values("partition_start", kind="stable")
+    return (rows.groupby("node_id").agg(region=("region", "last"), sku=("sku", "last"), gpus=("gpus_seen", "max"))
+            .reset_index()[INVENTORY_COLUMNS])
+
+
+def _finish_inventory(inv: pd.DataFrame) -> pd.DataFrame:
+    inv = inv.drop_duplicates("node_id").sort_values("node_id", kind="stable").reset_index(drop=True)
     if inv.empty:
-        return pd.DataFrame(columns=["node_id", "region", "sku", "gpus"])
-    inv = inv.sort_values("partition_start")
-    out = inv.groupby("node_id").agg(region=("region", "last"), sku=("sku", "last"), gpus=("gpus_seen", "max")).reset_index()
+        return pd.DataFrame(columns=INVENTORY_COLUMNS).astype({"gpus": "int64"})
+    gpus = inv["gpus"].astype(float)
     # a node that only ever reported node telemetry: assume the SKU's usual GPU count
-    typical = out[out["gpus"] > 0].groupby("sku")["gpus"].agg(lambda s: int(s.mode().iloc[0]))
-    out["gpus"] = np.where(out["gpus"] > 0, out["gpus"], out["sku"].map(typical).fillna(0)).astype("int64")
-    return out.astype({"node_id": object, "region": object, "sku": object})
+    typical = inv[gpus > 0].assign(gpus=gpus[gpus > 0].astype("int64")).groupby("sku")["gpus"].agg(
+        lambda s: int(s.mode().iloc[0]))
+    inv["gpus"] = np.where(gpus > 0, gpus, inv["sku"].map(typical).fillna(0)).astype("int64")
+    return inv.astype({"node_id": object, "region": object, "sku": object})
+
+
+def inventory_segments(wh: Warehouse, start, end) -> list[tuple[pd.Timestamp, pd.Timestamp, pd.DataFrame]]:
+    """The inventory each 5-minute partition of ``[start, end)`` is judged against, as runs of consecutive
+    partitions that share it: ``[(run_start, run_end, inventory), ...]`` covering the window; an inventory
+    has node_id, region, sku and gpus (the most GPUs the node reported).
+
+    The inventory as of partition ``p`` is what was known when ``p`` closed, so a range run and the
+    sensor's partition-by-partition runs judge every partition alike (a range never expects, in an early
+    partition, a node first seen in a later one):
+
+    * every node seen in ``[p - INVENTORY_LOOKBACK, p]`` (the trailing day, the partition's own included):
+      a node gone quiet while its region reports (decommissioned, re-imaged elsewhere) is forgotten after a day;
+    * plus, for a region none of whose nodes was seen in that day but which was seen within
+      :data:`SILENT_REGION_MEMORY`, the region's inventory as of its last report: a whole region going
+      silent is a collector outage, and its GPUs stay expected (missing data, paid GPU-minutes) until its
+      collectors come back, however long past a day. Remembering the silent *region* rather than every node
+      for longer keeps a decommissioned node from counting as missing for days.
+    """
+    start, end = pd.Timestamp(start), pd.Timestamp(end)
+    parts = pd.date_range(start, end, freq=FIVE, inclusive="left")
+    if not len(parts):
+        return []
+    window = pd.date_range(start - INVENTORY_LOOKBACK, end, freq=FIVE, inclusive="left")
+    rows = wh.read_window("node_inventory", window[0], end)
+    # regions' last report before the rows read here (aggregated in the database)
+    earlier = wh.last_partition_by("node_inventory", "region", start - SILENT_REGION_MEMORY, window[0])
+    T, first = len(window), len(window) - len(parts)
+    span = int(INVENTORY_LOOKBACK / FIVE) + 1  # partitions in [p - INVENTORY_LOOKBACK, p]
+
+    # nodes seen in each partition's trailing day: their most GPUs, last region and last SKU
+    nodes = pd.Index(sorted(set(rows["node_id"].astype(object))))
+    regions = pd.Index(sorted(set(rows["region"].astype(object)) | set(earlier.index)))
+    skus = pd.Index(sorted(set(rows["sku"].astype(object))))
+    rows = rows[window.get_indexer(rows["partition_start"]) >= 0]  # (partitions are 5-minute aligned)
+    t = window.get_indexer(rows["partition_start"])
+    n = nodes.get_indexer(rows["node_id"].astype(object))
+    r_row = regions.get_indexer(rows["region"].astype(object))
+    gpus = np.full((T, len(nodes)), np.nan)
+    gpus[t, n] = rows["gpus_seen"].to_numpy(dtype=float)
+    region_at = np.full((T, len(nodes)), np.nan)
+    region_at[t, n] = r_row
+    sku_at = np.full((T, len(nodes)), np.nan)
+    sku_at[t, n] = skus.get_indexer(rows["sku"].astype(object))
+    most = pd.DataFrame(gpus).rolling(span, min_periods=1).max().to_numpy()[first:]
+    seen = ~np.isnan(most)
+    region_at = np.where(seen, pd.DataFrame(region_at).ffill().to_numpy()[first:], -1)
+    sku_at = np.where(seen, pd.DataFrame(sku_at).ffill().to_numpy()[first:], -1)
+    most = np.where(seen, most, -1)
+
+    # regions silent over the trailing day, remembered as of their last report (if within the memory)
+    reported = np.zeros((T, len(regions)), dtype=bool)
+    reported[t, r_row] = True
+    heard = pd.DataFrame(reported).rolling(span, min_periods=1).max().to_numpy()[first:] > 0
+    last = pd.DataFrame(np.where(reported, np.arange(T)[:, None], np.nan)).ffill().to_numpy()[first:]
+    earlier_idx = np.array([(earlier.get(reg, pd.NaT) - window[0]) / FIVE if reg in earlier.index else np.nan
+                            for reg in regions])
+    last = np.where(np.isnan(last), earlier_idx[None, :], last)  # in partitions of the window (may be negative)
+    memory = int(SILENT_REGION_MEMORY / FIVE)
+    p_idx = np.arange(first, T)[:, None]
+    remembered = ~heard & ~np.isnan(last) & (last >= p_idx - memory)
+    last = np.where(remembered, last, np.nan)
+
+    changed = np.ones(len(parts), dtype=bool)
+    if len(parts) > 1:
+        changed[1:] = ((most[1:] != most[:-1]).any(axis=1) | (region_at[1:] != region_at[:-1]).any(axis=1)
+                       | (sku_at[1:] != sku_at[:-1]).any(axis=1)
+                       | (np.nan_to_num(last[1:], nan=-1e18) != np.nan_to_num(last[:-1], nan=-1e18)).any(axis=1))
+    as_of: dict = {}  # (region, last report) -> the region's inventory then
+
+    def region_as_of(region: str, report: pd.Timestamp) -> pd.DataFrame:
+        if (region, report) not in as_of:
+            rows_then = wh.read_window("node_inventory", report - INVENTORY_LOOKBACK, report + FIVE, where={"region": region})
+            as_of[(region, report)] = _nodes_seen(rows_then)
+        return as_of[(region, report)]
+
+    out = []
+    starts = np.flatnonzero(changed)
+    for k, i in enumerate(starts):
+        j = starts[k + 1] if k + 1 < len(starts) else len(parts)
+        m = seen[i]
+        inv = pd.DataFrame({"node_id": nodes[m], "region": regions[region_at[i, m].astype(int)],
+                            "sku": skus[sku_at[i, m].astype(int)], "gpus": most[i, m]})
+        silent = [region_as_of(regions[c], window[0] + int(last[i, c]) * FIVE) for c in np.flatnonzero(~np.isnan(last[i]))]
+        inv = pd.concat([x for x in (inv, *silent) if len(x)], ignore_index=True) if len(inv) or silent else inv
+        out.append((parts[i], parts[j - 1] + FIVE, _finish_inventory(inv)))
+    return out
+
+
+def inventory_as_of(wh: Warehouse, partition) -> pd.DataFrame:
+    """The inventory the 5-minute partition starting at ``partition`` is judged against (:func:`inventory_segments`)."""
+    p = pd.Timestamp(partition)
+    return inventory_segments(wh, p, p + FIVE)[0][2]
+
+
+def inventory_union(segments) -> pd.DataFrame:
+    """Every node of the segments' inventories (node -> region, e.g. to place jobs; not what is expected)."""
+    invs = [inv for _, _, inv in segments if len(inv)]
+    return _finish_inventory(pd.concat(invs, ignore_index=True)) if invs else _finish_inventory(pd.DataFrame(columns=INVENTORY_COLUMNS))
 
 
 def step_stats(wh: Warehouse, start, end, frames: dict | None = None) -> pd.DataFrame:
@@ -106,7 +223,7 @@ def goodput(wh: Warehouse, start, end, frames: dict | None = None, baselines: pd
     meta = wh.read_window("job_metadata", start - META_LOOKBACK, end)
     maint = wh.read_window("maintenance_windows")
     capacity = wh.read_window("cost_capacity", start.normalize(), end)
-    inventory = inventory_for(wh, start, end)
+    segments = inventory_segments(wh, start, end)  # each partition against the inventory as of that partition
     baselines = baselines if baselines is not None else wh.read_window("step_time_baselines", start, end)
     sched_all = frames["scheduler_events"]
     # runtime rows before the window: the work a job failing early in the window threw away
@@ -116,7 +233,8 @@ def goodput(wh: Warehouse, start, end, frames: dict | None = None, baselines: pd
     in_window = dict(frames)
     in_window["scheduler_events"] = sched_all[sched_all["ts"] >= start]
     leaves_parts, fail_parts = [], []
-    for c0, c1 in _chunks(start, end, CHUNK):  # bounded memory; results do not depend on the chunking
+    chunks = [(c0, c1, inventory) for s0, s1, inventory in segments for c0, c1 in _chunks(s0, s1, CHUNK)]
+    for c0, c1, inventory in chunks:  # bounded memory; results do not depend on the chunking
         sub = {k: v[(v["ts"] >= c0) & (v["ts"] < c1)] for k, v in in_window.items()}
         leaves, failures = G.compute_states(
             sub, start=c0, end=c1, capacity=capacity[capacity["date"].astype(str) == str(c0.date())],
@@ -127,7 +245,7 @@ def goodput(wh: Warehouse, start, end, frames: dict | None = None, baselines: pd
         fail_parts.append(failures)
     leaves = pd.concat(leaves_parts, ignore_index=True)
     failures = pd.concat(fail_parts, ignore_index=True)
-    failures = _enrich_failures(failures, frames["gpu_telemetry"], meta, sched_all, inventory)
+    failures = _enrich_failures(failures, frames["gpu_telemetry"], meta, sched_all, inventory_union(segments))
     return leaves, failures
 
 
@@ -216,12 +334,13 @@ def alerts(wh: Warehouse, start, end) -> pd.DataFrame:
     baselines = wh.read_window("step_time_baselines", start, end)
     meta = wh.read_window("job_metadata", start - META_LOOKBACK, end,
                           columns=["job_id", "team", "workload_class", "model_type", "framework_version"])
-    inventory = inventory_for(wh, start, end)
+    segments = inventory_segments(wh, start, end)
+    inventory_at = {p: inv for s0, s1, inv in segments for p in pd.date_range(s0, s1, freq=five, inclusive="left")}
     hist = wh.read_window("cluster_goodput", start - pd.Timedelta(days=7), end,
                           columns=["partition_start", "region", "share_idle_blocked"])
     rates = blended_rate_by_region(wh.read_window("cost_capacity", start.normalize() - pd.Timedelta(days=1), end))
     prev = wh.read_window("alerts", start - five, start)
-    jobs = job_table(sched, inventory)
+    jobs = job_table(sched, inventory_union(segments))  # node -> region only: where each queue's jobs run
 
     def by_partition(frame, col="ts"):
         return dict(tuple(frame.groupby(frame[col].dt.floor("5min")))) if len(frame) else {}
@@ -237,7 +356,7 @@ def alerts(wh: Warehouse, start, end) -> pd.DataFrame:
             runtime=runtime[(runtime["ts"] >= p - five) & (runtime["ts"] < p + five)],
             sched=sched[(sched["ts"] >= p + five - SCHED_LOOKBACK) & (sched["ts"] < p + five)],
             changes=changes[changes["ts"] < p + five], maintenance=maint, leaves=leaves_p.get(p, leaves.iloc[0:0]),
-            baselines=base_p.get(p, baselines.iloc[0:0]), meta=meta, inventory=inventory,
+            baselines=base_p.get(p, baselines.iloc[0:0]), meta=meta, inventory=inventory_at[p],
             region_history=hist[hist["partition_start"] < p], open_baselines=A.open_baselines(prev),
             jobs=jobs_as_of(jobs[jobs["sub"] >= p + five - SCHED_LOOKBACK], p + five),
         )

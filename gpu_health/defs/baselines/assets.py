@@ -32,8 +32,10 @@ def build_baseline_assets(five_minute) -> list:
                       compute=_kpi_baselines),
         derived_asset("node_inventory", group="baselines", owner="infra", model=M.NodeInventory, partitions_def=five_minute,
                       deps=["gpu_telemetry", "node_telemetry"], grain="one row per node seen per 5-minute partition",
-                      description="Nodes and GPUs that reported: the trailing day of it is the inventory behind paid GPU-minutes "
-                                  "and tells a node gone silent from a collector gone silent.",
+                      description="Nodes and GPUs that reported: the trailing day of it (as of each partition) is the inventory "
+                                  "behind paid GPU-minutes and tells a node gone silent from a collector gone silent; a region "
+                                  "none of whose nodes reported in a day keeps its inventory as of its last report for up to "
+                                  "7 days (pipeline.inventory_segments).",
                       compute=_inventory),
         derived_asset("workload_step_stats", group="baselines", owner="ml_platform", model=M.WorkloadStepStats,
                       partitions_def=five_minute, deps=["gpu_telemetry", "node_telemetry", "job_runtime_metrics", "job_metadata"],

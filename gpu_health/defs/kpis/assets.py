@@ -33,13 +33,18 @@ def _render_pictures(start, end) -> bool:
 
 
 def paid_invariant(states: pd.DataFrame, wh, start, end) -> dg.AssetCheckResult:
-    """States must sum to paid GPU-minutes: max(Finance's capacity, GPUs in the inventory) x minutes."""
+    """States must sum to paid GPU-minutes: max(Finance's capacity, GPUs in the partition's inventory) x minutes."""
     cap = wh.read_window("cost_capacity", start.normalize(), end)
-    inv = P.inventory_for(wh, start, end).groupby(["region", "sku"])["gpus"].sum()
-    expected = cap.groupby(["region", "sku"])["capacity_gpus"].max().combine(inv, max, fill_value=0) if len(cap) else inv
+    cap = cap.groupby(["region", "sku"])["capacity_gpus"].max() if len(cap) else None
+    expected = {}  # partition -> (region, sku) -> paid GPUs
+    for s0, s1, inventory in P.inventory_segments(wh, start, end):
+        inv = inventory.groupby(["region", "sku"])["gpus"].sum()
+        paid = cap.combine(inv, max, fill_value=0) if cap is not None else inv
+        expected.update({p: paid for p in pd.date_range(s0, s1, freq="5min", inclusive="left")})
     got = states.groupby(["partition_start", "region", "sku"])["gpu_minutes"].sum().reset_index()
     minutes = got["partition_start"].map(lambda p: (min(p + pd.Timedelta(minutes=5), end) - p) / pd.Timedelta(minutes=1))
-    got["expected"] = [expected.get((r, s), 0) for r, s in zip(got["region"], got["sku"])] * minutes
+    got["expected"] = [expected[p].get((r, s), 0) if p in expected else 0
+                       for p, r, s in zip(got["partition_start"], got["region"], got["sku"])] * minutes
     got["error"] = (got["gpu_minutes"] - got["expected"]).abs()
     bad = got[got["error"] > 1e-6 * got["expected"].clip(lower=1)]
     return dg.AssetCheckResult(
