@@ -103,7 +103,7 @@ def test_a_short_wait_is_not_blocking():
     recent = pd.DataFrame([("e-n", START - AGED_WAIT + pd.Timedelta(minutes=3), "n1", "submitted", "r1/batch", 1, None)],
                           columns=ctx.sched.columns)
     ctx.sched = pd.concat([ctx.sched, recent], ignore_index=True)
-    # submitted at 11:58: over five minutes old only at the middles of the partition's last two minutes
+    # over AGED_WAIT old only at the middles of the partition's last two minutes
     assert blocked(ctx) == 2.0
 
 

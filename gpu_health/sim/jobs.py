@@ -283,7 +283,10 @@ def _attributes(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
         # free capacity: it waits for dispatch only, inside its lane's idle gap
         gap_s = plan["gap_s"].to_numpy()[m]
         queued = plan["queued"].to_numpy()[m]
-        busy = np.minimum(w, _saturated_for(p, plan["region"].to_numpy()[m], start_s - gap_s, model.wait_max_s))
+        # when a pool saturates, its idle lanes fill first (within about one idle gap at base demand): only
+        # then do arriving jobs queue behind busy lanes
+        saturated = _saturated_for(p, plan["region"].to_numpy()[m], start_s - gap_s, model.wait_max_s)
+        busy = np.minimum(w, np.maximum(saturated - model.gap_mean_s, 0.0))
         w = np.where(queued, gap_s + busy, np.minimum(plan["dispatch_s"].to_numpy()[m], gap_s))
         # scheduling incidents: a job the scheduler holds back pends through the whole idle gap before it
         # (submitted when its lane freed, or earlier), so GPUs sit idle while jobs wait
