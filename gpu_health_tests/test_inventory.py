@@ -1,10 +1,11 @@
 """The node inventory behind "expected" GPUs (gpu_health.metrics.pipeline.inventory_segments) over long gaps.
 
-One small SQLite warehouse, module-wide: region ``a`` (nodes a1-a3) and region ``b`` (b1-b2), 4 GPUs a node,
-reporting every minute from a day and two hours before ``T0``. Region ``b``'s collectors are silent for 30
-hours from ``T0`` (a collector outage longer than the inventory's day), then come back. Node ``a3`` stops
-reporting for good at ``GONE`` while the rest of its region reports (decommissioned). Finance pays for 12
-GPUs in each region.
+One small SQLite warehouse, module-wide: region ``a`` (nodes a1-a3) and region ``b`` (b1-b2, another SKU),
+4 GPUs a node, reporting every minute from a day and two hours before ``T0``. Region ``b``'s GPU collectors
+are silent for 30 hours from ``T0`` (an outage longer than the inventory's day), then come back; b1's host
+collector sends ten more minutes into the outage (as Philly's hosts did at the edges of its gap). Node
+``a3`` stops reporting for good at ``GONE`` while the rest of its region reports (decommissioned). Finance
+pays for 12 GPUs in each region.
 
 The sensor runs partition by partition; a backfill runs a range: both must judge every partition against
 the same inventory, the one known when the partition closed.
@@ -14,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_health.contracts.models import columns, conform, empty_frame
+from gpu_health.contracts.models import columns, conform
 from gpu_health.defs.kpis.assets import paid_invariant
 from gpu_health.metrics import goodput as G
 from gpu_health.metrics import pipeline as P
@@ -25,48 +26,60 @@ BACK = T0 + pd.Timedelta(hours=30)         # ... and reports again
 GONE = T0 + pd.Timedelta(hours=2)          # a3's last report is the minute before
 DATA_FROM, DATA_TO = T0 - pd.Timedelta(hours=26), T0 + pd.Timedelta(hours=32)
 FIVE, MIN, DAY = pd.Timedelta(minutes=5), pd.Timedelta(minutes=1), pd.Timedelta(hours=24)
-SKU = "NVIDIA H100 80GB HBM3"
+SKUS = {"a": "NVIDIA H100 80GB HBM3", "b": "Tesla V100-SXM3-32GB"}
 GPUS_PER_NODE = 4
 NODES = {"a1": "a", "a2": "a", "a3": "a", "b1": "b", "b2": "b"}
+HOST_TAIL = pd.Timedelta(minutes=10)  # b1's host collector outlives its GPU collector
 PAID = {"a": 12, "b": 12}  # region b: 4 GPUs more than it ever reported (node 'unseen')
 
 
-def reports(node: str, ts: pd.Timestamp) -> bool:
+def reports(node: str, ts: pd.Timestamp, host: bool = False) -> bool:
     if node == "a3":
         return ts < GONE
     if NODES[node] == "b":
-        return not (T0 <= ts < BACK)
+        return not (T0 + (HOST_TAIL if host and node == "b1" else pd.Timedelta(0)) <= ts < BACK)
     return True
 
 
+MINUTES = pd.date_range(DATA_FROM, DATA_TO, freq="1min", inclusive="left")
+
+
 def gpu_rows() -> pd.DataFrame:
-    minutes = pd.date_range(DATA_FROM, DATA_TO, freq="1min", inclusive="left")
     parts = []
     for node, region in NODES.items():
-        ts = minutes[[reports(node, m) for m in minutes]]
+        ts = MINUTES[[reports(node, m) for m in MINUTES]]
         for i in range(GPUS_PER_NODE):
             parts.append(pd.DataFrame({
-                "ts": ts, "region": region, "node_id": node, "gpu_index": i, "gpu_uuid": f"GPU-{node}-{i}", "sku": SKU,
+                "ts": ts, "region": region, "node_id": node, "gpu_index": i, "gpu_uuid": f"GPU-{node}-{i}", "sku": SKUS[region],
                 "job_id": None, "gpu_util_pct": 0.0, "sm_active": 0.0, "tensor_active": 0.0, "fb_used_mib": 0.0,
                 "power_w": 60.0, "temp_c": 35.0, "sm_clock_mhz": 1410.0, "throttle_reasons": 0, "ecc_sbe_delta": 0,
                 "ecc_dbe_delta": 0, "xid": 0}))
     return conform(pd.concat(parts, ignore_index=True)[columns("gpu_telemetry")], "gpu_telemetry")
 
 
+def host_rows() -> pd.DataFrame:
+    parts = [pd.DataFrame({"ts": MINUTES[[reports(node, m, host=True) for m in MINUTES]], "region": region, "node_id": node,
+                           "sku": SKUS[region], "cpu_util_pct": 5.0, "mem_used_pct": 10.0, "disk_read_mbps": 0.0,
+                           "disk_write_mbps": 0.0, "nvme_util_pct": 0.0, "driver_version": "550.90.07",
+                           "kernel_version": "6.8.0", "health": "ok"})
+             for node, region in NODES.items()]
+    return conform(pd.concat(parts, ignore_index=True)[columns("node_telemetry")], "node_telemetry")
+
+
 def capacity_rows() -> pd.DataFrame:
     days = pd.date_range(DATA_FROM.normalize(), DATA_TO.normalize(), freq="1D")
     return conform(pd.DataFrame([
-        {"date": d.date(), "region": r, "sku": SKU, "capacity_gpus": k, "reserved_gpus": k, "reserved_gpu_hour_usd": 2.0,
+        {"date": d.date(), "region": r, "sku": SKUS[r], "capacity_gpus": k, "reserved_gpus": k, "reserved_gpu_hour_usd": 2.0,
          "on_demand_gpu_hour_usd": 4.0, "on_demand_gpu_hours": 0.0} for d in days for r, k in PAID.items()]), "cost_capacity")
 
 
 @pytest.fixture(scope="module")
 def wh(tmp_path_factory) -> Warehouse:
     w = Warehouse(f"sqlite:///{tmp_path_factory.mktemp('inventory') / 'wh.db'}")
-    gpu = gpu_rows()
+    gpu, host = gpu_rows(), host_rows()
     w.replace_window("gpu_telemetry", gpu, DATA_FROM, DATA_TO)
-    w.replace_window("node_inventory", P.node_inventory({"gpu_telemetry": gpu, "node_telemetry": empty_frame("node_telemetry")}),
-                     DATA_FROM, DATA_TO)
+    w.replace_window("node_telemetry", host, DATA_FROM, DATA_TO)
+    w.replace_window("node_inventory", P.node_inventory({"gpu_telemetry": gpu, "node_telemetry": host}), DATA_FROM, DATA_TO)
     cap = capacity_rows()
     w.replace_window("cost_capacity", cap, DATA_FROM.normalize(), DATA_TO.normalize() + DAY)
     return w

@@ -74,14 +74,14 @@ def _nodes_seen(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def _finish_inventory(inv: pd.DataFrame) -> pd.DataFrame:
-    inv = inv.drop_duplicates("node_id").sort_values("node_id", kind="stable").reset_index(drop=True)
+    """One row per node (a node in two parts: its first region and SKU, its most GPUs), sorted by node."""
     if inv.empty:
         return pd.DataFrame(columns=INVENTORY_COLUMNS).astype({"gpus": "int64"})
-    gpus = inv["gpus"].astype(float)
+    inv = (inv.astype({"gpus": float}).groupby("node_id", sort=True)
+           .agg(region=("region", "first"), sku=("sku", "first"), gpus=("gpus", "max")).reset_index()[INVENTORY_COLUMNS])
     # a node that only ever reported node telemetry: assume the SKU's usual GPU count
-    typical = inv[gpus > 0].assign(gpus=gpus[gpus > 0].astype("int64")).groupby("sku")["gpus"].agg(
-        lambda s: int(s.mode().iloc[0]))
-    inv["gpus"] = np.where(gpus > 0, gpus, inv["sku"].map(typical).fillna(0)).astype("int64")
+    typical = inv[inv["gpus"] > 0].groupby("sku")["gpus"].agg(lambda s: int(s.mode().iloc[0]))
+    inv["gpus"] = np.where(inv["gpus"] > 0, inv["gpus"], inv["sku"].map(typical).fillna(0)).astype("int64")
     return inv.astype({"node_id": object, "region": object, "sku": object})
 
 
@@ -96,11 +96,14 @@ def inventory_segments(wh: Warehouse, start, end) -> list[tuple[pd.Timestamp, pd
 
     * every node seen in ``[p - INVENTORY_LOOKBACK, p]`` (the trailing day, the partition's own included):
       a node gone quiet while its region reports (decommissioned, re-imaged elsewhere) is forgotten after a day;
-    * plus, for a region none of whose nodes was seen in that day but which was seen within
-      :data:`SILENT_REGION_MEMORY`, the region's inventory as of its last report: a whole region going
-      silent is a collector outage, and its GPUs stay expected (missing data, paid GPU-minutes) until its
-      collectors come back, however long past a day. Remembering the silent *region* rather than every node
-      for longer keeps a decommissioned node from counting as missing for days.
+    * plus, for a region none of whose GPUs reported in that day but which reported GPUs within
+      :data:`SILENT_REGION_MEMORY`, the region's inventory as of its last GPU report: a whole region's GPU
+      collectors going silent is a collector outage, and its GPUs stay expected (missing data, paid
+      GPU-minutes) until they come back, however long past a day. Remembering the silent *region* rather
+      than every node for longer keeps a decommissioned node from counting as missing for days. Silence is
+      judged on GPUs, like the missing_data detector and the loss tree's no_data: hosts still sending node
+      telemetry (Philly's did at the edges of its gap) put their nodes in the inventory but with no GPU
+      count of their own, so they cannot stand for the region's GPUs.
     """
     start, end = pd.Timestamp(start), pd.Timestamp(end)
     parts = pd.date_range(start, end, freq=FIVE, inclusive="left")
@@ -108,8 +111,8 @@ def inventory_segments(wh: Warehouse, start, end) -> list[tuple[pd.Timestamp, pd
         return []
     window = pd.date_range(start - INVENTORY_LOOKBACK, end, freq=FIVE, inclusive="left")
     rows = wh.read_window("node_inventory", window[0], end)
-    # regions' last report before the rows read here (aggregated in the database)
-    earlier = wh.last_partition_by("node_inventory", "region", start - SILENT_REGION_MEMORY, window[0])
+    # regions' last GPU report before the rows read here (aggregated in the database)
+    earlier = wh.last_partition_by("node_inventory", "region", start - SILENT_REGION_MEMORY, window[0], positive="gpus_seen")
     T, first = len(window), len(window) - len(parts)
     span = int(INVENTORY_LOOKBACK / FIVE) + 1  # partitions in [p - INVENTORY_LOOKBACK, p]
 
@@ -133,9 +136,10 @@ def inventory_segments(wh: Warehouse, start, end) -> list[tuple[pd.Timestamp, pd
     sku_at = np.where(seen, pd.DataFrame(sku_at).ffill().to_numpy()[first:], -1)
     most = np.where(seen, most, -1)
 
-    # regions silent over the trailing day, remembered as of their last report (if within the memory)
+    # regions whose GPUs were silent over the trailing day, remembered as of their last GPU report (within the memory)
     reported = np.zeros((T, len(regions)), dtype=bool)
-    reported[t, r_row] = True
+    with_gpus = rows["gpus_seen"].to_numpy() > 0
+    reported[t[with_gpus], r_row[with_gpus]] = True
     heard = pd.DataFrame(reported).rolling(span, min_periods=1).max().to_numpy()[first:] > 0
     last = pd.DataFrame(np.where(reported, np.arange(T)[:, None], np.nan)).ffill().to_numpy()[first:]
     earlier_idx = np.array([(earlier.get(reg, pd.NaT) - window[0]) / FIVE if reg in earlier.index else np.nan
@@ -151,7 +155,7 @@ def inventory_segments(wh: Warehouse, start, end) -> list[tuple[pd.Timestamp, pd
         changed[1:] = ((most[1:] != most[:-1]).any(axis=1) | (region_at[1:] != region_at[:-1]).any(axis=1)
                        | (sku_at[1:] != sku_at[:-1]).any(axis=1)
                        | (np.nan_to_num(last[1:], nan=-1e18) != np.nan_to_num(last[:-1], nan=-1e18)).any(axis=1))
-    as_of: dict = {}  # (region, last report) -> the region's inventory then
+    as_of: dict = {}  # (region, last GPU report) -> the region's inventory then
 
     def region_as_of(region: str, report: pd.Timestamp) -> pd.DataFrame:
         if (region, report) not in as_of:

@@ -212,13 +212,17 @@ class Warehouse:
             frame = pd.DataFrame(cur.fetchall(), columns=[c.name for c in cols])
         return _restore_types(frame, table)
 
-    def last_partition_by(self, name: str, by: str, start, end, *, column: str | None = None) -> pd.Series:
-        """``by`` -> the latest ``column`` (the partition column) of its rows in ``[start, end)``, aggregated in
-        the database (one row per group comes back, however many rows the window holds)."""
+    def last_partition_by(self, name: str, by: str, start, end, *, column: str | None = None,
+                          positive: str | None = None) -> pd.Series:
+        """``by`` -> the latest ``column`` (the partition column) of its rows in ``[start, end)`` (only rows whose
+        ``positive`` column is > 0, if given), aggregated in the database (one row per group comes back, however
+        many rows the window holds)."""
         table = self.table(name)
         col = table.c[column or partition_column(name)]
-        q = (sa.select(table.c[by], sa.func.max(col).label(col.name))
-             .where(col >= self._bound(start, col), col < self._bound(end, col, upper=True)).group_by(table.c[by]))
+        cond = [col >= self._bound(start, col), col < self._bound(end, col, upper=True)]
+        if positive is not None:
+            cond.append(table.c[positive] > 0)
+        q = sa.select(table.c[by], sa.func.max(col).label(col.name)).where(*cond).group_by(table.c[by])
         compiled = q.compile(self.engine, compile_kwargs={"render_postcompile": True})
         params = compiled.params
         if self.is_sqlite:
