@@ -53,15 +53,23 @@ def scheduler_events(waiting: list[tuple[str, str, int]], start: pd.Timestamp) -
     return pd.DataFrame(rows, columns=["event_id", "ts", "job_id", "event", "queue", "gpus", "node_ids"])
 
 
-def context(busy: dict[str, int], waiting, *, start=START, changes=None, open_baselines=None, filler=0) -> PartitionContext:
+def context(busy: dict[str, int], waiting, *, start=START, changes=None, open_baselines=None, filler=0,
+            history_share: float | None = None) -> PartitionContext:
+    """``history_share``: the region's idle_blocked share in the two hours before (default: no history)."""
     empty = pd.DataFrame()
+    gpu = gpu_minutes(start, busy, filler)
+    # the loss tree counts the region's idle GPU-minutes as idle_blocked while jobs wait
+    leaves = pd.DataFrame({"state": ["idle_blocked"], "region": ["r1"], "gpu_minutes": [float(gpu["job_id"].isna().sum())]})
+    history = pd.DataFrame(columns=["partition_start", "region", "share_idle_blocked"])
+    if history_share is not None:
+        parts = pd.date_range(start - pd.Timedelta(hours=2), start, freq="5min", inclusive="left")
+        history = pd.DataFrame({"partition_start": parts, "region": "r1", "share_idle_blocked": history_share})
     return PartitionContext(
-        start=start, end=start + FIVE, gpu=gpu_minutes(start, busy, filler), node=empty, network=empty, runtime=empty,
+        start=start, end=start + FIVE, gpu=gpu, node=empty, network=empty, runtime=empty,
         sched=scheduler_events(waiting, start),
         changes=changes if changes is not None else pd.DataFrame(columns=["event_id", "ts", "kind", "scope"]),
         maintenance=pd.DataFrame(columns=["start", "end", "region", "node_ids"]),
-        leaves=pd.DataFrame(columns=["state", "region", "gpu_minutes"]), baselines=empty, meta=empty,
-        inventory=inventory(filler), region_history=pd.DataFrame(columns=["partition_start", "region", "share_idle_blocked"]),
+        leaves=leaves, baselines=empty, meta=empty, inventory=inventory(filler), region_history=history,
         open_baselines=open_baselines or {})
 
 
@@ -178,3 +186,12 @@ def test_blocked_never_exceeds_the_idle_gpus_when_queues_share_nodes():
     # x1 started on b2 an hour ago but holds nothing now (b2 reports idle): both queues see 8 idle GPUs
     assert blocked(ctx) == 40.0
     assert np.isclose(aged_blocked(ctx).iloc[0]["paid_gpu_minutes"], 4 * 8 * 5)
+
+
+def test_known_seasonality_does_not_page():
+    # the same pile-up, but the region's idle_blocked share is as high as in the hours before (a retrain wave)
+    paid = 4 * 8 * 5
+    usual = 40 / paid  # B2_IDLE leaves 40 idle GPU-minutes
+    assert [f.severity for f in detect_scheduling(context(B2_IDLE, WAITING, history_share=usual))] == ["ticket"]
+    found = detect_scheduling(context(B2_IDLE, WAITING, history_share=usual - 0.05))
+    assert [f.severity for f in found] == ["page"] and "seasonal" not in found[0].evidence

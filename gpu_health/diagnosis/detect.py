@@ -62,6 +62,9 @@ SCHED_PAGE_SHARE = 0.02
 SCHED_TICKET_SHARE = 0.0125
 SCHED_PAGE_SHARE_AFTER_CHANGE = 0.015  # lower bar within DEPLOY_LOOKBACK of a scheduler_config change
 SCHED_MIN_JOBS = 4                     # jobs held back: one long-waiting large job is normal, a pile-up is not
+# known seasonality never pages: the region's idle_blocked share must also stand this far above its
+# same-hour baseline (retrain waves keep 9-11 % of GPUs idle_blocked while saturated pools drain)
+SCHED_SEASONAL_MARGIN = 0.01
 NO_PROGRESS_PAGE_GPU_MINUTES = 40   # a team's busy-without-progress GPU-minutes in 5 minutes (8 GPUs)
 STALL_MINUTES = 3
 FAILURE_RATE_RATIO = 3.0
@@ -457,7 +460,9 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         if not (piled_up and share >= ticket_bar) and not keeps_open:
             continue
         base, _ = _history_baseline(ctx.region_history, r.region, ctx.start)
-        severity = "page" if piled_up and share >= page_bar else "ticket"
+        idle_blocked = blocked_leaf.get(r.region, 0.0) / r.paid_gpu_minutes if r.paid_gpu_minutes else 0.0
+        unseasonal = idle_blocked >= base + SCHED_SEASONAL_MARGIN
+        severity = "page" if piled_up and share >= page_bar and unseasonal else "ticket"
         cfg_text = f"; follows scheduler change {cfg.iloc[-1]['event_id']} at {cfg.iloc[-1]['ts']:%H:%M}" if len(cfg) else ""
         out.append(Finding("scheduling_blocked", "scheduling", severity, r.region, key,
                            lost_gpu_minutes=float(r.blocked_gpu_minutes), baseline=0.0, value=share,
@@ -465,8 +470,8 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
                            summary=f"GPUs idle while jobs wait in {r.region}",
                            evidence=f"{r.blocked_gpu_minutes:.0f} GPU-minutes ({share:.1%} of paid) idle while {r.aged_jobs} "
                                     f"job(s) of the region's queues waited over {AGED_WAIT.seconds // 60} min; queue wait p95 "
-                                    f"{r.wait_p95_min:.1f} min; idle_blocked "
-                                    f"{blocked_leaf.get(r.region, 0.0) / r.paid_gpu_minutes:.1%} (same hour baseline {base:.1%})"
+                                    f"{r.wait_p95_min:.1f} min; idle_blocked {idle_blocked:.1%} (same hour baseline "
+                                    f"{base:.1%}{'' if unseasonal else ': seasonal, not paged'})"
                                     + cfg_text))
     return out
 
