@@ -218,10 +218,14 @@ def detect_deploys(ctx: PartitionContext) -> list[Finding]:
     recent = ch[(ch["ts"] >= ctx.end - DEPLOY_LOOKBACK) & (ch["ts"] < ctx.end)]
     for ev in recent.itertuples(index=False):
         since = max(ev.ts, ctx.end - DEPLOY_WINDOW)
+        # a change is judged again every partition for DEPLOY_LOOKBACK: spend the false-alarm rate over those
+        # looks (Bonferroni), so a benign deploy does not page by chance hours later; a real regression shows
+        # in the first looks, where the bar is highest
+        alpha = FAILURE_P / max(1, int(np.ceil((ctx.end - ev.ts) / FIVE)))
         if ev.kind in ("driver_upgrade", "kernel_upgrade", "firmware_update"):
-            f = _node_cohort_failures(ctx, ev, since)
+            f = _node_cohort_failures(ctx, ev, since, alpha)
         elif ev.kind == "framework_release" and pd.notna(ev.to_version):
-            f = _framework_cohort(ctx, ev, since)
+            f = _framework_cohort(ctx, ev, since, alpha)
         else:
             continue
         if f is not None:
@@ -229,7 +233,7 @@ def detect_deploys(ctx: PartitionContext) -> list[Finding]:
     return out
 
 
-def _node_cohort_failures(ctx: PartitionContext, ev, since) -> Finding | None:
+def _node_cohort_failures(ctx: PartitionContext, ev, since, alpha: float = FAILURE_P) -> Finding | None:
     # a later change on the same scope supersedes this one (e.g. the rollback)
     later = ctx.changes[(ctx.changes["ts"] > ev.ts) & (ctx.changes["scope"] == ev.scope) & (ctx.changes["kind"] == ev.kind)]
     if len(later) and later["ts"].min() < ctx.end:
@@ -247,7 +251,7 @@ def _node_cohort_failures(ctx: PartitionContext, ev, since) -> Finding | None:
     rate_new = a / max(a + b, 1)
     rate_old = (c + 0.5) / max(c + d + 1, 1)
     p = fisher_exact([[a, b], [c, d]], alternative="greater")[1]
-    if p >= FAILURE_P or rate_new < FAILURE_RATE_RATIO * rate_old:
+    if p >= alpha or rate_new < FAILURE_RATE_RATIO * rate_old:
         return None
     nodes_hit = sorted(cohort & set(",".join(ended.loc[on & failed, "node_ids"].fillna("")).split(",")))
     reasons = ended.loc[on & failed, "reason"].fillna("").value_counts().head(3)
@@ -264,7 +268,7 @@ def _node_cohort_failures(ctx: PartitionContext, ev, since) -> Finding | None:
                             + "; ".join(f"{k} ({v})" for k, v in reasons.items()))
 
 
-def _framework_cohort(ctx: PartitionContext, ev, since) -> Finding | None:
+def _framework_cohort(ctx: PartitionContext, ev, since, alpha: float = FAILURE_P) -> Finding | None:
     rt = ctx.runtime[(ctx.runtime["ts"] >= since) & (ctx.runtime["ts"] < ctx.end) & (ctx.runtime["steps"] > 0)]
     if rt.empty or ctx.meta is None or ctx.meta.empty:
         return None
@@ -285,7 +289,7 @@ def _framework_cohort(ctx: PartitionContext, ev, since) -> Finding | None:
     if len(new) < 8 or len(old) < 8:
         return None
     v = judge_cohorts(new, old, metric="ratio", time_col="ts", higher_is_worse=True, effect_floor=STEP_EFFECT_FLOOR,
-                      alpha=1e-3, start=since)
+                      alpha=alpha, start=since)
     if v.verdict != REGRESSION:
         return None
     region = new["region"].mode().iloc[0] if new["region"].nunique() == 1 else "*"
