@@ -19,7 +19,8 @@ ALERT_COLUMNS = ["alert_id", "severity", "cause_family", "region", "opened_at", 
 
 
 def alert_timeline(wh: Warehouse, start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame:
-    """One row per alert open in [start, end): its latest state in the window, its peak USD/h."""
+    """One row per alert open in [start, end): its latest state in the window, its peak USD/h, and the
+    description it carried when it paged."""
     a = wh.read_window("alerts", start, end)
     if a.empty:
         return pd.DataFrame(columns=ALERT_COLUMNS)
@@ -27,6 +28,9 @@ def alert_timeline(wh: Warehouse, start: pd.Timestamp, end: pd.Timestamp) -> pd.
     last = a.groupby("alert_id").last()
     last["usd_per_hour"] = a.groupby("alert_id")["usd_per_hour"].max()
     last["paged_at"] = a.groupby("alert_id")["paged_at"].min()
+    # the description as it read when the alert paged (what on-call received), else its latest
+    paged_rows = a[a["severity"] == "page"].groupby("alert_id").first()
+    last.loc[paged_rows.index, "description"] = paged_rows["description"]
     return last.reset_index().sort_values(["opened_at", "alert_id"])[ALERT_COLUMNS].reset_index(drop=True)
 
 
