@@ -146,7 +146,7 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
 
 
 def report_window(start: str, end: str, *, warehouse: str | None = None, scenario: str | None = None,
-           out: str | None = None) -> dict:
+                  out: str | None = None) -> dict:
     from gpu_health.definitions import default_resources
     from gpu_health.report import markdown
     from gpu_health.storage.warehouse import Warehouse

@@ -36,21 +36,13 @@ def alert_timeline(wh: Warehouse, start: pd.Timestamp, end: pd.Timestamp) -> pd.
 
 def window_decomposition(wh: Warehouse, start: pd.Timestamp, end: pd.Timestamp, *, max_causes: int = 3) -> pd.DataFrame:
     """Ranked causes of the window's goodput change against the same slots of the previous days."""
-    from gpu_health.diagnosis.decompose import decompose, expected_leaves_from_history
-    from gpu_health.metrics.pipeline import _paged_partitions, _read_slices, _slices
+    from gpu_health.diagnosis.decompose import decompose
+    from gpu_health.metrics.pipeline import actual_and_expected_leaves
 
-    actual = wh.read_window("goodput_leaves", start, end)
-    if actual.empty:
+    actual, expected = actual_and_expected_leaves(wh, start, end)
+    if actual.empty or expected.empty:
         return pd.DataFrame()
-    history = _read_slices(wh, "goodput_leaves", _slices(start, end, 3, pd.Timedelta(0)))
-    history = history[history["partition_start"] < start]
-    parts = pd.date_range(start, end, freq="5min", inclusive="left")
-    exclude = _paged_partitions(wh, start - pd.Timedelta(days=4), start)
-    expected = expected_leaves_from_history(history, parts, actual_leaves=actual, exclude=exclude, lookback_days=3)
-    if expected.empty:
-        return pd.DataFrame()
-    return decompose(actual, expected.drop(columns=["method"], errors="ignore"), start=start, end=end,
-                     max_causes=max_causes)
+    return decompose(actual, expected, start=start, end=end, max_causes=max_causes)
 
 
 def _ts(v) -> str:

@@ -421,10 +421,10 @@ def kpi_baselines(wh: Warehouse, start, end) -> pd.DataFrame:
     return expected_values(kpis, states, parts, exclude=exclude, maintenance=wh.read_window("maintenance_windows"))
 
 
-def decomposition(wh: Warehouse, start, end) -> pd.DataFrame:
-    """Ranked causes of each partition's goodput change against its expected leaves (same slot of the
-    previous 3 days, else the trailing 2 hours; gpu_health.diagnosis.decompose)."""
-    from gpu_health.diagnosis.decompose import decompose, expected_leaves_from_history
+def actual_and_expected_leaves(wh: Warehouse, start, end) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The goodput leaves of every partition of [start, end) and their expected leaves (same slot of the
+    previous 3 days, paged partitions excluded, else the trailing 2 hours; gpu_health.diagnosis.decompose)."""
+    from gpu_health.diagnosis.decompose import expected_leaves_from_history
 
     start, end = pd.Timestamp(start), pd.Timestamp(end)
     actual = wh.read_window("goodput_leaves", start, end)
@@ -435,9 +435,17 @@ def decomposition(wh: Warehouse, start, end) -> pd.DataFrame:
     # expected leaves of every partition at once, from history before the window (at cold start the trailing
     # two hours before the window's start: a range run and partition runs differ only then)
     expected = expected_leaves_from_history(history, parts, actual_leaves=actual, exclude=exclude, lookback_days=3)
+    return actual, expected.drop(columns=["method"], errors="ignore")
+
+
+def decomposition(wh: Warehouse, start, end) -> pd.DataFrame:
+    """Ranked causes of each partition's goodput change against its expected leaves (actual_and_expected_leaves)."""
+    from gpu_health.diagnosis.decompose import decompose
+
+    actual, expected = actual_and_expected_leaves(wh, start, end)
     if expected.empty:
         return pd.DataFrame()
-    exp_by = dict(tuple(expected.drop(columns=["method"], errors="ignore").groupby("partition_start")))
+    exp_by = dict(tuple(expected.groupby("partition_start")))
     out = []
     for p, act in actual.groupby("partition_start"):
         if p in exp_by:

@@ -285,8 +285,9 @@ def _attributes(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
         queued = plan["queued"].to_numpy()[m]
         # when a pool saturates, its idle lanes fill first (within about one idle gap at base demand): only
         # then do arriving jobs queue behind busy lanes
-        saturated = _saturated_for(p, plan["region"].to_numpy()[m], start_s - gap_s, model.wait_max_s)
-        busy = np.minimum(w, np.maximum(saturated - model.gap_mean_s, 0.0))
+        busy = np.zeros(len(w))
+        busy[queued] = np.minimum(w[queued], np.maximum(_saturated_for(
+            p, plan["region"].to_numpy()[m][queued], (start_s - gap_s)[queued], model.wait_max_s) - model.gap_mean_s, 0.0))
         w = np.where(queued, gap_s + busy, np.minimum(plan["dispatch_s"].to_numpy()[m], gap_s))
         # scheduling incidents: a job the scheduler holds back pends through the whole idle gap before it
         # (submitted when its lane freed, or earlier), so GPUs sit idle while jobs wait

@@ -202,15 +202,16 @@ class Warehouse:
             q = q.where(col < self._bound(end, col, upper=True))
         for k, v in (where or {}).items():
             q = q.where(table.c[k].in_(v) if isinstance(v, list | tuple | set) else table.c[k] == v)
-        # raw driver rows (no per-row type processing), converted column-wise below
-        compiled = q.compile(self.engine, compile_kwargs={"render_postcompile": True})
+        return _restore_types(self._fetch(q, [c.name for c in cols]), table)
+
+    def _fetch(self, query, names: list[str]) -> pd.DataFrame:
+        """Raw driver rows of ``query`` (no per-row type processing; callers convert column-wise)."""
+        compiled = query.compile(self.engine, compile_kwargs={"render_postcompile": True})
         params = compiled.params
         if self.is_sqlite:  # bind as the text SQLAlchemy stores
             params = tuple(_sqlite_param(compiled.params[k]) for k in compiled.positiontup)
         with self.engine.connect() as conn:
-            cur = conn.exec_driver_sql(str(compiled), params)
-            frame = pd.DataFrame(cur.fetchall(), columns=[c.name for c in cols])
-        return _restore_types(frame, table)
+            return pd.DataFrame(conn.exec_driver_sql(str(compiled), params).fetchall(), columns=names)
 
     def last_partition_by(self, name: str, by: str, start, end, *, column: str | None = None,
                           positive: str | None = None) -> pd.Series:
@@ -223,13 +224,7 @@ class Warehouse:
         if positive is not None:
             cond.append(table.c[positive] > 0)
         q = sa.select(table.c[by], sa.func.max(col).label(col.name)).where(*cond).group_by(table.c[by])
-        compiled = q.compile(self.engine, compile_kwargs={"render_postcompile": True})
-        params = compiled.params
-        if self.is_sqlite:
-            params = tuple(_sqlite_param(compiled.params[k]) for k in compiled.positiontup)
-        with self.engine.connect() as conn:
-            frame = pd.DataFrame(conn.exec_driver_sql(str(compiled), params).fetchall(), columns=[by, col.name])
-        frame = _restore_types(frame, table)
+        frame = _restore_types(self._fetch(q, [by, col.name]), table)
         return frame.set_index(pd.Index(frame[by].astype(object), name=by))[col.name]
 
     def count(self, name: str) -> int:
