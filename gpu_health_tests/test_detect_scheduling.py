@@ -195,3 +195,41 @@ def test_known_seasonality_does_not_page():
     assert [f.severity for f in detect_scheduling(context(B2_IDLE, WAITING, history_share=usual))] == ["ticket"]
     found = detect_scheduling(context(B2_IDLE, WAITING, history_share=usual - 0.05))
     assert [f.severity for f in found] == ["page"] and "seasonal" not in found[0].evidence
+
+
+def _days_history(start: pd.Timestamp, by_day: dict[int, float], quiet: float = 0.0) -> pd.DataFrame:
+    """The region's idle_blocked share over the 3 days before ``start``: ``by_day[d]`` around this hour d days ago."""
+    parts = pd.date_range(start - pd.Timedelta(days=3), start, freq="5min", inclusive="left")
+    ago = ((start - parts) / pd.Timedelta(days=1)).round().astype(int)
+    near = ((parts - parts.normalize()) - (start - start.normalize())).to_series().abs().to_numpy() <= pd.Timedelta(hours=1)
+    share = np.where(near, [by_day.get(int(d), quiet) for d in ago], quiet)
+    return pd.DataFrame({"partition_start": parts, "region": "r1", "share_idle_blocked": share})
+
+
+def test_a_wave_seen_on_one_previous_day_is_known():
+    # three days of history: a wave at this hour three days ago only (Monday's wave, judged on Thursday);
+    # the median of the days would call Thursday's wave news, the highest day knows it
+    paid = 4 * 8 * 5
+    usual = 40 / paid
+    ctx = context(B2_IDLE, WAITING)
+    ctx.region_history = _days_history(START, {3: usual})
+    found = detect_scheduling(ctx)
+    assert [f.severity for f in found] == ["ticket"]
+    assert "highest at this hour in the last 3 days" in found[0].evidence and "seasonal, not paged" in found[0].evidence
+    ctx.region_history = _days_history(START, {3: usual - 0.05})
+    assert [f.severity for f in detect_scheduling(ctx)] == ["page"]
+
+
+def test_paged_partitions_do_not_teach_the_seasonal_baseline():
+    from gpu_health.metrics.pipeline import _forget_paged
+
+    paid = 4 * 8 * 5
+    usual = 40 / paid
+    hist = _days_history(START, {3: usual, 2: usual})  # yesterday-but-one and the day before: the same pile-up
+    held = hist[hist["share_idle_blocked"] > 0].assign(cause_family="scheduling", severity="page", status="firing")
+    ctx = context(B2_IDLE, WAITING)
+    ctx.region_history = _forget_paged(hist, held)  # both were incidents that paged: they are not seasonality
+    assert [f.severity for f in detect_scheduling(ctx)] == ["page"]
+    as_ticket = held.assign(severity="ticket")  # a ticket (seasonal, not paged) does teach it
+    ctx.region_history = _forget_paged(hist, as_ticket)
+    assert [f.severity for f in detect_scheduling(ctx)] == ["ticket"]

@@ -28,8 +28,8 @@ missing_data        missing_data a region's collectors silent (never a page: not
 ==================  ===========  =====================================================================
 
 Baselines: ``scheduling_blocked`` compares a region's idle_blocked share with
-the same hour of the previous days (up to 7; median and MAD), or with the
-trailing two hours at cold start; the detectors on the slowdown states inherit
+the highest of the same hour's daily medians over the previous 7 days (partitions
+a scheduling page held excluded), or with the trailing two hours at cold start; the detectors on the slowdown states inherit
 their baseline from the step-time baselines the loss tree already used (so
 their floor is near zero in healthy operation). Absolute floors (GPU-minutes,
 shares) are documented constants below, set from healthy operation.
@@ -62,8 +62,8 @@ SCHED_PAGE_SHARE = 0.02
 SCHED_TICKET_SHARE = 0.0125
 SCHED_PAGE_SHARE_AFTER_CHANGE = 0.015  # lower bar within DEPLOY_LOOKBACK of a scheduler_config change
 SCHED_MIN_JOBS = 4                     # jobs held back: one long-waiting large job is normal, a pile-up is not
-# known seasonality never pages: the region's idle_blocked share must also stand this far above its
-# same-hour baseline (retrain waves keep 9-11 % of GPUs idle_blocked while saturated pools drain)
+# known seasonality never pages: the region's idle_blocked share must also stand this far above the highest
+# the last week showed at this hour (retrain waves keep 9-11 % of GPUs idle_blocked while saturated pools drain)
 SCHED_SEASONAL_MARGIN = 0.01
 NO_PROGRESS_PAGE_GPU_MINUTES = 40   # a team's busy-without-progress GPU-minutes in 5 minutes (8 GPUs)
 STALL_MINUTES = 3
@@ -463,7 +463,7 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         keeps_open = is_open and share >= ticket_bar / 2 and r.aged_jobs >= max(1, jobs // 2)
         if not (piled_up and share >= ticket_bar) and not keeps_open:
             continue
-        base, _ = _history_baseline(ctx.region_history, r.region, ctx.start)
+        base, taught_days = _history_baseline(ctx.region_history, r.region, ctx.start)
         idle_blocked = blocked_leaf.get(r.region, 0.0) / r.paid_gpu_minutes if r.paid_gpu_minutes else 0.0
         unseasonal = idle_blocked >= base + SCHED_SEASONAL_MARGIN
         severity = "page" if piled_up and share >= page_bar and unseasonal else "ticket"
@@ -474,29 +474,33 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
                            summary=f"GPUs idle while jobs wait in {r.region}",
                            evidence=f"{r.blocked_gpu_minutes:.0f} GPU-minutes ({share:.1%} of paid) idle while {r.aged_jobs} "
                                     f"job(s) of the region's queues waited over {AGED_WAIT.seconds // 60} min; queue wait p95 "
-                                    f"{r.wait_p95_min:.1f} min; idle_blocked {idle_blocked:.1%} (same hour baseline "
-                                    f"{base:.1%}{'' if unseasonal else ': seasonal, not paged'})"
+                                    f"{r.wait_p95_min:.1f} min; idle_blocked {idle_blocked:.1%} ("
+                                    + (f"highest at this hour in the last {taught_days} days" if taught_days else "trailing two hours")
+                                    + f" {base:.1%}{'' if unseasonal else ': seasonal, not paged'})"
                                     + cfg_text))
     return out
 
 
-def _history_baseline(hist: pd.DataFrame, region: str, start: pd.Timestamp) -> tuple[float, float]:
-    """Same hour of the previous days (median, MAD); the trailing two hours at cold start."""
+def _history_baseline(hist: pd.DataFrame, region: str, start: pd.Timestamp) -> tuple[float, int]:
+    """The region's known idle_blocked share at this hour, and how many previous days taught it.
+
+    Known seasonality is what the last 7 days showed at the same hour (+-30 min): each previous day's median,
+    and the highest of them, so a retrain wave seen on Monday is known on Thursday even before a whole week
+    of history exists. Partitions a scheduling page held are left out by the caller (incidents do not teach
+    the baseline). With under two previous days (cold start) it is the median of the trailing two hours.
+    """
     if hist is None or hist.empty:
-        return 0.0, 0.0
-    h = hist[hist["region"] == region]
+        return 0.0, 0
+    h = hist[(hist["region"] == region) & hist["share_idle_blocked"].notna()]
     tod = (h["partition_start"] - h["partition_start"].dt.normalize())
     target = start - start.normalize()
-    same_hour = h[((tod - target).abs() <= pd.Timedelta(minutes=30)) & (h["partition_start"] < start - pd.Timedelta(hours=12))]
-    if same_hour["partition_start"].dt.date.nunique() >= 2:
-        vals = same_hour["share_idle_blocked"].to_numpy(dtype=float)
-    else:
-        vals = h[(h["partition_start"] >= start - pd.Timedelta(hours=2)) & (h["partition_start"] < start)]["share_idle_blocked"].to_numpy(dtype=float)
-    vals = vals[~np.isnan(vals)]
-    if not len(vals):
-        return 0.0, 0.0
-    med = float(np.median(vals))
-    return med, float(np.median(np.abs(vals - med)))
+    same_hour = h[((tod - target).abs() <= pd.Timedelta(minutes=30)) & (h["partition_start"] < start - pd.Timedelta(hours=12))
+                  & (h["partition_start"] >= start - pd.Timedelta(days=7, minutes=30))]
+    days = same_hour.groupby((same_hour["partition_start"] - target + pd.Timedelta(hours=12)).dt.normalize())["share_idle_blocked"].median()
+    if len(days) >= 2:
+        return float(days.max()), int(len(days))
+    trailing = h[(h["partition_start"] >= start - pd.Timedelta(hours=2)) & (h["partition_start"] < start)]["share_idle_blocked"]
+    return (float(trailing.median()), 0) if len(trailing) else (0.0, 0)
 
 
 def detect_no_progress(ctx: PartitionContext) -> list[Finding]:

@@ -322,6 +322,22 @@ def blended_rate_by_region(cost: pd.DataFrame) -> dict:
     return out
 
 
+def _forget_paged(hist: pd.DataFrame, alerts: pd.DataFrame) -> pd.DataFrame:
+    """``hist`` with the idle_blocked share blanked where a scheduling page was firing in the region."""
+    if not len(alerts) or not len(hist):
+        return hist
+    paged = alerts[(alerts["cause_family"] == "scheduling") & (alerts["severity"] == "page") & (alerts["status"] == "firing")]
+    if not len(paged):
+        return hist
+    keys = pd.MultiIndex.from_frame(paged[["partition_start", "region"]])
+    hit = pd.MultiIndex.from_frame(hist[["partition_start", "region"]]).isin(keys)
+    if not hit.any():
+        return hist
+    hist = hist.copy()
+    hist.loc[hit, "share_idle_blocked"] = np.nan
+    return hist
+
+
 def alerts(wh: Warehouse, start, end) -> pd.DataFrame:
     """Alert snapshots of every partition in [start, end), carrying the open alerts forward."""
     from gpu_health.diagnosis import alerts as A
@@ -340,8 +356,12 @@ def alerts(wh: Warehouse, start, end) -> pd.DataFrame:
                           columns=["job_id", "team", "workload_class", "model_type", "framework_version"])
     segments = inventory_segments(wh, start, end)
     inventory_at = {p: inv for s0, s1, inv in segments for p in pd.date_range(s0, s1, freq=five, inclusive="left")}
-    hist = wh.read_window("cluster_goodput", start - pd.Timedelta(days=7), end,
+    hist = wh.read_window("cluster_goodput", start - pd.Timedelta(days=7, hours=1), end,
                           columns=["partition_start", "region", "share_idle_blocked"])
+    # incident minutes do not teach the seasonal baseline: forget the partitions a scheduling page held
+    held = wh.read_window("alerts", start - pd.Timedelta(days=7, hours=1), start,
+                          columns=["partition_start", "region", "cause_family", "severity", "status"])
+    hist = _forget_paged(hist, held)
     rates = blended_rate_by_region(wh.read_window("cost_capacity", start.normalize() - pd.Timedelta(days=1), end))
     prev = wh.read_window("alerts", start - five, start)
     jobs = job_table(sched, inventory_union(segments))  # node -> region only: where each queue's jobs run
@@ -367,6 +387,7 @@ def alerts(wh: Warehouse, start, end) -> pd.DataFrame:
         snap = A.step(prev, detect(ctx), p, rates=rates, changes=changes[changes["ts"] < p + five])
         if len(snap):
             out.append(snap)
+            hist = _forget_paged(hist, snap)
         prev = snap
     return pd.concat(out, ignore_index=True) if out else A.empty()
 
