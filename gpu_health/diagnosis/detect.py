@@ -43,7 +43,7 @@ import pandas as pd
 from scipy.stats import fisher_exact
 
 from gpu_health.diagnosis.cohort import REGRESSION, judge_cohorts
-from gpu_health.metrics.goodput import FATAL_XIDS, maintenance_mask, queue_nodes, queue_regions, queue_table
+from gpu_health.metrics.goodput import FATAL_XIDS, maintenance_mask, placements, queue_nodes, queue_regions, queue_table
 
 FIVE = pd.Timedelta(minutes=5)
 THERMAL_BITS = 0x20 | 0x40
@@ -130,6 +130,7 @@ class PartitionContext:
     region_history: pd.DataFrame    # cluster_goodput rows (partition_start, region, share_idle_blocked) before start
     open_baselines: dict = field(default_factory=dict)  # alert key -> baseline captured when it opened
     jobs: pd.DataFrame | None = None  # job_table() of the scheduler events as known at `end` (computed once per range)
+    placements: pd.DataFrame | None = None  # placements() of `sched` (sliced from one computed per range)
 
 
 def _in_maintenance(ctx: PartitionContext, nodes: pd.Series, regions: pd.Series) -> np.ndarray:
@@ -399,7 +400,7 @@ def aged_blocked(ctx: PartitionContext) -> pd.DataFrame:
     if ctx.sched is None or ctx.sched.empty or inv.empty:
         return pd.DataFrame(columns=cols)
     sub = ctx.jobs if ctx.jobs is not None else job_table(ctx.sched, inv)
-    reach = queue_nodes(ctx.sched)
+    reach = queue_nodes(ctx.placements if ctx.placements is not None else placements(ctx.sched))
     g = ctx.gpu
     idle = g[g["job_id"].isna() & ~g["xid"].isin(FATAL_XIDS)]
     idle = idle[~_in_maintenance(ctx, idle["node_id"], idle["region"])]
@@ -509,7 +510,8 @@ def detect_no_progress(ctx: PartitionContext) -> list[Finding]:
     if g.empty:
         return out
     reporting = set(ctx.runtime["job_id"].astype(object))
-    meta = ctx.meta.drop_duplicates("job_id").set_index("job_id") if len(ctx.meta) else pd.DataFrame(columns=["team", "workload_class"])
+    meta = ctx.meta[ctx.meta["job_id"].isin(g["job_id"].unique())] if len(ctx.meta) else ctx.meta
+    meta = meta.drop_duplicates("job_id").set_index("job_id") if len(meta) else pd.DataFrame(columns=["team", "workload_class"])
     cls = g["job_id"].astype(object).map(meta["workload_class"]).astype(object).fillna("unknown")
     # only jobs known to be training jobs are judged: a notebook reports no steps by nature, and a job
     # whose metadata never arrived cannot be told from one

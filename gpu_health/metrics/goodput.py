@@ -144,20 +144,29 @@ def queue_regions(sched: pd.DataFrame, node_region: dict) -> dict:
     return {q: r for q, r in best.items() if share.loc[q, r] >= 0.95}
 
 
-def queue_nodes(sched: pd.DataFrame) -> dict:
-    """queue -> the nodes its jobs were placed on in the history (a Slurm partition's / node pool's reach).
+def placements(sched: pd.DataFrame) -> pd.DataFrame:
+    """Every placement of the scheduler events, one row per node: ts, queue, node_id (sorted by ts)."""
+    cols = ["ts", "queue", "node_id"]
+    if sched is None or sched.empty:
+        return pd.DataFrame(columns=cols)
+    placed = sched[sched["event"].isin(["started", "ended"]) & sched["node_ids"].notna()]
+    out = pd.DataFrame({"ts": placed["ts"].to_numpy(), "queue": placed["queue"].astype(object).to_numpy(),
+                        "node_id": placed["node_ids"].astype(str).str.split(",").to_numpy()}).explode("node_id")
+    out = out.astype({"queue": "category", "node_id": "category"})
+    return out.sort_values("ts", kind="stable").reset_index(drop=True)[cols]
+
+
+def queue_nodes(placed: pd.DataFrame) -> dict:
+    """queue -> the nodes its jobs were placed on in ``placed`` (placements() of the history): a Slurm
+    partition's / node pool's reach.
 
     A job waiting in a queue can only use GPUs on the nodes that queue places on; idle GPUs of another
     pool do not block it.
     """
-    if sched is None or sched.empty:
+    if placed is None or placed.empty:
         return {}
-    placed = sched[sched["event"].isin(["started", "ended"]) & sched["node_ids"].notna()]
-    if placed.empty:
-        return {}
-    pairs = pd.DataFrame({"queue": placed["queue"].astype(object).to_numpy(),
-                          "node_id": placed["node_ids"].astype(str).str.split(",").to_numpy()}).explode("node_id")
-    return {q: frozenset(g) for q, g in pairs.groupby("queue")["node_id"]}
+    pairs = placed[["queue", "node_id"]].drop_duplicates()
+    return {q: frozenset(g.astype(object)) for q, g in pairs.groupby("queue", observed=True)["node_id"]}
 
 
 def job_lookup(meta: pd.DataFrame, sched: pd.DataFrame) -> pd.DataFrame:

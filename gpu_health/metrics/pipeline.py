@@ -365,6 +365,7 @@ def alerts(wh: Warehouse, start, end) -> pd.DataFrame:
     rates = blended_rate_by_region(wh.read_window("cost_capacity", start.normalize() - pd.Timedelta(days=1), end))
     prev = wh.read_window("alerts", start - five, start)
     jobs = job_table(sched, inventory_union(segments))  # node -> region only: where each queue's jobs run
+    placed = G.placements(sched)
 
     def by_partition(frame, col="ts"):
         return dict(tuple(frame.groupby(frame[col].dt.floor("5min")))) if len(frame) else {}
@@ -383,6 +384,7 @@ def alerts(wh: Warehouse, start, end) -> pd.DataFrame:
             baselines=base_p.get(p, baselines.iloc[0:0]), meta=meta, inventory=inventory_at[p],
             region_history=hist[hist["partition_start"] < p], open_baselines=A.open_baselines(prev),
             jobs=jobs_as_of(jobs[jobs["sub"] >= p + five - SCHED_LOOKBACK], p + five),
+            placements=placed.iloc[placed["ts"].searchsorted(p + five - SCHED_LOOKBACK):placed["ts"].searchsorted(p + five)],
         )
         snap = A.step(prev, detect(ctx), p, rates=rates, changes=changes[changes["ts"] < p + five])
         if len(snap):
