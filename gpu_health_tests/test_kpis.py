@@ -18,7 +18,7 @@ from gpu_health.contracts.models import CONTRACTS, columns, conform
 from gpu_health.metrics import kpi_docs
 from gpu_health.metrics.baselines import step_baseline, workload_step_stats
 from gpu_health.metrics.kpi_catalog import ALERT_INTENTS, CATALOG, DIMENSIONS, KINDS, OWNERS
-from gpu_health.metrics.kpis import KpiValues, compute_kpis, pending_jobs
+from gpu_health.metrics.kpis import PENDING_GRACE, KpiValues, compute_kpis, pending_jobs
 from gpu_health.sim.scenario import load_scenario
 from gpu_health.sim.telemetry import Window
 
@@ -309,15 +309,16 @@ def test_fragmentation_counts_free_gpus_that_cannot_host_the_smallest_blocked_jo
     meta = metadata([{"job_id": "big", "requested_gpus": 4}, {"job_id": "dist", "workload_class": "distributed"},
                      {"job_id": "late", "requested_gpus": 2}])
     # 'big' (4 GPUs) blocked since before the window; 'dist' needs 16 GPUs (two whole nodes); 'late' is
-    # submitted inside the window and not blocked (pending < 5 minutes) before the partition ends
-    pending = pd.DataFrame({"job_id": ["big", "dist"], "submitted_at": [T0 - 10 * MIN, T0 - 3 * MIN],
+    # submitted inside the window and not blocked (pending < 3 minutes) before the partition ends
+    assert PENDING_GRACE == 3 * MIN
+    pending = pd.DataFrame({"job_id": ["big", "dist"], "submitted_at": [T0 - 10 * MIN, T0 - MIN],
                             "gpus": [4, 16]})
-    ev = events([{"job_id": "late", "event": "submitted", "ts": T0 + MIN, "gpus": 2}])
+    ev = events([{"job_id": "late", "event": "submitted", "ts": T0 + 3 * MIN, "gpus": 2}])
     out = kpis({"gpu_telemetry": g, "scheduler_events": ev, "job_metadata": meta}, pending=pending)
     batch = row(out, "fragmentation", region="r1", sku=SKU, workload_class="batch")
     assert (batch["numerator"], batch["denominator"], batch["value"]) == (4 * 5, 5, 4.0)  # n1 + n2 each minute
     dist = row(out, "fragmentation", region="r1", sku=SKU, workload_class="distributed")
-    assert dist["value"] == pytest.approx(4 * 3 / 5)  # blocked from T0+2 min (5-minute grace)
+    assert dist["value"] == pytest.approx(4 * 3 / 5)  # blocked from T0+2 min (3-minute grace)
     assert row(out, "fragmentation", region="r1", sku=SKU, workload_class="interactive")["value"] == 0.0
     # a blocked single-GPU job fits anywhere: nothing is stranded (policy, not fragmentation)
     one = pd.concat([pending, pd.DataFrame({"job_id": ["small"], "submitted_at": [T0 - 10 * MIN], "gpus": [1]})])

@@ -43,7 +43,7 @@ import pandas as pd
 from scipy.stats import fisher_exact
 
 from gpu_health.diagnosis.cohort import REGRESSION, judge_cohorts
-from gpu_health.metrics.goodput import FATAL_XIDS, maintenance_mask, placements, queue_nodes, queue_regions, queue_table
+from gpu_health.metrics.goodput import BLOCKED_WAIT, FATAL_XIDS, maintenance_mask, placements, queue_nodes, queue_regions, queue_table
 
 FIVE = pd.Timedelta(minutes=5)
 THERMAL_BITS = 0x20 | 0x40
@@ -54,8 +54,7 @@ NODE_SLOW_SHARE = 0.10         # a component's slowdown / the node's allocated (
 NODE_SLOW_MIN_GPU_MINUTES = 5
 LINK_RETRANSMITS = 100         # per link-minute
 LINK_LOSS_PCT = 0.1
-AGED_WAIT = pd.Timedelta(minutes=3)   # a job waiting this long while GPUs it could use idle is blocked (a
-                                      # scheduler places a job within a cycle or two: ~30-60 s in Slurm)
+AGED_WAIT = BLOCKED_WAIT  # a job waiting this long while GPUs it could use idle is blocked (as the fragmentation KPI)
 # blocked GPU-minutes / the region's paid GPU-minutes. Healthy operation (the quiet week's two retrain waves,
 # where saturated pools make jobs wait): at most 1.5 % per partition; outside the waves 0
 SCHED_PAGE_SHARE = 0.02

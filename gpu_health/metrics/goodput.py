@@ -59,6 +59,9 @@ LEAF_DIMS = ["region", "node_id", "sku", "driver_version", "team", "workload_cla
 # timeouts) follow driver and firmware bugs: evidence for software, not a hardware fault.
 FATAL_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95})
 LOSS_EXITS = frozenset({"failed", "node_fail", "timeout"})
+# a job pending this long is held back, not being placed (a scheduler places a job within a cycle or two,
+# ~30-60 s in Slurm): the one bar of the fragmentation KPI and of the scheduling detector
+BLOCKED_WAIT = pd.Timedelta(minutes=3)
 SLOW_THROTTLE_BITS = 0x8 | 0x20 | 0x40 | 0x80  # hw slowdown, sw/hw thermal, power brake
 BUSY_UTIL_PCT = 5.0
 BUSY_SM = 0.05

@@ -46,6 +46,7 @@ import pandera.pandas as pa
 from pandera.typing import Series
 
 from gpu_health.contracts.models import WORKLOAD_CLASSES, ContractModel, empty_frame
+from gpu_health.metrics.goodput import BLOCKED_WAIT
 from gpu_health.metrics.kpi_catalog import CATALOG, DIMENSIONS, by_name, series_units
 
 STAR = "*"
@@ -60,7 +61,7 @@ IDLE_TENSOR = 0.05  # tensor pipes essentially idle
 IDLE_SM = 0.25  # SM activity of a GPU that is not really computing (when tensor is not reported)
 LOW_POWER_SHARE = 0.5  # of the SKU's reference power
 REF_POWER_QUANTILE = 0.95
-PENDING_GRACE = pd.Timedelta(minutes=5)  # pending longer than one scheduling cycle: blocked
+PENDING_GRACE = BLOCKED_WAIT  # pending longer than a scheduling cycle or two: blocked (as the scheduling detector)
 QUANTILE = 0.95
 FAILED_EXITS = ["failed", "node_fail", "timeout"]
 UNSCHEDULABLE = ["drained", "down"]
