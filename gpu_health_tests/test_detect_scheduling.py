@@ -197,27 +197,31 @@ def test_known_seasonality_does_not_page():
     assert [f.severity for f in found] == ["page"] and "seasonal" not in found[0].evidence
 
 
-def _days_history(start: pd.Timestamp, by_day: dict[int, float], quiet: float = 0.0) -> pd.DataFrame:
-    """The region's idle_blocked share over the 3 days before ``start``: ``by_day[d]`` around this hour d days ago."""
-    parts = pd.date_range(start - pd.Timedelta(days=3), start, freq="5min", inclusive="left")
+def _days_history(start: pd.Timestamp, by_day: dict[int, float], quiet: float = 0.0, days: int = 3) -> pd.DataFrame:
+    """The region's idle_blocked share over ``days`` days before ``start``: ``by_day[d]`` around this hour d days ago."""
+    parts = pd.date_range(start - pd.Timedelta(days=days, hours=1), start, freq="5min", inclusive="left")
     ago = ((start - parts) / pd.Timedelta(days=1)).round().astype(int)
     near = ((parts - parts.normalize()) - (start - start.normalize())).to_series().abs().to_numpy() <= pd.Timedelta(hours=1)
     share = np.where(near, [by_day.get(int(d), quiet) for d in ago], quiet)
     return pd.DataFrame({"partition_start": parts, "region": "r1", "share_idle_blocked": share})
 
 
-def test_a_wave_seen_on_one_previous_day_is_known():
-    # three days of history: a wave at this hour three days ago only (Monday's wave, judged on Thursday);
-    # the median of the days would call Thursday's wave news, the highest day knows it
+def test_a_wave_seen_at_this_hour_last_week_is_known():
     paid = 4 * 8 * 5
     usual = 40 / paid
     ctx = context(B2_IDLE, WAITING)
-    ctx.region_history = _days_history(START, {3: usual})
+    # a week of history: the pile-up happened at this hour a week ago (Thursday's retrain wave), not since
+    ctx.region_history = _days_history(START, {7: usual}, days=7)
     found = detect_scheduling(ctx)
     assert [f.severity for f in found] == ["ticket"]
-    assert "highest at this hour in the last 3 days" in found[0].evidence and "seasonal, not paged" in found[0].evidence
-    ctx.region_history = _days_history(START, {3: usual - 0.05})
-    assert [f.severity for f in detect_scheduling(ctx)] == ["page"]
+    assert "same hour last week" in found[0].evidence and "seasonal, not paged" in found[0].evidence
+    # before a week of history (cold start): the median of the previous days at this hour; a wave seen on one
+    # day of three is not yet known
+    ctx.region_history = _days_history(START, {3: usual})
+    found = detect_scheduling(ctx)
+    assert [f.severity for f in found] == ["page"] and "median of the last 3 days" in found[0].evidence
+    ctx.region_history = _days_history(START, {3: usual, 2: usual})
+    assert [f.severity for f in detect_scheduling(ctx)] == ["ticket"]
 
 
 def test_paged_partitions_do_not_teach_the_seasonal_baseline():
@@ -233,3 +237,20 @@ def test_paged_partitions_do_not_teach_the_seasonal_baseline():
     as_ticket = held.assign(severity="ticket")  # a ticket (seasonal, not paged) does teach it
     ctx.region_history = _forget_paged(hist, as_ticket)
     assert [f.severity for f in detect_scheduling(ctx)] == ["ticket"]
+
+
+def test_a_gpu_freed_a_moment_ago_is_being_placed_not_blocked():
+    # in a saturated pool every job that ends leaves its GPUs idle for a dispatch: b2's GPUs are idle in
+    # single minutes only (freed and placed again), so nothing is blocked
+    ctx = context(FULL_BATCH, WAITING)
+    minute = (ctx.gpu["ts"] - START) // pd.Timedelta(minutes=1)
+    flicker = (ctx.gpu["node_id"] == "b2") & minute.isin([1, 3])
+    ctx.gpu.loc[flicker, "job_id"] = None
+    assert blocked(ctx) == 0.0
+    # idle from minute 1 on: blocked from its second idle minute (2, 3, 4); the partition's first minute
+    # counts as sampled (it has no minute before it)
+    ctx = context(FULL_BATCH, WAITING)
+    ctx.gpu.loc[(ctx.gpu["node_id"] == "b2") & (minute >= 1), "job_id"] = None
+    assert blocked(ctx) == 3 * 8.0
+    ctx = context(B2_IDLE, WAITING)
+    assert blocked(ctx) == 5 * 8.0

@@ -28,8 +28,9 @@ missing_data        missing_data a region's collectors silent (never a page: not
 ==================  ===========  =====================================================================
 
 Baselines: ``scheduling_blocked`` compares a region's idle_blocked share with
-the highest of the same hour's daily medians over the previous 7 days (partitions
-a scheduling page held excluded), or with the trailing two hours at cold start; the detectors on the slowdown states inherit
+the same hour of the week (partitions a scheduling page held excluded); before a
+week of history, with the median of the same hour on the previous days, or of the
+trailing two hours; the detectors on the slowdown states inherit
 their baseline from the step-time baselines the loss tree already used (so
 their floor is near zero in healthy operation). Absolute floors (GPU-minutes,
 shares) are documented constants below, set from healthy operation.
@@ -61,8 +62,8 @@ SCHED_PAGE_SHARE = 0.02
 SCHED_TICKET_SHARE = 0.0125
 SCHED_PAGE_SHARE_AFTER_CHANGE = 0.015  # lower bar within DEPLOY_LOOKBACK of a scheduler_config change
 SCHED_MIN_JOBS = 4                     # jobs held back: one long-waiting large job is normal, a pile-up is not
-# known seasonality never pages: the region's idle_blocked share must also stand this far above the highest
-# the last week showed at this hour (retrain waves keep 9-11 % of GPUs idle_blocked while saturated pools drain)
+# known seasonality never pages: the region's idle_blocked share must also stand this far above its usual share
+# at this hour (retrain waves keep 9-11 % of GPUs idle_blocked while saturated pools drain)
 SCHED_SEASONAL_MARGIN = 0.01
 NO_PROGRESS_PAGE_GPU_MINUTES = 40   # a team's busy-without-progress GPU-minutes in 5 minutes (8 GPUs)
 STALL_MINUTES = 3
@@ -391,7 +392,8 @@ def aged_blocked(ctx: PartitionContext) -> pd.DataFrame:
     run on the nodes its queue places on (learned from the placements of the last hours, like a
     Slurm partition's node list) that have as many GPUs free as the queue's smallest waiting request
     (whole free nodes for a request larger than a node); idle GPUs of another pool, or scattered
-    ones, do not block it. A queue with no placement yet is matched against its whole region.
+    ones, do not block it. A queue with no placement yet is matched against its whole region. A GPU freed
+    a moment ago is being placed again: it counts from its second idle minute in a row.
     """
     minutes = pd.date_range(ctx.start, ctx.end, freq="1min", inclusive="left")
     inv = ctx.inventory
@@ -408,6 +410,14 @@ def aged_blocked(ctx: PartitionContext) -> pd.DataFrame:
     mid = (minutes + pd.Timedelta(seconds=30)).values
     never = pd.Timestamp.max.tz_localize("UTC")
 
+    # a GPU freed a moment ago is being placed again (dispatch takes a scheduling cycle; in a saturated pool
+    # every job that ends leaves such a gap): a GPU counts as free from its second idle minute in a row (the
+    # partition's first minute has no minute before it here and counts as sampled)
+    minute = ((idle["ts"] - ctx.start) // pd.Timedelta(minutes=1)).to_numpy(dtype=np.int64)
+    gpu_key = pd.factorize(idle["node_id"].astype(object).to_numpy())[0].astype(np.int64) * 4096 \
+        + idle["gpu_index"].to_numpy(dtype=np.int64) * 16
+    settled = (minute == 0) | np.isin(gpu_key + minute - 1, gpu_key + minute)
+    idle = idle[settled]
     # idle GPUs per node and minute, with the node's size
     free = idle.groupby(["region", "node_id", "ts"], observed=True).size().rename("free").reset_index()
     free["minute"] = ((free["ts"] - ctx.start) // pd.Timedelta(minutes=1)).astype(int)
@@ -463,7 +473,7 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         keeps_open = is_open and share >= ticket_bar / 2 and r.aged_jobs >= max(1, jobs // 2)
         if not (piled_up and share >= ticket_bar) and not keeps_open:
             continue
-        base, taught_days = _history_baseline(ctx.region_history, r.region, ctx.start)
+        base, base_from = _history_baseline(ctx.region_history, r.region, ctx.start)
         idle_blocked = blocked_leaf.get(r.region, 0.0) / r.paid_gpu_minutes if r.paid_gpu_minutes else 0.0
         unseasonal = idle_blocked >= base + SCHED_SEASONAL_MARGIN
         severity = "page" if piled_up and share >= page_bar and unseasonal else "ticket"
@@ -474,33 +484,34 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
                            summary=f"GPUs idle while jobs wait in {r.region}",
                            evidence=f"{r.blocked_gpu_minutes:.0f} GPU-minutes ({share:.1%} of paid) idle while {r.aged_jobs} "
                                     f"job(s) of the region's queues waited over {AGED_WAIT.seconds // 60} min; queue wait p95 "
-                                    f"{r.wait_p95_min:.1f} min; idle_blocked {idle_blocked:.1%} ("
-                                    + (f"highest at this hour in the last {taught_days} days" if taught_days else "trailing two hours")
-                                    + f" {base:.1%}{'' if unseasonal else ': seasonal, not paged'})"
+                                    f"{r.wait_p95_min:.1f} min; idle_blocked {idle_blocked:.1%} ({base_from} "
+                                    f"{base:.1%}{'' if unseasonal else ': seasonal, not paged'})"
                                     + cfg_text))
     return out
 
 
-def _history_baseline(hist: pd.DataFrame, region: str, start: pd.Timestamp) -> tuple[float, int]:
-    """The region's known idle_blocked share at this hour, and how many previous days taught it.
+def _history_baseline(hist: pd.DataFrame, region: str, start: pd.Timestamp) -> tuple[float, str]:
+    """The region's usual idle_blocked share at this hour, and where it comes from.
 
-    Known seasonality is what the last 7 days showed at the same hour (+-30 min): each previous day's median,
-    and the highest of them, so a retrain wave seen on Monday is known on Thursday even before a whole week
-    of history exists. Partitions a scheduling page held are left out by the caller (incidents do not teach
-    the baseline). With under two previous days (cold start) it is the median of the trailing two hours.
+    The same hour of the week (+-30 min, 7 days back) once a week of history exists; before that (cold
+    start) the median of the same hour on the previous days, and with under two such days the median of the
+    trailing two hours. Partitions a scheduling page held are left out by the caller (incidents do not teach
+    the baseline).
     """
     if hist is None or hist.empty:
-        return 0.0, 0
+        return 0.0, "no history"
     h = hist[(hist["region"] == region) & hist["share_idle_blocked"].notna()]
     tod = (h["partition_start"] - h["partition_start"].dt.normalize())
     target = start - start.normalize()
-    same_hour = h[((tod - target).abs() <= pd.Timedelta(minutes=30)) & (h["partition_start"] < start - pd.Timedelta(hours=12))
-                  & (h["partition_start"] >= start - pd.Timedelta(days=7, minutes=30))]
+    same_hour = h[((tod - target).abs() <= pd.Timedelta(minutes=30)) & (h["partition_start"] < start - pd.Timedelta(hours=12))]
+    last_week = same_hour[same_hour["partition_start"] <= start - pd.Timedelta(days=6, hours=12)]["share_idle_blocked"]
+    if len(last_week) >= 6:
+        return float(last_week.median()), "same hour last week"
     days = same_hour.groupby((same_hour["partition_start"] - target + pd.Timedelta(hours=12)).dt.normalize())["share_idle_blocked"].median()
     if len(days) >= 2:
-        return float(days.max()), int(len(days))
+        return float(days.median()), f"same hour, median of the last {len(days)} days"
     trailing = h[(h["partition_start"] >= start - pd.Timedelta(hours=2)) & (h["partition_start"] < start)]["share_idle_blocked"]
-    return (float(trailing.median()), 0) if len(trailing) else (0.0, 0)
+    return (float(trailing.median()), "trailing two hours") if len(trailing) else (0.0, "no history")
 
 
 def detect_no_progress(ctx: PartitionContext) -> list[Finding]:
