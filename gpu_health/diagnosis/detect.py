@@ -414,9 +414,8 @@ def aged_blocked(ctx: PartitionContext) -> pd.DataFrame:
     # every job that ends leaves such a gap): a GPU counts as free from its second idle minute in a row (the
     # partition's first minute has no minute before it here and counts as sampled)
     minute = ((idle["ts"] - ctx.start) // pd.Timedelta(minutes=1)).to_numpy(dtype=np.int64)
-    gpu_key = pd.factorize(idle["node_id"].astype(object).to_numpy())[0].astype(np.int64) * 4096 \
-        + idle["gpu_index"].to_numpy(dtype=np.int64) * 16
-    settled = (minute == 0) | np.isin(gpu_key + minute - 1, gpu_key + minute)
+    gpu_minute = idle.groupby(["node_id", "gpu_index"], sort=False, observed=True).ngroup().to_numpy() * (len(minutes) + 1) + minute
+    settled = (minute == 0) | np.isin(gpu_minute - 1, gpu_minute)
     idle = idle[settled]
     # idle GPUs per node and minute, with the node's size
     free = idle.groupby(["region", "node_id", "ts"], observed=True).size().rename("free").reset_index()

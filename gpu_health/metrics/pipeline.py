@@ -322,11 +322,16 @@ def blended_rate_by_region(cost: pd.DataFrame) -> dict:
     return out
 
 
+def _firing_pages(alerts: pd.DataFrame) -> pd.DataFrame:
+    """The alert rows of partitions in which a page was firing: incident minutes never teach a baseline."""
+    return alerts[(alerts["severity"] == "page") & (alerts["status"] == "firing")] if len(alerts) else alerts
+
+
 def _forget_paged(hist: pd.DataFrame, alerts: pd.DataFrame) -> pd.DataFrame:
     """``hist`` with the idle_blocked share blanked where a scheduling page was firing in the region."""
     if not len(alerts) or not len(hist):
         return hist
-    paged = alerts[(alerts["cause_family"] == "scheduling") & (alerts["severity"] == "page") & (alerts["status"] == "firing")]
+    paged = _firing_pages(alerts[alerts["cause_family"] == "scheduling"])
     if not len(paged):
         return hist
     keys = pd.MultiIndex.from_frame(paged[["partition_start", "region"]])
@@ -360,7 +365,8 @@ def alerts(wh: Warehouse, start, end) -> pd.DataFrame:
                           columns=["partition_start", "region", "share_idle_blocked"])
     # incident minutes do not teach the seasonal baseline: forget the partitions a scheduling page held
     held = wh.read_window("alerts", start - pd.Timedelta(days=7, hours=1), start,
-                          columns=["partition_start", "region", "cause_family", "severity", "status"])
+                          columns=["partition_start", "region", "cause_family", "severity", "status"],
+                          where={"cause_family": "scheduling", "severity": "page"})
     hist = _forget_paged(hist, held)
     rates = blended_rate_by_region(wh.read_window("cost_capacity", start.normalize() - pd.Timedelta(days=1), end))
     prev = wh.read_window("alerts", start - five, start)
@@ -413,9 +419,9 @@ def kpi_values(wh: Warehouse, start, end) -> pd.DataFrame:
 
 
 def _paged_partitions(wh: Warehouse, start, end) -> set:
-    """Partitions in which a page was firing: incident minutes never teach a baseline."""
+    """Partitions in which a page was firing (_firing_pages)."""
     a = wh.read_window("alerts", start, end, columns=["partition_start", "severity", "status"])
-    return set(a.loc[(a["severity"] == "page") & (a["status"] == "firing"), "partition_start"]) if len(a) else set()
+    return set(_firing_pages(a)["partition_start"])
 
 
 def _slices(start, end, days: int, pad: pd.Timedelta) -> list[tuple[pd.Timestamp, pd.Timestamp]]:
