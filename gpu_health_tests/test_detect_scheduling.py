@@ -145,7 +145,10 @@ def test_below_the_ticket_bar_nothing_opens():
 
 
 def test_a_pile_up_above_the_page_bar_pages_in_its_first_partition():
-    assert [f.severity for f in detect_scheduling(context(B2_IDLE, WAITING))] == ["page"]
+    found = detect_scheduling(context(B2_IDLE, WAITING))
+    assert [f.severity for f in found] == ["page"]
+    # the region's first partition: no seasonal baseline yet, and the evidence does not invent one
+    assert "(no history yet)" in found[0].evidence and "0.0%)" not in found[0].evidence
 
 
 def test_too_few_jobs_is_not_a_pile_up():

@@ -65,6 +65,7 @@ SCHED_MIN_JOBS = 4                     # jobs held back: one long-waiting large 
 # known seasonality never pages: the region's idle_blocked share must also stand this far above its usual share
 # at this hour (retrain waves keep 9-11 % of GPUs idle_blocked while saturated pools drain)
 SCHED_SEASONAL_MARGIN = 0.01
+NO_HISTORY = "no history yet"  # the seasonal baseline before any partition of the region was recorded
 NO_PROGRESS_PAGE_GPU_MINUTES = 40   # a team's busy-without-progress GPU-minutes in 5 minutes (8 GPUs)
 STALL_MINUTES = 3
 FAILURE_RATE_RATIO = 3.0
@@ -476,6 +477,7 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         idle_blocked = blocked_leaf.get(r.region, 0.0) / r.paid_gpu_minutes if r.paid_gpu_minutes else 0.0
         unseasonal = idle_blocked >= base + SCHED_SEASONAL_MARGIN
         severity = "page" if piled_up and share >= page_bar and unseasonal else "ticket"
+        base_text = base_from if base_from == NO_HISTORY else f"{base_from} {base:.1%}"
         cfg_text = f"; follows scheduler change {cfg.iloc[-1]['event_id']} at {cfg.iloc[-1]['ts']:%H:%M}" if len(cfg) else ""
         out.append(Finding("scheduling_blocked", "scheduling", severity, r.region, key,
                            lost_gpu_minutes=float(r.blocked_gpu_minutes), baseline=0.0, value=share,
@@ -483,8 +485,8 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
                            summary=f"GPUs idle while jobs wait in {r.region}",
                            evidence=f"{r.blocked_gpu_minutes:.0f} GPU-minutes ({share:.1%} of paid) idle while {r.aged_jobs} "
                                     f"job(s) of the region's queues waited over {AGED_WAIT.seconds // 60} min; queue wait p95 "
-                                    f"{r.wait_p95_min:.1f} min; idle_blocked {idle_blocked:.1%} ({base_from} "
-                                    f"{base:.1%}{'' if unseasonal else ': seasonal, not paged'})"
+                                    f"{r.wait_p95_min:.1f} min; idle_blocked {idle_blocked:.1%} ({base_text}"
+                                    f"{'' if unseasonal else ': seasonal, not paged'})"
                                     + cfg_text))
     return out
 
@@ -498,7 +500,7 @@ def _history_baseline(hist: pd.DataFrame, region: str, start: pd.Timestamp) -> t
     the baseline).
     """
     if hist is None or hist.empty:
-        return 0.0, "no history"
+        return 0.0, NO_HISTORY
     h = hist[(hist["region"] == region) & hist["share_idle_blocked"].notna()]
     tod = (h["partition_start"] - h["partition_start"].dt.normalize())
     target = start - start.normalize()
@@ -510,7 +512,7 @@ def _history_baseline(hist: pd.DataFrame, region: str, start: pd.Timestamp) -> t
     if len(days) >= 2:
         return float(days.median()), f"same hour, median of the last {len(days)} days"
     trailing = h[(h["partition_start"] >= start - pd.Timedelta(hours=2)) & (h["partition_start"] < start)]["share_idle_blocked"]
-    return (float(trailing.median()), "trailing two hours") if len(trailing) else (0.0, "no history")
+    return (float(trailing.median()), "trailing two hours") if len(trailing) else (0.0, NO_HISTORY)
 
 
 def detect_no_progress(ctx: PartitionContext) -> list[Finding]:
