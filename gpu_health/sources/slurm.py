@@ -379,6 +379,15 @@ def _metadata_frame(rows: list[dict], submitted: pd.DatetimeIndex) -> pd.DataFra
     return _typed(df, "job_metadata")
 
 
+def _metadata(job_id: str, team: str, *, nnodes: int | None, queue: str | None, job_name: str | None,
+              gpus: int | None, mem_gb: float | None) -> dict:
+    """A job_metadata row: what Slurm knows of a job (model, dataset, image and framework are not its business)."""
+    return {"job_id": job_id, "team": team, "model_type": UNKNOWN,
+            "workload_class": workload_class(nnodes=nnodes, partition=queue, job_name=job_name),
+            "dataset": UNKNOWN, "requested_gpus": gpus, "requested_mem_gb": np.nan if mem_gb is None else mem_gb,
+            "container_image": UNKNOWN, "framework_version": UNKNOWN}
+
+
 def _event(job_id: str, attempt: int, event: str, *, queue: str, priority: int, gpus: int,
            node_ids: str | None, exit_state: str | None = None, reason: str | None = None) -> dict:
     suffix = f"#{attempt}" if attempt else ""
@@ -523,17 +532,8 @@ def parse_sacct(
             ev_times.append(end)
         if attempt == 0:
             user, account = rec.get("User", "").strip() or None, rec.get("Account", "").strip() or None
-            md_rows.append({
-                "job_id": job,
-                "team": team_for(user, account, team_map),
-                "model_type": UNKNOWN,
-                "workload_class": workload_class(nnodes=nnodes, partition=queue, job_name=rec.get("JobName")),
-                "dataset": UNKNOWN,
-                "requested_gpus": req_gpus,
-                "requested_mem_gb": np.nan if mem_gb is None else mem_gb,
-                "container_image": UNKNOWN,
-                "framework_version": UNKNOWN,
-            })
+            md_rows.append(_metadata(job, team_for(user, account, team_map), nnodes=nnodes, queue=queue,
+                                     job_name=rec.get("JobName"), gpus=req_gpus, mem_gb=mem_gb))
             md_times.append(submit)
 
     stats = {"lines": sum(1 for ln in lines[first_data:] if ln.strip()), "jobs": len(md_rows),
@@ -630,17 +630,8 @@ def parse_squeue_json(
             ev_rows.append(_event(job_id, 0, "started", queue=queue, priority=priority, gpus=alloc_gpus,
                                   node_ids=",".join(nodes) or None))
             ev_times.append(start)
-        md_rows.append({
-            "job_id": job_id,
-            "team": team_for(job.get("user_name"), job.get("account"), team_map),
-            "model_type": UNKNOWN,
-            "workload_class": workload_class(nnodes=nnodes, partition=queue, job_name=job.get("name")),
-            "dataset": UNKNOWN,
-            "requested_gpus": req_gpus,
-            "requested_mem_gb": np.nan if mem_gb is None else mem_gb,
-            "container_image": UNKNOWN,
-            "framework_version": UNKNOWN,
-        })
+        md_rows.append(_metadata(job_id, team_for(job.get("user_name"), job.get("account"), team_map), nnodes=nnodes,
+                                 queue=queue, job_name=job.get("name"), gpus=req_gpus, mem_gb=mem_gb))
         md_times.append(submit)
     return SlurmParse(
         _events_frame(ev_rows, pd.DatetimeIndex(ev_times)),
