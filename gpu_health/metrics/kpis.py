@@ -258,8 +258,10 @@ class _Context:
         return df[(df[col] >= self.start) & (df[col] < self.end)]
 
     def _inventory(self, g, node) -> set:
-        seen = pd.concat([g[["region", "sku"]].drop_duplicates(), node[["region", "sku"]].drop_duplicates()])
-        pairs = set(zip(_obj(seen["region"]), _obj(seen["sku"])))
+        pairs = set()
+        for frame in (g, node):
+            seen = frame[["region", "sku"]].drop_duplicates()
+            pairs |= set(zip(_obj(seen["region"]), _obj(seen["sku"])))
         if self.cost is not None and len(self.cost):
             days = {d.date() for d in self.partitions}
             c = self.cost[pd.to_datetime(self.cost["date"]).dt.date.isin(days)]
