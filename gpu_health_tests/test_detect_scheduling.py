@@ -257,3 +257,23 @@ def test_a_gpu_freed_a_moment_ago_is_being_placed_not_blocked():
     assert blocked(ctx) == 3 * 8.0
     ctx = context(B2_IDLE, WAITING)
     assert blocked(ctx) == 5 * 8.0
+
+
+def test_paged_partitions_are_read_from_the_warehouse_by_severity_and_status(sqlite_url):
+    from gpu_health.diagnosis.detect import Finding
+    from gpu_health.metrics.pipeline import _paged_partitions
+    from gpu_health.storage.warehouse import Warehouse
+
+    page = Finding("thermal_throttle", "hardware", "page", "r1", "thermal_throttle|r1", lost_gpu_minutes=50.0,
+                   summary="Thermal throttling in r1", evidence="thermal clock-event bits")
+    ticket = Finding("scheduling_blocked", "scheduling", "ticket", "r1", "scheduling_blocked|r1", lost_gpu_minutes=10.0,
+                     summary="GPUs idle while jobs wait in r1", evidence="seasonal, not paged")
+    prev, rows = A.empty(), []
+    for i, found in enumerate([[page, ticket], [page, ticket], [ticket], [ticket]]):  # the page resolves at 2
+        prev = A.step(prev, found, START + i * FIVE, rates={"r1": 1.0}, changes=pd.DataFrame())
+        rows.append(prev)
+    frame = pd.concat(rows, ignore_index=True)
+    Warehouse(sqlite_url).replace_window("alerts", frame, START, START + 4 * FIVE)
+    assert set(frame["status"]) > {"firing"} and set(frame["severity"]) >= {"page", "ticket"}
+    # a firing page holds its partitions; a ticket and the page's resolved snapshot do not
+    assert _paged_partitions(Warehouse(sqlite_url), START, START + 4 * FIVE) == {START, START + FIVE}

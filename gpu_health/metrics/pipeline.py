@@ -322,9 +322,14 @@ def blended_rate_by_region(cost: pd.DataFrame) -> dict:
     return out
 
 
+FIRING_PAGE = {"severity": "page", "status": "firing"}  # alert rows of a partition in which a page was firing
+
+
 def _firing_pages(alerts: pd.DataFrame) -> pd.DataFrame:
-    """The alert rows of partitions in which a page was firing: incident minutes never teach a baseline."""
-    return alerts[(alerts["severity"] == "page") & (alerts["status"] == "firing")] if len(alerts) else alerts
+    """The FIRING_PAGE rows of ``alerts``: incident minutes never teach a baseline."""
+    if not len(alerts):
+        return alerts
+    return alerts[np.logical_and.reduce([alerts[k] == v for k, v in FIRING_PAGE.items()])]
 
 
 def _forget_paged(hist: pd.DataFrame, alerts: pd.DataFrame) -> pd.DataFrame:
@@ -366,7 +371,7 @@ def alerts(wh: Warehouse, start, end) -> pd.DataFrame:
     # incident minutes do not teach the seasonal baseline: forget the partitions a scheduling page held
     held = wh.read_window("alerts", start - pd.Timedelta(days=7, hours=1), start,
                           columns=["partition_start", "region", "cause_family", "severity", "status"],
-                          where={"cause_family": "scheduling", "severity": "page"})
+                          where={"cause_family": "scheduling", **FIRING_PAGE})
     hist = _forget_paged(hist, held)
     rates = blended_rate_by_region(wh.read_window("cost_capacity", start.normalize() - pd.Timedelta(days=1), end))
     prev = wh.read_window("alerts", start - five, start)
@@ -419,9 +424,9 @@ def kpi_values(wh: Warehouse, start, end) -> pd.DataFrame:
 
 
 def _paged_partitions(wh: Warehouse, start, end) -> set:
-    """Partitions in which a page was firing (_firing_pages)."""
-    a = wh.read_window("alerts", start, end, columns=["partition_start", "severity", "status"])
-    return set(_firing_pages(a)["partition_start"])
+    """Partitions in which a page was firing (FIRING_PAGE), filtered in the database."""
+    a = wh.read_window("alerts", start, end, columns=["partition_start"], where=FIRING_PAGE)
+    return set(a["partition_start"])
 
 
 def _slices(start, end, days: int, pad: pd.Timedelta) -> list[tuple[pd.Timestamp, pd.Timestamp]]:
