@@ -21,7 +21,8 @@ signature's jobs regress at once). The source is recorded per row
 import numpy as np
 import pandas as pd
 
-from gpu_health.metrics.goodput import FATAL_XIDS, SLOW_THROTTLE_BITS, maintenance_mask
+from gpu_health.metrics.goodput import SLOW_THROTTLE_BITS, maintenance_mask
+from gpu_health.sources.dcgm_fields import XID_GPU_FAULT
 
 SIGNATURE = ["model_type", "sku", "gpus"]
 STAT_COLUMNS = ["partition_start", *SIGNATURE, "healthy_minutes", "step_time_s", "data_loader_time_s", "grad_sync_time_s"]
@@ -37,7 +38,7 @@ def workload_step_stats(frames: dict, *, meta: pd.DataFrame | None, maintenance:
         return pd.DataFrame(columns=STAT_COLUMNS)
     g = g.merge(node[["ts", "node_id", "health"]], on=["ts", "node_id"], how="left")
     bad = ((g["throttle_reasons"].fillna(0).astype("int64") & SLOW_THROTTLE_BITS) > 0).to_numpy()
-    bad |= (g["xid"] != 0).to_numpy() | g["xid"].isin(FATAL_XIDS).to_numpy()
+    bad |= (g["xid"] != 0).to_numpy() | g["xid"].isin(XID_GPU_FAULT).to_numpy()
     bad |= g["health"].astype(object).fillna("ok").ne("ok").to_numpy()
     bad |= maintenance_mask(g["ts"], g["region"], g["node_id"], maintenance)
     g["bad"] = bad

@@ -339,9 +339,10 @@ CATALOG: tuple[Kpi, ...] = (
                    "read off the loss tree, so a blind spot in the classifier cannot hide gaming.",
         formula="busy_without_progress = GPU-minutes (util >= 50 %) of batch/distributed/unknown-class jobs with "
                 "no job_runtime_metrics row with steps > 0 for (ts, job_id) / all their busy GPU-minutes; "
-                "util_power_divergence = busy GPU-minutes (util >= 50 %) with tensor_active < 0.05 (sm_active < "
-                "0.25 when tensor is not reported) and power_w < 0.5 x the SKU's reference power (p95 power of "
-                "its working GPUs in the partition) / busy GPU-minutes that report the activity field and power",
+                "util_power_divergence = busy GPU-minutes (util >= 50 %) with sm_active < 0.25 and, where "
+                "reported, tensor_active < 0.05 (tensor alone without sm_active) and power_w < 0.5 x the SKU's "
+                "reference power (p95 power of its working GPUs in the partition) / busy GPU-minutes that report "
+                "the activity field and power",
         unit="ratio",
         owner="ml_platform",
         kind="leading",

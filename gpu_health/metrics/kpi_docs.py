@@ -7,6 +7,7 @@ when the file in the repository is stale.
 import sys
 from pathlib import Path
 
+from gpu_health.metrics import device as D
 from gpu_health.metrics import kpis as K
 from gpu_health.metrics.kpi_catalog import CATALOG, Kpi
 
@@ -78,8 +79,9 @@ def render_kpi_docs() -> str:
         "of waits as `denominator`.",
         "- Jobs whose metadata never arrived count under `unknown` (team, workload class), never dropped.",
         f"- Thresholds used in the definitions: busy = `gpu_util_pct` >= {K.BUSY_UTIL_PCT:g}; device idle = "
-        f"`tensor_active` < {K.IDLE_TENSOR:g} (`sm_active` < {K.IDLE_SM:g} without tensor); low power = under "
-        f"{K.LOW_POWER_SHARE:g} x the p{K.REF_POWER_QUANTILE * 100:g} power of the SKU's working GPUs in the "
+        f"`sm_active` < {D.IDLE_SM:g} and, where reported, `tensor_active` < {D.IDLE_TENSOR:g} "
+        f"(`gpu_health/metrics/device.py`); low power = under "
+        f"{D.LOW_POWER_SHARE:g} x the p{D.REF_POWER_QUANTILE * 100:g} power of the SKU's working GPUs in the "
         "partition; blocked = pending "
         f"for at least {int(K.PENDING_GRACE.total_seconds() // 60)} minutes.",
         "",

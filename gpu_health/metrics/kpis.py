@@ -47,6 +47,7 @@ from pandera.typing import Series
 
 from gpu_health.contracts.models import WORKLOAD_CLASSES, ContractModel, empty_frame
 from gpu_health.metrics.goodput import BLOCKED_WAIT
+from gpu_health.metrics.device import BUSY_UTIL_PCT, IDLE_SM, IDLE_TENSOR, LOW_POWER_SHARE, device_idle, reference_power
 from gpu_health.metrics.kpi_catalog import CATALOG, DIMENSIONS, by_name, series_units
 
 STAR = "*"
@@ -56,11 +57,6 @@ UTC_NS = pd.DatetimeTZDtype("ns", "UTC")
 MINUTE = pd.Timedelta(minutes=1)
 
 MIN_COVERAGE = 0.5  # share of a slice's observations that must report a needed field
-BUSY_UTIL_PCT = 50.0  # "busy" for the guardrails: what a utilization dashboard calls busy
-IDLE_TENSOR = 0.05  # tensor pipes essentially idle
-IDLE_SM = 0.25  # SM activity of a GPU that is not really computing (when tensor is not reported)
-LOW_POWER_SHARE = 0.5  # of the SKU's reference power
-REF_POWER_QUANTILE = 0.95
 PENDING_GRACE = BLOCKED_WAIT  # pending longer than a scheduling cycle or two: blocked (as the scheduling detector)
 QUANTILE = 0.95
 FAILED_EXITS = ["failed", "node_fail", "timeout"]
@@ -707,17 +703,16 @@ def _gaming_guardrails(ctx: _Context) -> pd.DataFrame:
     progress = prog.notna().to_numpy()
     training = (busy["workload_class"] != "interactive").to_numpy()
 
-    tensor, sm, power = busy["tensor"].to_numpy(), busy["sm"].to_numpy(), busy["power"].to_numpy()
-    t_known, s_known = ~np.isnan(tensor), ~np.isnan(sm)
-    known = (t_known | s_known) & ~np.isnan(power)  # a collector without power cannot tell low power
-    device_idle = np.where(t_known, np.nan_to_num(tensor) < IDLE_TENSOR, np.nan_to_num(sm) < IDLE_SM)
+    power = busy["power"].to_numpy()
+    idle, dev_known = device_idle(busy["sm"].to_numpy(), busy["tensor"].to_numpy())
+    known = dev_known & ~np.isnan(power)  # a collector without power cannot tell low power
     ref = _reference_power(g)
     key = pd.MultiIndex.from_arrays([busy["p"], busy["sku"]])
     low_power = power < LOW_POWER_SHARE * ref.reindex(key).to_numpy(dtype=float)
     d = pd.DataFrame({
         "p": busy["p"], "team": busy["team"],
         "bwp_n": training.astype(float), "bwp_num": (training & ~progress).astype(float),
-        "div_n": 1.0, "div_cov": known.astype(float), "div_num": (known & device_idle & low_power).astype(float),
+        "div_n": 1.0, "div_cov": known.astype(float), "div_num": (known & idle & low_power).astype(float),
     })
     agg = d.groupby(["p", "team"], sort=False).sum().reset_index()
     keys = agg[["p", "team"]]
@@ -729,12 +724,11 @@ def _gaming_guardrails(ctx: _Context) -> pd.DataFrame:
 
 
 def _reference_power(g: pd.DataFrame) -> pd.Series:
-    """Per partition x SKU: p95 power of its working GPUs (busy, tensor/SM active); else its max power."""
-    tensor, sm = g["tensor"].to_numpy(), g["sm"].to_numpy()
-    active = np.where(~np.isnan(tensor), np.nan_to_num(tensor) >= IDLE_TENSOR, np.nan_to_num(sm) >= IDLE_SM)
-    working = g["allocated"].to_numpy() & (g["util"].to_numpy() >= BUSY_UTIL_PCT) & active
-    ref = g.loc[working].groupby(["p", "sku"])["power"].quantile(REF_POWER_QUANTILE)
-    return ref.combine_first(g.groupby(["p", "sku"])["power"].max())
+    """Per partition x SKU: the reference power of gpu_health.metrics.device (p95 of working GPUs)."""
+    frame = pd.DataFrame({"p": g["p"], "sku": g["sku"], "gpu_util_pct": g["util"], "sm_active": g["sm"],
+                          "tensor_active": g["tensor"], "power_w": g["power"],
+                          "job_id": np.where(g["allocated"].to_numpy(), "job", None)})
+    return reference_power(frame, ["p", "sku"])
 
 
 # --- assembly: every slice in every partition, status and value ------------------------------

@@ -28,7 +28,7 @@ are null where a GPU does not report them.
 
 Node health (a heuristic: no exporter reports it). A node that reports is
 ``ok``, unless in that minute one of its GPUs raised a fatal Xid
-(:data:`~gpu_health.sources.dcgm_fields.FATAL_XIDS`) or a double-bit ECC
+(:data:`~gpu_health.sources.dcgm_fields.XID_NEEDS_RESET`) or a double-bit ECC
 error, then ``degraded``. ``down`` is never produced (a down node has no
 row) and ``drained`` needs the scheduler, which Prometheus does not have.
 """
@@ -520,7 +520,7 @@ class PrometheusSource:
             return rows.assign(sku=F.UNKNOWN, driver_version=F.UNKNOWN, health="ok")
         gpus = gpus.copy()
         dbe = pd.to_numeric(gpus["ecc_dbe_delta"], errors="coerce").fillna(0)
-        gpus["__fault"] = gpus["xid"].astype(int).isin(F.FATAL_XIDS) | (dbe > 0)
+        gpus["__fault"] = gpus["xid"].astype(int).isin(F.XID_NEEDS_RESET) | (dbe > 0)
         per_minute = gpus.groupby(["node_id", "ts"]).agg(
             sku=("sku", "first"), driver_version=("driver_version", "first"), __fault=("__fault", "any")
         )
