@@ -114,11 +114,11 @@ def test_clean_links_without_retransmits_raise_nothing():
     assert detect_slowdowns(context(network=link_rows(packet_loss_pct=0.0), leaves_frame=leaves())) == []
 
 
-# --- gaming: busy without progress is judged without power; the evidence says power is absent -----
+# --- gaming: without profiling fields and power the guardrail cannot judge, and says nothing ------
 
-def test_busy_without_progress_without_power_says_so():
+def test_busy_uninstrumented_gpus_without_profiling_or_power_raise_nothing():
+    """No step metrics, no SM/tensor activity, no power: nothing says the GPUs are not working (the KPI
+    reports itself degraded); the absence of optional signals never pages."""
     meta = pd.DataFrame({"job_id": ["j1"], "team": ["t1"], "workload_class": ["batch"], "model_type": ["llm"],
                          "framework_version": ["torch-2.13.0"]})
-    (f,) = detect_no_progress(context(gpu=gpu_rows(temp_c=np.nan, throttle_reasons=0), meta=meta))
-    assert (f.family, f.team) == ("gaming", "t1")
-    assert "power not exported" in f.evidence and "nan" not in f.evidence
+    assert detect_no_progress(context(gpu=gpu_rows(temp_c=np.nan, throttle_reasons=0), meta=meta)) == []

@@ -297,7 +297,7 @@ def test_last_partition_by_is_each_groups_latest_partition_in_the_half_open_wind
     five = pd.Timedelta(minutes=5)
     rows = pd.DataFrame({"partition_start": [T0, T0 + five, T0 + 2 * five, T0, T0 + 3 * five],
                          "region": ["a", "a", "a", "b", "b"], "node_id": ["n1", "n1", "n2", "n3", "n3"],
-                         "sku": "H100", "gpus_seen": [8, 8, 0, 8, 8], "driver_version": "550"})
+                         "sku": "H100", "gpus_seen": [8, 8, 0, 8, 8], "driver_version": "550", "fatal_gpus": 0})
     wh.replace_window("node_inventory", rows, T0, T0 + 4 * five)
     last = wh.last_partition_by("node_inventory", "region", T0, T0 + 3 * five)
     assert last.to_dict() == {"a": T0 + 2 * five, "b": T0}

@@ -269,6 +269,7 @@ CREATE TABLE node_inventory (
 	sku TEXT NOT NULL, 
 	gpus_seen BIGINT NOT NULL, 
 	driver_version TEXT NOT NULL, 
+	fatal_gpus BIGINT NOT NULL, 
 	CONSTRAINT pk_node_inventory PRIMARY KEY (partition_start, node_id)
 );
 

@@ -2,39 +2,50 @@
 
 Pure pandas. Each detector reads direct evidence a real incident leaves in the
 sources and the loss tree, so that it can fire in the partition where an
-incident starts (a page within 15 minutes of a deploy needs that):
+incident starts (a page within 15 minutes of a deploy needs that).
+
+The rule every detector keeps: **a page rests on direct evidence from at least two
+independent witnesses; the absence of an optional signal is missing data.** A field a
+collector does not export, a job that reports no training metrics, rows a contract
+rejected, a collector gone silent: each degrades a judgement (a ticket at most, or
+nothing), never pages. docs/runbooks.md lists each detector's page condition.
 
 ==================  ===========  =====================================================================
-detector            family       fires on
+detector            family       pages on (the two witnesses) / tickets on
 ==================  ===========  =====================================================================
-hardware_fault      hardware     fatal Xid (48/63/64/74/79/92/94/95) or a double-bit ECC error; GPUs
-                                 (or whole nodes) missing while their region reports; a node drained
-                                 outside any maintenance window while GPUs sit unavailable
-thermal_throttle    hardware     GPUs with thermal clock-event bits and temperature >= 83 C (a GPU whose
-                                 collector exposes no temperature is not judged)
-deploy_regression   software     a change event's cohort (nodes on the new driver / kernel / firmware,
-                                 jobs on the new framework) worse than the rest in the same minutes:
+hardware_fault      hardware     two independent channels on one node: a GPU-fault Xid, the DBE
+                                 counter, the GPU's rows gone, the node drained / down outside a
+                                 window, a job killed by the GPU or node (Xid 79 + rows gone; Xid 48
+                                 + DBE) -- not while a driver / kernel / firmware change rolls over
+                                 the node (a ticket naming it) unless the ECC counter reports a DBE;
+                                 >10 % of a region's nodes at once: one systemic alert naming what
+                                 they share. Ticket: one channel, or GPUs still gone after a fault.
+thermal_throttle    hardware     thermal clock-event bits AND temperature >= 83 C on busy GPUs (a GPU
+                                 whose collector exposes no temperature or bits is not judged)
+deploy_regression   software     a change event's cohort worse than the rest in the same minutes:
                                  job failure rate (Fisher exact test + rate-ratio floor) or step time
                                  over baseline (Mann-Whitney cohort judge + effect floor)
-training_stall      software     jobs reporting 0 steps (and no checkpoint) for 3+ minutes while they
-                                 hold their GPUs
-data_io_slowdown    data_io      loader wait above its baseline (slowdown_data_io) with storage saturated
-network_slowdown    network      gradient-sync time above its baseline (slowdown_network) with IB loss
-                                 or retransmits on the jobs' links
+training_stall      software     a job that trained before reports 0 steps (no checkpoint) for 3+
+                                 minutes AND its GPUs compute nothing (SM/tensor idle, no kernel or
+                                 power near idle); ticket when the device cannot confirm
+data_io_slowdown    data_io      loader wait above its baseline (slowdown_data_io) AND storage
+                                 saturated on those nodes; ticket without the storage witness
+network_slowdown    network      gradient-sync time above its baseline AND IB loss or retransmits on
+                                 the jobs' links; ticket without the link witness
 scheduling_blocked  scheduling   idle GPUs while jobs that could use them (same queue's nodes) have
-                                 waited over 3 minutes
-busy_no_progress    gaming       a team's GPUs busy with no training progress reported at all
-missing_data        missing_data a region's collectors silent (never a page: not a GPU incident)
+                                 waited over 3 minutes, above the region's seasonal share
+busy_no_progress    gaming       dummy load on the device: busy GPUs with SM and tensor activity idle
+                                 AND power near idle (jobs reporting no training metrics); ticket
+                                 when the collector exports only one of the two
+missing_data        missing_data a region's collectors silent, nodes' GPU rows missing with no fault,
+                                 rows rejected by a contract (never a page: not a GPU incident)
 ==================  ===========  =====================================================================
 
-Baselines: ``scheduling_blocked`` compares a region's idle_blocked share with
-the same hour of the week (partitions a scheduling page held excluded); before a
-week of history, with the median of the same hour on the previous days, or of the
-trailing two hours; the detectors on the slowdown states inherit
-their baseline from the step-time baselines the loss tree already used (so
-their floor is near zero in healthy operation). Absolute floors (GPU-minutes,
-shares) are documented constants below, set from healthy operation.
-Planned maintenance never pages: nodes inside a window are excluded.
+Thresholds come from definitions (DCGM's Xid catalogue and clock-event bits, the
+device-level definitions of gpu_health.metrics.device), physics (the 83 C slowdown
+temperature) or the cluster's own history (step-time baselines, the same hour of the
+week, the SKU's working power in the same minutes); each constant says why it holds on
+any cluster. Planned maintenance never pages: nodes inside a window are excluded.
 """
 
 from dataclasses import dataclass, field
@@ -44,7 +55,9 @@ import pandas as pd
 from scipy.stats import fisher_exact
 
 from gpu_health.diagnosis.cohort import REGRESSION, judge_cohorts
-from gpu_health.metrics.goodput import BLOCKED_WAIT, FATAL_XIDS, maintenance_mask, placements, queue_nodes, queue_regions, queue_table
+from gpu_health.metrics.device import BUSY_UTIL_PCT, device_idle, low_power, reference_power
+from gpu_health.metrics.goodput import BLOCKED_WAIT, BUSY_UTIL_PCT as ACTIVE_UTIL_PCT, maintenance_mask, placements, queue_nodes, queue_regions, queue_table
+from gpu_health.sources.dcgm_fields import XID_GPU_FAULT
 
 FIVE = pd.Timedelta(minutes=5)
 THERMAL_BITS = 0x20 | 0x40
@@ -66,8 +79,19 @@ SCHED_MIN_JOBS = 4                     # jobs held back: one long-waiting large 
 # at this hour (retrain waves keep 9-11 % of GPUs idle_blocked while saturated pools drain)
 SCHED_SEASONAL_MARGIN = 0.01
 NO_HISTORY = "no history yet"  # the seasonal baseline before any partition of the region was recorded
-NO_PROGRESS_PAGE_GPU_MINUTES = 40   # a team's busy-without-progress GPU-minutes in 5 minutes (8 GPUs)
+# dummy load pages when a team holds a whole 8-GPU node's worth for the whole partition (8 x 5 GPU-minutes):
+# the smallest unit a DGX scheduler hands to a distributed job, and at ~$2-4 per GPU-hour the point where the
+# waste is worth waking someone; less is a ticket for the team
+NO_PROGRESS_PAGE_GPU_MINUTES = 40
+# a trainer completes steps every few seconds (the brief's workloads: well under a minute a step); three
+# whole minutes in a row without one, outside a checkpoint, is not a slow step but no progress
 STALL_MINUTES = 3
+# a stall pages once it holds 20 GPU-minutes in the partition (a 4-GPU job for the whole partition);
+# a one- or two-GPU job's hang is its owner's ticket
+STALL_PAGE_GPU_MINUTES = 20
+# a node's GPU-minutes missing without a fault to explain them are a missing_data ticket from one GPU's
+# whole partition (5) up: single lost rows are the exporter's noise
+MISSING_NODE_GPU_MINUTES = 5
 FAILURE_RATE_RATIO = 3.0
 FAILURE_P = 1e-3
 MIN_COHORT_FAILURES = 3
@@ -131,6 +155,7 @@ class PartitionContext:
     region_history: pd.DataFrame    # cluster_goodput rows (partition_start, region, share_idle_blocked) before start
     open_baselines: dict = field(default_factory=dict)  # alert key -> baseline captured when it opened
     jobs: pd.DataFrame | None = None  # job_table() of the scheduler events as known at `end` (computed once per range)
+    rejects: pd.DataFrame | None = None  # source_rejects rows of the partition (source, origin, reason)
     placements: pd.DataFrame | None = None  # placements() of `sched` (sliced from one computed per range)
 
 
@@ -144,39 +169,194 @@ def _state(ctx: PartitionContext, state: str, by: list[str]) -> pd.Series:
     return lv[lv["state"] == state].groupby(by, observed=True)["gpu_minutes"].sum() if len(lv) else pd.Series(dtype=float)
 
 
+# Evidence channels a hardware verdict can rest on. Each comes from a different collector or subsystem, so
+# two of them agreeing is two independent witnesses: the driver's Xid log (dcgm-exporter's XID field), the
+# ECC counters, the GPU exporter's rows, the node's own agent (health), the scheduler's job outcomes.
+HW_XID, HW_DBE, HW_GONE, HW_NODE_STATE, HW_JOB_FAILED, HW_PERSISTED = (
+    "fatal Xid", "double-bit ECC", "GPU rows gone", "node drained/down", "job failed on it", "unavailable earlier")
+HW_DIRECT = {HW_XID, HW_DBE, HW_GONE, HW_NODE_STATE, HW_JOB_FAILED}
+# A node-level fault pages on at least this many independent channels (the issue's rule: a page names two
+# independent pieces of evidence; e.g. Xid 79 and the GPU's rows gone, Xid 48 and the DBE counter).
+HW_PAGE_SIGNALS = 2
+# Many nodes at once is one systemic incident, not a fault per node (NVSentinel stops cordoning at 50 % of
+# nodes; a pager should be stricter): above this share of a region's nodes within one partition the
+# hardware finding becomes one alert naming what the nodes share.
+SYSTEMIC_NODE_SHARE = 0.10
+SYSTEMIC_MIN_NODES = 3
+# Changes that reinstall or reboot the GPU stack: while one is rolling over a node its GPUs go missing,
+# its node drains and its jobs fail, and none of that is a hardware fault.
+ROLLOUT_KINDS = ("driver_upgrade", "kernel_upgrade", "firmware_update", "bios_update")
+# The free-text reasons a scheduler gives for a job killed by its GPU or node (Slurm NODE_FAIL, the Xid
+# text the driver logs); application Xids (13, 31, 43, 45) are the job's own and do not count.
+_FAULT_REASON = r"(?i)ecc|fallen off the bus|node fail|nvlink|row remap"
+_XID_IN_REASON = r"(?i)\bxid\s*:?\s*(\d+)"
+
+
+def _rollout_nodes(ctx: PartitionContext) -> dict[str, str]:
+    """node -> the change in flight on it: a driver / kernel / firmware change whose scope covers the node
+    within DEPLOY_LOOKBACK before the partition's end, or a node whose driver or kernel version changes
+    inside the partition (a rollout the change calendar did not announce)."""
+    out: dict[str, str] = {}
+    ch = ctx.changes
+    if ch is not None and len(ch):
+        recent = ch[ch["kind"].isin(ROLLOUT_KINDS) & (ch["ts"] >= ctx.end - DEPLOY_LOOKBACK) & (ch["ts"] < ctx.end)]
+        for ev in recent.sort_values("ts").itertuples(index=False):
+            label = f"{ev.event_id} ({ev.kind} {ev.from_version} -> {ev.to_version} at {ev.ts:%H:%M})"
+            for n in _scope_nodes(ev.scope, ctx.inventory):
+                out[n] = label
+    node = ctx.node
+    if len(node):
+        versions = node.groupby("node_id", observed=True)[["driver_version", "kernel_version"]].nunique()
+        for n in versions.index[(versions > 1).any(axis=1)]:
+            out.setdefault(str(n), "driver or kernel version changing on the node")
+    return out
+
+
+def _failed_on_fault(ctx: PartitionContext) -> dict[str, list[str]]:
+    """node -> reasons of jobs placed on it that ended in the partition killed by their GPU or node."""
+    s = ctx.sched
+    if s is None or s.empty:
+        return {}
+    ended = s[(s["event"] == "ended") & (s["ts"] >= ctx.start) & (s["ts"] < ctx.end) & s["node_ids"].notna()]
+    if ended.empty:
+        return {}
+    reason = ended["reason"].fillna("").astype(str)
+    code = pd.to_numeric(reason.str.extract(_XID_IN_REASON)[0], errors="coerce")
+    fault = (ended["exit_state"] == "node_fail") | reason.str.contains(_FAULT_REASON) | code.isin(XID_GPU_FAULT)
+    out: dict[str, list[str]] = {}
+    for nodes, why in zip(ended.loc[fault, "node_ids"].astype(str), reason[fault]):
+        for n in nodes.split(","):
+            out.setdefault(n, []).append(why or "node_fail")
+    return out
+
+
+def hardware_evidence(ctx: PartitionContext) -> pd.DataFrame:
+    """One row per node with hardware evidence in the partition (outside maintenance): which independent
+    channels saw it (``signals``), the GPUs involved, the change in flight on it, GPU-minutes lost."""
+    gpu, node, inv = ctx.gpu, ctx.node, ctx.inventory
+    cols = ["region", "node_id", "signals", "detail", "rollout", "lost"]
+    signals: dict[str, set] = {}
+    detail: dict[str, list[str]] = {}
+
+    def add(n, sig, text):
+        signals.setdefault(n, set()).add(sig)
+        detail.setdefault(n, []).append(text)
+
+    g = gpu[~_in_maintenance(ctx, gpu["node_id"], gpu["region"])] if len(gpu) else gpu
+    for n, grp in g[g["xid"].isin(XID_GPU_FAULT)].groupby("node_id", observed=True):
+        add(str(n), HW_XID, ", ".join(f"Xid {int(x)}" for x in sorted(set(grp["xid"]))) + f" on {grp['gpu_uuid'].nunique()} GPU(s)")
+    dbe = g[g["ecc_dbe_delta"].fillna(0) > 0]
+    for n, grp in dbe.groupby("node_id", observed=True):
+        add(str(n), HW_DBE, f"{int(grp['ecc_dbe_delta'].sum())} double-bit ECC error(s)")
+    # GPUs the inventory expects that did not report in at least MIN_MISSING_MINUTES minutes, on nodes whose
+    # region reports (a silent region is missing data, judged by missing_data)
+    if len(inv):
+        expected = inv.set_index("node_id")["gpus"].astype(float)
+        per_min = gpu.groupby(["node_id", "ts"], observed=True)["gpu_uuid"].nunique().unstack("ts", fill_value=0) if len(gpu) else pd.DataFrame()
+        minutes = pd.date_range(ctx.start, ctx.end, freq="1min", inclusive="left")
+        per_min = per_min.reindex(index=expected.index, columns=minutes, fill_value=0)
+        short = per_min.rsub(expected, axis=0).clip(lower=0)
+        short_minutes = (short > 0).sum(axis=1)
+        maint = _in_maintenance(ctx, pd.Series(expected.index), inv.set_index("node_id")["region"].reindex(expected.index).reset_index(drop=True))
+        for n, k, m in zip(expected.index, short_minutes, maint):
+            if k >= MIN_MISSING_MINUTES and not m:
+                add(str(n), HW_GONE, f"{int(short.loc[n].max())} GPU(s) not reporting for {int(k)} min")
+    if len(node):
+        state = node[~_in_maintenance(ctx, node["node_id"], node["region"])]
+        state = state[state["health"].isin(["drained", "down"])]
+        for n, grp in state.groupby("node_id", observed=True):
+            add(str(n), HW_NODE_STATE, f"node {grp['health'].iloc[-1]} outside maintenance")
+    for n, reasons in _failed_on_fault(ctx).items():
+        if n in signals or n in set(inv["node_id"]):
+            add(n, HW_JOB_FAILED, f"{len(reasons)} job(s) failed: {reasons[0]}")
+    hw = _state(ctx, "hw_unavailable", ["node_id"])
+    for n, v in hw.items():
+        if n != "unseen" and v >= MIN_MISSING_MINUTES and n not in signals:
+            add(str(n), HW_PERSISTED, f"{v:.0f} GPU-minutes unavailable since an earlier fault")
+    if not signals:
+        return pd.DataFrame(columns=cols)
+    # GONE alone is an exporter gap until something else says hardware (missing data, not a fault)
+    keep = [n for n, s in signals.items() if s != {HW_GONE}]
+    region_of = dict(zip(inv["node_id"], inv["region"]))
+    region_of.update(dict(zip(gpu["node_id"].astype(object), gpu["region"].astype(object))) if len(gpu) else {})
+    rollout = _rollout_nodes(ctx)
+    return pd.DataFrame({
+        "region": [region_of.get(n, "*") for n in keep], "node_id": keep, "signals": [signals[n] for n in keep],
+        "detail": ["; ".join(detail[n]) for n in keep], "rollout": [rollout.get(n) for n in keep],
+        "lost": [float(hw.get(n, 0.0)) for n in keep],
+    }, columns=cols)
+
+
+def _hardware_severity(signals: set, rollout: str | None) -> str:
+    """Page on HW_PAGE_SIGNALS independent direct channels; a node a driver/kernel/firmware change is rolling
+    over is the rollout's (a ticket naming it) unless its ECC counters report double-bit errors, which no
+    software change produces."""
+    direct = signals & HW_DIRECT
+    if len(direct) < HW_PAGE_SIGNALS:
+        return "ticket"
+    if rollout and HW_DBE not in direct:
+        return "ticket"
+    return "page"
+
+
+def _shared(ev: pd.DataFrame, ctx: PartitionContext) -> str:
+    """What the nodes of a systemic hardware finding have in common."""
+    parts = []
+    rollouts = ev["rollout"].dropna()
+    if len(rollouts):
+        top = rollouts.value_counts()
+        parts.append(f"{top.iloc[0]} of them are in the change {top.index[0]}")
+    node = ctx.node[ctx.node["node_id"].isin(ev["node_id"])] if len(ctx.node) else ctx.node
+    if len(node):
+        drv = node.groupby("node_id", observed=True)["driver_version"].last().value_counts()
+        parts.append(f"driver {drv.index[0]} on {drv.iloc[0]}")
+    skus = ctx.inventory[ctx.inventory["node_id"].isin(ev["node_id"])]["sku"].value_counts()
+    if len(skus):
+        parts.append(f"SKU {skus.index[0]} on {skus.iloc[0]}")
+    return "; ".join(parts) or "the region"
+
+
 def detect_hardware(ctx: PartitionContext) -> list[Finding]:
-    """GPU-minutes the loss tree put in hw_unavailable (maintenance and silent collectors already
-    excluded there): fatal Xid / DBE, GPUs or nodes missing while their region reports, nodes
-    down or drained outside a window. Evidence comes from the raw rows."""
-    hw = _state(ctx, "hw_unavailable", ["region", "node_id"])
-    hw = hw[(hw >= MIN_MISSING_MINUTES) & (hw.index.get_level_values("node_id") != "unseen")] if len(hw) else hw
-    gpu, node = ctx.gpu, ctx.node
-    fatal = gpu[gpu["xid"].isin(FATAL_XIDS) | (gpu["ecc_dbe_delta"].fillna(0) > 0)]
-    fatal = fatal[~_in_maintenance(ctx, fatal["node_id"], fatal["region"])]
-    regions = {r for r, _ in hw.index} | set(fatal["region"])
+    """Node-level GPU faults, each verdict on independent evidence (``hardware_evidence``).
+
+    Page: at least HW_PAGE_SIGNALS independent channels on one node -- a fatal Xid (XID_GPU_FAULT) and its
+    GPU's rows gone (Xid 79), a fatal Xid and the double-bit ECC counter (Xid 48), a node drained or down
+    outside maintenance and a job killed by it, ... -- and no driver/kernel/firmware change rolling over the
+    node (then: a ticket naming the change; the deploy detector judges the change by its cohort).
+    Ticket: one channel (a fatal Xid whose GPU stays and whose job survives, a node drained with no fault
+    seen), or GPUs still unavailable after an earlier fault. GPU rows missing with nothing else is missing
+    data (the missing_data detector), never hardware: exporters drop rows, files get rejected.
+    Systemic: when more than SYSTEMIC_NODE_SHARE of a region's nodes (and at least SYSTEMIC_MIN_NODES) have
+    hardware evidence in one partition, the region gets one alert that names what they share; it pages only
+    on direct evidence on nodes no change is rolling over.
+    """
+    ev = hardware_evidence(ctx)
     out = []
-    for region in sorted(regions):
-        hw_r = hw[[r == region for r, _ in hw.index]] if len(hw) else hw
-        f = fatal[fatal["region"] == region]
-        nodes = sorted({n for _, n in hw_r.index} | set(f["node_id"]))
-        parts = []
-        if len(f):
-            codes = ", ".join(f"Xid {int(x)}" for x in sorted(set(f["xid"])) if x) or "double-bit ECC"
-            parts.append(f"{codes} on {f['gpu_uuid'].nunique()} GPU(s) ({', '.join(sorted(set(f['node_id'])))})")
-        reporting = gpu[gpu["node_id"].isin(nodes)].groupby("node_id")["gpu_uuid"].nunique()
-        expected = ctx.inventory.set_index("node_id")["gpus"].reindex(nodes).fillna(0)
-        short = {n: int(expected[n] - reporting.get(n, 0)) for n in nodes if expected[n] - reporting.get(n, 0) > 0}
-        if short:
-            parts.append("not reporting: " + ", ".join(f"{n} ({k} GPU{'s' if k > 1 else ''})" for n, k in short.items()))
-        health = node[node["node_id"].isin(nodes)].groupby("node_id")["health"].last()
-        bad = health[health.isin(["drained", "down"])]
-        if len(bad):
-            parts.append("outside maintenance: " + ", ".join(f"{n} {h}" for n, h in bad.items()))
-        lost = float(hw_r.sum())
-        parts.append(f"{lost:.0f} GPU-minutes unavailable")
-        out.append(Finding("hardware_fault", "hardware", "page", region, f"hardware_fault|{region}", nodes=nodes,
-                           lost_gpu_minutes=lost, summary=f"GPU hardware fault in {region} on {', '.join(nodes)}",
-                           evidence="; ".join(parts)))
+    for region, grp in ev.groupby("region"):
+        sev = [_hardware_severity(s, r) for s, r in zip(grp["signals"], grp["rollout"])]
+        grp = grp.assign(severity=sev)
+        nodes = sorted(grp["node_id"])
+        region_nodes = int((ctx.inventory["region"] == region).sum()) or len(nodes)
+        lost = float(grp["lost"].sum())
+        systemic = len(nodes) >= SYSTEMIC_MIN_NODES and len(nodes) > SYSTEMIC_NODE_SHARE * region_nodes
+        paging = grp[grp["severity"] == "page"]
+        rollouts = sorted(set(grp["rollout"].dropna()))
+        if systemic:
+            summary = (f"{len(nodes)} of {region_nodes} nodes in {region} show GPU faults at once: one systemic "
+                       f"incident ({_shared(grp, ctx)})")
+        elif len(paging):
+            summary = f"GPU hardware fault in {region} on {', '.join(sorted(paging['node_id']))}"
+        elif rollouts:
+            summary = f"GPUs unavailable in {region} on {len(nodes)} node(s) during {rollouts[0]}"
+        else:
+            summary = f"Possible GPU hardware fault in {region} on {', '.join(nodes)} (one witness so far)"
+        evidence = "; ".join(
+            f"{r.node_id}: {r.detail}" + (f" [change in flight: {r.rollout}]" if r.rollout else "")
+            for r in grp.sort_values(["severity", "node_id"], ascending=[False, True]).head(12).itertuples())
+        evidence += f"; {lost:.0f} GPU-minutes unavailable"
+        out.append(Finding("hardware_fault", "hardware", "page" if len(paging) else "ticket", region,
+                           f"hardware_fault|{region}", nodes=nodes, lost_gpu_minutes=lost,
+                           change_event=None, summary=summary, evidence=evidence))
     return out
 
 
@@ -404,7 +584,7 @@ def aged_blocked(ctx: PartitionContext) -> pd.DataFrame:
     sub = ctx.jobs if ctx.jobs is not None else job_table(ctx.sched, inv)
     reach = queue_nodes(ctx.placements if ctx.placements is not None else placements(ctx.sched))
     g = ctx.gpu
-    idle = g[g["job_id"].isna() & ~g["xid"].isin(FATAL_XIDS)]
+    idle = g[g["job_id"].isna() & ~g["xid"].isin(XID_GPU_FAULT)]
     idle = idle[~_in_maintenance(ctx, idle["node_id"], idle["region"])]
     paid = inv.groupby("region")["gpus"].sum() * len(minutes)
     rows = []
@@ -516,38 +696,82 @@ def _history_baseline(hist: pd.DataFrame, region: str, start: pd.Timestamp) -> t
 
 
 def detect_no_progress(ctx: PartitionContext) -> list[Finding]:
+    """Dummy load (the brief's gaming case), judged on the device, never on missing step metrics.
+
+    A GPU-minute is dummy load when a job holds the GPU busy (gpu_util_pct >= BUSY_UTIL_PCT) while the
+    device says it computes nothing: SM and tensor activity idle (gpu_health.metrics.device.device_idle)
+    AND power under half the SKU's working reference (device.low_power). Those are two independent
+    witnesses (the profiling counters and the power sensor) of the same fact; a job that reports no training
+    metrics is ordinary (notebooks, GBDT, uninstrumented batch work, set-up) and is only context here.
+
+    Page: a team's jobs that report no training metrics hold at least NO_PROGRESS_PAGE_GPU_MINUTES such
+    GPU-minutes in the partition (batch, distributed or unknown class: a notebook is a person at a keyboard,
+    a ticket at most). Ticket: the same GPU-minutes on notebooks; or busy GPUs with one witness only because
+    the collector does not export the other (profiling fields are off by default in dcgm-exporter; some
+    collectors have no power): the guardrail cannot judge, it says so. Jobs that report training metrics are
+    the stall detector's.
+    """
     g = ctx.gpu[ctx.gpu["job_id"].notna()]
     out = []
     if g.empty:
         return out
     reporting = set(ctx.runtime["job_id"].astype(object))
+    ref = reference_power(g.assign(sku=g["sku"].astype(object)), ["sku"])
+    g = g[(g["gpu_util_pct"] >= BUSY_UTIL_PCT) & ~g["job_id"].astype(object).isin(reporting)]
+    if g.empty:
+        return out
+    idle, dev_known = device_idle(g["sm_active"].to_numpy(dtype=float, na_value=np.nan),
+                                  g["tensor_active"].to_numpy(dtype=float, na_value=np.nan))
+    low, pow_known = low_power(g.assign(sku=g["sku"].astype(object)), ref, ["sku"])
     meta = ctx.meta[ctx.meta["job_id"].isin(g["job_id"].unique())] if len(ctx.meta) else ctx.meta
     meta = meta.drop_duplicates("job_id").set_index("job_id") if len(meta) else pd.DataFrame(columns=["team", "workload_class"])
-    cls = g["job_id"].astype(object).map(meta["workload_class"]).astype(object).fillna("unknown")
-    # only jobs known to be training jobs are judged: a notebook reports no steps by nature, and a job
-    # whose metadata never arrived cannot be told from one
-    busy = (g["gpu_util_pct"] >= 50) & ~g["job_id"].astype(object).isin(reporting) & cls.isin(["batch", "distributed"])
-    sus = g[busy].assign(team=g.loc[busy, "job_id"].astype(object).map(meta["team"]).astype(object).fillna("unknown"))
-    for team, grp in sus.groupby("team"):
-        n = len(grp)
-        if n < NO_PROGRESS_PAGE_GPU_MINUTES:
+    jobs = g["job_id"].astype(object)
+    g = g.assign(team=jobs.map(meta["team"]).astype(object).fillna("unknown").to_numpy(),
+                 cls=jobs.map(meta["workload_class"]).astype(object).fillna("unknown").to_numpy(),
+                 both=dev_known & idle & pow_known & low,
+                 one=(dev_known & idle & ~pow_known) | (~dev_known & pow_known & low))
+    for team, grp in g.groupby("team"):
+        dummy = grp[grp["both"]]
+        paging = dummy[dummy["cls"] != "interactive"]
+        if len(paging) >= NO_PROGRESS_PAGE_GPU_MINUTES:
+            severity, rows, why = "page", paging, "SM and tensor activity idle and power near idle at high utilization"
+        elif len(dummy) >= NO_PROGRESS_PAGE_GPU_MINUTES:
+            severity, rows, why = "ticket", dummy, "notebooks at high utilization with the device idle"
+        elif grp["one"].sum() >= NO_PROGRESS_PAGE_GPU_MINUTES:
+            rows = grp[grp["one"]]
+            severity = "ticket"
+            why = ("device activity idle; power not exported" if rows["power_w"].isna().all()
+                   else "power near idle; profiling fields (SM / tensor activity) not exported: cannot judge")
+        else:
             continue
-        tensor = grp["tensor_active"].astype(float)
-        low_tensor = tensor.notna().any() and tensor.median() < 0.05
-        region = grp["region"].mode().iloc[0] if grp["region"].nunique() == 1 else "*"
-        out.append(Finding("busy_no_progress", "gaming", "page", region, f"busy_no_progress|{team}", team=team,
-                           nodes=sorted(set(grp["node_id"])), lost_gpu_minutes=float(n),
-                           summary=f"Team {team}: GPUs busy with no training progress",
-                           evidence=f"{n} GPU-minutes at median {grp['gpu_util_pct'].median():.0f} % util from "
-                                    f"{grp['job_id'].nunique()} job(s) reporting no training metrics; tensor activity "
-                                    + (f"median {tensor.median():.2f}" if tensor.notna().any() else "not exported (degraded)")
-                                    + (f", power median {grp['power_w'].median():.0f} W" if grp["power_w"].notna().any()
-                                       else ", power not exported")
-                                    + ("; consistent with dummy load" if low_tensor else "")))
+        region = rows["region"].mode().iloc[0] if rows["region"].nunique() == 1 else "*"
+        sm, ten = rows["sm_active"].astype(float), rows["tensor_active"].astype(float)
+        out.append(Finding("busy_no_progress", "gaming", severity, region, f"busy_no_progress|{team}", team=team,
+                           nodes=sorted(set(rows["node_id"])), lost_gpu_minutes=float(len(rows)),
+                           summary=f"Team {team}: GPUs busy with no real work (dummy load)" if severity == "page"
+                           else f"Team {team}: busy GPUs that may not be working",
+                           evidence=f"{len(rows)} GPU-minutes on {rows['gpu_uuid'].nunique()} GPUs from "
+                                    f"{rows['job_id'].nunique()} job(s) reporting no training metrics: {why}; util median "
+                                    f"{rows['gpu_util_pct'].median():.0f} %, SM activity "
+                                    + (f"median {sm.median():.2f}" if sm.notna().any() else "not exported")
+                                    + ", tensor activity " + (f"median {ten.median():.2f}" if ten.notna().any() else "not exported")
+                                    + (f", power median {rows['power_w'].median():.0f} W" if rows["power_w"].notna().any()
+                                       else ", power not exported")))
     return out
 
 
 def detect_stalls(ctx: PartitionContext) -> list[Finding]:
+    """Training jobs that stopped progressing while they hold their GPUs.
+
+    A stall: a job that trained before (its cumulative step counter is above 0) reports STALL_MINUTES or
+    more minutes in a row with no step and no checkpoint, the last of them in the partition. A job still in
+    set-up (no step yet) is not stalled. The second witness is the device: the job's GPUs do no compute in
+    those minutes (SM/tensor idle, or no kernel at all, or power near idle) -- a hung collective spins one
+    kernel at ~100 % utilization on a few SMs, a dead input pipeline leaves the GPU at 0 %. Zero steps on a
+    GPU that computes at full power is an evaluation or validation pass: no finding.
+    Page when the stalled jobs hold at least STALL_PAGE_GPU_MINUTES with the device confirming; a ticket when
+    the collector exports neither profiling fields nor power (one witness).
+    """
     rt = ctx.runtime
     out = []
     if rt.empty:
@@ -555,42 +779,92 @@ def detect_stalls(ctx: PartitionContext) -> list[Finding]:
     zero = (rt["steps"] == 0) & (rt["checkpoint_time_s"].fillna(0) == 0)
     # per job: minutes reported after its last progressing minute (a trailing run of zero-step minutes)
     last_ts = rt.groupby("job_id")["ts"].max()
+    trained = rt.groupby("job_id")["last_step"].max() > 0
     last_progress = rt[~zero].groupby("job_id")["ts"].max()
     trailing = rt[zero & (rt["ts"] > rt["job_id"].map(last_progress).fillna(pd.Timestamp.min.tz_localize("UTC")))]
     run = trailing.groupby("job_id").size()
-    run = run[(run >= STALL_MINUTES) & (last_ts.reindex(run.index) >= ctx.start)]
+    run = run[(run >= STALL_MINUTES) & (last_ts.reindex(run.index) >= ctx.start) & trained.reindex(run.index).fillna(False)]
     if run.empty:
         return out
+    since = trailing[trailing["job_id"].isin(run.index)].groupby("job_id")["ts"].min()
     g = ctx.gpu[ctx.gpu["job_id"].isin(run.index)]
+    g = g[g["ts"] >= g["job_id"].map(since)]
+    if g.empty:
+        return out
+    ref = reference_power(ctx.gpu.assign(sku=ctx.gpu["sku"].astype(object)), ["sku"])
+    idle, dev_known = device_idle(g["sm_active"].to_numpy(dtype=float, na_value=np.nan),
+                                  g["tensor_active"].to_numpy(dtype=float, na_value=np.nan))
+    low, pow_known = low_power(g.assign(sku=g["sku"].astype(object)), ref, ["sku"])
+    no_kernel = g["gpu_util_pct"].to_numpy(dtype=float) < ACTIVE_UTIL_PCT
+    confirms = (dev_known & idle) | (pow_known & low) | no_kernel
+    judged = dev_known | pow_known | no_kernel
+    g = g.assign(confirms=confirms, judged=judged)
     for region, grp in g.groupby("region"):
-        nodes = sorted(set(grp["node_id"]))
-        js = sorted(set(grp["job_id"]))
-        lost = float(len(grp))
-        out.append(Finding("training_stall", "software", "page" if lost >= 20 else "ticket", region, f"training_stall|{region}",
-                           nodes=nodes, lost_gpu_minutes=lost,
+        confirmed = grp[grp["confirms"]]
+        unknown = grp[~grp["judged"]]
+        if len(confirmed):
+            rows, basis = confirmed, "the GPUs compute nothing (SM/tensor idle, no kernel or power near idle)"
+            severity = "page" if len(confirmed) >= STALL_PAGE_GPU_MINUTES else "ticket"
+        elif len(unknown):
+            rows, basis, severity = unknown, "profiling fields and power not exported: the device cannot confirm", "ticket"
+        else:
+            continue  # the GPUs compute at full power: evaluation or validation, not a stall
+        js = sorted(set(rows["job_id"]))
+        out.append(Finding("training_stall", "software", severity, region, f"training_stall|{region}",
+                           nodes=sorted(set(rows["node_id"])), lost_gpu_minutes=float(len(rows)),
                            summary=f"{len(js)} training job(s) hung in {region}",
-                           evidence=f"no steps for {int(run.reindex(js).max())}+ minutes while holding "
-                                    f"{grp['gpu_uuid'].nunique()} GPUs at median {grp['gpu_util_pct'].median():.0f} % util "
-                                    f"(jobs {', '.join(js[:5])})"))
+                           evidence=f"no steps for {int(run.reindex(js).max())}+ minutes after training while holding "
+                                    f"{rows['gpu_uuid'].nunique()} GPUs at median {rows['gpu_util_pct'].median():.0f} % "
+                                    f"util; {basis} (jobs {', '.join(js[:5])})"))
     return out
 
 
 def detect_missing_data(ctx: PartitionContext) -> list[Finding]:
+    """Missing data, never an incident of the cluster: a ticket at most.
+
+    * a region's collectors silent (under half of its expected GPUs report in MIN_MISSING_MINUTES minutes);
+    * GPU-minutes the loss tree put in ``no_data`` on nodes of a reporting region: GPUs or whole nodes
+      missing with no fault to explain them (an exporter gap, a rejected file), at least
+      MISSING_NODE_GPU_MINUTES on a node;
+    * rows a contract rejected (``source_rejects``) for the partition, with the file and the count.
+    """
     inv = ctx.inventory
     out = []
-    if inv.empty:
-        return out
-    exp = inv.groupby("region")["gpus"].sum()
-    rep = ctx.gpu.groupby(["region", "ts"]).size().unstack("ts", fill_value=0) if len(ctx.gpu) else pd.DataFrame()
     minutes = pd.date_range(ctx.start, ctx.end, freq="1min", inclusive="left")
-    for region, expected in exp.items():
-        row = rep.loc[region].reindex(minutes, fill_value=0) if region in rep.index else pd.Series(0, index=minutes)
-        silent = int((row < 0.5 * expected).sum())
-        if silent >= MIN_MISSING_MINUTES:
-            out.append(Finding("missing_data", "missing_data", "ticket", region, f"missing_data|{region}",
-                               summary=f"Telemetry missing for {region}",
-                               evidence=f"{silent} of {len(minutes)} minutes with under half of the region's {int(expected)} "
-                                        f"GPUs reporting: missing data, not a GPU incident"))
+    silent_regions = set()
+    if len(inv):
+        exp = inv.groupby("region")["gpus"].sum()
+        rep = ctx.gpu.groupby(["region", "ts"]).size().unstack("ts", fill_value=0) if len(ctx.gpu) else pd.DataFrame()
+        for region, expected in exp.items():
+            row = rep.loc[region].reindex(minutes, fill_value=0) if region in rep.index else pd.Series(0, index=minutes)
+            silent = int((row < 0.5 * expected).sum())
+            if silent >= MIN_MISSING_MINUTES:
+                silent_regions.add(region)
+                out.append(Finding("missing_data", "missing_data", "ticket", region, f"missing_data|{region}",
+                                   summary=f"Telemetry missing for {region}",
+                                   evidence=f"{silent} of {len(minutes)} minutes with under half of the region's {int(expected)} "
+                                            f"GPUs reporting: missing data, not a GPU incident"))
+    gaps = _state(ctx, "no_data", ["region", "node_id"])
+    if len(gaps):
+        gaps = gaps[(gaps >= MISSING_NODE_GPU_MINUTES) & (gaps.index.get_level_values("node_id") != "unseen")]
+        for region, grp in gaps.groupby(level="region"):
+            if region in silent_regions:
+                continue
+            nodes = sorted(grp.index.get_level_values("node_id"))
+            out.append(Finding("missing_data", "missing_data", "ticket", region, f"missing_data|{region}", nodes=nodes,
+                               summary=f"Telemetry gaps on {len(nodes)} node(s) in {region}",
+                               evidence=f"{grp.sum():.0f} GPU-minutes not reported on {', '.join(nodes[:8])}"
+                                        f"{' ...' if len(nodes) > 8 else ''} with no fatal Xid, ECC error or unhealthy node "
+                                        "state to explain them: missing data (exporter gap or rejected rows), not a GPU fault"))
+    rej = ctx.rejects
+    if rej is not None and len(rej):
+        per_file = rej.groupby(["source", "origin"]).size().sort_values(ascending=False)
+        text = "; ".join(f"{src}: {n} row(s) rejected from {origin}" for (src, origin), n in per_file.head(5).items())
+        reasons = rej["reason"].astype(str).value_counts().head(3)
+        out.append(Finding("missing_data", "missing_data", "ticket", "*", "missing_data|rejects",
+                           summary=f"{len(rej)} source row(s) quarantined by their contract",
+                           evidence=text + "; top reasons: " + "; ".join(f"{r} ({k})" for r, k in reasons.items())
+                                    + ". The rows are in source_rejects; the GPU-minutes they cover are no_data"))
     return out
 
 

@@ -12,9 +12,13 @@ State of a GPU-minute, by precedence:
    expected GPUs report in that minute): missing data, never a GPU incident. This
    includes the region's paid capacity above its inventory (node ``unseen``).
 2. ``maintenance`` -- unallocated (or not reporting) inside a planned window.
-3. ``hw_unavailable`` -- a fatal Xid / double-bit ECC error this minute; or
+3. ``hw_unavailable`` -- a GPU-fault Xid / double-bit ECC error this minute; or
    unallocated on a node that is down / drained outside a window; or expected
-   but not reporting while its region reports (a node down, a GPU off the bus);
+   but not reporting while its region reports *and* something besides the
+   absence points at the hardware (the node says it is degraded / drained / down,
+   it reported a GPU fault in the last day, or it has been short of GPUs for
+   15 minutes: :func:`hardware_corroboration`) -- otherwise the missing GPU is
+   ``no_data`` (an exporter gap or a rejected file is missing data, not a broken GPU);
    or paid capacity above the inventory (node ``unseen``) while its region reports.
 4. unallocated and healthy -> ``idle_blocked`` for the share of idle GPUs that
    pending jobs are waiting for (min(idle, pending GPUs) cluster-wide), the rest
@@ -41,6 +45,8 @@ the inventory seen, if larger); the states sum to them exactly.
 import numpy as np
 import pandas as pd
 
+from gpu_health.sources.dcgm_fields import XID_GPU_FAULT
+
 STATES = [
     "no_data", "maintenance", "hw_unavailable", "idle_blocked", "idle_no_demand", "allocated_idle",
     "allocated_unproductive", "failure_loss", "slowdown_data_io", "slowdown_network", "slowdown_checkpoint",
@@ -55,9 +61,6 @@ STATE_FAMILY = {
 }
 LEAF_DIMS = ["region", "node_id", "sku", "driver_version", "team", "workload_class", "model_type",
              "framework_version", "queue"]
-# Xids that mean the GPU itself is unusable (ECC, row remap, NVLink, off the bus). Xid 119/120 (GSP RPC
-# timeouts) follow driver and firmware bugs: evidence for software, not a hardware fault.
-FATAL_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95})
 LOSS_EXITS = frozenset({"failed", "node_fail", "timeout"})
 # a job pending this long is held back, not being placed (a scheduler places a job within a cycle or two,
 # ~30-60 s in Slurm): the one bar of the fragmentation KPI and of the scheduling detector
@@ -193,8 +196,8 @@ def _codes(values, universe: pd.Index) -> np.ndarray:
 
 def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, inventory: pd.DataFrame,
                    maintenance: pd.DataFrame | None, meta: pd.DataFrame | None, sched_history: pd.DataFrame | None,
-                   baseline: pd.DataFrame | None, runtime_history: pd.DataFrame | None = None
-                   ) -> tuple[pd.DataFrame, pd.DataFrame]:
+                   baseline: pd.DataFrame | None, runtime_history: pd.DataFrame | None = None,
+                   hw_corroborated: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Leaves of the loss tree for ``[start, end)``.
 
     Returns ``(leaves, failures)``: leaves hold gpu_minutes per partition_start x
@@ -204,6 +207,10 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     ``inventory``: node_id, region, sku, gpus (nodes known from the trailing day).
     ``baseline``: step-time baselines per signature (model_type, sku, gpus), with
     ``partition_start`` when each partition has its own.
+    ``hw_corroborated``: (partition_start, node_id) pairs whose missing GPUs are hardware
+    (:func:`hardware_corroboration`); besides them, a node's missing GPUs are hardware in minutes its
+    node reports itself degraded, drained or down and in partitions where it reported a GPU fault.
+    None: every missing GPU of a reporting region is hardware (the rule before missing data was told apart).
     ``runtime_history``: job_runtime_metrics of the :data:`FAILURE_LOOKBACK` before
     ``start`` (the work jobs failing early in the window threw away); ``sched_history``
     holds the 'started' events of jobs without training metrics.
@@ -257,7 +264,7 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
         node_sku[g_node] = np.asarray(gpu["sku"], dtype=object)
 
     in_maint = maintenance_mask(gpu["ts"], gpu["region"], gpu["node_id"], maintenance) if n else np.zeros(0, bool)
-    fatal = gpu["xid"].isin(FATAL_XIDS).to_numpy() | (gpu["ecc_dbe_delta"].fillna(0).to_numpy() > 0)
+    fatal = gpu["xid"].isin(XID_GPU_FAULT).to_numpy() | (gpu["ecc_dbe_delta"].fillna(0).to_numpy() > 0)
     has_job = gpu["job_id"].notna().to_numpy()
     sm = gpu["sm_active"].to_numpy(dtype=float, na_value=np.nan)
     busy = (gpu["gpu_util_pct"].to_numpy(dtype=float) >= BUSY_UTIL_PCT) & ~(np.nan_to_num(sm, nan=1.0) < BUSY_SM)
@@ -375,8 +382,20 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     row_attr = (np.where(has_job, job_attr[jj], -1) + 1) if (n and len(job_uni)) else np.zeros(n, np.int64)
     key = ((t_idx // 5) * Nn + g_node) * ND * NA + (drv + 1) * NA + row_attr
     leaves = _aggregate(key, W, start, Nn, ND, NA, node_uni, node_region, node_sku, drv_uni, attr_uni)
+    corroborated = None
+    if hw_corroborated is not None:
+        corroborated = health_arr.reshape(M, Nn) >= 1  # the node's own agent: degraded, down or drained
+        part_fault = np.zeros((max((M + 4) // 5, 1), Nn), dtype=bool)
+        if n and fatal.any():
+            part_fault[t_idx[fatal] // 5, g_node[fatal]] = True
+        if len(hw_corroborated):
+            pc = ((hw_corroborated["partition_start"] - start) // pd.Timedelta(minutes=5)).to_numpy(np.int64)
+            nc = _codes(hw_corroborated["node_id"], node_uni)
+            ok_c = (pc >= 0) & (pc < len(part_fault)) & (nc >= 0)
+            part_fault[pc[ok_c], nc[ok_c]] = True
+        corroborated |= np.repeat(part_fault, 5, axis=0)[:M]
     missing = _missing_minutes(t_idx, g_node, minutes, node_uni, node_region, node_sku, node_last_drv, drv_uni,
-                               capacity, inventory, maintenance)
+                               capacity, inventory, maintenance, corroborated)
     leaves = pd.concat([x for x in (leaves, missing) if len(x)], ignore_index=True) if len(leaves) or len(missing) else leaves
     leaves = (leaves.groupby(["partition_start"] + LEAF_DIMS + ["state"], observed=True, sort=False)["gpu_minutes"]
               .sum().reset_index())
@@ -467,9 +486,57 @@ def _aggregate(key, W, start, Nn, ND, NA, node_uni, node_region, node_sku, drv_u
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
 
 
+# A GPU fault explains a node's missing GPUs for this long after it (a GPU off the bus stays off until a
+# reset, hours later): the inventory's own look-back.
+FAULT_MEMORY = pd.Timedelta(hours=24)
+# A node short of GPUs in this many partitions in a row before this one is a GPU gone, not an exporter
+# gap: a dcgm-exporter restart or a lost scrape clears within Prometheus' 5-minute staleness window, so
+# 15 minutes (also the brief's detection bound) is three times the longest gap a healthy collector leaves.
+GAP_PERSIST_PARTITIONS = 3
+
+
+def hardware_corroboration(inv_rows: pd.DataFrame, start, end) -> pd.DataFrame:
+    """(partition_start, node_id) of the partitions in [start, end) in which a node's missing GPUs are
+    hardware, from node_inventory rows of [start - FAULT_MEMORY, end): the node reported a GPU fault
+    (``fatal_gpus`` > 0) within FAULT_MEMORY, or it was short of its usual GPU count (the most it reported
+    in the trailing FAULT_MEMORY) in each of the GAP_PERSIST_PARTITIONS partitions before.
+
+    Missing rows alone are missing data: exporters drop rows, contracts reject files, collectors restart.
+    The node's own fault history or a gap that outlives any collector hiccup is the second witness.
+    """
+    cols = ["partition_start", "node_id"]
+    start, end = pd.Timestamp(start), pd.Timestamp(end)
+    if inv_rows is None or inv_rows.empty:
+        return pd.DataFrame(columns=cols)
+    five = pd.Timedelta(minutes=5)
+    grid = pd.date_range(start - FAULT_MEMORY, end, freq=five, inclusive="left")
+    rows = inv_rows[inv_rows["partition_start"].isin(grid)]
+    nodes = pd.Index(sorted(set(rows["node_id"].astype(object))))
+    t = grid.get_indexer(rows["partition_start"])
+    n = nodes.get_indexer(rows["node_id"].astype(object))
+    seen = np.zeros((len(grid), len(nodes)))
+    seen[t, n] = rows["gpus_seen"].to_numpy(dtype=float)
+    fatal = np.zeros((len(grid), len(nodes)))
+    fatal[t, n] = rows["fatal_gpus"].to_numpy(dtype=float) if "fatal_gpus" in rows else 0.0
+    span = int(FAULT_MEMORY / five)
+    usual = pd.DataFrame(seen).rolling(span, min_periods=1).max().to_numpy()
+    recent_fault = pd.DataFrame(fatal).rolling(span, min_periods=1).max().to_numpy() > 0
+    short = seen < usual
+    persisted = np.ones_like(short)
+    for k in range(1, GAP_PERSIST_PARTITIONS + 1):
+        persisted &= np.vstack([np.zeros((k, len(nodes)), bool), short[:-k]])
+    first = len(grid) - len(pd.date_range(start, end, freq=five, inclusive="left"))
+    hit = (recent_fault | persisted)[first:]
+    tt, nn = np.nonzero(hit)
+    return pd.DataFrame({"partition_start": grid[first + tt], "node_id": np.asarray(nodes, dtype=object)[nn]}, columns=cols)
+
+
 def _missing_minutes(t_idx, g_node, minutes, node_uni, node_region, node_sku, node_last_drv, drv_uni,
-                     capacity, inventory: pd.DataFrame, maintenance) -> pd.DataFrame:
-    """Expected GPU-minutes that did not report: no_data, maintenance or hw_unavailable."""
+                     capacity, inventory: pd.DataFrame, maintenance, corroborated: np.ndarray | None = None) -> pd.DataFrame:
+    """Expected GPU-minutes that did not report: no_data, maintenance or hw_unavailable.
+
+    Missing GPUs are hw_unavailable only where ``corroborated`` (minutes x nodes) says something besides
+    their absence points at the hardware; otherwise they are no_data (missing is not broken)."""
     M, Nn = len(minutes), len(node_uni)
     cols = ["partition_start"] + LEAF_DIMS + ["state", "gpu_minutes"]
     if not M or inventory.empty:
@@ -486,6 +553,7 @@ def _missing_minutes(t_idx, g_node, minutes, node_uni, node_region, node_sku, no
     rep_r = np.stack([reported[:, region_codes == r].sum(axis=1) for r in range(len(region_uni))], axis=1)
     region_silent = rep_r < NO_DATA_COVERAGE * exp_r  # M x regions
     silent = region_silent[:, region_codes]  # M x Nn
+    hw_ok = corroborated if corroborated is not None else np.ones((M, Nn), dtype=bool)
     tt, nn = np.nonzero(missing > 0)
     out = pd.DataFrame(columns=cols)
     if len(tt):
@@ -495,7 +563,8 @@ def _missing_minutes(t_idx, g_node, minutes, node_uni, node_region, node_sku, no
             "partition_start": minutes[tt].floor("5min"), "region": node_region[nn], "node_id": names[nn],
             "sku": node_sku[nn], "driver_version": np.asarray(drv_uni, dtype=object)[node_last_drv[nn]],
             "team": "none", "workload_class": "none", "model_type": "none", "framework_version": "none", "queue": "none",
-            "state": np.where(silent[tt, nn], "no_data", np.where(in_maint, "maintenance", "hw_unavailable")),
+            "state": np.where(silent[tt, nn], "no_data", np.where(
+                in_maint, "maintenance", np.where(hw_ok[tt, nn], "hw_unavailable", "no_data"))),
             "gpu_minutes": missing[tt, nn],
         })
     # paid capacity above the inventory: GPUs nobody has heard from (node 'unseen'). Unavailable hardware while

@@ -24,6 +24,9 @@ class NodeInventory(_Partitioned):
     sku: Series[Str] = pa.Field(description="GPU model.")
     gpus_seen: Series[int] = pa.Field(ge=0, le=16, description="Distinct GPUs that reported in the partition.")
     driver_version: Series[Str] = pa.Field(description="Driver reported last in the partition.")
+    fatal_gpus: Series[int] = pa.Field(ge=0, le=16, description="GPUs with a GPU-fault Xid (XID_GPU_FAULT) or a "
+                                       "double-bit ECC error in the partition: the history that lets a GPU's later "
+                                       "absence be read as hardware.")
 
     class Config:
         unique = ["partition_start", "node_id"]

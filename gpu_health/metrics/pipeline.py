@@ -19,6 +19,7 @@ import pandas as pd
 from gpu_health.contracts import conform
 from gpu_health.metrics import baselines as B
 from gpu_health.metrics import goodput as G
+from gpu_health.sources.dcgm_fields import XID_GPU_FAULT
 from gpu_health.storage.warehouse import Warehouse
 
 META_LOOKBACK = pd.Timedelta(days=4)
@@ -44,12 +45,14 @@ def _conform(frames: dict) -> dict:
 def node_inventory(frames: dict) -> pd.DataFrame:
     """Nodes seen in each partition with the GPUs they reported and their driver."""
     gpu, node = frames["gpu_telemetry"], frames["node_telemetry"]
-    cols = ["partition_start", "region", "node_id", "sku", "gpus_seen", "driver_version"]
+    cols = ["partition_start", "region", "node_id", "sku", "gpus_seen", "driver_version", "fatal_gpus"]
     if gpu.empty and node.empty:
         return pd.DataFrame(columns=cols)
-    g = gpu.assign(partition_start=gpu["ts"].dt.floor("5min"))
+    g = gpu.assign(partition_start=gpu["ts"].dt.floor("5min"),
+                   fault_uuid=gpu["gpu_uuid"].where(gpu["xid"].isin(XID_GPU_FAULT) | (gpu["ecc_dbe_delta"].fillna(0) > 0)))
     seen = g.groupby(["partition_start", "node_id"], observed=True).agg(
-        region=("region", "first"), sku=("sku", "first"), gpus_seen=("gpu_uuid", "nunique")).reset_index()
+        region=("region", "first"), sku=("sku", "first"), gpus_seen=("gpu_uuid", "nunique"),
+        fatal_gpus=("fault_uuid", "nunique")).reset_index()
     n = node.assign(partition_start=node["ts"].dt.floor("5min")).sort_values("ts")
     drv = n.groupby(["partition_start", "node_id"], observed=True).agg(
         region_n=("region", "last"), sku_n=("sku", "last"), driver_version=("driver_version", "last")).reset_index()
@@ -57,6 +60,7 @@ def node_inventory(frames: dict) -> pd.DataFrame:
     out["region"] = out["region"].astype(object).fillna(out["region_n"].astype(object))
     out["sku"] = out["sku"].astype(object).fillna(out["sku_n"].astype(object))
     out["gpus_seen"] = out["gpus_seen"].fillna(0).astype("int64")
+    out["fatal_gpus"] = out["fatal_gpus"].fillna(0).astype("int64")
     out["driver_version"] = out["driver_version"].astype(object).fillna("unknown")
     return out[cols]
 
@@ -228,6 +232,10 @@ def goodput(wh: Warehouse, start, end, frames: dict | None = None, baselines: pd
     maint = wh.read_window("maintenance_windows")
     capacity = wh.read_window("cost_capacity", start.normalize(), end)
     segments = inventory_segments(wh, start, end)  # each partition against the inventory as of that partition
+    # which nodes' missing GPUs are hardware (a fault in the last day, or a gap of 15+ minutes)
+    corroborated = G.hardware_corroboration(
+        wh.read_window("node_inventory", start - G.FAULT_MEMORY, end,
+                       columns=["partition_start", "node_id", "gpus_seen", "fatal_gpus"]), start, end)
     baselines = baselines if baselines is not None else wh.read_window("step_time_baselines", start, end)
     sched_all = frames["scheduler_events"]
     # runtime rows before the window: the work a job failing early in the window threw away
@@ -244,7 +252,8 @@ def goodput(wh: Warehouse, start, end, frames: dict | None = None, baselines: pd
             sub, start=c0, end=c1, capacity=capacity[capacity["date"].astype(str) == str(c0.date())],
             inventory=inventory, maintenance=maint, meta=meta, sched_history=sched_all[sched_all["ts"] < c1],
             baseline=baselines[(baselines["partition_start"] >= c0) & (baselines["partition_start"] < c1)],
-            runtime_history=rt_all[(rt_all["ts"] >= c0 - G.FAILURE_LOOKBACK) & (rt_all["ts"] < c0)])
+            runtime_history=rt_all[(rt_all["ts"] >= c0 - G.FAILURE_LOOKBACK) & (rt_all["ts"] < c0)],
+            hw_corroborated=corroborated[(corroborated["partition_start"] >= c0) & (corroborated["partition_start"] < c1)])
         leaves_parts.append(leaves)
         fail_parts.append(failures)
     leaves = pd.concat(leaves_parts, ignore_index=True)
@@ -375,6 +384,8 @@ def alerts(wh: Warehouse, start, end) -> pd.DataFrame:
     hist = _forget_paged(hist, held)
     rates = blended_rate_by_region(wh.read_window("cost_capacity", start.normalize() - pd.Timedelta(days=1), end))
     prev = wh.read_window("alerts", start - five, start)
+    rejects = wh.read_window("source_rejects", start, end, columns=["source", "partition_start", "origin", "reason"])
+    rejects_p = dict(tuple(rejects.groupby("partition_start"))) if len(rejects) else {}
     jobs = job_table(sched, inventory_union(segments))  # node -> region only: where each queue's jobs run
     placed = G.placements(sched)
 
@@ -396,6 +407,7 @@ def alerts(wh: Warehouse, start, end) -> pd.DataFrame:
             region_history=hist[hist["partition_start"] < p], open_baselines=A.open_baselines(prev),
             jobs=jobs_as_of(jobs[jobs["sub"] >= p + five - SCHED_LOOKBACK], p + five),
             placements=placed.iloc[placed["ts"].searchsorted(p + five - SCHED_LOOKBACK):placed["ts"].searchsorted(p + five)],
+            rejects=rejects_p.get(p),
         )
         snap = A.step(prev, detect(ctx), p, rates=rates, changes=changes[changes["ts"] < p + five])
         if len(snap):
