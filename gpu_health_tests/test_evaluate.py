@@ -23,7 +23,8 @@ def _labels(*incidents) -> pd.DataFrame:
 def _alerts(*alerts) -> pd.DataFrame:
     rows = []
     for alert_id, opened, severity, family, region, nodes in alerts:
-        rows.append({"partition_start": opened - pd.Timedelta(minutes=5), "alert_id": alert_id, "opened_at": opened,
+        rows.append({"partition_start": opened - pd.Timedelta(minutes=5), "alert_id": alert_id,
+                     "detector": f"{family}_detector", "opened_at": opened,
                      "paged_at": opened if severity == "page" else pd.NaT, "severity": severity, "cause_family": family,
                      "region": region, "scope": json.dumps({"region": region, "nodes": nodes}), "summary": alert_id})
     return pd.DataFrame(rows)
@@ -41,6 +42,26 @@ def test_detection_ttd_family_and_false_pages():
     assert r["top1_accuracy"] == 0.5  # the io incident was paged as network
     assert r["false_pages"] == 1 and r["false_page_alerts"][0]["alert_id"] == "a3"
     assert r["false_pages_per_week"] == pytest.approx(1.0)
+    assert (r["pages"], r["matched_pages"]) == (3, 2)
+    assert r["false_pages_by_detector"] == {"gaming_detector": 1}
+
+
+def test_overall_splits_precision_and_false_pages_by_profile_and_detector():
+    from gpu_health.evaluate import overall
+
+    def result(profile, pages, matched, false_by):
+        return {"profile": profile, "incidents": [], "pages": pages, "matched_pages": matched,
+                "false_pages": sum(false_by.values()), "false_pages_by_detector": false_by,
+                "maintenance_pages": 0, "simulated_days": 7.0}
+
+    o = overall([result("default", 10, 10, {}), result("messy", 4, 2, {"busy_no_progress": 2}),
+                 result("messy", 1, 0, {"hardware_fault": 1})])
+    assert o["page_precision"] == pytest.approx(12 / 15)
+    assert o["false_pages_by_detector"] == {"busy_no_progress": 2, "hardware_fault": 1}
+    assert o["by_profile"]["default"]["page_precision"] == 1.0
+    messy = o["by_profile"]["messy"]
+    assert messy["page_precision"] == pytest.approx(2 / 5) and messy["false_pages_per_week"] == pytest.approx(1.5)
+    assert messy["false_pages_per_week_by_detector"] == {"busy_no_progress": 1.0, "hardware_fault": 0.5}
 
 
 def test_a_page_after_the_grace_or_elsewhere_does_not_detect():
