@@ -52,3 +52,25 @@ def test_the_same_evidence_hours_later_does_not_page_by_chance():
 def test_an_overwhelming_failure_rate_still_pages_late():
     assert len(detect_deploys(context(DEPLOY + pd.Timedelta(hours=3), cohort_failed=15, cohort_total=20,
                                       other_failed=3, other_total=100))) == 1
+
+
+def test_a_rollout_announced_node_by_node_is_judged_as_one_cohort():
+    """One change event per node (a rolling upgrade): each node alone has too few jobs to test."""
+    per_node = pd.DataFrame([{"event_id": f"chg-{n}", "ts": DEPLOY + i * pd.Timedelta(minutes=2), "kind": "driver_upgrade",
+                              "scope": n, "from_version": "550.127.08", "to_version": "550.144.03",
+                              "description": f"driver upgrade {n}"} for i, n in enumerate(COHORT)])
+    ctx = context(DEPLOY + 4 * FIVE, **BORDERLINE)
+    ctx.changes = per_node
+    (f,) = detect_deploys(ctx)
+    assert (f.severity, f.change_event, f.nodes) == ("page", "chg-n1", COHORT)
+
+
+def test_the_cohort_is_whoever_reports_the_new_version():
+    """The change calendar names a scope the inventory does not know; the nodes' own driver version says
+    which nodes run it."""
+    ctx = context(DEPLOY + 4 * FIVE, **BORDERLINE)
+    ctx.changes = CHANGES.assign(scope="rack-7")
+    ctx.node = pd.DataFrame({"node_id": COHORT + OTHERS[:2], "driver_version": ["550.144.03"] * 2 + ["550.127.08"] * 2,
+                             "kernel_version": "6.8"})
+    (f,) = detect_deploys(ctx)
+    assert f.severity == "page" and set(COHORT) <= set(f.nodes)

@@ -397,7 +397,7 @@ def detect_deploys(ctx: PartitionContext) -> list[Finding]:
     out = []
     if ch is None or ch.empty:
         return out
-    recent = ch[(ch["ts"] >= ctx.end - DEPLOY_LOOKBACK) & (ch["ts"] < ctx.end)]
+    recent = _rollout_groups(ch[(ch["ts"] >= ctx.end - DEPLOY_LOOKBACK) & (ch["ts"] < ctx.end)], ctx.inventory)
     for ev in recent.itertuples(index=False):
         since = max(ev.ts, ctx.end - DEPLOY_WINDOW)
         # a change is judged again every partition for DEPLOY_LOOKBACK: spend the false-alarm rate over those
@@ -415,12 +415,44 @@ def detect_deploys(ctx: PartitionContext) -> list[Finding]:
     return out
 
 
-def _node_cohort_failures(ctx: PartitionContext, ev, since, alpha: float = FAILURE_P) -> Finding | None:
-    # a later change on the same scope supersedes this one (e.g. the rollback)
-    later = ctx.changes[(ctx.changes["ts"] > ev.ts) & (ctx.changes["scope"] == ev.scope) & (ctx.changes["kind"] == ev.kind)]
-    if len(later) and later["ts"].min() < ctx.end:
-        return None
+NODE_CHANGE_KINDS = ("driver_upgrade", "kernel_upgrade", "firmware_update")
+_VERSION_COLUMN = {"driver_upgrade": "driver_version", "kernel_upgrade": "kernel_version"}
+
+
+def _rollout_groups(recent: pd.DataFrame, inventory: pd.DataFrame) -> pd.DataFrame:
+    """Change events, with the node changes of one rollout merged: events of one kind moving to one version
+    (a rolling upgrade announced node by node or batch by batch) are one change, first event's id and time,
+    scope the union of their nodes. A rollout judged batch by batch would leave each batch too few jobs to
+    test, and the regression would never page."""
+    if recent.empty:
+        return recent
+    node_kind = recent["kind"].isin(NODE_CHANGE_KINDS) & recent["to_version"].notna()
+    out = [recent[~node_kind]]
+    for _, grp in recent[node_kind].sort_values("ts").groupby(["kind", "to_version"], sort=False):
+        first = grp.iloc[[0]].copy()
+        nodes = set().union(*(_scope_nodes(s, inventory) for s in grp["scope"]))
+        first["scope"] = ",".join(sorted(nodes)) if len(grp) > 1 else first["scope"]
+        out.append(first)
+    return pd.concat([o for o in out if len(o)], ignore_index=True) if any(len(o) for o in out) else recent.iloc[0:0]
+
+
+def _node_cohort(ctx: PartitionContext, ev) -> set[str]:
+    """The nodes on the change's new version: its scope, and every node whose own telemetry reports the new
+    version (the node is the witness of what it runs, whatever the change calendar's scope spelling)."""
     cohort = _scope_nodes(ev.scope, ctx.inventory)
+    col = _VERSION_COLUMN.get(ev.kind)
+    if col and len(ctx.node) and pd.notna(ev.to_version):
+        cohort |= set(ctx.node.loc[ctx.node[col].astype(object) == ev.to_version, "node_id"].astype(object))
+    return cohort
+
+
+def _node_cohort_failures(ctx: PartitionContext, ev, since, alpha: float = FAILURE_P) -> Finding | None:
+    # a later change of the same kind to another version on these nodes supersedes this one (e.g. the rollback)
+    cohort = _node_cohort(ctx, ev)
+    ch = ctx.changes
+    later = ch[(ch["ts"] > ev.ts) & (ch["ts"] < ctx.end) & (ch["kind"] == ev.kind) & (ch["to_version"] != ev.to_version)]
+    if any(_scope_nodes(s, ctx.inventory) & cohort for s in later["scope"]):
+        return None
     ended = ctx.sched[(ctx.sched["event"] == "ended") & (ctx.sched["ts"] >= since) & (ctx.sched["ts"] < ctx.end)]
     if ended.empty:
         return None
