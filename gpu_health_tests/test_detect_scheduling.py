@@ -92,12 +92,16 @@ def test_idle_gpus_of_another_pool_do_not_block():
     assert blocked(context(FULL_BATCH, [("r1/batch", f"w{i}", 1) for i in range(8)])) == 0.0
 
 
-def test_scattered_free_gpus_do_not_block_a_larger_request():
-    # three GPUs free on each batch node cannot host a 4-GPU job (fragmentation, not a blocked queue) ...
+def test_scattered_free_gpus_that_could_host_a_larger_request_together_are_fragmentation():
+    # three GPUs free on each batch node: no node can host the 4-GPU job, both together could: fragmentation
     waiting = [("r1/batch", "w4", 4)]
-    assert blocked(context({"b1": 5, "b2": 5, "i1": 8, "i2": 8}, waiting)) == 0.0
-    # ... four free on one node can
-    assert blocked(context({"b1": 4, "b2": 5, "i1": 8, "i2": 8}, waiting)) == 20.0
+    frag = aged_blocked(context({"b1": 5, "b2": 5, "i1": 8, "i2": 8}, waiting)).iloc[0]
+    assert (frag["blocked_gpu_minutes"], frag["fragmented_gpu_minutes"]) == (20.0, 20.0)
+    # four free on one node can host it: blocked, not fragmented
+    fit = aged_blocked(context({"b1": 4, "b2": 5, "i1": 8, "i2": 8}, waiting)).iloc[0]
+    assert (fit["blocked_gpu_minutes"], fit["fragmented_gpu_minutes"]) == (20.0, 0.0)
+    # two free GPUs in all cannot host it however they are packed: nothing blocked
+    assert blocked(context({"b1": 7, "b2": 7, "i1": 8, "i2": 8}, waiting)) == 0.0
 
 
 def test_a_request_larger_than_a_node_needs_whole_free_nodes():

@@ -604,13 +604,15 @@ def aged_blocked(ctx: PartitionContext) -> pd.DataFrame:
     scheduler does not keep a job waiting for minutes while GPUs it could run on sit idle. A job can
     run on the nodes its queue places on (learned from the placements of the last hours, like a
     Slurm partition's node list) that have as many GPUs free as the queue's smallest waiting request
-    (whole free nodes for a request larger than a node); idle GPUs of another pool, or scattered
-    ones, do not block it. A queue with no placement yet is matched against its whole region. A GPU freed
-    a moment ago is being placed again: it counts from its second idle minute in a row.
+    (whole free nodes for a request larger than a node); idle GPUs of another pool do not block it.
+    Free GPUs of the queue's nodes that no node has enough of, but that together could host the smallest
+    waiting job, are fragmentation (``fragmented_gpu_minutes``, included in the blocked total): packing,
+    not demand, keeps them idle. A queue with no placement yet is matched against its whole region. A GPU
+    freed a moment ago is being placed again: it counts from its second idle minute in a row.
     """
     minutes = pd.date_range(ctx.start, ctx.end, freq="1min", inclusive="left")
     inv = ctx.inventory
-    cols = ["region", "blocked_gpu_minutes", "paid_gpu_minutes", "aged_jobs", "wait_p95_min"]
+    cols = ["region", "blocked_gpu_minutes", "paid_gpu_minutes", "aged_jobs", "wait_p95_min", "fragmented_gpu_minutes"]
     if ctx.sched is None or ctx.sched.empty or inv.empty:
         return pd.DataFrame(columns=cols)
     sub = ctx.jobs if ctx.jobs is not None else job_table(ctx.sched, inv)
@@ -640,6 +642,7 @@ def aged_blocked(ctx: PartitionContext) -> pd.DataFrame:
         free_r = free[free["region"] == region]
         idle_m = np.bincount(free_r["minute"], weights=free_r["free"], minlength=len(minutes)).astype(float)
         blocked_m = np.zeros(len(minutes))
+        frag_m = np.zeros(len(minutes))
         aged_ids: set = set()
         for queue, qjobs in jobs.groupby("queue", observed=True):
             aged = ((qjobs["sub"].values[:, None] <= (mid - AGED_WAIT.to_timedelta64())[None, :])
@@ -659,11 +662,18 @@ def aged_blocked(ctx: PartitionContext) -> pd.DataFrame:
             fits = np.where(r <= size, fr >= r, fr >= size)
             usable = np.bincount(f["minute"].to_numpy(), weights=fr * fits, minlength=len(minutes))
             blocked_m += np.minimum(usable, demand)
+            # fragmentation: no node can host the smallest waiting job, but the queue's free GPUs together could
+            # (the fragmentation KPI's definition): idle capacity the scheduler's packing leaves unusable
+            free_all = np.bincount(f["minute"].to_numpy(), weights=fr, minlength=len(minutes))
+            scattered = (usable < smallest) & (free_all >= smallest) & np.isfinite(smallest)
+            frag_m += np.where(scattered, np.minimum(free_all - usable, np.maximum(demand - usable, 0)), 0.0)
             aged_ids |= set(qjobs.index[aged.any(axis=1)])
-        blocked = float(np.minimum(blocked_m, idle_m).sum())  # queues sharing nodes cannot both use one idle GPU
+        blocked_m = np.minimum(blocked_m, idle_m)  # queues sharing nodes cannot both use one idle GPU
+        frag = float(np.minimum(frag_m, idle_m - blocked_m).sum())
+        blocked = float(blocked_m.sum()) + frag
         started = jobs[(jobs["left"] >= ctx.start) & (jobs["left"] < ctx.end)]
         waits = (started["left"] - started["sub"]).dt.total_seconds() / 60
-        rows.append((region, blocked, float(paid[region]), len(aged_ids), float(waits.quantile(0.95)) if len(waits) else np.nan))
+        rows.append((region, blocked, float(paid[region]), len(aged_ids), float(waits.quantile(0.95)) if len(waits) else np.nan, frag))
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -695,7 +705,10 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
                            lost_gpu_minutes=float(r.blocked_gpu_minutes), baseline=0.0, value=share,
                            change_event=cfg.iloc[-1]["event_id"] if len(cfg) else None,
                            summary=f"GPUs idle while jobs wait in {r.region}",
-                           evidence=f"{r.blocked_gpu_minutes:.0f} GPU-minutes ({share:.1%} of paid) idle while {r.aged_jobs} "
+                           evidence=f"{r.blocked_gpu_minutes:.0f} GPU-minutes ({share:.1%} of paid"
+                                    + (f"; {r.fragmented_gpu_minutes:.0f} of them scattered too thinly for the smallest "
+                                       "waiting job" if r.fragmented_gpu_minutes >= 1 else "")
+                                    + f") idle while {r.aged_jobs} "
                                     f"job(s) of the region's queues waited over {AGED_WAIT.seconds // 60} min; queue wait p95 "
                                     f"{r.wait_p95_min:.1f} min; idle_blocked {idle_blocked:.1%} ({base_text}"
                                     f"{'' if unseasonal else ': seasonal, not paged'})"
