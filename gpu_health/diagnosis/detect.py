@@ -60,23 +60,34 @@ from gpu_health.metrics.goodput import BLOCKED_WAIT, BUSY_UTIL_PCT as ACTIVE_UTI
 from gpu_health.sources.dcgm_fields import XID_GPU_FAULT
 
 FIVE = pd.Timedelta(minutes=5)
+# DCGM clock-event reasons: 0x20 sw thermal slowdown, 0x40 hw thermal slowdown (the contract's bit map)
 THERMAL_BITS = 0x20 | 0x40
+# NVIDIA's slowdown temperature for datacenter GPUs (nvidia-smi -q "GPU Slowdown Temp" is 83-90 C on A100 /
+# H100 / V100): at or above it the clock-event bit is the GPU protecting itself, not a transient
 THERMAL_TEMP_C = 83.0
+# a throttled GPU for a whole partition (or several for part of it): one minute's bit is a transient DCGM
+# reports on any busy GPU
 MIN_THERMAL_GPU_MINUTES = 5
+# one missing minute is one lost scrape; two in a partition is a gap worth a look
 MIN_MISSING_MINUTES = 2
-NODE_SLOW_SHARE = 0.10         # a component's slowdown / the node's allocated (multi-node, for network) GPU-minutes
-NODE_SLOW_MIN_GPU_MINUTES = 5
-LINK_RETRANSMITS = 100         # per link-minute
+# a component's excess over the workload's own healthy baseline on 10 % of a node's allocated (multi-node, for
+# network) GPU-minutes: the same effect-size floor as the step-time cohort judge (STEP_EFFECT_FLOOR)
+NODE_SLOW_SHARE = 0.10
+NODE_SLOW_MIN_GPU_MINUTES = 5  # one GPU's whole partition
+# InfiniBand is lossless by design (credit-based flow control) and RoCE runs lossless with PFC: sustained loss
+# of 0.1 % of packets, or 100 retransmits on a link in a minute, is a link fault, not traffic
+LINK_RETRANSMITS = 100
 LINK_LOSS_PCT = 0.1
 AGED_WAIT = BLOCKED_WAIT  # a job waiting this long while GPUs it could use idle is blocked (as the fragmentation KPI)
-# blocked GPU-minutes / the region's paid GPU-minutes. Healthy operation (the quiet week's two retrain waves,
-# where saturated pools make jobs wait): at most 1.5 % per partition; outside the waves 0
+# impact floors, shares of the region's paid GPU-minutes idle beside jobs that could use them: a page needs 2 %
+# (12 GPUs of a 600-GPU region, tens of dollars an hour), a ticket 1.25 %. Whether it is unusual is not theirs
+# to say: the seasonal gate compares with the region's own history at this hour (SCHED_SEASONAL_MARGIN)
 SCHED_PAGE_SHARE = 0.02
 SCHED_TICKET_SHARE = 0.0125
 SCHED_PAGE_SHARE_AFTER_CHANGE = 0.015  # lower bar within DEPLOY_LOOKBACK of a scheduler_config change
 SCHED_MIN_JOBS = 4                     # jobs held back: one long-waiting large job is normal, a pile-up is not
-# known seasonality never pages: the region's idle_blocked share must also stand this far above its usual share
-# at this hour (retrain waves keep 9-11 % of GPUs idle_blocked while saturated pools drain)
+# known seasonality never pages: the region's idle_blocked share must stand one percentage point above its own
+# usual share at this hour (same hour of the week, or of the previous days at cold start)
 SCHED_SEASONAL_MARGIN = 0.01
 NO_HISTORY = "no history yet"  # the seasonal baseline before any partition of the region was recorded
 # dummy load pages when a team holds a whole 8-GPU node's worth for the whole partition (8 x 5 GPU-minutes):
@@ -92,12 +103,15 @@ STALL_PAGE_GPU_MINUTES = 20
 # a node's GPU-minutes missing without a fault to explain them are a missing_data ticket from one GPU's
 # whole partition (5) up: single lost rows are the exporter's noise
 MISSING_NODE_GPU_MINUTES = 5
+# a change's cohort fails: at least 3 failures (fewer cannot reach p < 1e-3 against any realistic base rate),
+# three times the rate of the rest in the same minutes, Fisher exact p < 1e-3 spent over the looks (Bonferroni)
 FAILURE_RATE_RATIO = 3.0
 FAILURE_P = 1e-3
 MIN_COHORT_FAILURES = 3
+# a change is judged for 6 hours (a rolling upgrade of a region completes within hours) on its last 30 minutes
 DEPLOY_LOOKBACK = pd.Timedelta(hours=6)
 DEPLOY_WINDOW = pd.Timedelta(minutes=30)
-STEP_EFFECT_FLOOR = 0.10
+STEP_EFFECT_FLOOR = 0.10  # a step-time regression worth a page is 10 % slower than the old version's cohort
 
 RUNBOOKS = {
     "hardware": "Cordon and drain the node(s); run DCGM diagnostics (dcgmi diag -r 3); reseat or RMA the GPU for "
