@@ -259,3 +259,10 @@ def test_hardware_corroboration_from_fault_history_and_persisting_gaps():
     rows.loc[rows["partition_start"] == parts[1], "gpus_seen"] = 8  # the gap is shorter than 15 minutes
     got = G.hardware_corroboration(rows, T0, T0 + five)
     assert set(got["node_id"]) == {"fault"}
+
+
+def test_a_node_drained_with_its_gpus_gone_but_no_fault_seen_is_a_ticket():
+    """Unavailability witnesses alone (an admin's drain and the exporter stopping with it) are one cause."""
+    gpu = gpu_rows(skip={("n1", i, m) for i in range(8) for m in range(5)})
+    (f,) = detect_hardware(context(gpu, node=node_rows(health=lambda n: "drained" if n == "n1" else "ok")))
+    assert f.severity == "ticket"

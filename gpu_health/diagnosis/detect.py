@@ -189,6 +189,9 @@ def _state(ctx: PartitionContext, state: str, by: list[str]) -> pd.Series:
 HW_XID, HW_DBE, HW_GONE, HW_NODE_STATE, HW_JOB_FAILED, HW_PERSISTED = (
     "fatal Xid", "double-bit ECC", "GPU rows gone", "node drained/down", "job failed on it", "unavailable earlier")
 HW_DIRECT = {HW_XID, HW_DBE, HW_GONE, HW_NODE_STATE, HW_JOB_FAILED}
+# witnesses of a fault, as opposed to witnesses of unavailability (rows gone, a node drained): an admin's drain
+# and the exporter stopping with it are one cause, so a page needs at least one fault witness among its two
+HW_FAULT = {HW_XID, HW_DBE, HW_JOB_FAILED}
 # A node-level fault pages on at least this many independent channels (the issue's rule: a page names two
 # independent pieces of evidence; e.g. Xid 79 and the GPU's rows gone, Xid 48 and the DBE counter).
 HW_PAGE_SIGNALS = 2
@@ -302,11 +305,12 @@ def hardware_evidence(ctx: PartitionContext) -> pd.DataFrame:
 
 
 def _hardware_severity(signals: set, rollout: str | None) -> str:
-    """Page on HW_PAGE_SIGNALS independent direct channels; a node a driver/kernel/firmware change is rolling
+    """Page on HW_PAGE_SIGNALS independent direct channels, one of them a fault witness (HW_FAULT: a node
+    drained with its GPU rows gone is unavailable, not known broken); a node a driver/kernel/firmware change is rolling
     over is the rollout's (a ticket naming it) unless its ECC counters report double-bit errors, which no
     software change produces."""
     direct = signals & HW_DIRECT
-    if len(direct) < HW_PAGE_SIGNALS:
+    if len(direct) < HW_PAGE_SIGNALS or not direct & HW_FAULT:
         return "ticket"
     if rollout and HW_DBE not in direct:
         return "ticket"
