@@ -16,6 +16,7 @@ from gpu_health.contracts.models import FIVE_MINUTE_SOURCES, PARTITION_COLUMN, c
 from gpu_health.contracts.validate import validate_frame
 from gpu_health.sim.cluster import H100, V100, ClusterSpec
 from gpu_health.sim.scenario import KINDS, default_scenario, labels_frame, load_scenario
+from gpu_health.sim.jobs import from_s, to_s
 from gpu_health.sim.telemetry import Window, cost_capacity, maintenance_windows
 
 WEEK = {"start": "2026-11-02T00:00:00Z", "end": "2026-11-09T00:00:00Z"}  # Monday to Monday
@@ -637,3 +638,287 @@ def test_fields_switched_off_are_null_never_zero(fields, nulls, present):
     result = validate_frame(g, "gpu_telemetry", start=t, end=t + pd.Timedelta(minutes=5))
     assert result.rejects.empty and len(result.valid) == len(g)
     assert list(g.columns) == columns("gpu_telemetry")
+
+
+# --- the messy profile (issue #13): real clusters' quirks as cluster knobs -------------------------------
+
+M_DAY = pd.Timestamp("2026-11-04T00:00:00Z")        # a Wednesday
+M_ROLL = pd.Timestamp("2026-11-04T09:00:00Z")       # the rolling upgrade's first batch
+M0, M1 = pd.Timestamp("2026-11-04T08:30:00Z"), pd.Timestamp("2026-11-04T11:30:00Z")
+ROLLING = {"kind": "driver_upgrade", "ts": M_ROLL.isoformat(), "from_version": "550.90.07", "to_version": "550.127.08",
+           "scope": {"fraction": 0.25, "batches": 4, "every": "30m", "drain": "6m"}, "description": "rolling driver upgrade"}
+# the messy profile at a quarter of its size; weak GPUs and exporter gaps made frequent enough to see in 3 hours
+MESSY_SMALL = {"profile": "messy", "gpus": 480, "weak_gpu_share": 0.1, "weak_gpu_bursts_per_day": 24, "node_gaps_per_day": 4}
+
+
+def messy_scenario(seed=SEED, cluster=None):
+    return load_scenario({"seed": seed, **WEEK, "cluster": cluster or MESSY_SMALL, "changes": [ROLLING]})
+
+
+@pytest.fixture(scope="module")
+def messy():
+    scen = messy_scenario()
+    w = Window(scen, M0, M1)
+    return scen, w, w.tables()
+
+
+def test_messy_profile_is_another_cluster():
+    c = load_scenario({**WEEK, "cluster": "messy"}).cluster
+    d = default_scenario().cluster
+    assert set(c.nodes["region"]) == {"us-central", "ap-southeast"}
+    assert set(c.nodes["region"]).isdisjoint(d.nodes["region"])
+    assert c.nodes["sku"].nunique() == 3 and set(c.nodes["gpus"]) == {8, 16}
+    assert len(c.gpus) == 992 and not set(c.nodes["node_id"]) & set(d.nodes["node_id"])
+    assert c.nodes["node_id"].str.match(r"^gpu-(h100|a100|v100)-(usc|apse)\d{2}-\d{2}$").all()
+    assert c.spec.jobs_per_day_target != d.spec.jobs_per_day_target
+    # a field of the mapping overrides the profile's; an unknown profile is named with the known ones
+    assert ClusterSpec.from_config({"profile": "messy", "no_ecc_share": 0.0}).no_ecc_share == 0.0
+    assert ClusterSpec.from_config("default") == ClusterSpec()
+    with pytest.raises(ValueError, match="unknown profile 'tidy'.*default.*messy"):
+        ClusterSpec.from_config("tidy")
+
+
+@pytest.mark.parametrize("table", FIVE_MINUTE_SOURCES)
+def test_messy_partitions_are_deterministic_and_independent(messy, table):
+    """A 5-minute slot generated alone, in a fresh scenario, equals the same minutes of the 3-hour window --
+    including the lost rows, exporter gaps, set-up phases and the rollout's drain (slot 09:30 = batch 2)."""
+    _, _, tables = messy
+    for t in (pd.Timestamp("2026-11-04T09:30:00Z"), pd.Timestamp("2026-11-04T10:55:00Z")):
+        alone = Window(messy_scenario(), t, t + pd.Timedelta(minutes=5)).table(table)
+        pd.testing.assert_frame_equal(alone, cut(tables[table], table, t, t + pd.Timedelta(minutes=5)))
+
+
+def test_messy_same_seed_same_rows_other_seed_other_rows(messy):
+    t = pd.Timestamp("2026-11-04T10:00:00Z")
+    a = Window(messy_scenario(), t, t + pd.Timedelta(minutes=5)).table("gpu_telemetry")
+    b = Window(messy_scenario(), t, t + pd.Timedelta(minutes=5)).table("gpu_telemetry")
+    pd.testing.assert_frame_equal(a, b)
+    c = Window(messy_scenario(seed=SEED + 1), t, t + pd.Timedelta(minutes=5)).table("gpu_telemetry")
+    assert set(c["job_id"].dropna()) != set(a["job_id"].dropna())
+
+
+def _jobs_on_gpus(tables):
+    g = tables["gpu_telemetry"]
+    md = tables["job_metadata"].set_index("job_id")
+    return g, md
+
+
+def test_uninstrumented_jobs_compute_like_real_work_and_report_no_steps(messy):
+    scen, w, tables = messy
+    g = tables["gpu_telemetry"]
+    plan = w.plan.set_index("job_id")
+    rep = set(tables["job_runtime_metrics"]["job_id"])
+    g = g[g["job_id"].notna()].join(plan[["pool", "reports_metrics", "tree", "start_s", "setup_s", "dummy"]], on="job_id")
+    work = g[(g["pool"] != "interactive") & ~g["dummy"].astype(bool)
+             & (g["ts"].to_numpy() >= from_s((g["start_s"] + g["setup_s"] + 60).to_numpy()))]
+    silent = work[~work["reports_metrics"].astype(bool)]
+    # a third of batch jobs, all tree models: no step metrics at all
+    assert not set(silent["job_id"]) & rep
+    batch = plan[(plan["pool"] == "batch") & ~plan["tree"].astype(bool)]
+    assert 0.25 < (~batch["reports_metrics"].astype(bool)).mean() < 0.45
+    assert plan.loc[plan["tree"].astype(bool), "reports_metrics"].eq(False).all()
+    # ... yet they compute: high utilization, busy SMs, power far above idle (the device says real work)
+    idle_w = np.where(silent["sku"].str.contains("H100"), 70, np.where(silent["sku"].str.contains("A100"), 60, 45))
+    assert silent["gpu_util_pct"].median() > 70
+    assert silent["sm_active"].dropna().median() > 0.35
+    assert (silent["power_w"].dropna() > 2 * idle_w[silent["power_w"].notna().to_numpy()]).mean() > 0.95
+    # deep-learning jobs drive the tensor pipe; tree models do not (FP32 histogram kernels)
+    trees = silent[silent["tree"].astype(bool)]
+    dl = silent[~silent["tree"].astype(bool)]
+    assert len(trees) > 1000 and len(dl) > 1000
+    assert trees["tensor_active"].dropna().max() <= 0.011 and dl["tensor_active"].dropna().median() > 0.2
+    assert trees["sm_active"].dropna().min() >= 0.35
+    md = tables["job_metadata"].set_index("job_id")
+    assert set(md.loc[md.index.isin(plan.index[plan["tree"].astype(bool)]), "framework_version"]) <= {"xgboost-2.1.1", "lightgbm-4.5.0"}
+
+
+def test_set_up_minutes_before_the_first_step(messy):
+    scen, w, tables = messy
+    r = tables["job_runtime_metrics"]
+    plan = w.plan.set_index("job_id")
+    first = r.groupby("job_id")["ts"].min()
+    started_here = plan.loc[first.index]
+    inside = (started_here["start_s"] >= to_s(M0)).to_numpy()
+    setup = started_here["setup_s"].to_numpy()[inside]
+    first_s = np.array([to_s(x) for x in first[inside]])
+    # no step row before set-up ends; set-up lasts minutes (median ~3.3, Zhejiang Lab's LLaMA-2 job)
+    assert inside.sum() > 100
+    assert (first_s + 30 >= started_here["start_s"].to_numpy()[inside] + setup).all()
+    setup = pd.Series(setup)
+    assert 120 < setup.median() < 320 and setup.min() >= 30
+    # the GPUs wait through set-up: low utilization with short bursts, no tensor work
+    g = tables["gpu_telemetry"].join(plan[["pool", "start_s", "setup_s", "dummy"]], on="job_id")
+    t_s = (g["ts"] - from_s(0)).dt.total_seconds()
+    in_setup = g["job_id"].notna() & (g["pool"] != "interactive") & ~g["dummy"].eq(True) \
+        & (t_s + 30 < g["start_s"] + g["setup_s"])
+    s = g[in_setup]
+    assert len(s) > 200
+    assert s["gpu_util_pct"].median() < 10 and s["tensor_active"].dropna().max() == 0.0
+
+
+def test_some_frameworks_report_steps_without_their_components(messy):
+    r = messy[2]["job_runtime_metrics"]
+    stepping = r[r["steps"] > 0]
+    per_job = stepping.groupby("job_id")["data_loader_time_s"].apply(lambda s: s.isna().all())
+    assert 0.3 < per_job.mean() < 0.7         # component_metrics_share 0.5: per job, all or nothing
+    assert stepping["step_time_s"].notna().all()
+    assert (stepping["data_loader_time_s"].isna() == stepping["grad_sync_time_s"].isna()).all()
+
+
+def test_collectors_miss_fields_on_some_nodes_null_never_zero(messy):
+    scen, _, tables = messy
+    g = tables["gpu_telemetry"]
+    by_node = g.groupby("node_id")
+    for col in ("sm_active", "tensor_active", "ecc_sbe_delta", "throttle_reasons", "power_w", "temp_c"):
+        frac = by_node[col].apply(lambda s: s.isna().mean())
+        # a node exports a field always or never
+        assert frac.isin([0.0, 1.0]).all(), col
+    share = lambda col: by_node[col].apply(lambda s: s.isna().all()).mean()  # noqa: E731
+    assert 0.35 < share("sm_active") < 0.7        # dcgm-exporter's default counters: no SM_ACTIVE
+    assert 0.02 < share("tensor_active") < 0.25
+    assert 0.3 < share("ecc_sbe_delta") < 0.7 and 0.25 < share("throttle_reasons") < 0.6
+    assert 0.0 < share("power_w") < 0.15
+    assert (g["power_w"].isna() == g["temp_c"].isna()).all()
+    assert (g["ecc_sbe_delta"].isna() == g["ecc_dbe_delta"].isna()).all()
+    # tensor missing implies SM missing (no profiling at all); present values are real readings
+    assert not (g["tensor_active"].isna() & g["sm_active"].notna()).any()
+    result = validate_frame(g, "gpu_telemetry", start=M0, end=M1)
+    assert result.rejects.empty and len(result.valid) == len(g)
+
+
+def test_a_share_of_nodes_runs_an_old_driver(messy):
+    scen, _, tables = messy
+    n = tables["node_telemetry"]
+    before = n[n["ts"] < M_ROLL].groupby("node_id")["driver_version"].first()
+    assert set(before) == {"550.90.07", "535.54.03"}
+    assert 0.1 < (before == "535.54.03").mean() < 0.3
+
+
+def test_weak_gpus_throw_benign_single_bit_bursts(messy):
+    scen, _, tables = messy
+    g = tables["gpu_telemetry"]
+    weak = set(scen.cluster.gpus.loc[scen.cluster.gpus["weak"], "gpu_uuid"])
+    bursts = g[g["ecc_sbe_delta"].fillna(0) >= 5]
+    assert len(bursts) >= 3
+    assert set(bursts["gpu_uuid"]) <= weak
+    # benign: no double-bit error, no Xid, the GPU keeps its job
+    assert (bursts["ecc_dbe_delta"] == 0).all() and (bursts["xid"] == 0).all()
+
+
+def test_idle_gpus_hold_leftover_framebuffer(messy):
+    g = messy[2]["gpu_telemetry"]
+    idle = g[g["job_id"].isna()]
+    left = idle["fb_used_mib"] >= 300
+    assert 0.15 < left.mean() < 0.45
+    assert idle.loc[left, "gpu_util_pct"].max() <= 2.0 or idle.loc[left, "gpu_util_pct"].median() < 1
+    # the default profile's idle GPUs hold a few hundred MiB at most
+    d = Window(default_scenario(), M0, M0 + pd.Timedelta(minutes=10)).table("gpu_telemetry")
+    assert d.loc[d["job_id"].isna(), "fb_used_mib"].max() < 260
+
+
+def test_exporters_lose_rows_and_nodes_go_briefly_silent_reporting_ok(messy):
+    scen, w, tables = messy
+    g, n = tables["gpu_telemetry"], tables["node_telemetry"]
+    drained = {x for c in scen.changes for x in c.node_ids}
+    per_min = g.groupby(["node_id", "ts"]).size()
+    gpus_of = scen.cluster.nodes.set_index("node_id")["gpus"]
+    full = pd.MultiIndex.from_product([scen.cluster.nodes["node_id"], pd.date_range(M0, M1, freq="min", inclusive="left")])
+    have = per_min.reindex(full, fill_value=0)
+    expected = gpus_of.reindex(have.index.get_level_values(0)).to_numpy()
+    missing = expected - have.to_numpy()
+    # single GPU-minutes lost at random (~0.1 %)
+    partial = (missing > 0) & (missing < expected)
+    assert 0 < partial.sum() < 0.01 * len(have)
+    # whole nodes silent for 2-6 minutes, outside any drain: the node row says ok, no Xid anywhere
+    silent = pd.Series((missing == expected), index=have.index)
+    silent = silent[silent & ~silent.index.get_level_values(0).isin(drained)]
+    assert len(silent) >= 2
+    for node, ts in silent.index[:20]:
+        row = n[(n["node_id"] == node) & (n["ts"] == ts)]
+        assert len(row) == 1 and row["health"].iloc[0] == "ok"
+        near = g[(g["node_id"] == node) & (g["ts"] >= ts - 2 * MIN) & (g["ts"] <= ts + 2 * MIN)]
+        assert (near["xid"] == 0).all()
+    # each gap lasts 2-6 minutes (a node may have two in the window)
+    per_node = silent.groupby(level=0).size()
+    assert per_node.max() <= 2 * 6 and per_node.min() >= 2
+
+
+def test_teams_queues_fair_share_and_cron_retrains():
+    scen = load_scenario({"seed": SEED, **WEEK, "cluster": {"profile": "messy", "gpus": 480}})
+    w = Window(scen, pd.Timestamp("2026-11-04T00:00:00Z"), pd.Timestamp("2026-11-04T06:00:00Z"))
+    md, ev = w.table("job_metadata"), w.table("scheduler_events")
+    assert md["team"].nunique() == 8
+    st = ev[ev["event"] == "started"].merge(md[["job_id", "team", "workload_class"]], on="job_id")
+    batch = st[st["workload_class"] == "batch"]
+    # per-team queues (virtual clusters), one notebook queue per region
+    assert (batch["queue"] == batch["node_ids"].map(lambda ns: scen.cluster.nodes.set_index("node_id").loc[ns.split(",")[0], "region"])
+            + "/" + batch["team"]).all()
+    # fair share: a team over its quota is ranked below one under it, consistently
+    prio = st[st["workload_class"] != "interactive"].groupby("team")["priority"].agg(lambda s: (s % 40 == s % 40).all())
+    assert prio.all()
+    adj = scen.cluster.spec.teams
+    from gpu_health.sim.jobs import team_table
+    ratio = team_table(scen.cluster.spec)[5]
+    over, under = max(ratio, key=ratio.get), min(ratio, key=ratio.get)
+    base = lambda t: batch.loc[batch["team"] == t, "priority"].min()  # noqa: E731
+    assert base(over) < base(under) and len(adj) == 8
+    # the nightly retrain (ads-ctr, 02:00-03:00 UTC): more batch starts, most of them the cron team's
+    hour = batch["ts"].dt.hour
+    # (the pool saturates: capacity, not demand, bounds the starts; the rest waits in the queue)
+    assert (hour == 2).sum() > 1.1 * (hour == 5).sum()
+    assert (batch.loc[hour == 2, "team"] == "ads-ctr").mean() > 0.5
+    assert (batch.loc[hour == 5, "team"] == "ads-ctr").mean() < 0.4
+
+
+def test_rolling_driver_upgrade_drains_each_batch_briefly_and_jobs_carry_on(messy):
+    scen, w, tables = messy
+    batches = [c for c in scen.changes if c.kind == "driver_upgrade"]
+    assert len(batches) == 4 and [c.ts for c in batches] == [M_ROLL + pd.Timedelta(minutes=30 * i) for i in range(4)]
+    nodes = [set(c.node_ids) for c in batches]
+    assert all(not (a & b) for i, a in enumerate(nodes) for b in nodes[i + 1:])
+    assert abs(sum(map(len, nodes)) - 0.25 * len(scen.cluster.nodes)) <= 1
+    ce = tables["change_events"]
+    assert len(ce) == 4 and (ce["kind"] == "driver_upgrade").all() and ce["description"].str.contains("batch").all()
+    g, n, ev = tables["gpu_telemetry"], tables["node_telemetry"], tables["scheduler_events"]
+    for c in batches:
+        mine = n[n["node_id"].isin(c.node_ids)]
+        drain = (mine["ts"] >= c.ts) & (mine["ts"] < c.ts + pd.Timedelta(minutes=6))
+        assert (mine.loc[drain, "health"] == "drained").all() and (mine.loc[~drain, "health"] == "ok").all()
+        # GPUs unavailable while the driver installs: no rows (and no Xid), back afterwards
+        gm = g[g["node_id"].isin(c.node_ids)]
+        mid = (gm["ts"] >= c.ts + MIN) & (gm["ts"] < c.ts + 5 * MIN)
+        assert not mid.any()
+        assert (gm["ts"] >= c.ts + 5 * MIN).any()
+        assert (gm.loc[(gm["ts"] >= c.ts - 2 * MIN) & (gm["ts"] < c.ts + 8 * MIN), "xid"] == 0).all()
+        after = mine[mine["ts"] >= c.ts + 5 * MIN]
+        assert (after["driver_version"] == "550.127.08").all()
+        assert (mine.loc[mine["ts"] < c.ts, "driver_version"] != "550.127.08").all()
+    # running jobs there were cancelled at the drain; jobs start there again after it
+    ended = ev[(ev["event"] == "ended") & (ev["reason"] == "node drained for driver upgrade")]
+    assert len(ended) > 0 and (ended["exit_state"] == "cancelled").all()
+    started = ev[ev["event"] == "started"]
+    first = batches[0]
+    again = started[(started["ts"] >= first.ts + 6 * MIN) & started["node_ids"].fillna("").map(lambda s: bool(set(s.split(",")) & set(first.node_ids)))]
+    during = started[(started["ts"] >= first.ts) & (started["ts"] < first.ts + 6 * MIN)
+                     & started["node_ids"].fillna("").map(lambda s: bool(set(s.split(",")) & set(first.node_ids)))]
+    assert len(again) > 0 and len(during) == 0
+    # no job fails beyond the usual: the upgrade is benign
+    failed = ev[(ev["event"] == "ended") & (ev["exit_state"] == "failed")]
+    assert not failed["reason"].fillna("").str.contains("Xid 79|GSP|fallen off").any()
+
+
+def test_messy_knobs_default_off():
+    """Every messiness knob's default is off: the default profile has no uninstrumented training job, no null
+    field, no lost row, one driver and one queue per pool."""
+    spec = ClusterSpec()
+    assert spec.uninstrumented == () and spec.setup_median_s == 0 and spec.component_metrics_share == 1.0
+    assert spec.no_profiling_share == spec.no_sm_active_share == spec.no_ecc_share == 0.0
+    assert spec.no_throttle_share == spec.no_power_temp_share == spec.old_driver_share == 0.0
+    assert spec.weak_gpu_share == spec.idle_fb_leftover_share == spec.row_loss_rate == spec.node_gaps_per_day == 0.0
+    assert spec.teams == () and spec.cron == () and not spec.fair_share and not spec.queue_per_team
+    t = pd.Timestamp("2026-11-03T14:00:00Z")
+    w = Window(default_scenario(), t, t + pd.Timedelta(minutes=10))
+    g = w.table("gpu_telemetry")
+    assert len(g) == 1200 * 10 and g[["sm_active", "ecc_sbe_delta", "throttle_reasons", "power_w"]].notna().all().all()
+    assert w.plan.loc[w.plan["pool"] != "interactive", "reports_metrics"].all()
+    assert w.table("node_telemetry")["driver_version"].nunique() == 1

@@ -5,6 +5,10 @@ incident kind with four incidents: two magnitudes x two scopes (one node vs a co
 times: mid-partition on a Tuesday afternoon, inside Thursday's retrain wave, right after a maintenance window
 on Friday, and across midnight on Saturday. Plus a quiet week (two maintenance windows, benign deploys) that
 must page nothing, a week of overlapping incidents of different families, and the brief's findings A and B.
+
+Issue #13: the same weeks again on the second cluster profile, ``cluster: messy`` (other regions, SKUs, node
+names, teams, uninstrumented work, collector gaps; gpu_health/sim/cluster.py), as ``*_messy.yaml``: a quiet week
+with a benign rolling driver upgrade, and one week per incident kind, each also holding that rollout.
 """
 
 from pathlib import Path
@@ -33,6 +37,15 @@ KINDS = {
 }
 
 
+# the messy profile's names for the default's regions and teams
+MESSY_NAMES = {"us-east": "us-central", "eu-west": "ap-southeast", "fraud-offline": "ads-ctr",
+               "ml-research": "research-lab", "personalization": "recsys", "credit-risk": "risk-tabular"}
+# a benign rolling driver upgrade over a quarter of the nodes: 4 batches 30 minutes apart, each drained 6 minutes
+ROLLOUT = {"kind": "driver_upgrade", "ts": "2026-11-04T09:00:00Z",
+           "scope": {"fraction": 0.25, "batches": 4, "every": "30m", "drain": "6m"},
+           "from_version": "550.90.07", "to_version": "550.127.08", "description": "rolling driver upgrade"}
+
+
 def week(kind: str, seed: int) -> dict:
     hi, lo, narrow, wide, duration = KINDS[kind]
     severity = "low" if kind == "collector_outage" else None
@@ -43,10 +56,40 @@ def week(kind: str, seed: int) -> dict:
     return {"seed": seed, **WEEK, "incidents": incidents + MAINT}
 
 
+def messy(doc: dict) -> dict:
+    """A default-profile scenario moved to the messy profile: its regions and teams renamed, the rollout added."""
+    def rename(v):
+        if isinstance(v, dict):
+            return {k: rename(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [rename(x) for x in v]
+        return MESSY_NAMES.get(v, v) if isinstance(v, str) else v
+    out = {"seed": doc["seed"], "start": doc["start"], "end": doc["end"], "cluster": "messy", **rename(
+        {k: v for k, v in doc.items() if k not in ("seed", "start", "end")})}
+    out["changes"] = list(out.get("changes", [])) + [ROLLOUT]
+    return out
+
+
+QUIET_MESSY = {"seed": 8, **WEEK, "cluster": "messy", "incidents": [
+    {"kind": "maintenance", "start": "2026-11-05T03:00:00Z", "duration": "3h", "severity": "low",
+     "scope": {"region": "ap-southeast", "nodes": 6, "reason": "BIOS and BMC firmware"}},
+    {"kind": "maintenance", "start": "2026-11-07T18:00:00Z", "duration": "4h", "severity": "low",
+     "scope": {"region": "us-central", "nodes": 8, "reason": "cooling work"}}],
+    "changes": [ROLLOUT,
+                {"kind": "kernel_upgrade", "ts": "2026-11-05T06:10:00Z", "scope": {"region": "ap-southeast", "nodes": 6},
+                 "from_version": "5.15.0-119-generic", "to_version": "5.15.0-122-generic",
+                 "description": "benign kernel upgrade"}]}
+
+
 def main() -> None:
     OUT.mkdir(exist_ok=True)
     for i, kind in enumerate(KINDS):
         write(f"{kind}_week", week(kind, 100 + i), f"One week, four {kind} incidents (2 magnitudes x 2 scopes).")
+        write(f"{kind}_week_messy", messy(week(kind, 200 + i)),
+              f"One week on the messy profile, four {kind} incidents (2 magnitudes x 2 scopes), a rolling driver upgrade.")
+    write("quiet_week_messy", QUIET_MESSY,
+          "A quiet week on the messy profile: uninstrumented work, collector gaps, cron retrains, two maintenance "
+          "windows, a benign rolling driver upgrade and a kernel upgrade. Must page nothing.")
     write("quiet_week", {"seed": 7, **WEEK, "incidents": [
         {"kind": "maintenance", "start": "2026-11-04T02:00:00Z", "duration": "3h", "severity": "low",
          "scope": {"region": "eu-west", "nodes": 6, "reason": "kernel and BIOS update"}},

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 import pandas as pd
 
-from gpu_health.sim.hashing import stable_id
+from gpu_health.sim.hashing import stable_id, uniform
+
+_QUIRK_SEED = stable_id("collector-quirks")
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,35 @@ class NodeType:
 
 H100 = NodeType("NVIDIA H100 80GB HBM3", 8, 5, "h100", 700.0, 70.0, 1980.0, 345.0, 1200.0, 81559.0, 1.0)
 V100 = NodeType("Tesla V100-SXM3-32GB", 16, 35, "v100", 350.0, 45.0, 1597.0, 135.0, 960.0, 32768.0, 0.42)
+# HGX A100 80GB (Zhejiang Lab's cluster_2000_A100: 253 servers x 8 A100-SXM4-80GB): 400 W TDP, 1410 MHz max SM
+# clock, ~60 W idle (the A100-SXM4-80GB nvidia-smi capture in real-data/fixtures/nvidia-smi-xml reads 67 W idle)
+A100 = NodeType("NVIDIA A100-SXM4-80GB", 8, 30, "a100", 400.0, 60.0, 1410.0, 210.0, 1005.0, 81920.0, 0.55)
+# an older 16-GPU generation beside them (DGX-2 class), so a cluster has 8- and 16-GPU nodes
+V100_16 = NodeType("Tesla V100-SXM3-32GB", 16, 6, "v100", 350.0, 45.0, 1597.0, 135.0, 960.0, 32768.0, 0.42)
+
+
+@dataclass(frozen=True)
+class Team:
+    """A team's workload: its share of each pool's jobs, its models, framework and fair-share quota."""
+
+    name: str
+    weights: tuple[float, float, float]     # relative share of interactive, batch, distributed jobs
+    models: tuple[str, ...]
+    framework: str = "torch-2.13.0"
+    sla: bool = False
+    quota: float | None = None              # fair-share quota (share of batch+distributed GPUs); None = its weight
+
+
+@dataclass(frozen=True)
+class Cron:
+    """A scheduled retrain: every ``every_h`` hours at minute ``at_min`` of the period, ``for_min`` minutes of
+    batch demand ``boost`` times the base, the surplus submitted by ``team``."""
+
+    team: str
+    every_h: int
+    at_min: int
+    for_min: int
+    boost: float
 
 
 @dataclass(frozen=True)
@@ -51,6 +82,31 @@ class ClusterSpec:
     ecc_fields: bool = True
     jobs_per_day_target: int = 35_000
     distributed_nodes_per_job: int = 2
+    # --- the messiness of real clusters (issue #13). Every default leaves the default profile's rows unchanged;
+    # the ``messy`` profile (PROFILES below) sets them from the public traces.
+    node_name: str = "{region_short}-{short}-{n:03d}"   # fields: region, region_short, short, n, rack, slot
+    business_hours_utc: tuple[tuple[str, int], ...] = ()  # region -> first business hour (UTC); default below
+    teams: tuple[Team, ...] = ()            # () = the default six teams of gpu_health.sim.jobs
+    queue_per_team: bool = False            # batch / distributed queues per team (virtual clusters) or per pool
+    fair_share: bool = False                # teams over their quota wait longer, under it shorter
+    cron: tuple[Cron, ...] = ()             # scheduled retrains beside the weekday waves
+    uninstrumented: tuple[tuple[str, float], ...] = ()  # pool -> share of its jobs that report no step metrics
+    setup_median_s: float = 0.0             # median set-up before a training job's first step (0 = none)
+    component_metrics_share: float = 1.0    # share of instrumented jobs reporting data-loader / grad-sync time
+    no_profiling_share: float = 0.0         # nodes exporting no DCGM_FI_PROF_* field (sm_active, tensor_active null)
+    no_sm_active_share: float = 0.0         # nodes on dcgm-exporter's default counters: tensor_active, no sm_active
+    no_ecc_share: float = 0.0               # nodes whose exporter has no ECC counters (null)
+    no_throttle_share: float = 0.0          # nodes whose exporter has no clock-event (throttle) bitmask (null)
+    no_power_temp_share: float = 0.0        # nodes whose collector reads no power / temperature (null)
+    old_driver_share: float = 0.0           # nodes still on an older driver
+    old_driver_version: str = "535.54.03"
+    weak_gpu_share: float = 0.0             # GPUs that throw benign single-bit ECC bursts
+    weak_gpu_bursts_per_day: float = 4.0
+    idle_fb_leftover_share: float = 0.0     # idle GPUs holding leftover framebuffer (a dead context, a daemon)
+    idle_fb_leftover_mib: tuple[float, float] = (400.0, 1500.0)
+    row_loss_rate: float = 0.0              # GPU-minute rows an exporter drops at random
+    node_gaps_per_day: float = 0.0          # per node: a few minutes of its GPU rows missing (exporter restart)
+    node_gap_minutes: tuple[int, int] = (2, 6)
 
     @property
     def total_gpus(self) -> int:
@@ -58,13 +114,19 @@ class ClusterSpec:
 
     @classmethod
     def from_config(cls, config) -> "ClusterSpec":
-        """``default``, or a mapping overriding fields (``gpus: N`` rescales node counts)."""
-        spec = cls()
-        if config in (None, "default"):
-            return spec
+        """A profile name (``default``, ``messy``), or a mapping overriding fields of a profile (``profile:``,
+        default ``default``); ``gpus: N`` rescales node counts."""
+        if config is None:
+            config = "default"
+        if isinstance(config, str):
+            config = {"profile": config}
         if not isinstance(config, dict):
-            raise ValueError(f"cluster: expected 'default' or a mapping, got {config!r}")
+            raise ValueError(f"cluster: expected a profile name {sorted(PROFILES)} or a mapping, got {config!r}")
         config = dict(config)
+        profile = config.pop("profile", "default")
+        if profile not in PROFILES:
+            raise ValueError(f"cluster: unknown profile {profile!r}; known: {sorted(PROFILES)}")
+        spec = PROFILES[profile]
         gpus = config.pop("gpus", None)
         known = {f.name for f in fields(cls)}
         unknown = set(config) - known
@@ -76,6 +138,20 @@ class ClusterSpec:
             config["pool_shares"] = tuple(config["pool_shares"].items())
         if "node_types" in config:
             config["node_types"] = tuple(NodeType(**nt) if isinstance(nt, dict) else nt for nt in config["node_types"])
+        for key in ("business_hours_utc", "uninstrumented"):
+            if isinstance(config.get(key), dict):
+                config[key] = tuple(config[key].items())
+        if "teams" in config:
+            teams = config["teams"]
+            if isinstance(teams, dict):
+                teams = [{"name": k, **v} for k, v in teams.items()]
+            config["teams"] = tuple(t if isinstance(t, Team) else Team(**{**t, "weights": tuple(t["weights"]),
+                                                                          "models": tuple(t["models"])}) for t in teams)
+        if "cron" in config:
+            config["cron"] = tuple(c if isinstance(c, Cron) else Cron(**c) for c in config["cron"])
+        for key in ("idle_fb_leftover_mib", "node_gap_minutes"):
+            if key in config:
+                config[key] = tuple(config[key])
         spec = replace(spec, **config)
         if gpus is not None:
             factor = float(gpus) / spec.total_gpus
@@ -84,7 +160,70 @@ class ClusterSpec:
         return spec
 
 
-REGION_SHORT = {"us-east": "use", "eu-west": "euw"}
+# --- the second profile: a cluster unlike the default, with the quirks of real ones -------------------------
+MESSY_TEAMS = (
+    # eight teams, each with a mix of instrumented deep-learning and uninstrumented tree-model work
+    Team("search-ranking", (0.10, 0.16, 0.10), ("xgb-ranker", "bert-rerank"), "torch-2.12.1", sla=True, quota=0.15),
+    Team("ads-ctr", (0.08, 0.20, 0.12), ("lgbm-ctr", "dlrm-ctr"), "torch-2.13.0", sla=True, quota=0.18),
+    Team("recsys", (0.10, 0.12, 0.18), ("dlrm-ctr", "two-tower"), "torch-2.13.0", quota=0.15),
+    Team("nlp-platform", (0.12, 0.08, 0.22), ("llm-sft", "bert-rerank"), "torch-2.13.0", quota=0.17),
+    Team("vision", (0.12, 0.10, 0.14), ("vit-train", "resnet-batch"), "jax-0.10.2", quota=0.12),
+    Team("forecasting", (0.08, 0.16, 0.04), ("lgbm-forecast", "tft-forecast"), "tensorflow-2.16.1", quota=0.08),
+    Team("risk-tabular", (0.10, 0.14, 0.04), ("xgb-risk", "tabular-mlp"), "torch-2.12.1", sla=True, quota=0.07),
+    Team("research-lab", (0.30, 0.04, 0.16), ("llm-sft", "vit-train"), "torch-2.13.0", quota=0.08),
+)
+
+MESSY = ClusterSpec(
+    # other regions, other business hours (US Central 08:00 CST = 14 UTC; Singapore 09:00 SGT = 01 UTC)
+    regions=("us-central", "ap-southeast"),
+    business_hours_utc=(("us-central", 14), ("ap-southeast", 1)),
+    # three SKUs, 8- and 16-GPU nodes: mostly 8-GPU A100 80GB (as Zhejiang Lab's 253 x 8 A100 cluster),
+    # fewer H100 and a remnant of 16-GPU V100 systems -- 2 x (20 x 8 + 30 x 8 + 6 x 16) = 992 GPUs
+    node_types=(replace(H100, nodes_per_region=20), A100, V100_16),
+    pool_shares=(("interactive", 0.15), ("batch", 0.55), ("distributed", 0.30)),
+    distributed_nodes_per_job=4,            # 32-GPU jobs (the Zhejiang Lab LLaMA-2 job: 4 servers x 8 GPUs)
+    driver_version="550.90.07",
+    kernel_version="5.15.0-119-generic",
+    jobs_per_day_target=29_000,
+    node_name="gpu-{short}-{region_short}{rack:02d}-{slot:02d}",   # rack-and-slot host names, 8 nodes a rack
+    teams=MESSY_TEAMS,
+    queue_per_team=True,                    # a queue (virtual cluster) per team, as Helios' 16+ VCs and Philly's 11
+    fair_share=True,
+    # nightly retrains at 02:00 and hourly refreshes at :05 (no public trace times them; a common cron shape)
+    cron=(Cron("ads-ctr", 24, 2 * 60, 60, 3.0), Cron("search-ranking", 1, 5, 10, 1.5),
+          Cron("forecasting", 24, 4 * 60, 45, 2.0)),
+    # No public trace measures step-metric coverage: a third of batch jobs and a tenth of distributed jobs
+    # report none (besides notebooks and tree models, which never do), so uninstrumented work runs at all hours.
+    uninstrumented=(("batch", 0.35), ("distributed", 0.10)),
+    # real-data/zhejianglab-a100/taskinfo: the LLaMA-2 pods started 06:13:55-06:14:11 UTC and the training loop
+    # began 06:17:12 (DeepSpeed config print): ~3.3 minutes of set-up before the first step
+    setup_median_s=200.0,
+    component_metrics_share=0.5,            # HF Trainer's on_log (the same job) logs loss and s/it, no components
+    # dcgm-exporter's default-counters.csv (real-data/fixtures/dcgm-exporter): SM_ACTIVE, ECC and the
+    # clock-event bitmask are commented out, PIPE_TENSOR_ACTIVE is on -- nodes on the defaults export those nulls
+    no_sm_active_share=0.4,
+    no_profiling_share=0.1,                 # DCP fields off altogether (profiling module held by another tool)
+    no_ecc_share=0.5,
+    no_throttle_share=0.4,
+    # the A100-SXM4-80GB nvidia-smi capture (MIG mode) reads power_draw N/A on its GPU instance
+    no_power_temp_share=0.05,
+    old_driver_share=0.2,
+    old_driver_version="535.54.03",         # the driver of the A100 nvidia-smi capture
+    weak_gpu_share=0.01,
+    weak_gpu_bursts_per_day=6.0,
+    # the Tesla T4 nvidia-smi capture: 1,032 MiB used at 0 % utilization
+    idle_fb_leftover_share=0.3,
+    idle_fb_leftover_mib=(300.0, 1500.0),
+    # Philly's node sequence (real-data/philly): reporting machines drop and return minute to minute; Zhejiang
+    # Lab's switch counters: every port silent for ~4 minutes (00:00:01-00:04:14 local) and 190 gaps > 5 s in an hour
+    row_loss_rate=0.001,
+    node_gaps_per_day=0.5,
+    node_gap_minutes=(2, 6),
+)
+
+PROFILES = {"default": ClusterSpec(), "messy": MESSY}
+
+REGION_SHORT = {"us-east": "use", "eu-west": "euw", "us-central": "usc", "ap-southeast": "apse"}
 
 
 def _region_short(region: str) -> str:
@@ -115,7 +254,9 @@ class Cluster:
                 bounds[-1] = n
                 for pi, (pool, _) in enumerate(spec.pool_shares):
                     for i in range(bounds[pi], bounds[pi + 1]):
-                        node_rows.append((f"{rs}-{nt.short}-{i + 1:03d}", region, nt.sku, ti, pool, nt.gpus))
+                        name = spec.node_name.format(region=region, region_short=rs, short=nt.short, n=i + 1,
+                                                     rack=i // 8 + 1, slot=i % 8 + 1)
+                        node_rows.append((name, region, nt.sku, ti, pool, nt.gpus))
         self.nodes = pd.DataFrame(node_rows, columns=["node_id", "region", "sku", "type_idx", "pool", "gpus"])
 
         lanes, gpu_lane = [], {}
@@ -153,6 +294,25 @@ class Cluster:
         self.gpus["gpu_row"] = np.arange(len(self.gpus))
         self.node_index = {nid: i for i, nid in enumerate(self.nodes["node_id"])}
         self.gpus["node_row"] = self.gpus["node_id"].map(self.node_index).to_numpy()
+        self._quirks()
+
+    def _quirks(self):
+        """Which nodes' collectors miss which fields, which nodes run the old driver, which GPUs are weak.
+
+        Keyed by the node name (GPU UUID) only, so a node keeps its quirks whatever the scenario, window or seed.
+        """
+        spec = self.spec
+        key = np.array([stable_id(n) for n in self.nodes["node_id"]], dtype=np.int64)
+        u = lambda salt: uniform(_QUIRK_SEED, salt, key)  # noqa: E731
+        prof = u(1)
+        self.nodes["prof_tensor"] = prof >= spec.no_profiling_share
+        self.nodes["prof_sm"] = prof >= spec.no_profiling_share + spec.no_sm_active_share
+        self.nodes["ecc"] = u(2) >= spec.no_ecc_share
+        self.nodes["throttle"] = u(3) >= spec.no_throttle_share
+        self.nodes["power_temp"] = u(4) >= spec.no_power_temp_share
+        self.nodes["old_driver"] = u(5) < spec.old_driver_share
+        gkey = np.array([stable_id(x) for x in self.gpus["gpu_uuid"]], dtype=np.int64)
+        self.gpus["weak"] = uniform(_QUIRK_SEED, 6, gkey) < spec.weak_gpu_share
 
     def inventory(self) -> pd.DataFrame:
         """Installed GPUs per region x SKU."""

@@ -84,7 +84,15 @@ MODEL_STEP = {
     "credit-xgb": (0.05, 0.08, 4096), "embedding": (0.20, 0.06, 1024), "fraud-gbdt": (0.08, 0.10, 8192),
     "fraud-transformer": (0.35, 0.05, 256), "gnn-aml": (0.50, 0.07, 512), "llm-finetune": (1.20, 0.02, 8),
     "tabular-mlp": (0.04, 0.09, 4096), "two-tower": (0.15, 0.06, 2048),
+    # the messy profile's models
+    "bert-rerank": (0.25, 0.05, 512), "dlrm-ctr": (0.10, 0.12, 8192), "llm-sft": (1.50, 0.02, 4),
+    "vit-train": (0.40, 0.10, 256), "resnet-batch": (0.18, 0.15, 512), "tft-forecast": (0.12, 0.08, 1024),
+    "xgb-ranker": (0.05, 0.0, 0), "xgb-risk": (0.05, 0.0, 0), "lgbm-ctr": (0.05, 0.0, 0), "lgbm-forecast": (0.05, 0.0, 0),
 }
+# Gradient-boosted trees (xgboost gpu_hist, LightGBM's CUDA tree learner) have no training step a framework
+# hook could report, and run FP32 histogram kernels: the SMs are busy, the tensor (HMMA) pipe is not.
+TREE_MODELS = {"xgb-ranker": "xgboost-2.1.1", "xgb-risk": "xgboost-2.1.1", "lgbm-ctr": "lightgbm-4.5.0",
+               "lgbm-forecast": "lightgbm-4.5.0"}
 FRAMEWORKS = ["torch-2.13.0", "torch-2.12.1", "jax-0.10.2"]
 TEAM_FRAMEWORK = {"fraud-realtime": 0, "fraud-offline": 0, "credit-risk": 1, "aml-graph": 2, "personalization": 0, "ml-research": 0}
 QUEUES = {"interactive": "notebooks", "batch": "batch", "distributed": "train-large"}
@@ -95,25 +103,62 @@ BUSINESS_HOURS_UTC = {"us-east": (13, 23), "eu-west": (7, 17)}
 
 # field salts for hashing
 F_PHASE, F_GAP, F_DUR, F_WAIT, F_TEAM, F_MODEL, F_EXIT, F_REASON, F_SPEED, F_SLA, F_FRAC, F_DRV, F_DRVR, F_DUMMY, F_STALL, \
-    F_DISPATCH = range(1, 17)
+    F_DISPATCH, F_CRON, F_UNINSTR, F_SETUP, F_COMP = range(1, 21)
 # a work-conserving scheduler starts a job that arrives into free capacity within seconds (mean)
 DISPATCH_MEAN_S = 25.0
 
 
-def demand(pool: str, region: np.ndarray, t_s: np.ndarray) -> np.ndarray:
-    """Relative demand at time t (seconds since ORIGIN, a Monday 00:00 UTC)."""
+def demand(pool: str, region: np.ndarray, t_s: np.ndarray, spec=None) -> np.ndarray:
+    """Relative demand at time t (seconds since ORIGIN, a Monday 00:00 UTC).
+
+    ``spec`` (a ClusterSpec) supplies each region's business hours and the cron retrains that add batch demand.
+    """
     dow = (t_s // DAY) % 7
     hour = (t_s % DAY) / 3600.0
     if pool == "interactive":
-        lo = np.where(region == "eu-west", 7, 13)
+        hours = dict(spec.business_hours_utc) if spec is not None and spec.business_hours_utc else {}
+        if hours:
+            region = np.asarray(region)
+            lo = np.zeros(np.shape(region))
+            for r in np.unique(region):
+                lo = np.where(region == r, hours.get(r, BUSINESS_HOURS_UTC.get(r, (13,))[0]), lo)
+        else:
+            lo = np.where(region == "eu-west", 7, 13)
         hi = lo + 10
-        busy = (dow < 5) & (hour >= lo) & (hour < hi)
+        # business hours that cross midnight UTC (Asia) wrap: the local working day is one span
+        busy = (dow < 5) & (((hour >= lo) & (hour < hi)) | (hour < hi - 24))
         return np.where(busy, 1.6, 0.55)
     if pool == "batch":
         wave = ((dow == 0) | (dow == 3)) & (hour >= 1) & (hour < 9)
-        return np.where(wave, 3.0, np.where(dow < 5, 1.0, 0.8))
+        base = np.where(wave, 3.0, np.where(dow < 5, 1.0, 0.8))
+        if spec is not None and spec.cron:
+            base = base * cron_boost(spec, t_s)
+        return base
     wave = ((dow == 0) | (dow == 3)) & (hour >= 0) & (hour < 6)
     return np.where(wave, 1.5, 1.0)
+
+
+def cron_boost(spec, t_s: np.ndarray) -> np.ndarray:
+    """Batch demand multiplier of the cron retrains due at ``t_s`` (1 outside every cron window)."""
+    out = np.ones(np.shape(t_s))
+    for c in spec.cron:
+        period = c.every_h * 3600
+        off = (np.asarray(t_s) % period) - c.at_min * MIN
+        out = np.where((off >= 0) & (off < c.for_min * MIN), out * c.boost, out)
+    return out
+
+
+def _cron_team(spec, t_s: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """The cron team that submitted a batch job starting at ``t_s`` (-1 = ordinary work): inside a cron window
+    the surplus ``(boost - 1) / boost`` of the jobs is the cron's."""
+    out = np.full(np.shape(t_s), -1)
+    names = [t.name for t in spec.teams] if spec.teams else TEAMS
+    for c in spec.cron:
+        period = c.every_h * 3600
+        off = (np.asarray(t_s) % period) - c.at_min * MIN
+        hit = (off >= 0) & (off < c.for_min * MIN) & (u < (c.boost - 1) / c.boost) & (out < 0)
+        out = np.where(hit, names.index(c.team), out)
+    return out
 
 
 def retrain_wave(t_s: np.ndarray) -> np.ndarray:
@@ -122,14 +167,14 @@ def retrain_wave(t_s: np.ndarray) -> np.ndarray:
     return ((dow == 0) | (dow == 3)) & (hour >= 1) & (hour < 9)
 
 
-def _saturated_for(pool: str, region: np.ndarray, t_s: np.ndarray, horizon_s: float, step_s: int = 300) -> np.ndarray:
+def _saturated_for(pool: str, region: np.ndarray, t_s: np.ndarray, horizon_s: float, step_s: int = 300, spec=None) -> np.ndarray:
     """Seconds (to ``step_s``, up to ``horizon_s``) the pool has been saturated before ``t_s``: a queue builds
     only while demand exceeds capacity, so no job has waited longer than that."""
     t_s = np.asarray(t_s, dtype=np.int64)
     since = np.zeros(len(t_s))
     still = np.ones(len(t_s), dtype=bool)
     for back in range(step_s, int(horizon_s) + step_s, step_s):
-        still &= demand(pool, region, t_s - back) > POOLS[pool].saturates_above
+        still &= demand(pool, region, t_s - back, spec) > POOLS[pool].saturates_above
         since = np.where(still, back, since)
         if not still.any():
             break
@@ -157,12 +202,16 @@ def _lane_epochs(seed, lanes: np.ndarray, model: PoolModel, lo_s: int, hi_s: int
 def build_plan(scen: Scenario, lo_s: int, hi_s: int) -> pd.DataFrame:
     """Every job (one row per job) whose life may touch [lo_s, hi_s), incidents applied."""
     seed = scen.seed
+    spec = scen.cluster.spec
     lanes_df = scen.cluster.lanes
     frames = []
     # incidents that change scheduling reach back to their start
     for inc in scen.incidents:
         if to_s(inc.start) < hi_s and to_s(inc.end) > lo_s:
             lo_s = min(lo_s, to_s(inc.start) - 3600)
+    for ch in scen.changes:
+        if ch.drain_s and to_s(ch.ts) < hi_s and to_s(ch.ts) + ch.drain_s > lo_s:
+            lo_s = min(lo_s, to_s(ch.ts) - 3600)
     for pool, model in POOLS.items():
         sel = lanes_df[lanes_df["pool"] == pool]
         if sel.empty:
@@ -183,7 +232,7 @@ def build_plan(scen: Scenario, lo_s: int, hi_s: int) -> pd.DataFrame:
         gap_mult = _gap_multiplier(scen, pool, sel, L)
         # pass 1 at base demand, pass 2 with demand at the approximate start time
         approx = ep_start + np.cumsum(gap0 + dur, axis=2) - dur
-        d = demand(pool, regions[L], approx)
+        d = demand(pool, regions[L], approx, spec)
         # a scheduling incident stretches the gaps that begin after it starts (never one already under way)
         mult = gap_mult(approx - gap0 / d)
         gap = gap0 / d * mult
@@ -195,7 +244,7 @@ def build_plan(scen: Scenario, lo_s: int, hi_s: int) -> pd.DataFrame:
         free_gap = gap
         for _ in range(3):  # when the lane frees moves as earlier gaps shrink: settle it
             freed = ep_start + np.cumsum(gap + dur, axis=2) - dur - gap
-            queued = (demand(pool, regions[L], freed) > model.saturates_above) & (mult == 1.0)
+            queued = (demand(pool, regions[L], freed, spec) > model.saturates_above) & (mult == 1.0)
             gap = np.where(queued, np.minimum(free_gap, dispatch), free_gap)
         cyc = np.cumsum(gap + dur, axis=2)
         end = ep_start + cyc
@@ -259,8 +308,30 @@ def _gap_multiplier(scen: Scenario, pool: str, sel: pd.DataFrame, L: np.ndarray)
     return mult
 
 
+def team_table(spec) -> tuple[list[str], dict, dict, dict, set, dict | None]:
+    """(team names, pool -> weights, team -> models, team -> framework, SLA teams, team -> fair-share ratio).
+
+    The fair-share ratio is a team's share of the batch + distributed jobs over its quota (None without fair
+    share): a scheduler's fair-share factor ranks a team by its recent usage against its share.
+    """
+    if not spec.teams:
+        return (TEAMS, TEAM_WEIGHTS, TEAM_MODELS, {t: FRAMEWORKS[TEAM_FRAMEWORK[t]] for t in TEAMS}, SLA_TEAMS, None)
+    teams = spec.teams
+    names = [t.name for t in teams]
+    weights = {p: [t.weights[i] for t in teams] for i, p in enumerate(POOL_NAMES)}
+    ratio = None
+    if spec.fair_share:
+        used = np.array([t.weights[1] + t.weights[2] for t in teams])
+        quota = np.array([t.quota if t.quota is not None else u for t, u in zip(teams, used)])
+        ratio = dict(zip(names, (used / used.sum()) / (quota / quota.sum())))
+    return (names, weights, {t.name: list(t.models) for t in teams}, {t.name: t.framework for t in teams},
+            {t.name for t in teams if t.sla}, ratio)
+
+
 def _attributes(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
     seed = scen.seed
+    spec = scen.cluster.spec
+    team_names, team_weights, team_models, team_fw, sla_teams, fs_ratio = team_table(spec)
     lanes = scen.cluster.lanes.set_index("lane")
     lane, epoch, k = plan["lane"].to_numpy(), plan["epoch"].to_numpy(), plan["k"].to_numpy()
     pool = plan["pool"].to_numpy()
@@ -273,7 +344,10 @@ def _attributes(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
     wait = np.zeros(len(plan))
     for p, model in POOLS.items():
         m = pool == p
-        team[m] = H.choice(seed, TEAM_WEIGHTS[p], F_TEAM, lane[m], epoch[m], k[m])
+        team[m] = H.choice(seed, team_weights[p], F_TEAM, lane[m], epoch[m], k[m])
+        if p == "batch" and spec.cron:
+            cron = _cron_team(spec, plan["start_s"].to_numpy()[m], H.uniform(seed, F_CRON, lane[m], epoch[m], k[m]))
+            team[m] = np.where(cron >= 0, cron, team[m])
         exit_idx[m] = H.choice(seed, model.exit_weights, F_EXIT, lane[m], epoch[m], k[m])
         w = H.exponential(seed, F_WAIT, lane[m], epoch[m], k[m]) * model.wait_mean_s
         start_s = plan["start_s"].to_numpy()[m]
@@ -287,7 +361,12 @@ def _attributes(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
         # then do arriving jobs queue behind busy lanes
         busy = np.zeros(len(w))
         busy[queued] = np.minimum(w[queued], np.maximum(_saturated_for(
-            p, plan["region"].to_numpy()[m][queued], (start_s - gap_s)[queued], model.wait_max_s) - model.gap_mean_s, 0.0))
+            p, plan["region"].to_numpy()[m][queued], (start_s - gap_s)[queued], model.wait_max_s, spec=spec) - model.gap_mean_s, 0.0))
+        if fs_ratio is not None and p != "interactive":
+            # fair share: behind a busy pool, a team over its quota waits longer and one under it less
+            # (a work-conserving scheduler still starts an arriving job into free capacity at once)
+            ratio = np.array([fs_ratio[team_names[i]] for i in team[m]])
+            busy = busy * np.clip(ratio, 0.5, 2.0)
         w = np.where(queued, gap_s + busy, np.minimum(plan["dispatch_s"].to_numpy()[m], gap_s))
         # scheduling incidents: a job the scheduler holds back pends through the whole idle gap before it
         # (submitted when its lane freed, or earlier), so GPUs sit idle while jobs wait
@@ -302,9 +381,9 @@ def _attributes(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
                 longer = np.minimum(longer, (start_s - to_s(inc.start)) + w)
                 w = np.where(during, longer, w)
         wait[m] = np.minimum(w, model.wait_max_s)  # capped: a window's plan reaches back wait_max_s
-    plan["team"] = np.array(TEAMS, dtype=object)[team]
+    plan["team"] = np.array(team_names, dtype=object)[team]
     mu = H.uniform(seed, F_MODEL, lane, epoch, k)
-    plan["model_type"] = [TEAM_MODELS[t][int(u * len(TEAM_MODELS[t]))] for t, u in zip(plan["team"], mu)]
+    plan["model_type"] = [team_models[t][int(u * len(team_models[t]))] for t, u in zip(plan["team"], mu)]
     plan["exit_state"] = np.array(EXIT_STATES, dtype=object)[exit_idx]
     reason_idx = H.choice(seed, FAILURE_REASON_WEIGHTS, F_REASON, lane, epoch, k)
     reasons = np.array(FAILURE_REASONS, dtype=object)[reason_idx]
@@ -314,15 +393,37 @@ def _attributes(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
     plan["xid_on_end"] = np.where((plan["exit_state"] == "failed") & (reason_idx == 3), 13, 0)
     plan["submit_s"] = plan["start_s"] - wait.astype(np.int64)
     plan["job_id"] = [f"j{l:05d}-{e % 100000:05d}-{kk:03d}" for l, e, kk in zip(lane, epoch, k)]
-    plan["framework_version"] = np.array(FRAMEWORKS, dtype=object)[[TEAM_FRAMEWORK[t] for t in plan["team"]]]
+    plan["framework_version"] = [TREE_MODELS.get(mt) or team_fw[t] for t, mt in zip(plan["team"], plan["model_type"])]
     plan["speed_jitter"] = 1.0 + 0.04 * H.normal(seed, F_SPEED, lane, epoch, k).clip(-2.5, 2.5)
     plan["slow_framework"] = 0.0
     plan["dummy"] = False
     plan["stall_from_s"] = np.int64(-1)
     plan["incident"] = np.int64(-1)  # index of the incident whose target the job is (hung / dummy jobs)
-    plan["reports_metrics"] = [POOLS[p].reports_metrics for p in pool]
+    plan["tree"] = plan["model_type"].isin(list(TREE_MODELS)).to_numpy()
+    reports = np.array([POOLS[p].reports_metrics for p in pool], dtype=bool) & ~plan["tree"].to_numpy()
+    if spec.uninstrumented:
+        share = dict(spec.uninstrumented)
+        cut = np.array([share.get(p, 0.0) for p in pool])
+        reports &= H.uniform(seed, F_UNINSTR, lane, epoch, k) >= cut
+    plan["reports_metrics"] = reports
     dur = plan["end_s"] - plan["start_s"]
-    sla = np.isin(plan["team"], list(SLA_TEAMS)) & (pool != "interactive") & (H.uniform(seed, F_SLA, lane, epoch, k) < 0.5)
+    if spec.setup_median_s > 0:
+        # set-up (image pull, data staging, compilation) before the first step: lognormal, at most half the job
+        setup = np.clip(H.lognormal(seed, spec.setup_median_s, 0.7, F_SETUP, lane, epoch, k), 30, 1800)
+        plan["setup_s"] = np.where(pool != "interactive", np.minimum(setup, dur.to_numpy() / 2), 0).astype(np.int64)
+    else:
+        plan["setup_s"] = np.int64(0)
+    plan["components"] = (H.uniform(seed, F_COMP, lane, epoch, k) < spec.component_metrics_share
+                          if spec.component_metrics_share < 1.0 else True)
+    if spec.queue_per_team:
+        plan["queue"] = [f"{r}/{QUEUES[p]}" if p == "interactive" else f"{r}/{t}"
+                         for r, p, t in zip(plan["region"], pool, plan["team"])]
+    else:
+        plan["queue"] = [f"{r}/{QUEUES[p]}" for r, p in zip(plan["region"], pool)]
+    # fair share lowers the priority of a team over its quota (and raises it under it)
+    plan["priority_adj"] = (np.round(-10 * (np.array([fs_ratio[t] for t in plan["team"]]) - 1)).clip(-20, 20).astype(np.int64)
+                            if fs_ratio is not None else np.int64(0))
+    sla = np.isin(plan["team"], list(sla_teams)) & (pool != "interactive") & (H.uniform(seed, F_SLA, lane, epoch, k) < 0.5)
     plan["sla_deadline_s"] = np.where(sla, plan["submit_s"] + (dur * 1.6).astype(np.int64) + 1800, -1)
     return plan
 
@@ -398,7 +499,7 @@ def _apply_incidents(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
             drop |= (on & starts_in).to_numpy()
             running = on & (plan["start_s"] < s) & (plan["end_s"] > s)
             busy_until = plan[running].groupby("lane")["end_s"].max()
-            team = inc.team or "ml-research"
+            team = inc.team or ("ml-research" if not scen.cluster.spec.teams else scen.cluster.spec.teams[-1].name)
             for lane in target:
                 st = int(max(s, busy_until.get(lane, s))) + 30
                 if st >= e:
@@ -413,6 +514,9 @@ def _apply_incidents(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
                 row["exit_state"], row["reason"], row["xid_on_end"] = "cancelled", "cancelled by user", 0
                 row["reports_metrics"], row["sla_deadline_s"], row["slow_framework"] = False, -1, 0.0
                 row["framework_version"] = FRAMEWORKS[0]
+                row["setup_s"], row["tree"], row["components"] = 0, False, True
+                if scen.cluster.spec.queue_per_team:
+                    row["queue"] = f"{row['region']}/{team}"
                 row["stall_from_s"], row["incident"] = -1, n
                 extra.append(row)
         elif inc.kind == "training_stall":
@@ -430,6 +534,17 @@ def _apply_incidents(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
             plan.loc[rows, ["exit_state", "reason"]] = ["failed", "NCCL watchdog timeout: collective operation hung"]
             stalled_lanes = plan.loc[rows, "lane"].unique()
             drop |= (plan["lane"].isin(stalled_lanes) & starts_in).to_numpy()
+    # a rolling driver upgrade drains each batch's nodes while the driver installs: jobs starting then wait
+    # for other nodes, a job running there is cancelled (and requeued), as a maintenance drain does
+    for ch in scen.changes:
+        if not ch.drain_s:
+            continue
+        s, e = to_s(ch.ts), to_s(ch.ts) + ch.drain_s
+        lanes = _lanes_on(scen, ch.node_ids)
+        on = plan["lane"].isin(lanes)
+        drop |= (on & (plan["start_s"] >= s) & (plan["start_s"] < e)).to_numpy()
+        cut = _running_at(plan, lanes, s) & ~pd.Series(drop)
+        plan.loc[cut, ["end_s", "exit_state", "reason"]] = [s, "cancelled", f"node drained for {ch.kind.replace('_', ' ')}"]
     plan = plan[~drop]
     if extra:
         plan = pd.concat([plan, pd.DataFrame(extra)], ignore_index=True)

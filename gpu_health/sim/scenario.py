@@ -18,6 +18,10 @@ Format (YAML; see README "Scenario format")::
         ts: 2026-11-04T10:00:00Z
         scope: {region: eu-west, nodes: 4}
         to_version: 6.8.0-51-generic
+      - kind: driver_upgrade    # a rolling upgrade: 4 batches 30 minutes apart over a quarter of the nodes,
+        ts: 2026-11-05T09:00:00Z  # each batch drained for 6 minutes while its driver installs
+        scope: {fraction: 0.25, batches: 4, every: 30m, drain: 6m}
+        to_version: 550.144.03
 
 Scope keys: ``region``; ``nodes`` (a count, picked deterministically) or
 ``node_ids`` (a list); ``pool`` (interactive | batch | distributed);
@@ -123,6 +127,7 @@ class Change:
     to_version: str | None
     description: str
     node_ids: tuple[str, ...] = ()
+    drain_s: int = 0    # the nodes are drained (GPUs unavailable) for this long from ts while the change installs
 
 
 @dataclass
@@ -168,7 +173,7 @@ def load_scenario(path_or_dict, *, name: str | None = None) -> Scenario:
     for i, spec in enumerate(raw.get("incidents") or []):
         scen.incidents.append(_resolve_incident(scen, i, spec))
     for i, spec in enumerate(raw.get("changes") or []):
-        scen.changes.append(_resolve_change(scen, i, spec))
+        scen.changes.extend(_resolve_change(scen, i, spec))
     scen.changes.extend(_incident_changes(scen))
     scen.changes.sort(key=lambda c: c.ts)
     return scen
@@ -275,7 +280,13 @@ def _scope_text(region: str | None, node_ids, all_nodes: int) -> str:
     return region or "*"
 
 
-def _resolve_change(scen: Scenario, i: int, spec: dict) -> Change:
+def _resolve_change(scen: Scenario, i: int, spec: dict) -> list[Change]:
+    """One change event, or one per batch of a rolling change.
+
+    Scope keys: ``region``; ``nodes`` (a count) or ``node_ids`` or ``fraction`` (share of the scope's nodes);
+    ``batches`` (rolled out in that many batches, ``every`` apart, default 30m); ``drain`` (each batch's nodes
+    drained, their GPUs unavailable, for that long from the batch's start while the change installs).
+    """
     kind = spec.get("kind")
     from gpu_health.contracts.models import CHANGE_KINDS
     if kind not in CHANGE_KINDS:
@@ -283,19 +294,37 @@ def _resolve_change(scen: Scenario, i: int, spec: dict) -> Change:
     ts = parse_ts(spec["ts"], f"change {i} ts")
     scope = dict(spec.get("scope") or {})
     nodes = scen.cluster.nodes
+    if scope.get("region") and scope["region"] not in set(nodes["region"]):
+        raise ValueError(f"change {i}: unknown region {scope['region']!r}")
     cand = nodes[nodes["region"] == scope["region"]] if scope.get("region") else nodes
     if "node_ids" in scope:
         node_ids = tuple(scope["node_ids"])
     elif "nodes" in scope:
         node_ids = tuple(_pick(scen.seed, f"change:{i}", cand["node_id"].tolist(), int(scope["nodes"])))
+    elif "fraction" in scope:
+        want = max(1, round(float(scope["fraction"]) * len(cand)))
+        node_ids = tuple(_pick(scen.seed, f"change:{i}", cand["node_id"].tolist(), want))
     else:
         node_ids = tuple(cand["node_id"])
-    return Change(
-        event_id=f"chg-{i + 1:03d}", ts=ts, kind=kind,
-        scope=_scope_text(scope.get("region"), node_ids, len(nodes)),
-        from_version=spec.get("from_version"), to_version=spec.get("to_version"),
-        description=spec.get("description", f"{kind} (benign)"), node_ids=node_ids,
-    )
+    batches = max(1, int(scope.get("batches", 1)))
+    every = parse_duration(scope.get("every", "30m"))
+    drain_s = int(parse_duration(scope["drain"]).total_seconds()) if "drain" in scope else 0
+    if drain_s and drain_s < 120:
+        raise ValueError(f"change {i}: drain {scope['drain']!r} is under 2 minutes")
+    description = spec.get("description", f"{kind} (benign)")
+    out = []
+    for b in range(batches):
+        part = node_ids[b::batches] if batches > 1 else node_ids
+        if not part:
+            continue
+        out.append(Change(
+            event_id=f"chg-{i + 1:03d}" + (f"-b{b + 1}" if batches > 1 else ""), ts=ts + b * every, kind=kind,
+            scope=_scope_text(scope.get("region"), part, len(nodes)),
+            from_version=spec.get("from_version"), to_version=spec.get("to_version"),
+            description=description + (f" (batch {b + 1} of {batches})" if batches > 1 else ""), node_ids=part,
+            drain_s=drain_s,
+        ))
+    return out
 
 
 def _incident_changes(scen: Scenario) -> list[Change]:

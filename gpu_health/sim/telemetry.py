@@ -20,12 +20,14 @@ import pandas as pd
 
 from gpu_health.contracts import columns, conform
 from gpu_health.sim import hashing as H
-from gpu_health.sim.jobs import MODEL_STEP, POOLS, PRIORITY, QUEUES, SCHEDULER, build_plan, from_s, to_s
+from gpu_health.sim.jobs import MODEL_STEP, POOLS, PRIORITY, SCHEDULER, build_plan, from_s, to_s
 from gpu_health.sim.scenario import Scenario
 
 # field salts (distinct from the plan's)
 (S_ACT, S_UTIL, S_SM, S_TEN, S_PWR, S_TMP, S_FB, S_SBE, S_CPU, S_MEM, S_DISK, S_NET, S_LOSS,
  S_RTX, S_LAT, S_LOSSV, S_PCAP) = range(101, 118)
+# the messy profile's draws (issue #13)
+S_WEAK, S_WEAKM, S_WEAKN, S_IDLEFB, S_IDLEFBV, S_ROWLOSS, S_GAP, S_GAPAT, S_GAPLEN, S_SETUP = range(140, 150)
 
 LINKS = [f"mlx5_{i}" for i in range(8)]
 THERMAL_BITS = 0x20 | 0x40
@@ -162,6 +164,24 @@ class Window:
         ten = np.where(dummy | stalled, 0.0, ten)
         load = np.where(training, 0.72 + 0.18 * u(S_PWR), np.where(nb_active, 0.25 + 0.4 * util / 100, 0.0))
         load = np.where(dummy, 0.22 + 0.06 * u(S_PWR), np.where(stalled, 0.28 + 0.05 * u(S_PWR), load))
+        spec = scen.cluster.spec
+        # gradient-boosted trees: FP32 histogram kernels keep util high and SMs busy, the tensor pipe idle
+        tree = training & plan["tree"].to_numpy(bool)[jj]
+        if tree.any():
+            util = np.where(tree, 70 + 28 * u(S_UTIL), util)
+            sm = np.where(tree, 0.35 + 0.3 * u(S_SM), sm)
+            ten = np.where(tree, 0.01 * u(S_TEN), ten)
+            load = np.where(tree, 0.45 + 0.25 * u(S_PWR), load)
+        # set-up before the first step (image pull, data staging, compilation): the GPU mostly waits, with
+        # short bursts; memory fills as the model and first batches load
+        setup = np.zeros(n, bool)
+        if spec.setup_median_s > 0:
+            setup = training & (t + 30 < plan["start_s"].to_numpy()[jj] + plan["setup_s"].to_numpy()[jj])
+            burst = u(S_SETUP) < 0.25
+            util = np.where(setup, np.where(burst, 20 + 40 * u(S_UTIL), 3 * u(S_UTIL)), util)
+            sm = np.where(setup, util / 100 * 0.5, sm)
+            ten = np.where(setup, 0.0, ten)
+            load = np.where(setup, 0.05 + 0.25 * util / 100, load)
         # slowdowns: data-loader wait idles the GPU, thermal throttling lowers clocks and power
         lanes_df = scen.cluster.lanes
         lane_nodes = lanes_df["node_ids"].to_numpy()
@@ -174,8 +194,8 @@ class Window:
         lane_rows = [lane_node_mat[g["lane"], k] for k in range(max_nodes)]
         compute_x, io_x, net_x = self._slow_terms(lane_rows, multi, None, t)
         busy_share = 1.0 / (1.0 + io_x + net_x)
-        util = np.where(training, util * busy_share, util)
-        load = np.where(training, load * (0.35 + 0.65 * busy_share), load)
+        util = np.where(training & ~setup, util * busy_share, util)
+        load = np.where(training & ~setup, load * (0.35 + 0.65 * busy_share), load)
         clock = np.where(has & (util > 1), maxclk, idleclk)
         temp = 33 + 5 * u(S_TMP) + load * 42
         throttle = np.where(util < 1, IDLE_BIT, 0)
@@ -191,7 +211,21 @@ class Window:
         power = idle_w + load * (tdp - idle_w)
         power = power * (0.98 + 0.04 * u(S_PWR + 50))
         fb = np.where(has & ~interactive, fbtot * (0.55 + 0.35 * u(S_FB)), np.where(interactive, fbtot * 0.3 * u(S_FB), 3 + 250 * u(S_FB)))
+        fb = np.where(setup, fbtot * (0.1 + 0.4 * u(S_FB)), fb)
+        if spec.idle_fb_leftover_share > 0:
+            # an idle GPU still holding memory (a leaked context, a monitoring daemon): per GPU and day
+            day = t // 86_400
+            lo_fb, hi_fb = spec.idle_fb_leftover_mib
+            left = ~has & (H.uniform(seed, S_IDLEFB, gi, day) < spec.idle_fb_leftover_share)
+            fb = np.where(left, lo_fb + (hi_fb - lo_fb) * H.uniform(seed, S_IDLEFBV, gi, day), fb)
         sbe = (u(S_SBE) < 0.0005).astype(np.int64)
+        weak = gpus["weak"].to_numpy()[gi] if "weak" in gpus else np.zeros(n, bool)
+        if weak.any():
+            # a weak GPU's benign correctable-error bursts: a few an hour-block a day, 5-60 SBEs in one minute
+            hour = t // 3600
+            at = (H.uniform(seed, S_WEAKM, gi, hour) * 60).astype(np.int64)
+            burst = weak & (H.uniform(seed, S_WEAK, gi, hour) < spec.weak_gpu_bursts_per_day / 24) & ((t // 60) % 60 == at)
+            sbe = np.where(burst, sbe + 5 + (55 * H.uniform(seed, S_WEAKN, gi, hour)).astype(np.int64), sbe)
         dbe = np.zeros(n, dtype=np.int64)
         xid = np.zeros(n, dtype=np.int64)
         # a failing job leaves its Xid on the lane's first GPU in its last minute
@@ -224,10 +258,31 @@ class Window:
             if inc.region:
                 hit &= region == inc.region
             keep &= ~hit
+        # exporters lose rows: single GPU-minutes at random, and now and then a node's GPU rows for a few
+        # minutes (an exporter restart) while the node itself reports ok and raises no Xid
+        if spec.row_loss_rate > 0:
+            keep &= H.uniform(seed, S_ROWLOSS, gi, t // 60) >= spec.row_loss_rate
+        if spec.node_gaps_per_day > 0:
+            hour = t // 3600
+            g_lo, g_hi = spec.node_gap_minutes
+            length = g_lo + (H.uniform(seed, S_GAPLEN, node_row, hour) * (g_hi - g_lo + 1)).astype(np.int64)
+            at = (H.uniform(seed, S_GAPAT, node_row, hour) * (60 - g_hi)).astype(np.int64)
+            minute = (t // 60) % 60
+            gap = (H.uniform(seed, S_GAP, node_row, hour) < spec.node_gaps_per_day / 24) & (minute >= at) & (minute < at + length)
+            keep &= ~gap
+        # a rolling driver upgrade: while a batch's driver installs its GPUs are unavailable (no rows, no Xid)
+        for ch in self._draining():
+            s_, e_ = to_s(ch.ts), to_s(ch.ts) + ch.drain_s
+            keep &= ~(self._node_mask(node_row, ch.node_ids) & (t >= s_ + 60) & (t < e_ - 60))
         self._gpu_health_degraded = (node_row, t, health_degraded)
         job_ids = np.where(has, plan["job_id"].to_numpy()[jj], None)
         prof = scen.cluster.spec.profiling_fields
         ecc = scen.cluster.spec.ecc_fields
+        nq = scen.cluster.nodes
+        has_q = "prof_sm" in nq
+        node_has = (lambda col: nq[col].to_numpy()[node_row]) if has_q else (lambda col: np.ones(n, bool))  # noqa: E731
+        sm_ok, ten_ok, ecc_ok = node_has("prof_sm"), node_has("prof_tensor"), node_has("ecc")
+        thr_ok, pt_ok = node_has("throttle"), node_has("power_temp")
         df = pd.DataFrame({
             "ts": from_s(t),
             "region": gpus["region"].to_numpy()[gi],
@@ -237,18 +292,23 @@ class Window:
             "sku": gpus["sku"].to_numpy()[gi],
             "job_id": job_ids,
             "gpu_util_pct": np.round(np.clip(util, 0, 100), 1),
-            "sm_active": np.round(sm, 3) if prof else np.nan,
-            "tensor_active": np.round(ten, 3) if prof else np.nan,
+            "sm_active": np.where(sm_ok, np.round(sm, 3), np.nan) if prof else np.nan,
+            "tensor_active": np.where(ten_ok, np.round(ten, 3), np.nan) if prof else np.nan,
             "fb_used_mib": np.round(fb, 0),
-            "power_w": np.round(power, 1),
-            "temp_c": np.round(temp, 0),
+            "power_w": np.where(pt_ok, np.round(power, 1), np.nan),
+            "temp_c": np.where(pt_ok, np.round(temp, 0), np.nan),
             "sm_clock_mhz": np.round(clock, 0),
-            "throttle_reasons": pd.array(throttle, dtype="Int64"),
-            "ecc_sbe_delta": pd.array(sbe, dtype="Int64") if ecc else pd.array([pd.NA] * n, dtype="Int64"),
-            "ecc_dbe_delta": pd.array(dbe, dtype="Int64") if ecc else pd.array([pd.NA] * n, dtype="Int64"),
+            "throttle_reasons": _nullable_int(throttle, thr_ok),
+            "ecc_sbe_delta": _nullable_int(sbe, ecc_ok) if ecc else pd.array([pd.NA] * n, dtype="Int64"),
+            "ecc_dbe_delta": _nullable_int(dbe, ecc_ok) if ecc else pd.array([pd.NA] * n, dtype="Int64"),
             "xid": xid,
         })
         return df[keep].reset_index(drop=True)
+
+    def _draining(self):
+        """Changes whose drain (the nodes' GPUs unavailable while they install) overlaps this window."""
+        lo, hi = to_s(self.start), to_s(self.end)
+        return [c for c in self.scen.changes if c.drain_s and to_s(c.ts) < hi and to_s(c.ts) + c.drain_s > lo]
 
     # --- node_telemetry --------------------------------------------------------------------
     def _node_telemetry(self) -> pd.DataFrame:
@@ -273,6 +333,8 @@ class Window:
         nvme = np.clip(read / 30.0, 0, 85)
         health = np.full(N * M, "ok", dtype=object)
         driver = np.full(N * M, scen.cluster.spec.driver_version, dtype=object)
+        if "old_driver" in nodes:
+            driver = np.where(nodes["old_driver"].to_numpy()[ni], scen.cluster.spec.old_driver_version, driver)
         kernel = np.full(N * M, scen.cluster.spec.kernel_version, dtype=object)
         keep = np.ones(N * M, bool)
         for _, inc in self._incidents("io_bottleneck"):
@@ -295,9 +357,13 @@ class Window:
             if inc.region:
                 hit &= nodes["region"].to_numpy()[ni] == inc.region
             keep &= ~hit
+        for ch in self._draining():
+            hit = self._node_mask(ni, ch.node_ids) & (t >= to_s(ch.ts)) & (t < to_s(ch.ts) + ch.drain_s)
+            health = np.where(hit, "drained", health)
         for ch in self.scen.changes:
             if ch.kind in ("driver_upgrade", "kernel_upgrade") and ch.to_version and to_s(ch.ts) < to_s(self.end):
-                hit = self._node_mask(ni, ch.node_ids) & (t >= to_s(ch.ts))
+                # a drained install reports the new version once its GPUs are back
+                hit = self._node_mask(ni, ch.node_ids) & (t >= to_s(ch.ts) + max(ch.drain_s - 60, 0))
                 if ch.kind == "driver_upgrade":
                     driver = np.where(hit, ch.to_version, driver)
                 else:
@@ -370,7 +436,8 @@ class Window:
         M = len(self.m_s)
         ji = np.repeat(rep.index.to_numpy(), M)
         t = np.tile(self.m_s, len(rep))
-        st, en = plan["start_s"].to_numpy()[ji], plan["end_s"].to_numpy()[ji]
+        # a job reports from its first step, after its set-up
+        st, en = plan["start_s"].to_numpy()[ji] + plan["setup_s"].to_numpy()[ji], plan["end_s"].to_numpy()[ji]
         on = (st <= t + 30) & (en > t + 30)
         ji, t, st, en = ji[on], t[on], st[on], en[on]
         if not len(ji):
@@ -439,12 +506,14 @@ class Window:
         last_ck = np.where(n_ck_end > 0, cum_steps(st + n_ck_end * ck_every), -1)
         u = H.uniform(seed, 301, lane, t // 60)
         loss = 2.2 * (1 + c_next / 400.0) ** -0.35 + 0.02 * u
+        # frameworks that report steps but not their components (HF Trainer's log: loss and s/it only)
+        parts = np.asarray(plan["components"].to_numpy()[ji], dtype=bool) if "components" in plan else np.ones(len(ji), bool)
         df = pd.DataFrame({
             "ts": from_s(t), "job_id": plan["job_id"].to_numpy()[ji],
             "steps": steps, "samples": steps * spg * gpus_n, "last_step": c_next,
             "step_time_s": np.where(has_steps, np.round(st_time, 5), np.nan),
-            "data_loader_time_s": np.where(has_steps, np.round(loader, 5), np.nan),
-            "grad_sync_time_s": np.where(has_steps, np.round(sync, 5), np.nan),
+            "data_loader_time_s": np.where(has_steps & parts, np.round(loader, 5), np.nan),
+            "grad_sync_time_s": np.where(has_steps & parts, np.round(sync, 5), np.nan),
             "checkpoint_time_s": np.where(ck_in_minute, ck_s, 0.0),
             "loss": np.round(loss, 4),
             "last_checkpoint_step": pd.array(np.where(last_ck >= 0, last_ck, 0), dtype="Int64"),
@@ -477,8 +546,8 @@ class Window:
                 "event": event,
                 "scheduler": [SCHEDULER[p] for p in pool],
                 # each region runs its own scheduler: its queues carry the region's name
-                "queue": [f"{r}/{QUEUES[p]}" for r, p in zip(sel["region"].to_numpy(), pool)],
-                "priority": np.array([PRIORITY[p] for p in pool]) + np.where(sla, 40, 0),
+                "queue": sel["queue"].to_numpy(),
+                "priority": np.array([PRIORITY[p] for p in pool]) + np.where(sla, 40, 0) + sel["priority_adj"].to_numpy(),
                 "gpus": sel["gpus"].to_numpy(),
                 "node_ids": node_text[sel["lane"].to_numpy()] if event != "submitted" else None,
                 "exit_state": sel["exit_state"].to_numpy() if event == "ended" else None,
@@ -519,6 +588,11 @@ class Window:
         } for c in rows])
 
 
+def _nullable_int(values: np.ndarray, present: np.ndarray) -> pd.arrays.IntegerArray:
+    """An Int64 column, null where the collector does not export the field."""
+    return pd.arrays.IntegerArray(np.asarray(values, dtype=np.int64), ~np.asarray(present, dtype=bool))
+
+
 def _ts_or_nat(sec: np.ndarray) -> pd.Series:
     out = pd.Series(from_s(np.maximum(sec, 0)))
     out[sec < 0] = pd.NaT
@@ -534,7 +608,8 @@ def cost_capacity(scen: Scenario, day: pd.Timestamp) -> pd.DataFrame:
     """Finance's daily table: installed and reserved GPUs, blended prices, burst bought."""
     inv = scen.cluster.inventory()
     day = pd.Timestamp(day).tz_convert("UTC").normalize()
-    price = {"NVIDIA H100 80GB HBM3": (2.45, 4.10), "Tesla V100-SXM3-32GB": (0.85, 1.70)}
+    price = {"NVIDIA H100 80GB HBM3": (2.45, 4.10), "Tesla V100-SXM3-32GB": (0.85, 1.70),
+             "NVIDIA A100-SXM4-80GB": (1.35, 2.60)}
     dow = day.dayofweek
     rows = []
     for region, sku, cap in inv.itertuples(index=False):
