@@ -46,7 +46,9 @@ def _alerts_summary(alerts: pd.DataFrame) -> pd.DataFrame:
     first = a.groupby("alert_id").first()
     paged = a[a["severity"] == "page"].groupby("alert_id")["paged_at"].min()
     last = a.groupby("alert_id").last()
-    scope = first["scope"].map(json.loads)
+    # a page's scope is what on-call received when it paged (an alert opened as a ticket may widen before it pages)
+    at_page = a[a["severity"] == "page"].groupby("alert_id")["scope"].first()
+    scope = at_page.reindex(first.index).fillna(first["scope"]).map(json.loads)
     return pd.DataFrame({
         "alert_id": first.index, "detector": first["detector"].values, "opened_at": first["opened_at"].values,
         "paged_at": paged.reindex(first.index).values, "severity": last["severity"].values,

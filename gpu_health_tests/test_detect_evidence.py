@@ -266,3 +266,15 @@ def test_a_node_drained_with_its_gpus_gone_but_no_fault_seen_is_a_ticket():
     gpu = gpu_rows(skip={("n1", i, m) for i in range(8) for m in range(5)})
     (f,) = detect_hardware(context(gpu, node=node_rows(health=lambda n: "drained" if n == "n1" else "ok")))
     assert f.severity == "ticket"
+
+
+def test_a_job_killed_on_a_node_alone_opens_no_hardware_finding():
+    sched = pd.DataFrame([{"event_id": "e1", "ts": T0 + 2 * MIN, "job_id": "job-n1", "event": "ended", "scheduler": "slurm",
+                           "queue": "batch", "priority": 1, "gpus": 8, "node_ids": "n1", "exit_state": "node_fail",
+                           "reason": "NODE_FAIL"}])
+    assert detect_hardware(context(gpu_rows(), sched=sched)) == []
+    # ... but it is the second witness of a fault Xid on that node
+    gpu = gpu_rows()
+    gpu.loc[(gpu["node_id"] == "n1") & (gpu["gpu_index"] == 0) & (gpu["ts"] == T0), "xid"] = 74
+    (f,) = detect_hardware(context(gpu, sched=sched))
+    assert f.severity == "page"

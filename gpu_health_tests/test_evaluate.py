@@ -113,3 +113,14 @@ def test_reduced_suite_end_to_end(tmp_path, capsys):
     assert report["overall"]["top1_accuracy"] == 1.0
     assert report["overall"]["ttd_max_min"] <= 15
     assert "| short |" in capsys.readouterr().out
+
+
+def test_a_page_is_scored_on_the_scope_it_paged_with():
+    """An alert opened as a ticket on one node and paged later on another (one alert per region) detects the
+    incident on the node it paged for."""
+    labels = _labels(("gpu_ecc_fault", "hardware", "high", T0, 60, {"region": "us-east", "node_ids": ["n2"]}))
+    ticket = _alerts(("a1", T0 - pd.Timedelta(minutes=15), "ticket", "hardware", "us-east", ["n1"]))
+    page = _alerts(("a1", T0 + pd.Timedelta(minutes=3), "page", "hardware", "us-east", ["n1", "n2"]))
+    page["opened_at"] = ticket["opened_at"].iloc[0]
+    r = score(pd.concat([ticket, page], ignore_index=True), labels, None, pd.Timedelta(days=1))
+    assert r["detection_rate"] == 1.0 and r["false_pages"] == 0

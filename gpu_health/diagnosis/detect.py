@@ -292,8 +292,9 @@ def hardware_evidence(ctx: PartitionContext) -> pd.DataFrame:
             add(str(n), HW_PERSISTED, f"{v:.0f} GPU-minutes unavailable since an earlier fault")
     if not signals:
         return pd.DataFrame(columns=cols)
-    # GONE alone is an exporter gap until something else says hardware (missing data, not a fault)
-    keep = [n for n, s in signals.items() if s != {HW_GONE}]
+    # rows gone alone is an exporter gap (missing data), and a job killed on a node alone is the scheduler's word
+    # for one job (Slurm's NODE_FAIL follows network blips too): each corroborates, neither opens a finding
+    keep = [n for n, s in signals.items() if s - {HW_GONE, HW_JOB_FAILED}]
     region_of = dict(zip(inv["node_id"], inv["region"]))
     region_of.update(dict(zip(gpu["node_id"].astype(object), gpu["region"].astype(object))) if len(gpu) else {})
     rollout = _rollout_nodes(ctx)
