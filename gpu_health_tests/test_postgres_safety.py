@@ -5,6 +5,7 @@ Each test gets a fresh database on the session's server (``postgres_url``); the 
 creates are dropped with it.
 """
 
+import threading
 import uuid
 
 import psycopg2
@@ -163,3 +164,40 @@ def test_the_read_only_role_reads_every_finance_view_after_two_pipeline_runs(pg_
             _assert_reads_views_only(conn, expect_rows=True)
         finally:
             conn.close()
+
+
+def test_two_first_runs_racing_on_a_fresh_database_create_the_schema_once(pg_db):
+    _race_first_runs(pg_db[0])
+
+
+def test_first_runs_racing_on_a_fresh_sqlite_file_create_the_schema_once(sqlite_url):
+    _race_first_runs(sqlite_url)
+
+
+def _race_first_runs(db_url: str) -> None:
+    """Three first uses of a fresh warehouse released at once: all succeed, the schema is whole."""
+    barrier = threading.Barrier(3)
+    errors: list[BaseException] = []
+
+    def first_run():
+        try:
+            wh = Warehouse(db_url)  # a fresh instance: its first use creates the schema
+            barrier.wait(timeout=30)
+            wh.create_all()
+        except BaseException as exc:  # noqa: BLE001  (reported by the assertion below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=first_run) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    wh = Warehouse(db_url)
+    with wh.engine.connect() as conn:
+        tables = set(sa.inspect(conn).get_table_names())
+        views = set(sa.inspect(conn).get_view_names())
+    from gpu_health.storage.schema import metadata
+
+    assert set(metadata.tables) <= tables
+    assert set(VIEWS) <= views
