@@ -145,6 +145,25 @@ def test_a_view_whose_columns_change_keeps_its_grants(pg_db, monkeypatch):
         conn.close()
 
 
+def test_an_unchanged_view_is_left_alone_so_an_analysts_open_query_never_blocks_a_run(pg_db):
+    db_url, _, _ = pg_db
+    Warehouse(db_url).create_all()
+    u = sa.make_url(db_url)
+    analyst = psycopg2.connect(host=u.host, port=u.port, dbname=u.database, user=u.username)
+    try:
+        with analyst.cursor() as cur:  # a long read holds ACCESS SHARE on every view until it ends
+            for view in VIEWS:
+                cur.execute(pgsql.SQL("SELECT count(*) FROM {}").format(pgsql.Identifier(view)))
+        # a later run's first use of the warehouse (a new engine, so create_all runs again); with a lock
+        # timeout, replacing any view (ACCESS EXCLUSIVE) would fail instead of waiting for the analyst
+        impatient = u.set(query={"options": "-c lock_timeout=2000"}).render_as_string(hide_password=False)
+        Warehouse(impatient).create_all()
+        engine_for(impatient).dispose()
+    finally:
+        analyst.rollback()
+        analyst.close()
+
+
 def test_the_read_only_role_reads_every_finance_view_after_two_pipeline_runs(pg_db, tmp_path):
     from gpu_health.cli import run
 

@@ -7,6 +7,7 @@ A finance analyst answers "what did waste cost us last week, by cause and team" 
     SELECT * FROM finance_waste_last_7_days;
 """
 
+import hashlib
 import sys
 
 import sqlalchemy as sa
@@ -64,51 +65,73 @@ _TABLE_PRIVILEGES = {"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERE
 def create_views(bind: sa.Engine | sa.Connection) -> None:
     """Create or update every finance view, keeping the privileges granted on them.
 
-    PostgreSQL: ``CREATE OR REPLACE VIEW`` keeps a view's owner and grants, so the
-    read-only role keeps reading after every pipeline run. Only where a new definition
-    changes the view's columns (which ``OR REPLACE`` refuses) is the view dropped and
-    created again, and then the grants it held are re-applied. SQLite has no grants
-    and no ``OR REPLACE``: the view is dropped and created in the same transaction.
+    PostgreSQL: a view whose definition and underlying tables are unchanged is left
+    alone (its comment holds a fingerprint of both), so a run takes no lock on it and an
+    analyst's long query never holds a run up. Otherwise ``CREATE OR REPLACE VIEW`` keeps
+    the view's owner and grants, so the read-only role keeps reading after every pipeline
+    run; only where a new definition changes the view's columns (which ``OR REPLACE``
+    refuses) is the view dropped and created again, and the grants it held are re-applied.
+    SQLite has no grants and no ``OR REPLACE``: the view is dropped and created in the
+    same transaction.
     """
     if isinstance(bind, sa.Engine):
         with bind.begin() as conn:
             create_views(conn)
         return
+    catalogue = _catalogue()
     for name, body in VIEWS.items():
         if bind.dialect.name != "postgresql":
             bind.exec_driver_sql(f"DROP VIEW IF EXISTS {name}")
             bind.exec_driver_sql(f"CREATE VIEW {name} AS {body.strip()}")
             continue
-        _create_or_replace_pg_view(bind, name, body.strip())
+        mark = "gpu_health view " + hashlib.sha1(f"{body.strip()}|{catalogue}".encode()).hexdigest()[:16]
+        _create_or_replace_pg_view(bind, name, body.strip(), mark)
 
 
-def _create_or_replace_pg_view(conn: sa.Connection, name: str, body: str) -> None:
-    from psycopg2 import errors, sql
+def _catalogue() -> str:
+    """Every table and column of the schema: a view over ``a.*`` changes when its table does."""
+    from gpu_health.storage.schema import metadata
+
+    return ";".join(f"{t.name}({','.join(c.name for c in t.columns)})" for t in metadata.sorted_tables)
+
+
+def _create_or_replace_pg_view(conn: sa.Connection, name: str, body: str, mark: str) -> None:
+    from psycopg2 import sql
 
     cur = conn.connection.dbapi_connection.cursor()
     try:
-        cur.execute("SAVEPOINT finance_view")
-        try:
-            cur.execute(sql.SQL("CREATE OR REPLACE VIEW {} AS ").format(sql.Identifier(name)) + sql.SQL(body))
-            cur.execute("RELEASE SAVEPOINT finance_view")
+        cur.execute("SELECT obj_description(to_regclass(%s), 'pg_class')", (name,))
+        if cur.fetchone()[0] == mark:
             return
-        except (errors.InvalidTableDefinition, errors.DatatypeMismatch, errors.FeatureNotSupported):
-            cur.execute("ROLLBACK TO SAVEPOINT finance_view")
-        # the columns changed: keep the view's grants across the drop
-        cur.execute(
-            """SELECT CASE WHEN a.grantee = 0 THEN NULL ELSE pg_get_userbyid(a.grantee) END, a.privilege_type
-               FROM pg_class c CROSS JOIN LATERAL aclexplode(c.relacl) a
-               WHERE c.oid = to_regclass(%s) AND a.grantee <> c.relowner""",
-            (name,))
-        grants = [(who, what) for who, what in cur.fetchall() if what in _TABLE_PRIVILEGES]
-        cur.execute(sql.SQL("DROP VIEW IF EXISTS {}").format(sql.Identifier(name)))
-        cur.execute(sql.SQL("CREATE VIEW {} AS ").format(sql.Identifier(name)) + sql.SQL(body))
-        for grantee, privilege in grants:
-            cur.execute(sql.SQL("GRANT {} ON {} TO {}").format(
-                sql.SQL(privilege), sql.Identifier(name),
-                sql.SQL("PUBLIC") if grantee is None else sql.Identifier(grantee)))
+        _replace_pg_view(cur, name, body)
+        cur.execute(sql.SQL("COMMENT ON VIEW {} IS {}").format(sql.Identifier(name), sql.Literal(mark)))
     finally:
         cur.close()
+
+
+def _replace_pg_view(cur, name: str, body: str) -> None:
+    """``CREATE OR REPLACE VIEW``; where the columns changed, drop and create, re-granting what it held."""
+    from psycopg2 import errors, sql
+
+    cur.execute("SAVEPOINT finance_view")
+    try:
+        cur.execute(sql.SQL("CREATE OR REPLACE VIEW {} AS ").format(sql.Identifier(name)) + sql.SQL(body))
+        cur.execute("RELEASE SAVEPOINT finance_view")
+        return
+    except (errors.InvalidTableDefinition, errors.DatatypeMismatch, errors.FeatureNotSupported):
+        cur.execute("ROLLBACK TO SAVEPOINT finance_view")
+    cur.execute(
+        """SELECT CASE WHEN a.grantee = 0 THEN NULL ELSE pg_get_userbyid(a.grantee) END, a.privilege_type
+           FROM pg_class c CROSS JOIN LATERAL aclexplode(c.relacl) a
+           WHERE c.oid = to_regclass(%s) AND a.grantee <> c.relowner""",
+        (name,))
+    grants = [(who, what) for who, what in cur.fetchall() if what in _TABLE_PRIVILEGES]
+    cur.execute(sql.SQL("DROP VIEW IF EXISTS {}").format(sql.Identifier(name)))
+    cur.execute(sql.SQL("CREATE VIEW {} AS ").format(sql.Identifier(name)) + sql.SQL(body))
+    for grantee, privilege in grants:
+        cur.execute(sql.SQL("GRANT {} ON {} TO {}").format(
+            sql.SQL(privilege), sql.Identifier(name),
+            sql.SQL("PUBLIC") if grantee is None else sql.Identifier(grantee)))
 
 
 def grant_finance_read_only(engine: sa.Engine, role: str = READ_ONLY_ROLE, *, login_password: str | None = None) -> None:
