@@ -6,6 +6,9 @@ and the runs are whole ``gpu-health run`` partitions of a small simulated cluste
 
 import socket
 import sqlite3
+import threading
+import time
+import uuid
 
 import dagster as dg
 import pandas as pd
@@ -17,7 +20,7 @@ import yaml
 
 from gpu_health.defs import common
 from gpu_health.faults import is_transient
-from gpu_health.storage.warehouse import Warehouse
+from gpu_health.storage.warehouse import Warehouse, engine_for
 
 WINDOW = ("2026-11-03T11:00:00Z", "2026-11-03T11:05:00Z")
 
@@ -163,3 +166,100 @@ def test_retries_stop_after_the_policy_and_the_run_fails_with_the_cause(small_cl
     with pytest.raises(RuntimeError, match="goodput"):
         run(*WINDOW, scenario=scenario, warehouse=url, quiet=True)
     assert len(calls) == 1 + 3  # the first attempt and TRANSIENT_RETRY's three retries
+
+
+# --- a real PostgreSQL connection cut mid-run ----------------------------------------------------------
+class FlakyProxy:
+    """A TCP proxy to PostgreSQL that can cut every connection and refuse new ones for a while."""
+
+    def __init__(self, host: str, port: int):
+        self.upstream = (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.down_until = 0.0
+        self.cuts = 0
+        self.live: list[socket.socket] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def cut(self, seconds: float) -> None:
+        with self.lock:
+            self.down_until = time.monotonic() + seconds
+            self.cuts += 1
+            for s in self.live:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+            self.live.clear()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if time.monotonic() < self.down_until:
+                client.close()  # the server is "gone": the connection is dropped at once
+                continue
+            upstream = socket.create_connection(self.upstream)
+            with self.lock:
+                self.live += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst):
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def close(self):
+        self.listener.close()
+        self.cut(0)
+
+
+def test_postgresql_cut_mid_run_is_retried_and_converges_to_the_clean_result(postgres_url, clean_states, tmp_path,
+                                                                             monkeypatch):
+    """The connections die as the loss tree is written and PostgreSQL refuses new ones for 3 s."""
+    from gpu_health.cli import run
+
+    monkeypatch.setattr(common, "TRANSIENT_RETRY", dg.RetryPolicy(max_retries=3, delay=1, backoff=dg.Backoff.EXPONENTIAL))
+    u = sa.make_url(postgres_url)
+    db = f"faults_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{db}"')
+    proxy = FlakyProxy(u.host, u.port)
+    url = u.set(port=proxy.port, database=db).render_as_string(hide_password=False)
+    real = Warehouse.replace_window
+    writes = []
+
+    def cut_once(self, name, *args, **kwargs):
+        if name == "goodput_states":
+            writes.append(name)
+            if proxy.cuts == 0:
+                proxy.cut(3.0)
+        return real(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(Warehouse, "replace_window", cut_once)
+    try:
+        summary = run(*WINDOW, scenario=_scenario(tmp_path), warehouse=url, quiet=True)
+        assert summary["partitions"] == 1 and proxy.cuts == 1
+        assert len(writes) >= 2  # the write into the cut connections failed; a retry wrote it
+        pd.testing.assert_frame_equal(_states(url), clean_states)  # PostgreSQL after the fault = SQLite clean
+    finally:
+        engine_for(url).dispose()
+        proxy.close()
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        admin.dispose()
