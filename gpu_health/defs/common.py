@@ -15,8 +15,8 @@ ERROR_REJECT_SHARE = 0.05  # above this share of rejected rows, downstream numbe
 # Retries of a step that failed on a transient error (gpu_health.faults: the database gone, the
 # network reset): 3 more attempts after 5, 15, 35 s (Dagster's exponential backoff, delay x (2^n - 1);
 # +-jitter, so racing steps do not return together). About a minute covers a database restart or a
-# fail-over; a longer outage
-# fails the run, and the 5-minute sensor requests the partition again after 1, 2 and 4 minutes.
+# fail-over; a longer outage fails the run, and the 5-minute sensor requests the partition again
+# after 1, 2 and 4 minutes.
 TRANSIENT_RETRY = dg.RetryPolicy(max_retries=3, delay=5, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
 
 
