@@ -10,6 +10,7 @@ new version.
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -42,10 +43,51 @@ class SensorCursor:
 class Request:
     partition_key: str
     version: str
+    attempt: int = 0  # 0: the first run of this data; n: the n-th re-request after a failed run
 
     @property
     def run_key(self) -> str:
-        return f"{self.partition_key}@{self.version}"
+        """``partition@version`` (``#retryN`` for a re-request): the same data never runs twice, a retry once."""
+        base = f"{self.partition_key}@{self.version}"
+        return f"{base}#retry{self.attempt}" if self.attempt else base
+
+
+@dataclass(frozen=True)
+class PartitionRun:
+    """The latest run the sensor requested for a partition, as the Dagster instance records it."""
+
+    partition_key: str
+    version: str | None  # the data version it ran with (its run tag)
+    attempt: int  # 0 for the first request of that version, n for the n-th retry
+    status: str  # "success" | "failure" | "canceled" | "in_progress"
+    ended_at: pd.Timestamp | None = None
+
+
+def plan_retries(latest: Iterable[PartitionRun], versions: dict[str, str], *, now: pd.Timestamp,
+                 max_retries: int, backoff: pd.Timedelta) -> list[Request]:
+    """Re-requests of partitions whose latest run failed on the data they still hold.
+
+    A partition is requested again when its latest run failed, with the version the cursor
+    still holds for it (a replaced file already gets a request of its own from
+    ``plan_requests``; a partition past the lookback has no record and is left alone), it
+    has been retried fewer than ``max_retries`` times, and ``backoff * 2**attempt`` has
+    passed since the failed run ended. The reason: the step retries inside a run cover a
+    fault of seconds, these cover one of minutes (a database restarting, a collector
+    backfilling); a failure that is not transient stops after ``max_retries`` and stays
+    failed and visible in Dagster, instead of being tried forever. A canceled run was
+    stopped on purpose and is not retried; a run in progress is waited for.
+    """
+    out = []
+    for run in latest:
+        if run.status != "failure" or run.version is None or versions.get(run.partition_key) != run.version:
+            continue
+        if run.attempt >= max_retries:
+            continue
+        wait = backoff * (2 ** run.attempt)
+        if run.ended_at is not None and now < run.ended_at + wait:
+            continue
+        out.append(Request(run.partition_key, run.version, run.attempt + 1))
+    return sorted(out, key=lambda r: r.partition_key)
 
 
 def partition_key(start: pd.Timestamp) -> str:

@@ -28,6 +28,7 @@ from gpu_health.delivery.alertmanager import (
     active_alert_ids,
     alert_to_payload,
     deliver,
+    deliver_report,
     sent_state_from_cursor,
 )
 from gpu_health_tests.services.alertmanager import start_alertmanager  # alertmanager_url: conftest.py
@@ -399,3 +400,56 @@ def test_deliver_posts_in_batches():
     sent, state = deliver(client, rows, {}, now=NOW)
     assert sent == 1201 and len(state) == 1201
     assert [len(batch) for batch in client.posts] == [500, 500, 201]
+
+
+@pytest.mark.parametrize("cost", [float("nan"), float("inf"), float("-inf"), None, "n/a", 10**400, [1, 2]])
+def test_an_odd_cost_goes_out_as_unknown_and_never_stops_the_others(cost):
+    good, odd = make_alert(), make_alert(usd_per_hour=cost)
+    client = RecordingClient()
+    report = deliver_report(client, [odd, good], {}, now=NOW)
+    posted = by_alert_id([p for batch in client.posts for p in batch])
+    assert set(posted) == {good["alert_id"], odd["alert_id"]} and report.sent == 2 and not report.skipped
+    assert posted[odd["alert_id"]]["annotations"]["usd_per_hour"] == "unknown"
+    assert "usd_per_hour is not a finite number" in posted[odd["alert_id"]]["annotations"]["data_warning"]
+    assert posted[good["alert_id"]]["annotations"]["usd_per_hour"] == "412.50"
+    assert "data_warning" not in posted[good["alert_id"]]["annotations"]
+    assert list(report.repaired) == [odd["alert_id"]]
+
+
+def test_null_descriptive_values_become_placeholders_and_the_page_still_routes():
+    odd = make_alert(summary=None, runbook=float("nan"), scope=None, region=None, cause_family=pd.NA,
+                     first_partition_start="not a time")
+    client = RecordingClient()
+    report = deliver_report(client, [odd], {}, now=NOW)
+    (payload,) = client.posts[0]
+    assert payload["labels"]["severity"] == "page"
+    assert payload["labels"]["region"] == payload["labels"]["cause_family"] == "unknown"
+    assert payload["annotations"]["summary"] == "(missing)"
+    assert "first_partition_start" not in payload["annotations"]
+    assert len(report.repaired[odd["alert_id"]]) == 6
+
+
+def test_a_row_that_cannot_be_identified_is_skipped_with_its_reason_and_keeps_its_state():
+    good = make_alert()
+    bad_severity = make_alert(severity="critical")
+    no_open = make_alert(opened_at=None)
+    bad_time = make_alert(opened_at="yesterday-ish")
+    no_id = make_alert(alert_id=None)
+    client = RecordingClient()
+    already = {bad_severity["alert_id"]: "page:0123456789abcdef"}
+    report = deliver_report(client, [bad_severity, no_open, good, bad_time, no_id], already, now=NOW)
+    assert [p["labels"]["alert_id"] for batch in client.posts for p in batch] == [good["alert_id"]]
+    assert set(report.skipped) == {f"alert_id={bad_severity['alert_id']!r}", f"alert_id={no_open['alert_id']!r}",
+                                   f"alert_id={bad_time['alert_id']!r}", "row 4"}
+    assert "severity must be one of" in report.skipped[f"alert_id={bad_severity['alert_id']!r}"]
+    assert "null 'opened_at'" in report.skipped[f"alert_id={no_open['alert_id']!r}"]
+    # the state it had is kept, so a fixed row is compared with what was really sent
+    assert report.state[bad_severity["alert_id"]] == already[bad_severity["alert_id"]]
+
+
+def test_a_failed_post_says_how_many_payloads_are_pending():
+    with StubAlertmanager([]) as stub:
+        url = stub.url
+    with pytest.raises(AlertmanagerError) as info:
+        deliver_report(AlertmanagerClient(url, retries=0), [make_alert(), make_alert()], {}, now=NOW)
+    assert info.value.pending == 2

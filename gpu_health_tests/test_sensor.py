@@ -21,7 +21,9 @@ from gpu_health.contracts import FIVE_MINUTE_SOURCES, empty_frame
 from gpu_health.definitions import build_definitions
 from gpu_health.defs.resources import TelemetrySourceResource, WarehouseIOManager, WarehouseResource
 from gpu_health.landing import partition_path, write_partition
-from gpu_health.readiness import SensorCursor, data_version, plan_requests
+from gpu_health.defs.telemetry.sensors import build_partition_sensor, latest_partition_runs
+from gpu_health.partitions import five_minute_partitions
+from gpu_health.readiness import PartitionRun, Request, SensorCursor, data_version, plan_requests, plan_retries
 from gpu_health.settings import Settings
 from gpu_health.sim.scenario import default_scenario
 from gpu_health.sources.landing import LandingSource
@@ -243,9 +245,11 @@ def sensor_and_resources(landing, tmp_path):
     return defs.resolve_sensor_def("five_minute_partition_sensor"), {"source": resources["source"]}, defs
 
 
-def evaluate(sensor, resources, cursor, now: pd.Timestamp, defs):
-    # the definitions let Dagster resolve the partitioned run requests against five_minute_job
-    context = dg.build_sensor_context(cursor=cursor, resources=resources, definitions=defs)
+def evaluate(sensor, resources, cursor, now: pd.Timestamp, defs, instance=None):
+    # the definitions let Dagster resolve the partitioned run requests against five_minute_job; the
+    # instance holds the runs the sensor reads to re-request failed partitions
+    context = dg.build_sensor_context(cursor=cursor, resources=resources, definitions=defs,
+                                      instance=instance or dg.DagsterInstance.ephemeral())
     with dg.partition_loading_context(effective_dt=now.to_pydatetime()):
         return sensor.evaluate_tick(context)
 
@@ -300,3 +304,86 @@ def test_dagster_sensor_with_the_simulator_follows_the_pinned_clock(tmp_path):
     assert {r.tags["gpu_health/data_version"] for r in first.run_requests} == {"clock"}
     later = evaluate(sensor, {"source": source}, first.cursor, now=at(26.5), defs=defs)
     assert [r.partition_key for r in later.run_requests] == [key(15), key(20)]
+
+
+# --- failed partitions are requested again -----------------------------------------------------------
+def _run(key_: str, version: str | None, status: str, *, attempt: int = 0, ended_min: float | None = None):
+    return PartitionRun(key_, version, attempt, status, None if ended_min is None else at(ended_min))
+
+
+def test_a_failed_partition_is_retried_after_backoff_with_its_own_run_key():
+    versions = {key(0): "v0", key(5): "v5"}
+    latest = [_run(key(0), "v0", "success", ended_min=8), _run(key(5), "v5", "failure", ended_min=12)]
+    backoff = pd.Timedelta(minutes=1)
+    assert plan_retries(latest, versions, now=at(12.5), max_retries=3, backoff=backoff) == []  # backing off
+    (retry,) = plan_retries(latest, versions, now=at(13), max_retries=3, backoff=backoff)
+    assert (retry.partition_key, retry.version, retry.attempt) == (key(5), "v5", 1)
+    assert retry.run_key == f"{key(5)}@v5#retry1" != Request(key(5), "v5").run_key
+
+
+def test_retries_back_off_exponentially_and_stop_at_the_bound():
+    versions = {key(5): "v5"}
+    backoff = pd.Timedelta(minutes=1)
+    second = [_run(key(5), "v5", "failure", attempt=1, ended_min=20)]
+    assert plan_retries(second, versions, now=at(21.5), max_retries=3, backoff=backoff) == []  # waits 2 min
+    assert [r.attempt for r in plan_retries(second, versions, now=at(22), max_retries=3, backoff=backoff)] == [2]
+    last = [_run(key(5), "v5", "failure", attempt=3, ended_min=20)]
+    assert plan_retries(last, versions, now=at(120), max_retries=3, backoff=backoff) == []  # stays failed
+
+
+@pytest.mark.parametrize("run", [
+    _run(key(5), "v5", "success", ended_min=12),      # it worked
+    _run(key(5), "v5", "canceled", ended_min=12),     # stopped on purpose
+    _run(key(5), "v5", "in_progress"),                # still running
+    _run(key(5), "v4", "failure", ended_min=12),      # failed on data since replaced: plan_requests asks anew
+    _run(key(5), None, "failure", ended_min=12),      # a manual run, not the sensor's
+    _run(key(10), "v10", "failure", ended_min=12),    # no record in the cursor (past the lookback)
+])
+def test_only_a_failure_on_the_data_the_partition_still_holds_is_retried(run):
+    assert plan_retries([run], {key(5): "v5"}, now=at(60), max_retries=3, backoff=pd.Timedelta(minutes=1)) == []
+
+
+def test_dagster_sensor_requests_a_failed_partition_again_until_it_succeeds(landing, tmp_path):
+    url = f"sqlite:///{tmp_path / 'wh.db'}"
+    resources = {"warehouse": WarehouseResource(url=url), "warehouse_io_manager": WarehouseIOManager(url=url),
+                 "source": TelemetrySourceResource(kind="landing", landing_dir=str(landing))}
+    defs = build_definitions(Settings(partition_start="2026-11-03-14:00"), resources)
+    job = defs.resolve_job_def("five_minute_job")
+    sensor = build_partition_sensor(job, five_minute_partitions("2026-11-03-14:00"), max_retries=2,
+                                    retry_backoff_seconds=0)
+    instance = dg.DagsterInstance.ephemeral()
+
+    def record(request, status):
+        """The run Dagster launched for ``request``, ended with ``status``."""
+        tags = {**request.tags, "dagster/partition": request.partition_key}
+        run = instance.create_run_for_job(job_def=job, tags=tags, status=dg.DagsterRunStatus.STARTED)
+        if status == "failure":
+            instance.report_run_failed(run, message="database connection lost")
+        else:
+            instance.handle_run_event(run.run_id, dg.DagsterEvent(
+                event_type_value="PIPELINE_SUCCESS", job_name=job.name, message="ok"))
+
+    for m in (0, 5):
+        land(landing, at(m))
+    first = evaluate(sensor, {"source": resources["source"]}, None, at(11.5), defs, instance)
+    by_key = {r.partition_key: r for r in first.run_requests}
+    assert sorted(by_key) == [key(0), key(5)]
+    record(by_key[key(0)], "success")
+    record(by_key[key(5)], "failure")
+    runs = {r.partition_key: r for r in latest_partition_runs(instance, job.name, pd.Timestamp.now(tz="UTC") - FIVE)}
+    assert {k: (r.status, r.version, r.attempt) for k, r in runs.items()} == {
+        key(0): ("success", by_key[key(0)].tags["gpu_health/data_version"], 0),
+        key(5): ("failure", by_key[key(5)].tags["gpu_health/data_version"], 0)}
+    assert runs[key(5)].ended_at is not None
+
+    cursor = first.cursor
+    for attempt in (1, 2):  # the failed partition, and only it, again; each retry its own run key
+        tick_ = evaluate(sensor, {"source": resources["source"]}, cursor, at(12 + attempt), defs, instance)
+        (retry,) = tick_.run_requests
+        assert retry.partition_key == key(5)
+        assert retry.run_key == f"{by_key[key(5)].run_key}#retry{attempt}"
+        assert retry.tags["gpu_health/retry"] == str(attempt)
+        record(retry, "failure")
+        cursor = tick_.cursor
+    bounded = evaluate(sensor, {"source": resources["source"]}, cursor, at(16), defs, instance)
+    assert not bounded.run_requests  # max_retries=2 spent: it stays failed, visible in Dagster

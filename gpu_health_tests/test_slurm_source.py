@@ -22,12 +22,11 @@ from gpu_health.sources.slurm import (
     workload_class,
 )
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "real-data"
+REAL = Path(__file__).resolve().parent / "fixtures" / "real-data"  # excerpts: fixtures/real-data/README.md
 SACCT = REAL / "fixtures" / "slurm" / "hb-jobinfo" / "sacct.txt"
 SQUEUE_JSON = REAL / "fixtures" / "slurm" / "rivosinc" / "squeue_out.json"
 EDGE = Path(__file__).parent / "fixtures" / "slurm" / "sacct_parsable2_edge_cases.txt"
 
-needs_real = pytest.mark.skipif(not SACCT.exists(), reason=f"real data not checked out beside the repo: {REAL}")
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +42,6 @@ def _events(parsed, job_id):
 # ----------------------------------------------------------------- real sacct dump
 
 
-@needs_real
 def test_real_dump_parses_every_line(hb):
     assert hb.rejects.empty
     assert hb.stats["lines"] == 242
@@ -53,7 +51,6 @@ def test_real_dump_parses_every_line(hb):
     assert not hb.scheduler_events.job_id.str.contains(r"\.").any()
 
 
-@needs_real
 def test_exit_states_match_the_readme_counts(hb):
     ev = hb.scheduler_events
     ended = ev[ev.event == "ended"].exit_state.value_counts().to_dict()
@@ -65,14 +62,12 @@ def test_exit_states_match_the_readme_counts(hb):
     assert set(_events(hb, "8202099").index) == {"submitted", "started"}
 
 
-@needs_real
 def test_cancelled_by_uid_keeps_the_text(hb):
     ended = _events(hb, "4034541").loc["ended"]
     assert ended.exit_state == "cancelled"
     assert ended.reason == "CANCELLED by 10304007"
 
 
-@needs_real
 def test_array_task_ids_are_job_ids(hb):
     e = _events(hb, "7216821_144")
     assert e.loc["ended"].exit_state == "timeout"
@@ -80,14 +75,12 @@ def test_array_task_ids_are_job_ids(hb):
     assert "7216821_144" in set(hb.job_metadata.job_id)
 
 
-@needs_real
 def test_node_lists_are_expanded(hb):
     assert _events(hb, "2296177").loc["started"].node_ids == "omni1,omni10,omni11,omni12"
     assert _events(hb, "8180204").loc["ended"].node_ids == "node11,node14,node18"
     assert _events(hb, "7971484").loc["started"].node_ids == "a100gpu2,a100gpu4"
 
 
-@needs_real
 def test_gpu_counts_come_from_tres(hb):
     # gres/gpu:a100=2 and gres/gpu=2 name the same two GPUs: not 4.
     assert _events(hb, "8150389").loc["started"].gpus == 2
@@ -100,7 +93,6 @@ def test_gpu_counts_come_from_tres(hb):
     assert md.loc["4034541", "requested_gpus"] == 0
 
 
-@needs_real
 def test_unknown_and_none_times(hb):
     # Cancelled before it started: Start=None -> no started, ended with 0 GPUs and no placement.
     e = _events(hb, "4047445")
@@ -110,7 +102,6 @@ def test_unknown_and_none_times(hb):
     assert _events(hb, "7336818").loc["ended"].exit_state == "node_fail"
 
 
-@needs_real
 def test_metadata_fields(hb):
     md = hb.job_metadata.set_index("job_id")
     row = md.loc["5908801_3"]
@@ -123,7 +114,6 @@ def test_metadata_fields(hb):
     assert md.loc["4034541", "submitted_at"] == pd.Timestamp("2023-08-31T12:29:47Z")
 
 
-@needs_real
 def test_team_mapping_is_configurable():
     parsed = read_sacct(SACCT, team_map={"user424": "vision"})
     md = parsed.job_metadata.set_index("job_id")
@@ -131,7 +121,6 @@ def test_team_mapping_is_configurable():
     assert md.loc["5908801_3", "team"] == "user23"
 
 
-@needs_real
 def test_frames_satisfy_the_contracts(hb):
     CONTRACTS["scheduler_events"].validate(hb.scheduler_events, lazy=True)
     CONTRACTS["job_metadata"].validate(hb.job_metadata, lazy=True)
@@ -139,13 +128,11 @@ def test_frames_satisfy_the_contracts(hb):
     assert hb.scheduler_events.event_id.is_unique
 
 
-@needs_real
 def test_parse_is_deterministic(hb):
     again = read_sacct(SACCT)
     pd.testing.assert_frame_equal(hb.scheduler_events, again.scheduler_events)
 
 
-@needs_real
 def test_parsable2_with_header_reads_the_same(hb):
     # Re-render the real dump as `sacct --parsable2` (header, '|', no trailing delimiter).
     lines = SACCT.read_text(encoding="utf-8").splitlines()
@@ -157,7 +144,6 @@ def test_parsable2_with_header_reads_the_same(hb):
     pd.testing.assert_frame_equal(hb.job_metadata, p2.job_metadata)
 
 
-@needs_real
 def test_cluster_timezone_is_converted_to_utc():
     parsed = read_sacct(SACCT, cluster_tz="Europe/Amsterdam")
     # 2023-08-31 is summer time (UTC+2); 2024-03-03 is winter time (UTC+1).
@@ -267,7 +253,6 @@ def test_workload_class_rule():
 # ----------------------------------------------------------------- squeue --json
 
 
-@needs_real
 def test_squeue_json():
     parsed = parse_squeue_json(SQUEUE_JSON.read_bytes(), origin=str(SQUEUE_JSON))
     assert parsed.rejects.empty
@@ -301,7 +286,6 @@ def dump_dir(tmp_path):
     return tmp_path
 
 
-@needs_real
 def test_source_reads_a_window(dump_dir):
     src = SlurmSource(dump_dir, complete_through="2024-05-01")
     assert src.tables() == {"scheduler_events", "job_metadata"}
@@ -315,7 +299,6 @@ def test_source_reads_a_window(dump_dir):
     CONTRACTS["scheduler_events"].validate(ev, lazy=True)
 
 
-@needs_real
 def test_source_window_past_the_newest_dump_is_not_ready(dump_dir):
     src = SlurmSource(dump_dir, complete_through="2024-04-19T12:00Z")
     with pytest.raises(DataNotReady):
@@ -338,7 +321,6 @@ def test_source_raises_on_rejects_or_collects_them(tmp_path):
     assert len(src.rejects) == 6
 
 
-@needs_real
 def test_source_newer_dump_wins(tmp_path):
     lines = SACCT.read_text(encoding="utf-8").splitlines(keepends=True)
     (tmp_path / "sacct_1.txt").write_text("".join(lines), encoding="utf-8")

@@ -10,8 +10,7 @@ from gpu_health.storage.warehouse import Warehouse
 from gpu_health.traces import report as R
 from gpu_health.traces.report import Outage, Placeholder, outage_verdict, render_markdown, run_report
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "real-data"
-pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason=f"real data not checked out beside the repo: {REAL}")
+REAL = Path(__file__).resolve().parent / "fixtures" / "real-data"  # excerpts: fixtures/real-data/README.md
 T0 = pd.Timestamp("2024-05-23T16:00Z")
 FIVE = pd.Timedelta(minutes=5)
 
@@ -22,19 +21,19 @@ def test_philly_outage_is_the_fleet_gap_around_2017_10_26_in_utc():
     found = R.philly_outages(REAL)
     (gap,) = [o for o in found if o.start.date() == pd.Timestamp("2017-10-25").date()]
     # no row from 14:01 PDT on 10-25, 0 of 420 machines 00:00-18:00 PDT on 10-26, under half until 18:06 PDT
+    # (the excerpt's liveness covers 2017-10-24 .. 2017-11-06 Pacific: this outage and the DST fold)
     assert (gap.start, gap.end) == (pd.Timestamp("2017-10-25T21:01Z"), pd.Timestamp("2017-10-27T01:06Z"))
     assert gap.source == "gpu_telemetry" and gap.region == "philly"
     assert "599 without a row" in gap.evidence and "1081 with 0 of the 420 machines" in gap.evidence
     # the DST fold's second hour has no row of its own: not an outage
     fold = pd.Timestamp("2017-11-05T09:00Z")
     assert not any(o.start <= fold < o.end for o in found)
-    assert any(o.start == pd.Timestamp("2017-12-03T22:57Z") for o in found)  # 14:57 PST, the README's 10 minutes
 
 
 def test_zhejiang_outage_is_the_silent_minutes_of_every_port():
     (gap,) = R.zhejiang_outages(REAL)
     assert (gap.start, gap.end) == (T0 + pd.Timedelta(minutes=1), T0 + pd.Timedelta(minutes=4))
-    assert gap.source == "network_telemetry" and "2160 ports" in gap.evidence
+    assert gap.source == "network_telemetry" and "48 ports" in gap.evidence  # the excerpt's 48 (of 2160)
     assert list(gap.partitions(T0, T0 + 6 * FIVE)) == [T0]
 
 
@@ -107,10 +106,10 @@ def test_placeholder_feeds_name_real_series_or_detectors():
 
 @pytest.fixture(scope="module")
 def zhejiang_slice(tmp_path_factory):
-    """30 minutes of 60 Zhejiang server links, packet loss filled, port state left null where the trace has none."""
+    """30 minutes of 20 Zhejiang server links, packet loss filled, port state left null where the trace has none."""
     work = tmp_path_factory.mktemp("zhejiang-report")
     fills = {"network_telemetry": {"packet_loss_pct": Placeholder(0.0, ("comm_health.packet_loss",))}}
-    rep = run_report("zhejiang", T0, T0 + 6 * FIVE, data_dir=REAL, workdir=work, limit=60, placeholders=fills)
+    rep = run_report("zhejiang", T0, T0 + 6 * FIVE, data_dir=REAL, workdir=work, limit=20, placeholders=fills)
     return rep, Warehouse(f"sqlite:///{work / 'warehouse.db'}")
 
 
@@ -120,7 +119,7 @@ def test_report_rows_match_the_warehouse(zhejiang_slice):
     net = "network_telemetry"
     rejects = wh.read_window("source_rejects")
     quarantined = rejects.drop_duplicates(["partition_start", "row_index"])
-    assert rep["landed"][net] == 6 * 5 * 60 - 60 * 3  # 60 links x 30 minutes, minus the 3 silent minutes
+    assert rep["landed"][net] == 6 * 5 * 20 - 20 * 3  # 20 links x 30 minutes, minus the 3 silent minutes
     assert rep["quarantined"][net] == len(quarantined) > 0
     assert rep["accepted"][net] == len(wh.read_window(net)) == rep["landed"][net] - rep["quarantined"][net]
     by_reason = rejects.drop_duplicates(["partition_start", "row_index", "reason"]).groupby("reason").size().to_dict()

@@ -1,5 +1,6 @@
 """Resources: the warehouse, the telemetry source, and the warehouse IO manager."""
 
+import contextlib
 import threading
 
 import dagster as dg
@@ -94,9 +95,24 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
             return
         table = context.asset_key.path[-1]
         start, end = self._window(context)
-        self._warehouse().replace_window(table, obj, start, end)
+        with _retry_transient(context):  # the database gone mid-write: the step retries (TRANSIENT_RETRY)
+            self._warehouse().replace_window(table, obj, start, end)
 
     def load_input(self, context: dg.InputContext) -> pd.DataFrame:
         table = context.asset_key.path[-1]
         start, end = self._window(context)
-        return self._warehouse().read_window(table, start, end)
+        with _retry_transient(context):
+            return self._warehouse().read_window(table, start, end)
+
+
+@contextlib.contextmanager
+def _retry_transient(context):
+    from gpu_health.defs.common import transient_retry
+
+    try:
+        yield
+    except Exception as exc:
+        retry = transient_retry(context, exc)
+        if retry is None:
+            raise
+        raise retry from exc

@@ -26,6 +26,7 @@ import json
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
@@ -63,6 +64,7 @@ class AlertmanagerError(RuntimeError):
         super().__init__(message)
         self.status_code = status_code
         self.body = body
+        self.pending = 0  # payloads of the failed delivery not yet taken (set by ``deliver_report``)
 
 
 # --------------------------------------------------------------------------
@@ -73,8 +75,14 @@ def _is_null(value: Any) -> bool:
     if value is None:
         return True
     try:
-        return bool(value != value)  # NaN, NaT
+        differs = value != value  # True for NaN and NaT
     except (TypeError, ValueError):
+        return False
+    if type(differs).__name__ == "NAType":  # pandas' NA compares to NA
+        return True
+    try:
+        return bool(differs)
+    except (TypeError, ValueError):  # an array-like value: not a null
         return False
 
 
@@ -303,7 +311,21 @@ def deliver(
     ttl: timedelta = DEFAULT_TTL,
     generator_url: str | None = None,
 ) -> tuple[int, dict[str, str]]:
-    """Post what Alertmanager must hear about; return ``(sent_count, new_state)``.
+    """``deliver_report`` reduced to ``(sent_count, new_state)``."""
+    report = deliver_report(client, alerts_frame, already_sent, now=now, ttl=ttl, generator_url=generator_url)
+    return report.sent, report.state
+
+
+def deliver_report(
+    client: AlertmanagerClient,
+    alerts_frame: Any,
+    already_sent: Mapping[str, str],
+    *,
+    now: datetime | None = None,
+    ttl: timedelta = DEFAULT_TTL,
+    generator_url: str | None = None,
+) -> "Delivery":
+    """Post what Alertmanager must hear about; return a ``Delivery`` (count, new state, odd rows).
 
     ``alerts_frame``: rows of the ``alerts`` table (a DataFrame or an iterable
     of mappings), normally every alert that is open or resolved recently.
@@ -330,15 +352,35 @@ def deliver(
     expires in Alertmanager at its last ``endsAt``. Nothing is posted for
     them since their labels are no longer known.
 
-    ``sent_count`` is the number of alert payloads posted. If a post fails,
-    ``AlertmanagerError`` propagates and the caller keeps its old state, so
-    the next call sends everything again.
+    One odd row never stops the others (``tolerant_payload``): a value an
+    annotation carries (a NaN or infinite ``usd_per_hour``, a null summary) is
+    replaced by a placeholder and named in a ``data_warning`` annotation, so the
+    page still goes out; a row that cannot be identified or timed (null
+    ``alert_id`` or ``opened_at``, an unknown severity, an unreadable time) is
+    left out, named in ``Delivery.skipped`` with the reason, and keeps the state
+    it had, so it goes out once fixed.
+
+    ``sent`` is the number of alert payloads posted. If a post fails,
+    ``AlertmanagerError`` propagates (its ``pending`` says how many payloads
+    were not taken) and the caller keeps its old state, so the next call sends
+    everything again. Re-posting what Alertmanager already took is harmless:
+    an alert is its label set, and the same label set is the same alert.
     """
     now = _to_utc(now or datetime.now(UTC), "now")
     payloads: list[dict[str, Any]] = []
     new_state: dict[str, str] = {}
-    for row in _records(alerts_frame):
-        payload = alert_to_payload(row, now=now, ttl=ttl, generator_url=generator_url)
+    skipped: dict[str, str] = {}
+    repaired: dict[str, list[str]] = {}
+    for index, row in enumerate(_records(alerts_frame)):
+        try:
+            payload, notes = tolerant_payload(row, now=now, ttl=ttl, generator_url=generator_url)
+        except (KeyError, ValueError, TypeError, OverflowError) as exc:
+            raw_id = row.get("alert_id") if isinstance(row, Mapping) else None
+            known = not _is_null(raw_id)
+            skipped[f"alert_id={raw_id!r}" if known else f"row {index}"] = f"{type(exc).__name__}: {exc}"
+            if known and str(raw_id) in already_sent:
+                new_state[str(raw_id)] = already_sent[str(raw_id)]
+            continue
         labels = payload["labels"]
         alert_id, severity = labels["alert_id"], labels["severity"]
         if alert_id in new_state:
@@ -346,6 +388,8 @@ def deliver(
         resolved = is_resolved(row)
         state = _state_value(severity, payload_hash(payload, resolved))
         new_state[alert_id] = state
+        if notes:
+            repaired[alert_id] = notes
 
         previous = already_sent.get(alert_id)
         previous_severity = previous.split(":", 1)[0] if previous else None
@@ -363,8 +407,79 @@ def deliver(
             payloads.append(payload)
 
     for start in range(0, len(payloads), POST_BATCH_SIZE):
-        client.post(payloads[start : start + POST_BATCH_SIZE])
-    return len(payloads), new_state
+        try:
+            client.post(payloads[start : start + POST_BATCH_SIZE])
+        except AlertmanagerError as err:
+            err.pending = len(payloads) - start
+            raise
+    return Delivery(len(payloads), new_state, skipped, repaired)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What one ``deliver_report`` call did."""
+
+    sent: int  # alert payloads posted
+    state: dict[str, str]  # the new ``already_sent`` (a sensor's cursor)
+    skipped: dict[str, str] = field(default_factory=dict)  # "alert_id=..." or "row N" -> why it was left out
+    repaired: dict[str, list[str]] = field(default_factory=dict)  # alert_id -> values sent as placeholders
+
+
+# Placeholders for values an annotation or a routing label cannot carry: the alert still goes out
+# (a page with an unknown cost is still a page) and its data_warning annotation says what was odd.
+MISSING_TEXT = "(missing)"
+UNKNOWN_LABEL = "unknown"
+UNKNOWN_COST = "unknown"
+
+
+def tolerant_payload(
+    alert: Mapping[str, Any],
+    *,
+    now: datetime | None = None,
+    ttl: timedelta = DEFAULT_TTL,
+    generator_url: str | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """``alert_to_payload`` for a row with odd values; return ``(payload, notes)``.
+
+    Values that only describe the alert are replaced, never fatal: a null or
+    missing ``summary`` / ``runbook`` / ``scope`` becomes ``MISSING_TEXT``, a
+    null ``cause_family`` / ``region`` label becomes ``UNKNOWN_LABEL`` (routing
+    by severity still works), a ``usd_per_hour`` that is not a finite number is
+    sent as ``UNKNOWN_COST``, an unreadable ``first_partition_start`` is left
+    out. Each replacement is a note, and the notes travel in the alert's
+    ``data_warning`` annotation. What identifies or times the alert
+    (``alert_id``, ``severity``, ``opened_at``, ``resolved_at``) is never
+    guessed: a bad one raises as in ``alert_to_payload``.
+    """
+    if not isinstance(alert, Mapping):
+        raise TypeError(f"an alert row must be a mapping, got {type(alert).__name__}")
+    row = dict(alert)
+    notes: list[str] = []
+    for key, placeholder in (("summary", MISSING_TEXT), ("runbook", MISSING_TEXT), ("scope", MISSING_TEXT),
+                             ("cause_family", UNKNOWN_LABEL), ("region", UNKNOWN_LABEL)):
+        if _is_null(row.get(key)):
+            row[key] = placeholder
+            notes.append(f"{key} missing")
+    cost = row.get("usd_per_hour")
+    try:
+        cost_ok = math.isfinite(float(cost))
+    except (TypeError, ValueError, OverflowError):
+        cost_ok = False
+    if not cost_ok:
+        notes.append(f"usd_per_hour is not a finite number ({_text(cost)[:40]})")
+        row["usd_per_hour"] = 0.0
+    if not _is_null(row.get("first_partition_start")):
+        try:
+            _to_utc(row["first_partition_start"], "first_partition_start")
+        except (TypeError, ValueError, OverflowError):
+            notes.append(f"first_partition_start unreadable ({_text(row['first_partition_start'])[:40]})")
+            row["first_partition_start"] = None
+    payload = alert_to_payload(row, now=now, ttl=ttl, generator_url=generator_url)
+    if not cost_ok:
+        payload["annotations"]["usd_per_hour"] = UNKNOWN_COST
+    if notes:
+        payload["annotations"]["data_warning"] = "; ".join(notes)
+    return payload, notes
 
 
 def sent_state_from_cursor(cursor: str | None) -> dict[str, str]:

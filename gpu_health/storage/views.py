@@ -7,6 +7,7 @@ A finance analyst answers "what did waste cost us last week, by cause and team" 
     SELECT * FROM finance_waste_last_7_days;
 """
 
+import hashlib
 import sys
 
 import sqlalchemy as sa
@@ -53,26 +54,126 @@ VIEWS: dict[str, str] = {
 
 READ_ONLY_ROLE = "gpu_health_finance_ro"
 
+# The attributes a read-only login role must hold, stated in full at creation: PostgreSQL's
+# defaults already say the same, but an explicit list is what a reviewer reads, and no text a
+# caller passes (the password travels as a literal) can add to it.
+_PLAIN_ROLE = ("NOSUPERUSER", "NOCREATEDB", "NOCREATEROLE", "NOREPLICATION", "NOBYPASSRLS", "INHERIT")
+# PostgreSQL's table privileges (the only words re-granted from a view's ACL after a drop)
+_TABLE_PRIVILEGES = {"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER"}
 
-def create_views(engine: sa.Engine) -> None:
-    with engine.begin() as conn:
-        for name, body in VIEWS.items():
-            conn.exec_driver_sql(f"DROP VIEW IF EXISTS {name}")
-            conn.exec_driver_sql(f"CREATE VIEW {name} AS {body.strip()}")
+
+def create_views(bind: sa.Engine | sa.Connection) -> None:
+    """Create or update every finance view, keeping the privileges granted on them.
+
+    PostgreSQL: a view whose definition and underlying tables are unchanged is left
+    alone (its comment holds a fingerprint of both), so a run takes no lock on it and an
+    analyst's long query never holds a run up. Otherwise ``CREATE OR REPLACE VIEW`` keeps
+    the view's owner and grants, so the read-only role keeps reading after every pipeline
+    run; only where a new definition changes the view's columns (which ``OR REPLACE``
+    refuses) is the view dropped and created again, and the grants it held are re-applied.
+    SQLite has no grants and no ``OR REPLACE``: the view is dropped and created in the
+    same transaction.
+    """
+    if isinstance(bind, sa.Engine):
+        with bind.begin() as conn:
+            create_views(conn)
+        return
+    catalogue = _catalogue()
+    for name, body in VIEWS.items():
+        if bind.dialect.name != "postgresql":
+            bind.exec_driver_sql(f"DROP VIEW IF EXISTS {name}")
+            bind.exec_driver_sql(f"CREATE VIEW {name} AS {body.strip()}")
+            continue
+        mark = "gpu_health view " + hashlib.sha1(f"{body.strip()}|{catalogue}".encode()).hexdigest()[:16]
+        _create_or_replace_pg_view(bind, name, body.strip(), mark)
+
+
+def _catalogue() -> str:
+    """Every table and column of the schema: a view over ``a.*`` changes when its table does."""
+    from gpu_health.storage.schema import metadata
+
+    return ";".join(f"{t.name}({','.join(c.name for c in t.columns)})" for t in metadata.sorted_tables)
+
+
+def _create_or_replace_pg_view(conn: sa.Connection, name: str, body: str, mark: str) -> None:
+    from psycopg2 import sql
+
+    cur = conn.connection.dbapi_connection.cursor()
+    try:
+        cur.execute("SELECT obj_description(to_regclass(%s), 'pg_class')", (name,))
+        if cur.fetchone()[0] == mark:
+            return
+        _replace_pg_view(cur, name, body)
+        cur.execute(sql.SQL("COMMENT ON VIEW {} IS {}").format(sql.Identifier(name), sql.Literal(mark)))
+    finally:
+        cur.close()
+
+
+def _replace_pg_view(cur, name: str, body: str) -> None:
+    """``CREATE OR REPLACE VIEW``; where the columns changed, drop and create, re-granting what it held."""
+    from psycopg2 import errors, sql
+
+    cur.execute("SAVEPOINT finance_view")
+    try:
+        cur.execute(sql.SQL("CREATE OR REPLACE VIEW {} AS ").format(sql.Identifier(name)) + sql.SQL(body))
+        cur.execute("RELEASE SAVEPOINT finance_view")
+        return
+    except (errors.InvalidTableDefinition, errors.DatatypeMismatch, errors.FeatureNotSupported):
+        cur.execute("ROLLBACK TO SAVEPOINT finance_view")
+    cur.execute(
+        """SELECT CASE WHEN a.grantee = 0 THEN NULL ELSE pg_get_userbyid(a.grantee) END, a.privilege_type
+           FROM pg_class c CROSS JOIN LATERAL aclexplode(c.relacl) a
+           WHERE c.oid = to_regclass(%s) AND a.grantee <> c.relowner""",
+        (name,))
+    grants = [(who, what) for who, what in cur.fetchall() if what in _TABLE_PRIVILEGES]
+    cur.execute(sql.SQL("DROP VIEW IF EXISTS {}").format(sql.Identifier(name)))
+    cur.execute(sql.SQL("CREATE VIEW {} AS ").format(sql.Identifier(name)) + sql.SQL(body))
+    for grantee, privilege in grants:
+        cur.execute(sql.SQL("GRANT {} ON {} TO {}").format(
+            sql.SQL(privilege), sql.Identifier(name),
+            sql.SQL("PUBLIC") if grantee is None else sql.Identifier(grantee)))
 
 
 def grant_finance_read_only(engine: sa.Engine, role: str = READ_ONLY_ROLE, *, login_password: str | None = None) -> None:
-    """PostgreSQL: a role that can SELECT the finance views (and nothing else)."""
+    """PostgreSQL: a plain role that can SELECT the finance views and nothing else.
+
+    Every name and the password reach the server as ``psycopg2.sql`` identifiers and
+    literals, never pasted into the statement, so no value can add an attribute (a
+    password ``x' SUPERUSER --`` is just a password). The role is created with the
+    attributes of a plain role spelled out (``NOLOGIN`` without a password); given a
+    password, an existing role gets it (``LOGIN PASSWORD``). An existing role that holds
+    more than a plain role (superuser, create role or database, replication, bypass RLS)
+    is refused rather than handed the views. The grants survive later pipeline runs
+    (``create_views`` replaces views in place); calling this again is harmless.
+    """
     if engine.dialect.name != "postgresql":
         raise ValueError("roles exist only on PostgreSQL")
+    from psycopg2 import sql
+
     with engine.begin() as conn:
-        exists = conn.execute(sa.text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": role}).scalar()
-        if not exists:
-            login = f"LOGIN PASSWORD '{login_password}'" if login_password else "NOLOGIN"
-            conn.exec_driver_sql(f'CREATE ROLE "{role}" {login}')
-        conn.exec_driver_sql(f'GRANT USAGE ON SCHEMA public TO "{role}"')
-        for name in VIEWS:
-            conn.exec_driver_sql(f'GRANT SELECT ON {name} TO "{role}"')
+        cur = conn.connection.dbapi_connection.cursor()
+        try:
+            cur.execute("SELECT rolsuper OR rolcreaterole OR rolcreatedb OR rolreplication OR rolbypassrls "
+                        "FROM pg_roles WHERE rolname = %s", (role,))
+            row = cur.fetchone()
+            ident = sql.Identifier(role)
+            if row is None:
+                login = (sql.SQL("LOGIN PASSWORD {}").format(sql.Literal(login_password)) if login_password
+                         else sql.SQL("NOLOGIN"))
+                cur.execute(sql.SQL("CREATE ROLE {} WITH {} {}").format(
+                    ident, sql.SQL(" ").join(sql.SQL(a) for a in _PLAIN_ROLE), login))
+            elif row[0]:
+                raise ValueError(f"role {role!r} holds more than read access (superuser, create role or database, "
+                                 "replication or bypass RLS); refusing to make it the finance read-only role")
+            elif login_password:
+                cur.execute(sql.SQL("ALTER ROLE {} WITH LOGIN PASSWORD {}").format(ident, sql.Literal(login_password)))
+            cur.execute("SELECT current_schema()")
+            schema = cur.fetchone()[0]
+            cur.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), ident))
+            for name in VIEWS:
+                cur.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(sql.Identifier(name), ident))
+        finally:
+            cur.close()
 
 
 def render() -> str:

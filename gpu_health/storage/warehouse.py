@@ -31,6 +31,9 @@ _LOCK = threading.Lock()
 _CACHE: dict[tuple[str, str], list[tuple]] = {}
 _CACHE_ENTRIES_PER_TABLE = 2
 _CACHE_MAX_ROWS = 4_000_000
+# The advisory-lock key of the schema's DDL: one key for every process creating this project's
+# tables in a database (a positive 63-bit id, the range pg_advisory_xact_lock takes).
+_DDL_LOCK_KEY = stable_id("gpu_health|schema ddl") & 0x7FFFFFFFFFFFFFFF
 
 
 def engine_for(url: str) -> sa.Engine:
@@ -71,13 +74,25 @@ class Warehouse:
         self._created = False
 
     def create_all(self) -> None:
+        """Create the missing tables and the views once, whoever else is creating them.
+
+        The whole DDL runs in one transaction under a lock on the schema: on PostgreSQL a
+        transaction-scoped advisory lock (``_DDL_LOCK_KEY``), on SQLite the write lock that
+        ``BEGIN IMMEDIATE`` takes. Two first runs on a fresh database would otherwise both
+        see a table missing and both create it, and the second fails on PostgreSQL's
+        catalogue (``duplicate key ... pg_type_typname_nsp_index``). Under the lock the
+        second sees the first's committed tables and creates nothing.
+        """
         if not self._created:
             import gpu_health.metrics  # noqa: F401  (registers derived tables)
 
             from gpu_health.storage.views import create_views
 
-            metadata.create_all(self.engine)
-            create_views(self.engine)
+            with self.engine.begin() as conn:
+                if not self.is_sqlite:
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _DDL_LOCK_KEY})
+                metadata.create_all(conn)
+                create_views(conn)
             self._created = True
 
     def table(self, name: str) -> sa.Table:

@@ -105,9 +105,12 @@ def _wait_ready(proc: subprocess.Popen, url: str, log: Path) -> bool:
 
 
 def start_alertmanager(
-    base_dir: str | os.PathLike[str], config_text: str = DEFAULT_CONFIG
+    base_dir: str | os.PathLike[str], config_text: str = DEFAULT_CONFIG, port: int | None = None
 ) -> tuple[str, Callable[[], None]]:
     """Start Alertmanager with ``config_text``; return ``(base_url, stop)``.
+
+    ``port``: listen there (e.g. where a client already points, to bring an
+    Alertmanager "back up"); default a free port.
 
     Config, storage and log go to a fresh directory under ``base_dir``.
     ``base_url`` is ``http://127.0.0.1:PORT`` (no trailing slash), returned
@@ -120,8 +123,9 @@ def start_alertmanager(
     config.write_text(config_text)
     storage.mkdir()
 
+    fixed_port = port
     for attempt in range(1, _START_ATTEMPTS + 1):
-        port = _free_port()
+        port = fixed_port or _free_port()
         url = f"http://127.0.0.1:{port}"
         with log.open("ab") as log_file:
             proc = subprocess.Popen(
@@ -144,7 +148,7 @@ def start_alertmanager(
         if ready:
             break
         tail = _log_tail(log)
-        if attempt < _START_ATTEMPTS and "address already in use" in tail:
+        if attempt < _START_ATTEMPTS and "address already in use" in tail and not fixed_port:
             continue
         shutil.rmtree(root, ignore_errors=True)
         raise AlertmanagerStartError(

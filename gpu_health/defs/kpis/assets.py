@@ -5,6 +5,7 @@ import pandas as pd
 from dagster_pandera import pandera_schema_to_dagster_type
 
 from gpu_health.defs.common import KINDS, OWNERS, column_schema, derived_asset, output_metadata, window_of
+from gpu_health.defs.common import retry_transient_errors
 from gpu_health.defs.resources import WarehouseResource
 from gpu_health.metrics import charts
 from gpu_health.metrics import models as M
@@ -73,6 +74,7 @@ def build_kpi_assets(five_minute) -> list:
         check_specs=[dg.AssetCheckSpec("paid_minutes_invariant", asset="goodput_states", blocking=True,
                                        description="Every partition's states sum exactly to paid GPU-minutes.")],
     )
+    @retry_transient_errors
     def goodput(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
         wh = warehouse.get()
         start, end = window_of(context)

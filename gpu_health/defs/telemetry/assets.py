@@ -8,6 +8,7 @@ from dagster_pandera import pandera_schema_to_dagster_type
 from gpu_health.contracts import CONTRACTS, FIVE_MINUTE_SOURCES
 from gpu_health.contracts.validate import Validated, precheck, validate_frame
 from gpu_health.defs.common import KINDS, OWNERS, column_schema, contract_check_result, contract_check_spec, preview
+from gpu_health.defs.common import retry_transient_errors
 from gpu_health.defs.resources import TelemetrySourceResource, WarehouseResource
 
 OWNER = {
@@ -76,6 +77,7 @@ def build_source_asset(table: str, partitions_def) -> dg.AssetsDefinition:
                     f"in `source_rejects`.",
         metadata={"dagster/column_schema": column_schema(model), "grain": GRAIN[table]},
     )
+    @retry_transient_errors
     def _asset(context: dg.AssetExecutionContext, source: TelemetrySourceResource, warehouse: WarehouseResource):
         src = source.get()
         wh = warehouse.get()

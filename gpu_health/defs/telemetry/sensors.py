@@ -8,27 +8,65 @@ version each recent partition was run with, so that
   been requested (a partition whose files are late holds it back while later
   ready partitions still run);
 * a late or replaced file triggers the partition again (its version changes);
-* the same data never runs twice (run_key = partition + data version).
+* the same data never runs twice (run_key = partition + data version);
+* a partition whose latest run failed is requested again, with backoff and a
+  bound (``readiness.plan_retries``; run_key ``partition@version#retryN``), so a
+  fault that outlasts the steps' own retries (a database restarting) heals
+  without a changed file.
 
 The clock it judges readiness by is Dagster's partition-loading time, so a test
-pins it with ``dg.partition_loading_context(effective_dt=...)``.
+pins it with ``dg.partition_loading_context(effective_dt=...)``; the retry
+backoff is judged by the wall clock, the clock the runs' end times are on.
 """
 
 import dagster as dg
 import pandas as pd
 
 from gpu_health.defs.resources import TelemetrySourceResource
-from gpu_health.readiness import SensorCursor, plan_requests
+from gpu_health.readiness import PartitionRun, SensorCursor, plan_requests, plan_retries
+
+VERSION_TAG = "gpu_health/data_version"
+RETRY_TAG = "gpu_health/retry"
+_PARTITION_TAG = "dagster/partition"
+_STATUS = {dg.DagsterRunStatus.SUCCESS: "success", dg.DagsterRunStatus.FAILURE: "failure",
+           dg.DagsterRunStatus.CANCELED: "canceled", dg.DagsterRunStatus.CANCELING: "canceled"}
+
+
+def latest_partition_runs(instance: dg.DagsterInstance, job_name: str, since: pd.Timestamp,
+                          limit: int = 10_000) -> list[PartitionRun]:
+    """The newest run of ``job_name`` per partition key, among the runs created since ``since``."""
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(job_name=job_name, created_after=since.to_pydatetime()), limit=limit)
+    latest: dict[str, PartitionRun] = {}
+    for record in sorted(records, key=lambda r: r.create_timestamp, reverse=True):
+        run = record.dagster_run
+        key = run.tags.get(_PARTITION_TAG)
+        if key is None or key in latest:
+            continue
+        try:
+            attempt = int(run.tags.get(RETRY_TAG, 0))
+        except ValueError:
+            attempt = 0
+        ended = pd.Timestamp(record.end_time, unit="s", tz="UTC") if record.end_time else None
+        latest[key] = PartitionRun(key, run.tags.get(VERSION_TAG), attempt,
+                                   _STATUS.get(run.status, "in_progress"), ended)
+    return list(latest.values())
 
 
 def build_partition_sensor(job, partitions_def, *, grace_seconds: int = 60,
                            lookback_hours: int = 24, initial_lookback_minutes: int = 60,
-                           max_requests: int = 48) -> dg.SensorDefinition:
+                           max_requests: int = 48, max_retries: int = 3,
+                           retry_backoff_seconds: int = 60) -> dg.SensorDefinition:
+    """``max_retries`` re-requests per failed partition, after ``retry_backoff_seconds`` x 1, 2, 4, ...
+    (with the steps' own 3 retries, a run survives a fault of about a minute, the sensor one of
+    about 7 minutes: a database restart or a fail-over, longer than which a person should look)."""
+
     @dg.sensor(
         name="five_minute_partition_sensor", job=job, minimum_interval_seconds=30,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description="Requests a run of the 5-minute job for every closed partition whose source data is ready "
-                    "(after a grace period), and again when a partition's landing files arrive late or are replaced.",
+                    "(after a grace period), again when a partition's landing files arrive late or are replaced, "
+                    f"and again (up to {max_retries} times, with backoff) when its latest run failed.",
     )
     def five_minute_partition_sensor(context: dg.SensorEvaluationContext, source: TelemetrySourceResource):
         # "now" is the partition-loading context's effective time: the wall clock on a real tick,
@@ -38,13 +76,22 @@ def build_partition_sensor(job, partitions_def, *, grace_seconds: int = 60,
         now = now.tz_localize("UTC") if now.tzinfo is None else now.tz_convert("UTC")
         first = pd.Timestamp(partitions_def.start).tz_convert("UTC")
         cursor = SensorCursor.loads(context.cursor)
+        lookback = pd.Timedelta(hours=lookback_hours)
         requests, new_cursor = plan_requests(
             source.get(), cursor, now=now, partitions_start=first, grace=pd.Timedelta(seconds=grace_seconds),
-            lookback=pd.Timedelta(hours=lookback_hours), initial_lookback=pd.Timedelta(minutes=initial_lookback_minutes),
+            lookback=lookback, initial_lookback=pd.Timedelta(minutes=initial_lookback_minutes),
             max_requests=max_requests,
         )
+        wall = pd.Timestamp.now(tz="UTC")
+        fresh = {r.partition_key for r in requests}
+        retries = [r for r in plan_retries(latest_partition_runs(context.instance, job.name, wall - lookback),
+                                           new_cursor.versions, now=wall, max_retries=max_retries,
+                                           backoff=pd.Timedelta(seconds=retry_backoff_seconds))
+                   if r.partition_key not in fresh]
+        requests = requests + retries[:max(0, max_requests - len(requests))]
         for req in requests:
-            yield dg.RunRequest(partition_key=req.partition_key, run_key=req.run_key, tags={"gpu_health/data_version": req.version})
+            tags = {VERSION_TAG: req.version, **({RETRY_TAG: str(req.attempt)} if req.attempt else {})}
+            yield dg.RunRequest(partition_key=req.partition_key, run_key=req.run_key, tags=tags)
         context.update_cursor(new_cursor.dumps())
         if not requests:
             yield dg.SkipReason(f"no new ready partition; waiting on {new_cursor.next_start}")
