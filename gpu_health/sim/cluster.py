@@ -1,9 +1,14 @@
 """The simulated cluster: regions, node types, GPU inventory and scheduling lanes.
 
 The default models the brief's cluster: two regions, 80 DGX nodes, 1,200 GPUs on
-two SKUs (8-GPU DGX H100 and 16-GPU DGX-2 V100 systems). A scenario's
-``cluster:`` mapping overrides any field; ``gpus: 100000`` scales the node
-counts to the requested size (benchmarks).
+two SKUs (8-GPU DGX H100 and 16-GPU DGX-2 V100 systems). A second profile,
+``messy`` (issue #13), is another cluster with the quirks of real ones: other
+regions, three SKUs, rack-and-slot node names, eight teams with quotas and
+per-team queues, cron retrains, uninstrumented work, collectors that miss
+fields, old drivers, weak GPUs, leftover framebuffer and lost rows -- each a
+field below whose default leaves the default profile's rows unchanged. A
+scenario's ``cluster:`` names a profile or maps fields over one (``profile:``);
+``gpus: 100000`` scales the node counts to the requested size (benchmarks).
 
 Scheduling is modelled with *lanes*: a lane is a fixed group of GPUs that runs
 one job at a time (a single GPU for notebooks, a slice of a node for batch, a
