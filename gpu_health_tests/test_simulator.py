@@ -676,6 +676,9 @@ def test_messy_profile_is_another_cluster():
     assert ClusterSpec.from_config("default") == ClusterSpec()
     with pytest.raises(ValueError, match="unknown profile 'tidy'.*default.*messy"):
         ClusterSpec.from_config("tidy")
+    with pytest.raises(ValueError, match="cron team 'nobody'"):
+        ClusterSpec.from_config({"profile": "messy", "cron": [{"team": "nobody", "every_h": 24, "at_min": 0,
+                                                                "for_min": 30, "boost": 2.0}]})
 
 
 @pytest.mark.parametrize("table", FIVE_MINUTE_SOURCES)
@@ -922,3 +925,24 @@ def test_messy_knobs_default_off():
     assert len(g) == 1200 * 10 and g[["sm_active", "ecc_sbe_delta", "throttle_reasons", "power_w"]].notna().all().all()
     assert w.plan.loc[w.plan["pool"] != "interactive", "reports_metrics"].all()
     assert w.table("node_telemetry")["driver_version"].nunique() == 1
+
+
+def test_every_knob_is_a_yaml_field_of_the_cluster_mapping(tmp_path):
+    """The knobs are plain YAML: teams as a mapping, cron as a list, shares as numbers, on any profile."""
+    path = tmp_path / "custom.yaml"
+    path.write_text(
+        "seed: 3\nstart: 2026-11-02T00:00:00Z\nend: 2026-11-09T00:00:00Z\n"
+        "cluster:\n  gpus: 120\n  node_name: 'n{n:04d}-{short}.{region}'\n"
+        "  teams:\n    alpha: {weights: [1, 1, 1], models: [embedding, xgb-risk], quota: 0.7}\n"
+        "    beta: {weights: [1, 2, 1], models: [llm-finetune], sla: true}\n"
+        "  fair_share: true\n  queue_per_team: true\n"
+        "  cron: [{team: beta, every_h: 1, at_min: 0, for_min: 20, boost: 2.0}]\n"
+        "  uninstrumented: {batch: 0.5}\n  no_ecc_share: 1.0\n  row_loss_rate: 0.01\n")
+    scen = load_scenario(path)
+    assert scen.cluster.nodes["node_id"].str.match(r"^n\d{4}-(h100|v100)\.(us-east|eu-west)$").all()
+    w = Window(scen, pd.Timestamp("2026-11-03T14:00:00Z"), pd.Timestamp("2026-11-03T15:00:00Z"))
+    md, g, ev = w.table("job_metadata"), w.table("gpu_telemetry"), w.table("scheduler_events")
+    assert set(md["team"]) == {"alpha", "beta"}
+    assert g["ecc_sbe_delta"].isna().all() and 0.98 * len(scen.cluster.gpus) * 60 < len(g) < len(scen.cluster.gpus) * 60
+    assert set(ev["queue"].dropna()) <= {f"{r}/{q}" for r in ("us-east", "eu-west") for q in ("alpha", "beta", "notebooks")}
+    assert set(md.loc[md["model_type"] == "xgb-risk", "framework_version"]) == {"xgboost-2.1.1"}

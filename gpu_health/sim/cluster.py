@@ -158,6 +158,14 @@ class ClusterSpec:
             if key in config:
                 config[key] = tuple(config[key])
         spec = replace(spec, **config)
+        names = [t.name for t in spec.teams] if spec.teams else None
+        for t in spec.teams:
+            if len(t.weights) != 3 or not t.models:
+                raise ValueError(f"cluster: team {t.name!r} needs 3 weights (interactive, batch, distributed) and models")
+        for c in spec.cron:
+            from gpu_health.sim.jobs import TEAMS  # jobs imports this module
+            if c.team not in (names or TEAMS):
+                raise ValueError(f"cluster: cron team {c.team!r} is not one of the cluster's teams {names or TEAMS}")
         if gpus is not None:
             factor = float(gpus) / spec.total_gpus
             types = tuple(replace(t, nodes_per_region=max(1, round(t.nodes_per_region * factor))) for t in spec.node_types)
