@@ -1,9 +1,14 @@
 """The simulated cluster: regions, node types, GPU inventory and scheduling lanes.
 
 The default models the brief's cluster: two regions, 80 DGX nodes, 1,200 GPUs on
-two SKUs (8-GPU DGX H100 and 16-GPU DGX-2 V100 systems). A scenario's
-``cluster:`` mapping overrides any field; ``gpus: 100000`` scales the node
-counts to the requested size (benchmarks).
+two SKUs (8-GPU DGX H100 and 16-GPU DGX-2 V100 systems). A second profile,
+``messy`` (issue #13), is another cluster with the quirks of real ones: other
+regions, three SKUs, rack-and-slot node names, eight teams with quotas and
+per-team queues, cron retrains, uninstrumented work, collectors that miss
+fields, old drivers, weak GPUs, leftover framebuffer and lost rows -- each a
+field below whose default leaves the default profile's rows unchanged. A
+scenario's ``cluster:`` names a profile or maps fields over one (``profile:``);
+``gpus: 100000`` scales the node counts to the requested size (benchmarks).
 
 Scheduling is modelled with *lanes*: a lane is a fixed group of GPUs that runs
 one job at a time (a single GPU for notebooks, a slice of a node for batch, a
@@ -153,6 +158,14 @@ class ClusterSpec:
             if key in config:
                 config[key] = tuple(config[key])
         spec = replace(spec, **config)
+        names = [t.name for t in spec.teams] if spec.teams else None
+        for t in spec.teams:
+            if len(t.weights) != 3 or not t.models:
+                raise ValueError(f"cluster: team {t.name!r} needs 3 weights (interactive, batch, distributed) and models")
+        for c in spec.cron:
+            from gpu_health.sim.jobs import TEAMS  # jobs imports this module
+            if c.team not in (names or TEAMS):
+                raise ValueError(f"cluster: cron team {c.team!r} is not one of the cluster's teams {names or TEAMS}")
         if gpus is not None:
             factor = float(gpus) / spec.total_gpus
             types = tuple(replace(t, nodes_per_region=max(1, round(t.nodes_per_region * factor))) for t in spec.node_types)

@@ -11,6 +11,10 @@ before it. Every draw comes from :mod:`gpu_health.sim.hashing`, keyed by
 Demand follows the time of week: interactive work peaks in each region's
 business hours; batch retraining surges on Monday and Thursday mornings
 (weekday retrain waves), which shortens gaps and lengthens queue waits.
+On a cluster with ``teams`` / ``cron`` / ``fair_share`` (the messy profile), the
+team table, scheduled retrains and fair-share waits come from the ClusterSpec;
+``uninstrumented`` and tree models mark jobs that report no step metrics,
+``setup_median_s`` gives each training job minutes of set-up before its first step.
 Incidents that change *scheduling* (maintenance drains, faults that block a
 node, scheduler changes, dummy jobs, hangs) are applied here; incidents that
 change *speed* are applied per minute in :mod:`gpu_health.sim.telemetry`.

@@ -13,6 +13,13 @@ wait and saturated storage for I/O, packet loss and gradient-sync time for the
 network, ~100 % utilization without progress for dummy load, steps stopping
 for hangs, drained nodes in maintenance windows, and absent rows when a
 collector goes silent.
+
+The cluster's quirks (ClusterSpec knobs, off on the default profile) are benign and
+leave what real clusters leave: tree models' busy SMs with an idle tensor pipe,
+set-up minutes of low utilization before the first step, null fields on the nodes
+whose collector does not export them (never zeros), old drivers, weak GPUs' SBE
+bursts, leftover framebuffer on idle GPUs, lost GPU-minutes, a node's GPU rows
+missing for minutes while the node reports ok, and a rolling change's drains.
 """
 
 import numpy as np
@@ -609,6 +616,7 @@ def cost_capacity(scen: Scenario, day: pd.Timestamp) -> pd.DataFrame:
     inv = scen.cluster.inventory()
     day = pd.Timestamp(day).tz_convert("UTC").normalize()
     price = {"NVIDIA H100 80GB HBM3": (2.45, 4.10), "Tesla V100-SXM3-32GB": (0.85, 1.70),
+             # the public traces carry no prices: the A100 80GB is placed between the V100 and H100 rates
              "NVIDIA A100-SXM4-80GB": (1.35, 2.60)}
     dow = day.dayofweek
     rows = []
