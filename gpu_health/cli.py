@@ -4,10 +4,12 @@
     gpu-health run --start ISO --end ISO [--scenario FILE | --landing DIR | --source prometheus --prometheus-url URL]
                    [--warehouse URL]
     gpu-health evaluate --scenarios DIR --out FILE.json [--workers N] [--static-rules]
+    gpu-health export TABLE --start ISO --end ISO --out FILE.parquet|FILE.csv [--warehouse URL] [--telemetry-dir DIR]
 
 ``simulate`` writes the landing zone (contracts.md layout) and ``DIR/labels.parquet``.
 ``run`` materializes every asset of the code location for each partition in the
 range, in-process (single-run ranges of at most a day), and exits non-zero on failure.
+``export`` writes one table's rows for a range, from the SQL warehouse or the columnar telemetry store.
 
 Where the minute-grain telemetry lives: ``--telemetry-dir``; else, with an explicit ``--warehouse``, beside that
 warehouse (its own store: an evaluation's temporary warehouse never writes into the configured one); else
@@ -183,6 +185,18 @@ def report_window(start: str, end: str, *, warehouse: str | None = None, scenari
     return {}
 
 
+def export(table: str, start: str, end: str, out: str, *, warehouse: str | None = None,
+           telemetry_dir: str | None = None) -> dict:
+    from gpu_health.storage.export import export_table
+    from gpu_health.storage.warehouse import Warehouse
+
+    start_ts, end_ts = _ts(start), _ts(end)
+    if end_ts <= start_ts:
+        raise SystemExit("error: --end must be after --start")
+    url, tdir = _warehouse_location(warehouse, telemetry_dir)
+    return export_table(Warehouse(url, tdir or None), table, start_ts, end_ts, out)
+
+
 def _root_message(error) -> str:
     """The innermost cause of a step failure: the user's exception (it names file and column), not
     Dagster's "Error occurred while executing op" wrapper around it."""
@@ -223,10 +237,16 @@ def main(argv: list[str] | None = None) -> int:
     p_rep.add_argument("--end", required=True)
     p_rep.add_argument("--scenario", help="add this scenario's injected incidents (ground truth)")
     p_rep.add_argument("--out", help="write the Markdown here instead of printing it")
-    for p in (p_run, p_rep):
+    p_exp = sub.add_parser("export", help="write one table's rows for a range to Parquet or CSV, wherever it is stored")
+    p_exp.add_argument("table", help="table name, e.g. gpu_telemetry, goodput_states, alerts")
+    p_exp.add_argument("--start", required=True)
+    p_exp.add_argument("--end", required=True)
+    p_exp.add_argument("--out", required=True, help="FILE.parquet or FILE.csv (the suffix picks the format)")
+    p_exp.add_argument("--warehouse", help="SQLAlchemy URL (default: $GPU_HEALTH_WAREHOUSE_URL or sqlite:///var/warehouse.db)")
+    for p in (p_run, p_rep, p_exp):
         p.add_argument("--telemetry-dir", help="the columnar telemetry store (default: $GPU_HEALTH_TELEMETRY_DIR, or "
                                                "beside a SQLite warehouse: var/warehouse.db -> var/telemetry/)")
-    for p in (p_sim, p_run, p_eval, p_rep):
+    for p in (p_sim, p_run, p_eval, p_rep, p_exp):
         p.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
@@ -255,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "report":
             out = report_window(args.start, args.end, warehouse=args.warehouse, scenario=args.scenario, out=args.out,
                                 telemetry_dir=args.telemetry_dir)
+        elif args.command == "export":
+            out = export(args.table, args.start, args.end, args.out, warehouse=args.warehouse,
+                         telemetry_dir=args.telemetry_dir)
         else:
             if args.source == "prometheus" and not args.prometheus_url:
                 parser.error("--source prometheus needs --prometheus-url")

@@ -1,4 +1,4 @@
-"""The columnar telemetry store: layout, round trips, partition replaces, atomic files.
+"""The columnar telemetry store: layout, round trips, partition replaces, atomic files, export.
 
 The warehouse-level behaviour every table shares (idempotent re-runs, racing runs, round trips on SQLite and
 PostgreSQL) is in test_warehouse.py, which runs the telemetry tables through the store too.
@@ -15,12 +15,13 @@ import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
 
+from gpu_health.cli import main
 from gpu_health.contracts import CONTRACTS, PARTITION_COLUMN
 from gpu_health.contracts.validate import validate_frame
 from gpu_health.sim.scenario import load_scenario
-from gpu_health.sim.telemetry import Window
+from gpu_health.sim.telemetry import Window, cost_capacity
 from gpu_health.storage import telemetry_store
-from gpu_health.storage.schema import COLUMNAR_TABLES, arrow_schema, grain
+from gpu_health.storage.schema import COLUMNAR_TABLES, arrow_schema, grain, metadata
 from gpu_health.storage.telemetry_store import TelemetryStore, default_telemetry_dir
 from gpu_health.storage.warehouse import Warehouse
 from gpu_health_tests.conftest import THERMAL_WEEK
@@ -310,3 +311,45 @@ def test_duckdb_reads_the_layout_as_hive_partitions(tmp_path, frames):
     assert got["n"].tolist() == [len(gpu), len(gpu)]
     assert got["nulls"].tolist() == [int(gpu["throttle_reasons"].isna().sum())] * 2
     assert pd.Timestamp(got["first"].iloc[0]).tz_convert("UTC") == T0
+
+
+# --- export ---------------------------------------------------------------------------------------
+def test_export_writes_any_table_for_a_range_to_parquet_and_csv(tmp_path, frames, capsys):
+    url = f"sqlite:///{tmp_path / 'warehouse.db'}"
+    wh = Warehouse(url)
+    node = frames["node_telemetry"]
+    wh.replace_window("node_telemetry", pd.concat([node, shifted(node, FIVE)], ignore_index=True), T0, T0 + 2 * FIVE)
+    scen = load_scenario(THERMAL_WEEK)
+    day0 = T0.normalize()
+    for day in (day0, day0 + pd.Timedelta(days=1)):
+        wh.replace_window("cost_capacity", cost_capacity(scen, day), day, day + pd.Timedelta(days=1))
+    iso = "%Y-%m-%dT%H:%M:%SZ"
+
+    def export(table, start, end, out):
+        code = main(["export", table, "--start", start.strftime(iso), "--end", end.strftime(iso), "--out", str(out),
+                     "--warehouse", url])
+        return code, capsys.readouterr()
+
+    # a columnar table, one partition of the two, as Parquet and as CSV
+    code, _ = export("node_telemetry", T0 + FIVE, T0 + 2 * FIVE, tmp_path / "out" / "node.parquet")
+    assert code == 0
+    back = pd.read_parquet(tmp_path / "out" / "node.parquet")
+    assert pq.read_schema(tmp_path / "out" / "node.parquet").names == arrow_schema("node_telemetry").names
+    assert len(back) == len(node) and back["ts"].min() == T0 + FIVE
+    code, _ = export("node_telemetry", T0, T0 + 2 * FIVE, tmp_path / "node.csv")
+    csv = pd.read_csv(tmp_path / "node.csv")
+    assert code == 0 and len(csv) == 2 * len(node) and list(csv.columns) == list(node.columns)
+    assert pd.to_datetime(csv["ts"], utc=True).min() == T0
+    # a SQL table over a range crossing midnight: each day it overlaps once
+    code, out = export("cost_capacity", T0, day0 + pd.Timedelta(days=1, hours=1), tmp_path / "cost.csv")
+    cost = pd.read_csv(tmp_path / "cost.csv")
+    assert code == 0 and len(cost) == 2 * len(cost_capacity(scen, day0)) and cost["date"].nunique() == 2
+    assert '"stored": "SQL warehouse"' in out.out
+    code, _ = export("cost_capacity", T0, T0 + FIVE, tmp_path / "cost.parquet")
+    assert code == 0 and pq.read_schema(tmp_path / "cost.parquet").field("date").type == pa.date32()
+    # errors name what is wrong and leave no file
+    code, out = export("no_such_table", T0, T0 + FIVE, tmp_path / "x.parquet")
+    assert code == 1 and "unknown table" in out.err and not (tmp_path / "x.parquet").exists()
+    code, out = export("node_telemetry", T0, T0 + FIVE, tmp_path / "x.json")
+    assert code == 1 and ".parquet" in out.err and not list(tmp_path.glob("*x.json*"))
+    assert set(metadata.tables) >= COLUMNAR_TABLES
