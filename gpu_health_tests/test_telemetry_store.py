@@ -169,6 +169,8 @@ def test_rows_outside_the_window_and_partial_deletes_are_refused_and_nothing_is_
     gpu = frames["gpu_telemetry"]
     with pytest.raises(ValueError, match="outside the window"):
         store.replace_window("gpu_telemetry", gpu, T0 + MINUTE, T0 + FIVE)
+    with pytest.raises(ValueError, match="non-nullable"):
+        store.replace_window("gpu_telemetry", gpu.assign(ts=gpu["ts"].where(gpu.index != gpu.index[3])), T0, T0 + FIVE)
     with pytest.raises(ValueError, match="where"):
         store.replace_window("gpu_telemetry", gpu, T0, T0 + FIVE, where={"region": "us-east"})
     with pytest.raises(ValueError, match="needs a window"):

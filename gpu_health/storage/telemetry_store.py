@@ -266,7 +266,8 @@ def to_arrow(frame: pd.DataFrame, schema: pa.Schema, table: str) -> pa.Table:
         if pa.types.is_timestamp(field.type):
             s = pd.to_datetime(s, utc=True)
         cols[field.name] = s
-    # safe=True: a value the type cannot hold exactly (a nanosecond, a fractional int) raises instead of being cut
+    # safe=True: a value the type cannot hold exactly (a nanosecond, a fractional int) raises instead of being cut;
+    # a null in a column the catalogue declares NOT NULL raises too (pyarrow checks non-nullable fields)
     return pa.Table.from_pandas(pd.DataFrame(cols), schema=schema, preserve_index=False, safe=True)
 
 
