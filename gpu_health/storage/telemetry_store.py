@@ -27,6 +27,8 @@ partitions in several processes (stack-notes.md); a file per partition has no sh
 """
 
 import fcntl
+import functools
+import io
 import os
 import threading
 from contextlib import contextmanager
@@ -112,7 +114,7 @@ class TelemetryStore:
                 part = data.slice(bounds[i], bounds[i + 1] - bounds[i])
                 if s < start or s + PARTITION > end:  # the window cuts this partition: keep its rows outside
                     part = self._merge_cut(table, s, part, lo_us, hi_us)
-                self._write(self.partition_path(table, s), part)
+                self._write(self.partition_path(table, s), part, table)
         return len(frame)
 
     def _merge_cut(self, table: str, slot: pd.Timestamp, new: pa.Table, lo_us: int, hi_us: int) -> pa.Table:
@@ -126,13 +128,14 @@ class TelemetryStore:
         return both.take(np.lexsort(_sort_keys(both, table)[::-1]))
 
     @staticmethod
-    def _write(path: Path, data: pa.Table) -> None:
+    def _write(path: Path, data: pa.Table, table: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
-            # store_schema=False: no serialized Arrow schema in the footer (~1 KB a file); the Parquet logical types
-            # (UTC-adjusted microsecond timestamps included) already say everything a reader needs
-            pq.write_table(data, tmp, compression=COMPRESSION, store_schema=False)
+            if data.num_rows:
+                _write_parquet(data, tmp)
+            else:  # the same bytes for every empty partition of a table: serialized once
+                tmp.write_bytes(_empty_file(table))
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
@@ -241,8 +244,22 @@ def _sort_keys(data: pa.Table, table: str) -> list[np.ndarray]:
     return keys
 
 
+@functools.cache
 def _schema(table: str) -> pa.Schema:
     return arrow_schema(table, descriptions=False)
+
+
+def _write_parquet(data: pa.Table, where) -> None:
+    # store_schema=False: no serialized Arrow schema in the footer (~1 KB a file); the Parquet logical types
+    # (UTC-adjusted microsecond timestamps included) already say everything a reader needs
+    pq.write_table(data, where, compression=COMPRESSION, store_schema=False)
+
+
+@functools.cache
+def _empty_file(table: str) -> bytes:
+    buf = io.BytesIO()
+    _write_parquet(_schema(table).empty_table(), buf)
+    return buf.getvalue()
 
 
 def _model(table: str):
