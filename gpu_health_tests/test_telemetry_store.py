@@ -21,7 +21,7 @@ from gpu_health.contracts.validate import validate_frame
 from gpu_health.sim.scenario import load_scenario
 from gpu_health.sim.telemetry import Window, cost_capacity
 from gpu_health.storage import telemetry_store
-from gpu_health.storage.schema import COLUMNAR_TABLES, arrow_schema, grain, metadata
+from gpu_health.storage.schema import COLUMNAR_TABLES, arrow_schema, grain
 from gpu_health.storage.telemetry_store import TelemetryStore, default_telemetry_dir
 from gpu_health.storage.warehouse import Warehouse
 from gpu_health_tests.conftest import THERMAL_WEEK
@@ -354,4 +354,3 @@ def test_export_writes_any_table_for_a_range_to_parquet_and_csv(tmp_path, frames
     assert code == 1 and "unknown table" in out.err and not (tmp_path / "x.parquet").exists()
     code, out = export("node_telemetry", T0, T0 + FIVE, tmp_path / "x.json")
     assert code == 1 and ".parquet" in out.err and not list(tmp_path.glob("*x.json*"))
-    assert set(metadata.tables) >= COLUMNAR_TABLES
