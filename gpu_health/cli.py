@@ -4,10 +4,16 @@
     gpu-health run --start ISO --end ISO [--scenario FILE | --landing DIR | --source prometheus --prometheus-url URL]
                    [--warehouse URL]
     gpu-health evaluate --scenarios DIR --out FILE.json [--workers N] [--static-rules]
+    gpu-health export TABLE --start ISO --end ISO --out FILE.parquet|FILE.csv [--warehouse URL] [--telemetry-dir DIR]
 
 ``simulate`` writes the landing zone (contracts.md layout) and ``DIR/labels.parquet``.
 ``run`` materializes every asset of the code location for each partition in the
 range, in-process (single-run ranges of at most a day), and exits non-zero on failure.
+``export`` writes one table's rows for a range, from the SQL warehouse or the columnar telemetry store.
+
+Where the minute-grain telemetry lives: ``--telemetry-dir``; else, with an explicit ``--warehouse``, beside that
+warehouse (its own store: an evaluation's temporary warehouse never writes into the configured one); else
+``$GPU_HEALTH_TELEMETRY_DIR``, else beside the default warehouse (``var/telemetry/``).
 """
 
 import argparse
@@ -84,10 +90,20 @@ def simulate(scenario_path: str, landing: str, start: str | None, end: str | Non
     return {"landing": str(root), "files": files + 2, "rows": rows, "incidents": len(labels), "seconds": round(time.time() - t0, 1)}
 
 
+def _warehouse_location(warehouse: str | None, telemetry_dir: str | None) -> tuple[str, str]:
+    """(warehouse URL, telemetry dir or "" for the default beside it), as the module docstring says."""
+    from gpu_health.definitions import default_resources
+
+    configured = default_resources()["warehouse"]
+    if warehouse:
+        return warehouse, telemetry_dir or ""
+    return configured.url, telemetry_dir or configured.telemetry_dir
+
+
 # --- run ---------------------------------------------------------------------------------
 def run(start: str, end: str, *, scenario: str | None = None, landing: str | None = None, source: str | None = None,
         prometheus_url: str | None = None, warehouse: str | None = None, partition_start: str | None = None,
-        quiet: bool = False) -> dict:
+        quiet: bool = False, telemetry_dir: str | None = None) -> dict:
     import dagster as dg
 
     from gpu_health.definitions import build_definitions, default_resources
@@ -100,10 +116,11 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
         raise SystemExit("error: --end must be after --start")
     kind = source or ("landing" if landing else "simulator")
     resources = default_resources()
-    url = warehouse or resources["warehouse"].url
+    url, tdir = _warehouse_location(warehouse, telemetry_dir)
     src = TelemetrySourceResource(kind=kind, scenario=scenario or "", landing_dir=landing or "var/landing",
                                   prometheus_url=prometheus_url or "")
-    resources.update(warehouse=WarehouseResource(url=url), warehouse_io_manager=WarehouseIOManager(url=url), source=src)
+    resources.update(warehouse=WarehouseResource(url=url, telemetry_dir=tdir),
+                     warehouse_io_manager=WarehouseIOManager(url=url, telemetry_dir=tdir), source=src)
     # the code location's partitions must cover the range: by default they start on its first day
     settings = Settings(partition_start=partition_start or start_ts.normalize().strftime(FIVE_MINUTE_FMT))
     defs = build_definitions(settings, resources)
@@ -146,8 +163,7 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
 
 
 def report_window(start: str, end: str, *, warehouse: str | None = None, scenario: str | None = None,
-                  out: str | None = None) -> dict:
-    from gpu_health.definitions import default_resources
+                  out: str | None = None, telemetry_dir: str | None = None) -> dict:
     from gpu_health.report import markdown
     from gpu_health.storage.warehouse import Warehouse
 
@@ -160,12 +176,25 @@ def report_window(start: str, end: str, *, warehouse: str | None = None, scenari
 
         labels = labels_frame(load_scenario(scenario))
         incidents = labels[(labels["start"] < end_ts) & (labels["end"] > start_ts)]
-    text = markdown(Warehouse(warehouse or default_resources()["warehouse"].url), start_ts, end_ts, incidents=incidents)
+    url, tdir = _warehouse_location(warehouse, telemetry_dir)
+    text = markdown(Warehouse(url, tdir or None), start_ts, end_ts, incidents=incidents)
     if out:
         Path(out).write_text(text)
         return {"report": out}
     print(text)
     return {}
+
+
+def export(table: str, start: str, end: str, out: str, *, warehouse: str | None = None,
+           telemetry_dir: str | None = None) -> dict:
+    from gpu_health.storage.export import export_table
+    from gpu_health.storage.warehouse import Warehouse
+
+    start_ts, end_ts = _ts(start), _ts(end)
+    if end_ts <= start_ts:
+        raise SystemExit("error: --end must be after --start")
+    url, tdir = _warehouse_location(warehouse, telemetry_dir)
+    return export_table(Warehouse(url, tdir or None), table, start_ts, end_ts, out)
 
 
 def _root_message(error) -> str:
@@ -208,7 +237,16 @@ def main(argv: list[str] | None = None) -> int:
     p_rep.add_argument("--end", required=True)
     p_rep.add_argument("--scenario", help="add this scenario's injected incidents (ground truth)")
     p_rep.add_argument("--out", help="write the Markdown here instead of printing it")
-    for p in (p_sim, p_run, p_eval, p_rep):
+    p_exp = sub.add_parser("export", help="write one table's rows for a range to Parquet or CSV, wherever it is stored")
+    p_exp.add_argument("table", help="table name, e.g. gpu_telemetry, goodput_states, alerts")
+    p_exp.add_argument("--start", required=True)
+    p_exp.add_argument("--end", required=True)
+    p_exp.add_argument("--out", required=True, help="FILE.parquet or FILE.csv (the suffix picks the format)")
+    p_exp.add_argument("--warehouse", help="SQLAlchemy URL (default: $GPU_HEALTH_WAREHOUSE_URL or sqlite:///var/warehouse.db)")
+    for p in (p_run, p_rep, p_exp):
+        p.add_argument("--telemetry-dir", help="the columnar telemetry store (default: $GPU_HEALTH_TELEMETRY_DIR, or "
+                                               "beside a SQLite warehouse: var/warehouse.db -> var/telemetry/)")
+    for p in (p_sim, p_run, p_eval, p_rep, p_exp):
         p.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
@@ -235,13 +273,17 @@ def main(argv: list[str] | None = None) -> int:
             print(table(report))
             out = report["overall"]
         elif args.command == "report":
-            out = report_window(args.start, args.end, warehouse=args.warehouse, scenario=args.scenario, out=args.out)
+            out = report_window(args.start, args.end, warehouse=args.warehouse, scenario=args.scenario, out=args.out,
+                                telemetry_dir=args.telemetry_dir)
+        elif args.command == "export":
+            out = export(args.table, args.start, args.end, args.out, warehouse=args.warehouse,
+                         telemetry_dir=args.telemetry_dir)
         else:
             if args.source == "prometheus" and not args.prometheus_url:
                 parser.error("--source prometheus needs --prometheus-url")
             out = run(args.start, args.end, scenario=args.scenario, landing=args.landing, source=args.source,
                       prometheus_url=args.prometheus_url, warehouse=args.warehouse,
-                      partition_start=args.partition_start, quiet=args.quiet)
+                      partition_start=args.partition_start, quiet=args.quiet, telemetry_dir=args.telemetry_dir)
     except (RuntimeError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -16,14 +16,16 @@ from gpu_health.partitions import daily_partitions, five_minute_partitions
 from gpu_health.settings import Settings
 
 WAREHOUSE_URL = dg.EnvVar("GPU_HEALTH_WAREHOUSE_URL")
+TELEMETRY_DIR = dg.EnvVar("GPU_HEALTH_TELEMETRY_DIR")
 
 
 def default_resources() -> dict:
     """Resources from the environment (README: Configuration)."""
     url = WAREHOUSE_URL.get_value("sqlite:///var/warehouse.db")
+    telemetry_dir = TELEMETRY_DIR.get_value("")  # empty: beside the warehouse (WarehouseResource)
     return {
-        "warehouse": WarehouseResource(url=url),
-        "warehouse_io_manager": WarehouseIOManager(url=url),
+        "warehouse": WarehouseResource(url=url, telemetry_dir=telemetry_dir),
+        "warehouse_io_manager": WarehouseIOManager(url=url, telemetry_dir=telemetry_dir),
         "source": TelemetrySourceResource(
             kind=dg.EnvVar("GPU_HEALTH_SOURCE").get_value("simulator"),
             scenario=dg.EnvVar("GPU_HEALTH_SCENARIO").get_value(""),

@@ -20,9 +20,11 @@ def test_full_partition_path_on_postgres(postgres_url, tmp_path):
         "seed": 5, "start": "2026-11-03T11:00:00Z", "end": "2026-11-03T12:00:00Z",
         "incidents": [{"kind": "thermal_throttle", "start": "2026-11-03T11:32:00Z", "duration": "20m",
                        "severity": "high", "scope": {"region": "us-east", "nodes": 2}, "magnitude": 0.38}]}))
-    summary = run("2026-11-03T11:00:00Z", "2026-11-03T12:00:00Z", scenario=str(scenario), warehouse=url, quiet=True)
+    telemetry = str(tmp_path / "telemetry")  # the PostgreSQL default (var/telemetry/) is shared: the test's own
+    summary = run("2026-11-03T11:00:00Z", "2026-11-03T12:00:00Z", scenario=str(scenario), warehouse=url, quiet=True,
+                  telemetry_dir=telemetry)
     assert summary["partitions"] == 12
-    wh = Warehouse(url)
+    wh = Warehouse(url, telemetry)
     assert wh.count("gpu_telemetry") == 1200 * 60
     states = wh.read_window("goodput_states")
     paid = states.groupby("partition_start")["gpu_minutes"].sum()

@@ -21,7 +21,7 @@ from gpu_health.contracts import CONTRACTS, FIVE_MINUTE_SOURCES, PARTITION_COLUM
 from gpu_health.contracts.validate import validate_frame
 from gpu_health.sim.scenario import load_scenario
 from gpu_health.sim.telemetry import Window, cost_capacity, maintenance_windows
-from gpu_health.storage.schema import grain, metadata, render_sql
+from gpu_health.storage.schema import COLUMNAR_TABLES, grain, metadata, render_sql
 from gpu_health.storage.warehouse import Warehouse, engine_for
 from gpu_health_tests.conftest import REPO, THERMAL_WEEK
 
@@ -110,6 +110,12 @@ def pg_url(postgres_url):
     conn.close()
 
 
+@pytest.fixture
+def telemetry_dir(tmp_path) -> str:
+    """The test's own columnar telemetry store (the PostgreSQL default, var/telemetry/, is shared)."""
+    return str(tmp_path / "telemetry")
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def warehouse_url(request, sqlite_url):
     if request.param == "sqlite":
@@ -118,8 +124,8 @@ def warehouse_url(request, sqlite_url):
 
 
 # --- idempotent writes --------------------------------------------------------------------
-def test_rerunning_a_partition_keeps_one_copy_and_leaves_neighbours(warehouse_url, frames):
-    wh = Warehouse(warehouse_url)
+def test_rerunning_a_partition_keeps_one_copy_and_leaves_neighbours(warehouse_url, frames, telemetry_dir):
+    wh = Warehouse(warehouse_url, telemetry_dir)
     gpu = frames["gpu_telemetry"]
     before = gpu.assign(ts=gpu["ts"] - pd.Timedelta(minutes=5))  # the previous partition
     wh.replace_window("gpu_telemetry", before, T0 - pd.Timedelta(minutes=5), T0)
@@ -145,14 +151,14 @@ def test_rerunning_a_partition_keeps_one_copy_and_leaves_neighbours(warehouse_ur
     assert wh.count("gpu_telemetry") == len(before)
 
 
-def _race(url: str, table: str, versions: list[pd.DataFrame], start, end, **kw) -> list[BaseException]:
+def _race(url: str, telemetry_dir: str, table: str, versions: list[pd.DataFrame], start, end, **kw) -> list[BaseException]:
     """Every frame in ``versions`` written to the same window at once, one thread each."""
     barrier = threading.Barrier(len(versions))
     errors: list[BaseException] = []
 
     def write(frame):
         try:
-            wh = Warehouse(url)
+            wh = Warehouse(url, telemetry_dir)
             barrier.wait()
             wh.replace_window(table, frame, start, end, **kw)
         except BaseException as err:  # collected and reported by the test
@@ -166,14 +172,14 @@ def _race(url: str, table: str, versions: list[pd.DataFrame], start, end, **kw) 
     return errors
 
 
-def test_two_runs_racing_one_partition_leave_exactly_one_copy(warehouse_url, frames):
+def test_two_runs_racing_one_partition_leave_exactly_one_copy(warehouse_url, frames, telemetry_dir):
     gpu = frames["gpu_telemetry"]
     first = gpu
     second = gpu.assign(power_w=gpu["power_w"] + 1.0)  # the other run read a corrected file
-    wh = Warehouse(warehouse_url)
+    wh = Warehouse(warehouse_url, telemetry_dir)
     wh.replace_window("gpu_telemetry", gpu.iloc[:10], T0, T1)  # an earlier run's rows are there
     for round_ in range(3):
-        errors = _race(warehouse_url, "gpu_telemetry", [first, second], T0, T1)
+        errors = _race(warehouse_url, telemetry_dir, "gpu_telemetry", [first, second], T0, T1)
         assert errors == [], f"round {round_}: a racing writer failed: {errors!r}"
         got = sort_by_grain(wh.read_window("gpu_telemetry", T0, T1), "gpu_telemetry")
         assert len(got) == len(gpu)
@@ -183,8 +189,8 @@ def test_two_runs_racing_one_partition_leave_exactly_one_copy(warehouse_url, fra
         assert any(got["power_w"].equals(e) for e in expected), f"round {round_}: rows of both runs mixed"
 
 
-def test_where_narrows_the_replaced_rows_to_one_source(warehouse_url, frames):
-    wh = Warehouse(warehouse_url)
+def test_where_narrows_the_replaced_rows_to_one_source(warehouse_url, frames, telemetry_dir):
+    wh = Warehouse(warehouse_url, telemetry_dir)
 
     def rejects(table: str, bad_rows: int, column: str, value) -> pd.DataFrame:
         frame = frames[table].copy()
@@ -210,8 +216,8 @@ def test_where_narrows_the_replaced_rows_to_one_source(warehouse_url, frames):
 
 
 # --- round trips -------------------------------------------------------------------------
-def test_every_source_table_round_trips_values_and_dtypes(warehouse_url, frames):
-    wh = Warehouse(warehouse_url)
+def test_every_source_table_round_trips_values_and_dtypes(warehouse_url, frames, telemetry_dir):
+    wh = Warehouse(warehouse_url, telemetry_dir)
     for table, frame in frames.items():
         start, end = bounds(table)
         wh.replace_window(table, frame, start, end)
@@ -245,8 +251,8 @@ def test_every_source_table_round_trips_values_and_dtypes(warehouse_url, frames)
     assert jobs["sla_deadline"].isna().any() and jobs["sla_deadline"].notna().any()
 
 
-def test_a_daily_table_read_for_a_window_gets_the_days_it_overlaps(warehouse_url, frames):
-    wh = Warehouse(warehouse_url)
+def test_a_daily_table_read_for_a_window_gets_the_days_it_overlaps(warehouse_url, frames, telemetry_dir):
+    wh = Warehouse(warehouse_url, telemetry_dir)
     cost = frames["cost_capacity"]
     next_day = cost.assign(date=[(DAY1).date()] * len(cost), capacity_gpus=cost["capacity_gpus"] + 8)
     wh.replace_window("cost_capacity", cost, DAY0, DAY1)
@@ -262,9 +268,9 @@ def test_a_daily_table_read_for_a_window_gets_the_days_it_overlaps(warehouse_url
     assert wh.count("cost_capacity") == 2 * len(cost)
 
 
-def test_reads_from_the_write_through_cache_equal_database_reads(warehouse_url, frames, monkeypatch):
+def test_reads_from_the_write_through_cache_equal_database_reads(warehouse_url, frames, monkeypatch, telemetry_dir):
     monkeypatch.setenv(CACHE_ENV, "1")
-    wh = Warehouse(warehouse_url)
+    wh = Warehouse(warehouse_url, telemetry_dir)
     wh.replace_window("gpu_telemetry", frames["gpu_telemetry"], T0, T1)
     wh.replace_window("cost_capacity", frames["cost_capacity"], DAY0, DAY1)
     minute = T0 + pd.Timedelta(minutes=2)
@@ -281,8 +287,8 @@ def test_reads_from_the_write_through_cache_equal_database_reads(warehouse_url, 
         assert len(stored), w
 
 
-def test_read_window_is_half_open(warehouse_url, frames):
-    wh = Warehouse(warehouse_url)
+def test_read_window_is_half_open(warehouse_url, frames, telemetry_dir):
+    wh = Warehouse(warehouse_url, telemetry_dir)
     gpu = frames["gpu_telemetry"]
     wh.replace_window("gpu_telemetry", gpu, T0, T1)
     minute = T0 + pd.Timedelta(minutes=2)
@@ -292,8 +298,8 @@ def test_read_window_is_half_open(warehouse_url, frames):
     assert wh.read_window("gpu_telemetry", T1, T1 + pd.Timedelta(minutes=5)).empty
 
 
-def test_last_partition_by_is_each_groups_latest_partition_in_the_half_open_window(warehouse_url):
-    wh = Warehouse(warehouse_url)
+def test_last_partition_by_is_each_groups_latest_partition_in_the_half_open_window(warehouse_url, telemetry_dir):
+    wh = Warehouse(warehouse_url, telemetry_dir)
     five = pd.Timedelta(minutes=5)
     rows = pd.DataFrame({"partition_start": [T0, T0 + five, T0 + 2 * five, T0, T0 + 3 * five],
                          "region": ["a", "a", "a", "b", "b"], "node_id": ["n1", "n1", "n2", "n3", "n3"],
@@ -347,5 +353,6 @@ def test_schema_sql_creates_every_table_on_postgresql(pg_url):
     finally:
         engine.dispose()
     declared = {line.split()[2] for line in SCHEMA_SQL.read_text().splitlines() if line.startswith("CREATE TABLE ")}
-    assert declared >= set(CONTRACTS) | {"source_rejects"}
+    assert declared >= (set(CONTRACTS) - COLUMNAR_TABLES) | {"source_rejects"}
+    assert not declared & COLUMNAR_TABLES  # minute-grain telemetry lives in the columnar store, never in SQL
     assert created == declared

@@ -1,5 +1,8 @@
 -- Generated from gpu_health/storage/schema.py by `python -m gpu_health.storage.schema`.
 -- Do not edit by hand: a test fails when this file and the module drift.
+--
+-- Not in SQL: the minute-grain telemetry tables gpu_telemetry, job_runtime_metrics, network_telemetry, node_telemetry are stored
+-- as Parquet in the telemetry store, <telemetry_dir>/<table>/date=YYYY-MM-DD/<HHMM>.parquet (README).
 
 CREATE TABLE alerts (
 	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
@@ -138,28 +141,6 @@ CREATE TABLE goodput_states (
 	CONSTRAINT pk_goodput_states PRIMARY KEY (partition_start, region, sku, workload_class, team, state)
 );
 
-CREATE TABLE gpu_telemetry (
-	ts TIMESTAMP WITH TIME ZONE NOT NULL, 
-	region TEXT NOT NULL, 
-	node_id TEXT NOT NULL, 
-	gpu_index BIGINT NOT NULL, 
-	gpu_uuid TEXT NOT NULL, 
-	sku TEXT NOT NULL, 
-	job_id TEXT, 
-	gpu_util_pct FLOAT NOT NULL, 
-	sm_active FLOAT, 
-	tensor_active FLOAT, 
-	fb_used_mib FLOAT NOT NULL, 
-	power_w FLOAT, 
-	temp_c FLOAT, 
-	sm_clock_mhz FLOAT NOT NULL, 
-	throttle_reasons BIGINT, 
-	ecc_sbe_delta BIGINT, 
-	ecc_dbe_delta BIGINT, 
-	xid BIGINT NOT NULL, 
-	CONSTRAINT pk_gpu_telemetry PRIMARY KEY (ts, gpu_uuid)
-);
-
 CREATE TABLE job_failures (
 	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
 	job_id TEXT NOT NULL, 
@@ -190,21 +171,6 @@ CREATE TABLE job_metadata (
 	framework_version TEXT NOT NULL, 
 	sla_deadline TIMESTAMP WITH TIME ZONE, 
 	CONSTRAINT pk_job_metadata PRIMARY KEY (submitted_at, job_id)
-);
-
-CREATE TABLE job_runtime_metrics (
-	ts TIMESTAMP WITH TIME ZONE NOT NULL, 
-	job_id TEXT NOT NULL, 
-	steps BIGINT NOT NULL, 
-	samples BIGINT NOT NULL, 
-	last_step BIGINT NOT NULL, 
-	step_time_s FLOAT, 
-	data_loader_time_s FLOAT, 
-	grad_sync_time_s FLOAT, 
-	checkpoint_time_s FLOAT NOT NULL, 
-	loss FLOAT, 
-	last_checkpoint_step BIGINT, 
-	CONSTRAINT pk_job_runtime_metrics PRIMARY KEY (ts, job_id)
 );
 
 CREATE TABLE kpi_baselines (
@@ -248,20 +214,6 @@ CREATE TABLE maintenance_windows (
 	CONSTRAINT pk_maintenance_windows PRIMARY KEY (window_id)
 );
 
-CREATE TABLE network_telemetry (
-	ts TIMESTAMP WITH TIME ZONE NOT NULL, 
-	region TEXT NOT NULL, 
-	node_id TEXT NOT NULL, 
-	link_id TEXT NOT NULL, 
-	rx_gbps FLOAT NOT NULL, 
-	tx_gbps FLOAT NOT NULL, 
-	packet_loss_pct FLOAT NOT NULL, 
-	retransmits BIGINT, 
-	latency_us FLOAT, 
-	link_up BOOLEAN NOT NULL, 
-	CONSTRAINT pk_network_telemetry PRIMARY KEY (ts, node_id, link_id)
-);
-
 CREATE TABLE node_inventory (
 	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
 	region TEXT NOT NULL, 
@@ -271,22 +223,6 @@ CREATE TABLE node_inventory (
 	driver_version TEXT NOT NULL, 
 	fatal_gpus BIGINT NOT NULL, 
 	CONSTRAINT pk_node_inventory PRIMARY KEY (partition_start, node_id)
-);
-
-CREATE TABLE node_telemetry (
-	ts TIMESTAMP WITH TIME ZONE NOT NULL, 
-	region TEXT NOT NULL, 
-	node_id TEXT NOT NULL, 
-	sku TEXT NOT NULL, 
-	cpu_util_pct FLOAT NOT NULL, 
-	mem_used_pct FLOAT NOT NULL, 
-	disk_read_mbps FLOAT NOT NULL, 
-	disk_write_mbps FLOAT NOT NULL, 
-	nvme_util_pct FLOAT NOT NULL, 
-	driver_version TEXT NOT NULL, 
-	kernel_version TEXT NOT NULL, 
-	health TEXT NOT NULL, 
-	CONSTRAINT pk_node_telemetry PRIMARY KEY (ts, node_id)
 );
 
 CREATE TABLE scheduler_events (

@@ -15,12 +15,15 @@ _SOURCES_LOCK = threading.Lock()
 
 
 class WarehouseResource(dg.ConfigurableResource):
-    """SQLite by default; PostgreSQL by URL (``GPU_HEALTH_WAREHOUSE_URL``)."""
+    """SQLite by default; PostgreSQL by URL (``GPU_HEALTH_WAREHOUSE_URL``). The minute-grain telemetry lives in
+    the columnar store at ``telemetry_dir`` (``GPU_HEALTH_TELEMETRY_DIR``; empty: beside a SQLite file,
+    ``var/warehouse.db`` -> ``var/telemetry/``, and ``var/telemetry/`` for PostgreSQL)."""
 
     url: str = DEFAULT_WAREHOUSE_URL
+    telemetry_dir: str = ""
 
     def get(self) -> Warehouse:
-        return Warehouse(self.url)
+        return Warehouse(self.url, self.telemetry_dir or None)
 
 
 class TelemetrySourceResource(dg.ConfigurableResource):
@@ -76,11 +79,12 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
     """
 
     url: str = DEFAULT_WAREHOUSE_URL
+    telemetry_dir: str = ""
     _wh: Warehouse | None = PrivateAttr(default=None)
 
     def _warehouse(self) -> Warehouse:
         if self._wh is None:
-            self._wh = Warehouse(self.url)
+            self._wh = Warehouse(self.url, self.telemetry_dir or None)
         return self._wh
 
     @staticmethod

@@ -5,12 +5,19 @@ exactly one hand-written place); derived tables register their pandera model in
 :data:`DERIVED_MODELS` and are derived the same way. ``sql/schema.sql`` is the
 reviewed rendering of this module (``python -m gpu_health.storage.schema``
 rewrites it; a test fails when they drift).
+
+The minute-grain telemetry tables (:data:`COLUMNAR_TABLES`) are declared here
+like every other table, but stored as Parquet by the columnar telemetry store
+(``storage/telemetry_store.py``), never as SQL rows: their Arrow schemas
+(:func:`arrow_schema`) derive from the same ``Table`` objects, and the SQL
+warehouse neither creates nor renders them.
 """
 
 import sys
 
 import pandas as pd
 import pandera.pandas as pa
+import pyarrow
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.schema import CreateIndex, CreateTable
@@ -18,6 +25,13 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 from gpu_health.contracts.models import CONTRACTS, PARTITION_COLUMN
 
 metadata = sa.MetaData()
+
+# Tables stored columnar (Parquet in the telemetry store), not as SQL rows: the minute-grain telemetry, one row per
+# GPU, node, link or running job per minute. These grow with the fleet times the minutes (1,200 GPUs: 1.7 M GPU rows a
+# day; 100,000 GPUs: 144 M), are written once per partition and read by time window, which is what a column store is
+# for. The event and metadata sources (scheduler_events, job_metadata, change_events) are per event or per job, a few
+# ten thousand rows a day, and stay in SQL beside the KPI, loss-tree, alert and finance tables that join them.
+COLUMNAR_TABLES: frozenset[str] = frozenset({"gpu_telemetry", "node_telemetry", "network_telemetry", "job_runtime_metrics"})
 
 # derived tables: name -> (pandera model, partition column). Filled by gpu_health.metrics.
 DERIVED_MODELS: dict[str, tuple[type[pa.DataFrameModel], str | None]] = {}
@@ -97,6 +111,46 @@ def register_derived(name: str, model: type[pa.DataFrameModel], partition_col: s
     return _table_from_model(name, model, partition_col)
 
 
+def sql_tables() -> list[sa.Table]:
+    """The tables the SQL warehouse creates: every declared table but the columnar ones, in dependency order."""
+    return [t for t in metadata.sorted_tables if t.name not in COLUMNAR_TABLES]
+
+
+def _arrow_type(col: sa.Column) -> pyarrow.DataType:
+    """The Arrow type a column is stored as in Parquet.
+
+    Timestamps are microseconds, UTC-adjusted: the unit Spark, Trino and DuckDB all read as a timestamp (Spark
+    rejects nanosecond Parquet timestamps), and finer than any telemetry clock (DCGM samples at >= 1 ms).
+    """
+    t = col.type
+    if isinstance(t, sa.DateTime):
+        return pyarrow.timestamp("us", tz="UTC")
+    if isinstance(t, sa.Date):
+        return pyarrow.date32()
+    if isinstance(t, sa.Boolean):
+        return pyarrow.bool_()
+    if isinstance(t, sa.BigInteger):
+        return pyarrow.int64()
+    if isinstance(t, sa.Float):
+        return pyarrow.float64()
+    return pyarrow.string()
+
+
+def arrow_schema(table: str, *, descriptions: bool = True) -> pyarrow.Schema:
+    """The Arrow schema of ``table``, derived from its declaration: names, order, types, nullability and (unless
+    ``descriptions=False``) each column's description as field metadata.
+
+    The telemetry store leaves the descriptions out: they would be repeated in the footer of every 5-minute file
+    (~19 KB for the four tables' files of one partition, ~5 MB a day), and the catalogue already holds them.
+    """
+    if table not in metadata.tables:
+        import gpu_health.metrics  # noqa: F401  (registers derived tables)
+    tbl = metadata.tables[table]
+    return pyarrow.schema([pyarrow.field(c.name, _arrow_type(c), nullable=bool(c.nullable),
+                                         metadata={"description": c.comment} if c.comment and descriptions else None)
+                           for c in tbl.columns])
+
+
 def partition_column(table: str) -> str | None:
     if table in PARTITION_COLUMN:
         return PARTITION_COLUMN[table]
@@ -111,8 +165,11 @@ def render_sql(dialect_name: str = "postgresql") -> str:
 
     dialect = postgresql.dialect() if dialect_name == "postgresql" else sqlite.dialect()
     out = ["-- Generated from gpu_health/storage/schema.py by `python -m gpu_health.storage.schema`.",
-           "-- Do not edit by hand: a test fails when this file and the module drift.", ""]
-    for table in metadata.sorted_tables:
+           "-- Do not edit by hand: a test fails when this file and the module drift.",
+           "--",
+           "-- Not in SQL: the minute-grain telemetry tables " + ", ".join(sorted(COLUMNAR_TABLES)) + " are stored",
+           "-- as Parquet in the telemetry store, <telemetry_dir>/<table>/date=YYYY-MM-DD/<HHMM>.parquet (README).", ""]
+    for table in sql_tables():
         out.append(str(CreateTable(table).compile(dialect=dialect)).strip() + ";")
         for idx in sorted(table.indexes, key=lambda i: i.name):
             out.append(str(CreateIndex(idx).compile(dialect=dialect)).strip() + ";")

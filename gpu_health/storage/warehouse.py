@@ -1,4 +1,10 @@
-"""Reads and idempotent partition writes against the warehouse (SQLite or PostgreSQL).
+"""Reads and idempotent partition writes against the warehouse (SQLite or PostgreSQL + the telemetry store).
+
+The minute-grain telemetry tables (``schema.COLUMNAR_TABLES``) are not SQL rows: the warehouse routes them to its
+columnar :class:`~gpu_health.storage.telemetry_store.TelemetryStore` (Parquet, one file per 5-minute partition,
+``telemetry_dir``) behind the same ``replace_window`` / ``read_window`` / ``count`` calls, so no caller knows where
+a table lives. Every other table (sources per event or per job, the loss tree, KPIs, alerts, finance) stays in SQL,
+where finance's views and roles read it.
 
 A partition write deletes the window's rows and inserts the new ones in one
 transaction, under a lock on (table, window): re-running a partition, or two
@@ -19,12 +25,13 @@ import pandas as pd
 import sqlalchemy as sa
 
 from gpu_health.sim.hashing import stable_id
-from gpu_health.storage.schema import metadata, partition_column
+from gpu_health.storage.schema import COLUMNAR_TABLES, metadata, partition_column, sql_tables
+from gpu_health.storage.telemetry_store import TelemetryStore, default_telemetry_dir
 
 _ENGINES: dict[str, sa.Engine] = {}
 _LOCK = threading.Lock()
 
-# Write-through cache of the frames this process wrote, per (url, table): a run's downstream assets
+# Write-through cache of the frames this process wrote, per (url + telemetry dir, table): a run's downstream assets
 # read the windows its upstream assets just wrote without a database round trip. Writes invalidate
 # overlapping entries; only reads fully inside a cached window (and without `where`) are served.
 # Other processes never see this cache: they read the database. GPU_HEALTH_WAREHOUSE_CACHE=0 turns it off.
@@ -65,12 +72,16 @@ def engine_for(url: str) -> sa.Engine:
 
 
 class Warehouse:
-    """The warehouse at ``url``; tables are created on first use."""
+    """The warehouse at ``url`` with its telemetry store in ``telemetry_dir`` (default:
+    :func:`~gpu_health.storage.telemetry_store.default_telemetry_dir`, beside a SQLite file); SQL tables are created
+    on first use, the store's folders on first write."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, telemetry_dir: str | Path | None = None):
         self.url = url
         self.engine = engine_for(url)
         self.is_sqlite = self.engine.dialect.name == "sqlite"
+        self.telemetry = TelemetryStore(telemetry_dir or default_telemetry_dir(url))
+        self._cache_id = f"{url}|{Path(self.telemetry.root).absolute()}"
         self._created = False
 
     def create_all(self) -> None:
@@ -91,7 +102,7 @@ class Warehouse:
             with self.engine.begin() as conn:
                 if not self.is_sqlite:
                     conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _DDL_LOCK_KEY})
-                metadata.create_all(conn)
+                metadata.create_all(conn, tables=sql_tables())
                 create_views(conn)
             self._created = True
 
@@ -105,8 +116,14 @@ class Warehouse:
         """Replace the rows of ``name`` whose ``column`` lies in ``[start, end)``.
 
         ``where`` narrows the delete further (e.g. ``{"source": "gpu_telemetry"}``
-        for the shared rejects table).
+        for the shared rejects table; the columnar tables refuse it: their windows are replaced whole).
         """
+        if name in COLUMNAR_TABLES:
+            self.create_all()
+            written = self.telemetry.replace_window(name, frame, start, end, column=column, where=where)
+            self._cache_put(name, frame[list(metadata.tables[name].c.keys())] if not frame.empty else frame, start, end,
+                            column or partition_column(name), where)
+            return written
         table = self.table(name)
         column = column or partition_column(name)
         frame = frame[[c.name for c in table.columns]] if not frame.empty else frame
@@ -125,7 +142,7 @@ class Warehouse:
 
     # --- the write-through cache -------------------------------------------------------------
     def _cache_put(self, name, frame, start, end, column, where) -> None:
-        key = (self.url, name)
+        key = (self._cache_id, name)
         with _LOCK:
             entries = _CACHE.get(key, [])
             if start is None or column is None:
@@ -148,7 +165,7 @@ class Warehouse:
         lo, hi = ((self._bound(s0, col_def), self._bound(e0, col_def, upper=True)) if isinstance(col_def.type, sa.Date)
                   else (s0, e0))
         with _LOCK:
-            for col, cs, ce, frame in reversed(_CACHE.get((self.url, name), [])):
+            for col, cs, ce, frame in reversed(_CACHE.get((self._cache_id, name), [])):
                 if col == column and cs <= s0 and e0 <= ce:
                     part = frame if (cs == s0 and ce == e0) else frame[(frame[col] >= lo) & (frame[col] < hi)]
                     part = part[columns] if columns else part
@@ -202,6 +219,11 @@ class Warehouse:
     # --- reads ----------------------------------------------------------------------------
     def read_window(self, name: str, start=None, end=None, *, column: str | None = None,
                     columns: list[str] | None = None, where: dict | None = None) -> pd.DataFrame:
+        if name in COLUMNAR_TABLES:
+            self.create_all()
+            cached = self._cache_get(name, start, end, column or partition_column(name), columns, where)
+            return cached if cached is not None else self.telemetry.read_window(
+                name, start, end, column=column, columns=columns, where=where)
         table = self.table(name)
         column = column or partition_column(name)
         cached = self._cache_get(name, start, end, column, columns, where)
@@ -233,6 +255,13 @@ class Warehouse:
         """``by`` -> the latest ``column`` (the partition column) of its rows in ``[start, end)`` (only rows whose
         ``positive`` column is > 0, if given), aggregated in the database (one row per group comes back, however
         many rows the window holds)."""
+        if name in COLUMNAR_TABLES:
+            col = column or partition_column(name)
+            rows = self.telemetry.read_window(name, start, end, column=col, columns=[by, col, *([positive] if positive else [])])
+            if positive is not None:
+                rows = rows[rows[positive] > 0]
+            last = rows.groupby(rows[by].astype(object))[col].max()
+            return last.rename_axis(by)
         table = self.table(name)
         col = table.c[column or partition_column(name)]
         cond = [col >= self._bound(start, col), col < self._bound(end, col, upper=True)]
@@ -243,6 +272,8 @@ class Warehouse:
         return frame.set_index(pd.Index(frame[by].astype(object), name=by))[col.name]
 
     def count(self, name: str) -> int:
+        if name in COLUMNAR_TABLES:
+            return self.telemetry.count(name)
         table = self.table(name)
         with self.engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())

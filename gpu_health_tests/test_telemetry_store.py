@@ -1,0 +1,356 @@
+"""The columnar telemetry store: layout, round trips, partition replaces, atomic files, export.
+
+The warehouse-level behaviour every table shares (idempotent re-runs, racing runs, round trips on SQLite and
+PostgreSQL) is in test_warehouse.py, which runs the telemetry tables through the store too.
+"""
+
+import io
+import threading
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import sqlalchemy as sa
+
+from gpu_health.cli import main
+from gpu_health.contracts import CONTRACTS, PARTITION_COLUMN
+from gpu_health.contracts.validate import validate_frame
+from gpu_health.sim.scenario import load_scenario
+from gpu_health.sim.telemetry import Window, cost_capacity
+from gpu_health.storage import telemetry_store
+from gpu_health.storage.schema import COLUMNAR_TABLES, arrow_schema, grain
+from gpu_health.storage.telemetry_store import TelemetryStore, default_telemetry_dir
+from gpu_health.storage.warehouse import Warehouse
+from gpu_health_tests.conftest import THERMAL_WEEK
+
+T0 = pd.Timestamp("2026-11-03T14:00:00Z")
+FIVE = pd.Timedelta(minutes=5)
+MINUTE = pd.Timedelta(minutes=1)
+
+
+@pytest.fixture(scope="module")
+def frames() -> dict[str, pd.DataFrame]:
+    """One simulated partition of every columnar table, as its contract holds it, with nulls in the nullable
+    numbers (blanked on every 50th row) and a few links down."""
+    raw = Window(load_scenario(THERMAL_WEEK), T0, T0 + FIVE).tables()
+    gpu = raw["gpu_telemetry"].copy()
+    for col in ("job_id", "sm_active", "power_w", "throttle_reasons", "ecc_dbe_delta"):
+        gpu[col] = gpu[col].astype("object")
+        gpu.loc[gpu.index[::50], col] = None
+    raw["gpu_telemetry"] = gpu
+    net = raw["network_telemetry"].copy()
+    net["retransmits"] = net["retransmits"].astype("object")
+    net.loc[net.index[::50], "retransmits"] = None
+    net.loc[net.index[:8], "link_up"] = False
+    raw["network_telemetry"] = net
+    out = {}
+    for table in sorted(COLUMNAR_TABLES):
+        checked = validate_frame(raw[table], table, start=T0, end=T0 + FIVE, origin="simulator")
+        assert checked.rejects.empty and len(checked.valid), table
+        out[table] = checked.valid
+    return out
+
+
+def shifted(frame: pd.DataFrame, by: pd.Timedelta) -> pd.DataFrame:
+    return frame.assign(ts=frame["ts"] + by)
+
+
+def by_key(frame: pd.DataFrame, table: str) -> pd.DataFrame:
+    return frame.sort_values(grain(CONTRACTS[table], PARTITION_COLUMN[table])).reset_index(drop=True)
+
+
+# --- round trips and layout -----------------------------------------------------------------------
+def test_every_telemetry_table_round_trips_values_dtypes_nulls_and_utc(tmp_path, frames):
+    store = TelemetryStore(tmp_path / "telemetry")
+    for table, frame in frames.items():
+        assert store.replace_window(table, frame, T0, T0 + FIVE) == len(frame)
+        back = store.read_window(table, T0, T0 + FIVE)
+        assert list(back.columns) == list(frame.columns), table
+        for col in frame.columns:  # strings too: the same `string` dtype the SQL warehouse hands back
+            assert back[col].dtype == frame[col].dtype, f"{table}.{col}: {back[col].dtype} != {frame[col].dtype}"
+            assert back[col].isna().sum() == frame[col].isna().sum(), f"{table}.{col}: nulls"
+        assert str(back["ts"].dtype) == "datetime64[ns, UTC]"
+        pd.testing.assert_frame_equal(by_key(back, table), by_key(frame, table), obj=table)
+        # rows come back in key order (as the SQLite warehouse's clustered key gave them)
+        pd.testing.assert_frame_equal(back, by_key(back, table), obj=f"{table} order")
+        # one file, at the documented place, typed by the catalogue (UTC microseconds)
+        path = tmp_path / "telemetry" / table / "date=2026-11-03" / "1400.parquet"
+        assert store.partitions(table) == [T0] and path.exists()
+        stored = pq.read_schema(path)
+        assert stored.names == arrow_schema(table).names
+        assert stored.field("ts").type == pa.timestamp("us", tz="UTC")
+        assert store.count(table) == len(frame)
+    gpu = frames["gpu_telemetry"]
+    assert gpu["throttle_reasons"].isna().any() and gpu["sm_active"].isna().any()
+    assert (~store.read_window("network_telemetry", T0, T0 + FIVE)["link_up"]).sum() == 8
+
+
+def test_reads_select_columns_minutes_and_values_like_the_sql_warehouse(tmp_path, frames):
+    store = TelemetryStore(tmp_path)
+    gpu = frames["gpu_telemetry"]
+    store.replace_window("gpu_telemetry", gpu, T0, T0 + FIVE)
+    minute = T0 + 2 * MINUTE
+    got = store.read_window("gpu_telemetry", minute, minute + MINUTE, columns=["gpu_uuid", "ts"])
+    assert list(got.columns) == ["gpu_uuid", "ts"] and set(got["ts"]) == {minute}
+    assert len(got) == (gpu["ts"] == minute).sum()
+    east = store.read_window("gpu_telemetry", T0, T0 + FIVE, where={"region": "us-east"})
+    assert len(east) == (gpu["region"] == "us-east").sum() > 0
+    both = store.read_window("gpu_telemetry", T0, T0 + FIVE, where={"region": ["us-east", "eu-west"]})
+    assert len(both) == len(gpu)
+    assert store.read_window("gpu_telemetry", T0 + FIVE, T0 + 2 * FIVE).empty  # half open, nothing written there
+    everything = store.read_window("gpu_telemetry")
+    assert len(everything) == len(gpu)
+
+
+# --- replaces -------------------------------------------------------------------------------------
+def test_replacing_one_partition_leaves_the_others_untouched(tmp_path, frames):
+    store = TelemetryStore(tmp_path)
+    node = frames["node_telemetry"]
+    window = pd.concat([shifted(node, i * FIVE) for i in range(3)], ignore_index=True)
+    store.replace_window("node_telemetry", window, T0, T0 + 3 * FIVE)
+    paths = [store.partition_path("node_telemetry", T0 + i * FIVE) for i in range(3)]
+    before = [(p.stat().st_mtime_ns, p.read_bytes()) for p in paths]
+
+    hotter = shifted(node, FIVE).assign(cpu_util_pct=100.0)
+    store.replace_window("node_telemetry", hotter, T0 + FIVE, T0 + 2 * FIVE)
+    assert [(p.stat().st_mtime_ns, p.read_bytes()) for i, p in enumerate(paths) if i != 1] == [before[0], before[2]]
+    middle = store.read_window("node_telemetry", T0 + FIVE, T0 + 2 * FIVE)
+    assert len(middle) == len(node) and (middle["cpu_util_pct"] == 100.0).all()
+    assert store.count("node_telemetry") == 3 * len(node)
+
+
+def test_an_empty_partition_gets_a_file_so_nothing_differs_from_never_written(tmp_path, frames):
+    store = TelemetryStore(tmp_path)
+    table = "job_runtime_metrics"
+    store.replace_window(table, frames[table], T0, T0 + FIVE)
+    store.replace_window(table, frames[table].iloc[:0], T0, T0 + 2 * FIVE)  # nothing reported in two partitions
+    assert store.partitions(table) == [T0, T0 + FIVE]  # both written (empty), the next one never
+    for start in (T0, T0 + FIVE):
+        path = store.partition_path(table, start)
+        assert pq.read_metadata(path).num_rows == 0 and pq.read_schema(path).names == arrow_schema(table).names
+    assert not store.partition_path(table, T0 + 2 * FIVE).exists()
+    empty = store.read_window(table, T0, T0 + 2 * FIVE)
+    assert empty.empty and list(empty.columns) == list(frames[table].columns)
+    assert dict(empty.dtypes) == dict(frames[table].dtypes)
+    assert store.count(table) == 0
+    # a frame without columns (an asset with no rows) is an empty partition too
+    store.replace_window(table, pd.DataFrame(), T0 + 2 * FIVE, T0 + 3 * FIVE)
+    assert pq.read_metadata(store.partition_path(table, T0 + 2 * FIVE)).num_rows == 0
+
+
+def test_a_window_not_aligned_to_five_minutes_replaces_only_its_minutes(tmp_path, frames):
+    store = TelemetryStore(tmp_path)
+    node = frames["node_telemetry"]
+    ten = pd.concat([node, shifted(node, FIVE)], ignore_index=True)
+    store.replace_window("node_telemetry", ten, T0, T0 + 2 * FIVE)
+    cut_start, cut_end = T0 + 3 * MINUTE, T0 + 7 * MINUTE  # cuts both partitions
+    inside = ten[(ten["ts"] >= cut_start) & (ten["ts"] < cut_end)]
+    store.replace_window("node_telemetry", inside.assign(health="degraded"), cut_start, cut_end)
+    back = store.read_window("node_telemetry", T0, T0 + 2 * FIVE)
+    assert len(back) == len(ten)
+    changed = back[back["health"] == "degraded"]["ts"]
+    assert set(changed) == {T0 + m * MINUTE for m in range(3, 7)}
+    # the minutes outside the cut are the rows written first, exactly
+    outside = ~back["ts"].between(cut_start, cut_end, inclusive="left")
+    pd.testing.assert_frame_equal(by_key(back[outside], "node_telemetry"),
+                                  by_key(ten[~ten["ts"].between(cut_start, cut_end, inclusive="left")], "node_telemetry"))
+    # and an empty cut deletes just those minutes, still sorted by key in each file
+    store.replace_window("node_telemetry", node.iloc[:0], cut_start, cut_end)
+    back = store.read_window("node_telemetry", T0, T0 + 2 * FIVE)
+    assert set(back["ts"]) == {T0 + m * MINUTE for m in (0, 1, 2, 7, 8, 9)}
+    pd.testing.assert_frame_equal(back, by_key(back, "node_telemetry"))
+
+
+def test_rows_outside_the_window_and_partial_deletes_are_refused_and_nothing_is_written(tmp_path, frames):
+    store = TelemetryStore(tmp_path)
+    gpu = frames["gpu_telemetry"]
+    with pytest.raises(ValueError, match="outside the window"):
+        store.replace_window("gpu_telemetry", gpu, T0 + MINUTE, T0 + FIVE)
+    with pytest.raises(ValueError, match="non-nullable"):
+        store.replace_window("gpu_telemetry", gpu.assign(ts=gpu["ts"].where(gpu.index != gpu.index[3])), T0, T0 + FIVE)
+    with pytest.raises(ValueError, match="where"):
+        store.replace_window("gpu_telemetry", gpu, T0, T0 + FIVE, where={"region": "us-east"})
+    with pytest.raises(ValueError, match="needs a window"):
+        store.replace_window("gpu_telemetry", gpu, None, None)
+    with pytest.raises(ValueError, match="not stored columnar"):
+        store.replace_window("alerts", gpu, T0, T0 + FIVE)
+    assert store.partitions("gpu_telemetry") == []
+
+
+# --- atomic files and racing writers -------------------------------------------------------------
+def test_a_reader_never_sees_half_a_file(tmp_path, frames, monkeypatch):
+    """A writer is paused with half of the new file's bytes written: readers meanwhile get the old rows, whole."""
+    store = TelemetryStore(tmp_path)
+    old = frames["gpu_telemetry"]
+    store.replace_window("gpu_telemetry", old, T0, T0 + FIVE)
+    half_written, release = threading.Event(), threading.Event()
+    real_write = pq.write_table
+
+    def slow_write(table, where, **kw):
+        buf = io.BytesIO()
+        real_write(table, buf, **kw)
+        data = buf.getvalue()
+        with open(where, "wb") as fh:
+            fh.write(data[: len(data) // 2])
+            fh.flush()
+            half_written.set()
+            assert release.wait(30)
+            fh.write(data[len(data) // 2:])
+
+    monkeypatch.setattr(telemetry_store.pq, "write_table", slow_write)
+    new = old.assign(power_w=old["power_w"] + 1.0)
+    writer = threading.Thread(target=store.replace_window, args=("gpu_telemetry", new, T0, T0 + FIVE))
+    writer.start()
+    try:
+        assert half_written.wait(30)
+        during = store.read_window("gpu_telemetry", T0, T0 + FIVE)
+        pd.testing.assert_frame_equal(by_key(during, "gpu_telemetry"), by_key(old, "gpu_telemetry"))
+        assert duckdb.sql(f"SELECT count(*) FROM read_parquet('{tmp_path}/gpu_telemetry/*/*.parquet')").fetchone()[0] == len(old)
+    finally:
+        release.set()
+        writer.join()
+    after = store.read_window("gpu_telemetry", T0, T0 + FIVE)
+    pd.testing.assert_frame_equal(by_key(after, "gpu_telemetry"), by_key(new, "gpu_telemetry"))
+    assert [p.name for p in store.partition_path("gpu_telemetry", T0).parent.iterdir()] == ["1400.parquet"]
+
+
+def test_concurrent_readers_see_one_version_whole_while_a_writer_replaces_it(tmp_path, frames):
+    store = TelemetryStore(tmp_path)
+    node = frames["node_telemetry"]
+    versions = [node, node.assign(cpu_util_pct=-1.0).iloc[: len(node) // 2]]  # the second: other values, fewer rows
+    store.replace_window("node_telemetry", versions[0], T0, T0 + FIVE)
+    expect = [len(v) for v in versions]
+    done, seen, errors = threading.Event(), [], []
+
+    def writer():
+        for i in range(40):
+            store.replace_window("node_telemetry", versions[(i + 1) % 2], T0, T0 + FIVE)
+        done.set()
+
+    def reader():
+        try:
+            while not done.is_set():
+                got = store.read_window("node_telemetry", T0, T0 + FIVE)
+                seen.append((len(got), sorted(set(got["cpu_util_pct"] == -1.0))))
+        except Exception as err:  # noqa: BLE001 -- any read error is the failure this test looks for
+            errors.append(err)
+
+    threads = [threading.Thread(target=writer)] + [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert seen and all(s in ((expect[0], [False]), (expect[1], [True])) for s in seen), set(map(str, seen))
+
+
+def test_racing_writers_of_a_multi_partition_window_leave_one_writers_rows(tmp_path, frames):
+    node = frames["node_telemetry"]
+    window = pd.concat([shifted(node, i * FIVE) for i in range(3)], ignore_index=True)
+    versions = [window.assign(cpu_util_pct=float(v)) for v in (1, 2)]
+    for _ in range(3):
+        barrier = threading.Barrier(2)
+
+        def write(frame):
+            store = TelemetryStore(tmp_path)
+            barrier.wait()
+            store.replace_window("node_telemetry", frame, T0, T0 + 3 * FIVE)
+
+        threads = [threading.Thread(target=write, args=(v,)) for v in versions]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        got = TelemetryStore(tmp_path).read_window("node_telemetry", T0, T0 + 3 * FIVE)
+        assert len(got) == len(window) and got["cpu_util_pct"].nunique() == 1  # one run's window, whole
+
+
+# --- the warehouse around it ------------------------------------------------------------------------
+def test_the_sql_warehouse_creates_no_telemetry_table_and_routes_them_to_the_store(tmp_path, frames, monkeypatch):
+    monkeypatch.setenv("GPU_HEALTH_WAREHOUSE_CACHE", "0")
+    url = f"sqlite:///{tmp_path / 'warehouse.db'}"
+    wh = Warehouse(url)
+    assert wh.telemetry.root == tmp_path / "telemetry"
+    for table, frame in frames.items():
+        wh.replace_window(table, frame, T0, T0 + FIVE)
+        assert wh.count(table) == len(frame)
+        assert (tmp_path / "telemetry" / table / "date=2026-11-03" / "1400.parquet").exists()
+    tables = set(sa.inspect(wh.engine).get_table_names())
+    assert not tables & COLUMNAR_TABLES
+    assert {"goodput_states", "alerts", "source_rejects", "scheduler_events", "wasted_spend"} <= tables
+    gpu = frames["gpu_telemetry"]
+    last = wh.last_partition_by("gpu_telemetry", "region", T0, T0 + FIVE)
+    assert last.to_dict() == gpu.groupby(gpu["region"].astype(object))["ts"].max().to_dict()
+
+
+def test_the_store_sits_beside_its_sqlite_file_and_is_configurable(tmp_path, monkeypatch):
+    assert default_telemetry_dir("sqlite:///var/warehouse.db") == Path("var/telemetry")
+    assert default_telemetry_dir(f"sqlite:///{tmp_path}/range.db") == tmp_path / "range.telemetry"
+    assert default_telemetry_dir("postgresql+psycopg2://u@h:5432/gpu_health") == Path("var/telemetry")
+    assert Warehouse(f"sqlite:///{tmp_path}/w.db", tmp_path / "elsewhere").telemetry.root == tmp_path / "elsewhere"
+    from gpu_health.definitions import default_resources
+
+    monkeypatch.setenv("GPU_HEALTH_TELEMETRY_DIR", str(tmp_path / "env"))
+    res = default_resources()
+    assert res["warehouse"].get().telemetry.root == tmp_path / "env"
+    assert res["warehouse_io_manager"].telemetry_dir == str(tmp_path / "env")
+
+
+def test_duckdb_reads_the_layout_as_hive_partitions(tmp_path, frames):
+    store = TelemetryStore(tmp_path)
+    gpu = frames["gpu_telemetry"]
+    late = T0 + pd.Timedelta(hours=10)  # 00:00 of the next day: a second date= folder
+    store.replace_window("gpu_telemetry", gpu, T0, T0 + FIVE)
+    store.replace_window("gpu_telemetry", shifted(gpu, late - T0), late, late + FIVE)
+    got = duckdb.sql(f"""SELECT CAST(date AS VARCHAR) AS date, count(*) AS n, min(ts) AS first,
+                         count(*) FILTER (WHERE throttle_reasons IS NULL) AS nulls
+                         FROM read_parquet('{tmp_path}/gpu_telemetry/*/*.parquet', hive_partitioning = true)
+                         GROUP BY date ORDER BY date""").df()
+    assert got["date"].tolist() == ["2026-11-03", "2026-11-04"]
+    assert got["n"].tolist() == [len(gpu), len(gpu)]
+    assert got["nulls"].tolist() == [int(gpu["throttle_reasons"].isna().sum())] * 2
+    assert pd.Timestamp(got["first"].iloc[0]).tz_convert("UTC") == T0
+
+
+# --- export ---------------------------------------------------------------------------------------
+def test_export_writes_any_table_for_a_range_to_parquet_and_csv(tmp_path, frames, capsys):
+    url = f"sqlite:///{tmp_path / 'warehouse.db'}"
+    wh = Warehouse(url)
+    node = frames["node_telemetry"]
+    wh.replace_window("node_telemetry", pd.concat([node, shifted(node, FIVE)], ignore_index=True), T0, T0 + 2 * FIVE)
+    scen = load_scenario(THERMAL_WEEK)
+    day0 = T0.normalize()
+    for day in (day0, day0 + pd.Timedelta(days=1)):
+        wh.replace_window("cost_capacity", cost_capacity(scen, day), day, day + pd.Timedelta(days=1))
+    iso = "%Y-%m-%dT%H:%M:%SZ"
+
+    def export(table, start, end, out):
+        code = main(["export", table, "--start", start.strftime(iso), "--end", end.strftime(iso), "--out", str(out),
+                     "--warehouse", url])
+        return code, capsys.readouterr()
+
+    # a columnar table, one partition of the two, as Parquet and as CSV
+    code, _ = export("node_telemetry", T0 + FIVE, T0 + 2 * FIVE, tmp_path / "out" / "node.parquet")
+    assert code == 0
+    back = pd.read_parquet(tmp_path / "out" / "node.parquet")
+    assert pq.read_schema(tmp_path / "out" / "node.parquet").names == arrow_schema("node_telemetry").names
+    assert len(back) == len(node) and back["ts"].min() == T0 + FIVE
+    code, _ = export("node_telemetry", T0, T0 + 2 * FIVE, tmp_path / "node.csv")
+    csv = pd.read_csv(tmp_path / "node.csv")
+    assert code == 0 and len(csv) == 2 * len(node) and list(csv.columns) == list(node.columns)
+    assert pd.to_datetime(csv["ts"], utc=True).min() == T0
+    # a SQL table over a range crossing midnight: each day it overlaps once
+    code, out = export("cost_capacity", T0, day0 + pd.Timedelta(days=1, hours=1), tmp_path / "cost.csv")
+    cost = pd.read_csv(tmp_path / "cost.csv")
+    assert code == 0 and len(cost) == 2 * len(cost_capacity(scen, day0)) and cost["date"].nunique() == 2
+    assert '"stored": "SQL warehouse"' in out.out
+    code, _ = export("cost_capacity", T0, T0 + FIVE, tmp_path / "cost.parquet")
+    assert code == 0 and pq.read_schema(tmp_path / "cost.parquet").field("date").type == pa.date32()
+    # errors name what is wrong and leave no file
+    code, out = export("no_such_table", T0, T0 + FIVE, tmp_path / "x.parquet")
+    assert code == 1 and "unknown table" in out.err and not (tmp_path / "x.parquet").exists()
+    code, out = export("node_telemetry", T0, T0 + FIVE, tmp_path / "x.json")
+    assert code == 1 and ".parquet" in out.err and not list(tmp_path.glob("*x.json*"))
