@@ -216,7 +216,7 @@ def _race_first_runs(db_url: str) -> None:
     with wh.engine.connect() as conn:
         tables = set(sa.inspect(conn).get_table_names())
         views = set(sa.inspect(conn).get_view_names())
-    from gpu_health.storage.schema import metadata
+    from gpu_health.storage.schema import sql_tables
 
-    assert set(metadata.tables) <= tables
+    assert {t.name for t in sql_tables()} <= tables  # the columnar telemetry tables live in the store
     assert set(VIEWS) <= views
