@@ -2,7 +2,8 @@
 
     gpu-health simulate --scenario FILE [--start ISO --end ISO] --landing DIR
     gpu-health run --start ISO --end ISO [--scenario FILE | --landing DIR | --source prometheus --prometheus-url URL]
-                   [--warehouse URL]
+                   [--prometheus-region R] [--prometheus-labels COL=LABEL,...] [--slurm-dir DIR] [--warehouse URL]
+    gpu-health serve-metrics [--warehouse URL] [--port 9464]
     gpu-health evaluate --scenarios DIR --out FILE.json [--workers N] [--static-rules]
 
 ``simulate`` writes the landing zone (contracts.md layout) and ``DIR/labels.parquet``.
@@ -12,6 +13,7 @@ range, in-process (single-run ranges of at most a day), and exits non-zero on fa
 
 import argparse
 import logging
+import os
 import sys
 import time
 import warnings
@@ -85,9 +87,18 @@ def simulate(scenario_path: str, landing: str, start: str | None, end: str | Non
 
 
 # --- run ---------------------------------------------------------------------------------
+# `gpu-health run` flags -> TelemetrySourceResource fields (each also an environment variable, README: Configuration)
+SOURCE_FLAGS = {
+    "prometheus_url": "--prometheus-url", "prometheus_region": "--prometheus-region",
+    "prometheus_region_label": "--prometheus-region-label", "prometheus_selector": "--prometheus-selector",
+    "prometheus_labels": "--prometheus-labels", "prometheus_step": "--prometheus-step",
+    "prometheus_ready_lag": "--prometheus-ready-lag", "absent_after": "--absent-after", "slurm_dir": "--slurm-dir",
+}
+
+
 def run(start: str, end: str, *, scenario: str | None = None, landing: str | None = None, source: str | None = None,
         prometheus_url: str | None = None, warehouse: str | None = None, partition_start: str | None = None,
-        quiet: bool = False) -> dict:
+        quiet: bool = False, **source_options: str | None) -> dict:
     import dagster as dg
 
     from gpu_health.definitions import build_definitions, default_resources
@@ -98,11 +109,16 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
     start_ts, end_ts = _ts(start), _ts(end)
     if end_ts <= start_ts:
         raise SystemExit("error: --end must be after --start")
-    kind = source or ("landing" if landing else "simulator")
+    unknown = set(source_options) - set(SOURCE_FLAGS)
+    if unknown:
+        raise TypeError(f"unknown source options {sorted(unknown)}")
     resources = default_resources()
+    env = resources["source"]  # the environment's settings; flags given here win
+    kind = source or ("landing" if landing else ("simulator" if scenario or env.kind == "simulator" else env.kind))
+    fields = {name: getattr(env, name) for name in SOURCE_FLAGS}
+    fields.update({k: v for k, v in {**source_options, "prometheus_url": prometheus_url}.items() if v is not None})
     url = warehouse or resources["warehouse"].url
-    src = TelemetrySourceResource(kind=kind, scenario=scenario or "", landing_dir=landing or "var/landing",
-                                  prometheus_url=prometheus_url or "")
+    src = TelemetrySourceResource(kind=kind, scenario=scenario or "", landing_dir=landing or env.landing_dir, **fields)
     resources.update(warehouse=WarehouseResource(url=url), warehouse_io_manager=WarehouseIOManager(url=url), source=src)
     # the code location's partitions must cover the range: by default they start on its first day
     settings = Settings(partition_start=partition_start or start_ts.normalize().strftime(FIVE_MINUTE_FMT))
@@ -191,7 +207,16 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--scenario", help="simulate this scenario (the embedded default source)")
     g.add_argument("--landing", help="read the landing zone in this directory")
     p_run.add_argument("--source", choices=["simulator", "landing", "prometheus"])
-    p_run.add_argument("--prometheus-url")
+    p_run.add_argument("--prometheus-url", help="Prometheus holding dcgm-exporter / node-exporter series")
+    p_run.add_argument("--prometheus-region", help="static region for series without a region label")
+    p_run.add_argument("--prometheus-region-label", help="label holding the region (default: region)")
+    p_run.add_argument("--prometheus-selector", help='PromQL label matchers on every query, e.g. cluster="a",job=~"dcgm.*"')
+    p_run.add_argument("--prometheus-labels", help="exporter label names per column, e.g. node_id=instance,gpu_uuid=gpu_uuid")
+    p_run.add_argument("--prometheus-step", help="query step (60s: the contract's minute)")
+    p_run.add_argument("--prometheus-ready-lag", help="how long after a window's end it may be read (default 2min)")
+    p_run.add_argument("--absent-after", help="how long a window a live producer has not covered is waited for before it "
+                                              "is written empty as missing data (default 10min)")
+    p_run.add_argument("--slurm-dir", help="directory of sacct / squeue --json dumps (scheduler_events, job_metadata)")
     p_run.add_argument("--warehouse", help="SQLAlchemy URL (default: $GPU_HEALTH_WAREHOUSE_URL or sqlite:///var/warehouse.db)")
     p_run.add_argument("--partition-start", help="first partition key of the code location (default: the range start)")
     p_eval = sub.add_parser("evaluate", help="score detection, attribution and false pages on a scenario suite")
@@ -237,11 +262,11 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "report":
             out = report_window(args.start, args.end, warehouse=args.warehouse, scenario=args.scenario, out=args.out)
         else:
-            if args.source == "prometheus" and not args.prometheus_url:
-                parser.error("--source prometheus needs --prometheus-url")
+            if args.source == "prometheus" and not (args.prometheus_url or os.environ.get("GPU_HEALTH_PROMETHEUS_URL")):
+                parser.error("--source prometheus needs --prometheus-url (or GPU_HEALTH_PROMETHEUS_URL)")
             out = run(args.start, args.end, scenario=args.scenario, landing=args.landing, source=args.source,
-                      prometheus_url=args.prometheus_url, warehouse=args.warehouse,
-                      partition_start=args.partition_start, quiet=args.quiet)
+                      warehouse=args.warehouse, partition_start=args.partition_start, quiet=args.quiet,
+                      **{name: getattr(args, name) for name in SOURCE_FLAGS})
     except (RuntimeError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

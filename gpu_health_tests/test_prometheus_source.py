@@ -97,19 +97,37 @@ def test_incomplete_rows_keep_reports_instead_of_dropping(t4_prometheus):
     assert (host_b["throttle_reasons"] == 1).all()
 
 
-def test_window_not_complete_raises_data_not_ready(t4_prometheus):
-    source = PrometheusSource(t4_prometheus, region="lab")
-    with pytest.raises(DataNotReady, match="last minute"):
-        source.read("gpu_telemetry", T0 + 5 * MIN, T0 + 10 * MIN)  # data ends at 10:05:59
+def test_window_late_then_closed_and_absent_exporter(t4_prometheus):
+    """The capture's samples end at 10:05:59; node-exporter and the IB collector are absent."""
+    def source(now):
+        return PrometheusSource(t4_prometheus, region="lab", ready_lag="2min", absent_after="10min", clock=lambda: now)
+
     # End in the future (beyond the lag): refused before any query.
-    now = T0 + 7 * MIN
-    lagging = PrometheusSource(t4_prometheus, region="lab", ready_lag="2min", clock=lambda: now)
     with pytest.raises(DataNotReady, match="before now"):
-        lagging.read("gpu_telemetry", T0, T0 + 6 * MIN)
-    assert len(lagging.read("gpu_telemetry", T0, T0 + 5 * MIN).frame) == 5
-    # No node-exporter in this capture: node tables are never "complete".
-    with pytest.raises(DataNotReady):
-        source.read("node_telemetry", T0, T0 + 5 * MIN)
+        source(T0 + 7 * MIN).read("gpu_telemetry", T0, T0 + 6 * MIN)
+    assert len(source(T0 + 7 * MIN).read("gpu_telemetry", T0, T0 + 5 * MIN).frame) == 5
+    # [10:05, 10:10): no sample in its last minute and none after it -> late until 10 min after its end ...
+    late = source(T0 + 19 * MIN)
+    with pytest.raises(DataNotReady, match="last minute"):
+        late.read("gpu_telemetry", T0 + 5 * MIN, T0 + 10 * MIN)
+    assert late.version("gpu_telemetry", T0 + 5 * MIN) is None
+    # ... then closed: read as it is (the 10:05 row), its silence named for the missing-data record
+    closed = source(T0 + 20 * MIN)
+    got = closed.read("gpu_telemetry", T0 + 5 * MIN, T0 + 10 * MIN)
+    assert list(got.frame["ts"].unique()) == [T0 + 5 * MIN] and "exporter absent" in got.origin
+    assert got.silent_family == "DCGM_FI_DEV_GPU_UTIL"
+    assert closed.version("gpu_telemetry", T0 + 5 * MIN) == "closed"
+    # A window before the last sample whose last minute is silent is closed at once (a gap):
+    # the exporter reported after it, so its missing minutes never come.
+    assert closed.judge("gpu_telemetry", T0 - 5 * MIN, T0).startswith("closed") and "a gap" in closed.judge("gpu_telemetry", T0 - 5 * MIN, T0)
+    # A complete window is complete whatever the clock.
+    assert source(T0 + 8 * MIN).version("gpu_telemetry", T0) == "complete"
+    # No node-exporter at all: node and network tables are empty after the grace, never blocking.
+    for table, family in (("node_telemetry", "node_cpu_seconds_total"), ("network_telemetry", F.IB_RX_BYTES)):
+        with pytest.raises(DataNotReady):
+            source(T0 + 14 * MIN).read(table, T0, T0 + 5 * MIN)
+        got = closed.read(table, T0, T0 + 5 * MIN)
+        assert got.frame.empty and got.silent_family == family, table
 
 
 def test_missing_region_is_an_error(t4_prometheus):
@@ -248,4 +266,4 @@ def test_connection_refused_is_retried_then_source_error():
 def test_empty_window_from_live_server_is_data_not_ready(stub):
     handler, url = stub  # answers every query with an empty vector
     with pytest.raises(DataNotReady):
-        PrometheusSource(url).read("network_telemetry", T0, T0 + 5 * MIN)
+        PrometheusSource(url, clock=lambda: T0 + 6 * MIN).read("network_telemetry", T0, T0 + 5 * MIN)

@@ -27,6 +27,12 @@ class Fetched:
     origin: str  # file path, URL or "simulator:<scenario>" -- named in error messages
     start: pd.Timestamp | None = None  # the partition a file holds, when it holds one
     end: pd.Timestamp | None = None
+    # Set by sources that read a live producer (an exporter, a scheduler dump): the metric family or
+    # input whose silence this read stands for. A 5-minute partition of the window with no row is
+    # then *missing data* (recorded in ``source_gaps``), not "nothing happened": a cluster's GPUs
+    # always report something while their exporter runs. None (files, the simulator): an empty
+    # partition is a fact the producer wrote.
+    silent_family: str | None = None
 
 
 class Source(Protocol):

@@ -1,0 +1,218 @@
+"""A stock deployment end to end: dcgm-exporter as it labels series, no node-exporter, Slurm dumps.
+
+The issue's user: a real Prometheus (backfilled with promtool) holding ten
+minutes of dcgm-exporter series for two nodes, labelled exactly as the
+exporter labels them (``gpu``, ``UUID``, ``device``, ``modelName``,
+``Hostname``, ``DCGM_FI_DRIVER_VERSION``, ``hpc_job`` from its HPC job
+mapping; no ``region``), one profiling field absent
+(``DCGM_FI_PROF_SM_ACTIVE``: not in the default counters), DCGM's "not
+supported" sentinel on one field (``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL`` on a node
+without ECC), an Xid; no node-exporter at all; the scheduler tables from a
+``sacct`` dump, the rest from a landing zone. Only documented configuration
+is used: ``gpu-health run`` flags.
+
+Expected rows are computed here from the same generator that writes the
+scrape text (not from the pipeline's own writer), so every GPU-minute is
+checked value by value.
+"""
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpu_health.contracts import empty_frame
+from gpu_health.landing import write_partition
+from gpu_health.promexport import scrape_to_openmetrics
+from gpu_health.sources import dcgm_fields as F
+from gpu_health.storage.warehouse import Warehouse
+
+T0 = pd.Timestamp("2026-03-02T10:00:00Z")
+MIN = pd.Timedelta(minutes=1)
+MINUTES = 10
+SKU = "NVIDIA H100 80GB HBM3"
+DRIVER = "550.54.15"
+NODES = {"dgx-a01": ["GPU-0b8a5a3c-61d1-4f1e-9d2a-1c0f7e2a9a01", "GPU-0b8a5a3c-61d1-4f1e-9d2a-1c0f7e2a9a02"],
+         "dgx-a02": ["GPU-7d21e9f4-2c3b-4a5e-8f60-3b9d0c1e2b01", "GPU-7d21e9f4-2c3b-4a5e-8f60-3b9d0c1e2b02"]}
+NO_ECC_NODE = "dgx-a02"  # DCGM answers "not supported" (int64 blank) for its ECC counters
+JOB, JOB_FROM = "4242", 2  # Slurm job on dgx-a01's two GPUs from minute 2 on (dcgm-exporter hpc_job label)
+XID_GPU, XID_MINUTE, XID_CODE = ("dgx-a01", 1), 6, 13
+INT64_BLANK = F.dcgm_blank_value("int")
+
+
+def _values(node: str, g: int, k: int) -> dict:
+    """The fields of one GPU in minute ``k`` (k = -1 is the minute before the window)."""
+    n = list(NODES).index(node)
+    busy = node == "dgx-a01" and k >= JOB_FROM
+    sbe_total = (k + 1) * (g + 1) + n  # a cumulative counter: increase (g + 1) per minute
+    return {
+        "DCGM_FI_DEV_GPU_UTIL": float(90 + (k + g) % 7 if busy else 0),
+        "DCGM_FI_DEV_FB_USED": float(61234 + 10 * k if busy else 1),
+        "DCGM_FI_DEV_SM_CLOCK": float(1980 if busy else 345),
+        "DCGM_FI_DEV_GPU_TEMP": float(41 + n + g + (k % 3)),
+        "DCGM_FI_DEV_POWER_USAGE": round(612.125 + 3.5 * k + g if busy else 71.25 + g, 3),
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": round(0.41 + 0.01 * g if busy else 0.0, 6),
+        "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": float(0 if busy else 1),  # 0x1 = gpu_idle
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": float(sbe_total),
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": None if node == NO_ECC_NODE else 0.0,
+        "DCGM_FI_DEV_XID_ERRORS": float(XID_CODE if (node, g) == XID_GPU and k >= XID_MINUTE else 0),
+    }
+
+
+KINDS = {"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": "counter", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": "counter"}
+
+
+def scrape(k: int) -> str:
+    """dcgm-exporter's /metrics text of both nodes in minute ``k`` (one exporter per node, same format)."""
+    lines = []
+    for metric in _values("dgx-a01", 0, 0):
+        lines.append(f"# HELP {metric} {metric}.")
+        lines.append(f"# TYPE {metric} {KINDS.get(metric, 'gauge')}")
+        for node, uuids in NODES.items():
+            for g, uuid in enumerate(uuids):
+                v = _values(node, g, k)[metric]
+                text = INT64_BLANK if v is None else (str(int(v)) if float(v).is_integer() else f"{v:.6f}")
+                job = f',hpc_job="{JOB}"' if node == "dgx-a01" and k >= JOB_FROM else ""
+                lines.append(f'{metric}{{gpu="{g}",UUID="{uuid}",device="nvidia{g}",modelName="{SKU}",'
+                             f'Hostname="{node}",DCGM_FI_DRIVER_VERSION="{DRIVER}"{job}}} {text}')
+    return "\n".join(lines) + "\n"
+
+
+def expected_gpu_rows() -> pd.DataFrame:
+    rows = []
+    for k in range(MINUTES):
+        for node, uuids in NODES.items():
+            for g, uuid in enumerate(uuids):
+                v, prev = _values(node, g, k), _values(node, g, k - 1)
+                dbe = None if v["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"] is None else 0
+                rows.append({
+                    "ts": T0 + k * MIN, "region": "lab", "node_id": node, "gpu_index": g, "gpu_uuid": uuid, "sku": SKU,
+                    "job_id": JOB if node == "dgx-a01" and k >= JOB_FROM else None,
+                    "gpu_util_pct": v["DCGM_FI_DEV_GPU_UTIL"], "sm_active": np.nan,
+                    "tensor_active": v["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"], "fb_used_mib": v["DCGM_FI_DEV_FB_USED"],
+                    "power_w": v["DCGM_FI_DEV_POWER_USAGE"], "temp_c": v["DCGM_FI_DEV_GPU_TEMP"],
+                    "sm_clock_mhz": v["DCGM_FI_DEV_SM_CLOCK"],
+                    "throttle_reasons": int(v["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"]),
+                    "ecc_sbe_delta": int(v["DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"] - prev["DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"]),
+                    "ecc_dbe_delta": dbe, "xid": XID_CODE if (node, g) == XID_GPU and k == XID_MINUTE else 0,
+                })
+    return pd.DataFrame(rows)
+
+
+def sacct_dump() -> str:
+    """``sacct --parsable2`` of the job on dgx-a01 and one still pending (cluster clock in UTC)."""
+    t = lambda delta: (T0 + delta).strftime("%Y-%m-%dT%H:%M:%S")  # noqa: E731
+    header = "JobID|JobName|User|Account|Partition|NodeList|NNodes|NCPUs|State|Submit|Start|End|ReqMem|ReqTRES|AllocTRES"
+    return "\n".join([
+        header,
+        f"{JOB}|train|alice|vision|gpu|dgx-a01|1|32|RUNNING|{t(pd.Timedelta(seconds=30))}|{t(pd.Timedelta(seconds=90))}|"
+        f"Unknown|64G|cpu=32,gres/gpu=2,mem=64G,node=1|cpu=32,gres/gpu=2,mem=64G,node=1",
+        f"4243|sweep|bob|nlp|gpu|None assigned|1|8|PENDING|{t(pd.Timedelta(minutes=3))}|Unknown|Unknown|32G|"
+        f"cpu=8,gres/gpu=4,mem=32G,node=1|",
+    ]) + "\n"
+
+
+def landing_zone(root, day_gpus: int = 4):
+    """The tables neither Prometheus nor Slurm holds: runtime metrics, changes, capacity, calendar."""
+    for table in ("job_runtime_metrics", "change_events"):
+        for p in range(MINUTES // 5):
+            write_partition(root, table, T0 + 5 * p * MIN, empty_frame(table))
+    cost = pd.DataFrame({"date": [T0.date()], "region": ["lab"], "sku": [SKU], "capacity_gpus": [day_gpus],
+                         "reserved_gpus": [day_gpus], "reserved_gpu_hour_usd": [2.5], "on_demand_gpu_hour_usd": [6.0],
+                         "on_demand_gpu_hours": [0.0]})
+    write_partition(root, "cost_capacity", T0.normalize(), cost.astype(empty_frame("cost_capacity").dtypes.to_dict()))
+    write_partition(root, "maintenance_windows", None, empty_frame("maintenance_windows"))
+
+
+@pytest.fixture
+def stock_prometheus(prometheus_factory, tmp_path):
+    # scrapes 15 s into each minute, from the minute before the window (counters need it)
+    times = [T0 + k * MIN + pd.Timedelta(seconds=15) for k in range(-1, MINUTES)]
+    om = scrape_to_openmetrics([scrape(k) for k in range(-1, MINUTES)], times, tmp_path / "stock.om")
+    return prometheus_factory(om)
+
+
+def _run(capsys, *argv):
+    from gpu_health.cli import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_stock_dcgm_exporter_without_node_exporter_lands_every_gpu_minute(stock_prometheus, tmp_path, capsys):
+    landing, slurm, url = tmp_path / "landing", tmp_path / "slurm", f"sqlite:///{tmp_path / 'wh.db'}"
+    landing_zone(landing)
+    slurm.mkdir()
+    (slurm / "sacct_now.txt").write_text(sacct_dump())
+    code, out, err = _run(
+        capsys, "run", "--start", "2026-03-02T10:00:00Z", "--end", "2026-03-02T10:10:00Z",
+        "--source", "prometheus", "--prometheus-url", stock_prometheus, "--prometheus-region", "lab",
+        "--slurm-dir", str(slurm), "--landing", str(landing), "--warehouse", url, "--quiet")
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["source"] == "prometheus" and summary["partitions"] == 2
+    wh = Warehouse(url)
+
+    got = wh.read_window("gpu_telemetry").sort_values(["ts", "node_id", "gpu_index"]).reset_index(drop=True)
+    want = expected_gpu_rows().sort_values(["ts", "node_id", "gpu_index"]).reset_index(drop=True)
+    assert len(got) == len(want) == MINUTES * 4  # every GPU-minute, none invented
+    for col in want.columns:
+        g, w = got[col], want[col]
+        if col in ("ts",):
+            assert (pd.to_datetime(g, utc=True) == w).all(), col
+        elif w.dtype == object or col in ("job_id",):
+            assert [None if pd.isna(x) else str(x) for x in g] == [None if pd.isna(x) else str(x) for x in w], col
+        else:
+            np.testing.assert_allclose(pd.to_numeric(g, errors="coerce").astype(float),
+                                       pd.to_numeric(w, errors="coerce").astype(float), rtol=0, atol=1e-9, err_msg=col)
+    assert got.loc[got["node_id"] == NO_ECC_NODE, "ecc_dbe_delta"].isna().all()  # the sentinel is a null
+    assert wh.count("source_rejects") == 0
+
+    # No node-exporter: node and link tables are empty and every partition is recorded as missing data,
+    # naming the silent metric family; nothing blocked.
+    assert wh.count("node_telemetry") == 0 and wh.count("network_telemetry") == 0
+    gaps = wh.read_window("source_gaps")
+    assert sorted(zip(gaps["source"], gaps["missing_family"], pd.to_datetime(gaps["partition_start"], utc=True))) == sorted(
+        (t, fam, T0 + 5 * p * MIN) for t, fam in (("node_telemetry", F.NODE_CPU_SECONDS), ("network_telemetry", F.IB_RX_BYTES))
+        for p in range(2))
+
+    # The scheduler tables came from the sacct dump (complete: it was written after the window).
+    ev = wh.read_window("scheduler_events")
+    assert sorted(zip(ev["job_id"], ev["event"])) == [("4242", "started"), ("4242", "submitted"), ("4243", "submitted")]
+    assert set(wh.read_window("job_metadata")["job_id"]) == {"4242", "4243"}
+
+    # The loss tree and the KPIs are computed from GPU telemetry alone.
+    states = wh.read_window("goodput_states")
+    per_partition = states.groupby(pd.to_datetime(states["partition_start"], utc=True))["gpu_minutes"].sum()
+    assert per_partition.to_dict() == {T0: 20.0, T0 + 5 * MIN: 20.0}  # 4 paid GPUs x 5 minutes, each in one state
+    assert states.loc[states["state"] == "no_data", "gpu_minutes"].sum() == 0  # every GPU reported
+    cg = wh.read_window("cluster_goodput")
+    assert set(cg["region"]) == {"lab", "*"} and len(cg) == 4
+    assert wh.count("kpi_values") > 0
+
+
+def test_absent_slurm_dumps_degrade_the_scheduler_tables(stock_prometheus, tmp_path, capsys):
+    """No sacct / squeue dump at all: scheduler tables missing data, the rest computed."""
+    landing, slurm, url = tmp_path / "landing", tmp_path / "slurm", f"sqlite:///{tmp_path / 'wh.db'}"
+    landing_zone(landing)
+    slurm.mkdir()
+    env = {"GPU_HEALTH_PROMETHEUS_REGION": "lab", "GPU_HEALTH_SLURM_DIR": str(slurm)}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # the documented environment variables instead of flags
+    try:
+        code, out, err = _run(
+            capsys, "run", "--start", "2026-03-02T10:00:00Z", "--end", "2026-03-02T10:05:00Z",
+            "--source", "prometheus", "--prometheus-url", stock_prometheus, "--landing", str(landing),
+            "--warehouse", url, "--quiet")
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    assert code == 0, err
+    wh = Warehouse(url)
+    gaps = wh.read_window("source_gaps")
+    assert set(gaps["source"]) == {"node_telemetry", "network_telemetry", "scheduler_events", "job_metadata"}
+    assert gaps.loc[gaps["source"] == "job_metadata", "missing_family"].str.startswith("slurm dumps").all()
+    assert wh.count("gpu_telemetry") == 5 * 4 and wh.count("goodput_states") > 0 and wh.count("kpi_values") > 0
