@@ -267,3 +267,43 @@ def test_empty_window_from_live_server_is_data_not_ready(stub):
     handler, url = stub  # answers every query with an empty vector
     with pytest.raises(DataNotReady):
         PrometheusSource(url, clock=lambda: T0 + 6 * MIN).read("network_telemetry", T0, T0 + 5 * MIN)
+
+
+# --- configuration: label-name overrides and PromQL selectors ----------------------------------
+def test_label_overrides_read_an_exporter_without_hostname_and_uuid(prometheus_factory, tmp_path):  # noqa: F811
+    """An exporter version labelling GPUs ``gpu_uuid`` and hosts only by ``instance`` (host:port)."""
+    text = FIXTURE.read_text()
+    renamed = []
+    for line in text.splitlines():
+        if line.startswith("DCGM_"):
+            host = HOST_A if HOST_A in line else HOST_B
+            line = line.replace(f'Hostname="{host}"', f'instance="{host}:9400",cluster="c1"').replace("UUID=", "gpu_uuid=")
+        renamed.append(line)
+    scrape = "\n".join(renamed) + "\n"
+    om = scrape_to_openmetrics([scrape] * 3, [T0 + i * MIN for i in range(3)], tmp_path / "renamed.om")
+    url = prometheus_factory(om)
+    # without the overrides: no UUID label, every sample is ignored
+    assert PrometheusSource(url, region="lab").read("gpu_telemetry", T0 + MIN, T0 + 3 * MIN).frame.empty
+    src = PrometheusSource(url, region="lab", labels="node_id=instance,gpu_uuid=gpu_uuid", selector='cluster="c1"')
+    df = src.read("gpu_telemetry", T0 + MIN, T0 + 3 * MIN).frame
+    assert set(df["node_id"]) == {HOST_A} and set(df["gpu_uuid"]) == {UUID_A} and len(df) == 2
+    # a selector matching nothing: the exporter is absent for this source (late first, then missing data)
+    with pytest.raises(DataNotReady):
+        PrometheusSource(url, region="lab", selector='cluster!="c1"', clock=lambda: T0 + 4 * MIN).read(
+            "gpu_telemetry", T0 + MIN, T0 + 2 * MIN)
+
+
+def test_parse_matchers_and_overrides():
+    from gpu_health.sources.prometheus import parse_label_overrides, parse_matchers, render_matchers
+
+    m = parse_matchers('{cluster="a", job=~"dcgm.*",env!="dev" , q!~"x\\"y"}')
+    assert m == [("cluster", "=", "a"), ("job", "=~", "dcgm.*"), ("env", "!=", "dev"), ("q", "!~", 'x"y')]
+    assert render_matchers(m) == '{cluster="a",job=~"dcgm.*",env!="dev",q!~"x\\"y"}'
+    assert parse_matchers("") == []
+    for bad in ('cluster=a', 'cluster="a" job="b"', '1x="a"'):
+        with pytest.raises(ValueError):
+            parse_matchers(bad)
+    assert parse_label_overrides("node_id=instance, gpu_uuid=gpu_uuid") == {"node_id": "instance", "gpu_uuid": "gpu_uuid"}
+    for bad in ("node_id", "hostname=Hostname", "node_id=bad-label"):
+        with pytest.raises(ValueError):
+            parse_label_overrides(bad)
