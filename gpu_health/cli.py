@@ -184,6 +184,27 @@ def report_window(start: str, end: str, *, warehouse: str | None = None, scenari
     return {}
 
 
+def serve_metrics(warehouse: str | None, port: int, address: str, *, once: bool = False, quiet: bool = False) -> int:
+    """Serve ``/metrics`` until interrupted (or print the exposition once)."""
+    from gpu_health.definitions import default_resources
+    from gpu_health.kpi_export import registry_for, serve
+
+    url = warehouse or default_resources()["warehouse"].url
+    if once:
+        from prometheus_client.openmetrics.exposition import generate_latest
+
+        sys.stdout.write(generate_latest(registry_for(url)).decode())
+        return 0
+    server, thread = serve(url, port, address)
+    if not quiet:
+        print(f"serving gpu_health metrics of {url} on http://{address}:{server.server_port}/metrics", file=sys.stderr)
+    try:
+        thread.join()
+    except KeyboardInterrupt:
+        server.shutdown()
+    return 0
+
+
 def _root_message(error) -> str:
     """The innermost cause of a step failure: the user's exception (it names file and column), not
     Dagster's "Error occurred while executing op" wrapper around it."""
@@ -233,7 +254,13 @@ def main(argv: list[str] | None = None) -> int:
     p_rep.add_argument("--end", required=True)
     p_rep.add_argument("--scenario", help="add this scenario's injected incidents (ground truth)")
     p_rep.add_argument("--out", help="write the Markdown here instead of printing it")
-    for p in (p_sim, p_run, p_eval, p_rep):
+    p_srv = sub.add_parser("serve-metrics", help="expose the latest partition's north star, loss tree, KPIs, open alerts "
+                                                 "and wasted spend for Prometheus to scrape (OpenMetrics)")
+    p_srv.add_argument("--warehouse", help="SQLAlchemy URL (default: $GPU_HEALTH_WAREHOUSE_URL or sqlite:///var/warehouse.db)")
+    p_srv.add_argument("--port", type=int, default=9464)
+    p_srv.add_argument("--address", default="0.0.0.0", help="listen address (default 0.0.0.0; 127.0.0.1 for loopback only)")
+    p_srv.add_argument("--once", action="store_true", help="print the exposition once and exit (no server)")
+    for p in (p_sim, p_run, p_eval, p_rep, p_srv):
         p.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
@@ -259,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                 report = evaluate(args.scenarios, args.out, workers=args.workers, pattern=args.pattern)
             print(table(report))
             out = report["overall"]
+        elif args.command == "serve-metrics":
+            return serve_metrics(args.warehouse, args.port, args.address, once=args.once, quiet=args.quiet)
         elif args.command == "report":
             out = report_window(args.start, args.end, warehouse=args.warehouse, scenario=args.scenario, out=args.out)
         else:

@@ -27,7 +27,9 @@ from gpu_health.contracts import empty_frame
 from gpu_health.landing import write_partition
 from gpu_health.promexport import scrape_to_openmetrics
 from gpu_health.sources import dcgm_fields as F
+from gpu_health.promexport import backfill
 from gpu_health.storage.warehouse import Warehouse
+from gpu_health_tests.services.prometheus import PrometheusServer, require_binary
 
 T0 = pd.Timestamp("2026-03-02T10:00:00Z")
 MIN = pd.Timedelta(minutes=1)
@@ -126,33 +128,56 @@ def landing_zone(root, day_gpus: int = 4):
     write_partition(root, "maintenance_windows", None, empty_frame("maintenance_windows"))
 
 
-@pytest.fixture
-def stock_prometheus(prometheus_factory, tmp_path):
+def _stock_openmetrics(path):
     # scrapes 15 s into each minute, from the minute before the window (counters need it)
     times = [T0 + k * MIN + pd.Timedelta(seconds=15) for k in range(-1, MINUTES)]
-    om = scrape_to_openmetrics([scrape(k) for k in range(-1, MINUTES)], times, tmp_path / "stock.om")
-    return prometheus_factory(om)
+    return scrape_to_openmetrics([scrape(k) for k in range(-1, MINUTES)], times, path)
+
+
+@pytest.fixture
+def stock_prometheus(prometheus_factory, tmp_path):
+    return prometheus_factory(_stock_openmetrics(tmp_path / "stock.om"))
 
 
 def _run(capsys, *argv):
     from gpu_health.cli import main
 
     code = main(list(argv))
-    out, err = capsys.readouterr()
+    out, err = capsys.readouterr() if capsys is not None else ("", "")
     return code, out, err
 
 
-def test_stock_dcgm_exporter_without_node_exporter_lands_every_gpu_minute(stock_prometheus, tmp_path, capsys):
-    landing, slurm, url = tmp_path / "landing", tmp_path / "slurm", f"sqlite:///{tmp_path / 'wh.db'}"
-    landing_zone(landing)
-    slurm.mkdir()
-    (slurm / "sacct_now.txt").write_text(sacct_dump())
-    code, out, err = _run(
-        capsys, "run", "--start", "2026-03-02T10:00:00Z", "--end", "2026-03-02T10:10:00Z",
-        "--source", "prometheus", "--prometheus-url", stock_prometheus, "--prometheus-region", "lab",
-        "--slurm-dir", str(slurm), "--landing", str(landing), "--warehouse", url, "--quiet")
-    assert code == 0, err
-    summary = json.loads(out)
+@pytest.fixture(scope="module")
+def stock_run(tmp_path_factory):
+    """The issue's run, once for the module: ``(warehouse URL, summary)``."""
+    import contextlib
+    import io
+
+    from gpu_health.cli import main
+
+    tmp = tmp_path_factory.mktemp("stock")
+    require_binary("promtool")
+    backfill(_stock_openmetrics(tmp / "stock.om"), tmp / "data", parallel=2)
+    server = PrometheusServer(tmp / "data", tmp)
+    prom = server.start()
+    try:
+        landing, slurm, url = tmp / "landing", tmp / "slurm", f"sqlite:///{tmp / 'wh.db'}"
+        landing_zone(landing)
+        slurm.mkdir()
+        (slurm / "sacct_now.txt").write_text(sacct_dump())
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["run", "--start", "2026-03-02T10:00:00Z", "--end", "2026-03-02T10:10:00Z",
+                         "--source", "prometheus", "--prometheus-url", prom, "--prometheus-region", "lab",
+                         "--slurm-dir", str(slurm), "--landing", str(landing), "--warehouse", url, "--quiet"])
+        assert code == 0, err.getvalue()
+        yield url, json.loads(out.getvalue())
+    finally:
+        server.stop()
+
+
+def test_stock_dcgm_exporter_without_node_exporter_lands_every_gpu_minute(stock_run):
+    url, summary = stock_run
     assert summary["source"] == "prometheus" and summary["partitions"] == 2
     wh = Warehouse(url)
 
@@ -216,3 +241,61 @@ def test_absent_slurm_dumps_degrade_the_scheduler_tables(stock_prometheus, tmp_p
     assert set(gaps["source"]) == {"node_telemetry", "network_telemetry", "scheduler_events", "job_metadata"}
     assert gaps.loc[gaps["source"] == "job_metadata", "missing_family"].str.startswith("slurm dumps").all()
     assert wh.count("gpu_telemetry") == 5 * 4 and wh.count("goodput_states") > 0 and wh.count("kpi_values") > 0
+
+
+def _query(prom: str, expr: str) -> list:
+    import requests
+
+    body = requests.get(f"{prom}/api/v1/query", params={"query": expr}, timeout=10).json()
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+def _wait_for(prom: str, expr: str, timeout_s: float = 30.0) -> list:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = _query(prom, expr)
+        if result:
+            return result
+        time.sleep(0.25)
+    raise AssertionError(f"{expr} returned nothing within {timeout_s}s")
+
+
+def test_kpis_scraped_back_by_a_real_prometheus(stock_run, scraping_prometheus):
+    """serve-metrics over the run's warehouse; a real Prometheus scrapes it and answers PromQL."""
+    from gpu_health.kpi_export import DIMENSIONS, kpi_metric_name, serve
+
+    url, _ = stock_run
+    server, _thread = serve(url, 0, "127.0.0.1")
+    try:
+        prom = scraping_prometheus([f"127.0.0.1:{server.server_port}"])
+        north_star = _wait_for(prom, 'gpu_health_cluster_goodput_ratio{region="*"}')
+        wh = Warehouse(url)
+        cg = wh.read_window("cluster_goodput")
+        cg["partition_start"] = pd.to_datetime(cg["partition_start"], utc=True)
+        last = cg.loc[(cg["partition_start"] == T0 + 5 * MIN) & (cg["region"] == "*")]
+        assert len(last) == 1 and len(north_star) == 1
+        assert float(north_star[0]["value"][1]) == pytest.approx(float(last["goodput"].iloc[0]), abs=1e-12)
+        assert north_star[0]["metric"]["job"] == "gpu_health"
+        stamp = _query(prom, "gpu_health_partition_start_timestamp_seconds")
+        assert float(stamp[0]["value"][1]) == (T0 + 5 * MIN).timestamp()
+        # the loss tree adds up to 1 per region; every ok KPI series of the partition is there
+        shares = _query(prom, "sum by (region) (gpu_health_loss_tree_share_ratio)")
+        assert {r["metric"]["region"]: round(float(r["value"][1]), 9) for r in shares} == {"lab": 1.0, "*": 1.0}
+        kv = wh.read_window("kpi_values", T0 + 5 * MIN, T0 + 10 * MIN)
+        ok = kv.loc[kv["status"].astype(str) == "ok"]
+        exposed = _query(prom, '{__name__=~"gpu_health_kpi_.+"}')
+        got = {(r["metric"]["__name__"], *(r["metric"][d] for d in DIMENSIONS)): float(r["value"][1]) for r in exposed}
+        want = {}
+        for row in ok.itertuples(index=False):
+            name, factor = kpi_metric_name(str(row.kpi), str(row.unit))
+            want[(name, *(str(getattr(row, d)) for d in DIMENSIONS))] = float(row.value) * factor
+        assert len(want) > 0 and got.keys() == want.keys()
+        for key, value in want.items():
+            assert got[key] == pytest.approx(value, abs=1e-12), key
+        gaps = _query(prom, "gpu_health_source_gaps")
+        assert {r["metric"]["source"] for r in gaps} == {"node_telemetry", "network_telemetry"}
+    finally:
+        server.shutdown()
