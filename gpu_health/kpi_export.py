@@ -60,8 +60,8 @@ UNIT_SUFFIX: dict[str, tuple[str, float]] = {
     "s": ("seconds", 1.0),
     "pct": ("ratio", 0.01),  # Prometheus exposes fractions as ratios, never percent
     "gpus": ("gpus", 1.0),
-    "retransmits per link-minute": ("retransmits_per_link_minute", 1.0),
-    "usd per productive gpu-hour": ("usd_per_productive_gpu_hour", 1.0),
+    "retransmits per link-minute": ("per_link_minute", 1.0),  # comm_health.retransmits -> ..._retransmits_per_link_minute
+    "usd per productive gpu-hour": ("usd", 1.0),  # cost_per_productive_gpu_hour -> ..._cost_per_productive_gpu_hour_usd
 }
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 

@@ -17,6 +17,10 @@ def test_every_catalog_series_has_one_valid_distinct_name():
     assert kpi_metric_name("allocation_rate", "ratio") == ("gpu_health_kpi_allocation_rate_ratio", 1.0)
     assert kpi_metric_name("queue_wait_p95", "s") == ("gpu_health_kpi_queue_wait_p95_seconds", 1.0)
     assert kpi_metric_name("comm_health.packet_loss", "pct") == ("gpu_health_kpi_comm_health_packet_loss_ratio", 0.01)
+    assert kpi_metric_name("cost_per_productive_gpu_hour", "usd per productive gpu-hour")[0] == \
+        "gpu_health_kpi_cost_per_productive_gpu_hour_usd"
+    assert kpi_metric_name("comm_health.retransmits", "retransmits per link-minute")[0] == \
+        "gpu_health_kpi_comm_health_retransmits_per_link_minute"
 
 
 def test_unknown_unit_is_refused():

@@ -30,6 +30,7 @@ from gpu_health.sources import dcgm_fields as F
 from gpu_health.promexport import backfill
 from gpu_health.storage.warehouse import Warehouse
 from gpu_health_tests.services.prometheus import PrometheusServer, require_binary
+from gpu_health_tests.test_deploy_kit import dashboard_exprs
 
 T0 = pd.Timestamp("2026-03-02T10:00:00Z")
 MIN = pd.Timedelta(minutes=1)
@@ -297,5 +298,16 @@ def test_kpis_scraped_back_by_a_real_prometheus(stock_run, scraping_prometheus):
             assert got[key] == pytest.approx(value, abs=1e-12), key
         gaps = _query(prom, "gpu_health_source_gaps")
         assert {r["metric"]["source"] for r in gaps} == {"node_telemetry", "network_telemetry"}
+        # the Grafana dashboard's expressions over this data: all evaluate; the panels this run has data
+        # for (no alert opened, no job ended in ten minutes) are not empty
+        answered = {}
+        for title, expr in dashboard_exprs():
+            answered.setdefault(title, []).append(bool(_query(prom, expr)))
+        for title in ("Cluster goodput (provisional, latest partition)", "Goodput by region", "Partition age",
+                      "Loss tree: share of paid GPU-minutes by state", "Losses now (latest partition)",
+                      "Hardware fault rates", "Gaming guardrails and fragmentation", "Wasted dollars by cause (latest settled day)",
+                      "Wasted dollars (latest settled day)", "USD per hour under open alerts", "Missing data (silent exporters)"):
+            assert any(answered[title]), title
+        assert answered["Allocation rate"][0], "the pipeline's allocation KPI"
     finally:
         server.shutdown()
