@@ -74,6 +74,9 @@ LIVENESS = {
 }
 # Contract columns whose exporter label can be overridden (``labels=``), and where the override applies.
 LABEL_OVERRIDES = frozenset(F.GPU_LABELS)
+# readiness decisions remembered per process: 3 tables x 288 partitions a day x ~3 weeks, far more
+# than the sensor's 24 h look-back asks about
+DECIDED_MAX = 20_000
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 MINUTE = pd.Timedelta(minutes=1)
 _K, _V = "__k", "__v"  # label names may not start with "__": no clash with labels
@@ -338,8 +341,11 @@ class PrometheusSource:
     def judge(self, table: str, start: pd.Timestamp, end: pd.Timestamp) -> str:
         """``complete``, ``closed: ...`` or ``late: ...`` for the window (module docstring: Completeness).
 
-        Decided windows are remembered (their state cannot change back): the sensor asks for every
-        partition of its look-back on each tick.
+        Decided windows are remembered: the sensor asks for every partition of its look-back on each
+        tick, and a query per partition and table each time would load Prometheus for nothing. So a
+        window once closed stays closed in this process, even if samples are backfilled into it
+        later (re-run that partition by hand); at most :data:`DECIDED_MAX` decisions are kept (the
+        oldest windows are forgotten first: they are beyond any sensor look-back).
         """
         key = (table, start, end)
         if key in self._decided:
@@ -359,6 +365,9 @@ class PrometheusSource:
             else:
                 return (f"late: no {metric} sample in its last minute [{end - MINUTE}, {end}) and none after it yet; "
                         f"waiting up to {self.absent_after} after its end: data not arrived yet")
+        if len(self._decided) >= DECIDED_MAX:
+            for old in sorted(self._decided, key=lambda k: k[2])[: DECIDED_MAX // 2]:
+                del self._decided[old]
         self._decided[key] = state
         return state
 
