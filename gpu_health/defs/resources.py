@@ -6,6 +6,7 @@ import dagster as dg
 import pandas as pd
 from pydantic import PrivateAttr
 
+from gpu_health.sources.base import DEFAULT_ABSENT_AFTER
 from gpu_health.storage.warehouse import Warehouse
 
 DEFAULT_WAREHOUSE_URL = "sqlite:///var/warehouse.db"
@@ -53,7 +54,7 @@ class TelemetrySourceResource(dg.ConfigurableResource):
     prometheus_labels: str = ""
     prometheus_step: str = "60s"
     prometheus_ready_lag: str = "2min"
-    absent_after: str = "10min"
+    absent_after: str = DEFAULT_ABSENT_AFTER
     slurm_dir: str = ""
 
     def _key(self) -> tuple:

@@ -60,7 +60,7 @@ import requests
 
 from gpu_health.contracts import columns, empty_frame
 from gpu_health.sources import dcgm_fields as F
-from gpu_health.sources.base import DataNotReady, Fetched, SourceError
+from gpu_health.sources.base import DEFAULT_ABSENT_AFTER, DataNotReady, Fetched, SourceError
 
 log = logging.getLogger(__name__)
 
@@ -257,7 +257,7 @@ class PrometheusSource:
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
         ready_lag: str | pd.Timedelta = "2min",
-        absent_after: str | pd.Timedelta = "10min",
+        absent_after: str | pd.Timedelta = DEFAULT_ABSENT_AFTER,
         selector: Mapping[str, str] | str | None = None,
         labels: Mapping[str, str] | str | None = None,
         disk_devices: str = F.DEFAULT_DISK_DEVICES,

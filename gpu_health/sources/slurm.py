@@ -86,7 +86,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_health.contracts import columns, empty_frame
-from gpu_health.sources.base import DataNotReady, Fetched, SourceError
+from gpu_health.sources.base import DEFAULT_ABSENT_AFTER, DataNotReady, Fetched, SourceError
 
 log = logging.getLogger(__name__)
 
@@ -677,7 +677,7 @@ class SlurmSource:
         cluster_tz: str = "UTC",
         on_reject: Literal["raise", "collect"] = "raise",
         complete_through: pd.Timestamp | str | None = None,
-        absent_after: str | pd.Timedelta = "10min",
+        absent_after: str | pd.Timedelta = DEFAULT_ABSENT_AFTER,
         clock=None,
     ) -> None:
         self.directory = Path(directory)
