@@ -31,3 +31,25 @@ def test_unknown_unit_is_refused():
 def test_empty_warehouse_exposes_families_without_samples(sqlite_url):
     fams = {f.name: f for f in metric_families(Warehouse(sqlite_url))}
     assert "gpu_health_cluster_goodput_ratio" in fams and not fams["gpu_health_cluster_goodput_ratio"].samples
+
+
+def test_serve_metrics_once_prints_the_latest_partition(sqlite_url, capsys):
+    import pandas as pd
+
+    from gpu_health.cli import main
+    from gpu_health.metrics.goodput import STATES
+
+    wh = Warehouse(sqlite_url)
+    wh.create_all()
+    for i, goodput in enumerate((0.5, 0.75)):  # two partitions: only the later one is exposed
+        start = pd.Timestamp("2026-11-03T14:00:00Z") + pd.Timedelta(minutes=5 * i)
+        row = {"partition_start": start, "region": "*", "paid_gpu_minutes": 100.0, "productive_gpu_minutes": 100 * goodput,
+               "goodput": goodput, **{f"share_{s}": 0.0 for s in STATES}}
+        row["share_productive"], row["share_idle_no_demand"] = goodput, 1 - goodput
+        wh.replace_window("cluster_goodput", pd.DataFrame([row]), start, start + pd.Timedelta(minutes=5))
+    assert main(["serve-metrics", "--warehouse", sqlite_url, "--once"]) == 0
+    text = capsys.readouterr().out
+    assert 'gpu_health_cluster_goodput_ratio{region="*"} 0.75\n' in text
+    assert 'gpu_health_loss_tree_share_ratio{region="*",state="idle_no_demand"} 0.25\n' in text
+    assert 'gpu_health_paid_gpu_seconds{region="*"} 6000.0\n' in text
+    assert text.rstrip().endswith("# EOF")

@@ -117,6 +117,15 @@ def sacct_dump() -> str:
     ]) + "\n"
 
 
+def squeue_json() -> str:
+    """``squeue --json`` (Slurm OpenAPI v0.0.37 shape) holding a job submitted in the second partition."""
+    return json.dumps({"jobs": [{
+        "job_id": 4244, "name": "eval", "user_name": "carol", "account": "nlp", "partition": "gpu",
+        "job_state": "PENDING", "state_reason": "Resources", "submit_time": int((T0 + 7 * MIN).timestamp()),
+        "start_time": 0, "node_count": 1, "cpus": 8, "tres_req_str": "cpu=8,mem=32G,node=1,billing=8,gres/gpu=8",
+        "nodes": "", "priority": 100}]})
+
+
 def landing_zone(root, day_gpus: int = 4):
     """The tables neither Prometheus nor Slurm holds: runtime metrics, changes, capacity, calendar."""
     for table in ("job_runtime_metrics", "change_events"):
@@ -166,6 +175,7 @@ def stock_run(tmp_path_factory):
         landing_zone(landing)
         slurm.mkdir()
         (slurm / "sacct_now.txt").write_text(sacct_dump())
+        (slurm / "squeue_now.json").write_text(squeue_json())
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = main(["run", "--start", "2026-03-02T10:00:00Z", "--end", "2026-03-02T10:10:00Z",
@@ -205,10 +215,13 @@ def test_stock_dcgm_exporter_without_node_exporter_lands_every_gpu_minute(stock_
         (t, fam, T0 + 5 * p * MIN) for t, fam in (("node_telemetry", F.NODE_CPU_SECONDS), ("network_telemetry", F.IB_RX_BYTES))
         for p in range(2))
 
-    # The scheduler tables came from the sacct dump (complete: it was written after the window).
+    # The scheduler tables came from the sacct and squeue --json dumps (complete: written after the window).
     ev = wh.read_window("scheduler_events")
-    assert sorted(zip(ev["job_id"], ev["event"])) == [("4242", "started"), ("4242", "submitted"), ("4243", "submitted")]
-    assert set(wh.read_window("job_metadata")["job_id"]) == {"4242", "4243"}
+    assert sorted(zip(ev["job_id"], ev["event"])) == [("4242", "started"), ("4242", "submitted"), ("4243", "submitted"),
+                                                      ("4244", "submitted")]
+    md = wh.read_window("job_metadata").set_index("job_id")
+    assert set(md.index) == {"4242", "4243", "4244"}
+    assert (md.loc["4244", "team"], md.loc["4244", "requested_gpus"]) == ("nlp", 8)
 
     # The loss tree and the KPIs are computed from GPU telemetry alone.
     states = wh.read_window("goodput_states")
