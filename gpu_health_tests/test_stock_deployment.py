@@ -324,3 +324,42 @@ def test_kpis_scraped_back_by_a_real_prometheus(stock_run, scraping_prometheus):
         assert answered["Allocation rate"][0], "the pipeline's allocation KPI"
     finally:
         server.shutdown()
+
+
+def node_exporter_scrape(k: int) -> str:
+    """node-exporter's /metrics of both nodes in minute ``k``: only ``instance`` names the host (bare metal)."""
+    lines = ["# TYPE node_cpu_seconds_total counter", "# TYPE node_memory_MemAvailable_bytes gauge",
+             "# TYPE node_memory_MemTotal_bytes gauge", "# TYPE node_disk_read_bytes_total counter",
+             "# TYPE node_disk_written_bytes_total counter", "# TYPE node_disk_io_time_seconds_total counter",
+             "# TYPE node_uname_info gauge"]
+    for n, node in enumerate(NODES):
+        inst = f'instance="{node}:9100",job="node"'
+        busy_s = 60 * (k + 1) * (0.25 + 0.25 * n)  # node n busy (25 + 25 n) % of one CPU's time
+        lines += [f'node_cpu_seconds_total{{cpu="0",mode="idle",{inst}}} {60 * (k + 1) - busy_s}',
+                  f'node_cpu_seconds_total{{cpu="0",mode="user",{inst}}} {busy_s}',
+                  f'node_memory_MemAvailable_bytes{{{inst}}} {3 * 2**38}', f'node_memory_MemTotal_bytes{{{inst}}} {2**40}',
+                  f'node_disk_read_bytes_total{{device="nvme0n1",{inst}}} {60e6 * (k + 1)}',
+                  f'node_disk_written_bytes_total{{device="nvme0n1",{inst}}} {30e6 * (k + 1)}',
+                  f'node_disk_io_time_seconds_total{{device="nvme0n1",{inst}}} {6 * (k + 1)}',
+                  f'node_uname_info{{nodename="{node}",release="6.8.0-51-generic",sysname="Linux",{inst}}} 1']
+    return "\n".join(lines) + "\n"
+
+
+def test_stock_node_exporter_joins_the_gpus_by_host_name(prometheus_factory, tmp_path):
+    """Bare metal: node-exporter's instance host:9100 and dcgm-exporter's Hostname name the same node."""
+    from gpu_health.sources.prometheus import PrometheusSource
+
+    times = [T0 + k * MIN + pd.Timedelta(seconds=15) for k in range(-1, 5)]
+    om = scrape_to_openmetrics([scrape(k) + node_exporter_scrape(k) for k in range(-1, 5)], times, tmp_path / "n.om")
+    src = PrometheusSource(prometheus_factory(om), region="lab")
+    nodes = src.read("node_telemetry", T0, T0 + 5 * MIN)
+    df = nodes.frame.sort_values(["ts", "node_id"])
+    assert len(df) == 10 and set(df["node_id"]) == set(NODES) and nodes.silent_family == F.NODE_CPU_SECONDS
+    by_node = df.groupby("node_id")
+    assert by_node["cpu_util_pct"].apply(lambda s: set(s.round(9))).to_dict() == {"dgx-a01": {25.0}, "dgx-a02": {50.0}}
+    assert set(df["mem_used_pct"].round(9)) == {25.0} and set(df["disk_read_mbps"].round(9)) == {1.0}
+    assert set(df["nvme_util_pct"].round(9)) == {10.0} and set(df["kernel_version"]) == {"6.8.0-51-generic"}
+    assert set(df["sku"]) == {SKU} and set(df["driver_version"]) == {DRIVER} and set(df["health"]) == {"ok"}
+    # no InfiniBand collector: links are absent (missing data), nodes are not held back by it
+    links = src.read("network_telemetry", T0, T0 + 5 * MIN)
+    assert links.frame.empty and "exporter absent" in links.origin
