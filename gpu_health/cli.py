@@ -13,7 +13,6 @@ range, in-process (single-run ranges of at most a day), and exits non-zero on fa
 
 import argparse
 import logging
-import os
 import sys
 import time
 import warnings
@@ -117,6 +116,8 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
     kind = source or ("landing" if landing else ("simulator" if scenario or env.kind == "simulator" else env.kind))
     fields = {name: getattr(env, name) for name in SOURCE_FLAGS}
     fields.update({k: v for k, v in {**source_options, "prometheus_url": prometheus_url}.items() if v is not None})
+    if kind == "prometheus" and not fields["prometheus_url"]:
+        raise SystemExit("error: --source prometheus needs --prometheus-url (or GPU_HEALTH_PROMETHEUS_URL)")
     url = warehouse or resources["warehouse"].url
     src = TelemetrySourceResource(kind=kind, scenario=scenario or "", landing_dir=landing or env.landing_dir, **fields)
     resources.update(warehouse=WarehouseResource(url=url), warehouse_io_manager=WarehouseIOManager(url=url), source=src)
@@ -291,8 +292,6 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "report":
             out = report_window(args.start, args.end, warehouse=args.warehouse, scenario=args.scenario, out=args.out)
         else:
-            if args.source == "prometheus" and not (args.prometheus_url or os.environ.get("GPU_HEALTH_PROMETHEUS_URL")):
-                parser.error("--source prometheus needs --prometheus-url (or GPU_HEALTH_PROMETHEUS_URL)")
             out = run(args.start, args.end, scenario=args.scenario, landing=args.landing, source=args.source,
                       warehouse=args.warehouse, partition_start=args.partition_start, quiet=args.quiet,
                       **{name: getattr(args, name) for name in SOURCE_FLAGS})
