@@ -2,7 +2,8 @@
 
     gpu-health simulate --scenario FILE [--start ISO --end ISO] --landing DIR
     gpu-health run --start ISO --end ISO [--scenario FILE | --landing DIR | --source prometheus --prometheus-url URL]
-                   [--warehouse URL]
+                   [--prometheus-region R] [--prometheus-labels COL=LABEL,...] [--slurm-dir DIR] [--warehouse URL]
+    gpu-health serve-metrics [--warehouse URL] [--port 9464]
     gpu-health evaluate --scenarios DIR --out FILE.json [--workers N] [--static-rules]
     gpu-health export TABLE --start ISO --end ISO --out FILE.parquet|FILE.csv [--warehouse URL] [--telemetry-dir DIR]
 
@@ -101,9 +102,18 @@ def _warehouse_location(warehouse: str | None, telemetry_dir: str | None) -> tup
 
 
 # --- run ---------------------------------------------------------------------------------
+# `gpu-health run` flags -> TelemetrySourceResource fields (each also an environment variable, README: Configuration)
+SOURCE_FLAGS = {
+    "prometheus_url": "--prometheus-url", "prometheus_region": "--prometheus-region",
+    "prometheus_region_label": "--prometheus-region-label", "prometheus_selector": "--prometheus-selector",
+    "prometheus_labels": "--prometheus-labels", "prometheus_step": "--prometheus-step",
+    "prometheus_ready_lag": "--prometheus-ready-lag", "absent_after": "--absent-after", "slurm_dir": "--slurm-dir",
+}
+
+
 def run(start: str, end: str, *, scenario: str | None = None, landing: str | None = None, source: str | None = None,
         prometheus_url: str | None = None, warehouse: str | None = None, partition_start: str | None = None,
-        quiet: bool = False, telemetry_dir: str | None = None) -> dict:
+        quiet: bool = False, telemetry_dir: str | None = None, **source_options: str | None) -> dict:
     import dagster as dg
 
     from gpu_health.definitions import build_definitions, default_resources
@@ -114,11 +124,18 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
     start_ts, end_ts = _ts(start), _ts(end)
     if end_ts <= start_ts:
         raise SystemExit("error: --end must be after --start")
-    kind = source or ("landing" if landing else "simulator")
+    unknown = set(source_options) - set(SOURCE_FLAGS)
+    if unknown:
+        raise TypeError(f"unknown source options {sorted(unknown)}")
     resources = default_resources()
+    env = resources["source"]  # the environment's settings; flags given here win
+    kind = source or ("landing" if landing else ("simulator" if scenario or env.kind == "simulator" else env.kind))
+    fields = {name: getattr(env, name) for name in SOURCE_FLAGS}
+    fields.update({k: v for k, v in {**source_options, "prometheus_url": prometheus_url}.items() if v is not None})
+    if kind == "prometheus" and not fields["prometheus_url"]:
+        raise SystemExit("error: --source prometheus needs --prometheus-url (or GPU_HEALTH_PROMETHEUS_URL)")
     url, tdir = _warehouse_location(warehouse, telemetry_dir)
-    src = TelemetrySourceResource(kind=kind, scenario=scenario or "", landing_dir=landing or "var/landing",
-                                  prometheus_url=prometheus_url or "")
+    src = TelemetrySourceResource(kind=kind, scenario=scenario or "", landing_dir=landing or env.landing_dir, **fields)
     resources.update(warehouse=WarehouseResource(url=url, telemetry_dir=tdir),
                      warehouse_io_manager=WarehouseIOManager(url=url, telemetry_dir=tdir), source=src)
     # the code location's partitions must cover the range: by default they start on its first day
@@ -197,6 +214,27 @@ def export(table: str, start: str, end: str, out: str, *, warehouse: str | None 
     return export_table(Warehouse(url, tdir or None), table, start_ts, end_ts, out)
 
 
+def serve_metrics(warehouse: str | None, port: int, address: str, *, once: bool = False, quiet: bool = False) -> int:
+    """Serve ``/metrics`` until interrupted (or print the exposition once)."""
+    from gpu_health.definitions import default_resources
+    from gpu_health.kpi_export import registry_for, serve
+
+    url = warehouse or default_resources()["warehouse"].url
+    if once:
+        from prometheus_client.openmetrics.exposition import generate_latest
+
+        sys.stdout.write(generate_latest(registry_for(url)).decode())
+        return 0
+    server, thread = serve(url, port, address)
+    if not quiet:
+        print(f"serving gpu_health metrics of {url} on http://{address}:{server.server_port}/metrics", file=sys.stderr)
+    try:
+        thread.join()
+    except KeyboardInterrupt:
+        server.shutdown()
+    return 0
+
+
 def _root_message(error) -> str:
     """The innermost cause of a step failure: the user's exception (it names file and column), not
     Dagster's "Error occurred while executing op" wrapper around it."""
@@ -220,7 +258,16 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--scenario", help="simulate this scenario (the embedded default source)")
     g.add_argument("--landing", help="read the landing zone in this directory")
     p_run.add_argument("--source", choices=["simulator", "landing", "prometheus"])
-    p_run.add_argument("--prometheus-url")
+    p_run.add_argument("--prometheus-url", help="Prometheus holding dcgm-exporter / node-exporter series")
+    p_run.add_argument("--prometheus-region", help="static region for series without a region label")
+    p_run.add_argument("--prometheus-region-label", help="label holding the region (default: region)")
+    p_run.add_argument("--prometheus-selector", help='PromQL label matchers on every query, e.g. cluster="a",job=~"dcgm.*"')
+    p_run.add_argument("--prometheus-labels", help="exporter label names per column, e.g. node_id=instance,gpu_uuid=gpu_uuid")
+    p_run.add_argument("--prometheus-step", help="query step (60s: the contract's minute)")
+    p_run.add_argument("--prometheus-ready-lag", help="how long after a window's end it may be read (default 2min)")
+    p_run.add_argument("--absent-after", help="how long a window a live producer has not covered is waited for before it "
+                                              "is written empty as missing data (default 10min)")
+    p_run.add_argument("--slurm-dir", help="directory of sacct / squeue --json dumps (scheduler_events, job_metadata)")
     p_run.add_argument("--warehouse", help="SQLAlchemy URL (default: $GPU_HEALTH_WAREHOUSE_URL or sqlite:///var/warehouse.db)")
     p_run.add_argument("--partition-start", help="first partition key of the code location (default: the range start)")
     p_eval = sub.add_parser("evaluate", help="score detection, attribution and false pages on a scenario suite")
@@ -246,7 +293,13 @@ def main(argv: list[str] | None = None) -> int:
     for p in (p_run, p_rep, p_exp):
         p.add_argument("--telemetry-dir", help="the columnar telemetry store (default: $GPU_HEALTH_TELEMETRY_DIR, or "
                                                "beside a SQLite warehouse: var/warehouse.db -> var/telemetry/)")
-    for p in (p_sim, p_run, p_eval, p_rep, p_exp):
+    p_srv = sub.add_parser("serve-metrics", help="expose the latest partition's north star, loss tree, KPIs, open alerts "
+                                                 "and wasted spend for Prometheus to scrape (OpenMetrics)")
+    p_srv.add_argument("--warehouse", help="SQLAlchemy URL (default: $GPU_HEALTH_WAREHOUSE_URL or sqlite:///var/warehouse.db)")
+    p_srv.add_argument("--port", type=int, default=9464)
+    p_srv.add_argument("--address", default="0.0.0.0", help="listen address (default 0.0.0.0; 127.0.0.1 for loopback only)")
+    p_srv.add_argument("--once", action="store_true", help="print the exposition once and exit (no server)")
+    for p in (p_sim, p_run, p_eval, p_rep, p_exp, p_srv):
         p.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
@@ -272,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
                 report = evaluate(args.scenarios, args.out, workers=args.workers, pattern=args.pattern)
             print(table(report))
             out = report["overall"]
+        elif args.command == "serve-metrics":
+            return serve_metrics(args.warehouse, args.port, args.address, once=args.once, quiet=args.quiet)
         elif args.command == "report":
             out = report_window(args.start, args.end, warehouse=args.warehouse, scenario=args.scenario, out=args.out,
                                 telemetry_dir=args.telemetry_dir)
@@ -279,11 +334,9 @@ def main(argv: list[str] | None = None) -> int:
             out = export(args.table, args.start, args.end, args.out, warehouse=args.warehouse,
                          telemetry_dir=args.telemetry_dir)
         else:
-            if args.source == "prometheus" and not args.prometheus_url:
-                parser.error("--source prometheus needs --prometheus-url")
             out = run(args.start, args.end, scenario=args.scenario, landing=args.landing, source=args.source,
-                      prometheus_url=args.prometheus_url, warehouse=args.warehouse,
-                      partition_start=args.partition_start, quiet=args.quiet, telemetry_dir=args.telemetry_dir)
+                      warehouse=args.warehouse, partition_start=args.partition_start, quiet=args.quiet,
+                      telemetry_dir=args.telemetry_dir, **{name: getattr(args, name) for name in SOURCE_FLAGS})
     except (RuntimeError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

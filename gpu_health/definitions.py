@@ -14,6 +14,7 @@ from gpu_health.defs.telemetry.assets import build_telemetry_assets
 from gpu_health.defs.telemetry.sensors import build_partition_sensor
 from gpu_health.partitions import daily_partitions, five_minute_partitions
 from gpu_health.settings import Settings
+from gpu_health.sources.base import DEFAULT_ABSENT_AFTER
 
 WAREHOUSE_URL = dg.EnvVar("GPU_HEALTH_WAREHOUSE_URL")
 TELEMETRY_DIR = dg.EnvVar("GPU_HEALTH_TELEMETRY_DIR")
@@ -32,6 +33,14 @@ def default_resources() -> dict:
             live=dg.EnvVar("GPU_HEALTH_LIVE").get_value("false").lower() == "true",
             landing_dir=dg.EnvVar("GPU_HEALTH_LANDING_DIR").get_value("var/landing"),
             prometheus_url=dg.EnvVar("GPU_HEALTH_PROMETHEUS_URL").get_value(""),
+            prometheus_region=dg.EnvVar("GPU_HEALTH_PROMETHEUS_REGION").get_value(""),
+            prometheus_region_label=dg.EnvVar("GPU_HEALTH_PROMETHEUS_REGION_LABEL").get_value("region"),
+            prometheus_selector=dg.EnvVar("GPU_HEALTH_PROMETHEUS_SELECTOR").get_value(""),
+            prometheus_labels=dg.EnvVar("GPU_HEALTH_PROMETHEUS_LABELS").get_value(""),
+            prometheus_step=dg.EnvVar("GPU_HEALTH_PROMETHEUS_STEP").get_value("60s"),
+            prometheus_ready_lag=dg.EnvVar("GPU_HEALTH_PROMETHEUS_READY_LAG").get_value("2min"),
+            absent_after=dg.EnvVar("GPU_HEALTH_ABSENT_AFTER").get_value(DEFAULT_ABSENT_AFTER),
+            slurm_dir=dg.EnvVar("GPU_HEALTH_SLURM_DIR").get_value(""),
         ),
         "alertmanager": AlertmanagerResource(
             url=dg.EnvVar("GPU_HEALTH_ALERTMANAGER_URL").get_value(""),

@@ -276,8 +276,9 @@ def _free_port() -> int:
 class PrometheusProcess:
     """``prometheus`` serving ``data_dir`` on 127.0.0.1 (no scraping, no rules); a context manager."""
 
-    def __init__(self, data_dir: Path, workdir: Path, binary: str = "prometheus"):
+    def __init__(self, data_dir: Path, workdir: Path, binary: str = "prometheus", config: str | None = None):
         self.data_dir, self.workdir, self.binary = Path(data_dir), Path(workdir), binary
+        self.config = config  # prometheus.yml text (default: scrape nothing)
         self.proc: subprocess.Popen | None = None
         self.url = ""
         self.log_path = self.workdir / "prometheus.log"
@@ -294,7 +295,7 @@ class PrometheusProcess:
         if exe is None:
             raise FileNotFoundError(f"{self.binary!r} not found: install Prometheus (apt-get install -y --no-install-recommends prometheus)")
         config = self.workdir / "prometheus.yml"
-        config.write_text(PROMETHEUS_CONFIG)
+        config.write_text(self.config or PROMETHEUS_CONFIG)
         for _ in range(3):  # the probed port may be taken before prometheus binds it
             port = _free_port()
             self.url = f"http://127.0.0.1:{port}"

@@ -21,7 +21,7 @@ import pytest
 
 from gpu_health_tests.services.alertmanager import alertmanager_url  # noqa: F401  (session fixture)
 from gpu_health_tests.services.postgres import postgres_url  # noqa: F401  (session fixture)
-from gpu_health_tests.services.prometheus import prometheus_factory  # noqa: F401  (fixture)
+from gpu_health_tests.services.prometheus import prometheus_factory, scraping_prometheus  # noqa: F401  (fixtures)
 
 REPO = Path(__file__).resolve().parents[1]
 THERMAL_WEEK = REPO / "scenarios" / "thermal_week.yaml"

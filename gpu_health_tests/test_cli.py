@@ -120,6 +120,7 @@ def test_run_with_a_file_missing_a_column_fails_naming_file_and_column(copy_land
     (["--start", "2026-11-03T14:00:00", "--end", "2026-11-03T14:05:00Z"], "no timezone"),
     (["--start", "2026-11-03T14:02:00Z", "--end", "2026-11-03T14:05:00Z"], "5-minute boundary"),
     (["--start", "2026-11-03T14:05:00Z", "--end", "2026-11-03T14:05:00Z"], "after --start"),
+    (["--start", "2026-11-03T14:00:00Z", "--end", "2026-11-03T14:05:00Z", "--source", "prometheus"], "--prometheus-url"),
 ])
 def test_run_refuses_ambiguous_ranges(argv, message, tmp_path):
     with pytest.raises(SystemExit, match=message):

@@ -97,19 +97,37 @@ def test_incomplete_rows_keep_reports_instead_of_dropping(t4_prometheus):
     assert (host_b["throttle_reasons"] == 1).all()
 
 
-def test_window_not_complete_raises_data_not_ready(t4_prometheus):
-    source = PrometheusSource(t4_prometheus, region="lab")
-    with pytest.raises(DataNotReady, match="last minute"):
-        source.read("gpu_telemetry", T0 + 5 * MIN, T0 + 10 * MIN)  # data ends at 10:05:59
+def test_window_late_then_closed_and_absent_exporter(t4_prometheus):
+    """The capture's samples end at 10:05:59; node-exporter and the IB collector are absent."""
+    def source(now):
+        return PrometheusSource(t4_prometheus, region="lab", ready_lag="2min", absent_after="10min", clock=lambda: now)
+
     # End in the future (beyond the lag): refused before any query.
-    now = T0 + 7 * MIN
-    lagging = PrometheusSource(t4_prometheus, region="lab", ready_lag="2min", clock=lambda: now)
     with pytest.raises(DataNotReady, match="before now"):
-        lagging.read("gpu_telemetry", T0, T0 + 6 * MIN)
-    assert len(lagging.read("gpu_telemetry", T0, T0 + 5 * MIN).frame) == 5
-    # No node-exporter in this capture: node tables are never "complete".
-    with pytest.raises(DataNotReady):
-        source.read("node_telemetry", T0, T0 + 5 * MIN)
+        source(T0 + 7 * MIN).read("gpu_telemetry", T0, T0 + 6 * MIN)
+    assert len(source(T0 + 7 * MIN).read("gpu_telemetry", T0, T0 + 5 * MIN).frame) == 5
+    # [10:05, 10:10): no sample in its last minute and none after it -> late until 10 min after its end ...
+    late = source(T0 + 19 * MIN)
+    with pytest.raises(DataNotReady, match="last minute"):
+        late.read("gpu_telemetry", T0 + 5 * MIN, T0 + 10 * MIN)
+    assert late.version("gpu_telemetry", T0 + 5 * MIN) is None
+    # ... then closed: read as it is (the 10:05 row), its silence named for the missing-data record
+    closed = source(T0 + 20 * MIN)
+    got = closed.read("gpu_telemetry", T0 + 5 * MIN, T0 + 10 * MIN)
+    assert list(got.frame["ts"].unique()) == [T0 + 5 * MIN] and "exporter absent" in got.origin
+    assert got.silent_family == "DCGM_FI_DEV_GPU_UTIL"
+    assert closed.version("gpu_telemetry", T0 + 5 * MIN) == "closed"
+    # A window before the last sample whose last minute is silent is closed at once (a gap):
+    # the exporter reported after it, so its missing minutes never come.
+    assert closed.judge("gpu_telemetry", T0 - 5 * MIN, T0).startswith("closed") and "a gap" in closed.judge("gpu_telemetry", T0 - 5 * MIN, T0)
+    # A complete window is complete whatever the clock.
+    assert source(T0 + 8 * MIN).version("gpu_telemetry", T0) == "complete"
+    # No node-exporter at all: node and network tables are empty after the grace, never blocking.
+    for table, family in (("node_telemetry", "node_cpu_seconds_total"), ("network_telemetry", F.IB_RX_BYTES)):
+        with pytest.raises(DataNotReady):
+            source(T0 + 14 * MIN).read(table, T0, T0 + 5 * MIN)
+        got = closed.read(table, T0, T0 + 5 * MIN)
+        assert got.frame.empty and got.silent_family == family, table
 
 
 def test_missing_region_is_an_error(t4_prometheus):
@@ -248,4 +266,44 @@ def test_connection_refused_is_retried_then_source_error():
 def test_empty_window_from_live_server_is_data_not_ready(stub):
     handler, url = stub  # answers every query with an empty vector
     with pytest.raises(DataNotReady):
-        PrometheusSource(url).read("network_telemetry", T0, T0 + 5 * MIN)
+        PrometheusSource(url, clock=lambda: T0 + 6 * MIN).read("network_telemetry", T0, T0 + 5 * MIN)
+
+
+# --- configuration: label-name overrides and PromQL selectors ----------------------------------
+def test_label_overrides_read_an_exporter_without_hostname_and_uuid(prometheus_factory, tmp_path):  # noqa: F811
+    """An exporter version labelling GPUs ``gpu_uuid`` and hosts only by ``instance`` (host:port)."""
+    text = FIXTURE.read_text()
+    renamed = []
+    for line in text.splitlines():
+        if line.startswith("DCGM_"):
+            host = HOST_A if HOST_A in line else HOST_B
+            line = line.replace(f'Hostname="{host}"', f'instance="{host}:9400",cluster="c1"').replace("UUID=", "gpu_uuid=")
+        renamed.append(line)
+    scrape = "\n".join(renamed) + "\n"
+    om = scrape_to_openmetrics([scrape] * 3, [T0 + i * MIN for i in range(3)], tmp_path / "renamed.om")
+    url = prometheus_factory(om)
+    # without the overrides: no UUID label, every sample is ignored
+    assert PrometheusSource(url, region="lab").read("gpu_telemetry", T0 + MIN, T0 + 3 * MIN).frame.empty
+    src = PrometheusSource(url, region="lab", labels="node_id=instance,gpu_uuid=gpu_uuid", selector='cluster="c1"')
+    df = src.read("gpu_telemetry", T0 + MIN, T0 + 3 * MIN).frame
+    assert set(df["node_id"]) == {HOST_A} and set(df["gpu_uuid"]) == {UUID_A} and len(df) == 2
+    # a selector matching nothing: the exporter is absent for this source (late first, then missing data)
+    with pytest.raises(DataNotReady):
+        PrometheusSource(url, region="lab", selector='cluster!="c1"', clock=lambda: T0 + 4 * MIN).read(
+            "gpu_telemetry", T0 + MIN, T0 + 2 * MIN)
+
+
+def test_parse_matchers_and_overrides():
+    from gpu_health.sources.prometheus import parse_label_overrides, parse_matchers, render_matchers
+
+    m = parse_matchers('{cluster="a", job=~"dcgm.*",env!="dev" , q!~"x\\"y"}')
+    assert m == [("cluster", "=", "a"), ("job", "=~", "dcgm.*"), ("env", "!=", "dev"), ("q", "!~", 'x"y')]
+    assert render_matchers(m) == '{cluster="a",job=~"dcgm.*",env!="dev",q!~"x\\"y"}'
+    assert parse_matchers("") == []
+    for bad in ('cluster=a', 'cluster="a" job="b"', '1x="a"'):
+        with pytest.raises(ValueError):
+            parse_matchers(bad)
+    assert parse_label_overrides("node_id=instance, gpu_uuid=gpu_uuid") == {"node_id": "instance", "gpu_uuid": "gpu_uuid"}
+    for bad in ("node_id", "hostname=Hostname", "node_id=bad-label"):
+        with pytest.raises(ValueError):
+            parse_label_overrides(bad)

@@ -387,3 +387,29 @@ def test_dagster_sensor_requests_a_failed_partition_again_until_it_succeeds(land
         cursor = tick_.cursor
     bounded = evaluate(sensor, {"source": resources["source"]}, cursor, at(16), defs, instance)
     assert not bounded.run_requests  # max_retries=2 spent: it stays failed, visible in Dagster
+
+
+def test_routed_source_waits_for_a_late_producer_then_degrades(landing):
+    """Slurm dumps absent: the partition waits absent_after past its end, then runs (not forever held)."""
+    from gpu_health.sources.registry import RoutedSource
+    from gpu_health.sources.slurm import SlurmSource
+
+    slurm_dir = landing.parent / "slurm"
+    slurm_dir.mkdir()
+    clock = {"now": at(0)}
+    routed = RoutedSource(SlurmSource(slurm_dir, absent_after="10min", clock=lambda: clock["now"]), LandingSource(landing))
+    others = [t for t in FIVE_MINUTE_SOURCES if t not in ("scheduler_events", "job_metadata")]
+    for m in (0, 5):
+        land(landing, at(m), others)
+    clock["now"] = at(12)  # partition 0 closed 7 min ago: the dump may still come
+    requests, cursor = tick(routed, None, now=clock["now"])
+    assert requests == [] and next_start(cursor) == at(0)
+    clock["now"] = at(15)  # 10 min past its end with no dump: missing data, it runs; partition 5 still waits
+    requests, cursor = tick(routed, cursor, now=clock["now"])
+    assert keys(requests) == [key(0)] and next_start(cursor) == at(5)
+    # a dump covering both arrives: partition 5 is ready at once, and the degraded partition 0 runs
+    # again with the scheduler's data (its version moved from "closed" to "complete", like a late file)
+    (slurm_dir / "sacct_now.txt").write_text("JobID|State|Submit\n")
+    clock["now"] = at(16)
+    requests, cursor = tick(routed, cursor, now=clock["now"])
+    assert keys(requests) == [key(0), key(5)]

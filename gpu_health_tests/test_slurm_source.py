@@ -299,15 +299,28 @@ def test_source_reads_a_window(dump_dir):
     CONTRACTS["scheduler_events"].validate(ev, lazy=True)
 
 
-def test_source_window_past_the_newest_dump_is_not_ready(dump_dir):
-    src = SlurmSource(dump_dir, complete_through="2024-04-19T12:00Z")
-    with pytest.raises(DataNotReady):
-        src.read("scheduler_events", pd.Timestamp("2024-04-19T12:00Z"), pd.Timestamp("2024-04-19T12:05Z"))
+def test_source_window_past_the_newest_dump_is_late_then_closed(dump_dir):
+    start, end = pd.Timestamp("2024-04-19T12:00Z"), pd.Timestamp("2024-04-19T12:05Z")
+    # less than absent_after since the window's end: the next dump may still cover it -> wait
+    late = SlurmSource(dump_dir, complete_through="2024-04-19T12:00Z", clock=lambda: end + pd.Timedelta(minutes=9))
+    with pytest.raises(DataNotReady, match="waiting up to"):
+        late.read("scheduler_events", start, end)
+    assert late.version("scheduler_events", start) is None
+    # absent_after passed and no dump covers it: read as it is (what the dumps hold), its silence named
+    closed = SlurmSource(dump_dir, complete_through="2024-04-19T12:00Z", clock=lambda: end + pd.Timedelta(minutes=10))
+    got = closed.read("scheduler_events", start, end)
+    assert list(got.frame["job_id"]) == ["8326038"]
+    assert got.silent_family.startswith("slurm dumps") and "dumps absent" in got.origin
+    assert closed.version("scheduler_events", start) == "closed"
 
 
-def test_source_without_dumps_is_not_ready(tmp_path):
-    with pytest.raises(DataNotReady):
-        SlurmSource(tmp_path).read("job_metadata", pd.Timestamp("2024-01-01T00:00Z"), pd.Timestamp("2024-01-02T00:00Z"))
+def test_source_without_dumps_is_late_then_missing_data(tmp_path):
+    start, end = pd.Timestamp("2024-01-01T00:00Z"), pd.Timestamp("2024-01-02T00:00Z")
+    with pytest.raises(DataNotReady, match="no dumps"):
+        SlurmSource(tmp_path, clock=lambda: end).read("job_metadata", start, end)
+    got = SlurmSource(tmp_path).read("job_metadata", start, end)  # the real clock: long after the window
+    assert got.frame.empty and list(got.frame.columns) == list(CONTRACTS["job_metadata"].to_schema().columns)
+    assert got.silent_family is not None
 
 
 def test_source_raises_on_rejects_or_collects_them(tmp_path):

@@ -240,6 +240,16 @@ CREATE TABLE scheduler_events (
 	CONSTRAINT pk_scheduler_events PRIMARY KEY (ts, event_id)
 );
 
+CREATE TABLE source_gaps (
+	source TEXT NOT NULL, 
+	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
+	partition_end TIMESTAMP WITH TIME ZONE NOT NULL, 
+	missing_family TEXT NOT NULL, 
+	origin TEXT NOT NULL, 
+	reason TEXT NOT NULL, 
+	CONSTRAINT pk_source_gaps PRIMARY KEY (partition_start, source)
+);
+
 CREATE TABLE source_rejects (
 	source TEXT NOT NULL, 
 	partition_start TIMESTAMP WITH TIME ZONE, 

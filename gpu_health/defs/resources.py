@@ -7,6 +7,7 @@ import dagster as dg
 import pandas as pd
 from pydantic import PrivateAttr
 
+from gpu_health.sources.base import DEFAULT_ABSENT_AFTER
 from gpu_health.storage.warehouse import Warehouse
 
 DEFAULT_WAREHOUSE_URL = "sqlite:///var/warehouse.db"
@@ -31,8 +32,18 @@ class TelemetrySourceResource(dg.ConfigurableResource):
 
     With the simulator, ``scenario`` is a scenario YAML (empty = the quiet default
     cluster) and ``live`` refuses windows that have not closed yet. ``prometheus``
-    serves gpu/node/network telemetry from ``prometheus_url``; its other tables
-    come from ``landing_dir``.
+    serves gpu/node/network telemetry from ``prometheus_url``; ``slurm_dir`` (any
+    kind but the simulator) serves scheduler_events and job_metadata from
+    ``sacct`` / ``squeue --json`` dumps; the other tables come from ``landing_dir``.
+
+    Prometheus settings (README: Configuration; :class:`~gpu_health.sources.prometheus.PrometheusSource`):
+    ``prometheus_region`` (static region for series without a region label),
+    ``prometheus_region_label``, ``prometheus_selector`` (PromQL label matchers put on
+    every query), ``prometheus_labels`` (``COLUMN=LABEL,...`` exporter label names, e.g.
+    ``node_id=instance,gpu_uuid=gpu_uuid``), ``prometheus_step`` (60s: the contract's
+    minute), ``prometheus_ready_lag``. ``absent_after``: how long a window a live
+    producer (an exporter, the Slurm dumps) has not covered is waited for before it is
+    written empty as missing data.
     """
 
     kind: str = "simulator"
@@ -41,10 +52,20 @@ class TelemetrySourceResource(dg.ConfigurableResource):
     live: bool = False
     landing_dir: str = "var/landing"
     prometheus_url: str = ""
+    prometheus_region: str = ""
+    prometheus_region_label: str = "region"
+    prometheus_selector: str = ""
+    prometheus_labels: str = ""
+    prometheus_step: str = "60s"
+    prometheus_ready_lag: str = "2min"
+    absent_after: str = DEFAULT_ABSENT_AFTER
     slurm_dir: str = ""
 
     def _key(self) -> tuple:
-        return (self.kind, self.scenario, self.seed, self.live, self.landing_dir, self.prometheus_url, self.slurm_dir)
+        return (self.kind, self.scenario, self.seed, self.live, self.landing_dir, self.prometheus_url,
+                self.prometheus_region, self.prometheus_region_label, self.prometheus_selector,
+                self.prometheus_labels, self.prometheus_step, self.prometheus_ready_lag, self.absent_after,
+                self.slurm_dir)
 
     def get(self):
         with _SOURCES_LOCK:
@@ -60,15 +81,21 @@ class TelemetrySourceResource(dg.ConfigurableResource):
         if self.kind == "simulator":
             scen = load_scenario(self.scenario) if self.scenario else default_scenario(seed=self.seed)
             return make_source("simulator", scen, live=self.live)
-        if self.kind == "landing":
-            return make_source("landing", self.landing_dir)
+        if self.kind not in ("landing", "prometheus"):
+            raise ValueError(f"unknown source kind {self.kind!r}: simulator | landing | prometheus")
+        parts = []
         if self.kind == "prometheus":
-            parts = [make_source("prometheus", self.prometheus_url)]
-            if self.slurm_dir:
-                parts.append(make_source("slurm", self.slurm_dir))
-            parts.append(make_source("landing", self.landing_dir))
-            return RoutedSource(*parts)
-        raise ValueError(f"unknown source kind {self.kind!r}: simulator | landing | prometheus")
+            parts.append(make_source(
+                "prometheus", self.prometheus_url, region=self.prometheus_region or None,
+                region_label=self.prometheus_region_label, selector=self.prometheus_selector,
+                labels=self.prometheus_labels, step=self.prometheus_step, ready_lag=self.prometheus_ready_lag,
+                absent_after=self.absent_after))
+        if self.slurm_dir:
+            parts.append(make_source("slurm", self.slurm_dir, absent_after=self.absent_after))
+        if not parts:
+            return make_source("landing", self.landing_dir)
+        parts.append(make_source("landing", self.landing_dir))
+        return RoutedSource(*parts)
 
 
 class WarehouseIOManager(dg.ConfigurableIOManager):

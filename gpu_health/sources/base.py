@@ -11,6 +11,15 @@ from typing import Protocol
 import pandas as pd
 
 
+# How long a window a live producer has not covered yet is waited for before it is written empty as
+# missing data (PrometheusSource / SlurmSource ``absent_after``): two 5-minute partitions. That is longer
+# than any delay a *working* producer has -- a scrape interval (at most the contract's minute), a
+# remote-write or federation queue (seconds to a couple of minutes), a dump job run every partition --
+# so what is still silent then is absent (not deployed, or down); and it is short enough that an absent
+# exporter holds the KPIs of a partition back by two partitions, not forever.
+DEFAULT_ABSENT_AFTER = "10min"
+
+
 class DataNotReady(Exception):
     """The window's data is not complete yet: retry later, never write it half."""
 
@@ -27,6 +36,12 @@ class Fetched:
     origin: str  # file path, URL or "simulator:<scenario>" -- named in error messages
     start: pd.Timestamp | None = None  # the partition a file holds, when it holds one
     end: pd.Timestamp | None = None
+    # Set by sources that read a live producer (an exporter, a scheduler dump): the metric family or
+    # input whose silence this read stands for. A 5-minute partition of the window with no row is
+    # then *missing data* (recorded in ``source_gaps``), not "nothing happened": a cluster's GPUs
+    # always report something while their exporter runs. None (files, the simulator): an empty
+    # partition is a fact the producer wrote.
+    silent_family: str | None = None
 
 
 class Source(Protocol):

@@ -10,13 +10,27 @@ no row (the 5-minute staleness look-back of a plain selector would invent
 up to five). One extra minute before the window is fetched so that counters
 and the Xid gauge can be differenced at the window's first minute.
 
-Completeness. A window is read only when it is whole: its end must be at
-least ``ready_lag`` in the past and the window's last minute must hold at
-least one sample of the table's liveness metric (``DCGM_FI_DEV_GPU_UTIL`` for
-GPUs, ``node_cpu_seconds_total`` for nodes and links). Otherwise
-:class:`DataNotReady` is raised; half a window is never returned. A whole
-collector being silent therefore reads as "not arrived" (missing data), never
-as every GPU gone.
+Completeness (:meth:`PrometheusSource.judge`). A window is never read before
+its end is ``ready_lag`` in the past. Then it is *complete* when its last
+minute holds a sample of the table's liveness metric (``DCGM_FI_DEV_GPU_UTIL``
+for GPUs, ``node_cpu_seconds_total`` for nodes,
+``node_infiniband_port_data_received_bytes_total`` for links). A window whose
+last minute has none is
+
+* *late* (:class:`DataNotReady`: wait) while the exporter has reported nothing
+  after the window's end and less than ``absent_after`` has passed since it:
+  the samples may still be in flight (scrape interval, remote-write or
+  federation delay);
+* *closed* once the exporter has reported after the window's end (the source
+  has moved past it: the missing minutes will never arrive), or has stayed
+  silent for ``absent_after`` after it (*absent*: not deployed, or down).
+  A closed window is read as it is: minutes without samples have no rows, and
+  :attr:`Fetched.silent_family` names the liveness metric so that the caller
+  records each 5-minute partition without a row as missing data. It is never
+  a reason to hold the other tables back: an absent exporter degrades the
+  partition, it does not block it.
+
+So a collector being silent reads as missing data, never as every GPU gone.
 
 Rows lacking a required contract column (an exporter configured without a
 default field, a node's first minute where no counter increase is known yet)
@@ -46,7 +60,7 @@ import requests
 
 from gpu_health.contracts import columns, empty_frame
 from gpu_health.sources import dcgm_fields as F
-from gpu_health.sources.base import DataNotReady, Fetched, SourceError
+from gpu_health.sources.base import DEFAULT_ABSENT_AFTER, DataNotReady, Fetched, SourceError
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +68,21 @@ TABLES = frozenset({"gpu_telemetry", "node_telemetry", "network_telemetry"})
 LIVENESS = {
     "gpu_telemetry": F.GPU_FIELD_BY_COLUMN["gpu_util_pct"].metrics[0],
     "node_telemetry": F.NODE_CPU_SECONDS,
-    "network_telemetry": F.NODE_CPU_SECONDS,
+    # the InfiniBand collector, not node-exporter's CPU: a node-exporter without it (no fabric, or the
+    # collector disabled) has no link to report, and that is missing network data, not "no links"
+    "network_telemetry": F.IB_RX_BYTES,
 }
+# Contract columns whose exporter label can be overridden (``labels=``), and where the override applies.
+LABEL_OVERRIDES = frozenset(F.GPU_LABELS)
+# readiness decisions remembered per process: 3 tables x 288 partitions a day x ~3 weeks, far more
+# than the sensor's 24 h look-back asks about
+DECIDED_MAX = 20_000
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 MINUTE = pd.Timedelta(minutes=1)
 _K, _V = "__k", "__v"  # label names may not start with "__": no clash with labels
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
+_MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*(,|\Z)')
+_UNESCAPE = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", '"': '"'}
 
 
 # --- PromQL text ---------------------------------------------------------------
@@ -88,6 +111,66 @@ def label_matchers(equal: Mapping[str, str] | None = None, regex: Mapping[str, s
                 raise ValueError(f"invalid Prometheus label name {name!r}")
             parts.append(f"{name}{op}{promql_string(value)}")
     return "{" + ",".join(parts) + "}" if parts else ""
+
+
+def parse_matchers(text: str) -> list[tuple[str, str, str]]:
+    """``(name, op, value)`` of PromQL label matchers: ``cluster="a", job=~"dcgm.*"`` (braces optional).
+
+    The operators are PromQL's (``=``, ``!=``, ``=~``, ``!~``); values are double-quoted with
+    PromQL's escapes. Anything else is a ValueError naming the text, so a typo in a deployment's
+    configuration fails at start-up instead of silently selecting nothing.
+    """
+    body = text.strip()
+    if body.startswith("{") and body.endswith("}"):
+        body = body[1:-1]
+    out: list[tuple[str, str, str]] = []
+    pos = 0
+    while pos < len(body) and body[pos:].strip():
+        m = _MATCHER.match(body, pos)
+        if m is None:
+            raise ValueError(f"cannot parse label matchers {text!r} at {body[pos:]!r}: expected name=\"value\" "
+                             f"(operators = != =~ !~), comma-separated")
+        value = re.sub(r"\\(.)", lambda e: _UNESCAPE.get(e.group(1), e.group(0)), m.group(3))
+        out.append((m.group(1), m.group(2), value))
+        pos = m.end()
+    return out
+
+
+def render_matchers(matchers: list[tuple[str, str, str]]) -> str:
+    """``{a="x",b=~"y"}`` from ``(name, op, value)`` triples (empty string when none)."""
+    parts = []
+    for name, op, value in matchers:
+        if not _LABEL_NAME.match(name):
+            raise ValueError(f"invalid Prometheus label name {name!r}")
+        if op not in ("=", "!=", "=~", "!~"):
+            raise ValueError(f"invalid label matcher operator {op!r}")
+        parts.append(f"{name}{op}{promql_string(value)}")
+    return "{" + ",".join(parts) + "}" if parts else ""
+
+
+def parse_label_overrides(text: str | Mapping[str, str] | None) -> dict[str, str]:
+    """``{"node_id": "instance", ...}`` from ``node_id=instance,gpu_uuid=gpu_uuid`` (or a mapping).
+
+    Keys are contract columns (``node_id``, ``gpu_uuid``, ``gpu_index``, ``sku``, ``job_id``,
+    ``driver_version``); values are the exporter's label names.
+    """
+    if not text:
+        return {}
+    pairs = dict(text) if isinstance(text, Mapping) else {}
+    if not isinstance(text, Mapping):
+        for item in text.split(","):
+            if not item.strip():
+                continue
+            col, sep, label = item.partition("=")
+            if not sep:
+                raise ValueError(f"label override {item!r} is not COLUMN=LABEL (e.g. node_id=instance)")
+            pairs[col.strip()] = label.strip()
+    for col, label in pairs.items():
+        if col not in LABEL_OVERRIDES:
+            raise ValueError(f"label override for unknown column {col!r}; known: {sorted(LABEL_OVERRIDES)}")
+        if not _LABEL_NAME.match(label):
+            raise ValueError(f"invalid Prometheus label name {label!r} for {col}")
+    return pairs
 
 
 # --- small frame helpers ---------------------------------------------------------
@@ -145,9 +228,17 @@ class PrometheusSource:
     """Contract tables from a Prometheus holding dcgm-exporter and node-exporter series.
 
     ``region_label``: label holding the region; ``region``: value used when a
-    series has no such label (a per-region Prometheus). ``selector``: extra
-    equality matchers put on every query (e.g. ``{"cluster": "a"}``).
-    ``ready_lag``: how long after a window's end its data counts as complete.
+    series has no such label (a per-region Prometheus, or stock exporters that
+    set none). ``selector``: extra label matchers put on every query, as a
+    mapping of equality matchers (``{"cluster": "a"}``) or PromQL text
+    (``cluster="a",job=~"dcgm.*"``). ``labels``: exporter label names per
+    contract column, tried before the built-in variants of
+    :data:`~gpu_health.sources.dcgm_fields.GPU_LABELS` (e.g.
+    ``{"node_id": "instance"}`` when dcgm-exporter runs without ``Hostname``;
+    an ``instance`` value loses its ``:port``); the ``node_id`` override also
+    names node-exporter's host label. ``ready_lag``: how long after a window's
+    end its data may be complete; ``absent_after``: how long an exporter that
+    has not reported past a window is waited for (see the module docstring).
     Transient failures (connection errors, timeouts, 429, 5xx) are retried
     ``retries`` times with exponential backoff from ``backoff_s``.
     """
@@ -166,7 +257,9 @@ class PrometheusSource:
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
         ready_lag: str | pd.Timedelta = "2min",
-        selector: Mapping[str, str] | None = None,
+        absent_after: str | pd.Timedelta = DEFAULT_ABSENT_AFTER,
+        selector: Mapping[str, str] | str | None = None,
+        labels: Mapping[str, str] | str | None = None,
         disk_devices: str = F.DEFAULT_DISK_DEVICES,
         incomplete_rows: str = "drop",
         max_steps_per_query: int = 10_000,
@@ -178,7 +271,16 @@ class PrometheusSource:
             raise ValueError(f"step must be 60s: the contract's grain is the minute (got {step!r})")
         if incomplete_rows not in ("drop", "keep"):
             raise ValueError("incomplete_rows must be 'drop' or 'keep'")
-        label_matchers(selector)  # validates label names early
+        if isinstance(selector, str):
+            self.matchers = parse_matchers(selector)
+        else:
+            self.matchers = [(k, "=", v) for k, v in (selector or {}).items()]
+        render_matchers(self.matchers)  # validates label names early
+        self.label_overrides = parse_label_overrides(labels)
+        self.gpu_labels = {col: _prepend(self.label_overrides.get(col), aliases) for col, aliases in F.GPU_LABELS.items()}
+        self.node_labels = _prepend(self.label_overrides.get("node_id"), F.NODE_EXPORTER_NODE_LABELS)
+        if not url:
+            raise ValueError("the Prometheus source needs a URL (GPU_HEALTH_PROMETHEUS_URL / --prometheus-url)")
         self.url = url.rstrip("/")
         self.region_label = region_label
         self.region = region
@@ -187,13 +289,16 @@ class PrometheusSource:
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self.ready_lag = pd.Timedelta(ready_lag)
-        self.selector = dict(selector or {})
+        self.absent_after = pd.Timedelta(absent_after)
+        if self.ready_lag < pd.Timedelta(0) or self.absent_after < MINUTE:
+            raise ValueError(f"ready_lag must be >= 0 and absent_after >= 1min (got {ready_lag!r}, {absent_after!r})")
         self.disk_devices = disk_devices
         self.incomplete_rows = incomplete_rows
         self.max_steps_per_query = max_steps_per_query
         self._session = session or requests.Session()
         self._clock = clock or (lambda: pd.Timestamp.now(tz="UTC"))
         self._sleep = sleep
+        self._decided: dict[tuple[str, pd.Timestamp, pd.Timestamp], str] = {}
 
     # --- Source protocol -------------------------------------------------------------
     def tables(self) -> frozenset[str]:
@@ -209,7 +314,9 @@ class PrometheusSource:
         if start.floor("min") != start or end.floor("min") != end or end <= start:
             raise ValueError(f"window [{start}, {end}) must be minute-aligned and non-empty")
         origin = f"{self.url} ({table} {start.isoformat()}..{end.isoformat()})"
-        self._check_ready(table, start, end)
+        state = self.judge(table, start, end)
+        if state.startswith("late"):
+            raise DataNotReady(f"{self.url}: {table} window [{start}, {end}) {state}")
         window = _Window(start, end)
         if table == "gpu_telemetry":
             frame = self._gpu(window)[0]
@@ -217,7 +324,59 @@ class PrometheusSource:
             frame = self._node(window)
         else:
             frame = self._network(window)
-        return Fetched(frame=frame, origin=origin)
+        if state != "complete":
+            log.warning("%s: %s window [%s, %s) %s: read as it is (%d rows)", self.url, table, start, end, state, len(frame))
+            origin = f"{origin}; {state}"
+        return Fetched(frame=frame, origin=origin, silent_family=LIVENESS[table])
+
+    def version(self, table: str, start: pd.Timestamp) -> str | None:
+        """The sensor's readiness token of the 5-minute partition at ``start``: None while it is late.
+
+        A constant per decision ("complete" / "closed"), so a partition never re-runs because
+        Prometheus was asked again.
+        """
+        state = self.judge(table, pd.Timestamp(start), pd.Timestamp(start) + 5 * MINUTE)
+        return None if state.startswith("late") else state.split(":")[0]
+
+    def judge(self, table: str, start: pd.Timestamp, end: pd.Timestamp) -> str:
+        """``complete``, ``closed: ...`` or ``late: ...`` for the window (module docstring: Completeness).
+
+        Decided windows are remembered: the sensor asks for every partition of its look-back on each
+        tick, and a query per partition and table each time would load Prometheus for nothing. So a
+        window once closed stays closed in this process, even if samples are backfilled into it
+        later (re-run that partition by hand); at most :data:`DECIDED_MAX` decisions are kept (the
+        oldest windows are forgotten first: they are beyond any sensor look-back).
+        """
+        key = (table, start, end)
+        if key in self._decided:
+            return self._decided[key]
+        now = self._clock()
+        if end > now - self.ready_lag:
+            return f"late: ends less than {self.ready_lag} before now ({now})"
+        metric = LIVENESS[table]
+        if self._any_sample(metric, end - MINUTE, end):
+            state = "complete"
+        else:
+            upto = min(now, end + self.absent_after)
+            if self._any_sample(metric, end, upto + pd.Timedelta(milliseconds=1)):
+                state = f"closed: no {metric} sample in its last minute, but samples after it (a gap)"
+            elif now >= end + self.absent_after:
+                state = f"closed: no {metric} sample in its last minute nor in the {self.absent_after} after it (exporter absent)"
+            else:
+                return (f"late: no {metric} sample in its last minute [{end - MINUTE}, {end}) and none after it yet; "
+                        f"waiting up to {self.absent_after} after its end: data not arrived yet")
+        if len(self._decided) >= DECIDED_MAX:
+            for old in sorted(self._decided, key=lambda k: k[2])[: DECIDED_MAX // 2]:
+                del self._decided[old]
+        self._decided[key] = state
+        return state
+
+    def _any_sample(self, metric: str, lo: pd.Timestamp, hi: pd.Timestamp) -> bool:
+        """Whether any series of ``metric`` (under the selector) has a sample in ``[lo, hi)``."""
+        width_ms = int((hi - lo) / pd.Timedelta(milliseconds=1)) - 1
+        expr = f"count(last_over_time({metric}{render_matchers(self.matchers)}[{max(width_ms, 1)}ms]))"
+        data = self._api("/api/v1/query", {"query": expr, "time": _fmt(hi.timestamp() - 0.001)})
+        return bool(data.get("result"))
 
     # --- HTTP --------------------------------------------------------------------------
     def _api(self, path: str, params: Mapping[str, str]) -> dict:
@@ -259,19 +418,8 @@ class PrometheusSource:
 
     # --- queries -----------------------------------------------------------------------
     def _last(self, metric: str, regex: Mapping[str, str] | None = None) -> str:
-        return f"last_over_time({metric}{label_matchers(self.selector, regex)}[59999ms])"
-
-    def _check_ready(self, table: str, start: pd.Timestamp, end: pd.Timestamp) -> None:
-        now = self._clock()
-        if end > now - self.ready_lag:
-            raise DataNotReady(f"{self.url}: window [{start}, {end}) ends less than {self.ready_lag} before now ({now})")
-        metric = LIVENESS[table]
-        data = self._api("/api/v1/query", {"query": f"count({self._last(metric)})", "time": _fmt(end.timestamp() - 0.001)})
-        if not data.get("result"):
-            raise DataNotReady(
-                f"{self.url}: no {metric} sample in the last minute [{end - MINUTE}, {end}) of "
-                f"window [{start}, {end}): data not arrived yet"
-            )
+        matchers = self.matchers + [(k, "=~", v) for k, v in (regex or {}).items()]
+        return f"last_over_time({metric}{render_matchers(matchers)}[59999ms])"
 
     def _range(self, expr: str, w: _Window) -> pd.DataFrame:
         """Long frame of a range query: one column per label, ``_K`` (minute index, 0 = look-back) and ``_V``."""
@@ -317,7 +465,7 @@ class PrometheusSource:
         df = self._range(self._last(metric, regex), w)
         if df.empty:
             return df
-        df["gpu_uuid"] = _coalesce_labels(df, F.GPU_LABELS["gpu_uuid"])
+        df["gpu_uuid"] = _coalesce_labels(df, self.gpu_labels["gpu_uuid"])
         missing = df["gpu_uuid"].isna()
         if missing.any():
             log.warning("%s: %d samples of %s without a UUID label ignored", self.url, int(missing.sum()), metric)
@@ -337,9 +485,11 @@ class PrometheusSource:
         if not gauges:
             return _to_contract("gpu_telemetry", pd.DataFrame()), pd.DataFrame(columns=["node_id", "ts", "sku", "driver_version"])
         long = pd.concat(gauges, ignore_index=True)
-        for col, aliases in F.GPU_LABELS.items():
+        for col, aliases in self.gpu_labels.items():
             if col != "gpu_uuid":
                 long[col] = _coalesce_labels(long, aliases)
+                if aliases[0] == F.INSTANCE_LABEL:  # host:port -> host, as node-exporter's instance is read
+                    long[col] = long[col].str.replace(r":\d+$", "", regex=True)
         long["region"] = self._region(long)
         # Two series for one GPU in a minute (its pod changed): prefer the newest
         # metric name, then the series that names a job.
@@ -427,7 +577,9 @@ class PrometheusSource:
         df = self._range(expr, w)
         if df.empty:
             return df
-        node = _coalesce_labels(df, F.NODE_EXPORTER_NODE_LABELS)
+        node = _coalesce_labels(df, self.node_labels)
+        if self.node_labels[0] == F.INSTANCE_LABEL:
+            node = node.str.replace(r":\d+$", "", regex=True)
         if F.INSTANCE_LABEL in df.columns:
             inst = df[F.INSTANCE_LABEL]
             node = node.fillna(inst.map(instance_to_node)).fillna(inst.str.replace(r":\d+$", "", regex=True))
@@ -579,6 +731,10 @@ class PrometheusSource:
         required = ["rx_gbps", "tx_gbps", "packet_loss_pct", "link_up"]
         rows = self._complete(rows, required, "network_telemetry", ["node_id", "link_id"])
         return _to_contract("network_telemetry", rows.sort_values(["ts", "node_id", "link_id"]))
+
+
+def _prepend(first: str | None, rest: tuple[str, ...]) -> tuple[str, ...]:
+    return rest if not first else (first, *(r for r in rest if r != first))
 
 
 class _Window:

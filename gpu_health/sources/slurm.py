@@ -86,7 +86,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_health.contracts import columns, empty_frame
-from gpu_health.sources.base import DataNotReady, Fetched, SourceError
+from gpu_health.sources.base import DEFAULT_ABSENT_AFTER, DataNotReady, Fetched, SourceError
 
 log = logging.getLogger(__name__)
 
@@ -653,8 +653,12 @@ class SlurmSource:
     applied to ``ts`` (events) or ``submitted_at`` (metadata).
 
     A dump written at time *t* holds everything up to *t*: a window ending after
-    the newest dump's modification time (or ``complete_through`` when given)
-    raises :class:`DataNotReady`. Rejected lines raise :class:`SourceError`
+    the newest dump's modification time (or ``complete_through`` when given) is
+    *late* (:class:`DataNotReady`) until ``absent_after`` has passed since its
+    end; then it is *closed*: the dumps are read as they are and
+    :attr:`Fetched.silent_family` marks its partitions without a row as missing
+    data (no dump at all, or a dump job that stopped, degrades the scheduler
+    tables; it never blocks the partition). Rejected lines raise :class:`SourceError`
     (``on_reject="raise"``, the default) or are kept in :attr:`rejects` and
     logged (``on_reject="collect"``).
     """
@@ -673,6 +677,8 @@ class SlurmSource:
         cluster_tz: str = "UTC",
         on_reject: Literal["raise", "collect"] = "raise",
         complete_through: pd.Timestamp | str | None = None,
+        absent_after: str | pd.Timedelta = DEFAULT_ABSENT_AFTER,
+        clock=None,
     ) -> None:
         self.directory = Path(directory)
         self.sacct_glob, self.squeue_glob = sacct_glob, squeue_glob
@@ -684,6 +690,8 @@ class SlurmSource:
         self.on_reject = on_reject
         self.complete_through = None if complete_through is None else _as_utc(complete_through)
         self._cache: tuple[tuple, SlurmParse] | None = None
+        self.absent_after = pd.Timedelta(absent_after)
+        self._clock = clock or (lambda: pd.Timestamp.now(tz="UTC"))
 
     def tables(self) -> frozenset[str]:
         return frozenset({"scheduler_events", "job_metadata"})
@@ -719,11 +727,12 @@ class SlurmSource:
         start, end = _as_utc(start), _as_utc(end)
         files = self._files()
         origin = f"{self.directory} ({', '.join(p.name for p in files)})"
+        state = self.judge(start, end, files)
+        if state.startswith("late"):
+            raise DataNotReady(f"{origin}: {state}")
+        family = None if state == "complete" else f"slurm dumps ({self.sacct_glob} / {self.squeue_glob})"
         if not files:
-            raise DataNotReady(f"{self.name}: no dumps matching {self.sacct_glob!r} / {self.squeue_glob!r} in {self.directory}")
-        through = self.complete_through or pd.Timestamp(max(p.stat().st_mtime_ns for p in files), unit="ns", tz="UTC")
-        if end > through:
-            raise DataNotReady(f"{origin}: newest dump covers up to {through}, window ends {end}")
+            return Fetched(empty_frame(table), f"{self.directory}: {state}", silent_family=family)
         parsed = self.parse()
         if len(parsed.rejects):
             r = parsed.rejects
@@ -734,7 +743,28 @@ class SlurmSource:
         frame = parsed.scheduler_events if table == "scheduler_events" else parsed.job_metadata
         col = "ts" if table == "scheduler_events" else "submitted_at"
         window = frame[(frame[col] >= start) & (frame[col] < end)].reset_index(drop=True)
-        return Fetched(window, origin)
+        return Fetched(window, origin if family is None else f"{origin}; {state}", silent_family=family)
+
+    def judge(self, start: pd.Timestamp, end: pd.Timestamp, files: list[Path] | None = None) -> str:
+        """``complete`` (a dump covers the window), ``late: ...`` or ``closed: ...`` (class docstring)."""
+        files = self._files() if files is None else files
+        through = None
+        if self.complete_through is not None:
+            through = self.complete_through
+        elif files:
+            through = pd.Timestamp(max(p.stat().st_mtime_ns for p in files), unit="ns", tz="UTC")
+        if through is not None and end <= through:
+            return "complete"
+        covered = f"newest dump covers up to {through}" if through is not None else \
+            f"no dumps matching {self.sacct_glob!r} / {self.squeue_glob!r} in {self.directory}"
+        if self._clock() >= end + self.absent_after:
+            return f"closed: {covered}, window ended {end}, more than {self.absent_after} ago (dumps absent)"
+        return f"late: {covered}, window ends {end}; waiting up to {self.absent_after} after its end"
+
+    def version(self, table: str, start: pd.Timestamp) -> str | None:
+        """The sensor's readiness token of the 5-minute partition at ``start`` (None while late)."""
+        state = self.judge(_as_utc(start), _as_utc(start) + pd.Timedelta(minutes=5))
+        return None if state.startswith("late") else state.split(":")[0]
 
 
 def _as_utc(ts: pd.Timestamp | str) -> pd.Timestamp:

@@ -102,6 +102,20 @@ source_rejects = sa.Table(
 )
 sa.Index("ix_source_rejects_source_partition", source_rejects.c.source, source_rejects.c.partition_start)
 
+source_gaps = sa.Table(
+    "source_gaps", metadata,
+    sa.Column("source", sa.Text, nullable=False, comment="Contract table that has no data for the partition."),
+    sa.Column("partition_start", sa.DateTime(timezone=True), nullable=False, comment="5-minute partition start."),
+    sa.Column("partition_end", sa.DateTime(timezone=True), nullable=False, comment="5-minute partition end."),
+    sa.Column("missing_family", sa.Text, nullable=False,
+              comment="Metric family or input whose silence this is (e.g. node_cpu_seconds_total)."),
+    sa.Column("origin", sa.Text, nullable=False, comment="The source read, with the readiness decision."),
+    sa.Column("reason", sa.Text, nullable=False, comment="Human-readable reason."),
+    sa.PrimaryKeyConstraint("partition_start", "source", name="pk_source_gaps"),
+    comment="Missing data: source partitions written empty because their producer was silent (absent "
+            "exporter or dump); the partition was computed without them instead of waiting forever.",
+)
+
 
 def register_derived(name: str, model: type[pa.DataFrameModel], partition_col: str | None) -> sa.Table:
     """Declare a derived table from its pandera model (idempotent)."""
@@ -154,7 +168,7 @@ def arrow_schema(table: str, *, descriptions: bool = True) -> pyarrow.Schema:
 def partition_column(table: str) -> str | None:
     if table in PARTITION_COLUMN:
         return PARTITION_COLUMN[table]
-    if table == "source_rejects":
+    if table in ("source_rejects", "source_gaps"):
         return "partition_start"
     return DERIVED_MODELS[table][1]
 

@@ -57,3 +57,29 @@ def prometheus_factory(tmp_path_factory) -> Iterator[Callable[[str | os.PathLike
     yield start
     for server in servers:
         server.stop()
+
+
+def scrape_config(targets: Sequence[str], *, interval: str = "1s", rule_files: Sequence[str | os.PathLike] = ()) -> str:
+    """prometheus.yml text scraping ``targets`` (host:port) every ``interval`` as job ``gpu_health``."""
+    lines = ["global:", f"  scrape_interval: {interval}", f"  evaluation_interval: {interval}"]
+    if rule_files:
+        lines += ["rule_files:"] + [f"  - {Path(p)}" for p in rule_files]
+    lines += ["scrape_configs:", "  - job_name: gpu_health", "    static_configs:",
+              "      - targets: [" + ", ".join(f'"{t}"' for t in targets) + "]"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def scraping_prometheus(tmp_path_factory) -> Iterator[Callable[..., str]]:
+    """``start(targets, rule_files=()) -> base URL`` of a Prometheus scraping ``targets`` every second."""
+    servers: list[PrometheusServer] = []
+
+    def start(targets: Sequence[str], rule_files: Sequence[str | os.PathLike] = ()) -> str:
+        workdir = tmp_path_factory.mktemp("prometheus-scrape")
+        server = PrometheusServer(workdir / "data", workdir, config=scrape_config(targets, rule_files=rule_files))
+        servers.append(server)
+        return server.start()
+
+    yield start
+    for server in servers:
+        server.stop()

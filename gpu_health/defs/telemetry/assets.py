@@ -10,6 +10,7 @@ from gpu_health.contracts.validate import Validated, precheck, validate_frame
 from gpu_health.defs.common import KINDS, OWNERS, column_schema, contract_check_result, contract_check_spec, preview
 from gpu_health.defs.common import retry_transient_errors
 from gpu_health.defs.resources import TelemetrySourceResource, WarehouseResource
+from gpu_health.sources.gaps import empty_gaps, missing_partitions
 
 OWNER = {
     "gpu_telemetry": "infra", "node_telemetry": "infra", "network_telemetry": "infra",
@@ -41,22 +42,25 @@ def _chunks(start: pd.Timestamp | None, end: pd.Timestamp | None):
         t = t + CHUNK
 
 
-def read_validated(source, table: str, start, end) -> Validated:
-    """Read a window from the source and judge it.
+def read_validated(source, table: str, start, end) -> tuple[Validated, pd.DataFrame]:
+    """Read a window from the source and judge it; also the window's missing-data partitions.
 
     File-based sources: each file is prechecked against its own partition (so a
     table-level violation names its file), then the concatenation is validated
     in one pandera pass with a per-row origin (so each reject names its file).
+    Live producers (Prometheus, Slurm dumps): partitions they left empty are
+    returned as ``source_gaps`` rows (:mod:`gpu_health.sources.gaps`).
     """
     if not hasattr(source, "read_files"):
         fetched = source.read(table, start, end)
-        return validate_frame(fetched.frame, table, start=start, end=end, origin=fetched.origin)
+        gaps = missing_partitions(fetched, table, start, end)
+        return validate_frame(fetched.frame, table, start=start, end=end, origin=fetched.origin), gaps
     parts = source.read_files(table, start, end)
     frames = [precheck(f.frame, table, start=f.start, end=f.end, origin=f.origin) for f in parts]
     origins = np.concatenate([np.full(len(fr), f.origin, dtype=object) for fr, f in zip(frames, parts)]) if parts else np.array([], dtype=object)
     non_empty = [fr for fr in frames if len(fr)] or frames[:1]
     frame = pd.concat(non_empty, ignore_index=True) if len(non_empty) > 1 else non_empty[0]
-    return validate_frame(frame, table, start=start, end=end, origin=origins)
+    return validate_frame(frame, table, start=start, end=end, origin=origins), empty_gaps()
 
 
 def build_source_asset(table: str, partitions_def) -> dg.AssetsDefinition:
@@ -86,19 +90,28 @@ def build_source_asset(table: str, partitions_def) -> dg.AssetsDefinition:
             start, end = pd.Timestamp(tw.start).tz_convert("UTC"), pd.Timestamp(tw.end).tz_convert("UTC")
         else:
             start = end = None
-        valid, rejects, nulled = [], [], 0
+        valid, rejects, nulled, missing = [], [], 0, []
         for c_start, c_end in _chunks(start, end):
-            v = read_validated(src, table, c_start, c_end)
+            v, gaps = read_validated(src, table, c_start, c_end)
             valid.append(v.valid)
             rejects.append(v.rejects)
             nulled += v.sentinels_nulled
             wh.replace_window("source_rejects", v.rejects, c_start, c_end, where={"source": table})
+            if c_start is not None and table in FIVE_MINUTE_SOURCES:
+                wh.replace_window("source_gaps", gaps, c_start, c_end, where={"source": table})
+            missing.append(gaps)
         frame = pd.concat(valid, ignore_index=True) if len(valid) > 1 else valid[0]
         rej = pd.concat(rejects, ignore_index=True)
+        gaps = pd.concat(missing, ignore_index=True)
+        if len(gaps):
+            context.log.warning(f"{table}: {len(gaps)} partition(s) missing data ({', '.join(sorted(set(gaps['missing_family'])))} "
+                                f"silent); written empty, recorded in source_gaps")
         # validate_frame returned Model.validate(df, lazy=True) output: coerced to the contract (style.md)
         yield dg.Output(frame, metadata={
             "rows": len(frame), "rejected_rows": int(rej["row_index"].nunique()) if len(rej) else 0,
             "dcgm_sentinels_nulled": nulled, "preview": preview(frame),
+            "missing_data_partitions": len(gaps),
+            "missing_family": ", ".join(sorted(set(gaps["missing_family"]))) if len(gaps) else "",
         })
         yield contract_check_result(table, len(frame), rej)
 
