@@ -278,3 +278,13 @@ def test_a_job_killed_on_a_node_alone_opens_no_hardware_finding():
     gpu.loc[(gpu["node_id"] == "n1") & (gpu["gpu_index"] == 0) & (gpu["ts"] == T0), "xid"] = 74
     (f,) = detect_hardware(context(gpu, sched=sched))
     assert f.severity == "page"
+
+
+def test_an_absent_exporter_is_a_ticket_naming_its_metric_family():
+    gaps = pd.DataFrame({"source": ["node_telemetry"], "partition_start": [T0],
+                         "missing_family": ["node_cpu_seconds_total"], "reason": ["no series for 10 min"]})
+    ctx = context(gpu_rows())
+    ctx.source_gaps = gaps
+    (f,) = detect_missing_data(ctx)
+    assert f.severity == "ticket" and "node_cpu_seconds_total" in f.evidence
+    assert [x for x in detect(ctx) if x.severity == "page"] == []

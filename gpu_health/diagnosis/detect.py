@@ -170,6 +170,7 @@ class PartitionContext:
     open_baselines: dict = field(default_factory=dict)  # alert key -> baseline captured when it opened
     jobs: pd.DataFrame | None = None  # job_table() of the scheduler events as known at `end` (computed once per range)
     rejects: pd.DataFrame | None = None  # source_rejects rows of the partition (source, origin, reason)
+    source_gaps: pd.DataFrame | None = None  # source_gaps rows of the partition (source, missing_family, reason)
     placements: pd.DataFrame | None = None  # placements() of `sched` (sliced from one computed per range)
 
 
@@ -890,7 +891,9 @@ def detect_missing_data(ctx: PartitionContext) -> list[Finding]:
     * GPU-minutes the loss tree put in ``no_data`` on nodes of a reporting region: GPUs or whole nodes
       missing with no fault to explain them (an exporter gap, a rejected file), at least
       MISSING_NODE_GPU_MINUTES on a node;
-    * rows a contract rejected (``source_rejects``) for the partition, with the file and the count.
+    * rows a contract rejected (``source_rejects``) for the partition, with the file and the count;
+    * sources written empty because their producer was silent past its grace (``source_gaps``: an absent
+      exporter or Slurm dump), naming the silent metric family.
     """
     inv = ctx.inventory
     out = []
@@ -929,6 +932,13 @@ def detect_missing_data(ctx: PartitionContext) -> list[Finding]:
                            summary=f"{len(rej)} source row(s) quarantined by their contract",
                            evidence=text + "; top reasons: " + "; ".join(f"{r} ({k})" for r, k in reasons.items())
                                     + ". The rows are in source_rejects; the GPU-minutes they cover are no_data"))
+    gaps = ctx.source_gaps
+    if gaps is not None and len(gaps):
+        out.append(Finding("missing_data", "missing_data", "ticket", "*", "missing_data|sources",
+                           summary=f"{gaps['source'].nunique()} source(s) silent: {', '.join(sorted(gaps['source'].unique()))}",
+                           evidence="; ".join(f"{r.source}: no {r.missing_family} ({r.reason})" for r in gaps.itertuples())
+                                    + ". Written empty so the rest is computed: judgements that need these sources "
+                                      "cannot be made for the partition"))
     return out
 
 

@@ -386,6 +386,8 @@ def alerts(wh: Warehouse, start, end) -> pd.DataFrame:
     prev = wh.read_window("alerts", start - five, start)
     rejects = wh.read_window("source_rejects", start, end, columns=["source", "partition_start", "origin", "reason"])
     rejects_p = dict(tuple(rejects.groupby("partition_start"))) if len(rejects) else {}
+    gaps = wh.read_window("source_gaps", start, end, columns=["source", "partition_start", "missing_family", "reason"])
+    gaps_p = dict(tuple(gaps.groupby("partition_start"))) if len(gaps) else {}
     jobs = job_table(sched, inventory_union(segments))  # node -> region only: where each queue's jobs run
     placed = G.placements(sched)
 
@@ -407,7 +409,7 @@ def alerts(wh: Warehouse, start, end) -> pd.DataFrame:
             region_history=hist[hist["partition_start"] < p], open_baselines=A.open_baselines(prev),
             jobs=jobs_as_of(jobs[jobs["sub"] >= p + five - SCHED_LOOKBACK], p + five),
             placements=placed.iloc[placed["ts"].searchsorted(p + five - SCHED_LOOKBACK):placed["ts"].searchsorted(p + five)],
-            rejects=rejects_p.get(p),
+            rejects=rejects_p.get(p), source_gaps=gaps_p.get(p),
         )
         snap = A.step(prev, detect(ctx), p, rates=rates, changes=changes[changes["ts"] < p + five])
         if len(snap):
