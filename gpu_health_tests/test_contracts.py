@@ -14,6 +14,9 @@ import pytest
 
 from gpu_health.contracts.models import (
     CONTRACTS,
+    MAX_FREE_TEXT_CHARS,
+    MAX_ID_CHARS,
+    MAX_NODE_LIST_CHARS,
     DCGM_FP64_SENTINEL,
     DCGM_INT64_SENTINEL,
     FIVE_MINUTE_SOURCES,
@@ -21,6 +24,7 @@ from gpu_health.contracts.models import (
     PARTITION_COLUMN,
     columns,
     empty_frame,
+    text_bound,
 )
 from gpu_health.contracts.validate import REJECT_COLUMNS, ContractViolation, validate_frame
 from gpu_health.sim.scenario import default_scenario, load_scenario
@@ -200,12 +204,15 @@ def test_missing_column_fails_the_table(frames, source, column):
 
 
 @pytest.mark.parametrize("source", list(CONTRACTS))
-def test_unexpected_column_fails_the_table(frames, source):
-    df = frames[source].head(10).copy()
+def test_unexpected_column_is_dropped_and_named_and_the_rows_kept(frames, source):
+    # schema evolution (an exporter's new field), not corruption: issue #15
+    clean = frames[source].head(10).reset_index(drop=True)
+    df = clean.copy()
     df["gpu_temp_fahrenheit"] = 187.25
-    with pytest.raises(ContractViolation) as exc:
-        check(df, source)
-    assert_violation(exc.value, source, "gpu_temp_fahrenheit", "unexpected column", "187.25")
+    result = check(df, source)
+    assert result.dropped_columns == {"gpu_temp_fahrenheit": [ORIGIN.format(source=source)]}
+    assert result.rejects.empty
+    assert_same_rows(result.valid, clean)
 
 
 @pytest.mark.parametrize("source, column", [
@@ -624,6 +631,68 @@ def test_maintenance_window_must_end_after_it_starts(frames):
     df.loc[0, "end"] = df.loc[0, "start"]
     result = check(df, "maintenance_windows")
     assert_rows_rejected(result, clean, [0], "maintenance_windows", None, "end_after_start")
+
+
+# --- values no collector reads: +-inf, over-long text, NUL (issue #15) ----------------------------
+
+@pytest.mark.parametrize("source, column, value", [
+    ("job_runtime_metrics", "step_time_s", np.inf), ("gpu_telemetry", "power_w", np.inf),
+    ("gpu_telemetry", "fb_used_mib", np.inf), ("node_telemetry", "disk_read_mbps", np.inf),
+    ("network_telemetry", "latency_us", np.inf), ("job_runtime_metrics", "loss", -np.inf),
+    ("job_metadata", "requested_mem_gb", np.inf), ("cost_capacity", "on_demand_gpu_hours", np.inf),
+    ("gpu_telemetry", "temp_c", -np.inf),
+])
+def test_infinite_float_rejects_the_row(frames, source, column, value):
+    clean = sample(frames, source, where=(lambda d: d["steps"] > 0) if column == "step_time_s" else None)
+    result = check(put(clean, 1, column, value), source)
+    assert_rows_rejected(result, clean, [1], source, column, "infinite")
+    assert result.rejects["value"].iloc[0] in ("inf", "-inf")
+
+
+def test_infinite_float_in_a_float_dtype_column(frames):
+    clean = sample(frames, "gpu_telemetry")
+    df = clean.copy()
+    df.loc[[2, 7], "sm_clock_mhz"] = np.inf  # stays float64: no object widening
+    assert df["sm_clock_mhz"].dtype == "float64"
+    assert_rows_rejected(check(df, "gpu_telemetry"), clean, [2, 7], "gpu_telemetry", "sm_clock_mhz", "infinite")
+
+
+@pytest.mark.parametrize("source, column, bound", [
+    ("gpu_telemetry", "gpu_uuid", MAX_ID_CHARS), ("gpu_telemetry", "job_id", MAX_ID_CHARS),
+    ("change_events", "description", MAX_FREE_TEXT_CHARS), ("scheduler_events", "node_ids", MAX_NODE_LIST_CHARS),
+])
+def test_text_over_its_bound_rejects_the_row(frames, source, column, bound):
+    clean = sample(frames, source)
+    assert text_bound(column) == bound
+    result = check(put(clean, 0, column, "x" * bound), source)  # at the bound: kept
+    assert result.rejects.empty
+    result = check(put(clean, 0, column, "x" * (bound + 1)), source)
+    assert_rows_rejected(result, clean, [0], source, column, f"over its bound of {bound:,}")
+    # the reject keeps a bounded excerpt, not the text it was rejected for
+    assert len(result.rejects["value"].iloc[0]) < 1100
+    assert len(result.rejects["row_json"].iloc[0]) < 4 * 1100 + 2000
+
+
+def test_a_50_mb_string_is_a_reject_with_a_bounded_record(frames):
+    clean = sample(frames, "node_telemetry")
+    huge = "A" * (50 * 1024 * 1024)
+    result = check(put(clean, 3, "kernel_version", huge), "node_telemetry")
+    assert_rows_rejected(result, clean, [3], "node_telemetry", "kernel_version", "52,428,800 characters")
+    assert result.rejects["row_json"].str.len().max() < 10_000
+
+
+def test_nul_character_in_text_rejects_the_row(frames):
+    clean = sample(frames, "job_metadata")
+    result = check(put(clean, 4, "team", "fraud\x00ml"), "job_metadata")
+    assert_rows_rejected(result, clean, [4], "job_metadata", "team", "NUL character")
+
+
+def test_text_that_looks_like_sql_null_or_escapes_is_kept(frames):
+    clean = sample(frames, "change_events")
+    for text in ("\\N", "", "tab\there", "line\nbreak", 'quote " and \\ backslash', "NULL"):
+        result = check(put(clean, 0, "description", text), "change_events")
+        assert result.rejects.empty, text
+        assert result.valid["description"].iloc[0] == text
 
 
 def test_several_breaks_in_one_frame_are_all_reported(frames):

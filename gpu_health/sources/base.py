@@ -27,6 +27,10 @@ class Fetched:
     origin: str  # file path, URL or "simulator:<scenario>" -- named in error messages
     start: pd.Timestamp | None = None  # the partition a file holds, when it holds one
     end: pd.Timestamp | None = None
+    # why the file could not be read at all (its frame is then empty): the file is quarantined whole
+    unreadable: str | None = None
+    # why a file that was found is not read at all (e.g. a name outside the landing layout): reported only
+    ignored: str | None = None
 
 
 class Source(Protocol):

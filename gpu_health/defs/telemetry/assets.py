@@ -1,14 +1,14 @@
 """One asset per telemetry source, each guarded by its pandera contract."""
 
 import dagster as dg
-import numpy as np
 import pandas as pd
 from dagster_pandera import pandera_schema_to_dagster_type
 
 from gpu_health.contracts import CONTRACTS, FIVE_MINUTE_SOURCES
-from gpu_health.contracts.validate import Validated, precheck, validate_frame
+from gpu_health.contracts.validate import ContractViolation
 from gpu_health.defs.common import KINDS, OWNERS, column_schema, contract_check_result, contract_check_spec, preview
 from gpu_health.defs.resources import TelemetrySourceResource, WarehouseResource
+from gpu_health.sources.read import read_validated  # noqa: F401  (re-exported: tests and tools import it here)
 
 OWNER = {
     "gpu_telemetry": "infra", "node_telemetry": "infra", "network_telemetry": "infra",
@@ -40,24 +40,6 @@ def _chunks(start: pd.Timestamp | None, end: pd.Timestamp | None):
         t = t + CHUNK
 
 
-def read_validated(source, table: str, start, end) -> Validated:
-    """Read a window from the source and judge it.
-
-    File-based sources: each file is prechecked against its own partition (so a
-    table-level violation names its file), then the concatenation is validated
-    in one pandera pass with a per-row origin (so each reject names its file).
-    """
-    if not hasattr(source, "read_files"):
-        fetched = source.read(table, start, end)
-        return validate_frame(fetched.frame, table, start=start, end=end, origin=fetched.origin)
-    parts = source.read_files(table, start, end)
-    frames = [precheck(f.frame, table, start=f.start, end=f.end, origin=f.origin) for f in parts]
-    origins = np.concatenate([np.full(len(fr), f.origin, dtype=object) for fr, f in zip(frames, parts)]) if parts else np.array([], dtype=object)
-    non_empty = [fr for fr in frames if len(fr)] or frames[:1]
-    frame = pd.concat(non_empty, ignore_index=True) if len(non_empty) > 1 else non_empty[0]
-    return validate_frame(frame, table, start=start, end=end, origin=origins)
-
-
 def build_source_asset(table: str, partitions_def) -> dg.AssetsDefinition:
     model = CONTRACTS[table]
 
@@ -84,21 +66,35 @@ def build_source_asset(table: str, partitions_def) -> dg.AssetsDefinition:
             start, end = pd.Timestamp(tw.start).tz_convert("UTC"), pd.Timestamp(tw.end).tz_convert("UTC")
         else:
             start = end = None
-        valid, rejects, nulled = [], [], 0
+        valid, rejects, nulled, dropped = [], [], 0, {}
         for c_start, c_end in _chunks(start, end):
             v = read_validated(src, table, c_start, c_end)
+            files = v.files_quarantined
+            if start is None and len(files):
+                # the calendar is read whole: an empty one would turn planned maintenance into pages, so
+                # it fails (naming the file) and the stored calendar stays as it was
+                raise ContractViolation(table, str(files["origin"].iloc[0]), files["column"].iloc[0],
+                                        str(files["reason"].iloc[0]))
+            for _, f in files.iterrows():
+                context.log.warning(f"{table}: partition {f['partition_start']} quarantined whole: {f['reason']}")
+            for col, origins in v.dropped_columns.items():
+                dropped.setdefault(col, []).extend(origins)
+                context.log.warning(f"{table}: extra column '{col}' dropped (schema evolution: not in the contract) "
+                                    f"in {len(origins)} file(s), e.g. {origins[0]}")
             valid.append(v.valid)
             rejects.append(v.rejects)
             nulled += v.sentinels_nulled
             wh.replace_window("source_rejects", v.rejects, c_start, c_end, where={"source": table})
         frame = pd.concat(valid, ignore_index=True) if len(valid) > 1 else valid[0]
         rej = pd.concat(rejects, ignore_index=True)
+        check = contract_check_result(table, len(frame), rej, dropped_columns=dropped)
         # validate_frame returned Model.validate(df, lazy=True) output: coerced to the contract (style.md)
         yield dg.Output(frame, metadata={
-            "rows": len(frame), "rejected_rows": int(rej["row_index"].nunique()) if len(rej) else 0,
+            "rows": len(frame), "rejected_rows": check.metadata["rejected_rows"],
+            "quarantined_files": check.metadata["quarantined_files"],
             "dcgm_sentinels_nulled": nulled, "preview": preview(frame),
         })
-        yield contract_check_result(table, len(frame), rej)
+        yield check
 
     return _asset
 
