@@ -382,6 +382,44 @@ def test_the_clean_zone_lands_whole_and_pages_nothing(quiet_zone, tmp_path, monk
     assert wh.count("source_rejects") == 0 and wh.count("alerts") == 0
 
 
+def test_rejects_converge_on_reruns_and_a_fix_clears_them(quiet_zone, tmp_path, monkeypatch):
+    """Rejects are keyed by the file's partition and the row within the file, and replaced when that
+    partition re-runs: a re-run of the range or of one partition never doubles them, a fixed file clears
+    its own (before, they were filed under the range start with row numbers offset into the range)."""
+    monkeypatch.setenv("GPU_HEALTH_WAREHOUSE_CACHE", "0")
+    root = tmp_path / "landing"
+    shutil.copytree(quiet_zone, root)
+    url = f"sqlite:///{tmp_path / 'warehouse.db'}"
+    later = BAD + FIVE
+    over_100 = percentage_over_100(root)  # two row rejects in gpu_telemetry 14:10
+    node_file = _file(root, "node_telemetry", later)
+    node_file.write_bytes(b"")  # node_telemetry 14:15 quarantined whole
+
+    def rejects() -> set:
+        got = Warehouse(url).read_window("source_rejects")
+        return {(r.source, pd.Timestamp(r.partition_start), r.origin, int(r.row_index)) for r in got.itertuples()}
+
+    expected = {("gpu_telemetry", BAD, str(over_100.path), r) for r in over_100.rejected}
+    expected.add(("node_telemetry", later, str(node_file), -1))
+    run(iso(START), iso(END), landing=str(root), warehouse=url, quiet=True)
+    assert rejects() == expected
+    assert Warehouse(url).count("source_rejects") == 3
+    run(iso(START), iso(END), landing=str(root), warehouse=url, quiet=True)  # the range again
+    assert rejects() == expected and Warehouse(url).count("source_rejects") == 3
+    run(iso(BAD), iso(BAD + FIVE), landing=str(root), warehouse=url, quiet=True)  # one partition: same keys
+    assert rejects() == expected and Warehouse(url).count("source_rejects") == 3
+
+    shutil.copyfile(_file(quiet_zone, "gpu_telemetry"), over_100.path)  # the exporter re-sends a good file
+    run(iso(BAD), iso(BAD + FIVE), landing=str(root), warehouse=url, quiet=True)
+    assert rejects() == {("node_telemetry", later, str(node_file), -1)}
+    assert stored_rows(Warehouse(url))[("gpu_telemetry", BAD)] == clean_rows(quiet_zone)[("gpu_telemetry", BAD)]
+
+    shutil.copyfile(_file(quiet_zone, "node_telemetry", later), node_file)
+    run(iso(later), iso(later + FIVE), landing=str(root), warehouse=url, quiet=True)
+    assert rejects() == set()
+    assert stored_rows(Warehouse(url)) == clean_rows(quiet_zone)
+
+
 @pytest.fixture
 def pg_database(postgres_url):
     """A fresh database on the session's PostgreSQL server, dropped afterwards."""
