@@ -292,10 +292,8 @@ def _copy_column(s: pd.Series, col: sa.Column) -> np.ndarray:
         codes, uniques = pd.factorize(s)
         text = np.asarray(["t" if bool(v) else "f" for v in uniques], dtype=object)
     elif isinstance(col.type, sa.Float):
-        values = pd.to_numeric(s, errors="coerce").astype("float64").to_numpy()
-        out = values.astype(str).astype(object)  # numpy's shortest repr: round-trips every double
-        out[np.isnan(values)] = COPY_NULL
-        return out
+        codes, uniques = pd.factorize(pd.to_numeric(s, errors="coerce").astype("float64"))
+        text = np.asarray(uniques, dtype="float64").astype(str).astype(object)  # shortest repr: round-trips
     elif isinstance(col.type, sa.Integer):
         codes, uniques = pd.factorize(s)
         text = np.asarray([str(int(v)) for v in uniques], dtype=object)
@@ -312,11 +310,8 @@ def copy_text(frame: pd.DataFrame, table: sa.Table) -> str:
     """``frame`` as the body of ``COPY table (columns) FROM STDIN`` in text format (see :data:`COPY_NULL`)."""
     if frame.empty:
         return ""
-    lines = None
-    for c in table.columns:
-        col = _copy_column(frame[c.name].reset_index(drop=True), c)
-        lines = col if lines is None else lines + "\t" + col
-    return "\n".join(lines.tolist()) + "\n"
+    cols = [_copy_column(frame[c.name].reset_index(drop=True), c).tolist() for c in table.columns]
+    return "\n".join(map("\t".join, zip(*cols))) + "\n"
 
 
 def _restore_types(frame: pd.DataFrame, table: sa.Table) -> pd.DataFrame:
