@@ -480,18 +480,43 @@ def measure(names=None, url_for=None) -> list[dict]:
                 handled = f"no: {str(err)[:120]}"
             rej = m["rejects"]
             out.append({"class": name, "handled": handled, "good_rows_kept": f"{kept}/{total_good}",
-                        "row_rejects": int((rej["row_index"] >= 0).sum() and rej[rej["row_index"] >= 0]
-                                           .drop_duplicates(["partition_start", "origin", "row_index"]).shape[0]),
+                        "row_rejects": len(rej[rej["row_index"] >= 0].drop_duplicates(["partition_start", "origin", "row_index"])),
                         "files_quarantined": int((rej["row_index"] == -1).sum()),
                         "pages": len(m["pages"])})
     return out
+
+
+def _postgres_databases(base: str):
+    """(url_for, stop): a private PostgreSQL server and a fresh database per case."""
+    from gpu_health_tests.services.postgres import start_postgres
+
+    server, stop = start_postgres(base)
+
+    def url_for(work: Path) -> str:
+        name = f"bad_{uuid.uuid4().hex[:10]}"
+        engine = sa.create_engine(server, isolation_level="AUTOCOMMIT")
+        with engine.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        engine.dispose()
+        return server.rsplit("/", 1)[0] + f"/{name}"
+
+    return url_for, stop
 
 
 if __name__ == "__main__":  # pragma: no cover
     import os
 
     os.environ["GPU_HEALTH_WAREHOUSE_CACHE"] = "0"
-    rows = measure(sys.argv[1:] or None)
+    args = sys.argv[1:]
+    url_for, stop = (None, None)
+    if "--postgres" in args:
+        args.remove("--postgres")
+        url_for, stop = _postgres_databases("/tmp")
+    try:
+        rows = measure(args or None, url_for)
+    finally:
+        if stop:
+            stop()
     print("| class | handled | good rows kept | row rejects | files quarantined | pages |")
     print("|---|---|---|---|---|---|")
     for r in rows:

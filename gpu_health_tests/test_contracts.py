@@ -715,3 +715,83 @@ def test_several_breaks_in_one_frame_are_all_reported(frames):
         "DCGM 'not supported' sentinel in required field xid": 1,
         "duplicate key (ts, gpu_uuid)": 1,
     }
+
+
+# --- files judged one by one (issue #15): a bad file costs its own partition ----------------------
+
+def _fetched(frame, origin, start, **kw):
+    from gpu_health.sources.base import Fetched
+
+    return Fetched(frame, origin, start, start + pd.Timedelta(minutes=5), **kw)
+
+
+def test_validate_files_quarantines_each_bad_file_whole_and_keeps_the_others(frames):
+    from gpu_health.contracts.validate import WHOLE_FILE, validate_files
+
+    good = frames["node_telemetry"]
+    shifted = good.assign(ts=good["ts"] + pd.Timedelta(minutes=5))
+    t2 = T0 + pd.Timedelta(minutes=10)
+    parts = [
+        _fetched(good, "n/1400.parquet", T0),
+        _fetched(shifted, "n/1405.parquet", T1),  # the next partition's rows, its own file: fine
+        _fetched(good.drop(columns=["health"]), "n/1410.parquet", t2),  # missing column
+        _fetched(empty_frame("node_telemetry"), "n/1415.parquet", t2 + pd.Timedelta(minutes=5),
+                 unreadable="n/1415.parquet: empty file (0 bytes)"),
+        _fetched(put(good.assign(ts=good["ts"] + pd.Timedelta(minutes=20)), 0, "health", "rebooting")
+                 .assign(firmware="1.2"), "n/1420.parquet", T0 + pd.Timedelta(minutes=20)),  # a bad row, an extra column
+        _fetched(good, "n/1425.parquet", T0 + pd.Timedelta(minutes=25)),  # 14:00 rows in the 14:25 file
+    ]
+    result = validate_files(parts, "node_telemetry", start=T0, end=T0 + pd.Timedelta(minutes=30))
+    assert len(result.valid) == 3 * len(good) - 1
+    files = result.files_quarantined.set_index("origin")
+    assert sorted(files.index) == ["n/1410.parquet", "n/1415.parquet", "n/1425.parquet"]
+    assert (files["row_index"] == WHOLE_FILE).all()
+    assert files.loc["n/1410.parquet", "check"] == "file:missing_column" and "'health'" in files.loc["n/1410.parquet", "reason"]
+    assert files.loc["n/1415.parquet", "check"] == "file:unreadable_file"
+    assert files.loc["n/1425.parquet", "check"] == "file:outside_partition"
+    assert "belong to partition(s) 2026-11-03 14:00" in files.loc["n/1425.parquet", "reason"]
+    assert files.loc["n/1410.parquet", "partition_start"] == t2
+    rows = result.row_rejects
+    assert list(rows["origin"]) == ["n/1420.parquet"] and list(rows["row_index"]) == [0]
+    assert rows["partition_start"].iloc[0] == T0 + pd.Timedelta(minutes=20)  # the file's partition, not the range's
+    assert result.dropped_columns == {"firmware": ["n/1420.parquet"]}
+
+
+def test_a_file_of_another_table_is_named_as_such(frames):
+    from gpu_health.contracts.validate import validate_files
+
+    result = validate_files([_fetched(frames["gpu_telemetry"], "node_telemetry/2026-11-03/1400.parquet", T0)],
+                            "node_telemetry", start=T0, end=T1)
+    (reason,) = result.files_quarantined["reason"]
+    assert "its columns are gpu_telemetry's: a gpu_telemetry file in the node_telemetry folder" in reason
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda p: p.write_bytes(b""), "empty file (0 bytes)"),
+    (lambda p: p.write_bytes(p.read_bytes()[:-100]), "truncated Parquet file"),
+    (lambda p: pd.read_parquet(p).to_csv(p, index=False), "a CSV or log renamed .parquet"),
+])
+def test_an_unreadable_landing_file_is_named_with_what_is_wrong(frames, tmp_path, damage, says):
+    from gpu_health.sources.landing import read_file
+
+    path = tmp_path / "1400.parquet"
+    frames["node_telemetry"].to_parquet(path, index=False)
+    damage(path)
+    fetched = read_file(path, "node_telemetry", T0, T1)
+    assert fetched.frame.empty and fetched.unreadable.startswith(f"{path}: ") and says in fetched.unreadable
+    assert "<Buffer>" not in fetched.unreadable
+
+
+def test_stray_files_in_a_day_folder_are_reported_under_their_partition(frames, tmp_path):
+    from gpu_health.landing import write_partition
+    from gpu_health.sources.landing import LandingSource
+
+    write_partition(tmp_path, "node_telemetry", T0, frames["node_telemetry"])
+    day = tmp_path / "node_telemetry" / "2026-11-03"
+    for name in ("1402.parquet", "1400.parquet.bak", "notes.txt", ".1400.parquet.77.tmp", "0900.parquet.old"):
+        (day / name).write_bytes(b"x")
+    strays = LandingSource(tmp_path).strays("node_telemetry", T0, T1)
+    assert sorted(pd.Series([s.origin for s in strays]).str.rsplit("/", n=1).str[-1]) == ["1400.parquet.bak", "1402.parquet"]
+    assert all(s.start == T0 and "not a partition file" in s.ignored for s in strays)
+    # the day's first partition takes the names without a time; 09:00 is reported by the run covering it
+    assert [s.origin.rsplit("/", 1)[-1] for s in LandingSource(tmp_path).strays("node_telemetry", DAY0, DAY0 + pd.Timedelta(minutes=5))] == ["notes.txt"]
