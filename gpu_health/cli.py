@@ -153,7 +153,10 @@ def _report_contract_findings(ev, summary: dict) -> None:
     meta = ev.metadata or {}
     files = meta.get("quarantined_files")
     for f in (files.value if files is not None else []) or []:
-        summary.setdefault("quarantined_files", []).append({"source": table, **f})
+        entry = {"source": table, **f}
+        if entry in summary.setdefault("quarantined_files", []):
+            continue  # a daily table is read again when its day settles
+        summary["quarantined_files"].append(entry)
         print(f"warning: {table}: {f['reason']}", file=sys.stderr)
     dropped = meta.get("dropped_columns")
     for col, origins in ((dropped.value if dropped is not None else {}) or {}).items():
