@@ -337,20 +337,26 @@ def _check_values(df: pd.DataFrame, schema: pa.DataFrameSchema) -> pd.DataFrame:
                                            "value": [repr(float(v)) for v in values[inf]],
                                            "reason": f"{name} is infinite (a finite number is required)"}))
         elif isinstance(col.dtype.type, pd.StringDtype) and len(s):
-            bound = text_bound(name)
-            uniq = pd.unique(s.dropna().astype(str))
-            long = [u for u in uniq if len(u) > bound]
-            nul = [u for u in uniq if "\x00" in u]
-            for bad, check, why in ((long, f"str_length(max_value={bound})", lambda v: f"text in {name} is {len(v):,} characters, over its bound of {bound:,}"),
-                                    (nul, "no_nul", lambda v: f"NUL character in {name} (text cannot hold it)")):
-                if not bad:
-                    continue
-                hit = s.astype("object").isin(bad).to_numpy()
-                rows = s.index[hit]
-                marks.append(pd.DataFrame({"row_index": rows, "column": name, "check": check,
-                                           "value": [_bounded(v) for v in s[hit]],
-                                           "reason": [why(v) for v in s[hit]]}))
+            marks += _text_faults(s, name)
     return pd.concat(marks, ignore_index=True) if marks else _no_failures()
+
+
+def _text_faults(s: pd.Series, name: str) -> list[pd.DataFrame]:
+    """Rows of text column ``name`` over :func:`text_bound`, or holding a NUL character."""
+    bound = text_bound(name)
+    uniq = pd.unique(s.dropna().astype(str))
+    long = [u for u in uniq if len(u) > bound]
+    nul = [u for u in uniq if "\x00" in u]
+    marks = []
+    for bad, check in ((long, f"str_length(max_value={bound})"), (nul, "no_nul")):
+        if not bad:
+            continue
+        hit = s.astype("object").isin(bad).to_numpy()
+        reasons = [f"text in {name} is {len(v):,} characters, over its bound of {bound:,}" if check != "no_nul"
+                   else f"NUL character in {name} (text cannot hold it)" for v in s[hit]]
+        marks.append(pd.DataFrame({"row_index": s.index[hit], "column": name, "check": check,
+                                   "value": [_bounded(v) for v in s[hit]], "reason": reasons}))
+    return marks
 
 
 def _is_float_column(col) -> bool:
