@@ -158,6 +158,7 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
         for ev in result.get_asset_check_evaluations():
             if not ev.passed:
                 summary.setdefault("failed_checks", []).append(f"{ev.asset_key.to_user_string()}:{ev.check_name}")
+            _report_contract_findings(ev, summary)
         return result
 
     execute("calendar_job")
@@ -177,6 +178,25 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
         execute("daily_job", partition_key=day.strftime("%Y-%m-%d"))
     summary["seconds"] = round(time.time() - t0, 1)
     return summary
+
+
+def _report_contract_findings(ev, summary: dict) -> None:
+    """Files quarantined whole and extra columns dropped, from a contract check: into the summary and, as
+    warnings, onto stderr (even with --quiet: they are findings about the data, not progress)."""
+    table = ev.asset_key.to_user_string()
+    meta = ev.metadata or {}
+    files = meta.get("quarantined_files")
+    for f in (files.value if files is not None else []) or []:
+        entry = {"source": table, **f}
+        if entry in summary.setdefault("quarantined_files", []):
+            continue  # a daily table is read again when its day settles
+        summary["quarantined_files"].append(entry)
+        print(f"warning: {table}: {f['reason']}", file=sys.stderr)
+    dropped = meta.get("dropped_columns")
+    for col, origins in ((dropped.value if dropped is not None else {}) or {}).items():
+        summary.setdefault("dropped_columns", {}).setdefault(table, {})[col] = origins
+        print(f"warning: {table}: extra column '{col}' dropped (not in the contract) in {len(origins)} file(s), "
+              f"e.g. {origins[0]}", file=sys.stderr)
 
 
 def report_window(start: str, end: str, *, warehouse: str | None = None, scenario: str | None = None,

@@ -99,21 +99,25 @@ def test_run_over_the_landing_zone_fills_the_warehouse(landing_zone, sqlite_url,
     assert wh.count("source_rejects") == 0
 
 
-def test_run_with_a_file_missing_a_column_fails_naming_file_and_column(copy_landing, sqlite_url, capsys):
+def test_run_with_a_file_missing_a_column_quarantines_its_partition_naming_file_and_column(copy_landing, sqlite_url, capsys):
     root = copy_landing()
     start = PARTITIONS[2]
     bad = partition_path(root, "gpu_telemetry", start)
     pd.read_parquet(bad).drop(columns=["power_w"]).to_parquet(bad, index=False)
 
-    code, out, err = run_cli(capsys, "run", "--start", iso(start), "--end", iso(start + pd.Timedelta(minutes=5)),
+    code, out, err = run_cli(capsys, "run", "--start", iso(LANDING_START), "--end", iso(LANDING_END),
                              "--landing", str(root), "--warehouse", sqlite_url, "--quiet")
-    assert code != 0
-    # the closing error line itself names the file and the column (not only Dagster's logged traceback)
-    error_line = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(error_line) == 1, err
-    assert str(bad) in error_line[0] and "'power_w'" in error_line[0], error_line[0]
-    assert out == ""
-    assert Warehouse(sqlite_url).count("gpu_telemetry") == 0  # nothing of the failed run is stored
+    assert code == 0, err
+    summary = json.loads(out)
+    assert "gpu_telemetry:gpu_telemetry_contract" in summary["failed_checks"]
+    wh = Warehouse(sqlite_url)
+    # only the bad file's partition is missing; the five others landed
+    assert wh.count("gpu_telemetry") == GPUS * 25
+    rejects = wh.read_window("source_rejects", where={"source": "gpu_telemetry"})
+    assert list(rejects["origin"]) == [str(bad)] and "'power_w'" in rejects["reason"].iloc[0]
+    # derived tables cover every partition of the range, the quarantined one included
+    states = wh.read_window("goodput_states")
+    assert states["partition_start"].nunique() == 6
 
 
 @pytest.mark.parametrize("argv, message", [

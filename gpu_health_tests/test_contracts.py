@@ -14,6 +14,9 @@ import pytest
 
 from gpu_health.contracts.models import (
     CONTRACTS,
+    MAX_FREE_TEXT_CHARS,
+    MAX_ID_CHARS,
+    MAX_NODE_LIST_CHARS,
     DCGM_FP64_SENTINEL,
     DCGM_INT64_SENTINEL,
     FIVE_MINUTE_SOURCES,
@@ -21,6 +24,7 @@ from gpu_health.contracts.models import (
     PARTITION_COLUMN,
     columns,
     empty_frame,
+    text_bound,
 )
 from gpu_health.contracts.validate import REJECT_COLUMNS, ContractViolation, validate_frame
 from gpu_health.sim.scenario import default_scenario, load_scenario
@@ -200,12 +204,15 @@ def test_missing_column_fails_the_table(frames, source, column):
 
 
 @pytest.mark.parametrize("source", list(CONTRACTS))
-def test_unexpected_column_fails_the_table(frames, source):
-    df = frames[source].head(10).copy()
+def test_unexpected_column_is_dropped_and_named_and_the_rows_kept(frames, source):
+    # schema evolution (an exporter's new field), not corruption: issue #15
+    clean = frames[source].head(10).reset_index(drop=True)
+    df = clean.copy()
     df["gpu_temp_fahrenheit"] = 187.25
-    with pytest.raises(ContractViolation) as exc:
-        check(df, source)
-    assert_violation(exc.value, source, "gpu_temp_fahrenheit", "unexpected column", "187.25")
+    result = check(df, source)
+    assert result.dropped_columns == {"gpu_temp_fahrenheit": [ORIGIN.format(source=source)]}
+    assert result.rejects.empty
+    assert_same_rows(result.valid, clean)
 
 
 @pytest.mark.parametrize("source, column", [
@@ -626,6 +633,68 @@ def test_maintenance_window_must_end_after_it_starts(frames):
     assert_rows_rejected(result, clean, [0], "maintenance_windows", None, "end_after_start")
 
 
+# --- values no collector reads: +-inf, over-long text, NUL (issue #15) ----------------------------
+
+@pytest.mark.parametrize("source, column, value", [
+    ("job_runtime_metrics", "step_time_s", np.inf), ("gpu_telemetry", "power_w", np.inf),
+    ("gpu_telemetry", "fb_used_mib", np.inf), ("node_telemetry", "disk_read_mbps", np.inf),
+    ("network_telemetry", "latency_us", np.inf), ("job_runtime_metrics", "loss", -np.inf),
+    ("job_metadata", "requested_mem_gb", np.inf), ("cost_capacity", "on_demand_gpu_hours", np.inf),
+    ("gpu_telemetry", "temp_c", -np.inf),
+])
+def test_infinite_float_rejects_the_row(frames, source, column, value):
+    clean = sample(frames, source, where=(lambda d: d["steps"] > 0) if column == "step_time_s" else None)
+    result = check(put(clean, 1, column, value), source)
+    assert_rows_rejected(result, clean, [1], source, column, "infinite")
+    assert result.rejects["value"].iloc[0] in ("inf", "-inf")
+
+
+def test_infinite_float_in_a_float_dtype_column(frames):
+    clean = sample(frames, "gpu_telemetry")
+    df = clean.copy()
+    df.loc[[2, 7], "sm_clock_mhz"] = np.inf  # stays float64: no object widening
+    assert df["sm_clock_mhz"].dtype == "float64"
+    assert_rows_rejected(check(df, "gpu_telemetry"), clean, [2, 7], "gpu_telemetry", "sm_clock_mhz", "infinite")
+
+
+@pytest.mark.parametrize("source, column, bound", [
+    ("gpu_telemetry", "gpu_uuid", MAX_ID_CHARS), ("gpu_telemetry", "job_id", MAX_ID_CHARS),
+    ("change_events", "description", MAX_FREE_TEXT_CHARS), ("scheduler_events", "node_ids", MAX_NODE_LIST_CHARS),
+])
+def test_text_over_its_bound_rejects_the_row(frames, source, column, bound):
+    clean = sample(frames, source)
+    assert text_bound(column) == bound
+    result = check(put(clean, 0, column, "x" * bound), source)  # at the bound: kept
+    assert result.rejects.empty
+    result = check(put(clean, 0, column, "x" * (bound + 1)), source)
+    assert_rows_rejected(result, clean, [0], source, column, f"over its bound of {bound:,}")
+    # the reject keeps a bounded excerpt, not the text it was rejected for
+    assert len(result.rejects["value"].iloc[0]) < 1100
+    assert len(result.rejects["row_json"].iloc[0]) < 4 * 1100 + 2000
+
+
+def test_a_50_mb_string_is_a_reject_with_a_bounded_record(frames):
+    clean = sample(frames, "node_telemetry")
+    huge = "A" * (50 * 1024 * 1024)
+    result = check(put(clean, 3, "kernel_version", huge), "node_telemetry")
+    assert_rows_rejected(result, clean, [3], "node_telemetry", "kernel_version", "52,428,800 characters")
+    assert result.rejects["row_json"].str.len().max() < 10_000
+
+
+def test_nul_character_in_text_rejects_the_row(frames):
+    clean = sample(frames, "job_metadata")
+    result = check(put(clean, 4, "team", "fraud\x00ml"), "job_metadata")
+    assert_rows_rejected(result, clean, [4], "job_metadata", "team", "NUL character")
+
+
+def test_text_that_looks_like_sql_null_or_escapes_is_kept(frames):
+    clean = sample(frames, "change_events")
+    for text in ("\\N", "", "tab\there", "line\nbreak", 'quote " and \\ backslash', "NULL"):
+        result = check(put(clean, 0, "description", text), "change_events")
+        assert result.rejects.empty, text
+        assert result.valid["description"].iloc[0] == text
+
+
 def test_several_breaks_in_one_frame_are_all_reported(frames):
     clean = sample(frames, "gpu_telemetry", n=40)
     df = put(clean, 1, "gpu_util_pct", 180.0)
@@ -646,3 +715,83 @@ def test_several_breaks_in_one_frame_are_all_reported(frames):
         "DCGM 'not supported' sentinel in required field xid": 1,
         "duplicate key (ts, gpu_uuid)": 1,
     }
+
+
+# --- files judged one by one (issue #15): a bad file costs its own partition ----------------------
+
+def _fetched(frame, origin, start, **kw):
+    from gpu_health.sources.base import Fetched
+
+    return Fetched(frame, origin, start, start + pd.Timedelta(minutes=5), **kw)
+
+
+def test_validate_files_quarantines_each_bad_file_whole_and_keeps_the_others(frames):
+    from gpu_health.contracts.validate import WHOLE_FILE, validate_files
+
+    good = frames["node_telemetry"]
+    shifted = good.assign(ts=good["ts"] + pd.Timedelta(minutes=5))
+    t2 = T0 + pd.Timedelta(minutes=10)
+    parts = [
+        _fetched(good, "n/1400.parquet", T0),
+        _fetched(shifted, "n/1405.parquet", T1),  # the next partition's rows, its own file: fine
+        _fetched(good.drop(columns=["health"]), "n/1410.parquet", t2),  # missing column
+        _fetched(empty_frame("node_telemetry"), "n/1415.parquet", t2 + pd.Timedelta(minutes=5),
+                 unreadable="n/1415.parquet: empty file (0 bytes)"),
+        _fetched(put(good.assign(ts=good["ts"] + pd.Timedelta(minutes=20)), 0, "health", "rebooting")
+                 .assign(firmware="1.2"), "n/1420.parquet", T0 + pd.Timedelta(minutes=20)),  # a bad row, an extra column
+        _fetched(good, "n/1425.parquet", T0 + pd.Timedelta(minutes=25)),  # 14:00 rows in the 14:25 file
+    ]
+    result = validate_files(parts, "node_telemetry", start=T0, end=T0 + pd.Timedelta(minutes=30))
+    assert len(result.valid) == 3 * len(good) - 1
+    files = result.files_quarantined.set_index("origin")
+    assert sorted(files.index) == ["n/1410.parquet", "n/1415.parquet", "n/1425.parquet"]
+    assert (files["row_index"] == WHOLE_FILE).all()
+    assert files.loc["n/1410.parquet", "check"] == "file:missing_column" and "'health'" in files.loc["n/1410.parquet", "reason"]
+    assert files.loc["n/1415.parquet", "check"] == "file:unreadable_file"
+    assert files.loc["n/1425.parquet", "check"] == "file:outside_partition"
+    assert "belong to partition(s) 2026-11-03 14:00" in files.loc["n/1425.parquet", "reason"]
+    assert files.loc["n/1410.parquet", "partition_start"] == t2
+    rows = result.row_rejects
+    assert list(rows["origin"]) == ["n/1420.parquet"] and list(rows["row_index"]) == [0]
+    assert rows["partition_start"].iloc[0] == T0 + pd.Timedelta(minutes=20)  # the file's partition, not the range's
+    assert result.dropped_columns == {"firmware": ["n/1420.parquet"]}
+
+
+def test_a_file_of_another_table_is_named_as_such(frames):
+    from gpu_health.contracts.validate import validate_files
+
+    result = validate_files([_fetched(frames["gpu_telemetry"], "node_telemetry/2026-11-03/1400.parquet", T0)],
+                            "node_telemetry", start=T0, end=T1)
+    (reason,) = result.files_quarantined["reason"]
+    assert "its columns are gpu_telemetry's: a gpu_telemetry file in the node_telemetry folder" in reason
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda p: p.write_bytes(b""), "empty file (0 bytes)"),
+    (lambda p: p.write_bytes(p.read_bytes()[:-100]), "truncated Parquet file"),
+    (lambda p: pd.read_parquet(p).to_csv(p, index=False), "a CSV or log renamed .parquet"),
+])
+def test_an_unreadable_landing_file_is_named_with_what_is_wrong(frames, tmp_path, damage, says):
+    from gpu_health.sources.landing import read_file
+
+    path = tmp_path / "1400.parquet"
+    frames["node_telemetry"].to_parquet(path, index=False)
+    damage(path)
+    fetched = read_file(path, "node_telemetry", T0, T1)
+    assert fetched.frame.empty and fetched.unreadable.startswith(f"{path}: ") and says in fetched.unreadable
+    assert "<Buffer>" not in fetched.unreadable
+
+
+def test_stray_files_in_a_day_folder_are_reported_under_their_partition(frames, tmp_path):
+    from gpu_health.landing import write_partition
+    from gpu_health.sources.landing import LandingSource
+
+    write_partition(tmp_path, "node_telemetry", T0, frames["node_telemetry"])
+    day = tmp_path / "node_telemetry" / "2026-11-03"
+    for name in ("1402.parquet", "1400.parquet.bak", "notes.txt", ".1400.parquet.77.tmp", "0900.parquet.old"):
+        (day / name).write_bytes(b"x")
+    strays = LandingSource(tmp_path).strays("node_telemetry", T0, T1)
+    assert sorted(pd.Series([s.origin for s in strays]).str.rsplit("/", n=1).str[-1]) == ["1400.parquet.bak", "1402.parquet"]
+    assert all(s.start == T0 and "not a partition file" in s.ignored for s in strays)
+    # the day's first partition takes the names without a time; 09:00 is reported by the run covering it
+    assert [s.origin.rsplit("/", 1)[-1] for s in LandingSource(tmp_path).strays("node_telemetry", DAY0, DAY0 + pd.Timedelta(minutes=5))] == ["notes.txt"]

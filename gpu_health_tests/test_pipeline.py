@@ -5,7 +5,7 @@
   assets writes the same rows as the same partitions run one by one;
 * a landing partition with bad rows keeps the good ones, quarantines the bad
   ones with reason and origin file, and fails its contract check with WARN;
-* a landing file missing a column fails the run, naming the file and the column.
+* a landing file missing a column is quarantined whole, named in ``source_rejects`` and the check.
 
 ``dg.materialize`` ignores the Definitions' resources (stack-notes.md): every
 call here passes them explicitly.
@@ -187,21 +187,25 @@ def test_bad_rows_are_quarantined_good_rows_kept_and_the_check_warns(bad_rows_la
     assert len(stored(sqlite_url, "gpu_telemetry", start, start + FIVE)) == len(broken["gpu_telemetry"][1])
 
 
-def test_a_landing_file_missing_a_column_fails_the_run_naming_file_and_column(copy_landing, sqlite_url):
+def test_a_landing_file_missing_a_column_is_quarantined_whole_naming_file_and_column(copy_landing, sqlite_url):
     root = copy_landing()
     start = LANDING_START + 2 * FIVE
     path = partition_path(root, "node_telemetry", start)
     pd.read_parquet(path).drop(columns=["health"]).to_parquet(path, index=False)
 
     result = materialize_sources(sqlite_url, partition_key=start.strftime(FMT), kind="landing", landing_dir=str(root))
-    assert not result.success
-    failures = [e for e in result.all_events if e.is_step_failure]
-    assert [e.step_key for e in failures] == ["node_telemetry"]
-    error = failures[0].event_specific_data.error
-    messages = []
-    while error is not None:
-        messages.append(error.message)
-        error = error.cause
-    text = "\n".join(messages)
-    assert str(path) in text and "'health'" in text and "missing column" in text, text
+    assert result.success  # the partition is missing data, not a failed run (issue #15)
     assert stored(sqlite_url, "node_telemetry", start, start + FIVE).empty
+    rejects = stored(sqlite_url, "source_rejects", start, start + FIVE, where={"source": "node_telemetry"})
+    assert len(rejects) == 1
+    reject = rejects.iloc[0]
+    assert reject["origin"] == str(path) and reject["row_index"] == -1 and reject["check"] == "file:missing_column"
+    assert str(path) in reject["reason"] and "'health'" in reject["reason"] and "missing column" in reject["reason"]
+    assert reject["partition_start"] == start
+    check = check_evaluations(result)["node_telemetry_contract"]
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+    assert check.metadata["files_quarantined"].value == 1
+    quarantined = check.metadata["quarantined_files"].value
+    assert quarantined[0]["file"] == str(path) and "'health'" in quarantined[0]["reason"]
+    # the other sources of the partition landed
+    assert len(stored(sqlite_url, "gpu_telemetry", start, start + FIVE)) == 1200 * 5

@@ -251,6 +251,39 @@ def test_every_source_table_round_trips_values_and_dtypes(warehouse_url, frames,
     assert jobs["sla_deadline"].isna().any() and jobs["sla_deadline"].notna().any()
 
 
+# every text the contracts accept (NUL-free unicode, within the bounds) must come back exactly, on both backends
+TRICKY_TEXTS = [
+    "\\N", "\\N\\N", "NULL", "", " ", "\\", "back\\slash", "tab\there", "new\nline", "cr\rlf\r\n", '"quoted"', "'single'",
+    "comma,separated", "semi;colon", "\\.", "end\\", "\\t literal", "ünïcødé ✓ 日本語 🚀", "\u2028 line sep", "a" * 4096,
+]
+
+
+def test_any_text_round_trips_exactly(warehouse_url, frames, telemetry_dir):
+    # on PostgreSQL rows go in with COPY: the text \N once became NULL and failed a required column
+    changes = frames["change_events"]
+    base = changes.iloc[[0] * len(TRICKY_TEXTS)].reset_index(drop=True)
+    base["event_id"] = [f"chg-{i}" for i in range(len(TRICKY_TEXTS))]
+    base["description"] = TRICKY_TEXTS                                  # required
+    base["from_version"] = list(reversed(TRICKY_TEXTS))                 # nullable: text, not NULL
+    base["to_version"] = [None if i % 2 else t for i, t in enumerate(TRICKY_TEXTS)]  # and real NULLs
+    checked = validate_frame(base, "change_events", start=T0, end=T1, origin="test")
+    assert checked.rejects.empty, checked.reject_counts
+    wh = Warehouse(warehouse_url, telemetry_dir)
+    wh.replace_window("change_events", checked.valid, T0, T1)
+    back = wh.read_window("change_events", T0, T1).sort_values("event_id", key=lambda s: s.str[4:].astype(int))
+    assert back["description"].tolist() == TRICKY_TEXTS
+    assert back["from_version"].tolist() == list(reversed(TRICKY_TEXTS))
+    assert [None if pd.isna(v) else v for v in back["to_version"]] == [None if i % 2 else t for i, t in enumerate(TRICKY_TEXTS)]
+    # the rejects table too: its row JSON and values carry whatever a bad file held
+    rejects = pd.DataFrame({"source": "change_events", "partition_start": T0, "origin": "\\N", "row_index": range(3),
+                            "column": ["\\N", None, ""], "check": "x", "value": ["\\N", "", None],
+                            "reason": "tab\there", "row_json": ['{"a": "\\\\N"}', "{}", "\\N"]})
+    wh.replace_window("source_rejects", rejects, T0, T1, where={"source": "change_events"})
+    got = wh.read_window("source_rejects", T0, T1).sort_values("row_index").reset_index(drop=True)
+    for col in ("origin", "column", "value", "reason", "row_json"):
+        assert [None if pd.isna(v) else v for v in got[col]] == [None if pd.isna(v) else v for v in rejects[col]], col
+
+
 def test_a_daily_table_read_for_a_window_gets_the_days_it_overlaps(warehouse_url, frames, telemetry_dir):
     wh = Warehouse(warehouse_url, telemetry_dir)
     cost = frames["cost_capacity"]

@@ -10,6 +10,7 @@ inside the window) or on the file as a whole (missing columns, naive
 timestamps) is judged by :mod:`gpu_health.contracts.validate`.
 """
 
+import numpy as np
 import pandas as pd
 import pandera.pandas as pa
 from pandera.engines import pandas_engine
@@ -37,6 +38,33 @@ CHANGE_KINDS = [
 ]
 THROTTLE_MASK_MAX = 0x1FF  # the nine DCGM clock-event bits
 
+# Every text value has a length bound; over it the row is a reject (validate.py), so one broken or hostile
+# exporter cannot store megabytes per cell. Three bounds, by what the column holds:
+# - identifiers and labels (ids, names, versions, image references, enums): 4 KiB. The longest real ones are
+#   DNS names (253 chars, RFC 1035), Linux host names (HOST_NAME_MAX = 64), Kubernetes names (253) and label
+#   values (63), OCI image references (registry 253 + repository 255 + tag 128 + digest 71 ~ 710), Slurm
+#   partition / account names (a few dozen): 4,096 is over 5x the longest of them.
+MAX_ID_CHARS = 4096
+# - free text written by people or schedulers (a change's description, a maintenance or scheduler reason):
+#   64 KiB. Kubernetes truncates an event message at 1 KiB and Slurm's reason field is a short phrase; a commit
+#   message pasted as a deploy description runs to a few KiB. 64 KiB keeps 10x headroom over that.
+MAX_FREE_TEXT_CHARS = 65536
+# - comma-separated node lists (placements, change and maintenance scopes): 1 MiB. A list cannot name more
+#   nodes than the cluster has: a 100,000-GPU cluster (the largest the simulator models) has 12,500 nodes of
+#   8 GPUs, each at most HOST_NAME_MAX = 64 characters plus a comma: 812,500 characters < 1,048,576.
+MAX_NODE_LIST_CHARS = 1 << 20
+FREE_TEXT_COLUMNS = frozenset({"description", "reason"})
+NODE_LIST_COLUMNS = frozenset({"node_ids", "scope"})
+
+
+def text_bound(column: str) -> int:
+    """The most characters a text value of ``column`` may hold (see the bounds above)."""
+    if column in NODE_LIST_COLUMNS:
+        return MAX_NODE_LIST_CHARS
+    if column in FREE_TEXT_COLUMNS:
+        return MAX_FREE_TEXT_CHARS
+    return MAX_ID_CHARS
+
 
 class ContractModel(pa.DataFrameModel):
     """Shared settings: no unexpected columns, values coerced to the contract."""
@@ -46,7 +74,24 @@ class ContractModel(pa.DataFrameModel):
         coerce = True
 
 
-class _MinuteGrain(ContractModel):
+class SourceModel(ContractModel):
+    """A source table: every float is finite and every text value within :func:`text_bound`.
+
+    ``+inf`` in a duration, a power or a price is no reading a collector can take: it would pass ``ge=0`` and
+    break every sum downstream (the loss tree's paid-minutes invariant, KPI means), so it is a reject like a
+    negative counter. validate.py rejects such rows (and over-long text) with a named reason before pandera
+    runs; the check below keeps the rule when a model is used alone.
+    """
+
+    @pa.dataframe_check(name="finite_numbers")
+    def finite_numbers(cls, df: pd.DataFrame) -> Series[bool]:
+        floats = df.select_dtypes(include="floating")
+        if floats.empty:
+            return pd.Series(True, index=df.index)
+        return pd.Series(~np.isinf(floats.to_numpy(dtype="float64", na_value=np.nan)).any(axis=1), index=df.index)
+
+
+class _MinuteGrain(SourceModel):
     ts: Series[pd.DatetimeTZDtype] = pa.Field(description="Minute start, UTC.", **_TS)
 
     @pa.dataframe_check(name="ts_minute_aligned")
@@ -114,7 +159,7 @@ class NetworkTelemetry(_NodeKeyed):
         unique = ["ts", "node_id", "link_id"]
 
 
-class SchedulerEvents(ContractModel):
+class SchedulerEvents(SourceModel):
     """One row per scheduler event (not minute-aligned)."""
 
     event_id: Series[pd.StringDtype] = pa.Field(unique=True, description="Unique event id.")
@@ -158,7 +203,7 @@ class JobRuntimeMetrics(_MinuteGrain):
         return (df["steps"] > 0) == df["step_time_s"].notna()
 
 
-class JobMetadata(ContractModel):
+class JobMetadata(SourceModel):
     """One row per job, landed in the partition of its submission."""
 
     job_id: Series[pd.StringDtype] = pa.Field(unique=True, description="Job id.")
@@ -175,7 +220,7 @@ class JobMetadata(ContractModel):
 
 
 
-class CostCapacity(ContractModel):
+class CostCapacity(SourceModel):
     """One row per region x SKU per day (from Finance)."""
 
     date: Series[pandas_engine.Date] = pa.Field(description="Day (UTC).")
@@ -191,7 +236,7 @@ class CostCapacity(ContractModel):
         unique = ["date", "region", "sku"]
 
 
-class ChangeEvents(ContractModel):
+class ChangeEvents(SourceModel):
     """One row per deploy or configuration change."""
 
     event_id: Series[pd.StringDtype] = pa.Field(unique=True, description="Unique change id.")
@@ -204,7 +249,7 @@ class ChangeEvents(ContractModel):
 
 
 
-class MaintenanceWindows(ContractModel):
+class MaintenanceWindows(SourceModel):
     """The planned-maintenance calendar, one row per window."""
 
     window_id: Series[pd.StringDtype] = pa.Field(unique=True, description="Window id.")

@@ -2,23 +2,34 @@
 
 Two kinds of breakage, handled differently (contracts.md, issue #2):
 
-* **Table-level** -- the file as a whole is wrong: a missing or unexpected
+* **Table-level** -- the file as a whole is wrong: unreadable, a missing
   column, a column whose type cannot be coerced, naive timestamps, or
-  timestamps outside the partition being read. Downstream numbers would be
-  wrong whatever rows we kept, so :class:`ContractViolation` is raised with a
-  message naming the origin (file / URL), the column and up to five example
-  values.
+  timestamps outside the partition being read. Whatever rows we kept from it
+  would be wrong, so :class:`ContractViolation` names the origin (file / URL),
+  the column and up to five example values. Read file by file
+  (:func:`validate_files`), such a file is **quarantined whole**: one reject
+  row (``row_index`` = :data:`WHOLE_FILE`) carries its path and reason, its
+  partition lands no rows, and every other file of the range lands as if it
+  had been read alone. The blast radius of a bad file is its own partition.
 * **Row-level** -- some rows break a rule (null in a required field, negative
-  counter, percentage above 100, unknown enum value, duplicate key, DCGM
-  "not supported" sentinel in a required field ...). Those rows go to the
-  rejects table with their reason and the good rows go on.
+  counter, percentage above 100, ``+-inf``, text over its bound, unknown enum
+  value, duplicate key, DCGM "not supported" sentinel in a required field
+  ...). Those rows go to the rejects table with their reason and the good
+  rows go on.
+
+An **extra column** is schema evolution, not corruption (exporters add fields
+with new versions): it is dropped, named in ``Validated.dropped_columns``, and
+the rows land.
+
+Rejects are keyed by the partition of the file they came from and the row
+number within that file, so re-running a partition replaces exactly its rejects.
 
 DCGM sentinels in *optional* fields become null first: absence is not a zero
 reading, and not a reason to reject the row either.
 """
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -29,12 +40,17 @@ from gpu_health.contracts.models import (
     CONTRACTS,
     DCGM_FP64_SENTINEL,
     PARTITION_COLUMN,
+    empty_frame,
+    text_bound,
 )
 
 MAX_EXAMPLES = 5
 # A column is "of the wrong type" (table-level) when at least this share of its
 # non-null values cannot be coerced; below it, the odd bad value is a bad row.
 WRONG_TYPE_SHARE = 0.5
+
+# row_index of a reject that stands for a whole file (quarantined, or found where no partition reads it)
+WHOLE_FILE = -1
 
 REJECT_COLUMNS = ["source", "partition_start", "origin", "row_index", "column", "check", "value", "reason", "row_json"]
 
@@ -64,12 +80,26 @@ class Validated:
     valid: pd.DataFrame
     rejects: pd.DataFrame
     sentinels_nulled: int = 0
+    # extra column -> the origins that carried it (dropped: schema evolution, not corruption)
+    dropped_columns: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def row_rejects(self) -> pd.DataFrame:
+        """Rejects of single rows (the files quarantined whole excluded)."""
+        return self.rejects[self.rejects["row_index"] != WHOLE_FILE] if len(self.rejects) else self.rejects
+
+    @property
+    def files_quarantined(self) -> pd.DataFrame:
+        """One row per file quarantined whole: its partition, path and reason."""
+        return self.rejects[self.rejects["row_index"] == WHOLE_FILE] if len(self.rejects) else self.rejects
 
     @property
     def reject_counts(self) -> dict[str, int]:
-        if self.rejects.empty:
+        rows = self.row_rejects
+        if rows.empty:
             return {}
-        return self.rejects.groupby("reason")["row_index"].nunique().sort_values(ascending=False).to_dict()
+        return (rows.drop_duplicates(["origin", "partition_start", "row_index", "reason"]).groupby("reason").size()
+                .sort_values(ascending=False).to_dict())
 
 
 def _label(origins) -> str:
@@ -93,15 +123,19 @@ def _timestamp_columns(schema: pa.DataFrameSchema) -> list[str]:
     return [name for name, col in schema.columns.items() if isinstance(col.dtype.type, pd.DatetimeTZDtype)]
 
 
-def _check_columns(df: pd.DataFrame, schema: pa.DataFrameSchema, source: str, origin: str) -> None:
+def _check_columns(df: pd.DataFrame, schema: pa.DataFrameSchema, source: str, origin: str) -> list[str]:
+    """Fail on a missing column; return the extra ones (the caller drops them).
+
+    A file that lacks columns but holds every column of *another* contract is
+    named as such: it is that table's file, landed in the wrong folder.
+    """
     expected = list(schema.columns)
     missing = [c for c in expected if c not in df.columns]
     if missing:
-        raise ContractViolation(source, origin, missing[0], f"missing column(s) {missing}; the contract has {expected}")
-    extra = [c for c in df.columns if c not in expected]
-    if extra:
-        examples = df[extra[0]].dropna().head(MAX_EXAMPLES).tolist()
-        raise ContractViolation(source, origin, extra[0], f"unexpected column(s) {extra} (rename nothing without a migration)", examples)
+        other = [t for t, m in CONTRACTS.items() if t != source and set(m.to_schema().columns) <= set(df.columns)]
+        hint = f"; its columns are {other[0]}'s: a {other[0]} file in the {source} folder" if other else ""
+        raise ContractViolation(source, origin, missing[0], f"missing column(s) {missing}; the contract has {expected}{hint}")
+    return [c for c in df.columns if c not in expected]
 
 
 def _normalise_timestamps(df: pd.DataFrame, cols: list[str], source: str, origin: str) -> pd.DataFrame:
@@ -149,9 +183,15 @@ def _check_window(df: pd.DataFrame, source: str, origin: str, start, end) -> Non
     else:
         outside = (df[col] < start) | (df[col] >= end)
     if outside.any():
+        hint = ""
+        if source != "cost_capacity" and end - start == pd.Timedelta(minutes=5):
+            homes = pd.unique(df.loc[outside, col].dropna().dt.floor("5min"))
+            if len(homes):
+                shown = ", ".join(pd.Timestamp(h).strftime("%Y-%m-%d %H:%M") for h in homes[:3])
+                hint = f"; they belong to partition(s) {shown} (a file in the wrong folder or under the wrong name?)"
         raise ContractViolation(
             source, origin, col,
-            f"{int(outside.sum())} row(s) outside the partition [{start.isoformat()}, {end.isoformat()})",
+            f"{int(outside.sum())} row(s) outside the partition [{start.isoformat()}, {end.isoformat()}){hint}",
             df.loc[outside, col].astype(str).head(MAX_EXAMPLES).tolist(),
         )
 
@@ -165,7 +205,8 @@ def _null_sentinels(df: pd.DataFrame, source: str) -> tuple[pd.DataFrame, int, p
         # int64 sentinels (>= 0x7ffffffffffffff0) are far above the FP64 blank (2**47),
         # so one numeric comparison catches both.
         values = pd.to_numeric(df[col], errors="coerce")
-        mask = (values >= DCGM_FP64_SENTINEL).fillna(False).astype(bool)
+        # +inf is no DCGM blank (those are finite codes): it is left for _check_values to reject
+        mask = ((values >= DCGM_FP64_SENTINEL) & np.isfinite(values.astype("float64"))).fillna(False).astype(bool)
         if not mask.any():
             continue
         if schema.columns[col].nullable:
@@ -193,6 +234,52 @@ def _as_bool(v):
     return None
 
 
+def _coercion(s: pd.Series, col) -> tuple[pd.Series, pd.Series, str, bool, bool] | None:
+    """How the non-null values of ``s`` coerce to ``col``'s type: (non-null values, ok mask,
+    what a bad one is, boolean column?, integer column?); None when the column needs no coercion
+    (already of the type, or not a numeric / bool column)."""
+    kind = col.dtype.type
+    if isinstance(kind, pd.DatetimeTZDtype):
+        return None
+    numeric = pd.api.types.is_numeric_dtype(kind) if not isinstance(kind, pd.api.extensions.ExtensionDtype) else kind.kind in "iuf"
+    integer = numeric and (kind.kind in "iu" if hasattr(kind, "kind") else pd.api.types.is_integer_dtype(kind))
+    boolean = str(col.dtype) == "bool"
+    if boolean:
+        already = pd.api.types.is_bool_dtype(s.dtype)
+    elif integer:
+        already = pd.api.types.is_integer_dtype(s.dtype)
+    elif numeric:
+        already = pd.api.types.is_numeric_dtype(s.dtype) and not pd.api.types.is_bool_dtype(s.dtype)
+    else:
+        return None
+    nonnull = s.dropna()
+    if already or nonnull.empty:
+        return None
+    if boolean:
+        return nonnull, nonnull.map(_as_bool).notna(), "not a boolean", True, False
+    converted = pd.to_numeric(nonnull, errors="coerce")
+    ok = converted.notna()
+    what = "not a number"
+    if integer:
+        whole = ok & (converted.astype("float64") % 1 == 0)
+        if (ok & ~whole).any():
+            what = "not a whole number"
+        ok = whole
+    return nonnull, ok, what, False, True
+
+
+def _judge_types(df: pd.DataFrame, schema: pa.DataFrameSchema, source: str, origin: str) -> None:
+    """A column mostly made of values of another type fails its file (see :func:`_check_types`)."""
+    for name, col in schema.columns.items():
+        judged = _coercion(df[name], col)
+        if judged is None:
+            continue
+        nonnull, ok, _, _, _ = judged
+        if (~ok).mean() >= WRONG_TYPE_SHARE:
+            raise ContractViolation(source, origin, name, f"type {df[name].dtype} cannot be coerced to {col.dtype}",
+                                    nonnull[~ok].head(MAX_EXAMPLES).tolist())
+
+
 def _check_types(df: pd.DataFrame, schema: pa.DataFrameSchema, source: str, origin: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A column mostly made of values of another type fails the table; the odd bad value is a bad row.
 
@@ -203,56 +290,90 @@ def _check_types(df: pd.DataFrame, schema: pa.DataFrameSchema, source: str, orig
     coerced here; rows whose value cannot be (or is null in a required integer
     column, which pandera reports three times over) are marked for rejection.
     """
+    _judge_types(df, schema, source, origin)
     marks = []
     for name, col in schema.columns.items():
         s = df[name]
-        nonnull = s.dropna()
-        if nonnull.empty:
-            continue
-        kind = col.dtype.type
-        if isinstance(kind, pd.DatetimeTZDtype):
-            continue
-        numeric = pd.api.types.is_numeric_dtype(kind) if not isinstance(kind, pd.api.extensions.ExtensionDtype) else kind.kind in "iuf"
-        integer = numeric and (kind.kind in "iu" if hasattr(kind, "kind") else pd.api.types.is_integer_dtype(kind))
-        boolean = str(col.dtype) == "bool"
-        if boolean:
-            already = pd.api.types.is_bool_dtype(s.dtype)
-        elif integer:
-            already = pd.api.types.is_integer_dtype(s.dtype)
-        elif numeric:
-            already = pd.api.types.is_numeric_dtype(s.dtype) and not pd.api.types.is_bool_dtype(s.dtype)
-        else:
-            continue
-        if not already:
-            if boolean:
-                converted = nonnull.map(_as_bool)
-                ok = converted.notna()
-                what = "not a boolean"
-            else:
-                converted = pd.to_numeric(nonnull, errors="coerce")
-                ok = converted.notna()
-                what = "not a number"
-                if integer:
-                    whole = ok & (converted.astype("float64") % 1 == 0)
-                    if (ok & ~whole).any():
-                        what = "not a whole number"
-                    ok = whole
-            if (~ok).mean() >= WRONG_TYPE_SHARE:
-                raise ContractViolation(source, origin, name, f"type {s.dtype} cannot be coerced to {col.dtype}", nonnull[~ok].head(MAX_EXAMPLES).tolist())
+        judged = _coercion(s, col)
+        if judged is not None:
+            nonnull, ok, what, boolean, _ = judged
             bad = nonnull.index[~ok.to_numpy()]
             if len(bad):
                 marks.append(pd.DataFrame({"row_index": bad, "column": name, "check": f"coerce_dtype('{col.dtype}')",
-                                           "value": df.loc[bad, name].astype(str).values,
+                                           "value": [_bounded(v) for v in df.loc[bad, name].astype(str)],
                                            "reason": f"value of {name} cannot be coerced to {col.dtype} ({what})"}))
             if boolean:
                 df[name] = s.astype("object").where(s.isna(), s.map(_as_bool))
-        if (integer or boolean) and not col.nullable and s.isna().any():
+        kind = col.dtype.type
+        integer_or_bool = str(col.dtype) == "bool" or (
+            not isinstance(kind, pd.DatetimeTZDtype | pd.StringDtype)
+            and (pd.api.types.is_integer_dtype(kind) if not isinstance(kind, pd.api.extensions.ExtensionDtype)
+                 else kind.kind in "iu"))
+        if integer_or_bool and not col.nullable and s.isna().any():
             nulls = s.index[s.isna().to_numpy()]
             marks.append(pd.DataFrame({"row_index": nulls, "column": name, "check": "not_nullable",
                                        "value": df.loc[nulls, name].astype(str).values,
                                        "reason": f"null in required field {name}"}))
     marked = pd.concat(marks, ignore_index=True) if marks else _no_failures()
     return df, marked
+
+
+def _check_values(df: pd.DataFrame, schema: pa.DataFrameSchema) -> pd.DataFrame:
+    """Rows with a value no collector can read (contracts.models.SourceModel): ``+-inf`` in a float
+    column, text longer than :func:`~gpu_health.contracts.models.text_bound`, or a NUL character
+    (PostgreSQL text cannot hold one, so SQLite and PostgreSQL would disagree on the row).
+
+    Text is judged on its distinct values: identifiers repeat across a partition's rows, so this
+    costs one hash pass per column, not one Python string scan per row."""
+    marks = []
+    for name, col in schema.columns.items():
+        s = df[name]
+        if pd.api.types.is_float_dtype(s.dtype) or (s.dtype == object and _is_float_column(col)):
+            values = pd.to_numeric(s, errors="coerce").astype("float64").to_numpy()
+            inf = np.isinf(values)
+            if inf.any():
+                rows = s.index[inf]
+                marks.append(pd.DataFrame({"row_index": rows, "column": name, "check": "finite",
+                                           "value": [repr(float(v)) for v in values[inf]],
+                                           "reason": f"{name} is infinite (a finite number is required)"}))
+        elif isinstance(col.dtype.type, pd.StringDtype) and len(s):
+            marks += _text_faults(s, name)
+    return pd.concat(marks, ignore_index=True) if marks else _no_failures()
+
+
+def _text_faults(s: pd.Series, name: str) -> list[pd.DataFrame]:
+    """Rows of text column ``name`` over :func:`text_bound`, or holding a NUL character."""
+    bound = text_bound(name)
+    uniq = pd.unique(s.dropna().astype(str))
+    long = [u for u in uniq if len(u) > bound]
+    nul = [u for u in uniq if "\x00" in u]
+    marks = []
+    for bad, check in ((long, f"str_length(max_value={bound})"), (nul, "no_nul")):
+        if not bad:
+            continue
+        hit = s.astype("object").isin(bad).to_numpy()
+        reasons = [f"text in {name} is {len(v):,} characters, over its bound of {bound:,}" if check != "no_nul"
+                   else f"NUL character in {name} (text cannot hold it)" for v in s[hit]]
+        marks.append(pd.DataFrame({"row_index": s.index[hit], "column": name, "check": check,
+                                   "value": [_bounded(v) for v in s[hit]], "reason": reasons}))
+    return marks
+
+
+def _is_float_column(col) -> bool:
+    kind = col.dtype.type
+    return not isinstance(kind, pd.api.extensions.ExtensionDtype) and pd.api.types.is_float_dtype(kind)
+
+
+# the most characters of one value a reject keeps (value and row_json): a reject of an over-long text
+# must not store the text it was rejected for
+REJECT_VALUE_CHARS = 1024
+
+
+def _bounded(value):
+    """A value as stored in a reject: text over :data:`REJECT_VALUE_CHARS` is cut, with its length."""
+    if isinstance(value, str) and len(value) > REJECT_VALUE_CHARS:
+        return f"{value[:REJECT_VALUE_CHARS]}...[{len(value):,} characters]"
+    return value
 
 
 def _no_failures() -> pd.DataFrame:
@@ -323,28 +444,34 @@ def _pandera_failures(df: pd.DataFrame, model, source: str, origin: str) -> tupl
     }), None
 
 
-def precheck(df: pd.DataFrame, source: str, *, start=None, end=None, origin: str = "<frame>") -> pd.DataFrame:
-    """The table-level checks alone (columns, timezone, partition window), for one file.
+def precheck(df: pd.DataFrame, source: str, *, start=None, end=None, origin: str = "<frame>") -> tuple[pd.DataFrame, list[str]]:
+    """The table-level checks alone (columns, column types, timezone, partition window), for one file.
 
-    Cheap and pure pandas: run it per file, then validate the concatenation once
-    (:func:`validate_frame` with a per-row ``origin``), which is far faster than
-    one pandera pass per 5-minute file.
+    Returns the file's frame reduced to the contract's columns and the extra
+    columns it dropped. Cheap and pure pandas: run it per file, then validate the
+    concatenation once (:func:`validate_frame` with per-row ``origin``), which is
+    far faster than one pandera pass per 5-minute file.
     """
     schema = CONTRACTS[source].to_schema()
     df = df.reset_index(drop=True)
-    _check_columns(df, schema, source, origin)
+    extra = _check_columns(df, schema, source, origin)
     df = _normalise_timestamps(df[list(schema.columns)].copy(), _timestamp_columns(schema), source, origin)
     _check_window(df, source, origin, pd.Timestamp(start) if start is not None else None,
                   pd.Timestamp(end) if end is not None else None)
-    return df
+    _judge_types(df, schema, source, origin)
+    return df, extra
 
 
-def validate_frame(df: pd.DataFrame, source: str, *, start=None, end=None, origin="<frame>") -> Validated:
+def validate_frame(df: pd.DataFrame, source: str, *, start=None, end=None, origin="<frame>",
+                   partition=None, row_number=None) -> Validated:
     """Validate ``df`` as contract table ``source`` read for partition ``[start, end)``.
 
     ``origin`` names where the rows came from: one string, or one per row (when
-    files were concatenated). Returns the coerced good rows and the rejects;
-    raises :class:`ContractViolation` on a table-level break.
+    files were concatenated). ``partition`` and ``row_number`` (one per row, optional)
+    key each reject by the partition of its file and its row within that file;
+    without them a reject is filed under ``start`` with its position in ``df``.
+    Returns the coerced good rows and the rejects; raises
+    :class:`ContractViolation` on a table-level break.
     """
     model = CONTRACTS[source]
     schema = model.to_schema()
@@ -352,7 +479,8 @@ def validate_frame(df: pd.DataFrame, source: str, *, start=None, end=None, origi
     per_row = not isinstance(origin, str)
     origins = np.asarray(origin, dtype=object) if per_row else None
     label = _label(origins) if per_row else origin
-    _check_columns(df, schema, source, label)
+    extra = _check_columns(df, schema, source, label)
+    dropped = {c: sorted({str(o) for o in pd.unique(origins)}) if per_row else [label] for c in extra}
     df = df[list(schema.columns)]
     df = _normalise_timestamps(df, _timestamp_columns(schema), source, label)
     start = pd.Timestamp(start) if start is not None else None
@@ -361,8 +489,9 @@ def validate_frame(df: pd.DataFrame, source: str, *, start=None, end=None, origi
     origin = origins if per_row else origin
     df, nulled, sentinel_rejects = _null_sentinels(df, source)
     df, type_rejects = _check_types(df, schema, source, label)
+    value_rejects = _check_values(df, schema)
     # rows already condemned stay out of pandera: their values would break its coercion
-    marked = [m for m in (sentinel_rejects, type_rejects) if not m.empty]
+    marked = [m for m in (sentinel_rejects, type_rejects, value_rejects) if not m.empty]
     premarked = pd.concat(marked, ignore_index=True) if marked else _no_failures()
     found, valid = _pandera_failures(df.drop(index=pd.Index(premarked["row_index"].unique())), model, source, label)
     parts = [f for f in (premarked, found) if not f.empty]
@@ -373,25 +502,111 @@ def validate_frame(df: pd.DataFrame, source: str, *, start=None, end=None, origi
             valid = model.validate(good, lazy=True)
         except (SchemaError, SchemaErrors) as err:  # a rule that only breaks once rows are gone
             raise ContractViolation(source, label, None, f"remaining rows still break the contract: {err}") from err
-    rejects = _rejects_frame(df, failures, source, origin, start)
-    return Validated(valid=valid.reset_index(drop=True), rejects=rejects, sentinels_nulled=nulled)
+    rejects = _rejects_frame(df, failures, source, origin, start, partition, row_number)
+    return Validated(valid=valid.reset_index(drop=True), rejects=rejects, sentinels_nulled=nulled, dropped_columns=dropped)
 
 
-def _rejects_frame(df: pd.DataFrame, failures: pd.DataFrame, source: str, origin: str, start) -> pd.DataFrame:
+def validate_files(parts, source: str, *, start=None, end=None) -> Validated:
+    """Validate the files of a window, each judged on its own partition; a bad file costs only its own.
+
+    ``parts`` are :class:`~gpu_health.sources.base.Fetched`, one per file, each with
+    the partition ``[start, end)`` it must hold (and ``unreadable`` set when it could
+    not be parsed). A file that is unreadable, lacks a column, has a column of
+    the wrong type, naive timestamps or rows outside its partition is quarantined
+    whole (one :data:`WHOLE_FILE` reject naming the file and why; none of its rows
+    land). The others are validated together in one pandera pass (so a duplicate
+    key across files is still seen); if that pass finds a table-level break only
+    the concatenation shows, the files are judged one by one and the culprits
+    quarantined. Extra columns are dropped and reported per file.
+    """
+    quarantined, kept, dropped = [], [], {}
+    for f in parts:
+        if getattr(f, "ignored", None):
+            quarantined.append(_file_reject(source, f, "stray_file", None, f.ignored, None))
+            continue
+        if getattr(f, "unreadable", None):
+            quarantined.append(_file_reject(source, f, "unreadable_file", None, f.unreadable, None))
+            continue
+        try:
+            frame, extra = precheck(f.frame, source, start=f.start, end=f.end, origin=f.origin)
+        except ContractViolation as v:
+            quarantined.append(_violation_reject(source, f, v))
+            continue
+        for c in extra:
+            dropped.setdefault(c, []).append(f.origin)
+        kept.append((f, frame))
+    try:
+        result = _validate_kept(kept, source, start, end)
+    except ContractViolation:
+        alone = []
+        for f, frame in kept:
+            try:
+                _validate_kept([(f, frame)], source, f.start, f.end)
+                alone.append((f, frame))
+            except ContractViolation as v:
+                quarantined.append(_violation_reject(source, f, v))
+        result = _validate_kept(alone, source, start, end)
+    files = pd.DataFrame(quarantined, columns=REJECT_COLUMNS) if quarantined else empty_rejects()
+    if len(files):
+        files["partition_start"] = pd.to_datetime(files["partition_start"], utc=True)
+        files["row_index"] = files["row_index"].astype("int64")
+    frames = [r for r in (files, result.rejects) if len(r)]
+    rejects = pd.concat(frames, ignore_index=True) if len(frames) > 1 else (frames[0] if frames else empty_rejects())
+    return Validated(valid=result.valid, rejects=rejects, sentinels_nulled=result.sentinels_nulled, dropped_columns=dropped)
+
+
+def _validate_kept(kept, source: str, start, end) -> Validated:
+    """One pandera pass over the files that passed their precheck, rejects keyed by file partition and row."""
+    if not kept:
+        return Validated(valid=empty_frame(source), rejects=empty_rejects())
+    origins = np.concatenate([np.full(len(fr), f.origin, dtype=object) for f, fr in kept])
+    partition = np.concatenate([np.full(len(fr), pd.Timestamp(f.start) if f.start is not None else pd.NaT, dtype=object) for f, fr in kept])
+    row_number = np.concatenate([np.arange(len(fr), dtype=np.int64) for _, fr in kept])
+    non_empty = [fr for _, fr in kept if len(fr)] or [kept[0][1]]
+    frame = pd.concat(non_empty, ignore_index=True) if len(non_empty) > 1 else non_empty[0]
+    return validate_frame(frame, source, start=start, end=end, origin=origins, partition=partition, row_number=row_number)
+
+
+def _violation_reject(source: str, f, v: ContractViolation) -> dict:
+    check = "missing_column" if "missing column" in v.problem else (
+        "outside_partition" if "outside the partition" in v.problem else (
+            "naive_timestamps" if "naive timestamps" in v.problem else (
+                "column_type" if "cannot be coerced" in v.problem or "not timestamps" in v.problem
+                or "where timestamps are expected" in v.problem else "table_contract")))
+    return _file_reject(source, f, check, v.column, str(v), v.examples)
+
+
+def _file_reject(source: str, f, check: str, column, reason: str, examples) -> dict:
+    """The reject row of a file quarantined whole: its partition, path, the check and the reason (which
+    names the file); ``row_json`` describes the file (its rows stay in the landing zone, untouched)."""
+    rows = None if (getattr(f, "unreadable", None) or getattr(f, "ignored", None)) else int(len(f.frame))
+    return {"source": source, "partition_start": pd.Timestamp(f.start) if f.start is not None else pd.NaT,
+            "origin": str(f.origin), "row_index": WHOLE_FILE, "column": column, "check": f"file:{check}",
+            "value": None if not examples else json.dumps([_jsonable(e) for e in examples]),
+            "reason": reason if str(f.origin) in reason else f"{f.origin}: {reason}",
+            "row_json": json.dumps({"file": str(f.origin), "rows": rows,
+                                    "columns": None if rows is None else [str(c) for c in f.frame.columns],
+                                    "quarantined": "whole file: none of its rows landed" if check != "stray_file"
+                                    else "not read: its name is no partition of the landing layout"})}
+
+
+def _rejects_frame(df: pd.DataFrame, failures: pd.DataFrame, source: str, origin, start,
+                   partition=None, row_number=None) -> pd.DataFrame:
     if failures.empty:
         return empty_rejects()
     failures = failures.drop_duplicates(["row_index", "column", "check"])
     raw = df.loc[failures["row_index"].values]
-    row_json = [json.dumps({k: _jsonable(v) for k, v in rec.items()}) for rec in raw.to_dict("records")]
+    row_json = [json.dumps({k: _jsonable(_bounded(v)) for k, v in rec.items()}) for rec in raw.to_dict("records")]
     rows = failures["row_index"].to_numpy(dtype=np.int64)
     out = pd.DataFrame({
         "source": source,
-        "partition_start": pd.Timestamp(start) if start is not None else pd.NaT,
+        "partition_start": (pd.to_datetime(pd.Series(np.asarray(partition, dtype=object)[rows]), utc=True).values
+                            if partition is not None else (pd.Timestamp(start) if start is not None else pd.NaT)),
         "origin": origin[rows] if not isinstance(origin, str) else origin,
-        "row_index": failures["row_index"].astype("int64").values,
+        "row_index": np.asarray(row_number, dtype=np.int64)[rows] if row_number is not None else rows,
         "column": [c if isinstance(c, str) else None for c in failures["column"]],
         "check": failures["check"].values,
-        "value": failures["value"].values,
+        "value": [None if v is None else _bounded(v) for v in failures["value"]],
         "reason": failures["reason"].values,
         "row_json": row_json,
     })

@@ -89,22 +89,43 @@ def contract_check_spec(asset_name: str) -> dg.AssetCheckSpec:
     return dg.AssetCheckSpec(
         name=f"{asset_name}_contract", asset=asset_name, blocking=True,
         description=f"Rows of {asset_name} that break the pandera contract are quarantined; "
-                    f"ERROR (blocks downstream) above {ERROR_REJECT_SHARE:.0%} rejected, WARN below.",
+                    f"ERROR (blocks downstream) above {ERROR_REJECT_SHARE:.0%} rejected, WARN below. "
+                    f"A file quarantined whole (unreadable, wrong-shaped, outside its partition) fails the check "
+                    f"with WARN: its partition is missing data, and every other partition lands.",
     )
 
 
-def contract_check_result(asset_name: str, accepted: int, rejects: pd.DataFrame) -> dg.AssetCheckResult:
-    """One result per materialization: counts by reason and at most 20 example rows."""
-    n_rej = int(rejects["row_index"].nunique()) if len(rejects) else 0
+def contract_check_result(asset_name: str, accepted: int, rejects: pd.DataFrame,
+                          dropped_columns: dict[str, list[str]] | None = None) -> dg.AssetCheckResult:
+    """One result per materialization: counts by reason, the files quarantined whole and at most 20 example rows.
+
+    Severity: ERROR when more than :data:`ERROR_REJECT_SHARE` of the rows read from the files that landed
+    were rejected one by one (the rows that did land would give wrong numbers downstream). A file quarantined
+    whole fails the check with WARN: its partition is missing data for its minutes (the loss tree's
+    ``no_data``), not a wrong number, and blocking would cost every other partition of a range run its derived
+    tables. Extra columns dropped (schema evolution) are listed but do not fail the check.
+    """
+    whole = rejects["row_index"] == -1 if len(rejects) else pd.Series(dtype=bool)
+    files, rows = (rejects[whole], rejects[~whole]) if len(rejects) else (rejects, rejects)
+    keys = ["origin", "partition_start", "row_index"]
+    n_rej = int(len(rows.drop_duplicates(keys))) if len(rows) else 0
     total = accepted + n_rej
     share = n_rej / total if total else 0.0
-    by_reason = rejects.groupby("reason")["row_index"].nunique().sort_values(ascending=False).to_dict() if n_rej else {}
-    examples = rejects.drop_duplicates("row_index").head(MAX_CHECK_EXAMPLES)[["origin", "row_index", "column", "value", "reason"]] if n_rej else rejects
+    by_reason = (rows.drop_duplicates([*keys, "reason"]).groupby("reason").size().sort_values(ascending=False).to_dict()
+                 if n_rej else {})
+    examples = rows.drop_duplicates(keys).head(MAX_CHECK_EXAMPLES)[["origin", "row_index", "column", "value", "reason"]] if n_rej else rows
+    quarantined = [{"partition": None if pd.isna(f["partition_start"]) else pd.Timestamp(f["partition_start"]).isoformat(),
+                    "file": f["origin"], "check": f["check"], "reason": f["reason"]}
+                   for _, f in files.head(MAX_CHECK_EXAMPLES).iterrows()]
     return dg.AssetCheckResult(
-        check_name=f"{asset_name}_contract", asset_key=asset_name, passed=n_rej == 0,
+        check_name=f"{asset_name}_contract", asset_key=asset_name, passed=n_rej == 0 and len(files) == 0,
         severity=dg.AssetCheckSeverity.ERROR if share > ERROR_REJECT_SHARE else dg.AssetCheckSeverity.WARN,
         metadata={"accepted_rows": accepted, "rejected_rows": n_rej, "rejected_share": round(share, 6),
                   "rejects_by_reason": dg.MetadataValue.json({str(k): int(v) for k, v in by_reason.items()}),
+                  "files_quarantined": len(files),
+                  "quarantined_files": dg.MetadataValue.json(quarantined),
+                  "dropped_columns": dg.MetadataValue.json({c: sorted(set(o))[:MAX_CHECK_EXAMPLES]
+                                                            for c, o in (dropped_columns or {}).items()}),
                   "examples": preview(examples, MAX_CHECK_EXAMPLES)},
     )
 

@@ -42,6 +42,10 @@ class Fetched:
     # always report something while their exporter runs. None (files, the simulator): an empty
     # partition is a fact the producer wrote.
     silent_family: str | None = None
+    # why the file could not be read at all (its frame is then empty): the file is quarantined whole
+    unreadable: str | None = None
+    # why a file that was found is not read at all (e.g. a name outside the landing layout): reported only
+    ignored: str | None = None
 
 
 class Source(Protocol):

@@ -1,14 +1,26 @@
-"""The landing zone as a source: the path real data takes (contracts.md layout)."""
+"""The landing zone as a source: the path real data takes (contracts.md layout).
 
+A file that cannot be parsed is not an error of the whole read: it comes back
+as a :class:`Fetched` with ``unreadable`` saying why (naming the file), so the
+contract quarantines that partition alone. A file in a source's day folder
+whose name is no partition of the layout is never read: :meth:`LandingSource.strays`
+reports it, so it is not silently ignored.
+"""
+
+import re
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 
 from gpu_health.contracts import FIVE_MINUTE_SOURCES, empty_frame
 from gpu_health.landing import DAILY_SOURCES, file_version, partition_path
 from gpu_health.sources.base import DataNotReady, Fetched
 
 FIVE_MINUTES = pd.Timedelta(minutes=5)
+_PARTITION_NAME = re.compile(r"^(\d{2})(\d{2})\.parquet$")
+_LEADING_HHMM = re.compile(r"^(\d{2})(\d{2})")
+PARQUET_MAGIC = b"PAR1"  # first and last four bytes of every Parquet file (Apache Parquet format spec)
 
 
 def partition_starts(table: str, start, end) -> list[pd.Timestamp]:
@@ -43,7 +55,7 @@ class LandingSource:
             if not path.exists():
                 missing.append(path)
                 continue
-            out.append(Fetched(pd.read_parquet(path), str(path), p_start, p_end))
+            out.append(read_file(path, table, p_start, p_end))
         if missing:
             if table == "maintenance_windows":
                 return [Fetched(empty_frame(table), f"{missing[0]} (absent: no planned maintenance)")]
@@ -58,5 +70,76 @@ class LandingSource:
         origin = parts[0].origin if len(parts) == 1 else f"{self.root}/{table} ({len(parts)} files)"
         return Fetched(frame, origin)
 
+    def strays(self, table: str, start, end) -> list[Fetched]:
+        """Files in the day folders of a 5-minute source's window that no partition reads.
+
+        The layout is ``<source>/<YYYY-MM-DD>/<HHMM>.parquet`` with HHMM a 5-minute
+        boundary; anything else there (``1412.parquet``, ``1410.parquet.bak``,
+        ``gpu.parquet``) is reported once, under the partition its leading HHMM
+        falls in (the day's first partition when it has none), by the run that
+        covers that partition. Hidden files (a writer's temp file) are skipped.
+        """
+        if table in DAILY_SOURCES or table == "maintenance_windows" or start is None:
+            return []
+        start, end = pd.Timestamp(start), pd.Timestamp(end)
+        out = []
+        for day in pd.date_range(start.normalize(), end, freq="D", inclusive="left"):
+            folder = self.root / table / f"{day:%Y-%m-%d}"
+            if not folder.is_dir():
+                continue
+            for path in sorted(folder.iterdir()):
+                if path.name.startswith("."):
+                    continue
+                m = _PARTITION_NAME.match(path.name)
+                if m and path.is_file() and int(m.group(2)) % 5 == 0 and int(m.group(1)) < 24 and int(m.group(2)) < 60:
+                    continue  # a partition file: its own run reads it
+                lead = _LEADING_HHMM.match(path.name)
+                home = day
+                if lead and int(lead.group(1)) < 24 and int(lead.group(2)) < 60:
+                    home = day + pd.Timedelta(hours=int(lead.group(1)), minutes=int(lead.group(2)))
+                home = home.floor("5min")
+                if not (start <= home < end):
+                    continue
+                out.append(Fetched(empty_frame(table), str(path), home, home + FIVE_MINUTES,
+                                   ignored=f"{path}: not a partition file of the landing layout "
+                                           f"({table}/<YYYY-MM-DD>/<HHMM>.parquet, HHMM on a 5-minute boundary); "
+                                           f"not read -- rename it to its partition's name for its rows to land"))
+        return out
+
     def version(self, table: str, start) -> str | None:
         return file_version(self.root, table, start)
+
+
+def read_file(path: Path, table: str, start, end) -> Fetched:
+    """One landing file; an unparseable one comes back empty with the reason, naming the file.
+
+    pyarrow's own message names only ``'<Buffer>'``: the path, the size and what
+    the first bytes look like (no Parquet magic: text, e.g. a CSV renamed
+    ``.parquet``) are what an operator needs to find and fix the file.
+    """
+    try:
+        return Fetched(pd.read_parquet(path), str(path), start, end)
+    except (pa.ArrowException, OSError, ValueError) as err:
+        return Fetched(empty_frame(table), str(path), start, end, unreadable=f"{path}: {_diagnose(path, err)}")
+
+
+def _diagnose(path: Path, err: Exception) -> str:
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+            fh.seek(max(0, size - 4))
+            tail = fh.read(4)
+    except OSError as os_err:
+        return f"unreadable ({os_err.__class__.__name__}: {os_err})"
+    detail = str(err).replace("Could not open Parquet input source '<Buffer>': ", "").strip()
+    if size == 0:
+        what = "empty file (0 bytes)"
+    elif not head.startswith(PARQUET_MAGIC):
+        text = head and all(32 <= b < 127 or b in (9, 10, 13) for b in head)
+        what = f"not a Parquet file ({size:,} bytes{', text: a CSV or log renamed .parquet?' if text else ''})"
+    elif tail != PARQUET_MAGIC:
+        what = f"truncated Parquet file ({size:,} bytes, no footer: cut short or still being written)"
+    else:
+        what = f"corrupt Parquet file ({size:,} bytes)"
+    return f"{what}; {err.__class__.__name__}: {detail}"

@@ -90,9 +90,9 @@ SOURCE_TABLES = _build_sources()
 source_rejects = sa.Table(
     "source_rejects", metadata,
     sa.Column("source", sa.Text, nullable=False, comment="Contract table the row was read for."),
-    sa.Column("partition_start", sa.DateTime(timezone=True), nullable=True, comment="Partition being read."),
+    sa.Column("partition_start", sa.DateTime(timezone=True), nullable=True, comment="Partition of the file the row came from (the row's own partition for non-file sources)."),
     sa.Column("origin", sa.Text, nullable=False, comment="File, URL or simulator the row came from."),
-    sa.Column("row_index", sa.BigInteger, nullable=False, comment="Row number in the origin."),
+    sa.Column("row_index", sa.BigInteger, nullable=False, comment="Row number within its file (0-based); -1 = the whole file (quarantined whole, or a stray file not read)."),
     sa.Column("column", sa.Text, nullable=True, comment="Column that broke the rule."),
     sa.Column("check", sa.Text, nullable=False, comment="Contract check that failed."),
     sa.Column("value", sa.Text, nullable=True, comment="Offending value."),

@@ -14,7 +14,6 @@ transaction-scoped advisory lock keyed by table and window serialises racers
 (row locks alone would let the second run miss the first run's inserts).
 """
 
-import csv
 import datetime
 import io
 import threading
@@ -201,20 +200,11 @@ class Warehouse:
                 f'INSERT INTO "{table.name}" ({names}) VALUES ({marks})', list(zip(*cols)))
             return
         # PostgreSQL: COPY is an order of magnitude faster than INSERTs
-        buf = io.StringIO()
-        out = frame.copy()
-        for c in table.columns:
-            s = out[c.name]
-            if isinstance(c.type, sa.DateTime):
-                out[c.name] = pd.to_datetime(s, utc=True).map(lambda v: v.isoformat() if pd.notna(v) else None)
-            elif isinstance(c.type, sa.Boolean):
-                out[c.name] = s.map(lambda v: None if pd.isna(v) else ("t" if v else "f"))
-        out.to_csv(buf, index=False, header=False, na_rep="\\N", quoting=csv.QUOTE_MINIMAL)
-        buf.seek(0)
+        buf = io.StringIO(copy_text(frame, table))
         raw = conn.connection.dbapi_connection
         cols = ", ".join(f'"{c.name}"' for c in table.columns)
         with raw.cursor() as cur:
-            cur.copy_expert(f'COPY "{table.name}" ({cols}) FROM STDIN WITH (FORMAT csv, NULL \'\\N\')', buf)
+            cur.copy_expert(f'COPY "{table.name}" ({cols}) FROM STDIN', buf)
 
     # --- reads ----------------------------------------------------------------------------
     def read_window(self, name: str, start=None, end=None, *, column: str | None = None,
@@ -319,6 +309,55 @@ def _columns_as_python(frame: pd.DataFrame, table: sa.Table) -> list[list]:
         else:
             cols.append(s.to_numpy(dtype=object, na_value=None).tolist())
     return cols
+
+
+# COPY's text format (PostgreSQL docs, "COPY ... File Formats"): NULL is \N, and a backslash, tab, newline or
+# carriage return inside a value is written as a backslash escape, so every text (``\N`` itself, "NULL", an
+# empty string, quotes) round-trips exactly. CSV format cannot tell an empty string from NULL without quoting
+# every text, and its former NULL marker '\N' turned the text ``\N`` into NULL.
+COPY_NULL = "\\N"
+_COPY_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
+
+
+def _copy_escape(text: str) -> str:
+    for raw, escaped in _COPY_ESCAPES:
+        text = text.replace(raw, escaped)
+    return text
+
+
+def _copy_column(s: pd.Series, col: sa.Column) -> np.ndarray:
+    """One column as COPY text values (object array; NULL as :data:`COPY_NULL`). Repeated values are formatted once."""
+    if isinstance(col.type, sa.DateTime):
+        ts = pd.to_datetime(s, utc=True)
+        codes, uniques = pd.factorize(ts)
+        text = np.asarray(pd.DatetimeIndex(uniques).strftime("%Y-%m-%d %H:%M:%S.%f+00:00"), dtype=object)
+    elif isinstance(col.type, sa.Date):
+        codes, uniques = pd.factorize(s)
+        text = np.asarray([str(pd.Timestamp(v).date()) for v in uniques], dtype=object)
+    elif isinstance(col.type, sa.Boolean):
+        codes, uniques = pd.factorize(s)
+        text = np.asarray(["t" if bool(v) else "f" for v in uniques], dtype=object)
+    elif isinstance(col.type, sa.Float):
+        codes, uniques = pd.factorize(pd.to_numeric(s, errors="coerce").astype("float64"))
+        text = np.asarray(uniques, dtype="float64").astype(str).astype(object)  # shortest repr: round-trips
+    elif isinstance(col.type, sa.Integer):
+        codes, uniques = pd.factorize(s)
+        text = np.asarray([str(int(v)) for v in uniques], dtype=object)
+    else:
+        codes, uniques = pd.factorize(s)
+        text = np.asarray([_copy_escape(str(v)) for v in uniques], dtype=object)
+    out = np.full(len(s), COPY_NULL, dtype=object)
+    ok = codes >= 0
+    out[ok] = text[codes[ok]]
+    return out
+
+
+def copy_text(frame: pd.DataFrame, table: sa.Table) -> str:
+    """``frame`` as the body of ``COPY table (columns) FROM STDIN`` in text format (see :data:`COPY_NULL`)."""
+    if frame.empty:
+        return ""
+    cols = [_copy_column(frame[c.name].reset_index(drop=True), c).tolist() for c in table.columns]
+    return "\n".join(map("\t".join, zip(*cols))) + "\n"
 
 
 def _restore_types(frame: pd.DataFrame, table: sa.Table) -> pd.DataFrame:

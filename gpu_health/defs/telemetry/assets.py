@@ -1,16 +1,16 @@
 """One asset per telemetry source, each guarded by its pandera contract."""
 
 import dagster as dg
-import numpy as np
 import pandas as pd
 from dagster_pandera import pandera_schema_to_dagster_type
 
 from gpu_health.contracts import CONTRACTS, FIVE_MINUTE_SOURCES
-from gpu_health.contracts.validate import Validated, precheck, validate_frame
+from gpu_health.contracts.validate import ContractViolation
 from gpu_health.defs.common import KINDS, OWNERS, column_schema, contract_check_result, contract_check_spec, preview
 from gpu_health.defs.common import retry_transient_errors
 from gpu_health.defs.resources import TelemetrySourceResource, WarehouseResource
-from gpu_health.sources.gaps import empty_gaps, missing_partitions
+from gpu_health.sources.read import read_validated  # noqa: F401  (re-exported: tests and tools import it here)
+from gpu_health.sources.read import read_window
 
 OWNER = {
     "gpu_telemetry": "infra", "node_telemetry": "infra", "network_telemetry": "infra",
@@ -42,27 +42,6 @@ def _chunks(start: pd.Timestamp | None, end: pd.Timestamp | None):
         t = t + CHUNK
 
 
-def read_validated(source, table: str, start, end) -> tuple[Validated, pd.DataFrame]:
-    """Read a window from the source and judge it; also the window's missing-data partitions.
-
-    File-based sources: each file is prechecked against its own partition (so a
-    table-level violation names its file), then the concatenation is validated
-    in one pandera pass with a per-row origin (so each reject names its file).
-    Live producers (Prometheus, Slurm dumps): partitions they left empty are
-    returned as ``source_gaps`` rows (:mod:`gpu_health.sources.gaps`).
-    """
-    if not hasattr(source, "read_files"):
-        fetched = source.read(table, start, end)
-        gaps = missing_partitions(fetched, table, start, end)
-        return validate_frame(fetched.frame, table, start=start, end=end, origin=fetched.origin), gaps
-    parts = source.read_files(table, start, end)
-    frames = [precheck(f.frame, table, start=f.start, end=f.end, origin=f.origin) for f in parts]
-    origins = np.concatenate([np.full(len(fr), f.origin, dtype=object) for fr, f in zip(frames, parts)]) if parts else np.array([], dtype=object)
-    non_empty = [fr for fr in frames if len(fr)] or frames[:1]
-    frame = pd.concat(non_empty, ignore_index=True) if len(non_empty) > 1 else non_empty[0]
-    return validate_frame(frame, table, start=start, end=end, origin=origins), empty_gaps()
-
-
 def build_source_asset(table: str, partitions_def) -> dg.AssetsDefinition:
     model = CONTRACTS[table]
 
@@ -90,9 +69,21 @@ def build_source_asset(table: str, partitions_def) -> dg.AssetsDefinition:
             start, end = pd.Timestamp(tw.start).tz_convert("UTC"), pd.Timestamp(tw.end).tz_convert("UTC")
         else:
             start = end = None
-        valid, rejects, nulled, missing = [], [], 0, []
+        valid, rejects, nulled, dropped, missing = [], [], 0, {}, []
         for c_start, c_end in _chunks(start, end):
-            v, gaps = read_validated(src, table, c_start, c_end)
+            v, gaps = read_window(src, table, c_start, c_end)
+            files = v.files_quarantined
+            if start is None and len(files):
+                # the calendar is read whole: an empty one would turn planned maintenance into pages, so
+                # it fails (naming the file) and the stored calendar stays as it was
+                raise ContractViolation(table, str(files["origin"].iloc[0]), files["column"].iloc[0],
+                                        str(files["reason"].iloc[0]))
+            for _, f in files.iterrows():
+                context.log.warning(f"{table}: partition {f['partition_start']} quarantined whole: {f['reason']}")
+            for col, origins in v.dropped_columns.items():
+                dropped.setdefault(col, []).extend(origins)
+                context.log.warning(f"{table}: extra column '{col}' dropped (schema evolution: not in the contract) "
+                                    f"in {len(origins)} file(s), e.g. {origins[0]}")
             valid.append(v.valid)
             rejects.append(v.rejects)
             nulled += v.sentinels_nulled
@@ -106,14 +97,16 @@ def build_source_asset(table: str, partitions_def) -> dg.AssetsDefinition:
         if len(gaps):
             context.log.warning(f"{table}: {len(gaps)} partition(s) missing data ({', '.join(sorted(set(gaps['missing_family'])))} "
                                 f"silent); written empty, recorded in source_gaps")
+        check = contract_check_result(table, len(frame), rej, dropped_columns=dropped)
         # validate_frame returned Model.validate(df, lazy=True) output: coerced to the contract (style.md)
         yield dg.Output(frame, metadata={
-            "rows": len(frame), "rejected_rows": int(rej["row_index"].nunique()) if len(rej) else 0,
+            "rows": len(frame), "rejected_rows": check.metadata["rejected_rows"],
+            "quarantined_files": check.metadata["quarantined_files"],
             "dcgm_sentinels_nulled": nulled, "preview": preview(frame),
             "missing_data_partitions": len(gaps),
             "missing_family": ", ".join(sorted(set(gaps["missing_family"]))) if len(gaps) else "",
         })
-        yield contract_check_result(table, len(frame), rej)
+        yield check
 
     return _asset
 

@@ -1,0 +1,62 @@
+"""Read a window of a contract table from a source and judge it: what a source asset stores.
+
+File sources (the landing zone) are judged file by file
+(:func:`gpu_health.contracts.validate.validate_files`): a bad file costs its own
+partition, never the range. Other sources (simulator, Prometheus) return one
+frame per window; its rejects are keyed by the 5-minute partition of each row
+(the day for ``cost_capacity``) and the row's number within it, the same keys a
+partition-by-partition run produces, so a re-run of any partition replaces
+exactly its own rejects.
+"""
+
+import numpy as np
+import pandas as pd
+
+from gpu_health.contracts import PARTITION_COLUMN
+from gpu_health.contracts.validate import Validated, validate_files, validate_frame
+from gpu_health.landing import DAILY_SOURCES
+from gpu_health.sources.gaps import empty_gaps, missing_partitions
+
+FIVE_MINUTES = pd.Timedelta(minutes=5)
+
+
+def read_validated(source, table: str, start, end) -> Validated:
+    """The validated rows of ``table`` in ``[start, end)`` and their rejects (see the module docstring)."""
+    return read_window(source, table, start, end)[0]
+
+
+def read_window(source, table: str, start, end) -> tuple[Validated, pd.DataFrame]:
+    """:func:`read_validated`, and the window's missing-data partitions (``source_gaps`` rows): the 5-minute
+    partitions a live producer (an exporter, a scheduler dump) left without a row once it was judged silent
+    (:mod:`gpu_health.sources.gaps`). Files and the simulator have none: an empty file is a fact."""
+    if hasattr(source, "read_files"):
+        parts = list(source.read_files(table, start, end))
+        if hasattr(source, "strays"):
+            parts += source.strays(table, start, end)
+        return validate_files(parts, table, start=start, end=end), empty_gaps()
+    fetched = source.read(table, start, end)
+    partition, row_number = row_keys(fetched.frame, table, start, end)
+    return (validate_frame(fetched.frame, table, start=start, end=end, origin=fetched.origin,
+                           partition=partition, row_number=row_number),
+            missing_partitions(fetched, table, start, end))
+
+
+def row_keys(frame: pd.DataFrame, table: str, start, end) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Each row's partition (its partition column floored to the grain, ``start`` when the value is
+    missing, unparseable or outside the window) and its number within that partition, in fetched order."""
+    col = PARTITION_COLUMN.get(table)
+    if start is None or col is None or col not in frame.columns:
+        return None, None
+    start, end = pd.Timestamp(start), pd.Timestamp(end)
+    values = frame[col]
+    if table in DAILY_SOURCES:
+        values = values.astype(str)
+    try:
+        ts = pd.to_datetime(values, utc=True, errors="coerce", format="mixed")
+    except (TypeError, ValueError):
+        ts = pd.Series(pd.NaT, index=frame.index, dtype="datetime64[ns, UTC]")
+    home = ts.dt.normalize() if table in DAILY_SOURCES else ts.dt.floor(FIVE_MINUTES)
+    home = home.where((home >= start.normalize() if table in DAILY_SOURCES else home >= start) & (home < end), start)
+    home = home.fillna(start).reset_index(drop=True)
+    row_number = home.groupby(home, sort=False).cumcount().to_numpy(dtype=np.int64)
+    return home.to_numpy(dtype=object), row_number
