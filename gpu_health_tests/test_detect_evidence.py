@@ -288,3 +288,13 @@ def test_an_absent_exporter_is_a_ticket_naming_its_metric_family():
     (f,) = detect_missing_data(ctx)
     assert f.severity == "ticket" and "node_cpu_seconds_total" in f.evidence
     assert [x for x in detect(ctx) if x.severity == "page"] == []
+
+
+def test_a_gap_on_one_node_does_not_mute_the_regions_other_evidence():
+    """Another node's exporter gap (missing data) must not silence a GPU fault elsewhere in the region."""
+    gpu = xid79_and_gone()
+    gpu = gpu[~((gpu["node_id"] == "n2") & (gpu["gpu_index"] < 4))]  # n2: half its GPUs' rows lost, node ok
+    ctx = context(gpu)
+    ctx.leaves = leaves("no_data", "n2", 20)
+    found = detect(ctx)
+    assert {(f.detector, f.severity) for f in found} == {("hardware_fault", "page"), ("missing_data", "ticket")}

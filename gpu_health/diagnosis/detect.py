@@ -918,7 +918,7 @@ def detect_missing_data(ctx: PartitionContext) -> list[Finding]:
             if region in silent_regions:
                 continue
             nodes = sorted(grp.index.get_level_values("node_id"))
-            out.append(Finding("missing_data", "missing_data", "ticket", region, f"missing_data|{region}", nodes=nodes,
+            out.append(Finding("missing_data", "missing_data", "ticket", region, f"missing_data|{region}|nodes", nodes=nodes,
                                summary=f"Telemetry gaps on {len(nodes)} node(s) in {region}",
                                evidence=f"{grp.sum():.0f} GPU-minutes not reported on {', '.join(nodes[:8])}"
                                         f"{' ...' if len(nodes) > 8 else ''} with no fatal Xid, ECC error or unhealthy node "
@@ -947,7 +947,8 @@ DETECTORS = [detect_hardware, detect_thermal, detect_deploys, detect_slowdowns, 
 
 
 def detect(ctx: PartitionContext) -> list[Finding]:
-    """All findings of one partition. A region whose collector is silent raises only missing_data."""
+    """All findings of one partition. A region whose collectors are silent raises only missing_data (a few
+    nodes' gaps, rejected rows or a silent source mute nothing: the region's other evidence still stands)."""
     findings = [f for det in DETECTORS for f in det(ctx)]
-    silent = {f.region for f in findings if f.detector == "missing_data"}
+    silent = {f.region for f in findings if f.key == f"missing_data|{f.region}"}
     return [f for f in findings if f.detector == "missing_data" or f.region not in silent or f.detector == "deploy_regression"]
