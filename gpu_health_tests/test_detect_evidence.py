@@ -298,3 +298,26 @@ def test_a_gap_on_one_node_does_not_mute_the_regions_other_evidence():
     ctx.leaves = leaves("no_data", "n2", 20)
     found = detect(ctx)
     assert {(f.detector, f.severity) for f in found} == {("hardware_fault", "page"), ("missing_data", "ticket")}
+
+
+# --- network: a failing link pages on its two counters where the jobs report no sync time ---------------
+
+def link_rows(nodes=("n1",), loss=2.0, retransmits=1500, minutes=range(5)):
+    rows = [{"ts": T0 + m * MIN, "region": "r1", "node_id": n, "link_id": f"mlx5_{k}", "rx_gbps": 100.0, "tx_gbps": 100.0,
+             "packet_loss_pct": loss, "retransmits": retransmits, "latency_us": 5.0, "link_up": True}
+            for m in minutes for n in nodes for k in range(2)]
+    return conform(pd.DataFrame(rows, columns=columns("network_telemetry")), "network_telemetry")
+
+
+def test_a_failing_link_under_an_uninstrumented_job_pages_on_both_counters():
+    from gpu_health.diagnosis.detect import detect_slowdowns
+
+    ctx = context(gpu_rows())
+    ctx.network = link_rows()
+    (f,) = detect_slowdowns(ctx)
+    assert (f.family, f.severity, f.nodes) == ("network", "page", ["n1"]) and "both counters" in f.evidence
+    ctx.network = link_rows(retransmits=None)  # retransmits not exported: one counter
+    (f,) = detect_slowdowns(ctx)
+    assert f.severity == "ticket"
+    ctx.network = link_rows(minutes=range(2))  # a burst, not a fault
+    assert detect_slowdowns(ctx) == []

@@ -78,6 +78,7 @@ NODE_SLOW_MIN_GPU_MINUTES = 5  # one GPU's whole partition
 # of 0.1 % of packets, or 100 retransmits on a link in a minute, is a link fault, not traffic
 LINK_RETRANSMITS = 100
 LINK_LOSS_PCT = 0.1
+LINK_FAULT_MINUTES = 3  # a link failing three minutes of a partition is a fault, not a burst
 AGED_WAIT = BLOCKED_WAIT  # a job waiting this long while GPUs it could use idle is blocked (as the fragmentation KPI)
 # impact floors, shares of the region's paid GPU-minutes idle beside jobs that could use them: a page needs 2 %
 # (12 GPUs of a 600-GPU region, tens of dollars an hour), a ticket 1.25 %. Whether it is unusual is not theirs
@@ -171,6 +172,7 @@ class PartitionContext:
     jobs: pd.DataFrame | None = None  # job_table() of the scheduler events as known at `end` (computed once per range)
     rejects: pd.DataFrame | None = None  # source_rejects rows of the partition (source, origin, reason)
     source_gaps: pd.DataFrame | None = None  # source_gaps rows of the partition (source, missing_family, reason)
+    open_keys: frozenset = frozenset()  # keys of the alerts open after the partition before
     placements: pd.DataFrame | None = None  # placements() of `sched` (sliced from one computed per range)
 
 
@@ -288,9 +290,9 @@ def hardware_evidence(ctx: PartitionContext) -> pd.DataFrame:
         if n in signals or n in set(inv["node_id"]):
             add(n, HW_JOB_FAILED, f"{len(reasons)} job(s) failed: {reasons[0]}")
     hw = _state(ctx, "hw_unavailable", ["node_id"])
-    for n, v in hw.items():
-        if n != "unseen" and v >= MIN_MISSING_MINUTES and n not in signals:
-            add(str(n), HW_PERSISTED, f"{v:.0f} GPU-minutes unavailable since an earlier fault")
+    for n, v in hw.items():  # the loss tree's verdict: unavailable, corroborated by a fault or a persisting gap
+        if n != "unseen" and v >= MIN_MISSING_MINUTES and HW_XID not in signals.get(n, set()):
+            add(str(n), HW_PERSISTED, f"{v:.0f} GPU-minutes unavailable since an earlier fault or for 15+ minutes")
     if not signals:
         return pd.DataFrame(columns=cols)
     # rows gone alone is an exporter gap (missing data), and a job killed on a node alone is the scheduler's word
@@ -368,6 +370,8 @@ def detect_hardware(ctx: PartitionContext) -> list[Finding]:
             summary = f"GPU hardware fault in {region} on {', '.join(sorted(paging['node_id']))}"
         elif rollouts:
             summary = f"GPUs unavailable in {region} on {len(nodes)} node(s) during {rollouts[0]}"
+        elif all(HW_PERSISTED in s for s in grp["signals"]):
+            summary = f"GPUs still unavailable in {region} on {', '.join(nodes)} (after a fault, or for 15+ minutes)"
         else:
             summary = f"Possible GPU hardware fault in {region} on {', '.join(nodes)} (one witness so far)"
         evidence = "; ".join(
@@ -541,6 +545,8 @@ def _region_of(nodes, inventory: pd.DataFrame) -> str:
     return regions.pop() if len(regions) == 1 else "*"
 
 
+# the loss-tree states of minutes whose jobs report step progress (where a slowdown can be measured)
+MEASURED_STATES = ["productive", "slowdown_data_io", "slowdown_network", "slowdown_checkpoint", "slowdown_compute"]
 ALLOC_STATES = ["allocated_idle", "allocated_unproductive", "failure_loss", "slowdown_data_io", "slowdown_network",
                 "slowdown_checkpoint", "slowdown_compute", "productive"]
 
@@ -553,17 +559,48 @@ def _slow_nodes(lv: pd.DataFrame, state: str, denominator: pd.Series) -> pd.Data
     return frame.reset_index()
 
 
+def _saturated_storage(ctx: PartitionContext) -> pd.MultiIndex:
+    """(region, node) pairs whose local storage was saturated (NVMe >= 95 % busy) in 3+ minutes of the partition."""
+    node = ctx.node
+    if node is None or node.empty:
+        return pd.MultiIndex.from_tuples([], names=["region", "node_id"])
+    hot = node[node["nvme_util_pct"] >= 95].groupby(["region", "node_id"], observed=True)["ts"].nunique()
+    return hot[hot >= LINK_FAULT_MINUTES].index
+
+
 def detect_slowdowns(ctx: PartitionContext) -> list[Finding]:
     """Loader wait (data_io) and gradient sync (network) above their baselines, judged per node:
     storage or fabric trouble hits a set of nodes, which a region-wide share would dilute."""
     out = []
     lv = ctx.leaves
     if lv.empty:
-        return out
-    alloc = lv[lv["state"].isin(ALLOC_STATES)]
-    per_node = alloc.groupby(["region", "node_id"])["gpu_minutes"].sum()
-    multi = alloc[alloc["workload_class"] == "distributed"].groupby(["region", "node_id"])["gpu_minutes"].sum()
+        return _faulty_links(ctx, set())
+    # the share is of the minutes where a slowdown can be measured (jobs reporting step progress): minutes of
+    # uninstrumented jobs cannot show a slowdown and must not dilute one
+    measured = lv[lv["state"].isin(MEASURED_STATES)]
+    per_node = measured.groupby(["region", "node_id"])["gpu_minutes"].sum()
+    multi = measured[measured["workload_class"] == "distributed"].groupby(["region", "node_id"])["gpu_minutes"].sum()
     io_nodes = _slow_nodes(lv, "slowdown_data_io", per_node)
+    # storage saturated on several nodes at once (a shared filesystem, a hot dataset) is judged over those nodes
+    # together: few of their jobs may report loader time, each node's share alone would be too thin to see
+    hot_nodes = _saturated_storage(ctx)
+    if len(hot_nodes):
+        slow_io = lv[lv["state"] == "slowdown_data_io"].groupby(["region", "node_id"])["gpu_minutes"].sum()
+        pooled = pd.DataFrame({"slow": slow_io.reindex(hot_nodes).fillna(0.0), "den": per_node.reindex(hot_nodes).fillna(0.0)})
+        pooled = pooled[pooled["slow"] > 0].reset_index()
+        for region, grp in pooled.groupby("region"):
+            slow, den = grp["slow"].sum(), grp["den"].sum()
+            if slow >= NODE_SLOW_MIN_GPU_MINUTES and slow >= NODE_SLOW_SHARE * den:
+                io_nodes = pd.concat([io_nodes[io_nodes["region"] != region], grp], ignore_index=True)
+    # an open data-loader alert stays open while its storage witness lasts (the loader share of a few
+    # instrumented jobs comes and goes around its bar; the incident does not)
+    for region in sorted({r for r, _ in hot_nodes} - set(io_nodes["region"])):
+        if f"data_io_slowdown|{region}" in ctx.open_keys:
+            nodes = sorted(n for r, n in hot_nodes if r == region)
+            out.append(Finding("data_io_slowdown", "data_io", "ticket", region, f"data_io_slowdown|{region}", nodes=nodes,
+                               summary=f"Storage still saturated in {region} on {len(nodes)} node(s)",
+                               evidence=f"NVMe >= 95 % busy on {', '.join(nodes[:8])}; loader wait this partition under "
+                                        "the bar (few jobs report it)"))
     for region, grp in io_nodes.groupby("region"):
         nodes = sorted(grp["node_id"])
         sat = ctx.node[(ctx.node["region"] == region) & ctx.node["node_id"].isin(nodes)]
@@ -574,7 +611,7 @@ def detect_slowdowns(ctx: PartitionContext) -> list[Finding]:
                            value=float(total / max(grp["den"].sum(), 1e-9)),
                            summary=f"Data-loader slowdown in {region} on {len(nodes)} node(s)",
                            evidence=f"{total:.0f} GPU-minutes ({total / max(grp['den'].sum(), 1e-9):.0%} of those nodes' "
-                                    f"allocated time) lost to loader wait above baseline; storage saturated on "
+                                    f"measured training time) lost to loader wait above baseline; storage saturated on "
                                     f"{hot['node_id'].nunique()} node(s) (NVMe >= 95 %, read "
                                     f"{sat['disk_read_mbps'].median() if len(sat) else float('nan'):.0f} MB/s median)"))
     net_nodes = _slow_nodes(lv, "slowdown_network", multi)
@@ -596,6 +633,44 @@ def detect_slowdowns(ctx: PartitionContext) -> list[Finding]:
                                     f"time there) lost to gradient sync above baseline; {bad['link_id'].nunique() if len(bad) else 0} "
                                     f"link(s) with loss up to {links['packet_loss_pct'].max() if len(links) else 0:.2f} % and "
                                     f"{retransmits}"))
+    out += _faulty_links(ctx, {n for f in out if f.family == "network" for n in f.nodes})
+    return out
+
+
+def _faulty_links(ctx: PartitionContext, judged: set) -> list[Finding]:
+    """Links failing on the port counters while a job uses the node, where no job reports gradient-sync time
+    (uninstrumented or unknown jobs: the slowdown cannot be measured, the fault can).
+
+    Page: on one link, packet loss >= LINK_LOSS_PCT AND retransmits >= LINK_RETRANSMITS in the same minute (two
+    counters: the link layer's losses and the transport's retries) for LINK_FAULT_MINUTES minutes, on a node
+    whose GPUs hold a job. One counter only (e.g. retransmits not exported): a ticket."""
+    net = ctx.network
+    if net is None or net.empty:
+        return []
+    net = net[~net["node_id"].isin(judged)]
+    loss = net["packet_loss_pct"].fillna(0) >= LINK_LOSS_PCT
+    retr = net["retransmits"].fillna(0) >= LINK_RETRANSMITS
+    bad = net[loss | retr].assign(both=(loss & retr)[loss | retr])
+    if bad.empty:
+        return []
+    busy_nodes = set(ctx.gpu.loc[ctx.gpu["job_id"].notna(), "node_id"].astype(object)) if len(ctx.gpu) else set()
+    per_link = bad.groupby(["region", "node_id", "link_id"], observed=True).agg(
+        minutes=("ts", "nunique"), both=("both", "sum"), loss=("packet_loss_pct", "max"), retr=("retransmits", "sum"))
+    per_link = per_link[per_link["minutes"] >= LINK_FAULT_MINUTES].reset_index()
+    per_link = per_link[per_link["node_id"].isin(busy_nodes)]
+    out = []
+    for region, grp in per_link.groupby("region"):
+        paging = grp[grp["both"] >= LINK_FAULT_MINUTES]
+        rows = paging if len(paging) else grp
+        nodes = sorted(set(rows["node_id"]))
+        out.append(Finding("network_slowdown", "network", "page" if len(paging) else "ticket", region,
+                           f"network_slowdown|{region}", nodes=nodes,
+                           summary=f"InfiniBand / RoCE link faults in {region} on {len(nodes)} node(s) running jobs",
+                           evidence=f"{len(rows)} link(s) failing for {int(rows['minutes'].max())}+ minutes: packet loss up "
+                                    f"to {rows['loss'].max():.2f} % and {int(rows['retr'].fillna(0).sum())} retransmits "
+                                    + ("(both counters)" if len(paging) else "(one counter: the other is not exported or "
+                                       "below its bar)") + "; the jobs there report no gradient-sync time, so the slowdown "
+                                    "itself cannot be measured"))
     return out
 
 

@@ -410,6 +410,7 @@ def alerts(wh: Warehouse, start, end) -> pd.DataFrame:
             jobs=jobs_as_of(jobs[jobs["sub"] >= p + five - SCHED_LOOKBACK], p + five),
             placements=placed.iloc[placed["ts"].searchsorted(p + five - SCHED_LOOKBACK):placed["ts"].searchsorted(p + five)],
             rejects=rejects_p.get(p), source_gaps=gaps_p.get(p),
+            open_keys=frozenset(prev.loc[prev["status"] != "resolved", "key"]) if len(prev) else frozenset(),
         )
         snap = A.step(prev, detect(ctx), p, rates=rates, changes=changes[changes["ts"] < p + five])
         if len(snap):
