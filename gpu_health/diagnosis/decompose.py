@@ -196,7 +196,8 @@ def decompose(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame, *, dim
         growth = float(d["actual_gpu_minutes"] - d["expected_gpu_minutes"])
         state_text = (f"{state} {d['delta_share'] * 100:+.2f} pp of paid GPU-minutes ({growth:+,.0f} GPU-min: "
                       f"{d['actual_gpu_minutes']:,.0f} vs {d['expected_gpu_minutes']:,.0f} expected)")
-        causes = drill_down(table.frame(state), dims, "actual", "expected", max_causes=max_causes)
+        causes = drill_down(table.frame(state), dims, "actual", "expected", max_causes=max_causes,
+                            actual_base="paid_actual", expected_base="paid_expected")
         for c in causes:
             rows.append({
                 "state": state, "cause_family": cause_family(state, c.elements), "elements": json.dumps(c.elements),
@@ -367,7 +368,9 @@ class _LeafTable:
         self.minutes = both["gpu_minutes"].to_numpy(dtype=float) * np.where(self.side == 1, scale, 1.0)
 
     def frame(self, state: str) -> pd.DataFrame:
-        """This state's leaves with ``actual`` and ``expected`` GPU-minutes (the dimension columns plus those two)."""
+        """This state's leaves: the dimension columns, ``actual`` / ``expected`` GPU-minutes in the state and
+        ``paid_actual`` / ``paid_expected`` GPU-minutes of the leaf in every state (the state's share of a leaf's
+        paid GPU-minutes is the ratio the drill-down follows)."""
         n = len(self.universe)
         kind = STATE_KIND[state]
         same_kind = [s for s in STATES if kind == "any" or STATE_KIND[s] in (kind, "any")]
@@ -377,6 +380,8 @@ class _LeafTable:
         for name, side in (("actual", 0), ("expected", 1)):
             sel = rows & (self.side == side)
             out[name] = np.bincount(self.leaf[sel], weights=self.minutes[sel], minlength=n)
+            on_side = self.side == side
+            out[f"paid_{name}"] = np.bincount(self.leaf[on_side], weights=self.minutes[on_side], minlength=n)
         return out[seen].reset_index(drop=True)
 
 
