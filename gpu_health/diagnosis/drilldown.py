@@ -1,83 +1,79 @@
-"""Drill-down of a change to the narrowest dimension values that explain it.
+"""Drill-down of a change to the dimension values whose leaves moved, beyond noise.
 
 Given leaves -- one row per combination of dimension values (region, node,
-sku, driver_version, ...) with an additive measure observed (``actual``) and
-expected (``expected``), e.g. GPU-minutes in one loss state -- find the few
-dimension values, or intersections of two or three of them, that carry most of
-the total change ``F = sum(actual) - sum(expected)``.
+sku, driver_version, ...) with a measure observed (``actual``) and expected
+(``expected``), e.g. GPU-minutes in one loss state -- find every set of
+leaves (a dimension value, or an intersection of two or three) that moved
+together beyond the leaves' noise: the root causes (issue #19).
 
-Scores (Bhagwan et al., "Adtributor", NSDI 2014):
+A ratio KPI (failure rate, a state's share of paid GPU-minutes, queue wait per
+job) is drilled by its numerator and denominator (as RiskLoc and RobustSpot
+do): ``actual`` / ``expected`` are the numerator, ``actual_base`` /
+``expected_base`` the denominator. Each leaf's expected numerator is taken at
+its *observed* denominator (``base_actual * rate``, the leaf's expected rate
+shrunk toward the common one by a median leaf's worth of history), so more
+traffic is not a cause and a lower rate is; the leaf's sampling noise
+(binomial for a rate in [0, 1], counting otherwise) is added to its noise; and
+moves are measured in units of the common ratio times the leaf's volume, so a
+change that shifts every leaf's ratio alike is spread evenly.
 
-- explanatory power of a set S of leaves: ``EP(S) = (A_S - E_S) / F``, its
-  signed share of the total change. It is positive for a set that moved with
-  the total, so a state that *shrank* (F < 0) is handled like one that grew.
-- surprise of S: its term of the Jensen-Shannon divergence (base 2) between
-  the expected and the actual distribution over the leaves,
-  ``0.5 * (p log2(2p/(p+q)) + q log2(2q/(p+q)))`` with ``p = E_S/E`` and
-  ``q = A_S/A``. It is large when S's share of the total moved a lot, and it
-  grows with the mass that moved, so a narrow set that carries the change
-  beats both the wide set around it (``region`` around one ``node``) and the
-  narrower pieces inside it (``node & team`` when every team on the node moved
-  alike -- Squeeze's "ripple effect").
+Method (after Squeeze, ISSRE 2019 -- the generalized ripple effect -- and
+RiskLoc, 2022 -- remove a found cause and search again; no code of theirs):
 
-Search (Adtributor's scores over the cuboid lattice, in the spirit of Squeeze
-(ISSRE 2019) and RiskLoc (2022)):
+1. Each leaf's move: ``d = actual - expected`` beyond the typical leaf's move
+   ``c * level`` (``level``: what the leaf was expected to carry; for a leaf
+   that appears from nothing, what a typical leaf was expected to carry).
+   ``c`` is the half-sample mode of the leaves' relative moves -- 0 unless
+   most leaves moved alike: a change spread evenly over the leaves is no
+   cause, whatever its size.
+2. Each leaf's noise: ``s**2 * (level**2 + kappa * level)`` (relative and
+   counting noise), fitted robustly on the leaves (:func:`_noise_variance`).
+3. A set's score ``G = (sum w level dev)**2 / sum w level**2`` (``w``: the
+   inverse noise variance) is the squared z of the set's common move under the
+   ripple model (every leaf of a cause moves by the same factor). It is
+   largest for the exact cause: a wider set dilutes it with leaves that did
+   not move, a narrower one holds fewer of the moved leaves. It does not care
+   about the sign of the net change: causes that move against it count, and
+   its share of the net change plays no part.
+4. A candidate is eligible when ``G`` passes Bonferroni over all candidate
+   sets (``alpha``) and its leaves move, on average, ``min_leaf_z`` of their
+   own noise sigmas (a slight tilt of many leaves is not a cause). The best
+   eligible candidate (score discounted by ``combination_penalty`` per extra
+   dimension, Occam) must *move as one* (:func:`_moves_as_one`: no part of it
+   holding a third of its evidence stayed put, leaf by leaf or split by a
+   further dimension -- else it is a wider set around the real causes) and is
+   then *widened* while the set without one of its dimensions also moves as
+   one (:func:`_widest`: its siblings moved too, so that dimension explains
+   nothing).
+5. Stop rule: the chosen set must also beat what the leaves not attributed
+   yet reach when their deviations are shuffled across them
+   (:func:`_shuffled_max`), unless the leaves outside it show no deviation at
+   all. This is the noise test on the data's own deviations: heavy tails and
+   clusters of odd leaves are in it. When the best candidates fail it, what
+   is left is noise and the search stops.
+6. The cause's leaves are removed and the search repeats (``max_causes`` at
+   most): later causes are measured on leaves not attributed yet, so
+   explanatory powers add up and never count a GPU-minute twice.
 
-1. Candidates are the elements of every cuboid of 1..``max_combination``
-   dimensions (``node=n17``; ``region=us-east & driver_version=550.1``).
-   Cuboids that only repeat a coarser one are skipped: when one dimension
-   determines another (``node`` determines ``region``), ``node & region`` has
-   the same sets as ``node``. Elements are pruned level by level with an
-   upper bound (a set's change in the direction of F is at most the sum of
-   its leaves' positive parts, which only shrinks when a dimension is added).
-2. A candidate is *eligible* -- a confident cause -- when all of these hold:
+Causes are returned ranked by explanatory power, ``(A_S - E_S) / F`` with
+``F`` the net change (negative for a cause against the net change: those come
+last). Ties are broken deterministically: fewer dimensions, then the order of
+``dimensions``, then the value's text. ``surprise`` (Adtributor's
+Jensen-Shannon term of the set, base 2) and ``expected_share`` are reported as
+evidence; ``z_score`` is ``sqrt(G)``.
 
-   - it carries enough of the change: ``EP >= min_explanatory_power``;
-   - it is *concentrated*: ``excess = EP - p * F_R / F >= min_excess``, the
-     share of the change it carries beyond its share ``p`` of the baseline
-     (``F_R``: the change not yet explained). **A change spread evenly -- in
-     proportion to the baseline -- gives every set ``EP == p``, so
-     ``excess == 0``: nothing is eligible and the result is empty**, rather
-     than a large, arbitrary slice such as "region=us-east carries 50%";
-   - it stands out from the leaves' noise: its excess change is at least
-     ``z`` noise sigmas, ``sigma_S = s * sqrt(sum over S of level_i**2)``
-     with ``level = (|actual| + |expected|) / 2`` and ``s`` the robust spread
-     (weighted MAD) of the leaves' relative changes ``(a - e) / level``.
-     ``z`` is Bonferroni-corrected for the number of candidate sets (family
-     level ``alpha``, about 4-5 sigma here), so a noisy frame with no cause
-     yields no cause. Without noise (``s == 0``) this test is void.
-
-3. Greedy: the eligible candidate with the highest surprise, discounted by
-   ``combination_penalty`` per extra dimension (Occam: of two descriptions of
-   the same leaves the shorter wins, and an intersection must buy its extra
-   dimension with a higher surprise), becomes a cause -- narrowed by one more
-   dimension value while the leaves that drops carry at most 5% of its change
-   and moved at most half as much relatively (they stayed put, so they are not
-   part of the cause; this matters where surprise saturates, i.e. when the
-   baseline share is negligible). Its leaves are removed
-   (as RiskLoc does) and the search repeats on the rest, up to ``max_causes``,
-   while the change left unexplained is still at least
-   ``min_explanatory_power`` of F in F's direction (once the causes are out,
-   what is left is noise, and noise is not searched). Later causes are thus
-   measured on leaves not attributed yet: explanatory powers add up and never
-   count a GPU-minute twice.
-
-Causes are returned ranked by explanatory power (the share of the drop they
-carry, what an alert leads with). Ties are broken deterministically: fewer
-dimensions, then the order of ``dimensions``, then the value's text.
+Measured with one parameter set (the defaults) by ``bench/bench_rca.py``; see
+README.md ("Root-cause benchmarks").
 
 Input handling: NaN / None dimension values become the value ``"unknown"``
 (a real, reportable element: "telemetry without a driver label" is a finding);
-NaN measures count as 0. Shares use a small pseudo-count per leaf
-(``smoothing`` of the mean leaf mass), so zero or near-zero expected values
-(a state that normally never occurs) give finite surprise: with an all-zero
-baseline, the baseline share of a set falls back to its share of leaves.
-A total change of (numerically) zero has nothing to explain: ``[]``.
+NaN measures count as 0; duplicate rows of a leaf are summed. No change (or a
+change spread evenly) has nothing to explain: ``[]``.
 
-:func:`adtributor` is the paper's per-dimension procedure, kept for evidence:
-per dimension, elements ranked by surprise are accumulated until their
-explanatory power reaches a target, and dimensions are ranked by how few
-elements they need, then by surprise.
+:func:`adtributor` is Adtributor's per-dimension procedure (Bhagwan et al.,
+NSDI 2014), kept for evidence: per dimension, elements ranked by surprise are
+accumulated until their explanatory power reaches a target, and dimensions are
+ranked by how few elements they need, then by surprise.
 """
 
 from __future__ import annotations
@@ -99,16 +95,23 @@ _DENSE_FACTOR = 8
 # search first on any data whose causes are fewer; the cap only bounds the
 # time and the length of an alert.
 MAX_CAUSES = 5
-# A cause's leaves move, on average, at least 2 of their own noise sigmas: a
-# root cause shows in its leaves (Squeeze's ripple effect), and 2 sigma is the
-# usual two-sided 95 % band of one leaf. A set whose leaves each sit inside
-# their noise band is a slight tilt of many leaves, not a cause.
+# A cause's leaves move, on average, at least 1 of their own noise sigmas: a
+# root cause shows in its leaves (Squeeze's ripple effect), not only in the sum
+# of hundreds of them (a tilt of a fraction of a sigma over many leaves is
+# significant in sum, yet no leaf shows it). One sigma -- a move as large as
+# the leaf's noise -- is the smallest a single leaf can be said to show; a
+# stricter bar (2 sigma) drops causes whose parts move unevenly (a bitrate
+# failing on every device, some more than others). The same bar tells a part
+# that "stayed put" (_moves_as_one).
 MIN_LEAF_Z = 1.0
 # Noise model fit (_noise_variance): at most this many level groups, of at
-# least this many leaves each (a median absolute deviation needs a few dozen
-# points to be stable).
+# least this many leaves each (a median of 20 values is within about 30 % of
+# the spread; only the ratio between groups matters for the choice of model).
 _NOISE_BUCKETS = 8
 _NOISE_BUCKET_LEAVES = 20
+# ... on at most this many leaves (every k-th by level): medians of 5,000 are
+# within about 2 % of the spread, and the fit stays fast on large frames.
+_NOISE_SAMPLE = 5000
 # Candidate crossover levels of the two noise sources, in multiples of the
 # median leaf level: a geometric grid (factor 4) wide enough to cover leaves
 # from a 1000th to 1000 times the typical one.
@@ -116,13 +119,11 @@ _KAPPA_GRID = (1 / 1024, 1 / 256, 1 / 64, 1 / 16, 1 / 4, 1.0, 4.0, 16.0, 64.0, 2
 # Relative noise floor: measures are floats; without a floor a noise-free
 # frame would make every difference infinitely significant.
 _NOISE_FLOOR = 1e-6
-# _moves_as_one: a part of a set "stayed put" when it moved less than half as
-# much as the set (a ripple effect moves every part alike; half is the midpoint
-# between not moving and moving with the set).
-_STAYED = 0.5
-# ... and that part carries at least this share of the set's mass: a smaller
-# part dilutes the set's move by less than a tenth, so the set still describes
-# what moved (a few odd leaves inside a cause do not split it).
+# _moves_as_one: a set does not move as one when the parts of it that stayed
+# put carry at least a third of its evidence (information): then at least one
+# leaf in three did not move, and the set overstates the cause's breadth by
+# half or more; a smaller share (a few odd leaves inside a cause, a device
+# that barely moved) leaves the set the best description of what moved.
 _STAYED_SHARE = 1 / 3
 # _shuffled_max: shuffles of the leaves' deviations per round (the largest of 9
 # null maxima is about their 90th percentile: see _shuffled_max) and the fixed
@@ -462,7 +463,11 @@ def _cuboids(leaves: _Leaves, max_combination: int) -> list[tuple[int, ...]]:
     dependent = set()
     for i, j in combinations(range(k), 2):
         key = leaves.codes[:, i] * leaves.cards[j] + leaves.codes[:, j]
-        cells = len(np.unique(key))
+        space = leaves.cards[i] * leaves.cards[j]
+        if space <= _DENSE_FACTOR * max(len(key), 128):
+            cells = int((np.bincount(key, minlength=space) > 0).sum())
+        else:
+            cells = len(np.unique(key))
         if cells == present[i] or cells == present[j]:
             dependent.add((i, j))
     result = []
@@ -596,6 +601,8 @@ def _noise_variance(dev: np.ndarray, level: np.ndarray, informative: np.ndarray)
     """
     lv, dv = level[informative], np.abs(dev[informative])
     order = np.argsort(lv, kind="stable")
+    if order.size > _NOISE_SAMPLE:  # every k-th leaf by level: the same spread, fewer medians to take
+        order = order[:: order.size // _NOISE_SAMPLE + 1]
     lv, dv = lv[order], dv[order]
     buckets = max(1, min(_NOISE_BUCKETS, len(lv) // _NOISE_BUCKET_LEAVES))
     parts = np.array_split(np.arange(len(lv)), buckets)
@@ -706,20 +713,23 @@ def _shuffled_max(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, round
     if rows.size < 2:
         return 0.0
     rng = np.random.default_rng([_SHUFFLE_SEED, round_])
-    root_h = np.sqrt(stats.h[rows])
+    h = stats.h[rows]
+    root_h = np.sqrt(h)
     u = stats.x[rows] / root_h
     k = _SHUFFLES
-    shuffled = np.concatenate([rng.permutation(u) for _ in range(k)]) * rng.choice([-1.0, 1.0], size=k * u.size)
-    x = shuffled * np.tile(root_h, k)
+    order = np.argsort(rng.random((k, u.size)), axis=1)  # k independent permutations
+    signs = rng.integers(0, 2, size=(k, u.size)) * 2.0 - 1.0
+    x = (u[order] * signs * root_h).ravel()
+    offsets = np.arange(k)[:, None]
     best = 0.0
     for inverse, cell_codes in zip(lattice.inverse, lattice.codes):
         cells = len(cell_codes)
-        sh = np.bincount(inverse[rows], weights=stats.h[rows], minlength=cells)
-        keys = (np.arange(k)[:, None] * cells + inverse[rows][None, :]).ravel()
-        sx = np.bincount(keys, weights=x, minlength=k * cells).reshape(k, cells)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            g = np.where(sh > 0, sx**2 / sh, 0.0)
-        best = max(best, float(g.max()))
+        inv = inverse[rows]
+        sh = np.bincount(inv, weights=h, minlength=cells)
+        sx = np.bincount((offsets * cells + inv).ravel(), weights=x, minlength=k * cells)
+        sx2 = sx.reshape(k, cells) ** 2
+        present = sh > 0
+        best = max(best, float((sx2[:, present] / sh[present]).max()))
     return float(np.sqrt(best))
 
 
@@ -849,15 +859,18 @@ def _moves_as_one(
     min_z: float,
     min_leaf_z: float,
 ) -> bool:
-    """False when, split by one more dimension, part of the set stayed put while the rest moved.
+    """False when part of the set stayed put while the rest moved.
 
     A root cause moves all its leaves alike (Squeeze's generalized ripple
-    effect), so a set is a cause only if no split of it by one more dimension
-    has a part that moved less than ``_STAYED`` of the set's move (or the other
-    way) while the rest moved, the two parts differing by at least the noise
-    test's ``min_z``. This rejects a wide set (``region``) that holds one or
-    several narrower causes (two nodes of it) beside leaves that did not move;
-    the narrower causes are then found on their own.
+    effect). A part "stayed put" when its leaves moved, on average, less than
+    ``min_leaf_z`` of their noise sigmas in the set's direction -- the bar a
+    cause itself must clear. Parts are taken leaf by leaf, then by each split
+    of the set along one more dimension; the set fails when the parts that
+    stayed put carry at least ``_STAYED_SHARE`` of its information and their
+    move differs from the rest's by at least ``min_z`` sigmas. This rejects a
+    wide set (``region``, ``team=risk``) that holds one or several narrower
+    causes (two nodes of it) beside leaves that did not move; the narrower
+    causes are then found on their own.
     """
     rows = np.flatnonzero(in_set & stats.informative)
     sign = 1.0 if move >= 0 else -1.0
