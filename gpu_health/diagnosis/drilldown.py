@@ -245,10 +245,11 @@ def drill_down(
     - ``max_combination``: largest number of dimensions in one cause.
     - ``min_explanatory_power``: smallest share of the net change, in size,
       a cause may carry (0: any share; causes moving against the net count).
-    - ``min_excess``: smallest relative move a cause's leaves make beyond the
-      typical leaf's (in units of the deviation score, about a relative change).
+    - ``min_excess``: smallest common move of a cause's leaves beyond the
+      typical leaf's, relative to their level (0.1: ten percent).
     - ``combination_penalty``: score discount per extra dimension (Occam).
-    - ``alpha``: family-wise level of the noise test over all candidate sets.
+    - ``alpha``: family-wise level of the Bonferroni test over all candidate
+      sets; 0 disables it and the shuffled-noise test.
     - ``smoothing``: pseudo-count per leaf, as a share of the mean leaf mass.
     - ``min_leaf_z``: the cause's leaves must move, on average, at least this
       many of their own noise sigmas (a root cause shows in its leaves).
@@ -257,6 +258,16 @@ def drill_down(
     Returns causes ranked by explanatory power (with the net change first,
     against it last); an empty list when no set of leaves stands out (no
     change, a change spread evenly, or one within noise).
+
+    The defaults are one parameter set for any data, each bound by a reason
+    that holds whatever the measure: ``alpha`` = 0.05 (the usual family-wise
+    level), ``min_leaf_z`` = 1 (a cause shows in its typical leaf:
+    :data:`MIN_LEAF_Z`), no share or size floor (``min_explanatory_power`` =
+    ``min_excess`` = 0: a cause is judged by its own deviation against noise,
+    issue #19), ``max_causes`` = 5 (a bound on time and alert length; the stop
+    rule ends the search first), ``max_combination`` = 3 and
+    ``combination_penalty`` = 0.1 as before. The same set scores Squeeze's B0
+    and RobustSpot's RS in ``bench/bench_rca.py`` (README.md).
     """
     if max_causes < 1 or max_combination < 1:
         raise ValueError("max_causes and max_combination must be at least 1")
