@@ -12,12 +12,15 @@ window and the leaves it is judged against (:func:`expected_leaves_from_history`
    the window's (a capacity change is not a state change); the identity is then
    checked numerically (:func:`state_deltas`, an ``AssertionError`` if broken).
 2. **Drill-down inside each state that grew** by more than ``min_state_growth``
-   of paid GPU-minutes (default 0.1 percentage point): the state's GPU-minutes,
-   actual vs expected, per combination of ``dimensions`` go through
-   :func:`gpu_health.diagnosis.drilldown.drill_down` (Adtributor's explanatory
-   power and surprise over the cuboid lattice), which returns the narrowest
-   sets of values (up to ``max_causes`` per state) that carry the growth, or
-   nothing when it is spread evenly. The leaves searched are every combination
+   of paid GPU-minutes (default 0.1 percentage point): the state's share of
+   each leaf's paid GPU-minutes (a ratio: the state's GPU-minutes over the
+   leaf's, actual vs expected), per combination of ``dimensions``, goes through
+   :func:`gpu_health.diagnosis.drilldown.drill_down` (sets of leaves whose
+   share moved together beyond the leaves' noise, over the cuboid lattice),
+   which returns those sets (up to ``max_causes`` per state), or nothing when
+   the growth is spread evenly or within noise. Drilling the share rather than
+   the GPU-minutes keeps a leaf that merely got more work from looking like a
+   cause. The leaves searched are every combination
    seen where the state could occur (on unallocated GPUs, allocated ones, or
    either), zeros included: they are the contrast. What the causes leave of
    the state's growth (when at least the floor) is one more row with no
