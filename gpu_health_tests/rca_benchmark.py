@@ -33,6 +33,24 @@ the root causes cover at most ``max_coverage`` of the leaves (when every value
 of a dimension is a root cause, the change is spread evenly and has no
 narrower explanation).
 
+RobustSpot's real-incident dataset RS (video-service success rate, a ratio
+KPI; shipped in RiskLoc's repository under ``data/RS``) has another layout,
+which :func:`read_rs_dataset` reads:
+
+    RS/<case>.csv      one row per leaf and minute: min (unix seconds), the
+                       dimension columns, value (failed sessions), cnt (sessions)
+    RS/anomaly.yaml    per case: data (the file stem), timestamp (the anomalous
+                       minute), cause ({dimension: value} or a list of them)
+
+A case's leaves are the rows of its anomalous minute; the KPI is the success
+rate ``k = (cnt - value) / cnt``, so the numerator is ``cnt - value`` and the
+denominator ``cnt``; the forecast of each is its mean over the 4 minutes before
+(the preprocessing of the RobustSpot paper, as RiskLoc re-implements it: a leaf
+absent from those minutes has forecast 0). The frame carries ``real_a`` /
+``predict_a`` (numerator), ``real_b`` / ``predict_b`` (denominator) and
+``real`` / ``predict`` (the ratio; the forecast ratio is the mean of the
+per-minute ratios, as published).
+
 Regenerate the committed fixtures with
 ``.venv/bin/python -m gpu_health_tests.rca_benchmark gpu_health_tests/fixtures/rca``.
 """
@@ -182,8 +200,51 @@ def read_dataset(root: Path) -> list[Case]:
     return cases
 
 
+MEASURE_COLUMNS = ("real", "predict", "real_a", "predict_a", "real_b", "predict_b")
+
+
 def dimension_columns(frame: pd.DataFrame) -> list[str]:
-    return [c for c in frame.columns if c not in ("real", "predict")]
+    return [c for c in frame.columns if c not in MEASURE_COLUMNS]
+
+
+RS_HISTORY_MINUTES = 4  # the RobustSpot paper's forecast: mean of the 4 minutes before
+
+
+def read_rs_case(raw: pd.DataFrame, timestamp: int) -> pd.DataFrame:
+    """One RS case's leaves at ``timestamp``: dimensions (as text), numerator, denominator, ratio."""
+    dims = [c for c in raw.columns if c not in ("min", "value", "cnt")]
+    raw = raw.assign(
+        success=raw["cnt"] - raw["value"],
+        ratio=(raw["cnt"] - raw["value"]) / raw["cnt"].where(raw["cnt"] != 0),
+    )
+    raw[dims] = raw[dims].astype(str)
+    now = raw[raw["min"] == timestamp]
+    history = raw[raw["min"].isin([timestamp - 60 * i for i in range(1, RS_HISTORY_MINUTES + 1)])]
+    forecast = history.groupby(dims, sort=False)[["success", "cnt", "ratio"]].mean()
+    forecast.columns = ["predict_a", "predict_b", "predict"]
+    frame = now[dims + ["success", "cnt", "ratio"]].rename(
+        columns={"success": "real_a", "cnt": "real_b", "ratio": "real"}
+    )
+    frame = frame.merge(forecast, left_on=dims, right_index=True, how="left")
+    measures = ["real_a", "predict_a", "real_b", "predict_b", "real", "predict"]
+    frame[measures] = frame[measures].astype(float).fillna(0.0)
+    return frame[dims + measures].reset_index(drop=True)
+
+
+def read_rs_dataset(root: Path) -> list[Case]:
+    """Every case of RobustSpot's RS dataset under ``root`` (``anomaly.yaml`` + one csv a case)."""
+    import yaml
+
+    with open(Path(root) / "anomaly.yaml", encoding="utf-8") as handle:
+        anomalies = yaml.safe_load(handle)
+    cases = []
+    for anomaly in anomalies:
+        raw = pd.read_csv(Path(root) / f"{anomaly['data']}.csv", dtype={"min": "int64"})
+        frame = read_rs_case(raw, int(anomaly["timestamp"]))
+        causes = anomaly["cause"] if isinstance(anomaly["cause"], list) else [anomaly["cause"]]
+        truth = frozenset(cause_string({k: str(v) for k, v in c.items()}) for c in causes)
+        cases.append(Case("RS", str(anomaly["data"]), frame, truth))
+    return cases
 
 
 if __name__ == "__main__":

@@ -12,12 +12,15 @@ window and the leaves it is judged against (:func:`expected_leaves_from_history`
    the window's (a capacity change is not a state change); the identity is then
    checked numerically (:func:`state_deltas`, an ``AssertionError`` if broken).
 2. **Drill-down inside each state that grew** by more than ``min_state_growth``
-   of paid GPU-minutes (default 0.1 percentage point): the state's GPU-minutes,
-   actual vs expected, per combination of ``dimensions`` go through
-   :func:`gpu_health.diagnosis.drilldown.drill_down` (Adtributor's explanatory
-   power and surprise over the cuboid lattice), which returns the narrowest
-   sets of values (up to ``max_causes`` per state) that carry the growth, or
-   nothing when it is spread evenly. The leaves searched are every combination
+   of paid GPU-minutes (default 0.1 percentage point): the state's share of
+   each leaf's paid GPU-minutes (a ratio: the state's GPU-minutes over the
+   leaf's, actual vs expected), per combination of ``dimensions``, goes through
+   :func:`gpu_health.diagnosis.drilldown.drill_down` (sets of leaves whose
+   share moved together beyond the leaves' noise, over the cuboid lattice),
+   which returns those sets (up to ``max_causes`` per state), or nothing when
+   the growth is spread evenly or within noise. Drilling the share rather than
+   the GPU-minutes keeps a leaf that merely got more work from looking like a
+   cause. The leaves searched are every combination
    seen where the state could occur (on unallocated GPUs, allocated ones, or
    either), zeros included: they are the contrast. What the causes leave of
    the state's growth (when at least the floor) is one more row with no
@@ -196,7 +199,8 @@ def decompose(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame, *, dim
         growth = float(d["actual_gpu_minutes"] - d["expected_gpu_minutes"])
         state_text = (f"{state} {d['delta_share'] * 100:+.2f} pp of paid GPU-minutes ({growth:+,.0f} GPU-min: "
                       f"{d['actual_gpu_minutes']:,.0f} vs {d['expected_gpu_minutes']:,.0f} expected)")
-        causes = drill_down(table.frame(state), dims, "actual", "expected", max_causes=max_causes)
+        causes = drill_down(table.frame(state), dims, "actual", "expected", max_causes=max_causes,
+                            actual_base="paid_actual", expected_base="paid_expected")
         for c in causes:
             rows.append({
                 "state": state, "cause_family": cause_family(state, c.elements), "elements": json.dumps(c.elements),
@@ -367,7 +371,9 @@ class _LeafTable:
         self.minutes = both["gpu_minutes"].to_numpy(dtype=float) * np.where(self.side == 1, scale, 1.0)
 
     def frame(self, state: str) -> pd.DataFrame:
-        """This state's leaves with ``actual`` and ``expected`` GPU-minutes (the dimension columns plus those two)."""
+        """This state's leaves: the dimension columns, ``actual`` / ``expected`` GPU-minutes in the state and
+        ``paid_actual`` / ``paid_expected`` GPU-minutes of the leaf in every state (the state's share of a leaf's
+        paid GPU-minutes is the ratio the drill-down follows)."""
         n = len(self.universe)
         kind = STATE_KIND[state]
         same_kind = [s for s in STATES if kind == "any" or STATE_KIND[s] in (kind, "any")]
@@ -377,6 +383,8 @@ class _LeafTable:
         for name, side in (("actual", 0), ("expected", 1)):
             sel = rows & (self.side == side)
             out[name] = np.bincount(self.leaf[sel], weights=self.minutes[sel], minlength=n)
+            on_side = self.side == side
+            out[f"paid_{name}"] = np.bincount(self.leaf[on_side], weights=self.minutes[on_side], minlength=n)
         return out[seen].reset_index(drop=True)
 
 

@@ -1,83 +1,79 @@
-"""Drill-down of a change to the narrowest dimension values that explain it.
+"""Drill-down of a change to the dimension values whose leaves moved, beyond noise.
 
 Given leaves -- one row per combination of dimension values (region, node,
-sku, driver_version, ...) with an additive measure observed (``actual``) and
-expected (``expected``), e.g. GPU-minutes in one loss state -- find the few
-dimension values, or intersections of two or three of them, that carry most of
-the total change ``F = sum(actual) - sum(expected)``.
+sku, driver_version, ...) with a measure observed (``actual``) and expected
+(``expected``), e.g. GPU-minutes in one loss state -- find every set of
+leaves (a dimension value, or an intersection of two or three) that moved
+together beyond the leaves' noise: the root causes (issue #19).
 
-Scores (Bhagwan et al., "Adtributor", NSDI 2014):
+A ratio KPI (failure rate, a state's share of paid GPU-minutes, queue wait per
+job) is drilled by its numerator and denominator (as RiskLoc and RobustSpot
+do): ``actual`` / ``expected`` are the numerator, ``actual_base`` /
+``expected_base`` the denominator. Each leaf's expected numerator is taken at
+its *observed* denominator (``base_actual * rate``, the leaf's expected rate
+shrunk toward the common one by a median leaf's worth of history), so more
+traffic is not a cause and a lower rate is; the leaf's sampling noise
+(binomial for a rate in [0, 1], counting otherwise) is added to its noise; and
+moves are measured in units of the common ratio times the leaf's volume, so a
+change that shifts every leaf's ratio alike is spread evenly.
 
-- explanatory power of a set S of leaves: ``EP(S) = (A_S - E_S) / F``, its
-  signed share of the total change. It is positive for a set that moved with
-  the total, so a state that *shrank* (F < 0) is handled like one that grew.
-- surprise of S: its term of the Jensen-Shannon divergence (base 2) between
-  the expected and the actual distribution over the leaves,
-  ``0.5 * (p log2(2p/(p+q)) + q log2(2q/(p+q)))`` with ``p = E_S/E`` and
-  ``q = A_S/A``. It is large when S's share of the total moved a lot, and it
-  grows with the mass that moved, so a narrow set that carries the change
-  beats both the wide set around it (``region`` around one ``node``) and the
-  narrower pieces inside it (``node & team`` when every team on the node moved
-  alike -- Squeeze's "ripple effect").
+Method (after Squeeze, ISSRE 2019 -- the generalized ripple effect -- and
+RiskLoc, 2022 -- remove a found cause and search again; no code of theirs):
 
-Search (Adtributor's scores over the cuboid lattice, in the spirit of Squeeze
-(ISSRE 2019) and RiskLoc (2022)):
+1. Each leaf's move: ``d = actual - expected`` beyond the typical leaf's move
+   ``c * level`` (``level``: what the leaf was expected to carry; for a leaf
+   that appears from nothing, what a typical leaf was expected to carry).
+   ``c`` is the half-sample mode of the leaves' relative moves -- 0 unless
+   most leaves moved alike: a change spread evenly over the leaves is no
+   cause, whatever its size.
+2. Each leaf's noise: ``s**2 * (level**2 + kappa * level)`` (relative and
+   counting noise), fitted robustly on the leaves (:func:`_noise_variance`).
+3. A set's score ``G = (sum w level dev)**2 / sum w level**2`` (``w``: the
+   inverse noise variance) is the squared z of the set's common move under the
+   ripple model (every leaf of a cause moves by the same factor). It is
+   largest for the exact cause: a wider set dilutes it with leaves that did
+   not move, a narrower one holds fewer of the moved leaves. It does not care
+   about the sign of the net change: causes that move against it count, and
+   its share of the net change plays no part.
+4. A candidate is eligible when ``G`` passes Bonferroni over all candidate
+   sets (``alpha``) and its leaves move, on average, ``min_leaf_z`` of their
+   own noise sigmas (a slight tilt of many leaves is not a cause). The best
+   eligible candidate (score discounted by ``combination_penalty`` per extra
+   dimension, Occam) must *move as one* (:func:`_moves_as_one`: no part of it
+   holding a third of its evidence stayed put, leaf by leaf or split by a
+   further dimension -- else it is a wider set around the real causes) and is
+   then *widened* while the set without one of its dimensions also moves as
+   one (:func:`_widest`: its siblings moved too, so that dimension explains
+   nothing).
+5. Stop rule: the chosen set must also beat what the leaves not attributed
+   yet reach when their deviations are shuffled across them
+   (:func:`_shuffled_max`), unless the leaves outside it show no deviation at
+   all. This is the noise test on the data's own deviations: heavy tails and
+   clusters of odd leaves are in it. When the best candidates fail it, what
+   is left is noise and the search stops.
+6. The cause's leaves are removed and the search repeats (``max_causes`` at
+   most): later causes are measured on leaves not attributed yet, so
+   explanatory powers add up and never count a GPU-minute twice.
 
-1. Candidates are the elements of every cuboid of 1..``max_combination``
-   dimensions (``node=n17``; ``region=us-east & driver_version=550.1``).
-   Cuboids that only repeat a coarser one are skipped: when one dimension
-   determines another (``node`` determines ``region``), ``node & region`` has
-   the same sets as ``node``. Elements are pruned level by level with an
-   upper bound (a set's change in the direction of F is at most the sum of
-   its leaves' positive parts, which only shrinks when a dimension is added).
-2. A candidate is *eligible* -- a confident cause -- when all of these hold:
+Causes are returned ranked by explanatory power, ``(A_S - E_S) / F`` with
+``F`` the net change (negative for a cause against the net change: those come
+last). Ties are broken deterministically: fewer dimensions, then the order of
+``dimensions``, then the value's text. ``surprise`` (Adtributor's
+Jensen-Shannon term of the set, base 2) and ``expected_share`` are reported as
+evidence; ``z_score`` is ``sqrt(G)``.
 
-   - it carries enough of the change: ``EP >= min_explanatory_power``;
-   - it is *concentrated*: ``excess = EP - p * F_R / F >= min_excess``, the
-     share of the change it carries beyond its share ``p`` of the baseline
-     (``F_R``: the change not yet explained). **A change spread evenly -- in
-     proportion to the baseline -- gives every set ``EP == p``, so
-     ``excess == 0``: nothing is eligible and the result is empty**, rather
-     than a large, arbitrary slice such as "region=us-east carries 50%";
-   - it stands out from the leaves' noise: its excess change is at least
-     ``z`` noise sigmas, ``sigma_S = s * sqrt(sum over S of level_i**2)``
-     with ``level = (|actual| + |expected|) / 2`` and ``s`` the robust spread
-     (weighted MAD) of the leaves' relative changes ``(a - e) / level``.
-     ``z`` is Bonferroni-corrected for the number of candidate sets (family
-     level ``alpha``, about 4-5 sigma here), so a noisy frame with no cause
-     yields no cause. Without noise (``s == 0``) this test is void.
-
-3. Greedy: the eligible candidate with the highest surprise, discounted by
-   ``combination_penalty`` per extra dimension (Occam: of two descriptions of
-   the same leaves the shorter wins, and an intersection must buy its extra
-   dimension with a higher surprise), becomes a cause -- narrowed by one more
-   dimension value while the leaves that drops carry at most 5% of its change
-   and moved at most half as much relatively (they stayed put, so they are not
-   part of the cause; this matters where surprise saturates, i.e. when the
-   baseline share is negligible). Its leaves are removed
-   (as RiskLoc does) and the search repeats on the rest, up to ``max_causes``,
-   while the change left unexplained is still at least
-   ``min_explanatory_power`` of F in F's direction (once the causes are out,
-   what is left is noise, and noise is not searched). Later causes are thus
-   measured on leaves not attributed yet: explanatory powers add up and never
-   count a GPU-minute twice.
-
-Causes are returned ranked by explanatory power (the share of the drop they
-carry, what an alert leads with). Ties are broken deterministically: fewer
-dimensions, then the order of ``dimensions``, then the value's text.
+Measured with one parameter set (the defaults) by ``bench/bench_rca.py``; see
+README.md ("Root-cause benchmarks").
 
 Input handling: NaN / None dimension values become the value ``"unknown"``
 (a real, reportable element: "telemetry without a driver label" is a finding);
-NaN measures count as 0. Shares use a small pseudo-count per leaf
-(``smoothing`` of the mean leaf mass), so zero or near-zero expected values
-(a state that normally never occurs) give finite surprise: with an all-zero
-baseline, the baseline share of a set falls back to its share of leaves.
-A total change of (numerically) zero has nothing to explain: ``[]``.
+NaN measures count as 0; duplicate rows of a leaf are summed. No change (or a
+change spread evenly) has nothing to explain: ``[]``.
 
-:func:`adtributor` is the paper's per-dimension procedure, kept for evidence:
-per dimension, elements ranked by surprise are accumulated until their
-explanatory power reaches a target, and dimensions are ranked by how few
-elements they need, then by surprise.
+:func:`adtributor` is Adtributor's per-dimension procedure (Bhagwan et al.,
+NSDI 2014), kept for evidence: per dimension, elements ranked by surprise are
+accumulated until their explanatory power reaches a target, and dimensions are
+ranked by how few elements they need, then by surprise.
 """
 
 from __future__ import annotations
@@ -88,16 +84,57 @@ from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
+from scipy.special import ndtri
 
 UNKNOWN = "unknown"
 
 # Group cells through a dense bincount when the key space is at most this many
 # times the number of rows; otherwise through np.unique (sort based).
 _DENSE_FACTOR = 8
-# Narrowing a chosen set (see _narrower): the leaves dropped carry at most this
-# share of its change, and moved at most this fraction as much, relatively.
-_DROP_SHARE = 0.05
-_DROP_RIPPLE = 0.5
+# Default cap on causes: the stop rule (no candidate beyond noise) ends the
+# search first on any data whose causes are fewer; the cap only bounds the
+# time and the length of an alert.
+MAX_CAUSES = 5
+# A cause's leaves move, on average, at least 1 of their own noise sigmas: a
+# root cause shows in its leaves (Squeeze's ripple effect), not only in the sum
+# of hundreds of them (a tilt of a fraction of a sigma over many leaves is
+# significant in sum, yet no leaf shows it). One sigma -- a move as large as
+# the leaf's noise -- is the smallest a single leaf can be said to show; a
+# stricter bar (2 sigma) drops causes whose parts move unevenly (a bitrate
+# failing on every device, some more than others). The same bar tells a part
+# that "stayed put" (_moves_as_one).
+MIN_LEAF_Z = 1.0
+# Noise model fit (_noise_variance): at most this many level groups, of at
+# least this many leaves each (a median of 20 values is within about 30 % of
+# the spread; only the ratio between groups matters for the choice of model).
+_NOISE_BUCKETS = 8
+_NOISE_BUCKET_LEAVES = 20
+# ... on at most this many leaves (every k-th by level): medians of 5,000 are
+# within about 2 % of the spread, and the fit stays fast on large frames.
+_NOISE_SAMPLE = 5000
+# Candidate crossover levels of the two noise sources, in multiples of the
+# median leaf level: a geometric grid (factor 4) wide enough to cover leaves
+# from a 1000th to 1000 times the typical one.
+_KAPPA_GRID = (1 / 1024, 1 / 256, 1 / 64, 1 / 16, 1 / 4, 1.0, 4.0, 16.0, 64.0, 256.0, 1024.0)
+# Relative noise floor: measures are floats; without a floor a noise-free
+# frame would make every difference infinitely significant.
+_NOISE_FLOOR = 1e-6
+# _moves_as_one: a set does not move as one when the parts of it that stayed
+# put carry at least a third of its evidence (information): then at least one
+# leaf in three did not move, and the set overstates the cause's breadth by
+# half or more; a smaller share (a few odd leaves inside a cause, a device
+# that barely moved) leaves the set the best description of what moved.
+_STAYED_SHARE = 1 / 3
+# _shuffled_max: shuffles of the leaves' deviations per round (the largest of 9
+# null maxima is about their 90th percentile: see _shuffled_max) and the fixed
+# seed that makes the answer reproducible.
+_SHUFFLES = 9
+_SHUFFLE_SEED = 20_190_901
+# Candidates per round tested against the shuffled noise before the search
+# stops: the best ones failing means what is left is noise (bounds the time).
+_NULL_CHECKS = 3
+# Candidates checked by _moves_as_one per round, best first (bounds the time).
+_MAX_CHECKS = 200
 
 
 @dataclass(frozen=True)
@@ -111,7 +148,9 @@ class Cause:
     expected: float
     support: int  # leaf rows in the set
     expected_share: float = float("nan")  # share of the baseline (smoothed), within its round
-    z_score: float = float("inf")  # excess change in noise sigmas (inf: the leaves show no noise)
+    z_score: float = float("inf")  # the set's common move in noise sigmas
+    ratio_actual: float = float("nan")  # a ratio KPI: the set's observed ratio
+    ratio_expected: float = float("nan")  # a ratio KPI: the set's expected ratio
 
     @property
     def change(self) -> float:
@@ -132,8 +171,11 @@ class Cause:
         else:
             relative = " (from 0)"
         sigma = f"{self.z_score:.1f} sigma" if np.isfinite(self.z_score) else "leaves show no noise"
+        ratio = ""
+        if np.isfinite(self.ratio_actual) or np.isfinite(self.ratio_expected):
+            ratio = f"ratio {self.ratio_actual:.4g} vs {self.ratio_expected:.4g} expected; "
         return (
-            f"{self.label()}: {change:+,.6g}{relative}, actual {self.actual:,.6g} vs expected "
+            f"{self.label()}: {ratio}{change:+,.6g}{relative}, actual {self.actual:,.6g} vs expected "
             f"{self.expected:,.6g}; {self.explanatory_power:.0%} of the change "
             f"(baseline share {self.expected_share:.1%}), surprise {self.surprise:.3g}, "
             f"{sigma}, {self.support} leaves"
@@ -164,7 +206,12 @@ class _Leaves:
     labels: list[np.ndarray]  # per dimension: value of each code (object)
     cards: list[int]
     actual: np.ndarray
-    expected: np.ndarray
+    expected: np.ndarray  # a ratio: the numerator expected at the observed denominator
+    base_actual: np.ndarray | None = None  # a ratio: the denominator observed
+    base_expected: np.ndarray | None = None  # a ratio: the denominator expected
+    history: np.ndarray | None = None  # a ratio: the numerator expected (as given)
+    sampling: np.ndarray | None = None  # a ratio: the numerator's sampling variance at the observed denominator
+    volume: np.ndarray | None = None  # a ratio: the observed denominator at the common ratio
 
 
 def drill_down(
@@ -173,67 +220,117 @@ def drill_down(
     actual: str = "actual",
     expected: str = "expected",
     *,
-    max_causes: int = 3,
+    max_causes: int = MAX_CAUSES,
     max_combination: int = 3,
-    min_explanatory_power: float = 0.1,
-    min_excess: float = 0.1,
+    min_explanatory_power: float = 0.0,
+    min_excess: float = 0.0,
     combination_penalty: float = 0.1,
     alpha: float = 0.05,
     smoothing: float = 0.01,
+    min_leaf_z: float = MIN_LEAF_Z,
+    actual_base: str | None = None,
+    expected_base: str | None = None,
 ) -> list[Cause]:
-    """The narrowest dimension values (or intersections) explaining ``sum(actual) - sum(expected)``.
+    """The dimension values (or intersections) whose leaves moved together, beyond noise.
 
     ``frame`` holds one row per leaf: the ``dimensions`` columns and the
-    additive measure observed (``actual``) and expected (``expected``).
+    measure observed (``actual``) and expected (``expected``). An additive
+    measure (GPU-minutes) is drilled as it is; a ratio KPI (failure rate,
+    goodput share, queue wait per job) by its numerator and denominator: pass
+    the numerator as ``actual`` / ``expected`` and the denominator as
+    ``actual_base`` / ``expected_base`` (see the module docstring).
 
-    - ``max_causes``: at most this many causes.
+    - ``max_causes``: at most this many causes (the stop rule usually ends
+      the search before: it stops when no candidate stands out from noise).
     - ``max_combination``: largest number of dimensions in one cause.
-    - ``min_explanatory_power``: smallest share of the total change a cause
-      may carry; also the stop rule (less than this left unexplained).
-    - ``min_excess``: smallest share carried beyond the cause's baseline share
-      (the evenly-spread rule).
-    - ``combination_penalty``: surprise discount per extra dimension.
-    - ``alpha``: family-wise level of the noise test over all candidate sets
-      (0 disables it).
+    - ``min_explanatory_power``: smallest share of the net change, in size,
+      a cause may carry (0: any share; causes moving against the net count).
+    - ``min_excess``: smallest common move of a cause's leaves beyond the
+      typical leaf's, relative to their level (0.1: ten percent).
+    - ``combination_penalty``: score discount per extra dimension (Occam).
+    - ``alpha``: family-wise level of the Bonferroni test over all candidate
+      sets; 0 disables it and the shuffled-noise test.
     - ``smoothing``: pseudo-count per leaf, as a share of the mean leaf mass.
+    - ``min_leaf_z``: the cause's leaves must move, on average, at least this
+      many of their own noise sigmas (a root cause shows in its leaves).
+    - ``actual_base`` / ``expected_base``: the ratio's denominator columns.
 
-    See the module docstring for the method. Returns causes ranked by
-    explanatory power; an empty list when there is no change, or no set is a
-    confident cause (e.g. the change is spread evenly, or is within noise).
+    Returns causes ranked by explanatory power (with the net change first,
+    against it last); an empty list when no set of leaves stands out (no
+    change, a change spread evenly, or one within noise).
+
+    The defaults are one parameter set for any data, each bound by a reason
+    that holds whatever the measure: ``alpha`` = 0.05 (the usual family-wise
+    level), ``min_leaf_z`` = 1 (a cause shows in its typical leaf:
+    :data:`MIN_LEAF_Z`), no share or size floor (``min_explanatory_power`` =
+    ``min_excess`` = 0: a cause is judged by its own deviation against noise,
+    issue #19), ``max_causes`` = 5 (a bound on time and alert length; the stop
+    rule ends the search first), ``max_combination`` = 3 and
+    ``combination_penalty`` = 0.1 as before. The same set scores Squeeze's B0
+    and RobustSpot's RS in ``bench/bench_rca.py`` (README.md).
     """
     if max_causes < 1 or max_combination < 1:
         raise ValueError("max_causes and max_combination must be at least 1")
     if not 0 <= combination_penalty < 1:
         raise ValueError("combination_penalty must be in [0, 1)")
-    leaves = _prepare(frame, dimensions, actual, expected)
+    if (actual_base is None) != (expected_base is None):
+        raise ValueError("a ratio needs both actual_base and expected_base (or neither)")
+    leaves = _prepare(frame, dimensions, actual, expected, actual_base, expected_base)
     n = len(leaves.actual)
     if n == 0:
         return []
     a, e = leaves.actual, leaves.expected
-    total = float(a.sum() - e.sum())
+    d = a - e
     scale = max(float(np.abs(a).sum()), float(np.abs(e).sum()))
-    if scale == 0 or abs(total) <= 1e-9 * scale:
+    if scale == 0 or float(np.abs(d).sum()) <= 1e-9 * scale:
         return []
+    total = float(d.sum())
+    pseudo = smoothing * scale / n
+    # each leaf's base: what it was expected to carry; where nothing was
+    # expected, what a typical leaf was expected to carry (or, when nothing was
+    # expected anywhere, carries): a leaf that appears from 0 is measured
+    # against the size of its siblings, not against 0
+    informative = (np.abs(a) + np.abs(e)) > 1e-12 * scale
+    if leaves.volume is not None:  # a ratio: a leaf with volume shows its ratio, even one of 0
+        informative |= leaves.volume > 0
+    expected_somewhere = np.abs(e) > 0
+    typical = float(np.median(np.abs(e[expected_somewhere]))) if expected_somewhere.any() else float(
+        np.median(np.abs(a[informative])))
+    level = np.where(informative, np.where(expected_somewhere, np.abs(e), typical), 0.0)
+    if leaves.volume is not None:  # a ratio: moves of the ratio, in units of the common ratio
+        level = np.where(informative & (leaves.volume > 0), leaves.volume, level)
+    center = _typical_move(d, level, e, pseudo)
+    dev = np.where(informative, d - center * level, 0.0)
+    if float(np.abs(dev).sum()) <= 1e-9 * scale:
+        return []
+    variance = _noise_variance(dev, level, informative)
+    if leaves.sampling is not None:
+        variance = variance + leaves.sampling
+    # dev = _tempered(dev, variance, informative)
+    weight = np.where(informative, 1.0 / variance, 0.0)
+    score_x = weight * level * dev  # per leaf: sum over a set / its information = the set's common move
+    score_h = weight * level**2
+    stats = _LeafStats(d=d, dev=dev, x=score_x, h=score_h, informative=informative)
 
-    cuboids = _cuboids(leaves, max_combination)
-    hypotheses = sum(min(n, int(np.prod([leaves.cards[j] for j in c], dtype=float))) for c in cuboids)
-    min_z = NormalDist().inv_cdf(1 - alpha / max(hypotheses, 1)) if alpha > 0 else 0.0
+    lattice = _lattice(leaves, _cuboids(leaves, max_combination))
     alive = np.ones(n, dtype=bool)
+    bonferroni = None
     causes: list[Cause] = []
-    for _ in range(max_causes):
-        unexplained = (a[alive].sum() - e[alive].sum()) / total
-        if unexplained < min_explanatory_power:
-            break
-        found = _best_candidate(
-            leaves, alive, cuboids, total, min_explanatory_power, min_excess,
-            combination_penalty, min_z, smoothing,
+    for round_ in range(max_causes):
+        cells = _score_cells(lattice, stats, alive)
+        if bonferroni is None:
+            hypotheses = sum(int((c.count > 0).sum()) for c in cells)
+            bonferroni = NormalDist().inv_cdf(1 - alpha / max(hypotheses, 1)) if alpha > 0 else 0.0
+        found = _select(
+            leaves, stats, alive, cells, total, bonferroni, min_leaf_z, min_excess,
+            min_explanatory_power, combination_penalty, (lattice, round_) if alpha > 0 else None,
         )
         if found is None:
             break
-        cuboid, cell, cause = found
-        causes.append(cause)
-        alive &= ~np.all(leaves.codes[:, list(cuboid)] == np.asarray(cell), axis=1)
-    causes.sort(key=lambda c: -c.explanatory_power)  # stable: selection order breaks ties
+        cuboid, cell, g, in_set = found
+        causes.append(_cause(leaves, alive, in_set, cuboid, cell, g, total, smoothing))
+        alive &= ~in_set
+    causes.sort(key=lambda c: -c.explanatory_power if np.isfinite(c.explanatory_power) else 0.0)
     return causes
 
 
@@ -304,12 +401,20 @@ def adtributor(
 # --------------------------------------------------------------------------- internals
 
 
-def _prepare(frame: pd.DataFrame, dimensions: list[str], actual: str, expected: str) -> _Leaves:
+def _prepare(
+    frame: pd.DataFrame,
+    dimensions: list[str],
+    actual: str,
+    expected: str,
+    actual_base: str | None = None,
+    expected_base: str | None = None,
+) -> _Leaves:
     if not dimensions:
         raise ValueError("drill-down needs at least one dimension")
     if len(set(dimensions)) != len(dimensions):
         raise ValueError(f"dimensions repeat a name: {dimensions}")
-    missing = [c for c in [*dimensions, actual, expected] if c not in frame.columns]
+    bases = [c for c in (actual_base, expected_base) if c is not None]
+    missing = [c for c in [*dimensions, actual, expected, *bases] if c not in frame.columns]
     if missing:
         raise KeyError(f"columns missing from the frame: {missing}")
     codes = np.empty((len(frame), len(dimensions)), dtype=np.int64)
@@ -328,16 +433,33 @@ def _prepare(frame: pd.DataFrame, dimensions: list[str], actual: str, expected: 
         codes[:, j] = col_codes
         labels.append(values)
         cards.append(max(len(values), 1))
-    a = pd.to_numeric(frame[actual], errors="raise").to_numpy(dtype=float, na_value=np.nan)
-    e = pd.to_numeric(frame[expected], errors="raise").to_numpy(dtype=float, na_value=np.nan)
-    return _Leaves(
-        dimensions=list(dimensions),
-        codes=codes,
-        labels=labels,
-        cards=cards,
-        actual=np.nan_to_num(a, nan=0.0),
-        expected=np.nan_to_num(e, nan=0.0),
+    measures = np.column_stack([_numbers(frame, c) for c in (actual, expected, *bases)])
+    # one row per leaf: duplicate rows of a leaf (partitions, halves) are summed
+    inverse, codes = _group(codes, cards) if len(codes) else (np.zeros(0, dtype=np.int64), codes)
+    if len(codes) < len(inverse):
+        measures = np.column_stack(
+            [np.bincount(inverse, weights=measures[:, j], minlength=len(codes)) for j in range(measures.shape[1])]
+        )
+    elif len(codes):
+        order = np.empty(len(inverse), dtype=np.int64)
+        order[inverse] = np.arange(len(inverse))
+        measures = measures[order]
+    leaves = _Leaves(
+        dimensions=list(dimensions), codes=codes, labels=labels, cards=cards,
+        actual=measures[:, 0], expected=measures[:, 1],
     )
+    if bases:
+        leaves.base_actual, leaves.base_expected = measures[:, 2], measures[:, 3]
+        leaves.history = measures[:, 1]
+        leaves.expected, leaves.sampling, leaves.volume = _expected_at_actual_volume(
+            measures[:, 1], measures[:, 3], measures[:, 2]
+        )
+    return leaves
+
+
+def _numbers(frame: pd.DataFrame, column: str) -> np.ndarray:
+    values = pd.to_numeric(frame[column], errors="raise").to_numpy(dtype=float, na_value=np.nan)
+    return np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def _cuboids(leaves: _Leaves, max_combination: int) -> list[tuple[int, ...]]:
@@ -352,7 +474,11 @@ def _cuboids(leaves: _Leaves, max_combination: int) -> list[tuple[int, ...]]:
     dependent = set()
     for i, j in combinations(range(k), 2):
         key = leaves.codes[:, i] * leaves.cards[j] + leaves.codes[:, j]
-        cells = len(np.unique(key))
+        space = leaves.cards[i] * leaves.cards[j]
+        if space <= _DENSE_FACTOR * max(len(key), 128):
+            cells = int((np.bincount(key, minlength=space) > 0).sum())
+        else:
+            cells = len(np.unique(key))
         if cells == present[i] or cells == present[j]:
             dependent.add((i, j))
     result = []
@@ -372,22 +498,6 @@ def _shares(a: np.ndarray, e: np.ndarray, smoothing: float) -> tuple[np.ndarray,
         pseudo = 1.0
     a_s, e_s = a_pos + pseudo, e_pos + pseudo
     return e_s / e_s.sum(), a_s / a_s.sum()
-
-
-def _noise_scale(change: np.ndarray, level: np.ndarray) -> float:
-    """Robust spread of the leaves' relative changes around the typical one.
-
-    Relative change ``change / level`` with ``level = (|actual| + |expected|) / 2``
-    (Squeeze's deviation score, bounded by 2 in size); its median absolute
-    deviation, weighted by level and scaled to a normal sigma. Causes move a
-    minority of the mass, so they barely move this estimate.
-    """
-    ok = level > 0
-    if not ok.any():
-        return 0.0
-    rel, w = change[ok] / level[ok], level[ok]
-    center = _weighted_median(rel, w)
-    return 1.4826 * _weighted_median(np.abs(rel - center), w)
 
 
 def _weighted_median(x: np.ndarray, w: np.ndarray) -> float:
@@ -426,163 +536,465 @@ def _group(codes: np.ndarray, cards: list[int]) -> tuple[np.ndarray, np.ndarray]
     return inverse, cell_codes
 
 
-def _best_candidate(
+@dataclass
+class _LeafStats:
+    d: np.ndarray  # actual - expected
+    dev: np.ndarray  # change beyond the typical leaf's move (0 on uninformative leaves)
+    x: np.ndarray  # weight * level * dev
+    h: np.ndarray  # weight * level ** 2 (information)
+    informative: np.ndarray  # level > 0
+
+
+@dataclass
+class _Cells:
+    cuboid: tuple[int, ...]
+    codes: np.ndarray  # (cells, len(cuboid)) code tuples
+    g: np.ndarray  # score: squared z of the cell's common move
+    move: np.ndarray  # the common move (deviation-score units)
+    count: np.ndarray  # informative leaves
+    change: np.ndarray  # actual - expected
+
+
+def _typical_move(d: np.ndarray, level: np.ndarray, expected: np.ndarray, pseudo: float) -> float:
+    """The typical leaf's relative move ``d / level``: the densest value (half-sample mode).
+
+    Leaves that carry no cause share one move (none, or a change spread evenly
+    over every leaf) up to noise, so they form the densest cluster of moves,
+    while causes move their leaves by different amounts. The half-sample mode
+    (Bickel & Fruehwirth 2006: keep, repeatedly, the half of the sorted values
+    with the smallest range) finds that cluster even when causes move up to
+    half of the leaves, where a median would slide toward them; and 0 (no
+    move) is kept unless most leaves are closer to the mode than to 0. Each leaf
+    counts once (mass would let a few large leaves decide); leaves whose
+    expected value is under the pseudo-count have no baseline to move from
+    and do not count; with none left the typical move is 0.
+    """
+    based = (np.abs(expected) > pseudo) & (level > 0)
+    if not based.any():
+        return 0.0
+    moves = d[based] / level[based]
+    mode = _half_sample_mode(moves)
+    # "nothing moved" wins unless most leaves sit closer to the mode than to 0
+    # (half the leaves moving alike is an incident, not the typical leaf)
+    if (np.abs(moves) <= np.abs(moves - mode)).sum() * 2 >= len(moves):
+        return 0.0
+    return mode
+
+
+def _half_sample_mode(values: np.ndarray) -> float:
+    x = np.sort(values)
+    while len(x) > 3:
+        half = (len(x) + 1) // 2
+        widths = x[half - 1:] - x[: len(x) - half + 1]
+        start = int(np.argmin(widths))
+        x = x[start:start + half]
+    if len(x) == 3:
+        x = x[:2] if x[1] - x[0] < x[2] - x[1] else x[1:] if x[1] - x[0] > x[2] - x[1] else x[1:2]
+    return float(np.mean(x))
+
+
+def _noise_variance(dev: np.ndarray, level: np.ndarray, informative: np.ndarray) -> np.ndarray:
+    """Each leaf's noise variance, ``s**2 * (level**2 + kappa * level)``, fitted on the leaves.
+
+    Two sources of noise hold for any measure: a relative one (a forecast
+    off by a few percent: sd proportional to the level) and a counting one
+    (events, sessions, GPU-minutes of a few jobs: Poisson-like, variance
+    proportional to the level); ``kappa`` is the level where they are equal.
+    Of the candidate ``kappa`` (0: purely relative; multiples of the leaves'
+    median level; infinite: purely counting) the one under which the
+    standardized deviations ``dev / sqrt(level**2 + kappa * level)`` have the
+    same robust spread at every level is kept: leaves are cut into up to
+    ``_NOISE_BUCKETS`` groups by level, and the spread of the groups'
+    log-spreads is minimized (ties: the smaller ``kappa``). ``s`` is the robust
+    spread (1.4826 x the median absolute value) of the standardized
+    deviations, so causes, a minority of the leaves, barely count. A floor of
+    ``_NOISE_FLOOR`` relative keeps scores finite on noise-free data.
+    """
+    lv, dv = level[informative], np.abs(dev[informative])
+    order = np.argsort(lv, kind="stable")
+    if order.size > _NOISE_SAMPLE:  # every k-th leaf by level: the same spread, fewer medians to take
+        order = order[:: order.size // _NOISE_SAMPLE + 1]
+    lv, dv = lv[order], dv[order]
+    buckets = max(1, min(_NOISE_BUCKETS, len(lv) // _NOISE_BUCKET_LEAVES))
+    parts = np.array_split(np.arange(len(lv)), buckets)
+    typical = float(np.median(lv))
+    best = None
+    for kappa in [0.0, *(typical * f for f in _KAPPA_GRID), np.inf]:
+        base = np.sqrt(lv) if np.isinf(kappa) else np.sqrt(lv**2 + kappa * lv)
+        z = dv / base
+        spread = 1.4826 * float(np.median(z))
+        if spread <= 0:
+            continue
+        local = np.array([1.4826 * float(np.median(z[p])) for p in parts])
+        local = np.where(local > 0, local, spread)
+        dispersion = float(((np.log(local / spread)) ** 2).sum())
+        if best is None or dispersion < best[0] - 1e-12:
+            best = (dispersion, kappa, spread)
+    if best is None:
+        return (_NOISE_FLOOR * level) ** 2 + np.finfo(float).tiny
+    _, kappa, spread = best
+    base2 = level if np.isinf(kappa) else level**2 + kappa * level
+    return spread**2 * base2 + (_NOISE_FLOOR * level) ** 2 + np.finfo(float).tiny
+
+
+def _tempered(dev: np.ndarray, variance: np.ndarray, informative: np.ndarray) -> np.ndarray:
+    """Deviations clipped at the largest one noise alone would give among the leaves.
+
+    The noise test treats standardized deviations ``u = dev / sd`` as normal.
+    Real telemetry has heavier tails (a few leaves 6-25 sigma off with no
+    cause, as in RobustSpot's incidents), and each such leaf would pass a
+    Bonferroni test on its own. So no leaf counts more than
+    ``c = Phi^-1(1 - 0.25 / n)`` sigmas, the size the largest of ``n`` normal
+    leaves stays under with probability about 3/4 (a Huber-type bound): on
+    normal noise almost nothing changes, one wild leaf cannot be a cause by
+    itself (``c**2`` is below the Bonferroni bound over the sets), and a cause
+    is a set of leaves that all moved -- its score grows with its leaves.
+    """
+    n = int(informative.sum())
+    if n == 0:
+        return dev
+    cap = float(ndtri(1 - 0.25 / n)) if n > 1 else 1.0
+    sd = np.sqrt(variance)
+    return np.where(informative, np.clip(dev, -cap * sd, cap * sd), dev)
+
+
+@dataclass
+class _Lattice:
+    """Each cuboid's cell of every leaf (grouped once) and the cells' code tuples."""
+
+    cuboids: list[tuple[int, ...]]
+    inverse: list[np.ndarray]
+    codes: list[np.ndarray]
+
+
+def _lattice(leaves: _Leaves, cuboids: list[tuple[int, ...]]) -> _Lattice:
+    inverse, codes = [], []
+    for cuboid in cuboids:
+        inv, cell_codes = _group(leaves.codes[:, list(cuboid)], [leaves.cards[j] for j in cuboid])
+        inverse.append(inv)
+        codes.append(cell_codes)
+    return _Lattice(cuboids, inverse, codes)
+
+
+def _score_cells(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, x: np.ndarray | None = None) -> list[_Cells]:
+    """Every cell of every cuboid on the leaves not attributed yet, with its score.
+
+    ``x``: other per-leaf scores (a shuffle); then only the scores ``g`` are filled.
+    """
+    null = x is not None
+    use = (alive & stats.informative).astype(float)
+    if not use.any():
+        return []
+    x = (stats.x if x is None else x) * use
+    h = stats.h * use
+    d = stats.d * use
+    out = []
+    for cuboid, inverse, cell_codes in zip(lattice.cuboids, lattice.inverse, lattice.codes):
+        cells = len(cell_codes)
+        sx = np.bincount(inverse, weights=x, minlength=cells)
+        sh = np.bincount(inverse, weights=h, minlength=cells)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            g = np.where(sh > 0, sx**2 / sh, 0.0)
+        if null:
+            out.append(_Cells(cuboid, cell_codes, g, g, g, g))
+            continue
+        count = np.bincount(inverse, weights=use, minlength=cells)
+        change = np.bincount(inverse, weights=d, minlength=cells)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            move = np.where(sh > 0, sx / sh, 0.0)
+        out.append(_Cells(cuboid, cell_codes, g, move, count, change))
+    return out
+
+
+def _shuffled_max(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, round_: int) -> float:
+    """The best score (in sigmas) any set reaches when the leaves' deviations carry no structure.
+
+    The standardized deviations of the leaves not attributed yet are shuffled
+    across those leaves, with random signs, ``_SHUFFLES`` times (a fixed seed:
+    the answer is reproducible), and every cell is scored as in the search;
+    the largest score of all shuffles is the bar. This is the noise test
+    measured on the data's own deviations: heavy tails, clusters of odd leaves
+    and the sheer number of small sets are all in it, where the Bonferroni
+    bound assumes normal noise. The largest of ``K`` null maxima exceeds the
+    null's ``1 - 1/(K+1)`` quantile: with ``K = 9`` a frame of noise alone
+    shows a set above the bar about one time in ten (Bonferroni's bound, at
+    ``alpha``, applies as well).
+    """
+    rows = np.flatnonzero(alive & stats.informative)
+    if rows.size < 2:
+        return 0.0
+    rng = np.random.default_rng([_SHUFFLE_SEED, round_])
+    h = stats.h[rows]
+    root_h = np.sqrt(h)
+    u = stats.x[rows] / root_h
+    k = _SHUFFLES
+    order = np.argsort(rng.random((k, u.size)), axis=1)  # k independent permutations
+    signs = rng.integers(0, 2, size=(k, u.size)) * 2.0 - 1.0
+    x = (u[order] * signs * root_h).ravel()
+    offsets = np.arange(k)[:, None]
+    best = 0.0
+    for inverse, cell_codes in zip(lattice.inverse, lattice.codes):
+        cells = len(cell_codes)
+        inv = inverse[rows]
+        sh = np.bincount(inv, weights=h, minlength=cells)
+        sx = np.bincount((offsets * cells + inv).ravel(), weights=x, minlength=k * cells)
+        sx2 = sx.reshape(k, cells) ** 2
+        present = sh > 0
+        best = max(best, float((sx2[:, present] / sh[present]).max()))
+    return float(np.sqrt(best))
+
+
+def _select(
+    leaves: _Leaves,
+    stats: _LeafStats,
+    alive: np.ndarray,
+    cells: list[_Cells],
+    total: float,
+    min_z: float,
+    min_leaf_z: float,
+    min_excess: float,
+    min_ep: float,
+    penalty: float,
+    null: tuple[_Lattice, int] | None,
+) -> tuple[tuple[int, ...], tuple[int, ...], float, np.ndarray] | None:
+    """The best eligible cell that moved as one and beats its siblings' noise.
+
+    Candidates, best score first, must move as one (:func:`_moves_as_one`;
+    then widened by :func:`_widest`) and score above what the leaves outside
+    all the leaves not attributed yet reach when shuffled (:func:`_shuffled_max`;
+    ``null``: the lattice and the round, or None to skip) -- unless the
+    leaves outside it show no deviation at all. After ``_NULL_CHECKS``
+    candidates fail that, what is left is taken for noise.
+    """
+    scale = abs(total) if total != 0 else np.inf
+    picks, scores = [], []
+    for i, c in enumerate(cells):
+        per_leaf = c.g / np.maximum(c.count, 1)
+        ok = (
+            (c.g >= min_z**2)
+            & (per_leaf >= min_leaf_z**2)
+            & (np.abs(c.move) >= min_excess)
+            & (np.abs(c.change) >= min_ep * scale)
+        )
+        eligible = np.flatnonzero(ok)
+        picks.append(np.column_stack([np.full(eligible.size, i), eligible]))
+        scores.append(c.g[eligible] * (1.0 - penalty) ** (len(c.cuboid) - 1))
+    if not picks:
+        return None
+    picks_all, scores_all = np.concatenate(picks), np.concatenate(scores)
+    if scores_all.size == 0:
+        return None
+    top = np.argsort(-scores_all, kind="stable")[:_MAX_CHECKS]
+    ranked = []
+    for t in top:
+        i, k = int(picks_all[t, 0]), int(picks_all[t, 1])
+        c = cells[i]
+        cell = tuple(int(v) for v in c.codes[k])
+        labels = tuple(str(leaves.labels[j][v]) for j, v in zip(c.cuboid, cell))
+        ranked.append((-float(f"{float(scores_all[t]):.9g}"), len(c.cuboid), c.cuboid, labels, cell,
+                       float(c.g[k]), float(c.move[k])))
+    ranked.sort(key=lambda r: r[:4])
+    tested, bar = 0, None
+    for _, _, cuboid, _, cell, g, move in ranked[:_MAX_CHECKS]:
+        in_set = alive & np.all(leaves.codes[:, list(cuboid)] == np.asarray(cell), axis=1)
+        if not _moves_as_one(leaves, stats, in_set, cuboid, move, min_z, min_leaf_z):
+            continue
+        found = _widest(leaves, stats, alive, cuboid, cell, g, move, min_z, min_leaf_z)
+        if null is None:
+            return found
+        # noise: what the leaves not attributed yet reach when shuffled; a set
+        # whose siblings show no deviation at all is beyond any noise
+        if bar is None:
+            lattice, round_ = null
+            bar = _shuffled_max(lattice, stats, alive, round_)
+        if found[2] > bar**2 or not stats.x[alive & ~found[3]].any():
+            return found
+        tested += 1
+        if tested >= _NULL_CHECKS:
+            break
+    return None
+
+
+def _widest(
+    leaves: _Leaves,
+    stats: _LeafStats,
+    alive: np.ndarray,
+    cuboid: tuple[int, ...],
+    cell: tuple[int, ...],
+    g: float,
+    move: float,
+    min_z: float,
+    min_leaf_z: float,
+) -> tuple[tuple[int, ...], tuple[int, ...], float, np.ndarray]:
+    """The chosen set widened, one dimension dropped at a time, while the wider set moves as one.
+
+    A cause whose leaves moved by different amounts (a bad bitrate hurting
+    every device, some more than others) can score its worst part above the
+    whole. When the set without one of its dimensions moved the same way,
+    beyond noise and per leaf, and none of its parts stayed put
+    (:func:`_moves_as_one`), the wider set is the cause: its siblings moved
+    too, so the dropped dimension is not part of the explanation (Squeeze's
+    ripple effect, read upward).
+    """
+    while len(cuboid) > 1:
+        best = None
+        for j in range(len(cuboid)):
+            wider = cuboid[:j] + cuboid[j + 1:]
+            wider_cell = cell[:j] + cell[j + 1:]
+            in_wider = alive & np.all(leaves.codes[:, list(wider)] == np.asarray(wider_cell), axis=1)
+            members = in_wider & stats.informative
+            sh = float(stats.h[members].sum())
+            if sh <= 0:
+                continue
+            sx = float(stats.x[members].sum())
+            g_w, move_w = sx * sx / sh, sx / sh
+            if move_w * move <= 0 or g_w < min_z**2 or g_w / max(int(members.sum()), 1) < min_leaf_z**2:
+                continue
+            if not _moves_as_one(leaves, stats, in_wider, wider, move_w, min_z, min_leaf_z):
+                continue
+            if best is None or g_w > best[2]:
+                best = (wider, wider_cell, g_w, move_w)
+        if best is None:
+            break
+        cuboid, cell, g, move = best
+    in_set = alive & np.all(leaves.codes[:, list(cuboid)] == np.asarray(cell), axis=1)
+    return cuboid, cell, g, in_set
+
+
+def _moves_as_one(
+    leaves: _Leaves,
+    stats: _LeafStats,
+    in_set: np.ndarray,
+    cuboid: tuple[int, ...],
+    move: float,
+    min_z: float,
+    min_leaf_z: float,
+) -> bool:
+    """False when part of the set stayed put while the rest moved.
+
+    A root cause moves all its leaves alike (Squeeze's generalized ripple
+    effect). A part "stayed put" when its leaves moved, on average, less than
+    ``min_leaf_z`` of their noise sigmas in the set's direction -- the bar a
+    cause itself must clear. Parts are taken leaf by leaf, then by each split
+    of the set along one more dimension; the set fails when the parts that
+    stayed put carry at least ``_STAYED_SHARE`` of its information and their
+    move differs from the rest's by at least ``min_z`` sigmas. This rejects a
+    wide set (``region``, ``team=risk``) that holds one or several narrower
+    causes (two nodes of it) beside leaves that did not move; the narrower
+    causes are then found on their own.
+    """
+    rows = np.flatnonzero(in_set & stats.informative)
+    sign = 1.0 if move >= 0 else -1.0
+    # leaf by leaf first: leaves that stayed put, wherever they are in the set
+    x, h = stats.x[rows], stats.h[rows]
+    stayed_leaf = sign * x < min_leaf_z * np.sqrt(h)
+    if _split_differs(x, h, stayed_leaf, min_z):
+        return False
+    for k in range(len(leaves.dimensions)):
+        if k in cuboid:
+            continue
+        sub = leaves.codes[rows, k]
+        card = leaves.cards[k]
+        sx = np.bincount(sub, weights=stats.x[rows], minlength=card)
+        sh = np.bincount(sub, weights=stats.h[rows], minlength=card)
+        present = sh > 0
+        if present.sum() < 2:
+            continue
+        count = np.bincount(sub, minlength=card)
+        # a part moved when its leaves moved, on average, beyond their noise
+        # in the set's direction (the per-leaf rule a cause itself must meet)
+        stayed = present & (sign * sx < min_leaf_z * np.sqrt(sh * np.maximum(count, 1)))
+        if _split_differs(sx[present], sh[present], stayed[present], min_z):
+            return False
+    return True
+
+
+def _split_differs(x: np.ndarray, h: np.ndarray, stayed: np.ndarray, min_z: float) -> bool:
+    """True when the parts that stayed carry at least ``_STAYED_SHARE`` of the information and moved differently."""
+    if not stayed.any() or stayed.all():
+        return False
+    h_st, h_mv = h[stayed].sum(), h[~stayed].sum()
+    if h_st < _STAYED_SHARE * (h_st + h_mv) or h_mv <= 0:
+        return False
+    m_st, m_mv = x[stayed].sum() / h_st, x[~stayed].sum() / h_mv
+    return (m_mv - m_st) ** 2 / (1.0 / h_st + 1.0 / h_mv) >= min_z**2
+
+
+def _cause(
     leaves: _Leaves,
     alive: np.ndarray,
-    cuboids: list[tuple[int, ...]],
+    in_set: np.ndarray,
+    cuboid: tuple[int, ...],
+    cell: tuple[int, ...],
+    g: float,
     total: float,
-    min_ep: float,
-    min_excess: float,
-    penalty: float,
-    min_z: float,
     smoothing: float,
-) -> tuple[tuple[int, ...], tuple[int, ...], Cause] | None:
-    rows = np.flatnonzero(alive)
-    codes = leaves.codes[rows]
-    a, e = leaves.actual[rows], leaves.expected[rows]
-    d = a - e
-    residual = float(d.sum())
-    sign = 1.0 if total > 0 else -1.0
-    positive = np.clip(sign * d, 0, None)  # each leaf's change in the direction of the total
-    bound = min_ep * abs(total)
-    p_leaf, q_leaf = _shares(a, e, smoothing)
-    level = (np.abs(a) + np.abs(e)) / 2
-    noise = _noise_scale(d, level)
-
-    best_key, best = None, None
-    promising: dict[tuple[int, ...], np.ndarray] = {}  # cuboid -> rows whose cell may hold causes
-    for cuboid in cuboids:
-        if len(cuboid) == 1:
-            mask = None
-        else:
-            mask = np.ones(len(rows), dtype=bool)
-            for sub in combinations(cuboid, len(cuboid) - 1):
-                mask &= promising[sub]
-            if not mask.any():
-                promising[cuboid] = mask
-                continue
-        sel = slice(None) if mask is None else mask
-        sub_codes = codes[sel][:, list(cuboid)]
-        inverse, cell_codes = _group(sub_codes, [leaves.cards[j] for j in cuboid])
-        cells = len(cell_codes)
-        pos = np.bincount(inverse, weights=positive[sel], minlength=cells)
-        ok_rows = pos[inverse] >= bound
-        if mask is None:
-            promising[cuboid] = ok_rows
-        else:
-            full = np.zeros(len(rows), dtype=bool)
-            full[np.flatnonzero(mask)[ok_rows]] = True
-            promising[cuboid] = full
-        change = np.bincount(inverse, weights=d[sel], minlength=cells)
-        p = np.bincount(inverse, weights=p_leaf[sel], minlength=cells)
-        ep = change / total
-        excess = (change - p * residual) / total
-        eligible = np.flatnonzero((ep >= min_ep) & (excess >= min_excess))
-        if eligible.size == 0:
-            continue
-        if noise > 0:
-            spread = noise * np.sqrt(np.bincount(inverse, weights=level[sel] ** 2, minlength=cells))
-            z = np.abs(excess * total)[eligible] / spread[eligible]
-        else:
-            z = np.full(eligible.size, np.inf)
-        keep = z >= min_z
-        eligible, z = eligible[keep], z[keep]
-        if eligible.size == 0:
-            continue
-        q = np.bincount(inverse, weights=q_leaf[sel], minlength=cells)[eligible]
-        surprise = _js(p[eligible], q)
-        score = surprise * (1.0 - penalty) ** (len(cuboid) - 1)
-        top = np.flatnonzero(np.isclose(score, score.max(), rtol=1e-9, atol=0.0))
-        for t in top:
-            cell = tuple(int(c) for c in cell_codes[eligible[t]])
-            labels = tuple(str(leaves.labels[j][c]) for j, c in zip(cuboid, cell))
-            key = (-round(float(score[t]), 12), len(cuboid), cuboid, labels)
-            if best_key is None or key < best_key:
-                best_key = key
-                best = (cuboid, cell, float(surprise[t]), float(p[eligible[t]]), float(z[t]))
-    if best is None:
-        return None
-    cuboid, cell, surprise, share, z_score = best
-    in_set = np.all(codes[:, list(cuboid)] == np.asarray(cell), axis=1)
-    pseudo = smoothing * (np.clip(a, 0, None).sum() + np.clip(e, 0, None).sum()) / (2 * len(a))
-    while True:
-        narrower = _narrower(leaves, codes, d, e, in_set, cuboid, cell, set(cuboids), pseudo)
-        if narrower is None:
-            break
-        cuboid, cell, in_set = narrower
-        share = float(p_leaf[in_set].sum())
-        surprise = float(_js(np.array([share]), np.array([q_leaf[in_set].sum()]))[0])
-        if noise > 0:
-            spread = noise * np.sqrt((level[in_set] ** 2).sum())
-            z_score = abs(d[in_set].sum() - share * residual) / spread
+) -> Cause:
+    a, e = leaves.actual, leaves.expected
     a_set, e_set = float(a[in_set].sum()), float(e[in_set].sum())
-    cause = Cause(
-        elements={
-            leaves.dimensions[j]: _plain(leaves.labels[j][c]) for j, c in zip(cuboid, cell)
-        },
-        explanatory_power=(a_set - e_set) / total,
+    rows = np.flatnonzero(alive)
+    p_leaf, q_leaf = _shares(a[rows], e[rows], smoothing)
+    member = in_set[rows]
+    share = float(p_leaf[member].sum())
+    surprise = max(0.0, float(_js(np.array([share]), np.array([q_leaf[member].sum()]))[0]))
+    scale = max(float(np.abs(a).sum()), float(np.abs(e).sum()))
+    ep = (a_set - e_set) / total if abs(total) > 1e-12 * scale else float("nan")
+    ratio_actual = ratio_expected = float("nan")
+    if leaves.base_actual is not None:
+        ratio_actual = _ratio(a_set, float(leaves.base_actual[in_set].sum()))
+        ratio_expected = _ratio(float(leaves.history[in_set].sum()), float(leaves.base_expected[in_set].sum()))
+    return Cause(
+        elements={leaves.dimensions[j]: _plain(leaves.labels[j][c]) for j, c in zip(cuboid, cell)},
+        explanatory_power=ep,
         surprise=surprise,
         actual=a_set,
         expected=e_set,
         support=int(in_set.sum()),
         expected_share=share,
-        z_score=z_score,
+        z_score=float(np.sqrt(g)),
+        ratio_actual=ratio_actual,
+        ratio_expected=ratio_expected,
     )
-    return cuboid, cell, cause
 
 
-def _narrower(
-    leaves: _Leaves,
-    codes: np.ndarray,
-    d: np.ndarray,
-    e: np.ndarray,
-    in_set: np.ndarray,
-    cuboid: tuple[int, ...],
-    cell: tuple[int, ...],
-    allowed: set[tuple[int, ...]],
-    pseudo: float,
-) -> tuple[tuple[int, ...], tuple[int, ...], np.ndarray] | None:
-    """The set narrowed by one more dimension value, when the leaves it drops did not move.
+def _ratio(numerator: float, denominator: float) -> float:
+    return numerator / denominator if denominator != 0 else float("nan")
 
-    Surprise saturates when a set's baseline share is negligible (a state that
-    normally never occurs), so it cannot tell ``node=n22`` from
-    ``node=n22 & team=risk`` when only the latter moved. Narrow when the
-    dropped leaves carry at most ``_DROP_SHARE`` of the set's change and moved,
-    relative to their baseline, at most ``_DROP_RIPPLE`` times as much as the
-    kept ones: a root cause's leaves move together (Squeeze's ripple effect),
-    so leaves that stayed put are not part of it.
+
+def _expected_at_actual_volume(
+    history: np.ndarray, base_expected: np.ndarray, base_actual: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A ratio's expected numerator at the observed denominator, ``base_actual * rate``; its sampling variance; volume.
+
+    ``rate`` is each leaf's expected ratio ``history / base_expected``, shrunk
+    toward the ratio of all leaves with a prior weight of the median leaf's
+    expected denominator: a leaf with little history (a few sessions) takes
+    the common rate, one with much history its own, and a leaf without history
+    the common rate.
+
+    Sampling variance: a numerator counted out of its denominator (every rate
+    in [0, 1]: successes of sessions, failed jobs of jobs) varies at least
+    binomially, ``base_actual * rate * (1 - rate)``; any other ratio (waiting
+    seconds per job) at least as a count, ``base_actual * rate``. It is added to
+    the fitted noise, so a leaf of 3 sessions that lost 1 is not a 10-sigma
+    event however quiet the large leaves are.
+
+    Volume: ``base_actual * common``, each leaf's size at the common ratio.
+    Moves of a ratio are measured against it (an absolute change of the ratio,
+    in units of the common ratio): a change that shifts every leaf's ratio by
+    the same amount is spread evenly, whatever each leaf's own ratio was.
     """
-    rows = np.flatnonzero(in_set)
-    change = d[rows].sum()
-    best, best_change = None, None
-    for k in range(len(leaves.dimensions)):
-        if k in cuboid:
-            continue
-        wider = tuple(sorted((*cuboid, k)))
-        if wider not in allowed:
-            continue
-        sub = codes[rows, k]
-        card = leaves.cards[k]
-        kept_change = np.bincount(sub, weights=d[rows], minlength=card)
-        kept_base = np.bincount(sub, weights=np.clip(e[rows], 0, None), minlength=card)
-        kept_n = np.bincount(sub, minlength=card)
-        for v in np.flatnonzero((kept_n > 0) & (kept_n < len(rows))):
-            dropped = change - kept_change[v]
-            if abs(dropped) > _DROP_SHARE * abs(change):
-                continue
-            kept_rel = kept_change[v] / (kept_base[v] + pseudo * kept_n[v])
-            dropped_rel = dropped / (kept_base.sum() - kept_base[v] + pseudo * (len(rows) - kept_n[v]))
-            if abs(dropped_rel) > _DROP_RIPPLE * abs(kept_rel):
-                continue
-            if best is None or abs(kept_change[v]) > best_change:
-                best, best_change = (k, int(v)), abs(kept_change[v])
-    if best is None:
-        return None
-    k, v = best
-    values = dict(zip(cuboid, cell)) | {k: v}
-    narrowed = tuple(sorted(values))
-    narrowed_cell = tuple(values[j] for j in narrowed)
-    return narrowed, narrowed_cell, in_set & (codes[:, k] == v)
+    base_pos = np.clip(base_expected, 0, None)
+    total_base = base_pos.sum()
+    common = history.sum() / total_base if total_base > 0 else 0.0
+    prior = float(np.median(base_pos[base_pos > 0])) if (base_pos > 0).any() else 1.0
+    rate = (history + prior * common) / (base_pos + prior)
+    volume = np.clip(base_actual, 0, None)
+    if ((rate >= 0) & (rate <= 1)).all():
+        sampling = volume * rate * (1 - rate)
+    else:
+        sampling = volume * np.abs(rate)
+    return base_actual * rate, sampling, np.abs(base_actual) * (abs(common) if common != 0 else 1.0)
 
 
 def _plain(value: object) -> object:
