@@ -7,14 +7,16 @@ files stand in for an exporter's corrected re-delivery of one partition.
 """
 
 import shutil
+import uuid
 
 import pandas as pd
 import pytest
+import sqlalchemy as sa
 import yaml
 
 from gpu_health.cli import main, run
 from gpu_health.metrics import pipeline as P
-from gpu_health.storage.warehouse import Warehouse
+from gpu_health.storage.warehouse import Warehouse, engine_for
 
 START, END = "2026-11-03T11:00:00Z", "2026-11-03T11:40:00Z"
 FIXED = ("2026-11-03T11:10:00Z", "2026-11-03T11:15:00Z")  # the partition of the fault's onset, re-delivered clean
@@ -68,15 +70,46 @@ def _firing_pages(url) -> list[str]:
     return sorted(cur[(cur["status"] == "firing") & (cur["severity"] == "page")]["alert_id"])
 
 
+def _all_alerts(url) -> pd.DataFrame:
+    a = Warehouse(url).read_window("alerts")
+    return a.sort_values(["partition_start", "alert_id"]).reset_index(drop=True)
+
+
 def _chain(url) -> pd.DataFrame:
     a = Warehouse(url).read_window("alerts", columns=["partition_start", "alert_id", "status", "severity", "paged_at"])
     return a.sort_values(["partition_start", "alert_id"]).reset_index(drop=True)
 
 
-def test_a_rerun_partition_whose_evidence_vanished_withdraws_its_page(zones, tmp_path, monkeypatch):
+def _new_database(postgres_url: str, name: str) -> str:
+    admin = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    admin.dispose()
+    return sa.make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def warehouses(request, tmp_path):
+    """``warehouses(name)`` -> the URL of a fresh warehouse on the backend under test."""
+    made = []
+
+    def make(name: str) -> str:
+        if request.param == "sqlite":
+            return f"sqlite:///{tmp_path / name}.db"
+        url = _new_database(request.getfixturevalue("postgres_url"), f"rerun_{name}_{uuid.uuid4().hex[:6]}")
+        made.append(url)
+        return url
+
+    yield make
+    for url in made:
+        engine_for(url).dispose()
+
+
+def test_a_rerun_partition_whose_evidence_vanished_withdraws_its_page(zones, tmp_path, warehouses):
     incident, clean = zones
     landing = _copy(incident, tmp_path)
-    url = f"sqlite:///{tmp_path / 'wh.db'}"
+    url = warehouses("wh")
     run(START, END, landing=str(landing), warehouse=url, quiet=True)
     paged = _firing_pages(url)
     assert paged == ["hardware_fault-us-east-202611031110"]  # the ECC fault pages, and stays open to the end
@@ -90,7 +123,7 @@ def test_a_rerun_partition_whose_evidence_vanished_withdraws_its_page(zones, tmp
     assert withdrawn["status"] == "resolved" and withdrawn["description"].startswith(P.WITHDRAWN)
     # the later partitions are what a run of the corrected landing zone from scratch gives them: the drained node
     # alone is one witness, a ticket from 11:15 on, firing at the end
-    fresh_url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    fresh_url = warehouses("fresh")
     run(START, END, landing=str(landing), warehouse=fresh_url, quiet=True)
     rerun = _chain(url)
     rerun = rerun[rerun["alert_id"] != paged[0]].reset_index(drop=True)
@@ -98,9 +131,9 @@ def test_a_rerun_partition_whose_evidence_vanished_withdraws_its_page(zones, tmp
     assert set(rerun[rerun["partition_start"] == LAST]["severity"]) == {"ticket"}
 
     # the same files again: nothing changes (the first later partition comes out as stored)
-    before = Warehouse(url).read_window("alerts")
+    before = _all_alerts(url)
     run(*FIXED, landing=str(landing), warehouse=url, quiet=True)
-    pd.testing.assert_frame_equal(Warehouse(url).read_window("alerts"), before)
+    pd.testing.assert_frame_equal(_all_alerts(url), before)
 
 
 def test_without_the_lookahead_the_page_stays_firing(zones, tmp_path, monkeypatch):
