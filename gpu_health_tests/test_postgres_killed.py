@@ -4,7 +4,8 @@ A private server of the suite's kind (``services.postgres.start_postgres``: the 
 other tests, and this one is killed). The pipeline runs a 30-minute range of a small simulated cluster with
 a thermal incident as one single-run range (``gpu-health run``); the postmaster is killed inside a step's
 write transaction, and every warehouse table is then compared with a clean run of the same range on the
-same server: the same rows.
+same server: the same rows. Each database's runs and reads happen in a folder of their own (cwd), so a
+warehouse that keeps files beside its database URL's default location (``var/...``) never shares them.
 
 * retried: the server comes back 2 s after the kill, while the step waits for its retry
   (TRANSIENT_RETRY), and the same run finishes (killed inside the loss tree's, the KPIs' and the alerts' writes);
@@ -12,6 +13,7 @@ same server: the same rows.
   all as before the step (none half written), and a re-run of the range after the restart converges.
 """
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -111,12 +113,13 @@ def _tables(url: str) -> dict[str, pd.DataFrame]:
 
 
 @pytest.fixture(scope="module")
-def clean(server, scenario):
+def clean(server, scenario, tmp_path_factory):
     from gpu_health.cli import run
 
     url = server.database("clean")
-    run(START, END, scenario=scenario, warehouse=url, quiet=True)
-    tables = _tables(url)
+    with contextlib.chdir(tmp_path_factory.mktemp("clean")):
+        run(START, END, scenario=scenario, warehouse=url, quiet=True)
+        tables = _tables(url)
     engine_for(url).dispose()
     return tables
 
@@ -153,9 +156,10 @@ def _kill_inside(monkeypatch, server, table: str, then=None) -> list:
     "kpi_values",           # the IO manager's write of a one-table step
     "alerts",               # the alerts step's own write
 ])
-def test_killed_mid_write_the_step_retries_and_converges(server, scenario, clean, monkeypatch, table):
+def test_killed_mid_write_the_step_retries_and_converges(server, scenario, clean, monkeypatch, table, tmp_path):
     from gpu_health.cli import run
 
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(common, "TRANSIENT_RETRY", dg.RetryPolicy(max_retries=3, delay=2, backoff=dg.Backoff.EXPONENTIAL))
     url = server.database(f"retried_{table}")
 
@@ -174,9 +178,11 @@ def test_killed_mid_write_the_step_retries_and_converges(server, scenario, clean
         engine_for(url).dispose()
 
 
-def test_killed_past_the_retries_leaves_no_half_step_and_a_rerun_converges(server, scenario, clean, monkeypatch):
+def test_killed_past_the_retries_leaves_no_half_step_and_a_rerun_converges(server, scenario, clean, monkeypatch,
+                                                                          tmp_path):
     from gpu_health.cli import run
 
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(common, "TRANSIENT_RETRY", dg.RetryPolicy(max_retries=0))
     url = server.database("rerun")
     attempts = _kill_inside(monkeypatch, server, "goodput_node_states")
