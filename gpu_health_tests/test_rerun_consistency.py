@@ -15,6 +15,8 @@ import sqlalchemy as sa
 import yaml
 
 from gpu_health.cli import main, run
+from gpu_health.defs.alerting.sensors import latest_alerts
+from gpu_health.delivery.alertmanager import alert_to_payload
 from gpu_health.metrics import pipeline as P
 from gpu_health.storage.warehouse import Warehouse, engine_for
 
@@ -122,6 +124,10 @@ def test_a_rerun_partition_whose_evidence_vanished_withdraws_its_page(zones, tmp
     cur = _current(url).set_index("alert_id")
     withdrawn = cur.loc[paged[0]]
     assert withdrawn["status"] == "resolved" and withdrawn["description"].startswith(P.WITHDRAWN)
+    # what the delivery sensor reads and posts: the page ends at the end of the partition it opened in
+    latest = latest_alerts(Warehouse(url), LAST).set_index("alert_id").loc[paged[0]]
+    payload = alert_to_payload({**latest.to_dict(), "alert_id": paged[0]})
+    assert payload["endsAt"].startswith("2026-11-03T11:15:00")
     # the later partitions are what a run of the corrected landing zone from scratch gives them (on SQLite: the
     # chain is the same on both backends): the drained node alone is one witness, a ticket from 11:15 on
     fresh_url = f"sqlite:///{tmp_path / 'fresh.db'}"
@@ -135,6 +141,9 @@ def test_a_rerun_partition_whose_evidence_vanished_withdraws_its_page(zones, tmp
     before = _all_alerts(url)
     run(*FIXED, landing=str(landing), warehouse=url, quiet=True)
     pd.testing.assert_frame_equal(_all_alerts(url), before)
+    wh, s, e = Warehouse(url), pd.Timestamp(FIXED[0]), pd.Timestamp(FIXED[1])
+    _, stop, meta = P.alerts_after_rerun(wh, s, e, P.alerts(wh, s, e))
+    assert (stop, meta["alerts_rederived_partitions"], meta["alerts_rederive_converged"]) == (e, 0, True)
 
 
 def test_without_the_lookahead_the_page_stays_firing(zones, tmp_path, monkeypatch):
@@ -148,6 +157,11 @@ def test_without_the_lookahead_the_page_stays_firing(zones, tmp_path, monkeypatc
     monkeypatch.setattr(P, "ALERT_LOOKAHEAD", pd.Timedelta(0))
     run(*FIXED, landing=str(landing), warehouse=url, quiet=True)
     assert _firing_pages(url) == ["hardware_fault-us-east-202611031110"]
+    # a horizon shorter than the stale chain re-derives up to it and says it did not converge
+    wh, s, e = Warehouse(url), pd.Timestamp(FIXED[0]), pd.Timestamp(FIXED[1])
+    rows, stop, meta = P.alerts_after_rerun(wh, s, e, P.alerts(wh, s, e), horizon=pd.Timedelta(minutes=10))
+    assert (stop, meta["alerts_rederived_partitions"], meta["alerts_rederive_converged"]) == (e + pd.Timedelta(minutes=10), 2, False)
+    assert set(rows["partition_start"]) <= set(pd.date_range(s, stop, freq="5min", inclusive="left"))
 
 
 def test_the_loss_tree_of_a_partition_commits_whole_or_not_at_all(zones, tmp_path, monkeypatch):

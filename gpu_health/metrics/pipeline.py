@@ -471,8 +471,8 @@ def alerts_after_rerun(wh: Warehouse, start, end, frame: pd.DataFrame, *,
     """The alert snapshots of [start, stop): ``frame`` (this step's [start, end)) and the later partitions re-derived
     from it, plus a tombstone for each alert the re-derivation no longer opens.
 
-    Rule: the partitions after ``end`` whose loss tree is already stored (cluster_goodput rows, up to ``horizon``,
-    default ALERT_LOOKAHEAD) were judged with the open alerts of the partition before them, so when [start, end)
+    Rule: the partitions after ``end`` whose loss tree is already stored (cluster_goodput rows, an unbroken run of
+    them up to ``horizon``, default ALERT_LOOKAHEAD) were judged with the open alerts of the partition before them, so when [start, end)
     re-runs (its landing files replaced) they are re-derived in order from the new snapshots, until one comes out
     exactly as stored while the same partitions are held by scheduling pages: an alert's state is the previous
     snapshot, and the seasonal baseline of the scheduling detector forgets the partitions a scheduling page held,
@@ -486,8 +486,13 @@ def alerts_after_rerun(wh: Warehouse, start, end, frame: pd.DataFrame, *,
 
     start, end = pd.Timestamp(start), pd.Timestamp(end)
     horizon = ALERT_LOOKAHEAD if horizon is None else horizon
-    done = wh.last_partition_by("cluster_goodput", "region", end, end + horizon)
-    limit = (done.max() + FIVE) if len(done) else end
+    # the later partitions already computed: the unbroken run of partitions with a stored loss tree from `end` on (a
+    # partition that never ran stops it; its own run re-derives what follows it)
+    done = set(wh.read_window("cluster_goodput", end, end + horizon, columns=["partition_start"],
+                              where={"region": "*"})["partition_start"])
+    limit = end
+    while limit in done:
+        limit += FIVE
     parts, t, hit, passes = [frame], end, None, 0
     while t < limit and hit is None:
         t1 = min(t + _LOOKAHEAD_PASSES[min(passes, 1)], limit)
@@ -508,7 +513,8 @@ def alerts_after_rerun(wh: Warehouse, start, end, frame: pd.DataFrame, *,
         t = t1
     stop = hit if hit is not None else t
     # not converged: the horizon cut the re-derivation short of a partition that came out as stored
-    converged = hit is not None or wh.last_partition_by("cluster_goodput", "region", stop, stop + FIVE).empty
+    converged = hit is not None or wh.read_window("cluster_goodput", stop, stop + FIVE, columns=["partition_start"],
+                                                  where={"region": "*"}).empty
     rows = pd.concat([p for p in parts if len(p)] or [A.empty()], ignore_index=True)
     stored = wh.read_window("alerts", start, stop)
     gone = sorted(set(stored["alert_id"]) - set(rows["alert_id"])) if len(stored) else []
