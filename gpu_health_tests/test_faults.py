@@ -234,6 +234,8 @@ def test_postgresql_cut_mid_run_is_retried_and_converges_to_the_clean_result(pos
     """The connections die as the loss tree is written and PostgreSQL refuses new ones for 3 s."""
     from gpu_health.cli import run
 
+    monkeypatch.chdir(tmp_path)  # files a warehouse keeps at its default place (var/...) are this test's own
+
     monkeypatch.setattr(common, "TRANSIENT_RETRY", dg.RetryPolicy(max_retries=3, delay=1, backoff=dg.Backoff.EXPONENTIAL))
     u = sa.make_url(postgres_url)
     db = f"faults_{uuid.uuid4().hex[:8]}"

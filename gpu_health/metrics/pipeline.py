@@ -472,9 +472,9 @@ def alerts_after_rerun(wh: Warehouse, start, end, frame: pd.DataFrame, *,
     from it, plus a tombstone for each alert the re-derivation no longer opens.
 
     Rule: the partitions after ``end`` whose loss tree is already stored (cluster_goodput rows, an unbroken run of
-    them up to ``horizon``, default ALERT_LOOKAHEAD) were judged with the open alerts of the partition before them, so when [start, end)
-    re-runs (its landing files replaced) they are re-derived in order from the new snapshots, until one comes out
-    exactly as stored while the same partitions are held by scheduling pages: an alert's state is the previous
+    them up to ``horizon``, default ALERT_LOOKAHEAD) were judged with the open alerts of the partition before
+    them, so when [start, end) re-runs (its landing files replaced) they are re-derived in order from the new
+    snapshots, until one comes out exactly as stored while the same partitions are held by scheduling pages: an alert's state is the previous
     snapshot, and the seasonal baseline of the scheduling detector forgets the partitions a scheduling page held,
     so with both equal every later partition would come out as stored too. ``stop`` is that partition. An alert
     stored in [start, stop) that the re-derivation no longer produces (its evidence vanished) gets one ``resolved``
