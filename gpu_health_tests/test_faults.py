@@ -113,12 +113,13 @@ def small_cluster(tmp_path, monkeypatch):
 
 
 def _fail_first(monkeypatch, method: str, table: str, error_factory, times: int = 1) -> list:
-    """Make ``Warehouse.<method>`` raise ``error_factory()`` on its first ``times`` calls for ``table``."""
+    """Make ``Warehouse.<method>`` raise ``error_factory()`` on its first ``times`` calls for ``table``
+    (``replace_windows``: its calls that write ``table`` among others)."""
     calls = []
     real = getattr(Warehouse, method)
 
     def patched(self, name, *args, **kwargs):
-        if name == table:
+        if name == table or (isinstance(name, dict) and table in name):
             calls.append(name)
             if len(calls) <= times:
                 raise error_factory()
@@ -129,7 +130,7 @@ def _fail_first(monkeypatch, method: str, table: str, error_factory, times: int 
 
 
 @pytest.mark.parametrize("method, table", [
-    ("replace_window", "goodput_states"),   # the IO manager's write of a multi-asset output
+    ("replace_windows", "goodput_states"),  # the loss tree's five tables, written by its step in one transaction
     ("replace_window", "source_rejects"),   # a source asset's own write
     ("read_window", "gpu_telemetry"),       # a derived asset's read
 ])
@@ -150,7 +151,7 @@ def test_an_error_of_the_data_fails_at_once_without_a_retry(small_cluster, monke
     from gpu_health.cli import run
 
     scenario, url = small_cluster
-    calls = _fail_first(monkeypatch, "replace_window", "goodput_states", lambda: ValueError("bad frame"), times=99)
+    calls = _fail_first(monkeypatch, "replace_windows", "goodput_states", lambda: ValueError("bad frame"), times=99)
     with pytest.raises(RuntimeError, match="bad frame"):
         run(*WINDOW, scenario=scenario, warehouse=url, quiet=True)
     assert len(calls) == 1
@@ -161,7 +162,7 @@ def test_retries_stop_after_the_policy_and_the_run_fails_with_the_cause(small_cl
 
     scenario, url = small_cluster
     error = refused_psycopg2()
-    calls = _fail_first(monkeypatch, "replace_window", "goodput_states",
+    calls = _fail_first(monkeypatch, "replace_windows", "goodput_states",
                         lambda: sa.exc.OperationalError("INSERT", {}, error), times=99)
     with pytest.raises(RuntimeError, match="goodput"):
         run(*WINDOW, scenario=scenario, warehouse=url, quiet=True)
@@ -233,6 +234,8 @@ def test_postgresql_cut_mid_run_is_retried_and_converges_to_the_clean_result(pos
     """The connections die as the loss tree is written and PostgreSQL refuses new ones for 3 s."""
     from gpu_health.cli import run
 
+    monkeypatch.chdir(tmp_path)  # files a warehouse keeps at its default place (var/...) are this test's own
+
     monkeypatch.setattr(common, "TRANSIENT_RETRY", dg.RetryPolicy(max_retries=3, delay=1, backoff=dg.Backoff.EXPONENTIAL))
     u = sa.make_url(postgres_url)
     db = f"faults_{uuid.uuid4().hex[:8]}"
@@ -241,17 +244,17 @@ def test_postgresql_cut_mid_run_is_retried_and_converges_to_the_clean_result(pos
         conn.exec_driver_sql(f'CREATE DATABASE "{db}"')
     proxy = FlakyProxy(u.host, u.port)
     url = u.set(port=proxy.port, database=db).render_as_string(hide_password=False)
-    real = Warehouse.replace_window
+    real = Warehouse.replace_windows
     writes = []
 
-    def cut_once(self, name, *args, **kwargs):
-        if name == "goodput_states":
-            writes.append(name)
+    def cut_once(self, frames, *args, **kwargs):
+        if "goodput_states" in frames:
+            writes.append("goodput_states")
             if proxy.cuts == 0:
                 proxy.cut(3.0)
-        return real(self, name, *args, **kwargs)
+        return real(self, frames, *args, **kwargs)
 
-    monkeypatch.setattr(Warehouse, "replace_window", cut_once)
+    monkeypatch.setattr(Warehouse, "replace_windows", cut_once)
     try:
         summary = run(*WINDOW, scenario=_scenario(tmp_path), warehouse=url, quiet=True)
         assert summary["partitions"] == 1 and proxy.cuts == 1

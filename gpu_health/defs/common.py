@@ -143,22 +143,25 @@ def output_metadata(frame: pd.DataFrame, **extra) -> dict:
 
 
 def derived_asset(name: str, *, group: str, owner: str, model, partitions_def, deps: list[str], grain: str,
-                  description: str, compute, check_specs=None):
+                  description: str, compute, check_specs=None, stored_by_step: bool = False):
     """A derived asset: validated by its pandera model, stored by the warehouse IO manager.
 
     ``compute(context, warehouse, start, end)`` returns the frame, or a tuple
     (frame, check results) or (frame, check results, extra output metadata).
+    ``stored_by_step``: ``compute`` stores its rows itself (``Warehouse.replace_windows``, with
+    whatever else must commit with them); the IO manager then leaves the output alone.
     """
     from dagster_pandera import pandera_schema_to_dagster_type
 
-    from gpu_health.defs.resources import WarehouseResource
+    from gpu_health.defs.resources import STORED_BY_STEP, WarehouseResource
 
     @dg.asset(
         name=name, group_name=group, owners=OWNERS[owner], kinds=KINDS, partitions_def=partitions_def,
         backfill_policy=dg.BackfillPolicy.single_run(), io_manager_key="warehouse_io_manager",
         dagster_type=pandera_schema_to_dagster_type(model.to_schema()), deps=deps, check_specs=check_specs,
         description=f"{description} Grain: {grain}.",
-        metadata={"dagster/column_schema": column_schema(model), "grain": grain},
+        metadata={"dagster/column_schema": column_schema(model), "grain": grain,
+                  **({STORED_BY_STEP: True} if stored_by_step else {})},
     )
     @retry_transient_errors
     def _asset(context: dg.AssetExecutionContext, warehouse: WarehouseResource):

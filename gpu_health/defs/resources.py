@@ -11,6 +11,9 @@ from gpu_health.sources.base import DEFAULT_ABSENT_AFTER
 from gpu_health.storage.warehouse import Warehouse
 
 DEFAULT_WAREHOUSE_URL = "sqlite:///var/warehouse.db"
+# Definition metadata of an output its step already stored (Warehouse.replace_windows, all of the step's
+# tables in one transaction): the IO manager leaves it alone instead of writing it again on its own.
+STORED_BY_STEP = "gpu_health/stored_by_step"
 _SOURCES: dict[tuple, object] = {}
 _SOURCES_LOCK = threading.Lock()
 
@@ -102,7 +105,9 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
     """Stores each asset in the table of the same name, by partition time window.
 
     Works for one partition and for single-run ranges (``asset_partitions_time_window``);
-    a write replaces the window's rows in one transaction.
+    a write replaces the window's rows in one transaction. An output whose definition
+    metadata says :data:`STORED_BY_STEP` was written by its step together with the step's
+    other tables (one transaction for all of them), so it is not written again here.
     """
 
     url: str = DEFAULT_WAREHOUSE_URL
@@ -122,7 +127,7 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
         return None, None
 
     def handle_output(self, context: dg.OutputContext, obj: pd.DataFrame) -> None:
-        if obj is None:
+        if obj is None or (context.definition_metadata or {}).get(STORED_BY_STEP):
             return
         table = context.asset_key.path[-1]
         start, end = self._window(context)

@@ -357,8 +357,13 @@ def _forget_paged(hist: pd.DataFrame, alerts: pd.DataFrame) -> pd.DataFrame:
     return hist
 
 
-def alerts(wh: Warehouse, start, end) -> pd.DataFrame:
-    """Alert snapshots of every partition in [start, end), carrying the open alerts forward."""
+def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFrame] | None = None) -> pd.DataFrame:
+    """Alert snapshots of every partition in [start, end), carrying the open alerts forward.
+
+    ``unstored`` = (since, snapshots): the alert snapshots of [since, start) computed by this step but not
+    stored yet (alerts_after_rerun). They stand in for the stored rows of those partitions: the open alerts
+    carried into ``start`` and the partitions a scheduling page held come from them.
+    """
     from gpu_health.diagnosis import alerts as A
     from gpu_health.diagnosis.detect import DEPLOY_LOOKBACK, PartitionContext, detect, job_table, jobs_as_of
 
@@ -381,9 +386,15 @@ def alerts(wh: Warehouse, start, end) -> pd.DataFrame:
     held = wh.read_window("alerts", start - pd.Timedelta(days=7, hours=1), start,
                           columns=["partition_start", "region", "cause_family", "severity", "status"],
                           where={"cause_family": "scheduling", **FIRING_PAGE})
+    prev = wh.read_window("alerts", start - five, start)
+    if unstored is not None:
+        since, fresh = unstored
+        held = pd.concat([held[held["partition_start"] < since], _firing_pages(fresh)[held.columns]]) if len(fresh) else \
+            held[held["partition_start"] < since]
+        if since <= start - five:
+            prev = fresh[fresh["partition_start"] == start - five] if len(fresh) else A.empty()
     hist = _forget_paged(hist, held)
     rates = blended_rate_by_region(wh.read_window("cost_capacity", start.normalize() - pd.Timedelta(days=1), end))
-    prev = wh.read_window("alerts", start - five, start)
     rejects = wh.read_window("source_rejects", start, end, columns=["source", "partition_start", "origin", "reason"])
     rejects_p = dict(tuple(rejects.groupby("partition_start"))) if len(rejects) else {}
     gaps = wh.read_window("source_gaps", start, end, columns=["source", "partition_start", "missing_family", "reason"])
@@ -418,6 +429,108 @@ def alerts(wh: Warehouse, start, end) -> pd.DataFrame:
             hist = _forget_paged(hist, snap)
         prev = snap
     return pd.concat(out, ignore_index=True) if out else A.empty()
+
+
+# A re-run partition re-derives the alerts of the partitions after it that were already computed (their snapshots
+# carry the re-run partition's open alerts forward), until a partition's snapshot comes out as stored (from there on
+# every later one would too), at most this far: the longest window one run of the alerts step covers anyway
+# (`gpu-health run` and a backfill run a range as day-long runs), so a re-run costs at most one ordinary range run.
+# An alert whose state still differs past it (an incident open for over a day) keeps its stored later rows; the
+# step's metadata says so (alerts_rederive_converged = false).
+ALERT_LOOKAHEAD = pd.Timedelta(hours=24)
+# Partitions re-derived per pass: the first pass is one partition (a re-run whose data did not change converges at
+# once), later passes an hour (reads amortized over 12 partitions).
+_LOOKAHEAD_PASSES = (pd.Timedelta(minutes=5), pd.Timedelta(hours=1))
+WITHDRAWN = "Withdrawn: the data behind this alert was replaced and its partitions re-derived without it."
+
+
+def _comparable(v):
+    if v is None or (not isinstance(v, str) and pd.isna(v)):
+        return None
+    if isinstance(v, float | np.floating):
+        return float(f"{v:.9g}")  # a float through the database and back: the same to 9 digits
+    if isinstance(v, int | np.integer):
+        return int(v)
+    if isinstance(v, pd.Timestamp):
+        return pd.Timestamp(v).tz_convert("UTC")
+    return str(v)
+
+
+def _snapshot_key(frame: pd.DataFrame) -> list[tuple]:
+    """A partition's alert snapshot as sorted comparable tuples (the same rows stored or just computed)."""
+    from gpu_health.diagnosis.alerts import COLUMNS
+
+    rows = [tuple(_comparable(v) for v in r) for r in frame[COLUMNS].astype(object).itertuples(index=False)]
+    return sorted(rows, key=repr)
+
+
+def _sched_pages(frame: pd.DataFrame) -> set:
+    pages = _firing_pages(frame[frame["cause_family"] == "scheduling"]) if len(frame) else frame
+    return set(zip(pages["partition_start"], pages["region"])) if len(pages) else set()
+
+
+def alerts_after_rerun(wh: Warehouse, start, end, frame: pd.DataFrame, *,
+                       horizon: pd.Timedelta | None = None) -> tuple[pd.DataFrame, pd.Timestamp, dict]:
+    """The alert snapshots of [start, stop): ``frame`` (this step's [start, end)) and the later partitions re-derived
+    from it, plus a tombstone for each alert the re-derivation no longer opens.
+
+    Rule: the partitions after ``end`` whose loss tree is already stored (cluster_goodput rows, an unbroken run of
+    them up to ``horizon``, default ALERT_LOOKAHEAD) were judged with the open alerts of the partition before
+    them, so when [start, end) re-runs (its landing files replaced) they are re-derived in order from the new
+    snapshots, until one comes out exactly as stored while the same partitions are held by scheduling pages: an alert's state is the previous
+    snapshot, and the seasonal baseline of the scheduling detector forgets the partitions a scheduling page held,
+    so with both equal every later partition would come out as stored too. ``stop`` is that partition. An alert
+    stored in [start, stop) that the re-derivation no longer produces (its evidence vanished) gets one ``resolved``
+    row at the partition it opened in, saying it was withdrawn (WITHDRAWN), so ``alerts_current`` and Alertmanager
+    see it resolve instead of a page left firing. Returns the rows to store for [start, stop), ``stop`` and
+    metadata (partitions re-derived, whether it converged inside the horizon, the withdrawn alert ids).
+    """
+    from gpu_health.diagnosis import alerts as A
+
+    start, end = pd.Timestamp(start), pd.Timestamp(end)
+    horizon = ALERT_LOOKAHEAD if horizon is None else horizon
+    # the later partitions already computed: the unbroken run of partitions with a stored loss tree from `end` on (a
+    # partition that never ran stops it; its own run re-derives what follows it)
+    done = set(wh.read_window("cluster_goodput", end, end + horizon, columns=["partition_start"],
+                              where={"region": "*"})["partition_start"])
+    limit = end
+    while limit in done:
+        limit += FIVE
+    parts, t, hit, passes = [frame], end, None, 0
+    while t < limit and hit is None:
+        t1 = min(t + _LOOKAHEAD_PASSES[min(passes, 1)], limit)
+        passes += 1
+        fresh = pd.concat([p for p in parts if len(p)] or [A.empty()], ignore_index=True)
+        new = alerts(wh, t, t1, unstored=(start, fresh))
+        old = wh.read_window("alerts", t, t1)
+        new_p = dict(tuple(new.groupby("partition_start"))) if len(new) else {}
+        old_p = dict(tuple(old.groupby("partition_start"))) if len(old) else {}
+        same_held = _sched_pages(wh.read_window("alerts", start, t)) == _sched_pages(fresh)
+        for p in pd.date_range(t, t1, freq=FIVE, inclusive="left"):
+            a, b = new_p.get(p, A.empty()), old_p.get(p, A.empty())
+            if same_held and _snapshot_key(a) == _snapshot_key(b):
+                hit = p
+                break
+            same_held = same_held and _sched_pages(a) == _sched_pages(b)
+        parts.append(new[new["partition_start"] < hit] if hit is not None and len(new) else new)
+        t = t1
+    stop = hit if hit is not None else t
+    # not converged: the horizon cut the re-derivation short of a partition that came out as stored
+    converged = hit is not None or wh.read_window("cluster_goodput", stop, stop + FIVE, columns=["partition_start"],
+                                                  where={"region": "*"}).empty
+    rows = pd.concat([p for p in parts if len(p)] or [A.empty()], ignore_index=True)
+    stored = wh.read_window("alerts", start, stop)
+    gone = sorted(set(stored["alert_id"]) - set(rows["alert_id"])) if len(stored) else []
+    if gone:
+        first = stored[stored["alert_id"].isin(gone)].sort_values("partition_start").drop_duplicates("alert_id")
+        at = first["partition_start"] + FIVE
+        text = first["description"].astype(str)
+        first = first.assign(status="resolved", resolved_at=at, updated_at=at, usd_per_hour=0.0, lost_gpu_minutes=0.0,
+                             description=text.where(text.str.startswith(WITHDRAWN), WITHDRAWN + " " + text))
+        rows = pd.concat([rows, first[A.COLUMNS]], ignore_index=True) if len(rows) else first[A.COLUMNS]
+    meta = {"alerts_rederived_partitions": int((stop - end) / FIVE), "alerts_rederive_converged": bool(converged),
+            "alerts_withdrawn": gone}
+    return rows, stop, meta
 
 
 def kpi_values(wh: Warehouse, start, end) -> pd.DataFrame:

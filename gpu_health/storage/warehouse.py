@@ -139,6 +139,45 @@ class Warehouse:
         self._cache_put(name, frame, start, end, column, where)
         return len(frame)
 
+    def replace_windows(self, frames: dict[str, pd.DataFrame], start, end, *, where: dict | None = None,
+                        lock_partitions: pd.Timedelta | None = None) -> dict[str, int]:
+        """Replace the ``[start, end)`` window of every table in ``frames`` in ONE transaction.
+
+        The outputs of one step for one window commit together or not at all: a crash, a
+        killed database or a lost connection mid-write leaves every table as it was before
+        the step or every table as the step wrote it, never some new and some old (the loss
+        tree's five tables, an alert window and the partitions after it). Each table's window
+        is locked exactly as :meth:`replace_window` locks it (same advisory key on PostgreSQL,
+        so a racing single-table write of the same window waits), the locks taken in table
+        order so two multi-table writers cannot deadlock. ``where`` maps a table to the extra
+        delete condition :meth:`replace_window` takes. ``lock_partitions`` (e.g. 5 minutes)
+        also locks each partition of the window as a one-partition run of it would, in time
+        order: a write spanning partitions others may be writing one by one (the alerts
+        re-derived after a re-run) waits for them instead of racing them.
+        """
+        where = where or {}
+        tables = {name: self.table(name) for name in sorted(frames)}
+        columns = {name: partition_column(name) for name in tables}
+        framed = {name: (frames[name][[c.name for c in t.columns]] if not frames[name].empty else frames[name])
+                  for name, t in tables.items()}
+        with self.engine.begin() as conn:
+            for name, table in tables.items():
+                self._lock(conn, name, start, where.get(name))
+                if lock_partitions is not None and start is not None:
+                    for p in pd.date_range(pd.Timestamp(start), pd.Timestamp(end), freq=lock_partitions, inclusive="left")[1:]:
+                        self._lock(conn, name, p, where.get(name))
+                cond = []
+                if columns[name] is not None and start is not None:
+                    col = table.c[columns[name]]
+                    cond += [col >= self._bound(start, col), col < self._bound(end, col, upper=True)]
+                for k, v in (where.get(name) or {}).items():
+                    cond.append(table.c[k] == v)
+                conn.execute(table.delete().where(*cond) if cond else table.delete())
+                self._insert(conn, table, framed[name])
+        for name, frame in framed.items():
+            self._cache_put(name, frame, start, end, columns[name], where.get(name))
+        return {name: len(frame) for name, frame in framed.items()}
+
     # --- the write-through cache -------------------------------------------------------------
     def _cache_put(self, name, frame, start, end, column, where) -> None:
         key = (self._cache_id, name)

@@ -6,7 +6,7 @@ from dagster_pandera import pandera_schema_to_dagster_type
 
 from gpu_health.defs.common import KINDS, OWNERS, column_schema, derived_asset, output_metadata, window_of
 from gpu_health.defs.common import retry_transient_errors
-from gpu_health.defs.resources import WarehouseResource
+from gpu_health.defs.resources import STORED_BY_STEP, WarehouseResource
 from gpu_health.metrics import charts
 from gpu_health.metrics import models as M
 from gpu_health.metrics import pipeline as P
@@ -61,7 +61,8 @@ def build_kpi_assets(five_minute) -> list:
         name: dg.AssetOut(
             group_name="kpis", owners=OWNERS["infra" if name == "goodput_node_states" else "finance" if name == "cluster_goodput" else "ml_platform"],
             kinds=KINDS, io_manager_key="warehouse_io_manager", dagster_type=pandera_schema_to_dagster_type(model.to_schema()),
-            description=f"{text}. Grain: {grain}.", metadata={"dagster/column_schema": column_schema(model), "grain": grain},
+            description=f"{text}. Grain: {grain}.",
+            metadata={"dagster/column_schema": column_schema(model), "grain": grain, STORED_BY_STEP: True},
             is_required=True,
         )
         for name, (model, text, grain) in OUTS.items()
@@ -76,17 +77,21 @@ def build_kpi_assets(five_minute) -> list:
     )
     @retry_transient_errors
     def goodput(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
+        """The five tables of the loss tree commit together (one transaction): a crash or a database killed
+        mid-write leaves the partition's old loss tree or its new one, never some tables of each."""
         wh = warehouse.get()
         start, end = window_of(context)
         leaves, failures = P.goodput(wh, start, end)
         tables = {"goodput_leaves": leaves, "job_failures": failures, **P.rollups(leaves)}
-        for name, (model, _, _) in OUTS.items():
-            frame = model.validate(tables[name], lazy=True)
+        tables = {name: model.validate(tables[name], lazy=True) for name, (model, _, _) in OUTS.items()}
+        history = wh.read_window("cluster_goodput", end - pd.Timedelta(hours=24), start,
+                                 columns=["partition_start", "region", "goodput"]) if _render_pictures(start, end) else None
+        wh.replace_windows(tables, start, end)  # the outputs are STORED_BY_STEP: the IO manager skips them
+        for name in OUTS:
+            frame = tables[name]
             extra = {}
             if name == "cluster_goodput" and len(frame) and _render_pictures(start, end):
                 overall = frame[frame["region"] == "*"]
-                history = wh.read_window("cluster_goodput", end - pd.Timedelta(hours=24), start,
-                                         columns=["partition_start", "region", "goodput"])
                 extra = {"goodput_mean": float(overall["goodput"].mean()),
                          **{f"share_{s}": float(overall[f"share_{s}"].mean()) for s in STATES},
                          "loss_tree": dg.MetadataValue.md(charts.waterfall(charts.shares_of(frame), f"Loss tree {start:%Y-%m-%d %H:%M}-{end:%H:%M} UTC")),
