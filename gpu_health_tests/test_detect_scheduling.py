@@ -9,6 +9,7 @@ import pytest
 from gpu_health.diagnosis import alerts as A
 from gpu_health.diagnosis.detect import (
     AGED_WAIT,
+    SCHED_COLD_START_FACTOR,
     SCHED_PAGE_SHARE,
     SCHED_TICKET_SHARE,
     PartitionContext,
@@ -134,7 +135,7 @@ def test_a_pile_up_between_the_ticket_and_page_bars_is_a_ticket_and_pages_when_i
     first = detect_scheduling(context(B2_IDLE, WAITING, filler=between))
     assert [(f.detector, f.family, f.severity) for f in first] == [("scheduling_blocked", "scheduling", "ticket")]
     snap = A.step(A.empty(), first, START, rates={"r1": 2.0}, changes=NO_CHANGES)
-    above = filler_for(SCHED_PAGE_SHARE * 1.2, 40)
+    above = filler_for(SCHED_PAGE_SHARE * SCHED_COLD_START_FACTOR * 1.2, 40)  # no week of history: twice the bar
     second = detect_scheduling(context(B2_IDLE, WAITING, start=START + FIVE, filler=above,
                                        open_baselines=A.open_baselines(snap)))
     assert [f.severity for f in second] == ["page"]
@@ -254,11 +255,11 @@ def test_a_gpu_freed_a_moment_ago_is_being_placed_not_blocked():
     flicker = (ctx.gpu["node_id"] == "b2") & minute.isin([1, 3])
     ctx.gpu.loc[flicker, "job_id"] = None
     assert blocked(ctx) == 0.0
-    # idle from minute 1 on: blocked from its second idle minute (2, 3, 4); the partition's first minute
-    # counts as sampled (it has no minute before it)
+    # idle from minute 1 on: blocked from its third idle minute in a row (3, 4); the partition's first minutes
+    # count as sampled (they have no minutes before them here)
     ctx = context(FULL_BATCH, WAITING)
     ctx.gpu.loc[(ctx.gpu["node_id"] == "b2") & (minute >= 1), "job_id"] = None
-    assert blocked(ctx) == 3 * 8.0
+    assert blocked(ctx) == 2 * 8.0
     ctx = context(B2_IDLE, WAITING)
     assert blocked(ctx) == 5 * 8.0
 
@@ -281,3 +282,17 @@ def test_paged_partitions_are_read_from_the_warehouse_by_severity_and_status(sql
     assert set(frame["status"]) > {"firing"} and set(frame["severity"]) >= {"page", "ticket"}
     # a firing page holds its partitions; a ticket and the page's resolved snapshot do not
     assert _paged_partitions(Warehouse(sqlite_url), START, START + 4 * FIVE) == {START, START + FIVE}
+
+
+def test_before_a_week_of_history_a_page_needs_twice_the_bar():
+    """A weekday retrain wave cannot be known as seasonal before a week of history: between the bar and twice
+    the bar a cold start tickets, and the same pile-up pages once the same hour last week is known."""
+    mid = filler_for(SCHED_PAGE_SHARE * 1.5, 40)
+    cold = detect_scheduling(context(B2_IDLE, WAITING, filler=mid, history_share=0.0))
+    assert [f.severity for f in cold] == ["ticket"] and "trailing two hours" in cold[0].evidence
+    ctx = context(B2_IDLE, WAITING, filler=mid)
+    week = pd.date_range(START - pd.Timedelta(days=7, minutes=30), START - pd.Timedelta(days=6, hours=23, minutes=30),
+                         freq="5min", inclusive="left")
+    ctx.region_history = pd.DataFrame({"partition_start": week, "region": "r1", "share_idle_blocked": 0.0})
+    warm = detect_scheduling(ctx)
+    assert [f.severity for f in warm] == ["page"] and "same hour last week" in warm[0].evidence

@@ -80,6 +80,9 @@ LINK_RETRANSMITS = 100
 LINK_LOSS_PCT = 0.1
 LINK_FAULT_MINUTES = 3  # a link failing three minutes of a partition is a fault, not a burst
 AGED_WAIT = BLOCKED_WAIT  # a job waiting this long while GPUs it could use idle is blocked (as the fragmentation KPI)
+# ... beside a GPU idle this long: three minutes is many scheduling cycles (Slurm's backfill runs every 30 s,
+# the Kubernetes scheduler places within seconds), so a GPU idle that long beside a job that fits is not dispatch
+AGED_IDLE_MINUTES = int(BLOCKED_WAIT / pd.Timedelta(minutes=1))
 # impact floors, shares of the region's paid GPU-minutes idle beside jobs that could use them: a page needs 2 %
 # (12 GPUs of a 600-GPU region, tens of dollars an hour), a ticket 1.25 %. Whether it is unusual is not theirs
 # to say: the seasonal gate compares with the region's own history at this hour (SCHED_SEASONAL_MARGIN)
@@ -90,6 +93,11 @@ SCHED_MIN_JOBS = 4                     # jobs held back: one long-waiting large 
 # known seasonality never pages: the region's idle_blocked share must stand one percentage point above its own
 # usual share at this hour (same hour of the week, or of the previous days at cold start)
 SCHED_SEASONAL_MARGIN = 0.01
+WEEKLY = "same hour last week"  # the seasonal baseline once a week of history exists
+# cold start (under a week of history, no scheduler change in flight): the page bar is this many times the
+# impact floor -- the seasonality a week of history would show (a weekday retrain wave leaves 1-3 % of a
+# region's GPUs blocked beside queued work on the profiles measured) must not page before it can be known
+SCHED_COLD_START_FACTOR = 2.0
 NO_HISTORY = "no history yet"  # the seasonal baseline before any partition of the region was recorded
 # dummy load pages when a team holds a whole 8-GPU node's worth for the whole partition (8 x 5 GPU-minutes):
 # the smallest unit a DGX scheduler hands to a distributed job, and at ~$2-4 per GPU-hour the point where the
@@ -720,12 +728,15 @@ def aged_blocked(ctx: PartitionContext) -> pd.DataFrame:
     mid = (minutes + pd.Timedelta(seconds=30)).values
     never = pd.Timestamp.max.tz_localize("UTC")
 
-    # a GPU freed a moment ago is being placed again (dispatch takes a scheduling cycle; in a saturated pool
-    # every job that ends leaves such a gap): a GPU counts as free from its second idle minute in a row (the
-    # partition's first minute has no minute before it here and counts as sampled)
+    # a GPU freed a moment ago is being placed again (dispatch takes scheduling cycles; in a saturated pool
+    # every job that ends leaves such a gap): a GPU counts as free once it has been idle for AGED_IDLE_MINUTES
+    # minutes in a row -- as long as a job may wait before it counts as held back, the same bar on both sides
+    # (the partition's first minutes have no minutes before them here and count as sampled)
     minute = ((idle["ts"] - ctx.start) // pd.Timedelta(minutes=1)).to_numpy(dtype=np.int64)
     gpu_minute = idle.groupby(["node_id", "gpu_index"], sort=False, observed=True).ngroup().to_numpy() * (len(minutes) + 1) + minute
-    settled = (minute == 0) | np.isin(gpu_minute - 1, gpu_minute)
+    settled = np.ones(len(minute), dtype=bool)
+    for k in range(1, AGED_IDLE_MINUTES):
+        settled &= (minute < k) | np.isin(gpu_minute - k, gpu_minute)
     idle = idle[settled]
     # idle GPUs per node and minute, with the node's size
     free = idle.groupby(["region", "node_id", "ts"], observed=True).size().rename("free").reset_index()
@@ -793,6 +804,10 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         base, base_from = _history_baseline(ctx.region_history, r.region, ctx.start)
         idle_blocked = blocked_leaf.get(r.region, 0.0) / r.paid_gpu_minutes if r.paid_gpu_minutes else 0.0
         unseasonal = idle_blocked >= base + SCHED_SEASONAL_MARGIN
+        if base_from != WEEKLY and not len(cfg):
+            # before a week of history the weekly pattern (retrain waves, cron) is not known yet: a page needs
+            # twice the impact floor
+            page_bar = SCHED_COLD_START_FACTOR * page_bar
         severity = "page" if piled_up and share >= page_bar and unseasonal else "ticket"
         base_text = base_from if base_from == NO_HISTORY else f"{base_from} {base:.1%}"
         cfg_text = f"; follows scheduler change {cfg.iloc[-1]['event_id']} at {cfg.iloc[-1]['ts']:%H:%M}" if len(cfg) else ""
@@ -827,7 +842,7 @@ def _history_baseline(hist: pd.DataFrame, region: str, start: pd.Timestamp) -> t
     same_hour = h[((tod - target).abs() <= pd.Timedelta(minutes=30)) & (h["partition_start"] < start - pd.Timedelta(hours=12))]
     last_week = same_hour[same_hour["partition_start"] <= start - pd.Timedelta(days=6, hours=12)]["share_idle_blocked"]
     if len(last_week) >= 6:
-        return float(last_week.median()), "same hour last week"
+        return float(last_week.median()), WEEKLY
     days = same_hour.groupby((same_hour["partition_start"] - target + pd.Timedelta(hours=12)).dt.normalize())["share_idle_blocked"].median()
     if len(days) >= 2:
         return float(days.median()), f"same hour, median of the last {len(days)} days"
