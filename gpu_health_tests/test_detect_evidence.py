@@ -250,15 +250,23 @@ def test_a_gap_after_a_gpu_fault_or_on_a_degraded_node_is_hardware():
 
 def test_hardware_corroboration_from_fault_history_and_persisting_gaps():
     five = pd.Timedelta(minutes=5)
-    parts = [T0 - k * five for k in range(4, 0, -1)]
-    rows = pd.DataFrame({"partition_start": parts * 2, "node_id": ["gap"] * 4 + ["fault"] * 4,
-                         "gpus_seen": [8, 7, 7, 7] + [8, 8, 8, 8], "fatal_gpus": [0, 0, 0, 0] + [0, 1, 0, 0]})
-    # 'gap' was short in the 3 partitions before T0 (8 GPUs usual); 'fault' raised a GPU fault 15 min ago
-    got = G.hardware_corroboration(rows, T0, T0 + five)
+    parts = [T0 - k * five for k in range(3, 0, -1)]
+    recent = pd.DataFrame({"partition_start": parts * 3, "node_id": ["gap"] * 3 + ["ok"] * 3 + ["fault"] * 3,
+                           "gpus_seen": [7, 7, 7] + [8, 8, 8] + [8, 8, 8], "fatal_gpus": 0})
+    usual = pd.Series({"gap": 8, "ok": 8, "fault": 8})
+    # 'gap' was short in the 3 partitions before T0; 'fault' raised a GPU fault 2 hours ago
+    last_fault = pd.Series({"fault": T0 - pd.Timedelta(hours=2)})
+    got = G.hardware_corroboration(recent, last_fault, usual, T0, T0 + five)
     assert set(got["node_id"]) == {"gap", "fault"}
-    rows.loc[rows["partition_start"] == parts[1], "gpus_seen"] = 8  # the gap is shorter than 15 minutes
-    got = G.hardware_corroboration(rows, T0, T0 + five)
-    assert set(got["node_id"]) == {"fault"}
+    recent.loc[recent["partition_start"] == parts[1], "gpus_seen"] = 8  # the gap is shorter than 15 minutes
+    last_fault = pd.Series({"fault": T0 - pd.Timedelta(hours=25)})       # the fault is older than a day
+    assert set(G.hardware_corroboration(recent, last_fault, usual, T0, T0 + five)["node_id"]) == set()
+    # a node with no rows at all for 15 minutes is gone, not a hiccup
+    assert set(G.hardware_corroboration(recent[recent["node_id"] != "ok"], last_fault, usual, T0, T0 + five)["node_id"]) == {"ok"}
+    # a fault inside the window corroborates its own and the later partitions
+    recent2 = pd.concat([recent, pd.DataFrame({"partition_start": [T0], "node_id": ["ok"], "gpus_seen": [7], "fatal_gpus": [1]})])
+    got = G.hardware_corroboration(recent2, pd.Series(dtype=object), usual, T0, T0 + 2 * five)
+    assert set(zip(got["partition_start"], got["node_id"])) == {(T0, "ok"), (T0 + five, "ok")}
 
 
 def test_a_node_drained_with_its_gpus_gone_but_no_fault_seen_is_a_ticket():

@@ -495,39 +495,48 @@ FAULT_MEMORY = pd.Timedelta(hours=24)
 GAP_PERSIST_PARTITIONS = 3
 
 
-def hardware_corroboration(inv_rows: pd.DataFrame, start, end) -> pd.DataFrame:
-    """(partition_start, node_id) of the partitions in [start, end) in which a node's missing GPUs are
-    hardware, from node_inventory rows of [start - FAULT_MEMORY, end): the node reported a GPU fault
-    (``fatal_gpus`` > 0) within FAULT_MEMORY, or it was short of its usual GPU count (the most it reported
-    in the trailing FAULT_MEMORY) in each of the GAP_PERSIST_PARTITIONS partitions before.
+def hardware_corroboration(recent: pd.DataFrame, last_fault: pd.Series, usual: pd.Series, start, end) -> pd.DataFrame:
+    """(partition_start, node_id) of the partitions in [start, end) in which a node's missing GPUs are hardware:
+    the node reported a GPU fault (``fatal_gpus`` > 0) at or before the partition within FAULT_MEMORY, or it
+    reported fewer than its ``usual`` GPUs in each of the GAP_PERSIST_PARTITIONS partitions before.
+
+    ``recent``: node_inventory rows (partition_start, node_id, gpus_seen, fatal_gpus) of
+    [start - GAP_PERSIST_PARTITIONS x 5 min, end); ``last_fault``: node -> its latest partition with a GPU fault
+    before ``start`` (within FAULT_MEMORY); ``usual``: node -> the GPUs the inventory expects of it.
 
     Missing rows alone are missing data: exporters drop rows, contracts reject files, collectors restart.
     The node's own fault history or a gap that outlives any collector hiccup is the second witness.
     """
     cols = ["partition_start", "node_id"]
     start, end = pd.Timestamp(start), pd.Timestamp(end)
-    if inv_rows is None or inv_rows.empty:
-        return pd.DataFrame(columns=cols)
     five = pd.Timedelta(minutes=5)
-    grid = pd.date_range(start - FAULT_MEMORY, end, freq=five, inclusive="left")
-    rows = inv_rows[inv_rows["partition_start"].isin(grid)]
-    nodes = pd.Index(sorted(set(rows["node_id"].astype(object))))
-    t = grid.get_indexer(rows["partition_start"])
-    n = nodes.get_indexer(rows["node_id"].astype(object))
+    grid = pd.date_range(start - GAP_PERSIST_PARTITIONS * five, end, freq=five, inclusive="left")
+    rows = recent[recent["partition_start"].isin(grid)] if recent is not None and len(recent) else None
+    nodes = pd.Index(sorted(set(usual.index.astype(object)) | set(last_fault.index.astype(object))
+                            | (set(rows["node_id"].astype(object)) if rows is not None else set())))
+    if not len(nodes):
+        return pd.DataFrame(columns=cols)
     seen = np.zeros((len(grid), len(nodes)))
-    seen[t, n] = rows["gpus_seen"].to_numpy(dtype=float)
-    fatal = np.zeros((len(grid), len(nodes)))
-    fatal[t, n] = rows["fatal_gpus"].to_numpy(dtype=float) if "fatal_gpus" in rows else 0.0
-    span = int(FAULT_MEMORY / five)
-    usual = pd.DataFrame(seen).rolling(span, min_periods=1).max().to_numpy()
-    recent_fault = pd.DataFrame(fatal).rolling(span, min_periods=1).max().to_numpy() > 0
-    short = seen < usual
+    fault_at = np.full((len(grid), len(nodes)), False)
+    if rows is not None and len(rows):
+        t, n = grid.get_indexer(rows["partition_start"]), nodes.get_indexer(rows["node_id"].astype(object))
+        seen[t, n] = rows["gpus_seen"].to_numpy(dtype=float)
+        fault_at[t, n] = rows["fatal_gpus"].to_numpy(dtype=float) > 0
+    expect = usual.reindex(nodes).fillna(0).to_numpy(dtype=float)[None, :]
+    short = seen < expect
     persisted = np.ones_like(short)
     for k in range(1, GAP_PERSIST_PARTITIONS + 1):
         persisted &= np.vstack([np.zeros((k, len(nodes)), bool), short[:-k]])
-    first = len(grid) - len(pd.date_range(start, end, freq=five, inclusive="left"))
-    hit = (recent_fault | persisted)[first:]
-    tt, nn = np.nonzero(hit)
+    # a fault earlier in the grid, or before it (last_fault), within FAULT_MEMORY of the partition
+    earlier = pd.to_datetime(last_fault.reindex(nodes), utc=True)
+    before = np.where(earlier.notna().to_numpy(), ((earlier - grid[0]) // five).fillna(-10**9).to_numpy(dtype=float), -np.inf)
+    span = int(FAULT_MEMORY / five)
+    idx = np.arange(len(grid))[:, None]
+    last_in_grid = pd.DataFrame(np.where(fault_at, idx, np.nan)).ffill().to_numpy()
+    last_any = np.fmax(np.nan_to_num(last_in_grid, nan=-np.inf), before[None, :])
+    recent_fault = (idx - last_any) <= span
+    first = GAP_PERSIST_PARTITIONS
+    tt, nn = np.nonzero((recent_fault | persisted)[first:])
     return pd.DataFrame({"partition_start": grid[first + tt], "node_id": np.asarray(nodes, dtype=object)[nn]}, columns=cols)
 
 

@@ -233,9 +233,11 @@ def goodput(wh: Warehouse, start, end, frames: dict | None = None, baselines: pd
     capacity = wh.read_window("cost_capacity", start.normalize(), end)
     segments = inventory_segments(wh, start, end)  # each partition against the inventory as of that partition
     # which nodes' missing GPUs are hardware (a fault in the last day, or a gap of 15+ minutes)
+    persist = G.GAP_PERSIST_PARTITIONS * FIVE
     corroborated = G.hardware_corroboration(
-        wh.read_window("node_inventory", start - G.FAULT_MEMORY, end,
-                       columns=["partition_start", "node_id", "gpus_seen", "fatal_gpus"]), start, end)
+        wh.read_window("node_inventory", start - persist, end, columns=["partition_start", "node_id", "gpus_seen", "fatal_gpus"]),
+        wh.last_partition_by("node_inventory", "node_id", start - G.FAULT_MEMORY, start - persist, positive="fatal_gpus"),
+        inventory_union(segments).set_index("node_id")["gpus"], start, end)
     baselines = baselines if baselines is not None else wh.read_window("step_time_baselines", start, end)
     sched_all = frames["scheduler_events"]
     # runtime rows before the window: the work a job failing early in the window threw away
