@@ -43,7 +43,8 @@ def paid_invariant(states: pd.DataFrame, wh, start, end) -> dg.AssetCheckResult:
         paid = cap.combine(inv, max, fill_value=0) if cap is not None else inv
         expected.update({p: paid for p in pd.date_range(s0, s1, freq="5min", inclusive="left")})
     got = states.groupby(["partition_start", "region", "sku"])["gpu_minutes"].sum().reset_index()
-    minutes = got["partition_start"].map(lambda p: (min(p + pd.Timedelta(minutes=5), end) - p) / pd.Timedelta(minutes=1))
+    minutes = (((got["partition_start"] + pd.Timedelta(minutes=5)).clip(upper=end) - got["partition_start"])
+               / pd.Timedelta(minutes=1)).to_numpy(dtype=float)  # (an empty frame stays numeric)
     got["expected"] = [expected[p].get((r, s), 0) if p in expected else 0
                        for p, r, s in zip(got["partition_start"], got["region"], got["sku"])] * minutes
     got["error"] = (got["gpu_minutes"] - got["expected"]).abs()
