@@ -36,7 +36,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import psycopg2
 import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
@@ -45,7 +44,8 @@ from gpu_health.cli import run, simulate
 from gpu_health.contracts import FIVE_MINUTE_SOURCES, PARTITION_COLUMN
 from gpu_health.contracts.models import DCGM_FP64_SENTINEL
 from gpu_health.landing import partition_path
-from gpu_health.storage.warehouse import Warehouse, engine_for
+from gpu_health.storage.warehouse import Warehouse
+from gpu_health_tests.services.postgres import fresh_database
 from gpu_health_tests.conftest import iso
 
 START = pd.Timestamp("2026-11-03T14:00:00Z")
@@ -436,22 +436,8 @@ def test_rejects_converge_on_reruns_and_a_fix_clears_them(quiet_zone, tmp_path, 
 @pytest.fixture
 def pg_database(postgres_url):
     """A fresh database on the session's PostgreSQL server, dropped afterwards."""
-    url = sa.make_url(postgres_url)
-    name = f"bad_{uuid.uuid4().hex[:10]}"
-    admin = dict(host=url.host, port=url.port, user=url.username, dbname="postgres")
-    conn = psycopg2.connect(**admin)
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{name}"')
-    conn.close()
-    new = url.set(database=name).render_as_string(hide_password=False)
-    yield new
-    engine_for(new).dispose()
-    conn = psycopg2.connect(**admin)
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    conn.close()
+    with fresh_database(postgres_url, "bad") as url:
+        yield url
 
 
 @pytest.mark.parametrize("name", PG_CASES)

@@ -8,11 +8,9 @@ started by the test session); each test gets a database of its own.
 import datetime
 import difflib
 import threading
-import uuid
 from pathlib import Path
 
 import pandas as pd
-import psycopg2
 import pytest
 import sqlalchemy as sa
 import yaml
@@ -22,7 +20,8 @@ from gpu_health.contracts.validate import validate_frame
 from gpu_health.sim.scenario import load_scenario
 from gpu_health.sim.telemetry import Window, cost_capacity, maintenance_windows
 from gpu_health.storage.schema import COLUMNAR_TABLES, grain, metadata, render_sql
-from gpu_health.storage.warehouse import Warehouse, engine_for
+from gpu_health.storage.warehouse import Warehouse
+from gpu_health_tests.services.postgres import fresh_database
 from gpu_health_tests.conftest import REPO, THERMAL_WEEK
 
 T0 = pd.Timestamp("2026-11-03T14:00:00Z")
@@ -92,22 +91,8 @@ def database_reads(monkeypatch):
 @pytest.fixture
 def pg_url(postgres_url):
     """A fresh database on the session's PostgreSQL server, dropped afterwards."""
-    url = sa.make_url(postgres_url)
-    name = f"wh_{uuid.uuid4().hex[:10]}"
-    admin = dict(host=url.host, port=url.port, user=url.username, dbname="postgres")
-    conn = psycopg2.connect(**admin)
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{name}"')
-    conn.close()
-    new = url.set(database=name).render_as_string(hide_password=False)
-    yield new
-    engine_for(new).dispose()
-    conn = psycopg2.connect(**admin)
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    conn.close()
+    with fresh_database(postgres_url, "wh") as url:
+        yield url
 
 
 @pytest.fixture

@@ -36,11 +36,13 @@ From a script: ``start_postgres(base_dir)`` returns ``(url, stop)``; or run
 server up until Ctrl-C.
 """
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -210,3 +212,31 @@ if __name__ == "__main__":  # pragma: no cover - manual helper
         signal.sigwait(signals)
     finally:
         stop()
+
+
+@contextlib.contextmanager
+def fresh_database(server_url: str, prefix: str = "t") -> Iterator[str]:
+    """A new, empty database on the server of ``server_url`` (a SQLAlchemy URL), dropped afterwards (with
+    its open connections): each test gets a warehouse nobody else writes to."""
+    import sqlalchemy as sa
+
+    from gpu_health.storage.warehouse import engine_for
+
+    url = sa.make_url(server_url)
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    admin = dict(host=url.host, port=url.port, user=url.username, dbname="postgres")
+
+    def admin_sql(statement: str) -> None:
+        conn = psycopg2.connect(**admin)
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(statement)
+        conn.close()
+
+    admin_sql(f'CREATE DATABASE "{name}"')
+    new = url.set(database=name).render_as_string(hide_password=False)
+    try:
+        yield new
+    finally:
+        engine_for(new).dispose()
+        admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
