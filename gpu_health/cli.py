@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpu_health.contracts import FIVE_MINUTE_SOURCES, PARTITION_COLUMN, empty_frame
+from gpu_health.contracts import FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES, PARTITION_COLUMN, empty_frame
 from gpu_health.landing import write_partition
 
 DAY = pd.Timedelta(days=1)
@@ -68,7 +68,8 @@ def simulate(scenario_path: str, landing: str, start: str | None, end: str | Non
     for d_start, d_end in _days(start_ts, end_ts):
         win = Window(scen, d_start, d_end)
         starts = pd.date_range(d_start, d_end, freq="5min", inclusive="left")
-        for table in FIVE_MINUTE_SOURCES:
+        tables = FIVE_MINUTE_SOURCES + (OPTIONAL_SOURCES if scen.cluster.spec.serving else [])
+        for table in tables:
             frame = win.table(table)
             col = PARTITION_COLUMN[table]
             keys = frame[col].dt.floor("5min") if len(frame) else pd.Series([], dtype="datetime64[ns, UTC]")
@@ -77,7 +78,7 @@ def simulate(scenario_path: str, landing: str, start: str | None, end: str | Non
                 part = groups.get(p)
                 write_partition(root, table, p, part if part is not None else empty_frame(table))
                 files += 1
-            rows[table] += len(frame)
+            rows[table] = rows.get(table, 0) + len(frame)
         write_partition(root, "cost_capacity", d_start.normalize(), cost_capacity(scen, d_start))
         files += 1
         if not quiet:

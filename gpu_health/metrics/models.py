@@ -212,3 +212,22 @@ class Alerts(_Partitioned):
 
     class Config:
         unique = ["partition_start", "alert_id"]
+
+
+class ServingSlis(_Partitioned):
+    """One row per region x model x version x 5-minute partition: the serving SLIs, each quantile what
+    ``histogram_quantile(q, sum by (le) (increase(x_bucket[5m])))`` answers over the partition (metrics/serving.py)."""
+
+    region: Series[Str] = pa.Field(description="Region.")
+    model_name: Series[Str] = pa.Field(description="Served model.")
+    model_version: Series[Str] = pa.Field(description="Model version.")
+    requests: Series[int] = pa.Field(ge=0, description="Requests completed in the partition.")
+    errors: Series[int] = pa.Field(ge=0, description="Of them, failed.")
+    error_rate: Series[float] = pa.Field(ge=0, le=1, nullable=True, description="errors / requests; null without requests.")
+    p50_s: Series[float] = pa.Field(ge=0, nullable=True, description="Median end-to-end latency, seconds (Prometheus histogram_quantile; null without observations).")
+    p95_s: Series[float] = pa.Field(ge=0, nullable=True, description="95th percentile latency, seconds.")
+    p99_s: Series[float] = pa.Field(ge=0, nullable=True, description="99th percentile latency, seconds.")
+    ttft_p99_s: Series[float] = pa.Field(ge=0, nullable=True, description="99th percentile time to first token, seconds; null for a model without a TTFT histogram.")
+
+    class Config:
+        unique = ["partition_start", "region", "model_name", "model_version"]

@@ -501,3 +501,14 @@ def decomposition(wh: Warehouse, start, end) -> pd.DataFrame:
             out.append(decompose(act, exp_by[p], start=p, end=p + pd.Timedelta(minutes=5)))
     out = [o for o in out if len(o)]
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+def serving_slis(wh: Warehouse, start, end) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The serving SLIs of every partition of [start, end) (gpu_health.metrics.serving), and the minutes whose
+    latency ``+Inf`` bucket disagrees with ``inference_requests.requests`` (the two tables are one histogram)."""
+    from gpu_health.contracts.models import inf_bucket_matches_requests
+    from gpu_health.metrics.serving import serving_slis as compute
+
+    req = wh.read_window("inference_requests", start, end)
+    buckets = wh.read_window("inference_latency_buckets", start, end)
+    return compute(req, buckets), inf_bucket_matches_requests(buckets, req)
