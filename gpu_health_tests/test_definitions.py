@@ -45,6 +45,7 @@ ASSET_KEYS = [
     "node_telemetry",
     "scheduler_events",
     "serving_slis",
+    "slo_error_budgets",
     "step_time_baselines",
     "wasted_spend",
     "workload_step_stats",

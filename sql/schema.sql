@@ -255,6 +255,21 @@ CREATE TABLE serving_slis (
 	CONSTRAINT pk_serving_slis PRIMARY KEY (partition_start, region, model_name, model_version)
 );
 
+CREATE TABLE slo_error_budgets (
+	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
+	slo TEXT NOT NULL, 
+	region TEXT NOT NULL, 
+	model_name TEXT NOT NULL, 
+	objective FLOAT NOT NULL, 
+	total_events FLOAT, 
+	bad_events FLOAT, 
+	interpolated BOOLEAN NOT NULL, 
+	window_total_events FLOAT NOT NULL, 
+	window_bad_events FLOAT NOT NULL, 
+	error_budget_remaining FLOAT, 
+	CONSTRAINT pk_slo_error_budgets PRIMARY KEY (partition_start, slo, region, model_name)
+);
+
 CREATE TABLE source_gaps (
 	source TEXT NOT NULL, 
 	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 

@@ -19,6 +19,7 @@ DERIVED = {
     "wasted_spend": (_models.WastedSpend, "date"),
     "alerts": (_models.Alerts, "partition_start"),
     "serving_slis": (_models.ServingSlis, "partition_start"),
+    "slo_error_budgets": (_models.SloErrorBudgets, "partition_start"),
 }
 
 from gpu_health.metrics.kpis import KpiValues as _KpiValues  # noqa: E402  (kpis imports the contracts only)

@@ -126,4 +126,15 @@ def build_kpi_assets(five_minute) -> list:
         check_specs=[dg.AssetCheckSpec("latency_count_matches_requests", asset="serving_slis",
                                        description="WARN when a minute's latency +Inf bucket differs from its requests "
                                                    "(the two source tables came from different scrapes).")])
-    return [goodput, kpis, serving]
+    def _budgets(context, wh, start, end):
+        return P.slo_error_budgets(wh, start, end)
+
+    budgets = derived_asset(
+        "slo_error_budgets", group="kpis", owner="ml_platform", model=M.SloErrorBudgets, partitions_def=five_minute,
+        deps=["inference_requests", "inference_latency_buckets"],
+        grain="one row per SLO x region x model x 5-minute partition",
+        description="Each serving SLO's events, bad events and error budget remaining over its rolling 30-day window "
+                    "(the SLO catalogue: gpu_health/metrics/slo_catalog.py, docs/slos.md); the slo_burn detector reads "
+                    "it. A threshold inside a histogram bucket is marked interpolated. Empty on a cluster without serving.",
+        compute=_budgets)
+    return [goodput, kpis, serving, budgets]
