@@ -231,3 +231,35 @@ def test_openslo_export_expresses_every_slo(tmp_path):
         assert ratio["counter"] is True and "total" in ratio and (("good" in ratio) != ("bad" in ratio))
         if s.threshold_s is not None:
             assert f'le="{float(s.threshold_s)!r}"' in ratio["good"]["metricSource"]["spec"]["query"]
+
+
+# --- simulated serving incidents -------------------------------------------------------------------------------
+def _judged(kind: str, start: str, magnitude=None, hours_before=1, minutes_after=30, history_days=0):
+    """Page / ticket time of the slo_burn rule on a simulated serving incident in us-east's fraud scorer."""
+    inc = {"kind": kind, "start": start, "duration": "3h", "scope": {"region": "us-east", "model": "fraud-scorer"}}
+    if magnitude is not None:
+        inc["magnitude"] = magnitude
+    scen = load_scenario({"seed": 7, "start": "2026-11-02T00:00:00Z", "cluster": {"serving": True}, "incidents": [inc]})
+    t0 = pd.Timestamp(start)
+    win = Window(scen, t0 - pd.Timedelta(hours=hours_before) - pd.Timedelta(days=history_days),
+                 t0 + pd.Timedelta(minutes=minutes_after))
+    rows = error_budgets(slo_events(win.table("inference_requests"), win.table("inference_latency_buckets")))
+    out = []
+    for p in sorted(rows["partition_start"].unique()):
+        for _, r in evaluate_burns(rows, p).iterrows():
+            out.append((p + FIVE - t0, r["slo"], r["region"], r["model_name"], r["severity"]))
+    return out
+
+
+def test_an_error_spike_pages_on_availability_within_15_minutes():
+    found = _judged("serving_error_spike", "2026-11-03T14:02:00Z")
+    pages = [f for f in found if f[4] == "page"]
+    assert pages and pages[0][1:4] == ("availability", "us-east", "fraud-scorer")
+    assert pages[0][0] <= pd.Timedelta(minutes=15)
+    assert all(f[0] > pd.Timedelta(0) for f in found)  # nothing before the spike
+
+
+def test_a_latency_regression_release_pages_on_the_p99_slo():
+    found = _judged("serving_latency_regression", "2026-11-03T14:02:00Z", minutes_after=60)
+    pages = [f for f in found if f[4] == "page" and f[1] == "latency-p99"]
+    assert pages and pages[0][2:4] == ("us-east", "fraud-scorer")

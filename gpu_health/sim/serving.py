@@ -14,6 +14,9 @@ histogram) as a classic Prometheus histogram stores them, per-minute increases:
 * **errors** are Poisson at the deployment's base error rate;
 * **versions** roll out every few days: for :data:`ROLLOUT_MIN` minutes after a deploy both versions serve, the new
   one's share of traffic rising linearly, so a new ``model_version`` appears and the old one fades (a benign deploy);
+* **incidents** (scenario kinds ``serving_error_spike``, ``serving_budget_burn``: the model's error rate is the
+  magnitude while active; ``serving_latency_regression``: the model serves a point release ``v<N>.1`` whose latency
+  median is the magnitude times the usual) act on the scope's model (``scope: {region, model}``);
 * **replicas** scale with the load (an autoscaler keeping each replica under its capacity), ``gpus`` = replicas x
   the GPUs a replica holds, ``queue_depth`` = requests in flight by Little's law.
 
@@ -33,6 +36,7 @@ from scipy.stats import poisson
 from gpu_health.contracts import columns, conform, empty_frame
 from gpu_health.sim import hashing as H
 from gpu_health.sim.jobs import from_s, to_s
+from gpu_health.sim.scenario import SERVING_KINDS
 
 S_REQ, S_ERR, S_WOBBLE, S_ROUND_LAT, S_ROUND_TTFT, S_ROUND_SUM = range(170, 176)
 
@@ -104,19 +108,34 @@ def _deployment_minutes(scen, m_s: np.ndarray) -> pd.DataFrame:
     lam = total_rpm * g["share"].to_numpy()
     requests = poisson.ppf(H.uniform(seed + S_REQ, *coords), lam).astype(np.int64)
     err_rate = np.array([x.error_rate for x in dep])
+    median_factor = np.ones(len(g))
+    label = np.array([f"v{v}" for v in g["v"]], dtype=object)
+    model_names = np.array([x.model_name for x in dep], dtype=object)
+    t_min = g["t"].to_numpy() // 60  # minutes since the simulator's origin, as Incident.active counts them
+    for inc in scen.incidents:
+        if inc.kind not in SERVING_KINDS:
+            continue
+        hit = inc.active(t_min) & (model_names == inc.scope.get("model", DEPLOYMENTS[0].model_name))
+        if inc.region is not None:
+            hit &= (g["region"] == inc.region).to_numpy()
+        if inc.kind == "serving_latency_regression":
+            median_factor[hit] *= inc.magnitude  # the point release is slow
+            label[hit] = [f"{x}.1" for x in label[hit]]
+        else:
+            err_rate = np.where(hit, np.maximum(err_rate, inc.magnitude), err_rate)
     errors = np.minimum(poisson.ppf(H.uniform(seed + S_ERR, *coords), requests * err_rate).astype(np.int64), requests)
     replica_rpm = np.array([x.replica_rpm for x in dep])
     replicas = np.maximum(2, np.ceil(total_rpm / replica_rpm)).astype(np.int64)  # autoscaler, min 2 for redundancy
     utilisation = total_rpm / (replicas * replica_rpm)
     # queueing: the median grows like 1 / (1 - rho) of an M/M/1 server kept at utilisation rho by the autoscaler
     wobble = np.exp(0.05 * H.normal(seed + S_WOBBLE, *coords))
-    median = np.array([x.median_s for x in dep]) * wobble * (1.0 + 0.3 * utilisation / np.maximum(1e-3, 1.0 - 0.5 * utilisation))
+    median = np.array([x.median_s for x in dep]) * median_factor * wobble * (1.0 + 0.3 * utilisation / np.maximum(1e-3, 1.0 - 0.5 * utilisation))
     g = g.assign(requests=requests, errors=errors, median=median, sigma=[x.sigma for x in dep],
                  replicas=np.maximum(1, np.round(replicas * g["share"].to_numpy())).astype(np.int64),
                  gpus_per_replica=[x.gpus_per_replica for x in dep],
                  ttft_median=[x.ttft_median_s if x.ttft_median_s else np.nan for x in dep],
                  ttft_sigma=[x.ttft_sigma for x in dep],
-                 model_name=[x.model_name for x in dep], model_version=[f"v{v}" for v in g["v"]])
+                 model_name=[x.model_name for x in dep], model_version=label)
     return g
 
 
