@@ -263,3 +263,20 @@ def test_a_latency_regression_release_pages_on_the_p99_slo():
     found = _judged("serving_latency_regression", "2026-11-03T14:02:00Z", minutes_after=60)
     pages = [f for f in found if f[4] == "page" and f[1] == "latency-p99"]
     assert pages and pages[0][2:4] == ("us-east", "fraud-scorer")
+
+
+def test_a_burn_finding_becomes_an_alert_and_an_alertmanager_payload():
+    from gpu_health.delivery.alertmanager import alert_to_payload
+    from gpu_health.diagnosis import alerts as A
+    from gpu_health.metrics.models import Alerts
+
+    bad = np.r_[np.full(852, 1.0), np.full(12, 120.0)]
+    found = detect_slo_burn(_ctx(_rows(864, 6000.0, bad)))
+    snap = A.step(A.empty(), found, T0, rates={}, changes=pd.DataFrame(columns=["event_id", "ts", "kind", "scope", "description"]))
+    Alerts.validate(snap, lazy=True)
+    row = snap.iloc[0]
+    assert (row["detector"], row["severity"], row["cause_family"], row["status"]) == ("slo_burn", "page", "software", "firing")
+    assert "availability" in row["summary"] and "Burn rate" in row["description"]
+    payload = alert_to_payload(row.to_dict(), now=(T0 + FIVE).to_pydatetime())
+    assert payload["labels"]["severity"] == "page" and payload["labels"]["cause_family"] == "software"
+    assert payload["labels"]["region"] == "us-east"
