@@ -162,7 +162,7 @@ def test_the_detector_pages_with_family_software_and_says_when_the_sli_is_interp
     rows["interpolated"] = True
     found = detect_slo_burn(_ctx(rows))
     assert [(f.detector, f.family, f.severity, f.region) for f in found] == [("slo_burn", "software", "page", "us-east")]
-    assert found[0].key == "slo_burn|ttft-p99|us-east|support-assistant"
+    assert found[0].key == "slo_burn|us-east|support-assistant"
     assert "interpolated" in found[0].evidence and "14.4x" in found[0].evidence
 
 
@@ -280,3 +280,18 @@ def test_a_burn_finding_becomes_an_alert_and_an_alertmanager_payload():
     payload = alert_to_payload(row.to_dict(), now=(T0 + FIVE).to_pydatetime())
     assert payload["labels"]["severity"] == "page" and payload["labels"]["cause_family"] == "software"
     assert payload["labels"]["region"] == "us-east"
+
+
+def test_one_alert_per_model_and_distinct_alerts_for_two_models_opening_together():
+    from gpu_health.diagnosis import alerts as A
+
+    bad = np.r_[np.full(852, 1.0), np.full(12, 120.0)]
+    rows = pd.concat([_rows(864, 6000.0, bad, slo=slo, model=model)
+                      for slo in ("availability", "error-rate") for model in ("fraud-scorer", "txn-embedding")],
+                     ignore_index=True).sort_values("partition_start", kind="stable").reset_index(drop=True)
+    found = detect_slo_burn(_ctx(rows))
+    assert len(found) == 4 and found[0].severity == "page"
+    snap = A.step(A.empty(), found, T0, rates={}, changes=pd.DataFrame(columns=["event_id", "ts", "kind", "scope", "description"]))
+    assert len(snap) == 2 and snap["alert_id"].is_unique  # availability + error-rate merged per model
+    assert set(snap["severity"]) == {"page"}
+    assert all("availability" in s for s in snap["summary"])

@@ -1044,7 +1044,8 @@ def detect_slo_burn(ctx: PartitionContext) -> list[Finding]:
     out = []
     for _, r in evaluate_burns(ctx.slo_events, ctx.start).iterrows():
         slo = BY_NAME[r["slo"]]
-        key = f"slo_burn|{r['slo']}|{r['region']}|{r['model_name']}"
+        # one alert per model and region: an error spike burns availability and error-rate at once, one incident
+        key = f"slo_burn|{r['region']}|{r['model_name']}"
         if r["kind"] == "absent":
             out.append(Finding(
                 detector="slo_burn", family=SLO_ABSENT_FAMILY, severity="ticket", region=r["region"], key=key,
@@ -1069,7 +1070,8 @@ def detect_slo_burn(ctx: PartitionContext) -> list[Finding]:
                      f"model's versions in serving_slis (a new version serving since the burn started is the suspect: "
                      f"roll it back), then its replicas and queue depth",
             baseline=float(r["factor"]), value=float(r["long_burn"])))
-    return out
+    # the alert of a model merges its findings and reads the first: pages, then the fastest burn, absences last
+    return sorted(out, key=lambda f: (f.severity != "page", f.value is None, -(f.value or 0.0)))
 
 
 DETECTORS = [detect_hardware, detect_thermal, detect_deploys, detect_slowdowns, detect_scheduling, detect_no_progress,
