@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpu_health.contracts import FIVE_MINUTE_SOURCES, PARTITION_COLUMN, empty_frame
+from gpu_health.contracts import FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES, PARTITION_COLUMN, empty_frame
 from gpu_health.landing import write_partition
 
 DAY = pd.Timedelta(days=1)
@@ -68,7 +68,8 @@ def simulate(scenario_path: str, landing: str, start: str | None, end: str | Non
     for d_start, d_end in _days(start_ts, end_ts):
         win = Window(scen, d_start, d_end)
         starts = pd.date_range(d_start, d_end, freq="5min", inclusive="left")
-        for table in FIVE_MINUTE_SOURCES:
+        tables = FIVE_MINUTE_SOURCES + (OPTIONAL_SOURCES if scen.cluster.spec.serving else [])
+        for table in tables:
             frame = win.table(table)
             col = PARTITION_COLUMN[table]
             keys = frame[col].dt.floor("5min") if len(frame) else pd.Series([], dtype="datetime64[ns, UTC]")
@@ -77,7 +78,7 @@ def simulate(scenario_path: str, landing: str, start: str | None, end: str | Non
                 part = groups.get(p)
                 write_partition(root, table, p, part if part is not None else empty_frame(table))
                 files += 1
-            rows[table] += len(frame)
+            rows[table] = rows.get(table, 0) + len(frame)
         write_partition(root, "cost_capacity", d_start.normalize(), cost_capacity(scen, d_start))
         files += 1
         if not quiet:
@@ -319,6 +320,10 @@ def main(argv: list[str] | None = None) -> int:
     p_srv.add_argument("--port", type=int, default=9464)
     p_srv.add_argument("--address", default="0.0.0.0", help="listen address (default 0.0.0.0; 127.0.0.1 for loopback only)")
     p_srv.add_argument("--once", action="store_true", help="print the exposition once and exit (no server)")
+    p_slo = sub.add_parser("slo", help="the serving SLO catalogue (docs/slos.md)")
+    slo_sub = p_slo.add_subparsers(dest="slo_command", required=True)
+    p_slo_exp = slo_sub.add_parser("export", help="write the SLO catalogue as OpenSLO v1 YAML")
+    p_slo_exp.add_argument("--out", help="write the YAML here instead of printing it")
     for p in (p_sim, p_run, p_eval, p_rep, p_exp, p_srv):
         p.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
@@ -332,6 +337,16 @@ def main(argv: list[str] | None = None) -> int:
         pass
     logging.getLogger("dagster").setLevel(logging.WARNING)
     try:
+        if args.command == "slo":
+            from gpu_health.metrics.slo_docs import openslo_yaml
+
+            text = openslo_yaml()
+            if args.out:
+                Path(args.out).write_text(text)
+                print(f"wrote {args.out}", file=sys.stderr)
+            else:
+                sys.stdout.write(text)
+            return 0
         if args.command == "simulate":
             out = simulate(args.scenario, args.landing, args.start, args.end, quiet=args.quiet)
         elif args.command == "evaluate":

@@ -589,3 +589,59 @@ def backfill(
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         for future in [pool.submit(one, f) for f in files]:
             future.result()
+
+
+# --- the serving layer (issue #17) ---------------------------------------------------------
+SERVING_HISTOGRAMS = {"latency": "inference_request_duration_seconds", "ttft": "inference_time_to_first_token_seconds"}
+SERVING_LABELS = ("region", "model_name", "model_version")
+
+
+def _le_text(le: float) -> str:
+    """The ``le`` label as client libraries write it: ``+Inf`` for the last bucket, the float's shortest text."""
+    return "+Inf" if np.isposinf(le) else repr(float(le))
+
+
+def write_serving_openmetrics(buckets: pd.DataFrame, path: str | os.PathLike, requests: pd.DataFrame | None = None) -> Path:
+    """``inference_latency_buckets`` (and ``inference_requests``) as the classic histograms a ``prometheus_client``
+    service exports: ``<family>_bucket{le}``, ``_count`` and ``_sum`` counters, labels region, model_name,
+    model_version.
+
+    Counters are the cumulative sums of the per-minute increases; the sample of minute ``ts`` is stamped at the
+    minute's end (``ts + 60 s``: the counter has counted that minute's requests by then), and each series starts with
+    a 0 sample at its first minute's start, so ``increase(x[5m])`` evaluated at a partition's end sees exactly the
+    partition's five minutes. ``_count`` equals the ``+Inf`` bucket (the exposition format's rule); ``_sum`` is
+    written from ``latency_sum_s`` when ``requests`` is given (latency histogram only)."""
+    out = Path(path)
+    lines: list[str] = []
+    sums = None
+    if requests is not None and len(requests):
+        sums = requests.set_index(["ts", *SERVING_LABELS])["latency_sum_s"]
+    for histogram, family in SERVING_HISTOGRAMS.items():
+        h = buckets[buckets["histogram"] == histogram]
+        if h.empty:
+            continue
+        lines.append(f"# TYPE {family} histogram\n")
+        series_keys = [*SERVING_LABELS]
+        body: dict[str, list[str]] = {"_bucket": [], "_count": [], "_sum": []}
+        for key, g in h.sort_values(["ts"]).groupby(series_keys, sort=True):
+            labels = ",".join(f'{n}="{escape_label_value(str(v))}"' for n, v in zip(SERVING_LABELS, key))
+            wide = g.pivot_table(index="ts", columns="le", values="count", aggfunc="sum").sort_index()
+            t0 = int(wide.index[0].timestamp())
+            ts_end = [int(t.timestamp()) + 60 for t in wide.index]
+            for le in wide.columns:
+                cum = np.cumsum(wide[le].fillna(0).to_numpy(dtype="int64"))
+                lab = f'{{{labels},le="{_le_text(le)}"}}'
+                body["_bucket"].append(f"{family}_bucket{lab} 0 {t0}\n")
+                body["_bucket"].extend(f"{family}_bucket{lab} {int(c)} {t}\n" for c, t in zip(cum, ts_end))
+                if np.isposinf(le):
+                    body["_count"].append(f"{family}_count{{{labels}}} 0 {t0}\n")
+                    body["_count"].extend(f"{family}_count{{{labels}}} {int(c)} {t}\n" for c, t in zip(cum, ts_end))
+            if sums is not None and histogram == "latency":
+                s = np.cumsum([float(sums.get((t, *key), 0.0)) for t in wide.index])
+                body["_sum"].append(f"{family}_sum{{{labels}}} 0 {t0}\n")
+                body["_sum"].extend(f"{family}_sum{{{labels}}} {float(v)!r} {t}\n" for v, t in zip(s, ts_end))
+        for suffix in ("_bucket", "_count", "_sum"):
+            lines.extend(body[suffix])
+    lines.append("# EOF\n")
+    out.write_text("".join(lines))
+    return out

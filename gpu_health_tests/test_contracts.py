@@ -74,8 +74,16 @@ def capacity() -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def frames(window, changes, maintenance, capacity) -> dict[str, pd.DataFrame]:
-    return {**window, "change_events": changes, "maintenance_windows": maintenance, "cost_capacity": capacity}
+def serving() -> dict[str, pd.DataFrame]:
+    """The serving layer's two tables (off on the default profile) from a scenario that turns it on."""
+    win = Window(load_scenario({"seed": 7, "cluster": {"serving": True}}), T0, T1)
+    return {t: win.table(t) for t in ("inference_requests", "inference_latency_buckets")}
+
+
+@pytest.fixture(scope="module")
+def frames(window, changes, maintenance, capacity, serving) -> dict[str, pd.DataFrame]:
+    return {**window, "change_events": changes, "maintenance_windows": maintenance, "cost_capacity": capacity,
+            **serving}
 
 
 def _bounds(source: str):
@@ -206,7 +214,8 @@ def test_missing_column_fails_the_table(frames, source, column):
 @pytest.mark.parametrize("source", list(CONTRACTS))
 def test_unexpected_column_is_dropped_and_named_and_the_rows_kept(frames, source):
     # schema evolution (an exporter's new field), not corruption: issue #15
-    clean = frames[source].head(10).reset_index(drop=True)
+    # (15 rows: one whole latency histogram-minute, +Inf bucket included, for inference_latency_buckets)
+    clean = frames[source].head(15).reset_index(drop=True)
     df = clean.copy()
     df["gpu_temp_fahrenheit"] = 187.25
     result = check(df, source)

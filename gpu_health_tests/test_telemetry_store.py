@@ -36,6 +36,9 @@ def frames() -> dict[str, pd.DataFrame]:
     """One simulated partition of every columnar table, as its contract holds it, with nulls in the nullable
     numbers (blanked on every 50th row) and a few links down."""
     raw = Window(load_scenario(THERMAL_WEEK), T0, T0 + FIVE).tables()
+    # the serving layer's tables (issue #17) are off on the thermal week's cluster: from a scenario that serves
+    serving = Window(load_scenario({"seed": 7, "cluster": {"serving": True}}), T0, T0 + FIVE)
+    raw.update({t: serving.table(t) for t in ("inference_requests", "inference_latency_buckets")})
     gpu = raw["gpu_telemetry"].copy()
     for col in ("job_id", "sm_active", "power_w", "throttle_reasons", "ecc_dbe_delta"):
         gpu[col] = gpu[col].astype("object")

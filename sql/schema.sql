@@ -1,7 +1,7 @@
 -- Generated from gpu_health/storage/schema.py by `python -m gpu_health.storage.schema`.
 -- Do not edit by hand: a test fails when this file and the module drift.
 --
--- Not in SQL: the minute-grain telemetry tables gpu_telemetry, job_runtime_metrics, network_telemetry, node_telemetry are stored
+-- Not in SQL: the minute-grain telemetry tables gpu_telemetry, inference_latency_buckets, inference_requests, job_runtime_metrics, network_telemetry, node_telemetry are stored
 -- as Parquet in the telemetry store, <telemetry_dir>/<table>/date=YYYY-MM-DD/<HHMM>.parquet (README).
 
 CREATE TABLE alerts (
@@ -238,6 +238,36 @@ CREATE TABLE scheduler_events (
 	exit_state TEXT, 
 	reason TEXT, 
 	CONSTRAINT pk_scheduler_events PRIMARY KEY (ts, event_id)
+);
+
+CREATE TABLE serving_slis (
+	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
+	region TEXT NOT NULL, 
+	model_name TEXT NOT NULL, 
+	model_version TEXT NOT NULL, 
+	requests BIGINT NOT NULL, 
+	errors BIGINT NOT NULL, 
+	error_rate FLOAT, 
+	p50_s FLOAT, 
+	p95_s FLOAT, 
+	p99_s FLOAT, 
+	ttft_p99_s FLOAT, 
+	CONSTRAINT pk_serving_slis PRIMARY KEY (partition_start, region, model_name, model_version)
+);
+
+CREATE TABLE slo_error_budgets (
+	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
+	slo TEXT NOT NULL, 
+	region TEXT NOT NULL, 
+	model_name TEXT NOT NULL, 
+	objective FLOAT NOT NULL, 
+	total_events FLOAT, 
+	bad_events FLOAT, 
+	interpolated BOOLEAN NOT NULL, 
+	window_total_events FLOAT NOT NULL, 
+	window_bad_events FLOAT NOT NULL, 
+	error_budget_remaining FLOAT, 
+	CONSTRAINT pk_slo_error_budgets PRIMARY KEY (partition_start, slo, region, model_name)
 );
 
 CREATE TABLE source_gaps (

@@ -4,10 +4,11 @@ from gpu_health.contracts.models import (
     CONTRACTS,
     FIVE_MINUTE_SOURCES,
     OPTIONAL_DCGM_COLUMNS,
+    OPTIONAL_SOURCES,
     PARTITION_COLUMN,
     columns,
     conform,
     empty_frame,
 )
 
-__all__ = ["CONTRACTS", "FIVE_MINUTE_SOURCES", "OPTIONAL_DCGM_COLUMNS", "PARTITION_COLUMN", "columns", "conform", "empty_frame"]
+__all__ = ["CONTRACTS", "FIVE_MINUTE_SOURCES", "OPTIONAL_DCGM_COLUMNS", "OPTIONAL_SOURCES", "PARTITION_COLUMN", "columns", "conform", "empty_frame"]

@@ -54,6 +54,10 @@ MAX_FREE_TEXT_CHARS = 65536
 #   8 GPUs, each at most HOST_NAME_MAX = 64 characters plus a comma: 812,500 characters < 1,048,576.
 MAX_NODE_LIST_CHARS = 1 << 20
 FREE_TEXT_COLUMNS = frozenset({"description", "reason"})
+# The one infinity any table may hold: a Prometheus histogram's last bucket is ``le="+Inf"`` by definition (the
+# exposition format requires it), so ``+inf`` there is a bucket bound, not a reading. Only ``+inf``: ``-inf`` is no
+# bucket bound.
+POS_INF_ALLOWED_COLUMNS = frozenset({"le"})
 NODE_LIST_COLUMNS = frozenset({"node_ids", "scope"})
 
 
@@ -88,7 +92,12 @@ class SourceModel(ContractModel):
         floats = df.select_dtypes(include="floating")
         if floats.empty:
             return pd.Series(True, index=df.index)
-        return pd.Series(~np.isinf(floats.to_numpy(dtype="float64", na_value=np.nan)).any(axis=1), index=df.index)
+        values = floats.to_numpy(dtype="float64", na_value=np.nan)
+        bad = np.isinf(values)
+        for j, name in enumerate(floats.columns):
+            if name in POS_INF_ALLOWED_COLUMNS:
+                bad[:, j] = np.isneginf(values[:, j])
+        return pd.Series(~bad.any(axis=1), index=df.index)
 
 
 class _MinuteGrain(SourceModel):
@@ -265,6 +274,90 @@ class MaintenanceWindows(SourceModel):
         return df["end"] > df["start"]
 
 
+# --- the serving layer (issue #17; contracts.md "The other layers") ---------------------------------------------
+HISTOGRAMS = ["latency", "ttft"]
+
+
+class _ServingKeyed(_MinuteGrain):
+    region: Series[pd.StringDtype] = pa.Field(description="Region, e.g. us-east.", str_length={"min_value": 1})
+    model_name: Series[pd.StringDtype] = pa.Field(description="Served model [model_name label].", str_length={"min_value": 1})
+    model_version: Series[pd.StringDtype] = pa.Field(description="Model version [model_version label].", str_length={"min_value": 1})
+
+
+class InferenceRequests(_ServingKeyed):
+    """One row per region x model x version x minute: a deployment's request counters (per-minute increases)."""
+
+    requests: Series[int] = pa.Field(ge=0, description="Requests completed in the minute [increase of <latency>_count].")
+    errors: Series[int] = pa.Field(ge=0, description="Of them, failed [status=\"error\" or HTTP 5xx].")
+    latency_sum_s: Series[float] = pa.Field(ge=0, description="Seconds of latency summed over the minute's requests [increase of <latency>_sum].")
+    queue_depth: Series[float] = pa.Field(ge=0, nullable=True, description="Mean pending requests (a gauge); null = not exported.")
+    replicas: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True, description="Serving replicas ready; null = not exported.")
+    gpus: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True, description="GPUs allocated to the replicas; null = not exported.")
+
+    class Config:
+        unique = ["ts", "region", "model_name", "model_version"]
+
+    @pa.dataframe_check(name="errors_within_requests")
+    def errors_within_requests(cls, df: pd.DataFrame) -> Series[bool]:
+        return df["errors"] <= df["requests"]
+
+
+HISTOGRAM_GROUP = ["ts", "region", "model_name", "model_version", "histogram"]
+
+
+class InferenceLatencyBuckets(_ServingKeyed):
+    """One row per region x model x version x histogram x ``le`` x minute: the classic Prometheus histogram as it
+    is stored, cumulative bucket counts (per-minute increases of ``_bucket``)."""
+
+    histogram: Series[pd.StringDtype] = pa.Field(isin=HISTOGRAMS, description="latency (end-to-end) | ttft (time to first token).")
+    le: Series[float] = pa.Field(gt=0, description="The bucket's upper bound, seconds [le label]; +inf is the last bucket (the one infinity allowed in any table).")
+    count: Series[int] = pa.Field(ge=0, description="Requests in the minute with a value <= le [increase of _bucket].")
+
+    class Config:
+        unique = ["ts", "region", "model_name", "model_version", "histogram", "le"]
+
+    @pa.dataframe_check(name="count_non_decreasing_in_le")
+    def count_non_decreasing_in_le(cls, df: pd.DataFrame) -> Series[bool]:
+        """A bucket counts every request of the buckets below it (cumulative histogram): a row whose count is
+        below that of a smaller ``le`` of its histogram-minute breaks the histogram."""
+        return pd.Series(bucket_monotone(df), index=df.index)
+
+    @pa.dataframe_check(name="inf_bucket_present")
+    def inf_bucket_present(cls, df: pd.DataFrame) -> Series[bool]:
+        """Every histogram-minute has its ``le=+Inf`` bucket: it is the total every quantile is a share of
+        (Prometheus' histogram_quantile returns NaN without it)."""
+        if df.empty:
+            return pd.Series(True, index=df.index)
+        has_inf = np.isposinf(df["le"].astype("float64")).groupby([df[c] for c in HISTOGRAM_GROUP], sort=False).transform("any")
+        return has_inf.astype(bool)
+
+
+def bucket_monotone(df: pd.DataFrame) -> np.ndarray:
+    """Per row: True when its ``count`` is at least the count of every smaller ``le`` of the same histogram-minute."""
+    if df.empty:
+        return np.ones(0, dtype=bool)
+    order = df.assign(_le=df["le"].astype("float64"), _n=np.arange(len(df))).sort_values(HISTOGRAM_GROUP + ["_le"])
+    group = order.groupby(HISTOGRAM_GROUP, sort=False).ngroup()
+    prev_max = order["count"].astype("int64").groupby(group).cummax().groupby(group).shift(1)
+    ok_sorted = ~(order["count"].astype("int64") < prev_max.fillna(-1))
+    out = np.ones(len(df), dtype=bool)
+    out[order["_n"].to_numpy()] = ok_sorted.to_numpy()
+    return out
+
+
+def inf_bucket_matches_requests(buckets: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """The latency histogram's ``+Inf`` bucket against ``inference_requests.requests`` of the same minute.
+
+    Both are increases of the same histogram (``_bucket{le="+Inf"}`` and ``_count`` are equal by the exposition
+    format), so a difference means the two tables came from different scrapes or an adapter lost a series. Returns
+    the disagreeing (ts, region, model_name, model_version) with both numbers; empty when they agree. This spans
+    two tables, so it is judged where both are read (``serving_slis``), not by either row contract."""
+    key = ["ts", "region", "model_name", "model_version"]
+    inf = buckets[(buckets["histogram"] == "latency") & np.isposinf(buckets["le"].astype("float64"))]
+    merged = inf[key + ["count"]].merge(requests[key + ["requests"]], on=key, how="inner")
+    return merged[merged["count"].astype("int64") != merged["requests"].astype("int64")].reset_index(drop=True)
+
+
 # Source table name -> contract, and which column places a row in a partition.
 CONTRACTS: dict[str, type[ContractModel]] = {
     "gpu_telemetry": GpuTelemetry,
@@ -276,6 +369,8 @@ CONTRACTS: dict[str, type[ContractModel]] = {
     "cost_capacity": CostCapacity,
     "change_events": ChangeEvents,
     "maintenance_windows": MaintenanceWindows,
+    "inference_requests": InferenceRequests,
+    "inference_latency_buckets": InferenceLatencyBuckets,
 }
 
 PARTITION_COLUMN: dict[str, str | None] = {
@@ -288,6 +383,8 @@ PARTITION_COLUMN: dict[str, str | None] = {
     "cost_capacity": "date",
     "change_events": "ts",
     "maintenance_windows": None,
+    "inference_requests": "ts",
+    "inference_latency_buckets": "ts",
 }
 
 FIVE_MINUTE_SOURCES = [
@@ -299,6 +396,12 @@ FIVE_MINUTE_SOURCES = [
     "job_metadata",
     "change_events",
 ]
+
+# Optional 5-minute sources: the serving layer. A cluster that serves no models has none of their files, exporter
+# series or simulator rows, and must run exactly as before: an absent partition of these is zero rows ("nothing was
+# served"), never data a partition waits for, and they are not among FIVE_MINUTE_SOURCES (which every producer must
+# write and the sensor waits for).
+OPTIONAL_SOURCES = ["inference_requests", "inference_latency_buckets"]
 
 # Optional DCGM fields: a missing value is null, never a zero reading.
 OPTIONAL_DCGM_COLUMNS = ["sm_active", "tensor_active", "throttle_reasons", "ecc_sbe_delta", "ecc_dbe_delta"]

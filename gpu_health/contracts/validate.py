@@ -40,6 +40,7 @@ from gpu_health.contracts.models import (
     CONTRACTS,
     DCGM_FP64_SENTINEL,
     PARTITION_COLUMN,
+    POS_INF_ALLOWED_COLUMNS,
     empty_frame,
     text_bound,
 )
@@ -330,7 +331,7 @@ def _check_values(df: pd.DataFrame, schema: pa.DataFrameSchema) -> pd.DataFrame:
         s = df[name]
         if pd.api.types.is_float_dtype(s.dtype) or (s.dtype == object and _is_float_column(col)):
             values = pd.to_numeric(s, errors="coerce").astype("float64").to_numpy()
-            inf = np.isinf(values)
+            inf = np.isneginf(values) if name in POS_INF_ALLOWED_COLUMNS else np.isinf(values)
             if inf.any():
                 rows = s.index[inf]
                 marks.append(pd.DataFrame({"row_index": rows, "column": name, "check": "finite",

@@ -92,6 +92,7 @@ def step(prev: pd.DataFrame, findings: list[Finding], start: pd.Timestamp, *, ra
         else:
             merged[f.key] = f
     rows = []
+    used_ids = set(open_prev["alert_id"]) if len(open_prev) else set()
     for key, f in merged.items():
         rate = rates.get(f.region, rates.get("*", 0.0))
         usd_h = f.lost_gpu_minutes / 5.0 * rate  # lost GPU-minutes per 5 min -> GPU-hours per hour x USD per GPU-hour
@@ -115,6 +116,13 @@ def step(prev: pd.DataFrame, findings: list[Finding], start: pd.Timestamp, *, ra
                  "follows_change": follows, "clear_count": 0,
                  "baseline_at_open": f.baseline if f.baseline is not None else np.nan,
                  "lost_gpu_minutes": f.lost_gpu_minutes}
+            # two incidents of one detector and region opening in one partition (two models' SLOs) are two
+            # alerts: the second id gets a suffix, so ids stay unique and existing ones unchanged
+            base, n = r["alert_id"], 1
+            while r["alert_id"] in used_ids:
+                n += 1
+                r["alert_id"] = f"{base}-{n}"
+        used_ids.add(r["alert_id"])
         rows.append(r)
     for key, r in by_key.items():  # open alerts with no finding this partition
         r = dict(r)

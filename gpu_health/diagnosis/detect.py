@@ -182,6 +182,7 @@ class PartitionContext:
     source_gaps: pd.DataFrame | None = None  # source_gaps rows of the partition (source, missing_family, reason)
     open_keys: frozenset = frozenset()  # keys of the alerts open after the partition before
     placements: pd.DataFrame | None = None  # placements() of `sched` (sliced from one computed per range)
+    slo_events: pd.DataFrame | None = None  # slo_error_budgets rows of the burn-rate lookback up to the partition
 
 
 def _in_maintenance(ctx: PartitionContext, nodes: pd.Series, regions: pd.Series) -> np.ndarray:
@@ -1032,8 +1033,64 @@ def detect_missing_data(ctx: PartitionContext) -> list[Finding]:
     return out
 
 
+# --- serving SLOs (issue #17) ----------------------------------------------------------------------------------
+# The burn-rate windows, factors, minimum-traffic guard and absence rule are gpu_health.metrics.slo's (BURN_WINDOWS,
+# MIN_BAD_EVENTS, ABSENT_LOOKBACK): the SRE workbook's multi-window, multi-burn-rate alerts with Sloth's windows.
+SLO_FAMILY = "software"          # a model release, an error spike, a capacity shortfall: the serving stack's software
+SLO_ABSENT_FAMILY = "missing_data"  # an SLI's series gone: its exporter or scrape, never a serving incident
+
+
+def _window_text(td: pd.Timedelta) -> str:
+    minutes = int(td / pd.Timedelta(minutes=1))
+    return f"{minutes // 1440} d" if minutes % 1440 == 0 else f"{minutes // 60} h" if minutes % 60 == 0 else f"{minutes} min"
+
+
+def detect_slo_burn(ctx: PartitionContext) -> list[Finding]:
+    """Serving SLOs burning their error budget (page / ticket by window pair) or whose SLI is absent (ticket).
+
+    Burns are judged by :func:`gpu_health.metrics.slo.evaluate_burns` on the slo_error_budgets rows; the two
+    witnesses of a page are the long and the short window over the factor, each with at least
+    ``MIN_BAD_EVENTS`` bad events. A threshold inside a histogram bucket is said to be interpolated."""
+    if ctx.slo_events is None or ctx.slo_events.empty:
+        return []
+    from gpu_health.metrics.slo import MIN_BAD_EVENTS, evaluate_burns
+    from gpu_health.metrics.slo_catalog import BY_NAME
+
+    out = []
+    for _, r in evaluate_burns(ctx.slo_events, ctx.start).iterrows():
+        slo = BY_NAME[r["slo"]]
+        # one alert per model and region: an error spike burns availability and error-rate at once, one incident
+        key = f"slo_burn|{r['region']}|{r['model_name']}"
+        if r["kind"] == "absent":
+            out.append(Finding(
+                detector="slo_burn", family=SLO_ABSENT_FAMILY, severity="ticket", region=r["region"], key=key,
+                summary=f"{r['model_name']} in {r['region']}: the SLI of SLO {slo.name} ({slo.title}) is absent",
+                evidence=f"The series behind {slo.name} reported within the last {_window_text(r['long_window'])} and "
+                         f"report nothing in this partition: the SLO cannot be judged. Check the model's exporter and "
+                         f"its scrape (and whether the model was retired on purpose)."))
+            continue
+        budget_left = r["error_budget_remaining"]
+        left = f"; error budget remaining over {slo.window}: {budget_left:.0%}" if pd.notna(budget_left) else ""
+        interp = (f" The threshold {slo.threshold_s:g} s is no bucket bound of the histogram: the bad events are "
+                  f"interpolated linearly within the bucket (Prometheus' rule), an estimate, not a count."
+                  if r["interpolated"] else "")
+        out.append(Finding(
+            detector="slo_burn", family=SLO_FAMILY, severity=r["severity"], region=r["region"], key=key,
+            summary=f"{r['model_name']} in {r['region']} burns the error budget of {slo.name} ({slo.title}) at "
+                    f"{r['long_burn']:.1f}x over {_window_text(r['long_window'])}",
+            evidence=f"Burn rate {r['long_burn']:.1f}x over {_window_text(r['long_window'])} and {r['short_burn']:.1f}x "
+                     f"over {_window_text(r['short_window'])} (alert above {r['factor']:g}x in both, each window with "
+                     f"at least {MIN_BAD_EVENTS} bad events): {r['bad_events']:.0f} bad of {r['total_events']:.0f} "
+                     f"events against an objective of {slo.objective:.3%}{left}.{interp} Look first at the "
+                     f"model's versions in serving_slis (a new version serving since the burn started is the suspect: "
+                     f"roll it back), then its replicas and queue depth",
+            baseline=float(r["factor"]), value=float(r["long_burn"])))
+    # the alert of a model merges its findings and reads the first: pages, then the fastest burn, absences last
+    return sorted(out, key=lambda f: (f.severity != "page", f.value is None, -(f.value or 0.0)))
+
+
 DETECTORS = [detect_hardware, detect_thermal, detect_deploys, detect_slowdowns, detect_scheduling, detect_no_progress,
-             detect_stalls, detect_missing_data]
+             detect_stalls, detect_missing_data, detect_slo_burn]
 
 
 def detect(ctx: PartitionContext) -> list[Finding]:

@@ -18,6 +18,8 @@ DERIVED = {
     "cluster_goodput_daily": (_models.ClusterGoodputDaily, "date"),
     "wasted_spend": (_models.WastedSpend, "date"),
     "alerts": (_models.Alerts, "partition_start"),
+    "serving_slis": (_models.ServingSlis, "partition_start"),
+    "slo_error_budgets": (_models.SloErrorBudgets, "partition_start"),
 }
 
 from gpu_health.metrics.kpis import KpiValues as _KpiValues  # noqa: E402  (kpis imports the contracts only)

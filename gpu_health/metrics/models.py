@@ -212,3 +212,41 @@ class Alerts(_Partitioned):
 
     class Config:
         unique = ["partition_start", "alert_id"]
+
+
+class ServingSlis(_Partitioned):
+    """One row per region x model x version x 5-minute partition: the serving SLIs, each quantile what
+    ``histogram_quantile(q, sum by (le) (increase(x_bucket[5m])))`` answers over the partition (metrics/serving.py)."""
+
+    region: Series[Str] = pa.Field(description="Region.")
+    model_name: Series[Str] = pa.Field(description="Served model.")
+    model_version: Series[Str] = pa.Field(description="Model version.")
+    requests: Series[int] = pa.Field(ge=0, description="Requests completed in the partition.")
+    errors: Series[int] = pa.Field(ge=0, description="Of them, failed.")
+    error_rate: Series[float] = pa.Field(ge=0, le=1, nullable=True, description="errors / requests; null without requests.")
+    p50_s: Series[float] = pa.Field(ge=0, nullable=True, description="Median end-to-end latency, seconds (Prometheus histogram_quantile; null without observations).")
+    p95_s: Series[float] = pa.Field(ge=0, nullable=True, description="95th percentile latency, seconds.")
+    p99_s: Series[float] = pa.Field(ge=0, nullable=True, description="99th percentile latency, seconds.")
+    ttft_p99_s: Series[float] = pa.Field(ge=0, nullable=True, description="99th percentile time to first token, seconds; null for a model without a TTFT histogram.")
+
+    class Config:
+        unique = ["partition_start", "region", "model_name", "model_version"]
+
+
+class SloErrorBudgets(_Partitioned):
+    """One row per SLO x region x model x 5-minute partition: the SLO's events, bad events and error budget remaining
+    over its rolling window (the SLO catalogue: gpu_health/metrics/slo_catalog.py; docs/slos.md)."""
+
+    slo: Series[Str] = pa.Field(description="SLO name in the catalogue.")
+    region: Series[Str] = pa.Field(description="Region.")
+    model_name: Series[Str] = pa.Field(description="Served model (all its versions).")
+    objective: Series[float] = pa.Field(gt=0, lt=1, description="Share of good events the SLO promises.")
+    total_events: Series[float] = pa.Field(ge=0, nullable=True, description="Events in the partition (requests, or observations of the SLO's histogram); null = the SLI's series is absent.")
+    bad_events: Series[float] = pa.Field(ge=0, nullable=True, description="Of them, bad (failed, or over the latency threshold); null = absent.")
+    interpolated: Series[bool] = pa.Field(description="The threshold is no bucket bound: bad_events is interpolated linearly within the bucket, an estimate, not a count.")
+    window_total_events: Series[float] = pa.Field(ge=0, description="Events over the SLO's rolling window up to this partition.")
+    window_bad_events: Series[float] = pa.Field(ge=0, description="Bad events over the rolling window.")
+    error_budget_remaining: Series[float] = pa.Field(le=1, nullable=True, description="1 - window bad / (budget x window events): 1 untouched, 0 spent, negative overspent; null without events.")
+
+    class Config:
+        unique = ["partition_start", "slo", "region", "model_name"]

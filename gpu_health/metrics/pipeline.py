@@ -401,6 +401,11 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
     rejects_p = dict(tuple(rejects.groupby("partition_start"))) if len(rejects) else {}
     gaps = wh.read_window("source_gaps", start, end, columns=["source", "partition_start", "missing_family", "reason"])
     gaps_p = dict(tuple(gaps.groupby("partition_start"))) if len(gaps) else {}
+    from gpu_health.metrics.slo import LOOKBACK as SLO_LOOKBACK
+    slo_rows = wh.read_window("slo_error_budgets", start - SLO_LOOKBACK, end,
+                              columns=["partition_start", "slo", "region", "model_name", "total_events", "bad_events",
+                                       "interpolated", "error_budget_remaining"])
+    slo_rows = slo_rows.sort_values("partition_start", kind="stable").reset_index(drop=True)
     jobs = job_table(sched, inventory_union(segments))  # node -> region only: where each queue's jobs run
     placed = G.placements(sched)
 
@@ -423,6 +428,8 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
             jobs=jobs_as_of(jobs[jobs["sub"] >= p + five - SCHED_LOOKBACK], p + five),
             placements=placed.iloc[placed["ts"].searchsorted(p + five - SCHED_LOOKBACK):placed["ts"].searchsorted(p + five)],
             rejects=rejects_p.get(p), source_gaps=gaps_p.get(p),
+            slo_events=slo_rows.iloc[slo_rows["partition_start"].searchsorted(p + five - SLO_LOOKBACK):
+                                     slo_rows["partition_start"].searchsorted(p + five)] if len(slo_rows) else None,
             open_keys=frozenset(prev.loc[prev["status"] != "resolved", "key"]) if len(prev) else frozenset(),
         )
         snap = A.step(prev, detect(ctx), p, rates=rates, changes=changes[changes["ts"] < p + five])
@@ -616,3 +623,28 @@ def decomposition(wh: Warehouse, start, end) -> pd.DataFrame:
             out.append(decompose(act, exp_by[p], start=p, end=p + pd.Timedelta(minutes=5)))
     out = [o for o in out if len(o)]
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+def serving_slis(wh: Warehouse, start, end) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The serving SLIs of every partition of [start, end) (gpu_health.metrics.serving), and the minutes whose
+    latency ``+Inf`` bucket disagrees with ``inference_requests.requests`` (the two tables are one histogram)."""
+    from gpu_health.contracts.models import inf_bucket_matches_requests
+    from gpu_health.metrics.serving import serving_slis as compute
+
+    req = wh.read_window("inference_requests", start, end)
+    buckets = wh.read_window("inference_latency_buckets", start, end)
+    return compute(req, buckets), inf_bucket_matches_requests(buckets, req)
+
+
+def slo_error_budgets(wh: Warehouse, start, end) -> pd.DataFrame:
+    """Each SLO's events and error budget remaining for every partition of [start, end) (gpu_health.metrics.slo),
+    the rolling window continued from the table's own rows of the SLO window before ``start``."""
+    from gpu_health.metrics import slo as S
+    from gpu_health.metrics.slo_catalog import WINDOW_DAYS
+
+    start, end = pd.Timestamp(start), pd.Timestamp(end)
+    history = wh.read_window("slo_error_budgets", start - pd.Timedelta(days=WINDOW_DAYS), start)
+    req = wh.read_window("inference_requests", start, end)
+    buckets = wh.read_window("inference_latency_buckets", start, end)
+    events = S.slo_events(req, buckets, S.generative_models(history))
+    return S.error_budgets(events, history)

@@ -112,6 +112,9 @@ class ClusterSpec:
     row_loss_rate: float = 0.0              # GPU-minute rows an exporter drops at random
     node_gaps_per_day: float = 0.0          # per node: a few minutes of its GPU rows missing (exporter restart)
     node_gap_minutes: tuple[int, int] = (2, 6)
+    # --- the serving layer (issue #17): model deployments answering requests (gpu_health.sim.serving). Off on both
+    # profiles, so their rows are unchanged; a scenario turns it on with ``cluster: {serving: true}``.
+    serving: bool = False
 
     @property
     def total_gpus(self) -> int:

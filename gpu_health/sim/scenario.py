@@ -67,6 +67,17 @@ KINDS: dict[str, KindInfo] = {
     "collector_outage": KindInfo("missing_data", 1.0, "(unused) a region's exporters go silent: missing data, not a GPU incident", None),
 }
 
+# The serving layer's incidents (issue #17; they need ``cluster: {serving: true}``, and act on nothing else): scope
+# {region, model} (model default: the fraud scorer). Kept apart from KINDS, the training cluster's incidents, whose
+# every kind has a GPU-telemetry signature test; these are tested on the serving tables (test_slo.py).
+SERVING_INCIDENT_KINDS: dict[str, KindInfo] = {
+    "serving_error_spike": KindInfo("software", 0.1, "share of the model's requests that fail (HTTP 5xx)", None),
+    "serving_budget_burn": KindInfo("software", 0.004, "share of the model's requests that fail: a slow error-budget burn", None),
+    "serving_latency_regression": KindInfo("software", 40.0, "factor on the latency median of the point release "
+                                           "(v<N>.1) the model serves from the incident's start", None),
+}
+SERVING_KINDS = tuple(SERVING_INCIDENT_KINDS)
+
 # kinds whose targets include specific jobs (labels carry their job_ids)
 JOB_TARGETED_KINDS = ("training_stall", "dummy_workload")
 
@@ -195,9 +206,9 @@ def _pick(seed: int, salt: str, items: list, k: int) -> list:
 def _resolve_incident(scen: Scenario, i: int, spec: dict) -> Incident:
     spec = dict(spec)
     kind = spec.get("kind")
-    if kind not in KINDS:
-        raise ValueError(f"incident {i}: unknown kind {kind!r}; known kinds: {sorted(KINDS)}")
-    info = KINDS[kind]
+    if kind not in KINDS and kind not in SERVING_INCIDENT_KINDS:
+        raise ValueError(f"incident {i}: unknown kind {kind!r}; known kinds: {sorted(KINDS)}, serving: {sorted(SERVING_INCIDENT_KINDS)}")
+    info = KINDS.get(kind) or SERVING_INCIDENT_KINDS[kind]
     start = parse_ts(spec["start"], f"incident {i} start")
     if "end" in spec:
         end = parse_ts(spec["end"], f"incident {i} end")

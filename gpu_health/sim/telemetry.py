@@ -126,12 +126,24 @@ class Window:
         for name in ("gpu_telemetry", "node_telemetry", "network_telemetry", "scheduler_events",
                      "job_runtime_metrics", "job_metadata", "change_events"):
             self.table(name)
+        if self.scen.cluster.spec.serving:  # the serving layer only where the scenario turns it on
+            self.table("inference_requests")
+            self.table("inference_latency_buckets")
         return self._tables
 
     def table(self, name: str) -> pd.DataFrame:
         if name not in self._tables:
             self._tables[name] = conform(getattr(self, f"_{name}")()[columns(name)], name)
         return self._tables[name]
+
+    # --- the serving layer (off unless ClusterSpec.serving) ---------------------------------
+    def _inference_requests(self) -> pd.DataFrame:
+        from gpu_health.sim.serving import inference_requests
+        return inference_requests(self.scen, self.m_s)
+
+    def _inference_latency_buckets(self) -> pd.DataFrame:
+        from gpu_health.sim.serving import inference_latency_buckets
+        return inference_latency_buckets(self.scen, self.m_s)
 
     # --- gpu_telemetry -------------------------------------------------------------------
     def _gpu_telemetry(self) -> pd.DataFrame:

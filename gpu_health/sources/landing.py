@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from gpu_health.contracts import FIVE_MINUTE_SOURCES, empty_frame
+from gpu_health.contracts import FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES, empty_frame
 from gpu_health.landing import DAILY_SOURCES, file_version, partition_path
 from gpu_health.sources.base import DataNotReady, Fetched
 
@@ -31,7 +31,8 @@ def partition_starts(table: str, start, end) -> list[pd.Timestamp]:
 
 
 class LandingSource:
-    """Reads ``<landing>/<source>/<day>/<HHMM>.parquet`` files; a missing file is DataNotReady."""
+    """Reads ``<landing>/<source>/<day>/<HHMM>.parquet`` files; a missing file is DataNotReady (zero rows for the
+    optional serving sources)."""
 
     name = "landing"
 
@@ -39,7 +40,7 @@ class LandingSource:
         self.root = Path(landing_dir)
 
     def tables(self) -> frozenset[str]:
-        return frozenset(FIVE_MINUTE_SOURCES) | DAILY_SOURCES | {"maintenance_windows"}
+        return frozenset(FIVE_MINUTE_SOURCES) | frozenset(OPTIONAL_SOURCES) | DAILY_SOURCES | {"maintenance_windows"}
 
     def files(self, table: str, start, end) -> list[tuple[Path, pd.Timestamp | None, pd.Timestamp | None]]:
         """(path, partition start, partition end) of every file the window needs."""
@@ -52,6 +53,10 @@ class LandingSource:
         """One Fetched per file, with the partition it must hold, so a violation names its file."""
         out, missing = [], []
         for path, p_start, p_end in self.files(table, start, end):
+            if not path.exists() and table in OPTIONAL_SOURCES:
+                # a serving source is optional (contracts.models.OPTIONAL_SOURCES): no file = nothing served
+                out.append(Fetched(empty_frame(table), f"{path} (absent: no serving traffic)", p_start, p_end))
+                continue
             if not path.exists():
                 missing.append(path)
                 continue

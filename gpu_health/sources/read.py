@@ -12,7 +12,7 @@ exactly its own rejects.
 import numpy as np
 import pandas as pd
 
-from gpu_health.contracts import PARTITION_COLUMN
+from gpu_health.contracts import OPTIONAL_SOURCES, PARTITION_COLUMN, empty_frame
 from gpu_health.contracts.validate import Validated, validate_files, validate_frame
 from gpu_health.landing import DAILY_SOURCES
 from gpu_health.sources.gaps import empty_gaps, missing_partitions
@@ -29,6 +29,12 @@ def read_window(source, table: str, start, end) -> tuple[Validated, pd.DataFrame
     """:func:`read_validated`, and the window's missing-data partitions (``source_gaps`` rows): the 5-minute
     partitions a live producer (an exporter, a scheduler dump) left without a row once it was judged silent
     (:mod:`gpu_health.sources.gaps`). Files and the simulator have none: an empty file is a fact."""
+    provided = getattr(source, "tables", None)
+    if table in OPTIONAL_SOURCES and (provided is None or table not in provided()):
+        # no adapter provides serving data (e.g. Prometheus without serving exporters and no landing zone):
+        # the optional source is zero rows, never a wait (contracts.models.OPTIONAL_SOURCES)
+        return (validate_frame(empty_frame(table), table, start=start, end=end, origin=f"{getattr(source, 'name', 'source')}: no {table}"),
+                empty_gaps())
     if hasattr(source, "read_files"):
         parts = list(source.read_files(table, start, end))
         if hasattr(source, "strays"):

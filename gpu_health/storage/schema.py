@@ -31,7 +31,14 @@ metadata = sa.MetaData()
 # day; 100,000 GPUs: 144 M), are written once per partition and read by time window, which is what a column store is
 # for. The event and metadata sources (scheduler_events, job_metadata, change_events) are per event or per job, a few
 # ten thousand rows a day, and stay in SQL beside the KPI, loss-tree, alert and finance tables that join them.
-COLUMNAR_TABLES: frozenset[str] = frozenset({"gpu_telemetry", "node_telemetry", "network_telemetry", "job_runtime_metrics"})
+#
+# The serving layer's two tables are minute-grain too and go the same way: ``inference_requests`` is one row per
+# deployment per minute and ``inference_latency_buckets`` one per deployment x histogram x bucket per minute (a
+# classic histogram exports ~10-20 buckets, so 2 histograms x 15 buckets x a deployment x 1,440 minutes is 43,000
+# rows a day per deployment; a few hundred deployments is tens of millions). Both are written once per partition and
+# read by window (``serving_slis`` sums a partition's buckets); what SQL users join is the 5-minute ``serving_slis``.
+COLUMNAR_TABLES: frozenset[str] = frozenset({"gpu_telemetry", "node_telemetry", "network_telemetry", "job_runtime_metrics",
+                                            "inference_requests", "inference_latency_buckets"})
 
 # derived tables: name -> (pandera model, partition column). Filled by gpu_health.metrics.
 DERIVED_MODELS: dict[str, tuple[type[pa.DataFrameModel], str | None]] = {}

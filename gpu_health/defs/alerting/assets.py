@@ -42,7 +42,7 @@ def build_alerting_assets(five_minute) -> list:
         derived_asset("alerts", group="alerting", owner="infra", model=M.Alerts, partitions_def=five_minute,
                       deps=["goodput_leaves", "cluster_goodput", "step_time_baselines", "gpu_telemetry", "node_telemetry",
                             "network_telemetry", "job_runtime_metrics", "scheduler_events", "change_events", "job_metadata",
-                            "maintenance_windows", "cost_capacity"],
+                            "maintenance_windows", "cost_capacity", "slo_error_budgets"],
                       grain="one row per alert per 5-minute partition in which it is open",
                       description="One alert per incident: what is broken, where, since when, the top cause with its "
                                   "evidence, USD per hour burning, the first action and the deploy it follows. Pages are "

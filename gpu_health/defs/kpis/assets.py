@@ -112,4 +112,35 @@ def build_kpi_assets(five_minute) -> list:
                     "(gpu_health/metrics/kpi_catalog.py). A KPI whose optional source field is missing says 'degraded' "
                     "with a null value, never 0.",
         compute=_kpis)
-    return [goodput, kpis]
+    def _serving(context, wh, start, end):
+        slis, mismatched = P.serving_slis(wh, start, end)
+        check = dg.AssetCheckResult(
+            check_name="latency_count_matches_requests", asset_key="serving_slis", passed=mismatched.empty,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={"mismatched_minutes": len(mismatched),
+                      "examples": dg.MetadataValue.md(mismatched.head(20).to_markdown(index=False) if len(mismatched) else "(none)")})
+        return slis, [check], {"deployments": int(slis[["region", "model_name", "model_version"]].drop_duplicates().shape[0]) if len(slis) else 0}
+
+    serving = derived_asset(
+        "serving_slis", group="kpis", owner="ml_platform", model=M.ServingSlis, partitions_def=five_minute,
+        deps=["inference_requests", "inference_latency_buckets"],
+        grain="one row per region x model x version x 5-minute partition",
+        description="Serving SLIs: requests, errors, error rate, p50 / p95 / p99 latency and p99 time to first token, "
+                    "each quantile computed from the partition's summed bucket counts with Prometheus' own "
+                    "histogram_quantile interpolation (gpu_health/metrics/serving.py). Empty on a cluster without serving.",
+        compute=_serving,
+        check_specs=[dg.AssetCheckSpec("latency_count_matches_requests", asset="serving_slis",
+                                       description="WARN when a minute's latency +Inf bucket differs from its requests "
+                                                   "(the two source tables came from different scrapes).")])
+    def _budgets(context, wh, start, end):
+        return P.slo_error_budgets(wh, start, end)
+
+    budgets = derived_asset(
+        "slo_error_budgets", group="kpis", owner="ml_platform", model=M.SloErrorBudgets, partitions_def=five_minute,
+        deps=["inference_requests", "inference_latency_buckets"],
+        grain="one row per SLO x region x model x 5-minute partition",
+        description="Each serving SLO's events, bad events and error budget remaining over its rolling 30-day window "
+                    "(the SLO catalogue: gpu_health/metrics/slo_catalog.py, docs/slos.md); the slo_burn detector reads "
+                    "it. A threshold inside a histogram bucket is marked interpolated. Empty on a cluster without serving.",
+        compute=_budgets)
+    return [goodput, kpis, serving, budgets]

@@ -4,7 +4,7 @@ import dagster as dg
 import pandas as pd
 from dagster_pandera import pandera_schema_to_dagster_type
 
-from gpu_health.contracts import CONTRACTS, FIVE_MINUTE_SOURCES
+from gpu_health.contracts import CONTRACTS, FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES
 from gpu_health.contracts.validate import ContractViolation
 from gpu_health.defs.common import KINDS, OWNERS, column_schema, contract_check_result, contract_check_spec, preview
 from gpu_health.defs.common import retry_transient_errors
@@ -16,6 +16,7 @@ OWNER = {
     "gpu_telemetry": "infra", "node_telemetry": "infra", "network_telemetry": "infra",
     "scheduler_events": "ml_platform", "job_runtime_metrics": "ml_platform", "job_metadata": "ml_platform",
     "change_events": "ml_platform", "cost_capacity": "finance", "maintenance_windows": "infra",
+    "inference_requests": "ml_platform", "inference_latency_buckets": "ml_platform",
 }
 GRAIN = {
     "gpu_telemetry": "one row per reporting GPU per minute",
@@ -27,6 +28,8 @@ GRAIN = {
     "change_events": "one row per deploy or configuration change",
     "cost_capacity": "one row per region x SKU per day",
     "maintenance_windows": "one row per planned-maintenance window (the whole calendar)",
+    "inference_requests": "one row per region x model x version x minute (optional: serving)",
+    "inference_latency_buckets": "one row per region x model x version x histogram x le x minute (optional: serving)",
 }
 # ranges are processed in chunks so a week-long backfill never holds a week in memory
 CHUNK = pd.Timedelta(days=1)
@@ -112,7 +115,7 @@ def build_source_asset(table: str, partitions_def) -> dg.AssetsDefinition:
 
 
 def build_telemetry_assets(five_minute, daily) -> list[dg.AssetsDefinition]:
-    assets = [build_source_asset(t, five_minute) for t in FIVE_MINUTE_SOURCES]
+    assets = [build_source_asset(t, five_minute) for t in FIVE_MINUTE_SOURCES + OPTIONAL_SOURCES]
     assets.append(build_source_asset("cost_capacity", daily))
     assets.append(build_source_asset("maintenance_windows", None))
     return assets

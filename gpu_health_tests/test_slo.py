@@ -1,0 +1,297 @@
+"""Serving SLOs: the catalogue, events and error budgets, multi-window burn rates and the slo_burn detector."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpu_health.diagnosis.detect import DETECTORS, PartitionContext, detect_slo_burn
+from gpu_health.metrics.slo import (
+    BURN_WINDOWS,
+    MIN_BAD_EVENTS,
+    error_budgets,
+    evaluate_burns,
+    generative_models,
+    slo_events,
+)
+from gpu_health.metrics.slo_catalog import BY_NAME, CATALOG, validate_catalog
+from gpu_health.sim.scenario import load_scenario
+from gpu_health.sim.telemetry import Window
+
+FIVE = pd.Timedelta(minutes=5)
+T0 = pd.Timestamp("2026-11-03T14:00:00Z")
+
+
+# --- the catalogue ----------------------------------------------------------------------------------------------
+def test_the_catalogue_is_well_formed():
+    validate_catalog()
+
+
+def test_the_seeds_slo_table_is_expressed_as_written():
+    # seeds/001 "Inference Serving Alerting": p99 < 2 s, p95 < 500 ms, availability > 99.9 %, TTFT < 300 ms,
+    # error rate < 0.1 %
+    got = {(s.sli, s.threshold_s, s.objective) for s in CATALOG}
+    assert ("latency", 2.0, 0.99) in got
+    assert ("latency", 0.5, 0.95) in got
+    assert ("availability", None, 0.999) in got
+    assert ("ttft", 0.3, 0.99) in got
+    assert BY_NAME["error-rate"].budget == pytest.approx(0.001)
+    assert all(s.window == "30d" for s in CATALOG)
+
+
+# --- events and budgets ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def serving():
+    win = Window(load_scenario({"seed": 7, "cluster": {"serving": True}}), T0, T0 + 2 * FIVE)
+    return win.table("inference_requests"), win.table("inference_latency_buckets")
+
+
+def test_events_per_slo_model_and_partition(serving):
+    req, buckets = serving
+    ev = slo_events(req, buckets)
+    first = ev[ev["partition_start"] == T0]
+    fraud = first[(first["model_name"] == "fraud-scorer") & (first["region"] == "us-east")].set_index("slo")
+    assert set(fraud.index) == {"latency-p99", "latency-p95", "availability", "error-rate"}  # not generative
+    part = req[(req["ts"] < T0 + FIVE) & (req["model_name"] == "fraud-scorer") & (req["region"] == "us-east")]
+    assert fraud.loc["availability", "total_events"] == part["requests"].sum()
+    assert fraud.loc["availability", "bad_events"] == part["errors"].sum()
+    assert fraud.loc["latency-p99", "total_events"] == part["requests"].sum()  # the +Inf bucket
+    # 0.5 s is a bucket bound of prometheus_client's defaults, 2 s is not (1, 2.5): measured vs interpolated
+    assert not fraud.loc["latency-p95", "interpolated"] and fraud.loc["latency-p99", "interpolated"]
+    gen = first[first["model_name"] == "support-assistant"].set_index(["region", "slo"])
+    assert {s for _, s in gen.index} == {"ttft-p99", "availability", "error-rate"}
+    assert gen["interpolated"].xs("ttft-p99", level="slo").all()  # 0.3 s lies between 0.25 and 0.5
+
+
+def test_a_generative_model_whose_ttft_goes_absent_stays_generative(serving):
+    req, buckets = serving
+    history = slo_events(req[req["ts"] < T0 + FIVE], buckets[buckets["ts"] < T0 + FIVE])
+    later = slo_events(req[req["ts"] >= T0 + FIVE], buckets[(buckets["ts"] >= T0 + FIVE) & (buckets["histogram"] != "ttft")],
+                       generative_models(history))
+    gen = later[later["model_name"] == "support-assistant"]
+    assert "latency-p99" not in set(gen["slo"])
+    ttft = gen[gen["slo"] == "ttft-p99"]
+    assert len(ttft) == 2 and ttft["total_events"].isna().all()  # absent, not zero
+
+
+def _rows(n_partitions: int, total: float, bad, slo="availability", start=T0, region="us-east", model="fraud-scorer"):
+    bad = np.broadcast_to(np.asarray(bad, dtype=float), (n_partitions,))
+    p = pd.date_range(start - (n_partitions - 1) * FIVE, start, freq="5min")
+    return pd.DataFrame({"partition_start": p, "slo": slo, "region": region, "model_name": model,
+                         "objective": BY_NAME[slo].objective, "total_events": float(total), "bad_events": bad,
+                         "interpolated": False})
+
+
+def test_error_budget_remaining_over_the_rolling_window():
+    rows = _rows(12, 1000.0, 0.5)  # 0.05 % bad against a 0.1 % budget: half the budget
+    out = error_budgets(rows.iloc[6:], rows.iloc[:6])
+    assert len(out) == 6 and out["partition_start"].min() == rows["partition_start"].iloc[6]
+    assert out["window_total_events"].iloc[-1] == 12_000
+    assert out["error_budget_remaining"].iloc[-1] == pytest.approx(0.5)
+
+
+# --- burn rates ------------------------------------------------------------------------------------------------
+def test_a_healthy_model_raises_nothing():
+    assert evaluate_burns(_rows(864, 6000.0, 1.0), T0).empty  # 0.017 % errors: 0.17x
+
+
+def test_a_fast_burn_pages_on_the_one_hour_and_five_minute_windows():
+    bad = np.r_[np.full(852, 1.0), np.full(12, 120.0)]  # 2 % errors for the last hour: 20x
+    got = evaluate_burns(_rows(864, 6000.0, bad), T0)
+    assert len(got) == 1
+    r = got.iloc[0]
+    assert (r["kind"], r["severity"], r["factor"]) == ("burn", "page", 14.4)
+    assert r["long_window"] == pd.Timedelta(hours=1) and r["long_burn"] == pytest.approx(20.0)
+
+
+def test_a_blip_in_the_short_window_alone_does_not_page():
+    bad = np.r_[np.full(863, 1.0), 200.0]  # one bad partition: 5-minute burn 33x, one hour 3.6x
+    assert evaluate_burns(_rows(864, 6000.0, bad), T0).empty
+
+
+def test_a_slow_burn_tickets_on_the_three_day_window():
+    got = evaluate_burns(_rows(864, 6000.0, 9.0), T0)  # 0.15 %: 1.5x for three days
+    assert len(got) == 1
+    assert got.iloc[0]["severity"] == "ticket" and got.iloc[0]["long_window"] == pd.Timedelta(days=3)
+
+
+def test_the_minimum_traffic_guard_keeps_a_handful_of_requests_from_paging():
+    # a quiet model: 20 requests a partition, 1 failure in the last one and 3 in the hour: 1.25 % = 12.5x... and
+    # 4 of 20 in the last partition is 200x, but four failures are no evidence
+    bad = np.r_[np.zeros(852), np.zeros(11), [4.0]]
+    assert evaluate_burns(_rows(864, 20.0, bad), T0).empty
+    bad[-1] = MIN_BAD_EVENTS  # the same at five failures in both windows pages
+    assert evaluate_burns(_rows(864, 20.0, bad), T0).iloc[0]["severity"] == "page"
+
+
+def test_a_ticket_intent_slo_never_pages():
+    bad = np.r_[np.full(852, 1.0), np.full(12, 120.0)]
+    got = evaluate_burns(_rows(864, 6000.0, bad, slo="error-rate"), T0)
+    assert list(got["severity"]) == ["ticket"]
+
+
+def test_an_absent_sli_series_is_a_ticket():
+    rows = _rows(24, 6000.0, 1.0)
+    rows.loc[rows.index[-1], ["total_events", "bad_events"]] = np.nan  # the histogram or counter vanished
+    got = evaluate_burns(rows, T0)
+    assert list(zip(got["kind"], got["severity"])) == [("absent", "ticket")]
+    # the same when the row itself is missing
+    got = evaluate_burns(rows.iloc[:-1], T0)
+    assert list(got["kind"]) == ["absent"]
+
+
+def test_the_windows_are_sloths():
+    assert [(w[0], w[1], w[2], w[3]) for w in BURN_WINDOWS] == [
+        (pd.Timedelta(hours=1), pd.Timedelta(minutes=5), 14.4, "page"),
+        (pd.Timedelta(hours=6), pd.Timedelta(minutes=30), 6.0, "page"),
+        (pd.Timedelta(days=1), pd.Timedelta(hours=2), 3.0, "ticket"),
+        (pd.Timedelta(days=3), pd.Timedelta(hours=6), 1.0, "ticket")]
+
+
+# --- the detector -----------------------------------------------------------------------------------------------
+def _ctx(slo_rows) -> PartitionContext:
+    empty = pd.DataFrame()
+    return PartitionContext(start=T0, end=T0 + FIVE, gpu=empty, node=empty, network=empty, runtime=empty, sched=empty,
+                            changes=empty, maintenance=empty, leaves=empty, baselines=empty, meta=empty,
+                            inventory=empty, region_history=empty, slo_events=slo_rows)
+
+
+def test_the_detector_pages_with_family_software_and_says_when_the_sli_is_interpolated():
+    assert detect_slo_burn in DETECTORS
+    bad = np.r_[np.full(852, 10.0), np.full(12, 1200.0)]  # 20 % over 0.3 s for the last hour: 20x a 1 % budget
+    rows = _rows(864, 6000.0, bad, slo="ttft-p99", model="support-assistant")
+    rows["interpolated"] = True
+    found = detect_slo_burn(_ctx(rows))
+    assert [(f.detector, f.family, f.severity, f.region) for f in found] == [("slo_burn", "software", "page", "us-east")]
+    assert found[0].key == "slo_burn|us-east|support-assistant"
+    assert "interpolated" in found[0].evidence and "14.4x" in found[0].evidence
+
+
+def test_the_detector_tickets_an_absent_sli_as_missing_data_and_is_silent_without_serving():
+    rows = _rows(24, 6000.0, 1.0).iloc[:-1]
+    found = detect_slo_burn(_ctx(rows))
+    assert [(f.family, f.severity) for f in found] == [("missing_data", "ticket")]
+    assert detect_slo_burn(_ctx(None)) == [] and detect_slo_burn(_ctx(pd.DataFrame())) == []
+
+
+def test_a_quiet_simulated_hour_raises_nothing():
+    scen = load_scenario({"seed": 7, "cluster": {"serving": True}})
+    win = Window(scen, T0 - pd.Timedelta(hours=1), T0 + FIVE)
+    ev = error_budgets(slo_events(win.table("inference_requests"), win.table("inference_latency_buckets")))
+    assert len(ev) and evaluate_burns(ev, T0).empty
+
+
+def test_the_five_minute_job_fills_slo_error_budgets_and_alerts_reads_them(sqlite_url, tmp_path):
+    import dagster as dg
+
+    from gpu_health.definitions import build_definitions
+    from gpu_health.defs.resources import TelemetrySourceResource, WarehouseIOManager, WarehouseResource
+    from gpu_health.settings import Settings
+    from gpu_health.storage.warehouse import Warehouse
+
+    path = tmp_path / "serving.yaml"
+    path.write_text("seed: 7\nstart: 2026-11-02T00:00:00Z\nend: 2026-11-09T00:00:00Z\ncluster: {gpus: 120, serving: true}\n")
+    res = {"warehouse": WarehouseResource(url=sqlite_url), "warehouse_io_manager": WarehouseIOManager(url=sqlite_url),
+           "source": TelemetrySourceResource(kind="simulator", scenario=str(path))}
+    job = build_definitions(Settings(), res).resolve_job_def("five_minute_job")
+    result = job.execute_in_process(partition_key=T0.strftime("%Y-%m-%d-%H:%M"), instance=dg.DagsterInstance.ephemeral(),
+                                    run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}})
+    assert result.success
+    wh = Warehouse(sqlite_url)
+    budgets = wh.read_window("slo_error_budgets", T0, T0 + FIVE)
+    assert set(budgets["slo"]) == {s.name for s in CATALOG}
+    assert budgets["error_budget_remaining"].notna().all()
+    alerts = wh.read_window("alerts", T0, T0 + FIVE)
+    assert alerts.empty or "slo_burn" not in set(alerts["detector"])
+
+
+# --- generated docs and OpenSLO ----------------------------------------------------------------------------------
+def test_docs_slos_md_is_generated_from_the_catalogue():
+    from gpu_health.metrics import slo_docs
+
+    assert slo_docs.DOC_PATH.read_text() == slo_docs.render_slo_docs(), f"docs/slos.md is stale: run `{slo_docs.REGENERATE}`"
+
+
+def test_openslo_export_expresses_every_slo(tmp_path):
+    import yaml
+
+    from gpu_health.cli import main
+
+    out = tmp_path / "slos.yaml"
+    assert main(["slo", "export", "--out", str(out)]) == 0
+    docs = list(yaml.safe_load_all(out.read_text()))
+    assert docs[0]["kind"] == "Service" and all(d["apiVersion"] == "openslo/v1" for d in docs)
+    slos = {d["metadata"]["name"]: d for d in docs if d["kind"] == "SLO"}
+    assert set(slos) == {s.name for s in CATALOG}
+    for s in CATALOG:
+        spec = slos[s.name]["spec"]
+        assert spec["service"] == docs[0]["metadata"]["name"]
+        assert spec["objectives"][0]["target"] == s.objective
+        assert spec["timeWindow"] == [{"duration": "30d", "isRolling": True}] and spec["budgetingMethod"] == "Occurrences"
+        ratio = spec["indicator"]["spec"]["ratioMetric"]
+        assert ratio["counter"] is True and "total" in ratio and (("good" in ratio) != ("bad" in ratio))
+        if s.threshold_s is not None:
+            assert f'le="{float(s.threshold_s)!r}"' in ratio["good"]["metricSource"]["spec"]["query"]
+
+
+# --- simulated serving incidents -------------------------------------------------------------------------------
+def _judged(kind: str, start: str, magnitude=None, hours_before=1, minutes_after=30, history_days=0):
+    """Page / ticket time of the slo_burn rule on a simulated serving incident in us-east's fraud scorer."""
+    inc = {"kind": kind, "start": start, "duration": "3h", "scope": {"region": "us-east", "model": "fraud-scorer"}}
+    if magnitude is not None:
+        inc["magnitude"] = magnitude
+    scen = load_scenario({"seed": 7, "start": "2026-11-02T00:00:00Z", "cluster": {"serving": True}, "incidents": [inc]})
+    t0 = pd.Timestamp(start)
+    win = Window(scen, t0 - pd.Timedelta(hours=hours_before) - pd.Timedelta(days=history_days),
+                 t0 + pd.Timedelta(minutes=minutes_after))
+    rows = error_budgets(slo_events(win.table("inference_requests"), win.table("inference_latency_buckets")))
+    out = []
+    for p in sorted(rows["partition_start"].unique()):
+        for _, r in evaluate_burns(rows, p).iterrows():
+            out.append((p + FIVE - t0, r["slo"], r["region"], r["model_name"], r["severity"]))
+    return out
+
+
+def test_an_error_spike_pages_on_availability_within_15_minutes():
+    found = _judged("serving_error_spike", "2026-11-03T14:02:00Z")
+    pages = [f for f in found if f[4] == "page"]
+    assert pages and pages[0][1:4] == ("availability", "us-east", "fraud-scorer")
+    assert pages[0][0] <= pd.Timedelta(minutes=15)
+    assert all(f[0] > pd.Timedelta(0) for f in found)  # nothing before the spike
+
+
+def test_a_latency_regression_release_pages_on_the_p99_slo():
+    found = _judged("serving_latency_regression", "2026-11-03T14:02:00Z", minutes_after=60)
+    pages = [f for f in found if f[4] == "page" and f[1] == "latency-p99"]
+    assert pages and pages[0][2:4] == ("us-east", "fraud-scorer")
+
+
+def test_a_burn_finding_becomes_an_alert_and_an_alertmanager_payload():
+    from gpu_health.delivery.alertmanager import alert_to_payload
+    from gpu_health.diagnosis import alerts as A
+    from gpu_health.metrics.models import Alerts
+
+    bad = np.r_[np.full(852, 1.0), np.full(12, 120.0)]
+    found = detect_slo_burn(_ctx(_rows(864, 6000.0, bad)))
+    snap = A.step(A.empty(), found, T0, rates={}, changes=pd.DataFrame(columns=["event_id", "ts", "kind", "scope", "description"]))
+    Alerts.validate(snap, lazy=True)
+    row = snap.iloc[0]
+    assert (row["detector"], row["severity"], row["cause_family"], row["status"]) == ("slo_burn", "page", "software", "firing")
+    assert "availability" in row["summary"] and "Burn rate" in row["description"]
+    payload = alert_to_payload(row.to_dict(), now=(T0 + FIVE).to_pydatetime())
+    assert payload["labels"]["severity"] == "page" and payload["labels"]["cause_family"] == "software"
+    assert payload["labels"]["region"] == "us-east"
+
+
+def test_one_alert_per_model_and_distinct_alerts_for_two_models_opening_together():
+    from gpu_health.diagnosis import alerts as A
+
+    bad = np.r_[np.full(852, 1.0), np.full(12, 120.0)]
+    rows = pd.concat([_rows(864, 6000.0, bad, slo=slo, model=model)
+                      for slo in ("availability", "error-rate") for model in ("fraud-scorer", "txn-embedding")],
+                     ignore_index=True).sort_values("partition_start", kind="stable").reset_index(drop=True)
+    found = detect_slo_burn(_ctx(rows))
+    assert len(found) == 4 and found[0].severity == "page"
+    snap = A.step(A.empty(), found, T0, rates={}, changes=pd.DataFrame(columns=["event_id", "ts", "kind", "scope", "description"]))
+    assert len(snap) == 2 and snap["alert_id"].is_unique  # availability + error-rate merged per model
+    assert set(snap["severity"]) == {"page"}
+    assert all("availability" in s for s in snap["summary"])
