@@ -439,8 +439,8 @@ def render(template: str, labels: dict, value: float) -> str:
     return _TEMPLATE.sub(sub, template)
 
 
-ALERT_COLUMNS = ["alert_id", "partition_start", "opened_at", "paged_at", "severity", "cause_family", "region", "scope",
-                 "summary", "status", "rule", "active_at", "resolved_at"]
+ALERT_COLUMNS = ["alert_id", "detector", "partition_start", "opened_at", "paged_at", "severity", "cause_family", "region",
+                 "scope", "summary", "status", "rule", "active_at", "resolved_at"]
 
 
 def alerts_frame(episodes: list[Episode], rules: list[AlertRule], job_nodes: dict | None = None) -> pd.DataFrame:
@@ -473,7 +473,8 @@ def alerts_frame(episodes: list[Episode], rules: list[AlertRule], job_nodes: dic
     fired = ts([e.fired_at for e in episodes])
     resolved = [e.resolved_at for e in episodes]
     return pd.DataFrame({
-        "alert_id": ids, "partition_start": fired.dt.floor("5min"), "opened_at": fired, "paged_at": fired,
+        "alert_id": ids, "detector": [f"static:{e.rule}" for e in episodes],  # false pages are counted per rule
+        "partition_start": fired.dt.floor("5min"), "opened_at": fired, "paged_at": fired,
         "severity": severity, "cause_family": family, "region": region, "scope": scope, "summary": summary,
         "status": ["firing" if r is None else "resolved" for r in resolved],
         "rule": [e.rule for e in episodes],
