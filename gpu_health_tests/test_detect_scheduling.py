@@ -296,3 +296,15 @@ def test_before_a_week_of_history_a_page_needs_twice_the_bar():
     ctx.region_history = pd.DataFrame({"partition_start": week, "region": "r1", "share_idle_blocked": 0.0})
     warm = detect_scheduling(ctx)
     assert [f.severity for f in warm] == ["page"] and "same hour last week" in warm[0].evidence
+
+
+def test_the_queue_a_maintenance_window_leaves_is_a_ticket():
+    """Planned capacity makes jobs wait: maintenance never pages, and neither does the queue it causes."""
+    ctx = context(B2_IDLE, WAITING)
+    ctx.maintenance = pd.DataFrame({"window_id": ["mw-1"], "start": [START - pd.Timedelta(hours=2)],
+                                    "end": [START - pd.Timedelta(minutes=30)], "region": ["r1"], "node_ids": ["i1"],
+                                    "reason": ["firmware"]})
+    (f,) = detect_scheduling(ctx)
+    assert f.severity == "ticket" and "mw-1" in f.evidence
+    ctx.maintenance = ctx.maintenance.assign(region="r2")  # another region's window changes nothing here
+    assert [f.severity for f in detect_scheduling(ctx)] == ["page"]

@@ -809,7 +809,8 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
             # before a week of history the weekly pattern (retrain waves, cron) is not known yet: a page needs
             # twice the impact floor
             page_bar = SCHED_COLD_START_FACTOR * page_bar
-        severity = "page" if piled_up and share >= page_bar and unseasonal else "ticket"
+        planned = _maintenance_in_region(ctx, r.region)
+        severity = "page" if piled_up and share >= page_bar and unseasonal and not planned else "ticket"
         base_text = base_from if base_from == NO_HISTORY else f"{base_from} {base:.1%}"
         cfg_text = f"; follows scheduler change {cfg.iloc[-1]['event_id']} at {cfg.iloc[-1]['ts']:%H:%M}" if len(cfg) else ""
         out.append(Finding("scheduling_blocked", "scheduling", severity, r.region, key,
@@ -823,8 +824,28 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
                                     f"job(s) of the region's queues waited over {AGED_WAIT.seconds // 60} min; queue wait p95 "
                                     f"{r.wait_p95_min:.1f} min; idle_blocked {idle_blocked:.1%} ({base_text}"
                                     f"{'' if unseasonal else ': seasonal, not paged'})"
+                                    + (f"; {planned}: planned capacity, not paged" if planned else "")
                                     + cfg_text))
     return out
+
+
+# the queue a maintenance window leaves behind drains for a while after it: an hour, the length of the
+# suite's and the seeds' windows' typical backlog of batch jobs
+MAINTENANCE_BACKLOG = pd.Timedelta(hours=1)
+
+
+def _maintenance_in_region(ctx: PartitionContext, region: str) -> str | None:
+    """The planned window draining part of the region now (or that ended within MAINTENANCE_BACKLOG): planned
+    capacity makes jobs wait, and maintenance never pages -- neither does the queue it causes."""
+    w = ctx.maintenance
+    if w is None or w.empty:
+        return None
+    hit = w[(w["start"] < ctx.end) & (w["end"] > ctx.start - MAINTENANCE_BACKLOG)
+            & w["region"].astype(object).isin([region, "*"])]
+    if hit.empty:
+        return None
+    first = hit.sort_values("start").iloc[0]
+    return f"maintenance window {first['window_id']} ({first['start']:%H:%M}-{first['end']:%H:%M})"
 
 
 def _history_baseline(hist: pd.DataFrame, region: str, start: pd.Timestamp) -> tuple[float, str]:
