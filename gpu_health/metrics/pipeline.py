@@ -259,7 +259,7 @@ def goodput(wh: Warehouse, start, end, frames: dict | None = None, baselines: pd
         leaves_parts.append(leaves)
         fail_parts.append(failures)
     leaves = pd.concat(leaves_parts, ignore_index=True)
-    failures = pd.concat(fail_parts, ignore_index=True)
+    failures = pd.concat([f for f in fail_parts if len(f)] or fail_parts[:1], ignore_index=True)
     failures = _enrich_failures(failures, frames["gpu_telemetry"], meta, sched_all, inventory_union(segments))
     return leaves, failures
 
