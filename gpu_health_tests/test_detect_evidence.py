@@ -261,8 +261,10 @@ def test_hardware_corroboration_from_fault_history_and_persisting_gaps():
     recent.loc[recent["partition_start"] == parts[1], "gpus_seen"] = 8  # the gap is shorter than 15 minutes
     last_fault = pd.Series({"fault": T0 - pd.Timedelta(hours=25)})       # the fault is older than a day
     assert set(G.hardware_corroboration(recent, last_fault, usual, T0, T0 + five)["node_id"]) == set()
-    # a node with no rows at all for 15 minutes is gone, not a hiccup
+    # a node with no rows at all for 15 minutes while others report is gone, not a hiccup ...
     assert set(G.hardware_corroboration(recent[recent["node_id"] != "ok"], last_fault, usual, T0, T0 + five)["node_id"]) == {"ok"}
+    # ... but partitions nobody reported in (before the warehouse's first partition) say nothing
+    assert G.hardware_corroboration(recent.iloc[0:0], last_fault, usual, T0, T0 + five).empty
     # a fault inside the window corroborates its own and the later partitions
     recent2 = pd.concat([recent, pd.DataFrame({"partition_start": [T0], "node_id": ["ok"], "gpus_seen": [7], "fatal_gpus": [1]})])
     got = G.hardware_corroboration(recent2, pd.Series(dtype=object), usual, T0, T0 + 2 * five)

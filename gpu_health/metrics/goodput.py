@@ -523,7 +523,12 @@ def hardware_corroboration(recent: pd.DataFrame, last_fault: pd.Series, usual: p
         seen[t, n] = rows["gpus_seen"].to_numpy(dtype=float)
         fault_at[t, n] = rows["fatal_gpus"].to_numpy(dtype=float) > 0
     expect = usual.reindex(nodes).fillna(0).to_numpy(dtype=float)[None, :]
-    short = seen < expect
+    # a partition with no inventory row at all is unknown (before the warehouse's first partition, or a whole
+    # outage: missing data), not a partition in which every node was short
+    known = np.zeros(len(grid), dtype=bool)
+    if rows is not None and len(rows):
+        known[np.unique(grid.get_indexer(rows["partition_start"]))] = True
+    short = (seen < expect) & known[:, None]
     persisted = np.ones_like(short)
     for k in range(1, GAP_PERSIST_PARTITIONS + 1):
         persisted &= np.vstack([np.zeros((k, len(nodes)), bool), short[:-k]])
