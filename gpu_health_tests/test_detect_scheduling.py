@@ -306,5 +306,10 @@ def test_the_queue_a_maintenance_window_leaves_is_a_ticket():
                                     "reason": ["firmware"]})
     (f,) = detect_scheduling(ctx)
     assert f.severity == "ticket" and "mw-1" in f.evidence
-    ctx.maintenance = ctx.maintenance.assign(region="r2")  # another region's window changes nothing here
+    # a 3-hour window's queue drains for 3 hours after it; past that the region pages again
+    ctx.maintenance = ctx.maintenance.assign(start=START - pd.Timedelta(hours=5, minutes=30), end=START - pd.Timedelta(hours=2, minutes=30))
+    assert [f.severity for f in detect_scheduling(ctx)] == ["ticket"]
+    ctx.maintenance = ctx.maintenance.assign(end=START - pd.Timedelta(hours=3), start=START - pd.Timedelta(hours=4))
+    assert [f.severity for f in detect_scheduling(ctx)] == ["page"]
+    ctx.maintenance = ctx.maintenance.assign(region="r2", end=START)  # another region's window changes nothing here
     assert [f.severity for f in detect_scheduling(ctx)] == ["page"]

@@ -829,8 +829,9 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
     return out
 
 
-# the queue a maintenance window leaves behind drains for a while after it: an hour, the length of the
-# suite's and the seeds' windows' typical backlog of batch jobs
+# the queue a maintenance window leaves behind drains for a while after it: as long as the window lasted (jobs
+# held for W hours by a saturated pool take about W hours more to catch up while new work keeps arriving), and
+# at least an hour
 MAINTENANCE_BACKLOG = pd.Timedelta(hours=1)
 
 
@@ -840,8 +841,8 @@ def _maintenance_in_region(ctx: PartitionContext, region: str) -> str | None:
     w = ctx.maintenance
     if w is None or w.empty:
         return None
-    hit = w[(w["start"] < ctx.end) & (w["end"] > ctx.start - MAINTENANCE_BACKLOG)
-            & w["region"].astype(object).isin([region, "*"])]
+    backlog = np.maximum((w["end"] - w["start"]).to_numpy(), MAINTENANCE_BACKLOG.to_timedelta64())
+    hit = w[(w["start"] < ctx.end) & (w["end"] + backlog > ctx.start) & w["region"].astype(object).isin([region, "*"])]
     if hit.empty:
         return None
     first = hit.sort_values("start").iloc[0]
