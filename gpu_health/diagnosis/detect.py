@@ -829,20 +829,15 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
     return out
 
 
-# the queue a maintenance window leaves behind drains for a while after it: as long as the window lasted (jobs
-# held for W hours by a saturated pool take about W hours more to catch up while new work keeps arriving), and
-# at least an hour
-MAINTENANCE_BACKLOG = pd.Timedelta(hours=1)
-
-
 def _maintenance_in_region(ctx: PartitionContext, region: str) -> str | None:
-    """The planned window draining part of the region now (or that ended within MAINTENANCE_BACKLOG): planned
-    capacity makes jobs wait, and maintenance never pages -- neither does the queue it causes."""
+    """The planned window draining part of the region in this partition: planned capacity makes jobs wait, and
+    maintenance never pages -- neither does the queue it causes while it lasts. Not after it: a scheduling fault
+    right after a window (the suite's Friday incidents start three minutes after one) must still page, so the
+    backlog a window leaves is judged like any other pile-up once the window is over."""
     w = ctx.maintenance
     if w is None or w.empty:
         return None
-    backlog = np.maximum((w["end"] - w["start"]).to_numpy(), MAINTENANCE_BACKLOG.to_timedelta64())
-    hit = w[(w["start"] < ctx.end) & (w["end"] + backlog > ctx.start) & w["region"].astype(object).isin([region, "*"])]
+    hit = w[(w["start"] < ctx.end) & (w["end"] > ctx.start) & w["region"].astype(object).isin([region, "*"])]
     if hit.empty:
         return None
     first = hit.sort_values("start").iloc[0]
