@@ -114,7 +114,8 @@ SOURCE_FLAGS = {
 
 def run(start: str, end: str, *, scenario: str | None = None, landing: str | None = None, source: str | None = None,
         prometheus_url: str | None = None, warehouse: str | None = None, partition_start: str | None = None,
-        quiet: bool = False, telemetry_dir: str | None = None, **source_options: str | None) -> dict:
+        quiet: bool = False, telemetry_dir: str | None = None, direct: bool = False,
+        **source_options: str | None) -> dict:
     import dagster as dg
 
     from gpu_health.definitions import build_definitions, default_resources
@@ -137,6 +138,22 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
         raise SystemExit("error: --source prometheus needs --prometheus-url (or GPU_HEALTH_PROMETHEUS_URL)")
     url, tdir = _warehouse_location(warehouse, telemetry_dir)
     src = TelemetrySourceResource(kind=kind, scenario=scenario or "", landing_dir=landing or env.landing_dir, **fields)
+    if direct:  # the bulk path: the same steps, no Dagster runs (gpu_health.steps.direct)
+        from gpu_health.steps.direct import run_range
+        from gpu_health.storage.warehouse import Warehouse
+
+        t0 = time.time()
+        summary = {"warehouse": url, "source": kind, "path": "direct"}
+        summary.update(run_range(Warehouse(url, tdir or None), src.get(), start_ts, end_ts,
+                                 progress=None if quiet else (lambda line: print(line, file=sys.stderr))))
+        for entry in summary.get("quarantined_files", []):
+            print(f"warning: {entry['source']}: {entry['reason']}", file=sys.stderr)
+        for table, cols in summary.get("dropped_columns", {}).items():
+            for col, origins in cols.items():
+                print(f"warning: {table}: extra column '{col}' dropped (not in the contract) in {len(origins)} file(s), "
+                      f"e.g. {origins[0]}", file=sys.stderr)
+        summary["seconds"] = round(time.time() - t0, 1)
+        return summary
     resources.update(warehouse=WarehouseResource(url=url, telemetry_dir=tdir),
                      warehouse_io_manager=WarehouseIOManager(url=url, telemetry_dir=tdir), source=src)
     # the code location's partitions must cover the range: by default they start on its first day
@@ -291,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--slurm-dir", help="directory of sacct / squeue --json dumps (scheduler_events, job_metadata)")
     p_run.add_argument("--warehouse", help="SQLAlchemy URL (default: $GPU_HEALTH_WAREHOUSE_URL or sqlite:///var/warehouse.db)")
     p_run.add_argument("--partition-start", help="first partition key of the code location (default: the range start)")
+    p_run.add_argument("--direct", action="store_true",
+                       help="the bulk path: run the same steps over the range without Dagster runs (no run history "
+                            "in a Dagster instance; the tables written are the same)")
     p_eval = sub.add_parser("evaluate", help="score detection, attribution and false pages on a scenario suite")
     p_eval.add_argument("--scenarios", required=True, help="directory of scenario YAML files")
     p_eval.add_argument("--out", required=True, help="JSON report path")
@@ -371,7 +391,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             out = run(args.start, args.end, scenario=args.scenario, landing=args.landing, source=args.source,
                       warehouse=args.warehouse, partition_start=args.partition_start, quiet=args.quiet,
-                      telemetry_dir=args.telemetry_dir, **{name: getattr(args, name) for name in SOURCE_FLAGS})
+                      telemetry_dir=args.telemetry_dir, direct=args.direct,
+                      **{name: getattr(args, name) for name in SOURCE_FLAGS})
     except (RuntimeError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

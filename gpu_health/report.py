@@ -37,7 +37,7 @@ def alert_timeline(wh: Warehouse, start: pd.Timestamp, end: pd.Timestamp) -> pd.
 def window_decomposition(wh: Warehouse, start: pd.Timestamp, end: pd.Timestamp, *, max_causes: int = 3) -> pd.DataFrame:
     """Ranked causes of the window's goodput change against the same slots of the previous days."""
     from gpu_health.diagnosis.decompose import decompose
-    from gpu_health.metrics.pipeline import actual_and_expected_leaves
+    from gpu_health.steps.compute import actual_and_expected_leaves
 
     actual, expected = actual_and_expected_leaves(wh, start, end)
     if actual.empty or expected.empty:

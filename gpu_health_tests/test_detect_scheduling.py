@@ -233,7 +233,7 @@ def test_a_wave_seen_at_this_hour_last_week_is_known():
 
 
 def test_paged_partitions_do_not_teach_the_seasonal_baseline():
-    from gpu_health.metrics.pipeline import _forget_paged
+    from gpu_health.steps.compute import _forget_paged
 
     paid = 4 * 8 * 5
     usual = 40 / paid
@@ -266,7 +266,7 @@ def test_a_gpu_freed_a_moment_ago_is_being_placed_not_blocked():
 
 def test_paged_partitions_are_read_from_the_warehouse_by_severity_and_status(sqlite_url):
     from gpu_health.diagnosis.detect import Finding
-    from gpu_health.metrics.pipeline import _paged_partitions
+    from gpu_health.steps.compute import _paged_partitions
     from gpu_health.storage.warehouse import Warehouse
 
     page = Finding("thermal_throttle", "hardware", "page", "r1", "thermal_throttle|r1", lost_gpu_minutes=50.0,

@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from gpu_health.metrics import goodput as G
-from gpu_health.metrics import pipeline as P
+from gpu_health.steps import compute as P
 from gpu_health.metrics.baselines import step_baseline, workload_step_stats
 from gpu_health.sim.scenario import KINDS, labels_frame, load_scenario
 from gpu_health.sim.telemetry import THERMAL_BITS, Window, cost_capacity, maintenance_windows

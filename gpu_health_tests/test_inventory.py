@@ -1,4 +1,4 @@
-"""The node inventory behind "expected" GPUs (gpu_health.metrics.pipeline.inventory_segments) over long gaps.
+"""The node inventory behind "expected" GPUs (gpu_health.steps.compute.inventory_segments) over long gaps.
 
 One small SQLite warehouse, module-wide: region ``a`` (nodes a1-a3) and region ``b`` (b1-b2, another SKU),
 4 GPUs a node, reporting every minute from a day and two hours before ``T0``. Region ``b``'s GPU collectors
@@ -16,9 +16,8 @@ import pandas as pd
 import pytest
 
 from gpu_health.contracts.models import columns, conform
-from gpu_health.defs.kpis.assets import paid_invariant
 from gpu_health.metrics import goodput as G
-from gpu_health.metrics import pipeline as P
+from gpu_health.steps import compute as P
 from gpu_health.storage.warehouse import Warehouse
 
 T0 = pd.Timestamp("2026-11-03T00:00:00Z")  # region b falls silent
@@ -131,8 +130,8 @@ def test_a_long_silent_regions_paid_gpu_minutes_are_missing_data_not_hardware(wh
     b = leaves[leaves["region"] == "b"].groupby("state")["gpu_minutes"].sum()
     assert b.to_dict() == pytest.approx({"no_data": PAID["b"] * 15.0})
     states = P.rollups(leaves)["goodput_states"]
-    check = paid_invariant(states, wh, start, end)
-    assert check.passed, check.metadata
+    check = P.paid_invariant(states, wh, start, end)
+    assert check["passed"], check
     paid = states.groupby("region")["gpu_minutes"].sum()
     assert paid.to_dict() == pytest.approx({r: k * 15.0 for r, k in PAID.items()})
 

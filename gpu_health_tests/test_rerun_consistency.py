@@ -17,7 +17,7 @@ import yaml
 from gpu_health.cli import main, run
 from gpu_health.defs.alerting.sensors import latest_alerts
 from gpu_health.delivery.alertmanager import alert_to_payload
-from gpu_health.metrics import pipeline as P
+from gpu_health.steps import compute as P
 from gpu_health.storage.warehouse import Warehouse, engine_for
 
 START, END = "2026-11-03T11:00:00Z", "2026-11-03T11:40:00Z"

@@ -142,34 +142,40 @@ def output_metadata(frame: pd.DataFrame, **extra) -> dict:
     return {"rows": len(frame), "preview": preview(frame), **extra}
 
 
-def derived_asset(name: str, *, group: str, owner: str, model, partitions_def, deps: list[str], grain: str,
-                  description: str, compute, check_specs=None, stored_by_step: bool = False):
-    """A derived asset: validated by its pandera model, stored by the warehouse IO manager.
+def derived_asset(name: str, *, group: str, owner: str, partitions_def, grain: str, description: str,
+                  checks=None, check_specs=None):
+    """The asset of table ``name``, computed and stored by its declared step (``gpu_health.steps.registry``):
+    its ``deps`` come from the step's declared reads, its model from the table's, its rows are the ones the
+    step stored (the IO manager leaves them alone: STORED_BY_STEP), so Dagster and the bulk path write the same.
 
-    ``compute(context, warehouse, start, end)`` returns the frame, or a tuple
-    (frame, check results) or (frame, check results, extra output metadata).
-    ``stored_by_step``: ``compute`` stores its rows itself (``Warehouse.replace_windows``, with
-    whatever else must commit with them); the IO manager then leaves the output alone.
+    ``checks(result, warehouse, start, end)`` returns (check results, extra output metadata) from the step's
+    :class:`~gpu_health.steps.graph.StepResult`.
     """
     from dagster_pandera import pandera_schema_to_dagster_type
 
     from gpu_health.defs.resources import STORED_BY_STEP, WarehouseResource
+    from gpu_health.steps.models import model_of
+    from gpu_health.steps.registry import asset_deps, step
+
+    model = model_of(name)
+    the_step = step(name)
 
     @dg.asset(
         name=name, group_name=group, owners=OWNERS[owner], kinds=KINDS, partitions_def=partitions_def,
         backfill_policy=dg.BackfillPolicy.single_run(), io_manager_key="warehouse_io_manager",
-        dagster_type=pandera_schema_to_dagster_type(model.to_schema()), deps=deps, check_specs=check_specs,
+        dagster_type=pandera_schema_to_dagster_type(model.to_schema()), deps=asset_deps(name), check_specs=check_specs,
         description=f"{description} Grain: {grain}.",
-        metadata={"dagster/column_schema": column_schema(model), "grain": grain,
-                  **({STORED_BY_STEP: True} if stored_by_step else {})},
+        metadata={"dagster/column_schema": column_schema(model), "grain": grain, STORED_BY_STEP: True},
     )
     @retry_transient_errors
     def _asset(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
         start, end = window_of(context)
-        result = compute(context, warehouse.get(), start, end)
-        frame, events, extra = (*result, {}, {})[:3] if isinstance(result, tuple) else (result, [], {})
-        frame = model.validate(frame, lazy=True)
-        yield dg.Output(frame, metadata=output_metadata(frame, **extra))
+        wh = warehouse.get()
+        result = the_step.run(wh, start, end)
+        events, extra = checks(result, wh, start, end) if checks is not None else ([], {})
+        frame = result.tables[name]
+        yield dg.Output(frame, metadata=output_metadata(frame, **{k: v for k, v in result.metadata.items()
+                                                                   if isinstance(v, int | float | str | bool)}, **extra))
         yield from events
 
     return _asset

@@ -9,9 +9,8 @@ from gpu_health.defs.common import retry_transient_errors
 from gpu_health.defs.resources import STORED_BY_STEP, WarehouseResource
 from gpu_health.metrics import charts
 from gpu_health.metrics import models as M
-from gpu_health.metrics import pipeline as P
+from gpu_health.steps.registry import asset_deps, step
 from gpu_health.metrics.goodput import STATES
-from gpu_health.metrics.kpis import KpiValues
 
 OUTS = {
     "goodput_leaves": (M.GoodputLeaves, "GPU-minutes per loss state at the drill-down grain",
@@ -33,27 +32,15 @@ def _render_pictures(start, end) -> bool:
     return (end - start) > pd.Timedelta(minutes=5) or end.minute == 0
 
 
-def paid_invariant(states: pd.DataFrame, wh, start, end) -> dg.AssetCheckResult:
-    """States must sum to paid GPU-minutes: max(Finance's capacity, GPUs in the partition's inventory) x minutes."""
-    cap = wh.read_window("cost_capacity", start.normalize(), end)
-    cap = cap.groupby(["region", "sku"])["capacity_gpus"].max() if len(cap) else None
-    expected = {}  # partition -> (region, sku) -> paid GPUs
-    for s0, s1, inventory in P.inventory_segments(wh, start, end):
-        inv = inventory.groupby(["region", "sku"])["gpus"].sum()
-        paid = cap.combine(inv, max, fill_value=0) if cap is not None else inv
-        expected.update({p: paid for p in pd.date_range(s0, s1, freq="5min", inclusive="left")})
-    got = states.groupby(["partition_start", "region", "sku"])["gpu_minutes"].sum().reset_index()
-    minutes = (((got["partition_start"] + pd.Timedelta(minutes=5)).clip(upper=end) - got["partition_start"])
-               / pd.Timedelta(minutes=1)).to_numpy(dtype=float)  # (an empty frame stays numeric)
-    got["expected"] = [expected[p].get((r, s), 0) if p in expected else 0
-                       for p, r, s in zip(got["partition_start"], got["region"], got["sku"])] * minutes
-    got["error"] = (got["gpu_minutes"] - got["expected"]).abs()
-    bad = got[got["error"] > 1e-6 * got["expected"].clip(lower=1)]
+def paid_invariant(found: dict) -> dg.AssetCheckResult:
+    """States must sum to paid GPU-minutes (steps.compute.paid_invariant) as an ERROR check."""
+    bad = found["examples"]
     return dg.AssetCheckResult(
-        check_name="paid_minutes_invariant", asset_key="goodput_states", passed=bad.empty,
+        check_name="paid_minutes_invariant", asset_key="goodput_states", passed=found["passed"],
         severity=dg.AssetCheckSeverity.ERROR,
-        metadata={"slices": len(got), "violations": len(bad), "max_abs_error_gpu_minutes": float(got["error"].max() if len(got) else 0),
-                  "examples": dg.MetadataValue.md(bad.head(10).to_markdown(index=False) if len(bad) else "(none)")},
+        metadata={"slices": found["slices"], "violations": found["violations"],
+                  "max_abs_error_gpu_minutes": found["max_abs_error_gpu_minutes"],
+                  "examples": dg.MetadataValue.md(bad.to_markdown(index=False) if len(bad) else "(none)")},
     )
 
 
@@ -71,8 +58,7 @@ def build_kpi_assets(five_minute) -> list:
 
     @dg.multi_asset(
         name="goodput", outs=outs, partitions_def=five_minute, backfill_policy=dg.BackfillPolicy.single_run(),
-        deps=["gpu_telemetry", "node_telemetry", "job_runtime_metrics", "scheduler_events", "job_metadata",
-              "maintenance_windows", "cost_capacity", "node_inventory", "step_time_baselines"],
+        deps=asset_deps("goodput"),
         check_specs=[dg.AssetCheckSpec("paid_minutes_invariant", asset="goodput_states", blocking=True,
                                        description="Every partition's states sum exactly to paid GPU-minutes.")],
     )
@@ -82,12 +68,10 @@ def build_kpi_assets(five_minute) -> list:
         mid-write leaves the partition's old loss tree or its new one, never some tables of each."""
         wh = warehouse.get()
         start, end = window_of(context)
-        leaves, failures = P.goodput(wh, start, end)
-        tables = {"goodput_leaves": leaves, "job_failures": failures, **P.rollups(leaves)}
-        tables = {name: model.validate(tables[name], lazy=True) for name, (model, _, _) in OUTS.items()}
         history = wh.read_window("cluster_goodput", end - pd.Timedelta(hours=24), start,
                                  columns=["partition_start", "region", "goodput"]) if _render_pictures(start, end) else None
-        wh.replace_windows(tables, start, end)  # the outputs are STORED_BY_STEP: the IO manager skips them
+        result = step("goodput").run(wh, start, end)  # stores the outputs (STORED_BY_STEP: the IO manager skips them)
+        tables = result.tables
         for name in OUTS:
             frame = tables[name]
             extra = {}
@@ -98,49 +82,38 @@ def build_kpi_assets(five_minute) -> list:
                          "loss_tree": dg.MetadataValue.md(charts.waterfall(charts.shares_of(frame), f"Loss tree {start:%Y-%m-%d %H:%M}-{end:%H:%M} UTC")),
                          "goodput_trend": dg.MetadataValue.md(charts.trend(pd.concat([history, frame[["partition_start", "region", "goodput"]]]), "Goodput, last 24 h"))}
             yield dg.Output(frame, output_name=name, metadata=output_metadata(frame, **extra))
-        yield paid_invariant(tables["goodput_states"], wh, start, end)
-
-    def _kpis(context, wh, start, end):
-        return P.kpi_values(wh, start, end)
+        yield paid_invariant(result.findings["paid_invariant"])
 
     kpis = derived_asset(
-        "kpi_values", group="kpis", owner="ml_platform", model=KpiValues, partitions_def=five_minute,
-        deps=["goodput_states", "gpu_telemetry", "node_telemetry", "network_telemetry", "scheduler_events",
-              "job_runtime_metrics", "job_metadata", "step_time_baselines", "cost_capacity"],
+        "kpi_values", group="kpis", owner="ml_platform", partitions_def=five_minute,
         grain="one row per KPI x region x sku x workload_class x team slice per 5-minute partition",
         description="The supporting KPIs of the catalog (docs/kpis.md): definition, owner and alert intent are code "
                     "(gpu_health/metrics/kpi_catalog.py). A KPI whose optional source field is missing says 'degraded' "
-                    "with a null value, never 0.",
-        compute=_kpis)
-    def _serving(context, wh, start, end):
-        slis, mismatched = P.serving_slis(wh, start, end)
+                    "with a null value, never 0.")
+
+    def _serving(result, wh, start, end):
+        slis, mismatched = result.tables["serving_slis"], result.findings["mismatched"]
         check = dg.AssetCheckResult(
             check_name="latency_count_matches_requests", asset_key="serving_slis", passed=mismatched.empty,
             severity=dg.AssetCheckSeverity.WARN,
             metadata={"mismatched_minutes": len(mismatched),
                       "examples": dg.MetadataValue.md(mismatched.head(20).to_markdown(index=False) if len(mismatched) else "(none)")})
-        return slis, [check], {"deployments": int(slis[["region", "model_name", "model_version"]].drop_duplicates().shape[0]) if len(slis) else 0}
+        return [check], {"deployments": int(slis[["region", "model_name", "model_version"]].drop_duplicates().shape[0]) if len(slis) else 0}
 
     serving = derived_asset(
-        "serving_slis", group="kpis", owner="ml_platform", model=M.ServingSlis, partitions_def=five_minute,
-        deps=["inference_requests", "inference_latency_buckets"],
+        "serving_slis", group="kpis", owner="ml_platform", partitions_def=five_minute,
         grain="one row per region x model x version x 5-minute partition",
         description="Serving SLIs: requests, errors, error rate, p50 / p95 / p99 latency and p99 time to first token, "
                     "each quantile computed from the partition's summed bucket counts with Prometheus' own "
                     "histogram_quantile interpolation (gpu_health/metrics/serving.py). Empty on a cluster without serving.",
-        compute=_serving,
+        checks=_serving,
         check_specs=[dg.AssetCheckSpec("latency_count_matches_requests", asset="serving_slis",
                                        description="WARN when a minute's latency +Inf bucket differs from its requests "
                                                    "(the two source tables came from different scrapes).")])
-    def _budgets(context, wh, start, end):
-        return P.slo_error_budgets(wh, start, end)
-
     budgets = derived_asset(
-        "slo_error_budgets", group="kpis", owner="ml_platform", model=M.SloErrorBudgets, partitions_def=five_minute,
-        deps=["inference_requests", "inference_latency_buckets"],
+        "slo_error_budgets", group="kpis", owner="ml_platform", partitions_def=five_minute,
         grain="one row per SLO x region x model x 5-minute partition",
         description="Each serving SLO's events, bad events and error budget remaining over its rolling 30-day window "
                     "(the SLO catalogue: gpu_health/metrics/slo_catalog.py, docs/slos.md); the slo_burn detector reads "
-                    "it. A threshold inside a histogram bucket is marked interpolated. Empty on a cluster without serving.",
-        compute=_budgets)
+                    "it. A threshold inside a histogram bucket is marked interpolated. Empty on a cluster without serving.")
     return [goodput, kpis, serving, budgets]

@@ -648,3 +648,25 @@ def slo_error_budgets(wh: Warehouse, start, end) -> pd.DataFrame:
     buckets = wh.read_window("inference_latency_buckets", start, end)
     events = S.slo_events(req, buckets, S.generative_models(history))
     return S.error_budgets(events, history)
+
+
+def paid_invariant(states: pd.DataFrame, wh: Warehouse, start, end) -> dict:
+    """States must sum to paid GPU-minutes: max(Finance's capacity, GPUs in the partition's inventory) x minutes.
+    Returns ``passed``, ``slices``, ``violations``, ``max_abs_error_gpu_minutes`` and ``examples`` (a frame)."""
+    start, end = pd.Timestamp(start), pd.Timestamp(end)
+    cap = wh.read_window("cost_capacity", start.normalize(), end)
+    cap = cap.groupby(["region", "sku"])["capacity_gpus"].max() if len(cap) else None
+    expected = {}  # partition -> (region, sku) -> paid GPUs
+    for s0, s1, inventory in inventory_segments(wh, start, end):
+        inv = inventory.groupby(["region", "sku"])["gpus"].sum()
+        paid = cap.combine(inv, max, fill_value=0) if cap is not None else inv
+        expected.update({p: paid for p in pd.date_range(s0, s1, freq=FIVE, inclusive="left")})
+    got = states.groupby(["partition_start", "region", "sku"])["gpu_minutes"].sum().reset_index()
+    minutes = (((got["partition_start"] + FIVE).clip(upper=end) - got["partition_start"])
+               / pd.Timedelta(minutes=1)).to_numpy(dtype=float)  # (an empty frame stays numeric)
+    got["expected"] = [expected[p].get((r, s), 0) if p in expected else 0
+                       for p, r, s in zip(got["partition_start"], got["region"], got["sku"])] * minutes
+    got["error"] = (got["gpu_minutes"] - got["expected"]).abs()
+    bad = got[got["error"] > 1e-6 * got["expected"].clip(lower=1)]
+    return {"passed": bad.empty, "slices": len(got), "violations": len(bad),
+            "max_abs_error_gpu_minutes": float(got["error"].max() if len(got) else 0), "examples": bad.head(10)}

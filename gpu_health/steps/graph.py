@@ -1,0 +1,112 @@
+"""The declared step graph: what each step of the pipeline reads and writes, declared once.
+
+A step computes and stores the tables of one window ``[start, end)``. Its declaration says which tables it writes
+and which it reads, each read with how far it looks back before ``start`` (and ahead past ``end``, for the alerts
+re-derived after a re-run) -- the facts a scheduler needs and a reader of the code looks for first:
+
+* Dagster's ``deps`` are derived from the declarations (:func:`upstream_steps`): a step depends on the steps that
+  write the tables it reads, never on itself (a step reading its own history, e.g. ``alerts`` the open alerts of
+  the partition before, is not a dependency).
+* The bulk path (:mod:`gpu_health.steps.direct`) runs the steps in :func:`order` over a range, without Dagster.
+* ``gpu_health_tests/test_step_graph.py`` records the reads each step actually makes and fails when they differ
+  from its declaration (a table read but not declared, declared but not read, or read further back than declared).
+
+Nothing here imports Dagster; the steps' bodies are in :mod:`gpu_health.steps.compute` (reads and writes through
+the :class:`~gpu_health.storage.warehouse.Warehouse` passed in) over the pure functions of ``metrics`` and
+``diagnosis``, which never read the warehouse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+ZERO = pd.Timedelta(0)
+
+FIVE_MINUTE = "five_minute"  # a step run on 5-minute partitions (one, or a range as one run)
+DAILY = "daily"  # on UTC days
+CALENDAR = "calendar"  # on the whole table (unpartitioned)
+
+
+@dataclass(frozen=True)
+class Read:
+    """A table a step reads for the window ``[start, end)``: ``[start - before, end + after)``, or all of it
+    (``whole``). ``optional``: read only when the data calls for it (e.g. a silent region's inventory as of its
+    last report), so a run may not make it."""
+
+    table: str
+    before: pd.Timedelta = ZERO
+    after: pd.Timedelta = ZERO
+    whole: bool = False
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step: ``run(wh, start, end, **inputs)`` computes ``writes`` for ``[start, end)``, stores them and
+    returns a :class:`StepResult`."""
+
+    name: str
+    cadence: str
+    writes: tuple[str, ...]
+    reads: tuple[Read, ...]
+    run: Callable[..., StepResult]
+    description: str = ""
+    # tables it also writes for the partitions it touches but does not own (a source's rejects and gaps, keyed by
+    # source): shared by many steps, so they are side outputs, not assets
+    side_writes: tuple[str, ...] = ()
+
+    def read_tables(self) -> set[str]:
+        return {r.table for r in self.reads}
+
+
+@dataclass
+class StepResult:
+    """What a step stored for its window (its ``writes``, validated) and what it found on the way: ``metadata``
+    (counts for the UI), ``findings`` (contract rejects, quarantined files, invariants) for its checks."""
+
+    tables: dict[str, pd.DataFrame]
+    metadata: dict = field(default_factory=dict)
+    findings: dict = field(default_factory=dict)
+
+
+def writers(steps) -> dict[str, Step]:
+    """table -> the step that writes it (its own tables and its side outputs)."""
+    out: dict[str, Step] = {}
+    for step in steps:
+        for table in (*step.writes, *step.side_writes):
+            if table in out and table not in step.side_writes:
+                raise ValueError(f"table {table!r} is written by both {out[table].name} and {step.name}")
+            out.setdefault(table, step)
+    return out
+
+
+def upstream_steps(step: Step, steps) -> list[Step]:
+    """The steps ``step`` depends on: every step writing a table it reads (itself excluded)."""
+    by_table: dict[str, list[Step]] = {}
+    for s in steps:
+        for t in (*s.writes, *s.side_writes):
+            by_table.setdefault(t, []).append(s)
+    out = []
+    for table in sorted(step.read_tables()):
+        for s in by_table.get(table, []):
+            if s.name != step.name and s not in out:
+                out.append(s)
+    return out
+
+
+def order(steps) -> list[Step]:
+    """The steps in dependency order (stable: declaration order among independent steps); a cycle raises."""
+    steps = list(steps)
+    done: list[Step] = []
+    pending = list(steps)
+    while pending:
+        ready = [s for s in pending if all(u in done for u in upstream_steps(s, steps))]
+        if not ready:
+            raise ValueError(f"step graph has a cycle among {[s.name for s in pending]}")
+        for s in ready:
+            done.append(s)
+            pending.remove(s)
+    return done

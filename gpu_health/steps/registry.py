@@ -1,0 +1,212 @@
+"""Every step of the pipeline, declared once: what it reads (with its look-back), what it writes, how it runs.
+
+The Dagster assets (``gpu_health/defs``) and the bulk path (:mod:`gpu_health.steps.direct`) both call
+``step.run``; a step validates its tables against their pandera models and stores them itself (one transaction
+for a step's tables), so both paths write the same rows by construction. Look-backs name the constant they come
+from, so a change of a look-back is a change of the declaration (``test_step_graph.py`` holds them equal).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from gpu_health.contracts import FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES
+from gpu_health.diagnosis.detect import DEPLOY_LOOKBACK
+from gpu_health.metrics import baselines as B
+from gpu_health.metrics import goodput as G
+from gpu_health.metrics.slo import LOOKBACK as SLO_LOOKBACK
+from gpu_health.metrics.slo_catalog import WINDOW_DAYS as SLO_WINDOW_DAYS
+from gpu_health.steps import compute as P
+from gpu_health.steps.graph import CALENDAR, DAILY, FIVE_MINUTE, Read, Step, StepResult
+
+DAY = pd.Timedelta(days=1)
+HOUR = pd.Timedelta(hours=1)
+# a window's day: cost_capacity and the like are read from the day the window starts in (start.normalize())
+TO_DAY_START = DAY
+# the inventory as of a partition: the trailing day of node_inventory, and for a silent region its inventory as
+# of its last report up to SILENT_REGION_MEMORY back (P.inventory_segments)
+INVENTORY = (Read("node_inventory", before=P.INVENTORY_LOOKBACK + P.FIVE),
+             Read("node_inventory", before=P.SILENT_REGION_MEMORY + P.INVENTORY_LOOKBACK, optional=True))
+# the history of the loss tree and the alerts the scheduling detector's seasonal baseline reads
+ALERT_HISTORY = pd.Timedelta(days=7, hours=1)
+
+
+# --- sources --------------------------------------------------------------------------------------------------
+def _ingest(table: str):
+    def run(wh, start, end, *, source) -> StepResult:
+        from gpu_health.steps.ingest import ingest
+
+        return ingest(wh, source, table, start, end)
+    return run
+
+
+def _source_step(table: str, cadence: str) -> Step:
+    side = ("source_rejects", "source_gaps") if table in FIVE_MINUTE_SOURCES else ("source_rejects",)
+    return Step(table, cadence, writes=(table,), reads=(), run=_ingest(table), side_writes=side,
+                description=f"Source table {table}: read from the configured source, validated, rejects quarantined.")
+
+
+SOURCE_STEPS = [*(_source_step(t, FIVE_MINUTE) for t in FIVE_MINUTE_SOURCES + OPTIONAL_SOURCES),
+                _source_step("cost_capacity", DAILY), _source_step("maintenance_windows", CALENDAR)]
+
+
+# --- derived ----------------------------------------------------------------------------------------------------
+def _store(wh, tables: dict, start, end, **kw) -> dict:
+    """Validate each table against its model and store them in one transaction."""
+    from gpu_health.steps.models import validate
+
+    tables = {name: validate(name, frame) for name, frame in tables.items()}
+    wh.replace_windows(tables, start, end, **kw)
+    return tables
+
+
+def _single(name: str, compute):
+    def run(wh, start, end) -> StepResult:
+        return StepResult(_store(wh, {name: compute(wh, start, end)}, start, end))
+    return run
+
+
+def _inventory(wh, start, end):
+    return P.node_inventory(P.read_sources(wh, start, end, ["gpu_telemetry", "node_telemetry"]))
+
+
+def _decomposition(wh, start, end):
+    from gpu_health.diagnosis.decompose import GoodputDecomposition
+
+    frame = P.decomposition(wh, start, end)
+    return frame if len(frame) else pd.DataFrame(columns=list(GoodputDecomposition.to_schema().columns))
+
+
+def _goodput(wh, start, end) -> StepResult:
+    """The five tables of the loss tree commit together (one transaction): a crash or a database killed mid-write
+    leaves the partition's old loss tree or its new one, never some tables of each."""
+    leaves, failures = P.goodput(wh, start, end)
+    tables = _store(wh, {"goodput_leaves": leaves, "job_failures": failures, **P.rollups(leaves)}, start, end)
+    return StepResult(tables, findings={"paid_invariant": P.paid_invariant(tables["goodput_states"], wh, start, end)})
+
+
+def _alerts(wh, start, end) -> StepResult:
+    """This window's alerts, and the later partitions' re-derived from them when it re-runs
+    (P.alerts_after_rerun), stored in one transaction: a crash leaves the old chain or the new one."""
+    frame = P.alerts(wh, start, end)
+    rows, stop, rerun = P.alerts_after_rerun(wh, start, end, frame)
+    _store(wh, {"alerts": rows}, start, stop, lock_partitions=P.FIVE)
+    frame = rows[(rows["partition_start"] >= start) & (rows["partition_start"] < end)] if len(rows) else frame
+    return StepResult({"alerts": frame}, metadata={**rerun, "rederived_until": stop})
+
+
+def _serving(wh, start, end) -> StepResult:
+    slis, mismatched = P.serving_slis(wh, start, end)
+    return StepResult(_store(wh, {"serving_slis": slis}, start, end), findings={"mismatched": mismatched})
+
+
+def _finance(name: str):
+    def run(wh, start, end) -> StepResult:
+        days = pd.date_range(start, end, freq="D", inclusive="left")
+        out = [P.finance_day(wh, d, d + DAY) for d in days]
+        frame = pd.concat([o[name] for o in out], ignore_index=True)
+        meta = {"settled_gpu_minutes_moved": float(sum(o["moved_gpu_minutes"] for o in out))} \
+            if name == "cluster_goodput_daily" else {}
+        return StepResult(_store(wh, {name: frame}, start, end), metadata=meta)
+    return run
+
+
+WINDOW_SOURCES = ("gpu_telemetry", "node_telemetry", "job_runtime_metrics")
+DERIVED_STEPS = [
+    Step("node_inventory", FIVE_MINUTE, writes=("node_inventory",),
+         reads=(Read("gpu_telemetry"), Read("node_telemetry")), run=_single("node_inventory", _inventory)),
+    Step("workload_step_stats", FIVE_MINUTE, writes=("workload_step_stats",),
+         reads=(*(Read(t) for t in WINDOW_SOURCES), Read("job_metadata", before=P.META_LOOKBACK),
+                Read("maintenance_windows", whole=True)),
+         run=_single("workload_step_stats", P.step_stats)),
+    Step("step_time_baselines", FIVE_MINUTE, writes=("step_time_baselines",),
+         # 7 days before the window's first hour
+         reads=(Read("workload_step_stats", before=B.LOOKBACK + HOUR),),
+         run=_single("step_time_baselines", P.step_baselines)),
+    Step("goodput", FIVE_MINUTE,
+         writes=("goodput_leaves", "goodput_states", "goodput_node_states", "job_failures", "cluster_goodput"),
+         reads=(*(Read(t) for t in WINDOW_SOURCES), Read("job_runtime_metrics", before=G.FAILURE_LOOKBACK),
+                Read("scheduler_events", before=P.SCHED_LOOKBACK), Read("job_metadata", before=P.META_LOOKBACK),
+                Read("maintenance_windows", whole=True), Read("cost_capacity", before=TO_DAY_START), *INVENTORY,
+                Read("node_inventory", before=G.FAULT_MEMORY), Read("step_time_baselines")),
+         run=_goodput),
+    Step("kpi_values", FIVE_MINUTE, writes=("kpi_values",),
+         reads=(*(Read(t) for t in ("gpu_telemetry", "node_telemetry", "network_telemetry", "job_runtime_metrics",
+                                    "change_events", "goodput_states", "step_time_baselines")),
+                Read("job_metadata", before=P.META_LOOKBACK), Read("scheduler_events", before=P.SCHED_LOOKBACK),
+                Read("cost_capacity", before=TO_DAY_START)),
+         run=_single("kpi_values", P.kpi_values)),
+    Step("serving_slis", FIVE_MINUTE, writes=("serving_slis",),
+         reads=(Read("inference_requests"), Read("inference_latency_buckets")), run=_serving),
+    Step("slo_error_budgets", FIVE_MINUTE, writes=("slo_error_budgets",),
+         reads=(Read("inference_requests"), Read("inference_latency_buckets"),
+                Read("slo_error_budgets", before=pd.Timedelta(days=SLO_WINDOW_DAYS))),
+         run=_single("slo_error_budgets", P.slo_error_budgets)),
+    Step("alerts", FIVE_MINUTE, writes=("alerts",),
+         # a re-run re-derives up to ALERT_LOOKAHEAD of later partitions (P.alerts_after_rerun): every read
+         # reaches that far past the window
+         reads=tuple(Read(r.table, r.before, P.ALERT_LOOKAHEAD, r.whole, r.optional) for r in (
+             Read("gpu_telemetry"), Read("node_telemetry"), Read("network_telemetry"),
+             Read("job_runtime_metrics", before=P.FIVE), Read("scheduler_events", before=P.SCHED_LOOKBACK),
+             Read("change_events", before=DEPLOY_LOOKBACK), Read("maintenance_windows", whole=True),
+             Read("goodput_leaves"), Read("step_time_baselines"), Read("job_metadata", before=P.META_LOOKBACK),
+             *INVENTORY, Read("cluster_goodput", before=ALERT_HISTORY), Read("alerts", before=ALERT_HISTORY),
+             Read("cost_capacity", before=TO_DAY_START + DAY), Read("source_rejects"), Read("source_gaps"),
+             Read("slo_error_budgets", before=SLO_LOOKBACK))),
+         run=_alerts),
+    Step("kpi_baselines", FIVE_MINUTE, writes=("kpi_baselines",),
+         # the same slot +-35 min on each of the previous 14 days; paged partitions of the previous 15
+         reads=(Read("kpi_values", before=pd.Timedelta(days=14, minutes=35)),
+                Read("goodput_states", before=pd.Timedelta(days=14, minutes=35)),
+                Read("alerts", before=pd.Timedelta(days=15)), Read("maintenance_windows", whole=True)),
+         run=_single("kpi_baselines", P.kpi_baselines)),
+    Step("goodput_decomposition", FIVE_MINUTE, writes=("goodput_decomposition",),
+         # the same slot of the previous 3 days; paged partitions of the previous 4
+         reads=(Read("goodput_leaves", before=pd.Timedelta(days=3)), Read("alerts", before=pd.Timedelta(days=4))),
+         run=_single("goodput_decomposition", _decomposition)),
+    Step("cluster_goodput_daily", DAILY, writes=("cluster_goodput_daily",),
+         # failures up to a day later settle back into the day
+         reads=(Read("goodput_states"), Read("job_failures", after=DAY), Read("cluster_goodput"),
+                Read("cost_capacity")),
+         run=_finance("cluster_goodput_daily")),
+    Step("wasted_spend", DAILY, writes=("wasted_spend",),
+         reads=(Read("goodput_states"), Read("job_failures", after=DAY), Read("cluster_goodput"),
+                Read("cost_capacity")),
+         run=_finance("wasted_spend")),
+]
+
+STEPS: list[Step] = [*SOURCE_STEPS, *DERIVED_STEPS]
+BY_NAME: dict[str, Step] = {s.name: s for s in STEPS}
+
+
+def step(name: str) -> Step:
+    return BY_NAME[name]
+
+
+def steps_of(cadence: str) -> list[Step]:
+    from gpu_health.steps.graph import order
+
+    return [s for s in order(STEPS) if s.cadence == cadence]
+
+
+def dependencies(name: str) -> list[str]:
+    """The names of the steps ``name`` depends on (Dagster's ``deps``)."""
+    from gpu_health.steps.graph import upstream_steps
+
+    return [s.name for s in upstream_steps(BY_NAME[name], STEPS)]
+
+
+def asset_deps(name: str) -> list[str]:
+    """The tables (assets) step ``name`` depends on: each table it reads that another step writes; a side table
+    (``source_rejects``, ``source_gaps``) stands for the source steps that write it."""
+    me = BY_NAME[name]
+    out: set[str] = set()
+    for table in me.read_tables():
+        for s in STEPS:
+            if s.name == me.name:
+                continue
+            if table in s.writes:
+                out.add(table)
+            elif table in s.side_writes:
+                out.update(s.writes)
+    return sorted(out - set(me.writes))
