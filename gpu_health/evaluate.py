@@ -150,7 +150,7 @@ def evaluate_scenario(path: str, workdir: str | None = None) -> dict:
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         url = f"sqlite:///{tmp}/warehouse.db"
         try:
-            run(scen.start.isoformat(), scen.end.isoformat(), scenario=str(path), warehouse=url, quiet=True)
+            run(scen.start.isoformat(), scen.end.isoformat(), scenario=str(path), warehouse=url, quiet=True, direct=True)
         except Exception as err:  # noqa: BLE001 -- a pipeline failure is this scenario's result, reported, not hidden
             return {"scenario": Path(path).stem, "profile": profile, "error": f"{type(err).__name__}: {err}"[:2000],
                     "seconds": round(time.time() - t0, 1), "incidents": [], "false_page_alerts": [],

@@ -1,0 +1,108 @@
+"""Each step reads what its declaration says (gpu_health.steps.registry), no more, no less, no further back.
+
+Every step runs on a simulated window through a warehouse that records each read (table, window); the test fails
+naming the step and the table when a step reads a table it does not declare, declares a table it never reads (an
+``optional`` read excepted), or reads further back or further ahead than declared. The Dagster deps derive from the
+declarations, so this is what keeps the asset graph true.
+"""
+
+import pandas as pd
+import pytest
+import yaml
+
+from gpu_health.cli import main
+from gpu_health.steps.direct import run_range
+from gpu_health.steps.graph import order, upstream_steps
+from gpu_health.steps.registry import STEPS, asset_deps, step
+from gpu_health.storage.warehouse import Warehouse
+
+START, END = pd.Timestamp("2026-11-03T22:00:00Z"), pd.Timestamp("2026-11-04T00:00:00Z")
+WINDOW = (pd.Timestamp("2026-11-03T23:00:00Z"), pd.Timestamp("2026-11-03T23:30:00Z"))
+
+
+class RecordingWarehouse:
+    """A warehouse that records every read: (table, start, end), None for an unbounded side."""
+
+    def __init__(self, wh: Warehouse):
+        self._wh = wh
+        self.reads: list[tuple[str, pd.Timestamp | None, pd.Timestamp | None]] = []
+
+    def read_window(self, name, start=None, end=None, **kw):
+        self.reads.append((name, None if start is None else pd.Timestamp(start), None if end is None else pd.Timestamp(end)))
+        return self._wh.read_window(name, start, end, **kw)
+
+    def last_partition_by(self, name, by, start, end, **kw):
+        self.reads.append((name, pd.Timestamp(start), pd.Timestamp(end)))
+        return self._wh.last_partition_by(name, by, start, end, **kw)
+
+    def __getattr__(self, attr):  # writes and everything else go to the warehouse
+        return getattr(self._wh, attr)
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory):
+    """Two hours of a small cluster with a fault and a maintenance window, run through every step."""
+    folder = tmp_path_factory.mktemp("graph")
+    spec = folder / "scenario.yaml"
+    spec.write_text(yaml.safe_dump({
+        "seed": 5, "start": START.isoformat(), "end": END.isoformat(), "cluster": {"gpus": 96},
+        "incidents": [{"kind": "gpu_ecc_fault", "start": "2026-11-03T22:40:00Z", "duration": "60m",
+                       "severity": "high", "scope": {"region": "us-east", "nodes": 1}},
+                      {"kind": "maintenance", "start": "2026-11-03T22:50:00Z", "duration": "30m",
+                       "severity": "low", "scope": {"region": "eu-west", "nodes": 2}}]}))
+    zone = folder / "zone"
+    assert main(["simulate", "--scenario", str(spec), "--landing", str(zone), "--quiet"]) == 0
+    from gpu_health.sources.registry import make_source
+
+    wh = Warehouse(f"sqlite:///{folder / 'w.db'}")
+    run_range(wh, make_source("landing", str(zone)), START, END)
+    return wh, make_source("landing", str(zone))
+
+
+def _window_of(s):
+    if s.cadence == "calendar":
+        return None, None
+    if s.cadence == "daily":
+        return START.normalize(), START.normalize() + pd.Timedelta(days=1)
+    return WINDOW
+
+
+@pytest.mark.parametrize("name", [s.name for s in STEPS])
+def test_a_step_reads_what_it_declares(warehouse, name):
+    wh, source = warehouse
+    s = step(name)
+    rec = RecordingWarehouse(wh)
+    start, end = _window_of(s)
+    s.run(rec, start, end, **({"source": source} if not s.reads and s.side_writes else {}))
+    read = {t for t, _, _ in rec.reads}
+    declared = s.read_tables()
+    required = {r.table for r in s.reads if not r.optional}
+    assert not read - declared, f"{name} reads {sorted(read - declared)} without declaring them"
+    assert not required - read, f"{name} declares {sorted(required - read)} but never reads them"
+    for table, r0, r1 in rec.reads:
+        decl = [r for r in s.reads if r.table == table]
+        if any(r.whole for r in decl):
+            continue
+        assert r0 is not None and r1 is not None, f"{name} reads all of {table}; its declaration bounds it"
+        before = max(r.before for r in decl)
+        after = max(r.after for r in decl)
+        assert r0 >= start - before, f"{name} reads {table} from {r0}, {start - r0} before its window; declared {before}"
+        assert r1 <= end + after, f"{name} reads {table} up to {r1}, {r1 - end} past its window; declared {after}"
+
+
+def test_the_graph_orders_every_step_after_what_it_reads():
+    ordered = [s.name for s in order(STEPS)]
+    for s in STEPS:
+        for up in upstream_steps(s, STEPS):
+            assert ordered.index(up.name) < ordered.index(s.name), f"{s.name} runs before {up.name}, which it reads"
+
+
+def test_the_assets_deps_are_the_declared_reads():
+    from gpu_health.definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    for s in STEPS:
+        for table in s.writes:
+            key = graph.get(__import__("dagster").AssetKey(table))
+            got = sorted(k.to_user_string() for k in key.parent_keys)
+            assert got == asset_deps(s.name), f"{table}: Dagster deps {got} != declared {asset_deps(s.name)}"
