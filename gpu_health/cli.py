@@ -140,11 +140,11 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
     src = TelemetrySourceResource(kind=kind, scenario=scenario or "", landing_dir=landing or env.landing_dir, **fields)
     if direct:  # the bulk path: the same steps, no Dagster runs (gpu_health.steps.direct)
         from gpu_health.steps.direct import run_range
-        from gpu_health.storage.warehouse import Warehouse
+        from gpu_health.storage.warehouse import Warehouse, run_cache
 
         t0 = time.time()
         summary = {"warehouse": url, "source": kind, "path": "direct"}
-        summary.update(run_range(Warehouse(url, tdir or None), src.get(), start_ts, end_ts,
+        summary.update(run_range(Warehouse(url, tdir or None, cache=run_cache()), src.get(), start_ts, end_ts,
                                  progress=None if quiet else (lambda line: print(line, file=sys.stderr))))
         for entry in summary.get("quarantined_files", []):
             print(f"warning: {entry['source']}: {entry['reason']}", file=sys.stderr)

@@ -31,7 +31,7 @@ import yaml
 
 from gpu_health.defs import common
 from gpu_health.storage.schema import metadata
-from gpu_health.storage.warehouse import _CACHE, Warehouse, engine_for
+from gpu_health.storage.warehouse import Warehouse, engine_for
 from gpu_health_tests.services.postgres import _as_server_user, _bindir, start_postgres
 
 START, END = "2026-11-03T11:30:00Z", "2026-11-03T12:00:00Z"
@@ -103,7 +103,6 @@ def scenario(tmp_path_factory) -> str:
 
 def _tables(url: str) -> dict[str, pd.DataFrame]:
     """Every table of the warehouse, rows sorted (read from the database, not this process's cache)."""
-    _CACHE.clear()
     wh = Warehouse(url)
     out = {}
     for name in sorted(metadata.tables):

@@ -8,7 +8,7 @@ import pandas as pd
 from pydantic import PrivateAttr
 
 from gpu_health.sources.base import DEFAULT_ABSENT_AFTER
-from gpu_health.storage.warehouse import Warehouse
+from gpu_health.storage.warehouse import Warehouse, run_cache
 
 DEFAULT_WAREHOUSE_URL = "sqlite:///var/warehouse.db"
 # Definition metadata of an output its step already stored (Warehouse.replace_windows, all of the step's
@@ -25,9 +25,15 @@ class WarehouseResource(dg.ConfigurableResource):
 
     url: str = DEFAULT_WAREHOUSE_URL
     telemetry_dir: str = ""
+    _cache: object = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context) -> None:
+        # one write-through cache per run (storage.warehouse.FrameCache): a run's assets read what its upstream
+        # assets just wrote without a database round trip
+        self._cache = run_cache()
 
     def get(self) -> Warehouse:
-        return Warehouse(self.url, self.telemetry_dir or None)
+        return Warehouse(self.url, self.telemetry_dir or None, cache=self._cache)
 
 
 class TelemetrySourceResource(dg.ConfigurableResource):

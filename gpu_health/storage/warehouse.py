@@ -30,13 +30,29 @@ from gpu_health.storage.telemetry_store import TelemetryStore, default_telemetry
 _ENGINES: dict[str, sa.Engine] = {}
 _LOCK = threading.Lock()
 
-# Write-through cache of the frames this process wrote, per (url + telemetry dir, table): a run's downstream assets
-# read the windows its upstream assets just wrote without a database round trip. Writes invalidate
-# overlapping entries; only reads fully inside a cached window (and without `where`) are served.
-# Other processes never see this cache: they read the database. GPU_HEALTH_WAREHOUSE_CACHE=0 turns it off.
-_CACHE: dict[tuple[str, str], list[tuple]] = {}
 _CACHE_ENTRIES_PER_TABLE = 2
 _CACHE_MAX_ROWS = 4_000_000
+
+
+class FrameCache:
+    """A write-through cache of the frames one run wrote, per table: a run's later steps read the windows its
+    earlier steps just wrote without a database round trip.
+
+    It is an explicit argument of :class:`Warehouse` (``cache=``), owned by whoever runs the steps: the bulk path
+    makes one per run, the Dagster ``WarehouseResource`` one per run's resource. A warehouse without one always
+    reads the database. Writes invalidate overlapping entries; only reads fully inside a cached window (and without
+    ``where``) are served, so a cache never answers differently from the database it writes through to.
+    """
+
+    def __init__(self, entries_per_table: int = _CACHE_ENTRIES_PER_TABLE, max_rows: int = _CACHE_MAX_ROWS):
+        self.entries_per_table = entries_per_table
+        self.max_rows = max_rows
+        self._entries: dict[str, list[tuple]] = {}
+        self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
 # The advisory-lock key of the schema's DDL: one key for every process creating this project's
 # tables in a database (a positive 63-bit id, the range pg_advisory_xact_lock takes).
 _DDL_LOCK_KEY = stable_id("gpu_health|schema ddl") & 0x7FFFFFFFFFFFFFFF
@@ -75,12 +91,12 @@ class Warehouse:
     :func:`~gpu_health.storage.telemetry_store.default_telemetry_dir`, beside a SQLite file); SQL tables are created
     on first use, the store's folders on first write."""
 
-    def __init__(self, url: str, telemetry_dir: str | Path | None = None):
+    def __init__(self, url: str, telemetry_dir: str | Path | None = None, *, cache: FrameCache | None = None):
         self.url = url
+        self.cache = cache
         self.engine = engine_for(url)
         self.is_sqlite = self.engine.dialect.name == "sqlite"
         self.telemetry = TelemetryStore(telemetry_dir or default_telemetry_dir(url))
-        self._cache_id = f"{url}|{Path(self.telemetry.root).absolute()}"
         self._created = False
 
     def create_all(self) -> None:
@@ -180,30 +196,32 @@ class Warehouse:
 
     # --- the write-through cache -------------------------------------------------------------
     def _cache_put(self, name, frame, start, end, column, where) -> None:
-        key = (self._cache_id, name)
-        with _LOCK:
-            entries = _CACHE.get(key, [])
+        cache = self.cache
+        if cache is None:
+            return
+        with cache._lock:
+            entries = cache._entries.get(name, [])
             if start is None or column is None:
                 entries = []
             else:
                 s0, e0 = pd.Timestamp(start), pd.Timestamp(end)
                 entries = [e for e in entries if e[1] >= e0 or e[2] <= s0]  # drop overlapping windows
-            if (_cache_enabled() and where is None and start is not None and column is not None
-                    and len(frame) <= _CACHE_MAX_ROWS):
+            if where is None and start is not None and column is not None and len(frame) <= cache.max_rows:
                 entries.append((column, pd.Timestamp(start), pd.Timestamp(end), frame))
-                entries = entries[-_CACHE_ENTRIES_PER_TABLE:]
-            _CACHE[key] = entries
+                entries = entries[-cache.entries_per_table:]
+            cache._entries[name] = entries
 
     def _cache_get(self, name, start, end, column, columns, where):
-        if where or start is None or end is None or not _cache_enabled():
+        cache = self.cache
+        if cache is None or where or start is None or end is None:
             return None
         s0, e0 = pd.Timestamp(start), pd.Timestamp(end)
         col_def = metadata.tables[name].c[column]
         # a DATE column holds datetime.date values (which do not compare with Timestamps): same days as the database
         lo, hi = ((self._bound(s0, col_def), self._bound(e0, col_def, upper=True)) if isinstance(col_def.type, sa.Date)
                   else (s0, e0))
-        with _LOCK:
-            for col, cs, ce, frame in reversed(_CACHE.get((self._cache_id, name), [])):
+        with cache._lock:
+            for col, cs, ce, frame in reversed(cache._entries.get(name, [])):
                 if col == column and cs <= s0 and e0 <= ce:
                     part = frame if (cs == s0 and ce == e0) else frame[(frame[col] >= lo) & (frame[col] < hi)]
                     part = part[columns] if columns else part
@@ -308,10 +326,12 @@ class Warehouse:
             return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
 
 
-def _cache_enabled() -> bool:
+def run_cache() -> FrameCache | None:
+    """A fresh :class:`FrameCache` for one run, or None when ``GPU_HEALTH_WAREHOUSE_CACHE=0`` (every read goes to
+    the database: what a test of stored rows wants)."""
     import os
 
-    return os.environ.get("GPU_HEALTH_WAREHOUSE_CACHE", "1") != "0"
+    return FrameCache() if os.environ.get("GPU_HEALTH_WAREHOUSE_CACHE", "1") != "0" else None
 
 
 def _sqlite_param(value):
