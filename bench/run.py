@@ -1,15 +1,22 @@
-"""Benchmarks: one JSON line per measurement (name, gpus, seconds, peak_mib, ...).
+"""Benchmarks of the pipeline core (issue #14): one JSON line per measurement (name, gpus, seconds, peak_mib, ...).
 
-    python bench/run.py                  # the standard set (partition at 1,200 and 100,000 GPUs, KPI assets)
-    python bench/run.py --week           # also the 7-day backfill at 1,200 GPUs (about 15 minutes)
-    python bench/run.py --only week_backfill_sources --workers 2   # the backfill as 2 parallel day-range runs
-    python bench/run.py --only source_partition --gpus 100000
+    python bench/run.py                          # week_bulk, store_size, live_partition at 1,200 GPUs
+    python bench/run.py --dagster                # also week_dagster (the same week through Dagster runs)
+    python bench/run.py --only live_partition --gpus 100000
+    python bench/run.py --only suite --workers 2 # gpu-health evaluate on the full suite (both profiles)
 
-Each measurement runs in a fresh Python process so its peak memory (max RSS)
-is its own; seconds exclude imports and building the Definitions. Targets
-(issues #2, #3): one partition's source assets <= 3 s at 1,200 GPUs, <= 60 s
-and <= 4 GB at 100,000; a 7-day backfill <= 15 min; the KPI assets of one
-partition <= 2 s at 1,200 GPUs.
+Measurements (each in a fresh Python process, so its peak memory -- max RSS -- is its own; the landing zone is
+written first by ``gpu-health simulate``, untimed, reported as ``simulate_seconds``):
+
+* ``week_bulk``: a simulated week (2,016 partitions) from the landing zone to alerts and finance through the bulk
+  path (``gpu-health run --direct``). Target: <= 2 min, <= 4 GB on 2 cores.
+* ``week_dagster``: the same week through Dagster (``gpu-health run``: a run per day). Target: <= 15 min.
+* ``store_size``: the warehouse (SQLite file) and the telemetry store (Parquet) per simulated day, after week_bulk.
+  Target: <= 50 MB a day at 1,200 GPUs, all tables.
+* ``live_partition``: one partition from its files landing to its alerts written, through the run the sensor
+  starts (the five_minute_job for that partition), with an hour of history before it (at 100,000 GPUs: cold start,
+  an hour of history would dominate). Target: <= 10 s at 1,200 GPUs, <= 60 s and <= 4 GB at 100,000.
+* ``suite``: ``gpu-health evaluate`` on scenarios/suite with ``--workers``. Target: <= 60 min.
 """
 
 import argparse
@@ -23,141 +30,170 @@ import time
 import warnings
 from pathlib import Path
 
-PARTITION = "2026-11-03-14:00"
-DAY_START = "2026-11-03T00:00:00Z"
-TELEMETRY = ["gpu_telemetry", "node_telemetry", "network_telemetry", "scheduler_events", "job_runtime_metrics",
-             "job_metadata", "change_events"]
-KPI_ASSETS = ["node_inventory", "workload_step_stats", "step_time_baselines", "goodput_leaves", "goodput_states",
-              "goodput_node_states", "job_failures", "cluster_goodput", "kpi_values", "alerts"]
+REPO = Path(__file__).resolve().parents[1]
+WEEK = ("2026-11-02T00:00:00Z", "2026-11-09T00:00:00Z")
+LIVE = "2026-11-03T14:00:00Z"  # a Tuesday afternoon partition
 
 
-def _defs(tmp: str, gpus: int):
+def _peak_mib() -> float:
+    return round(max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                     resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024, 1)
+
+
+def _scenario(tmp: Path, gpus: int, start: str, end: str) -> Path:
+    path = tmp / f"bench_{gpus}.yaml"
+    if gpus == 1200:  # the quiet week of the suite: maintenance windows, deploys, retrain waves
+        text = (REPO / "scenarios" / "suite" / "quiet_week.yaml").read_text()
+        path.write_text(text.replace("start: '2026-11-02T00:00:00Z'", f"start: '{start}'")
+                        .replace("end: '2026-11-09T00:00:00Z'", f"end: '{end}'"))
+    else:
+        path.write_text(f"seed: 7\nstart: '{start}'\nend: '{end}'\ncluster: {{gpus: {gpus}}}\n")
+    return path
+
+
+def _du(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def simulate(data: Path, gpus: int, start: str, end: str) -> dict:
+    from gpu_health.cli import simulate as sim
+
+    landing = data / "landing"
+    if (landing / "labels.parquet").exists():
+        return {"simulate_seconds": 0.0}
+    t = time.perf_counter()
+    sim(str(_scenario(data, gpus, start, end)), str(landing), start, end, quiet=True)
+    return {"simulate_seconds": round(time.perf_counter() - t, 1)}
+
+
+def week(data: Path, gpus: int, direct: bool) -> dict:
+    from gpu_health.cli import run
+
+    name = "bulk" if direct else "dagster"
+    db = data / f"{name}.db"
+    t = time.perf_counter()
+    summary = run(*WEEK, landing=str(data / "landing"), warehouse=f"sqlite:///{db}", quiet=True, direct=direct)
+    out = {"seconds": round(time.perf_counter() - t, 1), "partitions": summary["partitions"]}
+    if direct:
+        out["step_seconds"] = summary.get("step_seconds")
+        days = 7
+        sql, store = _du(db) + sum(_du(p) for p in db.parent.glob(db.name + "-*")), _du(data / f"{name}.telemetry")
+        out["store"] = {"sql_mb_per_day": round(sql / days / 1e6, 1), "telemetry_mb_per_day": round(store / days / 1e6, 1),
+                        "total_mb_per_day": round((sql + store) / days / 1e6, 1)}
+    return out
+
+
+def live_partition(data: Path, gpus: int) -> dict:
+    """History (untimed, bulk path) up to the partition, then the partition through the sensor's job."""
     import dagster as dg
+    import pandas as pd
 
+    from gpu_health.cli import run
     from gpu_health.definitions import build_definitions
     from gpu_health.defs.resources import TelemetrySourceResource, WarehouseIOManager, WarehouseResource
     from gpu_health.settings import Settings
 
-    warnings.filterwarnings("ignore")
-    scenario = Path(tmp) / "bench.yaml"
-    scenario.write_text(f"seed: 7\nstart: 2026-11-02T00:00:00Z\nend: 2026-11-09T00:00:00Z\ncluster: {{gpus: {gpus}}}\n")
-    url = f"sqlite:///{tmp}/warehouse.db"
+    p = pd.Timestamp(LIVE)
+    history = gpus <= 10_000
+    h0 = p - pd.Timedelta(hours=1) if history else p
+    url = f"sqlite:///{data / 'live.db'}"
+    landing = str(data / "landing")
+    if history:
+        run(h0.isoformat(), p.isoformat(), landing=landing, warehouse=url, quiet=True, direct=True)
     res = {"warehouse": WarehouseResource(url=url), "warehouse_io_manager": WarehouseIOManager(url=url),
-           "source": TelemetrySourceResource(kind="simulator", scenario=str(scenario))}
-    defs = build_definitions(Settings(partition_start="2026-11-02-00:00"), res)
-    return defs, dg.DagsterInstance.ephemeral(), dg
-
-
-def _keys(defs, names):
-    import dagster as dg
-
-    known = {k.to_user_string() for k in defs.resolve_all_asset_keys()}
-    return [dg.AssetKey(n) for n in names if n in known]
-
-
-def _execute(defs, instance, names, **kw):
-    job = defs.resolve_job_def("five_minute_job")
+           "source": TelemetrySourceResource(kind="landing", landing_dir=landing)}
+    defs = build_definitions(Settings(partition_start=p.normalize().strftime("%Y-%m-%d-%H:%M")), res)
+    instance = dg.DagsterInstance.ephemeral()
     quiet = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
-    result = job.execute_in_process(instance=instance, asset_selection=_keys(defs, names), run_config=quiet,
-                                    raise_on_error=True, **kw)
-    return result
+    if not history:  # the day's capacity and the calendar, as the daily and hourly schedules have them
+        defs.resolve_job_def("calendar_job").execute_in_process(instance=instance, run_config=quiet)
+        daily = defs.resolve_job_def("daily_job")
+        cost = [k for k in daily.asset_layer.executable_asset_keys if k.to_user_string() == "cost_capacity"]
+        daily.execute_in_process(instance=instance, partition_key=f"{p:%Y-%m-%d}", asset_selection=cost, run_config=quiet)
+    t = time.perf_counter()
+    result = defs.resolve_job_def("five_minute_job").execute_in_process(
+        instance=instance, partition_key=p.strftime("%Y-%m-%d-%H:%M"), run_config=quiet, raise_on_error=True)
+    return {"seconds": round(time.perf_counter() - t, 2), "history": "1 h" if history else "none (cold start)",
+            "success": result.success}
 
 
-def _backfill_days(defs, instance, days) -> None:
-    for day in days:
-        d0 = f"2026-11-{2 + day:02d}-00:00"
-        d1 = f"2026-11-{2 + day:02d}-23:55"
-        _execute(defs, instance, TELEMETRY, tags={"dagster/asset_partition_range_start": d0,
-                                                  "dagster/asset_partition_range_end": d1})
+def suite(workers: int) -> dict:
+    from gpu_health.evaluate import evaluate
+
+    t = time.perf_counter()
+    report = evaluate(str(REPO / "scenarios" / "suite"), workers=workers)
+    overall = report.get("overall", {})
+    return {"seconds": round(time.perf_counter() - t, 1), "scenarios": len(report.get("scenarios", [])),
+            "workers": workers, "overall": overall}
 
 
-def _backfill_worker(job: tuple) -> None:
-    """One day-range run in a worker process (its own Definitions and instance, the shared warehouse)."""
-    tmp, gpus, day = job
-    defs, instance, _ = _defs(tmp, gpus)
-    _backfill_days(defs, instance, [day])
+def child(args) -> dict:
+    warnings.filterwarnings("ignore")
+    data = Path(args.data)
+    out = {"name": args.only, "gpus": args.gpus}
+    if args.only == "simulate":
+        import pandas as pd
+
+        p = pd.Timestamp(LIVE)
+        start, end = WEEK
+        if args.live:  # the partition, and the hour before it below fleet scale
+            start = (p - pd.Timedelta(hours=1) if args.gpus <= 10_000 else p).isoformat()
+            end = (p + pd.Timedelta(minutes=5)).isoformat()
+        out.update(simulate(data, args.gpus, start, end))
+    elif args.only in ("week_bulk", "week_dagster"):
+        out.update(week(data, args.gpus, direct=args.only == "week_bulk"))
+    elif args.only == "live_partition":
+        out.update(live_partition(data, args.gpus))
+    elif args.only == "suite":
+        out.update(suite(args.workers))
+    else:
+        raise SystemExit(f"unknown measurement {args.only}")
+    out["peak_mib"] = _peak_mib()
+    return out
 
 
-def one(name: str, gpus: int, workers: int = 1, days: int = 7) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        defs, instance, dg = _defs(tmp, gpus)
-        out = {"name": name, "gpus": gpus}
-        if name == "source_partition":
-            t = time.perf_counter()
-            _execute(defs, instance, TELEMETRY, partition_key=PARTITION)
-            out["seconds"] = round(time.perf_counter() - t, 3)
-        elif name == "kpi_partition":
-            # the hour before gives the loss tree its inventory and baselines (not timed)
-            daily = defs.resolve_job_def("daily_job")
-            daily.execute_in_process(instance=instance, partition_key="2026-11-03", asset_selection=_keys(defs, ["cost_capacity"]),
-                                     run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}})
-            if gpus <= 10_000:  # an hour of history at fleet scale would dominate the benchmark: cold start there
-                _execute(defs, instance, TELEMETRY + KPI_ASSETS, tags={"dagster/asset_partition_range_start": "2026-11-03-13:00",
-                                                                        "dagster/asset_partition_range_end": "2026-11-03-13:55"})
-            out["history"] = "1 h" if gpus <= 10_000 else "none (cold start)"
-            _execute(defs, instance, TELEMETRY, partition_key=PARTITION)
-            t = time.perf_counter()
-            _execute(defs, instance, KPI_ASSETS, partition_key=PARTITION)
-            out["seconds"] = round(time.perf_counter() - t, 3)
-        elif name == "week_backfill_sources":
-            t = time.perf_counter()
-            if workers == 1:
-                _backfill_days(defs, instance, range(days))
-            else:
-                # the scale-out path in miniature: a run queue of day-range runs, `workers` at a time, each in
-                # its own process (what Dagster's run launcher does), all writing one warehouse
-                from concurrent.futures import ProcessPoolExecutor
-
-                with ProcessPoolExecutor(max_workers=workers) as pool:
-                    list(pool.map(_backfill_worker, [(tmp, gpus, day) for day in range(days)]))
-            out["seconds"] = round(time.perf_counter() - t, 3)
-            out["partitions"] = 288 * days
-            out["workers"] = workers
-        elif name == "week_full_pipeline":
-            from gpu_health.cli import run
-
-            t = time.perf_counter()
-            summary = run("2026-11-02T00:00:00Z", "2026-11-09T00:00:00Z", scenario=str(Path(tmp) / "bench.yaml"),
-                          warehouse=f"sqlite:///{tmp}/full.db", quiet=True)
-            out["seconds"] = round(time.perf_counter() - t, 3)
-            out["partitions"] = summary["partitions"]
-        else:
-            raise SystemExit(f"unknown measurement {name}")
-        out["peak_mib"] = round(max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                                    resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024, 1)
-        return out
+def _spawn(name: str, data: Path, gpus: int, workers: int = 2, live: bool = False) -> dict:
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    cmd = [sys.executable, __file__, "--child", "--only", name, "--gpus", str(gpus), "--workers", str(workers),
+           "--data", str(data), *(["--live"] if live else [])]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    line = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    if proc.returncode != 0 or not line.startswith("{"):
+        return {"name": name, "gpus": gpus, "error": (proc.stderr or proc.stdout).strip().splitlines()[-3:]}
+    return json.loads(line)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only")
+    ap.add_argument("--only", help="week_bulk | week_dagster | live_partition | suite")
     ap.add_argument("--gpus", type=int, default=1200)
-    ap.add_argument("--week", action="store_true", help="also the 7-day backfills (slow)")
-    ap.add_argument("--workers", type=int, default=1,
-                    help="processes for week_backfill_sources (day-range runs in parallel, one warehouse)")
-    ap.add_argument("--days", type=int, default=7, help="days of week_backfill_sources (default 7)")
+    ap.add_argument("--dagster", action="store_true", help="also the week through Dagster (about 10-20 minutes)")
+    ap.add_argument("--workers", type=int, default=2, help="processes of the suite evaluation")
+    ap.add_argument("--data", help="keep the landing zone and warehouses here (default: a temporary directory)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--live", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(one(args.only, args.gpus, args.workers, args.days)), flush=True)
+        print(json.dumps(child(args), default=str), flush=True)
         return
-    plan = [(args.only, args.gpus, args.workers)] if args.only else [
-        ("source_partition", 1200, 1), ("source_partition", 100_000, 1), ("kpi_partition", 1200, 1),
-        ("kpi_partition", 100_000, 1)]
-    if args.week and not args.only:
-        plan += [("week_backfill_sources", 1200, 1)]
-        if args.workers > 1:  # the same backfill as parallel runs, for the speed-up
-            plan += [("week_backfill_sources", 1200, args.workers)]
-        plan += [("week_full_pipeline", 1200, 1)]
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    for name, gpus, workers in plan:
-        proc = subprocess.run([sys.executable, __file__, "--child", "--only", name, "--gpus", str(gpus),
-                               "--workers", str(workers), "--days", str(args.days)], capture_output=True, text=True, env=env)
-        line = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-        if proc.returncode != 0 or not line.startswith("{"):
-            print(json.dumps({"name": name, "gpus": gpus, "error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}), flush=True)
-        else:
-            print(line, flush=True)
+    plan = [args.only] if args.only else ["week_bulk", *(["week_dagster"] if args.dagster else []), "live_partition"]
+    with tempfile.TemporaryDirectory(dir=args.data) as tmp:
+        for name in plan:
+            if name == "suite":
+                print(json.dumps(_spawn(name, Path(tmp), args.gpus, args.workers)), flush=True)
+                continue
+            live = name == "live_partition"
+            data = Path(tmp) / (f"live_{args.gpus}" if live else f"week_{args.gpus}")
+            data.mkdir(exist_ok=True)
+            sim = _spawn("simulate", data, args.gpus, live=live)
+            if "error" in sim:
+                print(json.dumps(sim), flush=True)
+                continue
+            out = _spawn(name, data, args.gpus, args.workers)
+            out.update({k: v for k, v in sim.items() if k == "simulate_seconds"})
+            print(json.dumps(out), flush=True)
 
 
 if __name__ == "__main__":

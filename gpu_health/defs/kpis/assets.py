@@ -28,8 +28,19 @@ OUTS = {
 
 
 def _render_pictures(start, end) -> bool:
-    """Pictures cost ~1-2 s (matplotlib): draw them on ranges and on the partition that closes each hour."""
+    """Pictures cost ~1-2 s (matplotlib): draw them once per range run (for its latest partition) and on the
+    partition that closes each hour, never on every 5-minute run."""
     return (end - start) > pd.Timedelta(minutes=5) or end.minute == 0
+
+
+def _pictures(frame: pd.DataFrame, history: pd.DataFrame, end) -> dict:
+    """The loss tree of the range's latest partition and the goodput of the 24 hours up to ``end``."""
+    latest = frame[frame["partition_start"] == frame["partition_start"].max()]
+    p = latest["partition_start"].iloc[0]
+    trend = pd.concat([history, frame[["partition_start", "region", "goodput"]]])
+    trend = trend[trend["partition_start"] >= end - pd.Timedelta(hours=24)]
+    return {"loss_tree": dg.MetadataValue.md(charts.waterfall(charts.shares_of(latest), f"Loss tree {p:%Y-%m-%d %H:%M} UTC")),
+            "goodput_trend": dg.MetadataValue.md(charts.trend(trend, "Goodput, last 24 h"))}
 
 
 def paid_invariant(found: dict) -> dg.AssetCheckResult:
@@ -79,8 +90,7 @@ def build_kpi_assets(five_minute) -> list:
                 overall = frame[frame["region"] == "*"]
                 extra = {"goodput_mean": float(overall["goodput"].mean()),
                          **{f"share_{s}": float(overall[f"share_{s}"].mean()) for s in STATES},
-                         "loss_tree": dg.MetadataValue.md(charts.waterfall(charts.shares_of(frame), f"Loss tree {start:%Y-%m-%d %H:%M}-{end:%H:%M} UTC")),
-                         "goodput_trend": dg.MetadataValue.md(charts.trend(pd.concat([history, frame[["partition_start", "region", "goodput"]]]), "Goodput, last 24 h"))}
+                         **_pictures(frame, history, end)}
             yield dg.Output(frame, output_name=name, metadata=output_metadata(frame, **extra))
         yield paid_invariant(result.findings["paid_invariant"])
 
