@@ -114,12 +114,12 @@ SOURCE_FLAGS = {
 
 def run(start: str, end: str, *, scenario: str | None = None, landing: str | None = None, source: str | None = None,
         prometheus_url: str | None = None, warehouse: str | None = None, partition_start: str | None = None,
-        quiet: bool = False, telemetry_dir: str | None = None, direct: bool = False,
+        quiet: bool = False, telemetry_dir: str | None = None, direct: bool = False, workers: int = 1,
         **source_options: str | None) -> dict:
     import dagster as dg
 
     from gpu_health.definitions import build_definitions, default_resources
-    from gpu_health.defs.resources import TelemetrySourceResource, WarehouseIOManager, WarehouseResource
+    from gpu_health.defs.resources import SourceSpec, TelemetrySourceResource, WarehouseIOManager, WarehouseResource
     from gpu_health.partitions import FIVE_MINUTE_FMT
     from gpu_health.settings import Settings
 
@@ -145,7 +145,8 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
         t0 = time.time()
         summary = {"warehouse": url, "source": kind, "path": "direct"}
         summary.update(run_range(Warehouse(url, tdir or None, cache=run_cache()), src.get(), start_ts, end_ts,
-                                 progress=None if quiet else (lambda line: print(line, file=sys.stderr))))
+                                 progress=None if quiet else (lambda line: print(line, file=sys.stderr)),
+                                 source_spec=SourceSpec(src) if workers > 1 else None))
         for entry in summary.get("quarantined_files", []):
             print(f"warning: {entry['source']}: {entry['reason']}", file=sys.stderr)
         for table, cols in summary.get("dropped_columns", {}).items():
@@ -311,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--direct", action="store_true",
                        help="the bulk path: run the same steps over the range without Dagster runs (no run history "
                             "in a Dagster instance; the tables written are the same)")
+    p_run.add_argument("--workers", type=int, default=1,
+                       help="with --direct: 2 pipelines the range over two processes (one reads and stores each "
+                            "day's sources while the other computes the day before); same tables")
     p_eval = sub.add_parser("evaluate", help="score detection, attribution and false pages on a scenario suite")
     p_eval.add_argument("--scenarios", required=True, help="directory of scenario YAML files")
     p_eval.add_argument("--out", required=True, help="JSON report path")
@@ -391,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             out = run(args.start, args.end, scenario=args.scenario, landing=args.landing, source=args.source,
                       warehouse=args.warehouse, partition_start=args.partition_start, quiet=args.quiet,
-                      telemetry_dir=args.telemetry_dir, direct=args.direct,
+                      telemetry_dir=args.telemetry_dir, direct=args.direct, workers=args.workers,
                       **{name: getattr(args, name) for name in SOURCE_FLAGS})
     except (RuntimeError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -1,4 +1,5 @@
-"""The bulk path (``gpu-health run --direct``) writes exactly the tables the Dagster path writes.
+"""The bulk path (``gpu-health run --direct``, in one process or pipelined over two) writes exactly the tables
+the Dagster path writes.
 
 One landing zone, run both ways into two warehouses: a window across midnight (two day-runs, two finance days)
 with an ECC fault that pages, a maintenance window, a damaged file (rejects) and late data -- a partition's files
@@ -59,24 +60,26 @@ def _tables(url: str) -> dict[str, pd.DataFrame]:
 def _run_both_ways(zone, late, tmp_path):
     landing = tmp_path / "landing"
     shutil.copytree(zone, landing)
-    urls = {path: f"sqlite:///{tmp_path / path}.db" for path in ("dagster", "direct")}
-    for path, url in urls.items():
-        run(START, END, landing=str(landing), warehouse=url, quiet=True, direct=path == "direct")
+    urls = {path: f"sqlite:///{tmp_path / path}.db" for path in ("dagster", "direct", "pipelined")}
+    for path, url in urls.items():  # pipelined: the bulk path with the sources in a second process
+        run(START, END, landing=str(landing), warehouse=url, quiet=True, direct=path != "dagster",
+            workers=2 if path == "pipelined" else 1)
     for source in FIVE_MINUTE:  # late data: the partition's files arrive again, corrected
         rel = f"{source}/{LATE:%Y-%m-%d}/{LATE:%H%M}.parquet"
         shutil.copy(late / rel, landing / rel)
     p0, p1 = LATE.isoformat(), (LATE + pd.Timedelta(minutes=5)).isoformat()
     for path, url in urls.items():
-        run(p0, p1, landing=str(landing), warehouse=url, quiet=True, direct=path == "direct",
+        run(p0, p1, landing=str(landing), warehouse=url, quiet=True, direct=path != "dagster",
             partition_start=START.replace("T", "-")[:16])
     return urls
 
 
 def test_the_bulk_path_writes_what_dagster_writes(zones, tmp_path):
     urls = _run_both_ways(*zones, tmp_path)
-    dagster, direct = _tables(urls["dagster"]), _tables(urls["direct"])
+    dagster, direct, pipelined = (_tables(urls[p]) for p in ("dagster", "direct", "pipelined"))
     assert len(dagster["alerts"]) and (dagster["alerts"]["severity"] == "page").any(), "the ECC fault pages"
     assert len(dagster["source_rejects"]), "the truncated file is quarantined"
     assert len(dagster["goodput_leaves"]) and len(dagster["wasted_spend"])
     for name in dagster:
         pd.testing.assert_frame_equal(dagster[name], direct[name], check_dtype=False, obj=name)
+        pd.testing.assert_frame_equal(dagster[name], pipelined[name], check_dtype=False, obj=f"{name} (pipelined)")

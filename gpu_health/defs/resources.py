@@ -107,6 +107,17 @@ class TelemetrySourceResource(dg.ConfigurableResource):
         return RoutedSource(*parts)
 
 
+class SourceSpec:
+    """A picklable recipe for the source a :class:`TelemetrySourceResource` builds (its field values): what a
+    second process needs to read the same source (``gpu_health.steps.direct``'s pipelined ingest)."""
+
+    def __init__(self, resource: "TelemetrySourceResource"):
+        self.fields = {name: getattr(resource, name) for name in type(resource).model_fields}
+
+    def get(self):
+        return TelemetrySourceResource(**self.fields).get()
+
+
 class WarehouseIOManager(dg.ConfigurableIOManager):
     """Stores each asset in the table of the same name, by partition time window.
 

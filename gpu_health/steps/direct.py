@@ -67,9 +67,65 @@ def _findings(step, result, summary: dict, start, end) -> None:
                 fail(f"alerts:{check}")
 
 
-def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None = None) -> dict:
+def _is_source(step) -> bool:
+    return not step.reads and bool(step.side_writes)
+
+
+def _ingest_days(url: str, telemetry_dir: str, source_spec, chunks, queue) -> None:
+    """The 5-minute source steps of each chunk, in order, in a process of their own: after each chunk, put
+    (chunk index, summary fragment, step seconds) on ``queue``; on an error, ("error", text)."""
+    import traceback
+
+    from gpu_health.storage.warehouse import Warehouse
+
+    try:
+        wh, source = Warehouse(url, telemetry_dir), source_spec.get()
+        sources = [s for s in steps_of(FIVE_MINUTE) if _is_source(s)]
+        for i, (c0, c1) in enumerate(chunks):
+            fragment, seconds = {}, {}
+            for step in sources:
+                t0 = time.time()
+                result = step.run(wh, c0, c1, source=source)
+                seconds[step.name] = time.time() - t0
+                _findings(step, result, fragment, c0, c1)
+            queue.put((i, fragment, seconds))
+    except Exception:  # noqa: BLE001 -- reported to the parent, which raises it
+        queue.put(("error", traceback.format_exc(), None))
+
+
+def _next(queue, worker):
+    """The ingest process's next report; an error when it died without one."""
+    import queue as q
+
+    while True:
+        try:
+            return queue.get(timeout=5)
+        except q.Empty:
+            if not worker.is_alive():
+                return ("error", f"the ingest process exited with code {worker.exitcode} without finishing", None)
+
+
+def _merge(summary: dict, fragment: dict) -> None:
+    for name in fragment.get("failed_checks", []):
+        if name not in summary.setdefault("failed_checks", []):
+            summary["failed_checks"].append(name)
+    for entry in fragment.get("quarantined_files", []):
+        if entry not in summary.setdefault("quarantined_files", []):
+            summary["quarantined_files"].append(entry)
+    for table, cols in fragment.get("dropped_columns", {}).items():
+        summary.setdefault("dropped_columns", {}).setdefault(table, {}).update(cols)
+
+
+def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None = None,
+              source_spec=None) -> dict:
     """Every step over ``[start, end)`` (5-minute aligned) into ``wh`` from ``source``; returns the summary
-    ``gpu-health run`` prints (partitions, seconds per step family, failed checks, files quarantined)."""
+    ``gpu-health run`` prints (partitions, seconds per step, failed checks, files quarantined).
+
+    ``source_spec`` (a picklable object whose ``get()`` builds the source, e.g. the ``TelemetrySourceResource``)
+    pipelines the range over two processes: a second process reads and stores each day's 5-minute sources while
+    this one computes the derived tables of the day before. The derived steps of a day start only after its
+    sources are stored, and the sources never read derived tables, so the tables written are the same as in one
+    process (``test_direct_path.py``); on two cores it hides the sources' time behind the derived steps'."""
     start, end = pd.Timestamp(start), pd.Timestamp(end)
     summary: dict = {"runs": 0, "partitions": 0}
     seconds: dict[str, float] = {}
@@ -77,7 +133,7 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
 
     def run(step, s0, s1):
         t0 = time.time()
-        kw = {"source": source} if not step.reads and step.side_writes else {}
+        kw = {"source": source} if _is_source(step) else {}
         result = step.run(wh, s0, s1, **kw)
         seconds[step.name] = seconds.get(step.name, 0.0) + time.time() - t0
         _findings(step, result, summary, s0, s1)
@@ -92,13 +148,37 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
             if step.name == "cost_capacity":
                 run(step, day, day + DAY)
         summary["runs"] += 1
-    for c_start, c_end in day_chunks(start, end):
-        for step in steps_of(FIVE_MINUTE):
-            run(step, c_start, c_end)
-        summary["runs"] += 1
-        summary["partitions"] += int((c_end - c_start) / pd.Timedelta(minutes=5))
-        if progress is not None:
-            progress(f"materialized {c_start:%Y-%m-%d %H:%M} .. {c_end:%Y-%m-%d %H:%M} ({time.time() - t_all:.0f}s)")
+    chunks = list(day_chunks(start, end))
+    worker = queue = None
+    if source_spec is not None and len(chunks) > 1:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        queue = ctx.Queue()
+        worker = ctx.Process(target=_ingest_days, args=(wh.url, str(wh.telemetry.root), source_spec, chunks, queue),
+                             daemon=True)
+        worker.start()
+    try:
+        for c_start, c_end in chunks:
+            if worker is not None:
+                got = _next(queue, worker)
+                if got[0] == "error":
+                    raise RuntimeError(f"source steps failed in the ingest process:\n{got[1]}")
+                _merge(summary, got[1])
+                for name, sec in got[2].items():
+                    seconds[name] = seconds.get(name, 0.0) + sec
+            for step in steps_of(FIVE_MINUTE):
+                if worker is None or not _is_source(step):
+                    run(step, c_start, c_end)
+            summary["runs"] += 1
+            summary["partitions"] += int((c_end - c_start) / pd.Timedelta(minutes=5))
+            if progress is not None:
+                progress(f"materialized {c_start:%Y-%m-%d %H:%M} .. {c_end:%Y-%m-%d %H:%M} ({time.time() - t_all:.0f}s)")
+    finally:
+        if worker is not None:
+            worker.join(timeout=60)
+            if worker.is_alive():
+                worker.terminate()
     for day in days:
         for step in daily:
             run(step, day, day + DAY)

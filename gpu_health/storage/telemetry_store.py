@@ -83,8 +83,10 @@ class TelemetryStore:
 
     # --- writes -----------------------------------------------------------------------------
     def replace_window(self, table: str, frame: pd.DataFrame, start, end, *, column: str | None = None,
-                       where: dict | None = None) -> int:
-        """Replace ``table``'s rows whose partition column lies in ``[start, end)`` with ``frame``; returns its rows."""
+                       where: dict | None = None, order_out: list | None = None) -> int:
+        """Replace ``table``'s rows whose partition column lies in ``[start, end)`` with ``frame``; returns its rows.
+        ``order_out``: a list that receives the rows' positions in the order :meth:`read_window` returns them
+        (by partition, then by the table's key)."""
         _known(table)
         col = partition_column(table)
         if column not in (None, col):
@@ -105,9 +107,10 @@ class TelemetryStore:
             raise ValueError(f"{table}: {int(outside.sum())} row(s) lie outside the window [{start}, {end}) they are "
                              f"written for (e.g. {', '.join(str(b) for b in bad)}); nothing was written")
         slots = _slots(start, end)
-        slot_of = ts // _PARTITION_US
-        order = np.lexsort((_sort_keys(data, table)[::-1]) + [slot_of]) if len(data) else np.array([], dtype=np.int64)
-        data, slot_of = data.take(order), slot_of[order]
+        order = _stored_order(data, table, ts)
+        if order_out is not None:
+            order_out.append(order)
+        data, slot_of = data.take(order), (ts // _PARTITION_US)[order]
         bounds = np.searchsorted(slot_of, [_us(s) // _PARTITION_US for s in slots] + [hi_us // _PARTITION_US + 1])
         with self._lock(table):
             for i, s in enumerate(slots):
@@ -228,6 +231,13 @@ def _start_of(path: Path) -> pd.Timestamp:
 
 def _and(cond, more):
     return more if cond is None else cond & more
+
+
+def _stored_order(data: pa.Table, table: str, ts_us: np.ndarray) -> np.ndarray:
+    """Row positions sorted by 5-minute partition, then by the table's key (the order of the stored files)."""
+    if not len(data):
+        return np.array([], dtype=np.int64)
+    return np.lexsort(_sort_keys(data, table)[::-1] + [ts_us // _PARTITION_US])
 
 
 def _sort_keys(data: pa.Table, table: str) -> list[np.ndarray]:

@@ -135,9 +135,11 @@ class Warehouse:
         """
         if name in COLUMNAR_TABLES:
             self.create_all()
-            written = self.telemetry.replace_window(name, frame, start, end, column=column, where=where)
-            self._cache_put(name, frame[list(metadata.tables[name].c.keys())] if not frame.empty else frame, start, end,
-                            column or partition_column(name), where)
+            order: list = []
+            written = self.telemetry.replace_window(name, frame, start, end, column=column, where=where, order_out=order)
+            if self.cache is not None and not frame.empty:  # cached in the order the store returns the rows
+                frame = frame.iloc[order[0]][list(metadata.tables[name].c.keys())]
+            self._cache_put(name, frame.reset_index(drop=True), start, end, column or partition_column(name), where)
             return written
         table = self.table(name)
         column = column or partition_column(name)
