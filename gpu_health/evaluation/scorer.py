@@ -32,6 +32,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from gpu_health.constants import PARTITION
+
 GRACE = pd.Timedelta(minutes=15)
 WEEK = pd.Timedelta(days=7)
 
@@ -101,7 +103,7 @@ def score(alerts: pd.DataFrame, labels: pd.DataFrame, maintenance: pd.DataFrame,
     for p in pages.to_dict("records"):
         for w in maintenance.itertuples(index=False) if maintenance is not None else []:
             nodes = set(str(w.node_ids).split(",")) if w.node_ids != "*" else None
-            if w.start <= p["paged_at"] < w.end + pd.Timedelta(minutes=5) and (nodes is None or (p["nodes"] and p["nodes"] <= nodes)):
+            if w.start <= p["paged_at"] < w.end + PARTITION and (nodes is None or (p["nodes"] and p["nodes"] <= nodes)):
                 maint_pages += 1
                 break
     inc = pd.DataFrame(incidents, columns=[*incidents_cols, "start", "alerts"])

@@ -92,6 +92,7 @@ import pandas as pd
 import requests
 import yaml
 
+from gpu_health.constants import PARTITION_FREQ
 from gpu_health.evaluation.prometheus import PrometheusProcess
 from gpu_health.evaluation.scorer import _metrics, overall, score, table
 from gpu_health.sim.labels import labels_frame
@@ -398,7 +399,7 @@ def alerts_frame(episodes: list[Episode], rules: list[AlertRule], job_nodes: dic
     resolved = [e.resolved_at for e in episodes]
     return pd.DataFrame({
         "alert_id": ids, "detector": [f"static:{e.rule}" for e in episodes],  # false pages are counted per rule
-        "partition_start": fired.dt.floor("5min"), "opened_at": fired, "paged_at": fired,
+        "partition_start": fired.dt.floor(PARTITION_FREQ), "opened_at": fired, "paged_at": fired,
         "severity": severity, "cause_family": family, "region": region, "scope": scope, "summary": summary,
         "status": ["firing" if r is None else "resolved" for r in resolved],
         "rule": [e.rule for e in episodes],
