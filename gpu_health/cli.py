@@ -54,7 +54,8 @@ def _days(start: pd.Timestamp, end: pd.Timestamp):
 # --- simulate ----------------------------------------------------------------------------
 def simulate(scenario_path: str, landing: str, start: str | None, end: str | None, *, quiet: bool = False) -> dict:
     from gpu_health.sim.jobs import build_plan, to_s
-    from gpu_health.sim.scenario import labels_frame, load_scenario
+    from gpu_health.sim.labels import labels_frame
+    from gpu_health.sim.scenario import load_scenario
     from gpu_health.sim.telemetry import Window, cost_capacity, maintenance_windows
 
     scen = load_scenario(scenario_path)
@@ -228,7 +229,8 @@ def report_window(start: str, end: str, *, warehouse: str | None = None, scenari
         raise SystemExit("error: --end must be after --start")
     incidents = None
     if scenario:
-        from gpu_health.sim.scenario import labels_frame, load_scenario
+        from gpu_health.sim.labels import labels_frame
+        from gpu_health.sim.scenario import load_scenario
 
         labels = labels_frame(load_scenario(scenario))
         incidents = labels[(labels["start"] < end_ts) & (labels["end"] > start_ts)]
@@ -374,14 +376,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "simulate":
             out = simulate(args.scenario, args.landing, args.start, args.end, quiet=args.quiet)
         elif args.command == "evaluate":
-            from gpu_health.evaluate import evaluate, table
+            from gpu_health.evaluation.scorer import table
 
             if args.static_rules:
-                from gpu_health.static_rules import evaluate_static
+                from gpu_health.evaluation.static_rules import evaluate_static
 
                 report = evaluate_static(args.scenarios, args.out, pattern=args.pattern)
             else:
-                report = evaluate(args.scenarios, args.out, workers=args.workers, pattern=args.pattern)
+                from gpu_health.evaluation.harness import evaluate
+
+                report = evaluate(args.scenarios, args.out, run=run, workers=args.workers, pattern=args.pattern)
             print(table(report))
             out = report["overall"]
         elif args.command == "serve-metrics":

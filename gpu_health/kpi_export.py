@@ -49,6 +49,7 @@ import sqlalchemy as sa
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from gpu_health.constants import PARTITION
 from gpu_health.storage.warehouse import Warehouse
 
 PREFIX = "gpu_health"
@@ -89,7 +90,7 @@ def _latest(wh: Warehouse, table: str, column: str = "partition_start"):
     return pd.Timestamp(value).tz_localize("UTC") if pd.Timestamp(value).tzinfo is None else pd.Timestamp(value).tz_convert("UTC")
 
 
-def _partition(wh: Warehouse, table: str, start: pd.Timestamp, width: pd.Timedelta = pd.Timedelta(minutes=5)) -> pd.DataFrame:
+def _partition(wh: Warehouse, table: str, start: pd.Timestamp, width: pd.Timedelta = PARTITION) -> pd.DataFrame:
     return wh.read_window(table, start, start + width)
 
 

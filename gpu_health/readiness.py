@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from gpu_health.constants import PARTITION, PARTITION_FREQ
 from gpu_health.contracts import FIVE_MINUTE_SOURCES
 from gpu_health.partitions import FIVE_MINUTE_FMT
 
-FIVE = pd.Timedelta(minutes=5)
 
 
 @dataclass
@@ -96,7 +96,7 @@ def partition_key(start: pd.Timestamp) -> str:
 
 def data_version(source, start: pd.Timestamp, now: pd.Timestamp, grace: pd.Timedelta) -> str | None:
     """The partition's data version, or None if it is not ready yet."""
-    if start + FIVE + grace > now:
+    if start + PARTITION + grace > now:
         return None
     if hasattr(source, "version"):  # file-based: every source file must have arrived
         tokens = []
@@ -113,11 +113,11 @@ def plan_requests(source, cursor: SensorCursor, *, now: pd.Timestamp, partitions
                   grace: pd.Timedelta, lookback: pd.Timedelta, initial_lookback: pd.Timedelta,
                   max_requests: int) -> tuple[list[Request], SensorCursor]:
     """Requests for this tick and the cursor after it."""
-    last_closed = (now - grace - FIVE).floor("5min")
+    last_closed = (now - grace - PARTITION).floor(PARTITION_FREQ)
     nxt = cursor.next_start
     if nxt is None:
-        nxt = max(partitions_start, (now - initial_lookback).floor("5min"))
-    scan_from = max(partitions_start, min(nxt, (now - lookback).floor("5min")))
+        nxt = max(partitions_start, (now - initial_lookback).floor(PARTITION_FREQ))
+    scan_from = max(partitions_start, min(nxt, (now - lookback).floor(PARTITION_FREQ)))
     if hasattr(source, "version") is False:
         scan_from = nxt  # nothing can be replaced: only the new partitions
     versions = dict(cursor.versions)
@@ -138,8 +138,8 @@ def plan_requests(source, cursor: SensorCursor, *, now: pd.Timestamp, partitions
             requests.append(Request(key, ver))
             versions[key] = ver
         if not holding and t >= new_next and ver is not None:
-            new_next = t + FIVE
-        t += FIVE
-    horizon = partition_key((now - lookback).floor("5min"))
+            new_next = t + PARTITION
+        t += PARTITION
+    horizon = partition_key((now - lookback).floor(PARTITION_FREQ))
     versions = {k: v for k, v in versions.items() if k >= horizon}
     return requests, SensorCursor(new_next, versions)

@@ -282,7 +282,8 @@ def thermal_hour(tmp_path_factory) -> tuple[pd.DataFrame, Path]:
 
 
 def test_a_simulated_thermal_throttle_is_the_top_cause_on_the_throttled_nodes(thermal_hour):
-    from gpu_health.sim.scenario import labels_frame, load_scenario
+    from gpu_health.sim.labels import labels_frame
+    from gpu_health.sim.scenario import load_scenario
 
     leaves, path = thermal_hour
     label = labels_frame(load_scenario(path)).iloc[0]

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from gpu_health.cli import main
-from gpu_health.evaluate import score
+from gpu_health.evaluation.scorer import score
 
 T0 = pd.Timestamp("2026-11-03T12:07:00Z")
 
@@ -47,7 +47,7 @@ def test_detection_ttd_family_and_false_pages():
 
 
 def test_overall_splits_precision_and_false_pages_by_profile_and_detector():
-    from gpu_health.evaluate import overall
+    from gpu_health.evaluation.scorer import overall
 
     def result(profile, pages, matched, false_by):
         return {"profile": profile, "incidents": [], "pages": pages, "matched_pages": matched,

@@ -23,7 +23,8 @@ import pytest
 from gpu_health.metrics import goodput as G
 from gpu_health.steps import compute as P
 from gpu_health.metrics.baselines import step_baseline, workload_step_stats
-from gpu_health.sim.scenario import KINDS, labels_frame, load_scenario
+from gpu_health.sim.labels import labels_frame
+from gpu_health.sim.scenario import KINDS, load_scenario
 from gpu_health.sim.telemetry import THERMAL_BITS, Window, cost_capacity, maintenance_windows
 from gpu_health.storage.warehouse import Warehouse
 

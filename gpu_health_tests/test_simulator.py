@@ -15,7 +15,8 @@ import pytest
 from gpu_health.contracts.models import FIVE_MINUTE_SOURCES, PARTITION_COLUMN, columns
 from gpu_health.contracts.validate import validate_frame
 from gpu_health.sim.cluster import H100, V100, ClusterSpec
-from gpu_health.sim.scenario import KINDS, default_scenario, labels_frame, load_scenario
+from gpu_health.sim.labels import labels_frame
+from gpu_health.sim.scenario import KINDS, default_scenario, load_scenario
 from gpu_health.sim.jobs import from_s, to_s
 from gpu_health.sim.telemetry import Window, cost_capacity, maintenance_windows
 

@@ -15,9 +15,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from gpu_health.evaluate import _metrics, overall, table
-from gpu_health.sim.scenario import labels_frame, load_scenario
-from gpu_health.static_rules import (
+from gpu_health.evaluation.scorer import _metrics, overall, table
+from gpu_health.sim.labels import labels_frame
+from gpu_health.sim.scenario import load_scenario
+from gpu_health.evaluation.static_rules import (
     RULE_FAMILY, RULES_PATH, AlertRule, alerts_frame, check_rules, evaluate_static_rules, load_rules,
     main_static, parse_prom_duration, render, replay_rule,
 )

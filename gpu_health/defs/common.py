@@ -1,75 +1,15 @@
 """Conventions shared by every asset: kinds, owners, column schemas, the contract check factory."""
 
-import functools
-import inspect
-
 import dagster as dg
 import pandas as pd
 import pandera.pandas as pa
+
+from gpu_health.defs.retry import TRANSIENT_RETRY, retry_transient_errors, transient_retry  # noqa: F401  (re-exported)
 
 KINDS = {"pandas", "pandera", "sql"}
 OWNERS = {"infra": ["team:infra"], "ml_platform": ["team:ml-platform"], "finance": ["team:finance"]}
 MAX_CHECK_EXAMPLES = 20
 ERROR_REJECT_SHARE = 0.05  # above this share of rejected rows, downstream numbers would be wrong
-
-# Retries of a step that failed on a transient error (gpu_health.faults: the database gone, the
-# network reset): 3 more attempts after 5, 15, 35 s (Dagster's exponential backoff, delay x (2^n - 1);
-# +-jitter, so racing steps do not return together). About a minute covers a database restart or a
-# fail-over; a longer outage fails the run, and the 5-minute sensor requests the partition again
-# after 1, 2 and 4 minutes.
-TRANSIENT_RETRY = dg.RetryPolicy(max_retries=3, delay=5, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
-
-
-def _attempt(context) -> int:
-    """Retries already made of this step (0 on its first attempt)."""
-    number = getattr(context, "retry_number", None)
-    if number is None:
-        step = getattr(context, "step_context", None) if getattr(context, "has_step_context", True) else None
-        number = getattr(step, "previous_attempt_count", 0) if step is not None else 0
-    return int(number or 0)
-
-
-def transient_retry(context, exc: BaseException) -> dg.RetryRequested | None:
-    """The retry request for ``exc`` when it is transient and retries remain, else None."""
-    from gpu_health.faults import is_transient
-
-    if not is_transient(exc):
-        return None
-    attempt = _attempt(context) + 1
-    return dg.RetryRequested(max_retries=TRANSIENT_RETRY.max_retries,
-                             seconds_to_wait=TRANSIENT_RETRY.calculate_delay(attempt))
-
-
-def retry_transient_errors(fn):
-    """Decorate an asset body: a transient error retries the step under ``TRANSIENT_RETRY``.
-
-    Only transient errors (``gpu_health.faults.is_transient``) are retried: bad input or a bug
-    fails at once, with its own exception, because a retry would fail the same way. The step
-    re-runs whole, which is safe because every write replaces its window. ``fn``'s first
-    argument is the asset's context; its signature and generator-ness are kept for Dagster.
-    """
-    if inspect.isgeneratorfunction(fn):
-        @functools.wraps(fn)
-        def gen_wrapper(context, *args, **kwargs):
-            try:
-                yield from fn(context, *args, **kwargs)
-            except Exception as exc:
-                retry = transient_retry(context, exc)
-                if retry is None:
-                    raise
-                raise retry from exc
-        return gen_wrapper
-
-    @functools.wraps(fn)
-    def wrapper(context, *args, **kwargs):
-        try:
-            return fn(context, *args, **kwargs)
-        except Exception as exc:
-            retry = transient_retry(context, exc)
-            if retry is None:
-                raise
-            raise retry from exc
-    return wrapper
 
 
 def column_schema(model: type[pa.DataFrameModel]) -> dg.TableSchema:

@@ -160,7 +160,7 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
 
 @contextlib.contextmanager
 def _retry_transient(context):
-    from gpu_health.defs.common import transient_retry
+    from gpu_health.defs.retry import transient_retry
 
     try:
         yield

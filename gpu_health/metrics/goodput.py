@@ -45,7 +45,7 @@ the inventory seen, if larger); the states sum to them exactly.
 import numpy as np
 import pandas as pd
 
-from gpu_health.sources.dcgm_fields import XID_GPU_FAULT
+from gpu_health.constants import FATAL_XIDS as XID_GPU_FAULT, KERNEL_ACTIVE_SM, KERNEL_ACTIVE_UTIL_PCT, MINUTE
 
 STATES = [
     "no_data", "maintenance", "hw_unavailable", "idle_blocked", "idle_no_demand", "allocated_idle",
@@ -66,10 +66,9 @@ LOSS_EXITS = frozenset({"failed", "node_fail", "timeout"})
 # ~30-60 s in Slurm): the one bar of the fragmentation KPI and of the scheduling detector
 BLOCKED_WAIT = pd.Timedelta(minutes=3)
 SLOW_THROTTLE_BITS = 0x8 | 0x20 | 0x40 | 0x80  # hw slowdown, sw/hw thermal, power brake
-BUSY_UTIL_PCT = 5.0
-BUSY_SM = 0.05
+BUSY_UTIL_PCT = KERNEL_ACTIVE_UTIL_PCT  # a kernel ran in the minute (constants.py); not 'busy' in device.py's sense
+BUSY_SM = KERNEL_ACTIVE_SM
 NO_DATA_COVERAGE = 0.5
-MINUTE = pd.Timedelta(minutes=1)
 # a failed job's lost work is read from its runtime rows of this span before the failure (the
 # caller passes them as ``runtime_history``), so a range and its partitions agree
 FAILURE_LOOKBACK = pd.Timedelta(hours=1)

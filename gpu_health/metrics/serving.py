@@ -24,7 +24,8 @@ import math
 import numpy as np
 import pandas as pd
 
-FIVE = pd.Timedelta(minutes=5)
+from gpu_health.constants import PARTITION
+
 SLI_QUANTILES = {"p50_s": 0.50, "p95_s": 0.95, "p99_s": 0.99}
 DEPLOYMENT = ["region", "model_name", "model_version"]
 
@@ -123,9 +124,9 @@ def serving_slis(requests: pd.DataFrame, buckets: pd.DataFrame) -> pd.DataFrame:
     if requests.empty and buckets.empty:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
     key = ["partition_start", *DEPLOYMENT]
-    req = requests.assign(partition_start=requests["ts"].dt.floor(FIVE))
+    req = requests.assign(partition_start=requests["ts"].dt.floor(PARTITION))
     out = req.groupby(key, sort=True, observed=True)[["requests", "errors"]].sum().reset_index()
-    b = buckets.assign(partition_start=buckets["ts"].dt.floor(FIVE))
+    b = buckets.assign(partition_start=buckets["ts"].dt.floor(PARTITION))
     lat = _quantiles(summed_buckets(b[b["histogram"] == "latency"], key), key, SLI_QUANTILES)
     ttft = _quantiles(summed_buckets(b[b["histogram"] == "ttft"], key), key, {"ttft_p99_s": 0.99})
     out = out.merge(lat, on=key, how="outer").merge(ttft, on=key, how="left")

@@ -22,10 +22,10 @@ still happening, so the alert resets within minutes of a fix).
 import numpy as np
 import pandas as pd
 
+from gpu_health.constants import PARTITION
 from gpu_health.metrics.serving import count_at_or_below, summed_buckets
 from gpu_health.metrics.slo_catalog import CATALOG, WINDOW_DAYS, Slo
 
-FIVE = pd.Timedelta(minutes=5)
 KEY = ["slo", "region", "model_name"]
 EVENT_COLUMNS = ["partition_start", *KEY, "objective", "total_events", "bad_events", "interpolated"]
 BUDGET_COLUMNS = [*EVENT_COLUMNS, "window_total_events", "window_bad_events", "error_budget_remaining"]
@@ -34,7 +34,7 @@ BUDGET_COLUMNS = [*EVENT_COLUMNS, "window_total_events", "window_bad_events", "e
 # table): 14.4x over 1 h spends 2 % of the budget, 6x over 6 h 5 % (page); 3x over 1 d and 1x over 3 d spend 10 %
 # (ticket). Windows in 5-minute partitions.
 BURN_WINDOWS = (
-    (pd.Timedelta(hours=1), pd.Timedelta(minutes=5), 14.4, "page"),
+    (pd.Timedelta(hours=1), pd.Timedelta(minutes=5), 14.4, "page"),  # not the partition: 1/12 of the long window
     (pd.Timedelta(hours=6), pd.Timedelta(minutes=30), 6.0, "page"),
     (pd.Timedelta(days=1), pd.Timedelta(hours=2), 3.0, "ticket"),
     (pd.Timedelta(days=3), pd.Timedelta(hours=6), 1.0, "ticket"),
@@ -65,9 +65,9 @@ def slo_events(requests: pd.DataFrame, buckets: pd.DataFrame, generative_before=
     if requests.empty and buckets.empty:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in EVENT_COLUMNS})
     deploy = ["partition_start", "region", "model_name"]
-    req = requests.assign(partition_start=requests["ts"].dt.floor(FIVE))
+    req = requests.assign(partition_start=requests["ts"].dt.floor(PARTITION))
     totals = req.groupby(deploy, sort=True)[["requests", "errors"]].sum()
-    b = buckets.assign(partition_start=buckets["ts"].dt.floor(FIVE))
+    b = buckets.assign(partition_start=buckets["ts"].dt.floor(PARTITION))
     hist = {h: {k: g for k, g in summed_buckets(b[b["histogram"] == h], deploy).groupby(deploy, sort=False)}
             for h in ("latency", "ttft")}
     generative = set(generative_before) | {(r, m) for _, r, m in hist["ttft"]}
@@ -186,7 +186,7 @@ def evaluate_burns(rows: pd.DataFrame, start: pd.Timestamp, catalog=CATALOG) -> 
     for key in sorted(reported - now):
         if key in out:
             continue
-        out[key] = {"kind": "absent", "severity": "ticket", "long_window": ABSENT_LOOKBACK, "short_window": FIVE,
+        out[key] = {"kind": "absent", "severity": "ticket", "long_window": ABSENT_LOOKBACK, "short_window": PARTITION,
                     "factor": np.nan, "long_burn": np.nan, "short_burn": np.nan, "bad_events": np.nan,
                     "total_events": np.nan, "interpolated": False, "error_budget_remaining": np.nan}
     if not out:

@@ -23,6 +23,10 @@ import pandas as pd
 
 from gpu_health.sim.hashing import stable_id, uniform
 
+# The default cluster's teams (a cluster spec without ``teams`` has these): jobs draws its demand per team from them
+# and a cron entry must name one of them.
+TEAMS = ["fraud-realtime", "fraud-offline", "credit-risk", "aml-graph", "personalization", "ml-research"]
+
 _QUIRK_SEED = stable_id("collector-quirks")
 
 
@@ -166,7 +170,6 @@ class ClusterSpec:
             if len(t.weights) != 3 or not t.models:
                 raise ValueError(f"cluster: team {t.name!r} needs 3 weights (interactive, batch, distributed) and models")
         for c in spec.cron:
-            from gpu_health.sim.jobs import TEAMS  # jobs imports this module
             if c.team not in (names or TEAMS):
                 raise ValueError(f"cluster: cron team {c.team!r} is not one of the cluster's teams {names or TEAMS}")
         if gpus is not None:

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_health.sim import hashing as H
+from gpu_health.sim.cluster import TEAMS
 from gpu_health.sim.scenario import ORIGIN, Scenario
 
 MIN = 60
@@ -68,7 +69,6 @@ DRIVER_FAILURES = ["Xid 13: Graphics Engine Exception", "Xid 31: GPU memory page
                    "Xid 119: GSP RPC timeout", "NCCL error: unhandled cuda error"]
 DRIVER_XIDS = [13, 31, 119, 0]
 
-TEAMS = ["fraud-realtime", "fraud-offline", "credit-risk", "aml-graph", "personalization", "ml-research"]
 TEAM_WEIGHTS = {
     "interactive": [0.15, 0.1, 0.2, 0.1, 0.15, 0.3],
     "batch": [0.2, 0.3, 0.2, 0.1, 0.15, 0.05],

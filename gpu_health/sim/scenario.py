@@ -29,7 +29,6 @@ Scope keys: ``region``; ``nodes`` (a count, picked deterministically) or
 per node for GPU-level faults, default 1).
 """
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -360,41 +359,3 @@ def _incident_changes(scen: Scenario) -> list[Change]:
             out.append(Change(f"{inc.incident_id}-rollback", inc.end, "scheduler_config", inc.region or "*", None, None,
                               "revert scheduler priority/backfill config", inc.node_ids))
     return out
-
-
-def labels_frame(scen: Scenario, job_ids: dict[str, tuple[str, ...]] | None = None) -> pd.DataFrame:
-    """Ground truth: one row per incident (written as labels.parquet).
-
-    ``job_ids`` (incident_id -> job ids) overrides the targeted jobs; where it
-    gives none, the hung jobs of a training_stall and the dummy jobs of a
-    dummy_workload are resolved from the job plan (a pure function of the
-    scenario, whatever windows were generated before).
-    """
-    from gpu_health.sim.jobs import incident_job_ids  # jobs imports this module
-
-    job_ids = dict(job_ids or {})
-    for n, inc in enumerate(scen.incidents):
-        if not job_ids.get(inc.incident_id) and inc.kind in JOB_TARGETED_KINDS:
-            job_ids[inc.incident_id] = incident_job_ids(scen, n)
-    rows = []
-    for inc in scen.incidents:
-        resolved = {"node_ids": list(inc.node_ids), "region": inc.region}
-        if inc.gpu_uuids:
-            resolved["gpu_uuids"] = list(inc.gpu_uuids)
-        if inc.team:
-            resolved["team"] = inc.team
-        if inc.to_version and inc.kind == "framework_regression":
-            resolved["framework_version"] = inc.to_version
-        if inc.kind == "driver_regression":
-            resolved["driver_version"] = inc.to_version
-        if job_ids.get(inc.incident_id):
-            resolved["job_ids"] = list(job_ids[inc.incident_id])
-        rows.append({
-            "incident_id": inc.incident_id, "kind": inc.kind, "family": inc.family, "severity": inc.severity,
-            "start": inc.start, "end": inc.end,
-            "scope": json.dumps({"spec": inc.scope, "magnitude": inc.magnitude, **resolved}, default=str),
-        })
-    frame = pd.DataFrame(rows, columns=["incident_id", "kind", "family", "severity", "start", "end", "scope"])
-    for col in ("start", "end"):
-        frame[col] = pd.to_datetime(frame[col], utc=True)
-    return frame

@@ -20,10 +20,10 @@ other states mean (no node health, no link state, no queue).
 
 import pandas as pd
 
+from gpu_health.constants import PARTITION, PARTITION_FREQ
 from gpu_health.contracts import PARTITION_COLUMN
 from gpu_health.sources.base import Fetched
 
-FIVE = pd.Timedelta(minutes=5)
 COLUMNS = ["source", "partition_start", "partition_end", "missing_family", "origin", "reason"]
 
 
@@ -40,10 +40,10 @@ def missing_partitions(fetched: Fetched, table: str, start: pd.Timestamp | None,
     """
     if fetched.silent_family is None or start is None or end is None:
         return empty_gaps()
-    starts = pd.date_range(start, end, freq="5min", inclusive="left")
+    starts = pd.date_range(start, end, freq=PARTITION_FREQ, inclusive="left")
     col = PARTITION_COLUMN[table]
     frame = fetched.frame
-    seen = set(pd.to_datetime(frame[col], utc=True).dt.floor("5min")) if len(frame) else set()
+    seen = set(pd.to_datetime(frame[col], utc=True).dt.floor(PARTITION_FREQ)) if len(frame) else set()
     missing = [s for s in starts if s not in seen]
     if not missing:
         return empty_gaps()
@@ -51,7 +51,7 @@ def missing_partitions(fetched: Fetched, table: str, start: pd.Timestamp | None,
               f"partition is computed without it")
     out = pd.DataFrame({"source": table, "partition_start": missing})
     out["partition_start"] = pd.to_datetime(out["partition_start"], utc=True)
-    out["partition_end"] = out["partition_start"] + FIVE
+    out["partition_end"] = out["partition_start"] + PARTITION
     out["missing_family"] = fetched.silent_family
     out["origin"] = fetched.origin
     out["reason"] = reason

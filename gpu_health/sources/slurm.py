@@ -85,6 +85,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from gpu_health.constants import PARTITION
 from gpu_health.contracts import columns, empty_frame
 from gpu_health.sources.base import DEFAULT_ABSENT_AFTER, DataNotReady, Fetched, SourceError
 
@@ -763,7 +764,7 @@ class SlurmSource:
 
     def version(self, table: str, start: pd.Timestamp) -> str | None:
         """The sensor's readiness token of the 5-minute partition at ``start`` (None while late)."""
-        state = self.judge(_as_utc(start), _as_utc(start) + pd.Timedelta(minutes=5))
+        state = self.judge(_as_utc(start), _as_utc(start) + PARTITION)
         return None if state.startswith("late") else state.split(":")[0]
 
 

@@ -16,10 +16,10 @@ and 7 days of workload step statistics (baselines).
 import numpy as np
 import pandas as pd
 
+from gpu_health.constants import FATAL_XIDS, PARTITION, PARTITION_FREQ
 from gpu_health.contracts import conform
 from gpu_health.metrics import baselines as B
 from gpu_health.metrics import goodput as G
-from gpu_health.sources.dcgm_fields import XID_GPU_FAULT
 from gpu_health.storage.warehouse import Warehouse
 
 META_LOOKBACK = pd.Timedelta(days=4)
@@ -30,7 +30,7 @@ INVENTORY_LOOKBACK = pd.Timedelta(hours=24)
 # the region is no longer expected (its missing_data ticket resolves); a region taken out of service is expected
 # until then.
 SILENT_REGION_MEMORY = pd.Timedelta(days=7)
-FIVE = pd.Timedelta(minutes=5)
+FIVE = PARTITION  # (the name the steps use)
 SOURCES = ["gpu_telemetry", "node_telemetry", "job_runtime_metrics", "scheduler_events"]
 
 
@@ -48,12 +48,12 @@ def node_inventory(frames: dict) -> pd.DataFrame:
     cols = ["partition_start", "region", "node_id", "sku", "gpus_seen", "driver_version", "fatal_gpus"]
     if gpu.empty and node.empty:
         return pd.DataFrame(columns=cols)
-    g = gpu.assign(partition_start=gpu["ts"].dt.floor("5min"),
-                   fault_uuid=gpu["gpu_uuid"].where(gpu["xid"].isin(XID_GPU_FAULT) | (gpu["ecc_dbe_delta"].fillna(0) > 0)))
+    g = gpu.assign(partition_start=gpu["ts"].dt.floor(PARTITION_FREQ),
+                   fault_uuid=gpu["gpu_uuid"].where(gpu["xid"].isin(FATAL_XIDS) | (gpu["ecc_dbe_delta"].fillna(0) > 0)))
     seen = g.groupby(["partition_start", "node_id"], observed=True).agg(
         region=("region", "first"), sku=("sku", "first"), gpus_seen=("gpu_uuid", "nunique"),
         fatal_gpus=("fault_uuid", "nunique")).reset_index()
-    n = node.assign(partition_start=node["ts"].dt.floor("5min")).sort_values("ts")
+    n = node.assign(partition_start=node["ts"].dt.floor(PARTITION_FREQ)).sort_values("ts")
     drv = n.groupby(["partition_start", "node_id"], observed=True).agg(
         region_n=("region", "last"), sku_n=("sku", "last"), driver_version=("driver_version", "last")).reset_index()
     out = seen.merge(drv, on=["partition_start", "node_id"], how="outer")
@@ -209,7 +209,7 @@ def step_baselines(wh: Warehouse, start, end, current: pd.DataFrame | None = Non
     for hour in pd.date_range(start.floor("1h"), end, freq="1h", inclusive="left"):
         hist = hist_all[(hist_all["partition_start"] >= hour - B.LOOKBACK) & (hist_all["partition_start"] < hour)]
         base_h = B.step_baseline(hist, None)
-        for p in pd.date_range(max(hour, start), min(hour + pd.Timedelta(hours=1), end), freq="5min", inclusive="left"):
+        for p in pd.date_range(max(hour, start), min(hour + pd.Timedelta(hours=1), end), freq=PARTITION_FREQ, inclusive="left"):
             cur = current[current["partition_start"] == p]
             cohort = B.step_baseline(None, cur) if len(cur) else base_h.iloc[0:0]
             parts = [x for x in (base_h[base_h["history_minutes"] >= B.MIN_HISTORY_MINUTES], cohort) if len(x)]
@@ -289,7 +289,7 @@ def _enrich_failures(failures: pd.DataFrame, gpu: pd.DataFrame, meta: pd.DataFra
         place = place.combine_first(by_event.dropna(how="all")) if len(place) else by_event
     m = meta.drop_duplicates("job_id").set_index("job_id") if len(meta) else pd.DataFrame(columns=["team", "workload_class"])
     f = failures.copy()
-    f["partition_start"] = f["failed_at"].dt.floor("5min")
+    f["partition_start"] = f["failed_at"].dt.floor(PARTITION_FREQ)
     for col, src in (("region", place), ("sku", place), ("team", m), ("workload_class", m)):
         f[col] = f["job_id"].map(src[col]).astype(object).fillna("unknown") if col in src else "unknown"
     f["reason"] = f["reason"].astype(object)
@@ -370,7 +370,7 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
     from gpu_health.diagnosis.detect import DEPLOY_LOOKBACK, PartitionContext, detect, job_table, jobs_as_of
 
     start, end = pd.Timestamp(start), pd.Timestamp(end)
-    five = pd.Timedelta(minutes=5)
+    five = PARTITION
     frames = read_sources(wh, start, end, ["gpu_telemetry", "node_telemetry", "network_telemetry"])
     runtime = wh.read_window("job_runtime_metrics", start - five, end)
     sched = wh.read_window("scheduler_events", start - SCHED_LOOKBACK, end)
@@ -410,13 +410,13 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
     placed = G.placements(sched)
 
     def by_partition(frame, col="ts"):
-        return dict(tuple(frame.groupby(frame[col].dt.floor("5min")))) if len(frame) else {}
+        return dict(tuple(frame.groupby(frame[col].dt.floor(PARTITION_FREQ)))) if len(frame) else {}
 
     g_p, n_p, net_p = (by_partition(frames[t]) for t in ("gpu_telemetry", "node_telemetry", "network_telemetry"))
     leaves_p, base_p = by_partition(leaves, "partition_start"), by_partition(baselines, "partition_start")
     empty = {t: frames[t].iloc[0:0] for t in frames}
     out = []
-    for p in pd.date_range(start, end, freq="5min", inclusive="left"):
+    for p in pd.date_range(start, end, freq=PARTITION_FREQ, inclusive="left"):
         ctx = PartitionContext(
             start=p, end=p + five, gpu=g_p.get(p, empty["gpu_telemetry"]), node=n_p.get(p, empty["node_telemetry"]),
             network=net_p.get(p, empty["network_telemetry"]),
@@ -449,7 +449,7 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
 ALERT_LOOKAHEAD = pd.Timedelta(hours=24)
 # Partitions re-derived per pass: the first pass is one partition (a re-run whose data did not change converges at
 # once), later passes an hour (reads amortized over 12 partitions).
-_LOOKAHEAD_PASSES = (pd.Timedelta(minutes=5), pd.Timedelta(hours=1))
+_LOOKAHEAD_PASSES = (PARTITION, pd.Timedelta(hours=1))
 WITHDRAWN = "Withdrawn: the data behind this alert was replaced and its partitions re-derived without it."
 
 
@@ -588,7 +588,7 @@ def kpi_baselines(wh: Warehouse, start, end) -> pd.DataFrame:
     kpis = _read_slices(wh, "kpi_values", slices)
     states = _read_slices(wh, "goodput_states", slices)
     exclude = _paged_partitions(wh, start - pd.Timedelta(days=15), start)
-    parts = pd.date_range(start, end, freq="5min", inclusive="left")
+    parts = pd.date_range(start, end, freq=PARTITION_FREQ, inclusive="left")
     return expected_values(kpis, states, parts, exclude=exclude, maintenance=wh.read_window("maintenance_windows"))
 
 
@@ -602,7 +602,7 @@ def actual_and_expected_leaves(wh: Warehouse, start, end) -> tuple[pd.DataFrame,
     history = _read_slices(wh, "goodput_leaves", _slices(start, end, 3, pd.Timedelta(0)))
     history = history[history["partition_start"] < start]
     exclude = _paged_partitions(wh, start - pd.Timedelta(days=4), start)
-    parts = pd.date_range(start, end, freq="5min", inclusive="left")
+    parts = pd.date_range(start, end, freq=PARTITION_FREQ, inclusive="left")
     # expected leaves of every partition at once, from history before the window (at cold start the trailing
     # two hours before the window's start: a range run and partition runs differ only then)
     expected = expected_leaves_from_history(history, parts, actual_leaves=actual, exclude=exclude, lookback_days=3)
@@ -620,7 +620,7 @@ def decomposition(wh: Warehouse, start, end) -> pd.DataFrame:
     out = []
     for p, act in actual.groupby("partition_start"):
         if p in exp_by:
-            out.append(decompose(act, exp_by[p], start=p, end=p + pd.Timedelta(minutes=5)))
+            out.append(decompose(act, exp_by[p], start=p, end=p + PARTITION))
     out = [o for o in out if len(o)]
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
 

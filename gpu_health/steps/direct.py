@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from gpu_health.constants import PARTITION
 from gpu_health.steps.graph import CALENDAR, DAILY, FIVE_MINUTE
 from gpu_health.steps.registry import steps_of
 
@@ -171,7 +172,7 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
                 if worker is None or not _is_source(step):
                     run(step, c_start, c_end)
             summary["runs"] += 1
-            summary["partitions"] += int((c_end - c_start) / pd.Timedelta(minutes=5))
+            summary["partitions"] += int((c_end - c_start) / PARTITION)
             if progress is not None:
                 progress(f"materialized {c_start:%Y-%m-%d %H:%M} .. {c_end:%Y-%m-%d %H:%M} ({time.time() - t_all:.0f}s)")
     finally:

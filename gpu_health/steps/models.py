@@ -1,16 +1,12 @@
-"""The pandera model every stored table is validated against before it is written."""
+"""The pandera model every stored table is validated against before it is written: the table catalogue's."""
 
 import pandas as pd
 
 
 def model_of(table: str):
-    import gpu_health.metrics  # noqa: F401  (registers the derived tables' models)
-    from gpu_health.contracts import CONTRACTS
-    from gpu_health.storage.schema import DERIVED_MODELS
+    from gpu_health.catalog import CATALOG
 
-    if table in DERIVED_MODELS:
-        return DERIVED_MODELS[table][0]
-    return CONTRACTS[table]
+    return CATALOG[table].model
 
 
 def validate(table: str, frame: pd.DataFrame) -> pd.DataFrame:

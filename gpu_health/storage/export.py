@@ -25,8 +25,6 @@ FORMATS = (".parquet", ".csv")
 
 def export_table(wh, table: str, start: pd.Timestamp, end: pd.Timestamp, out: str | Path) -> dict:
     """Write ``table``'s rows for ``[start, end)`` from warehouse ``wh`` to ``out`` (``.parquet`` or ``.csv``)."""
-    import gpu_health.metrics  # noqa: F401  (registers derived tables)
-
     if table not in metadata.tables:
         raise ValueError(f"unknown table {table!r}; tables: {', '.join(sorted(metadata.tables))}")
     out = Path(out)

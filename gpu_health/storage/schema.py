@@ -1,16 +1,18 @@
-"""The warehouse schema: one SQLAlchemy ``MetaData``, the only schema truth.
+"""The warehouse schema: one SQLAlchemy ``MetaData``, derived from the table catalogue.
 
-Source tables are derived from their pandera contracts (so a column exists in
-exactly one hand-written place); derived tables register their pandera model in
-:data:`DERIVED_MODELS` and are derived the same way. ``sql/schema.sql`` is the
-reviewed rendering of this module (``python -m gpu_health.storage.schema``
-rewrites it; a test fails when they drift).
+Every table of :mod:`gpu_health.catalog` with a pandera model becomes a
+``Table`` here, its columns, types, nullability, comments and key derived from
+the model (so a column exists in exactly one hand-written place); the two
+quarantine tables, which hold other tables' broken rows as text, are declared
+here directly. ``sql/schema.sql`` is the reviewed rendering of this module
+(``python -m gpu_health.storage.schema`` rewrites it; a test fails when they
+drift).
 
-The minute-grain telemetry tables (:data:`COLUMNAR_TABLES`) are declared here
-like every other table, but stored as Parquet by the columnar telemetry store
-(``storage/telemetry_store.py``), never as SQL rows: their Arrow schemas
-(:func:`arrow_schema`) derive from the same ``Table`` objects, and the SQL
-warehouse neither creates nor renders them.
+The tables the catalogue stores columnar (:data:`COLUMNAR_TABLES`, the
+minute-grain telemetry) are declared here like every other table, but stored as
+Parquet by the columnar telemetry store (``storage/telemetry_store.py``), never
+as SQL rows: their Arrow schemas (:func:`arrow_schema`) derive from the same
+``Table`` objects, and the SQL warehouse neither creates nor renders them.
 """
 
 import sys
@@ -22,26 +24,12 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from gpu_health.contracts.models import CONTRACTS, PARTITION_COLUMN
+from gpu_health import catalog as C
 
 metadata = sa.MetaData()
 
-# Tables stored columnar (Parquet in the telemetry store), not as SQL rows: the minute-grain telemetry, one row per
-# GPU, node, link or running job per minute. These grow with the fleet times the minutes (1,200 GPUs: 1.7 M GPU rows a
-# day; 100,000 GPUs: 144 M), are written once per partition and read by time window, which is what a column store is
-# for. The event and metadata sources (scheduler_events, job_metadata, change_events) are per event or per job, a few
-# ten thousand rows a day, and stay in SQL beside the KPI, loss-tree, alert and finance tables that join them.
-#
-# The serving layer's two tables are minute-grain too and go the same way: ``inference_requests`` is one row per
-# deployment per minute and ``inference_latency_buckets`` one per deployment x histogram x bucket per minute (a
-# classic histogram exports ~10-20 buckets, so 2 histograms x 15 buckets x a deployment x 1,440 minutes is 43,000
-# rows a day per deployment; a few hundred deployments is tens of millions). Both are written once per partition and
-# read by window (``serving_slis`` sums a partition's buckets); what SQL users join is the 5-minute ``serving_slis``.
-COLUMNAR_TABLES: frozenset[str] = frozenset({"gpu_telemetry", "node_telemetry", "network_telemetry", "job_runtime_metrics",
-                                            "inference_requests", "inference_latency_buckets"})
-
-# derived tables: name -> (pandera model, partition column). Filled by gpu_health.metrics.
-DERIVED_MODELS: dict[str, tuple[type[pa.DataFrameModel], str | None]] = {}
+# Stored as Parquet in the telemetry store, not as SQL rows: the catalogue says which and why.
+COLUMNAR_TABLES: frozenset[str] = C.COLUMNAR_TABLES
 
 
 def _sa_type(dtype) -> sa.types.TypeEngine:
@@ -88,11 +76,8 @@ def _table_from_model(name: str, model: type[pa.DataFrameModel], partition_col: 
     return table
 
 
-def _build_sources() -> dict[str, sa.Table]:
-    return {name: _table_from_model(name, model, PARTITION_COLUMN[name]) for name, model in CONTRACTS.items()}
-
-
-SOURCE_TABLES = _build_sources()
+SOURCE_TABLES: dict[str, sa.Table] = {name: _table_from_model(name, C.CATALOG[name].model, C.partition_column(name))
+                                     for name in C.SOURCES}
 
 source_rejects = sa.Table(
     "source_rejects", metadata,
@@ -124,12 +109,11 @@ source_gaps = sa.Table(
 )
 
 
-def register_derived(name: str, model: type[pa.DataFrameModel], partition_col: str | None) -> sa.Table:
-    """Declare a derived table from its pandera model (idempotent)."""
-    if name in metadata.tables:
-        return metadata.tables[name]
-    DERIVED_MODELS[name] = (model, partition_col)
-    return _table_from_model(name, model, partition_col)
+DERIVED_TABLES: dict[str, sa.Table] = {name: _table_from_model(name, C.CATALOG[name].model, C.partition_column(name))
+                                      for name in C.DERIVED}
+_undeclared = set(metadata.tables) ^ set(C.CATALOG)
+if _undeclared:  # pragma: no cover - a declaration error
+    raise ValueError(f"schema: tables not both in the catalogue and the schema: {sorted(_undeclared)}")
 
 
 def sql_tables() -> list[sa.Table]:
@@ -164,8 +148,6 @@ def arrow_schema(table: str, *, descriptions: bool = True) -> pyarrow.Schema:
     The telemetry store leaves the descriptions out: they would be repeated in the footer of every 5-minute file
     (~19 KB for the four tables' files of one partition, ~5 MB a day), and the catalogue already holds them.
     """
-    if table not in metadata.tables:
-        import gpu_health.metrics  # noqa: F401  (registers derived tables)
     tbl = metadata.tables[table]
     return pyarrow.schema([pyarrow.field(c.name, _arrow_type(c), nullable=bool(c.nullable),
                                          metadata={"description": c.comment} if c.comment and descriptions else None)
@@ -173,16 +155,12 @@ def arrow_schema(table: str, *, descriptions: bool = True) -> pyarrow.Schema:
 
 
 def partition_column(table: str) -> str | None:
-    if table in PARTITION_COLUMN:
-        return PARTITION_COLUMN[table]
-    if table in ("source_rejects", "source_gaps"):
-        return "partition_start"
-    return DERIVED_MODELS[table][1]
+    """The column that places a row of ``table`` in a partition (the catalogue's)."""
+    return C.partition_column(table)
 
 
 def render_sql(dialect_name: str = "postgresql") -> str:
     """DDL of every table, as reviewed in sql/schema.sql."""
-    import gpu_health.metrics  # noqa: F401  (registers derived tables)
 
     dialect = postgresql.dialect() if dialect_name == "postgresql" else sqlite.dialect()
     out = ["-- Generated from gpu_health/storage/schema.py by `python -m gpu_health.storage.schema`.",
@@ -201,10 +179,6 @@ def render_sql(dialect_name: str = "postgresql") -> str:
 if __name__ == "__main__":  # pragma: no cover - a developer command
     from pathlib import Path
 
-    # run as a script this file is `__main__`, a second copy of the module: the derived tables
-    # register into the imported module's metadata, so render from that one
-    from gpu_health.storage import schema
-
     target = Path(sys.argv[1] if len(sys.argv) > 1 else "sql/schema.sql")
-    target.write_text(schema.render_sql())
+    target.write_text(render_sql())
     print(f"wrote {target}")

@@ -42,11 +42,11 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
+from gpu_health.constants import PARTITION
 from gpu_health.storage.schema import COLUMNAR_TABLES, arrow_schema, grain, metadata, partition_column
 
-# The pipeline's partition width (partitions.py: cron */5): one file per partition, so a partition's run replaces
-# exactly one file per table and a window's files are named by arithmetic, not by listing folders.
-PARTITION = pd.Timedelta(minutes=5)
+# One file per partition (gpu_health.constants.PARTITION), so a partition's run replaces exactly one file per table
+# and a window's files are named by arithmetic, not by listing folders.
 _PARTITION_US = PARTITION // pd.Timedelta(microseconds=1)
 # zstd at Arrow's default level: on a simulated hour of the default cluster, levels 3 and 9 saved under 2 % of the
 # bytes; the files are dominated by per-file dictionaries (1,200 GPU UUIDs in every GPU file) and noisy floats.

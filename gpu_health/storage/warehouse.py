@@ -110,8 +110,6 @@ class Warehouse:
         second sees the first's committed tables and creates nothing.
         """
         if not self._created:
-            import gpu_health.metrics  # noqa: F401  (registers derived tables)
-
             from gpu_health.storage.views import create_views
 
             with self.engine.begin() as conn:

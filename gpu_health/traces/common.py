@@ -28,10 +28,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from gpu_health.constants import PARTITION
 from gpu_health.contracts import PARTITION_COLUMN, columns, empty_frame
 from gpu_health.landing import DAILY_SOURCES, write_partition
 
-PARTITION = pd.Timedelta(minutes=5)
 DERIVED_DIR = "_derived"
 UNKNOWN = "unknown"
 

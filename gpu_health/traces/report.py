@@ -47,11 +47,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gpu_health.constants import PARTITION
 from gpu_health.contracts import CONTRACTS, FIVE_MINUTE_SOURCES, PARTITION_COLUMN, columns, empty_frame
 from gpu_health.contracts.validate import validate_frame
 from gpu_health.landing import DAILY_SOURCES, WHOLE_SOURCES, partition_path, write_partition
 from gpu_health.traces import BUILDERS, philly, zhejiang
-from gpu_health.traces.common import PARTITION, TraceFrames, default_data_dir, write_trace
+from gpu_health.traces.common import TraceFrames, default_data_dir, write_trace
 
 # Share of a source's rows quarantined above which its contract check is ERROR and blocks downstream
 # (gpu_health.defs.common.ERROR_REJECT_SHARE; repeated here so the report imports no Dagster wiring).

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gpu_health.promexport import backfill
-from gpu_health.static_rules import PrometheusProcess
+from gpu_health.evaluation.prometheus import PrometheusProcess
 
 
 def require_binary(name: str) -> str:

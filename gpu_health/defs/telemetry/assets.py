@@ -4,6 +4,7 @@ import dagster as dg
 import pandas as pd
 from dagster_pandera import pandera_schema_to_dagster_type
 
+from gpu_health.catalog import CATALOG, SOURCES
 from gpu_health.contracts import CONTRACTS, FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES
 from gpu_health.defs.common import KINDS, OWNERS, column_schema, contract_check_result, contract_check_spec, preview
 from gpu_health.defs.common import retry_transient_errors
@@ -11,25 +12,11 @@ from gpu_health.defs.resources import STORED_BY_STEP, TelemetrySourceResource, W
 from gpu_health.sources.read import read_validated  # noqa: F401  (re-exported: tests and tools import it here)
 from gpu_health.steps.registry import step
 
-OWNER = {
-    "gpu_telemetry": "infra", "node_telemetry": "infra", "network_telemetry": "infra",
-    "scheduler_events": "ml_platform", "job_runtime_metrics": "ml_platform", "job_metadata": "ml_platform",
-    "change_events": "ml_platform", "cost_capacity": "finance", "maintenance_windows": "infra",
-    "inference_requests": "ml_platform", "inference_latency_buckets": "ml_platform",
-}
-GRAIN = {
-    "gpu_telemetry": "one row per reporting GPU per minute",
-    "node_telemetry": "one row per node per minute",
-    "network_telemetry": "one row per InfiniBand/RoCE link per minute",
-    "scheduler_events": "one row per scheduler event",
-    "job_runtime_metrics": "one row per running job per minute that reports training metrics",
-    "job_metadata": "one row per job, in the partition of its submission",
-    "change_events": "one row per deploy or configuration change",
-    "cost_capacity": "one row per region x SKU per day",
-    "maintenance_windows": "one row per planned-maintenance window (the whole calendar)",
-    "inference_requests": "one row per region x model x version x minute (optional: serving)",
-    "inference_latency_buckets": "one row per region x model x version x histogram x le x minute (optional: serving)",
-}
+# owner and grain of each source table: the table catalogue's (gpu_health/catalog.py)
+OWNER = {name: CATALOG[name].owner for name in SOURCES}
+GRAIN = {name: CATALOG[name].grain for name in SOURCES}
+
+
 def build_source_asset(table: str, partitions_def) -> dg.AssetsDefinition:
     model = CONTRACTS[table]
 

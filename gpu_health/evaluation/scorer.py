@@ -1,9 +1,11 @@
-"""Score detection, attribution and false pages on a suite of scenarios.
+"""Score an alerts table against a scenario's ground truth: detection, attribution, false pages.
 
-For each scenario YAML: run the whole code location over the scenario's span
-into a fresh SQLite warehouse (the simulator source, in-process, as `gpu-health
-run --scenario` does), read the ``alerts`` table and score it against the
-scenario's ground truth (``labels_frame``, what ``labels.parquet`` holds).
+:func:`score` takes alert rows (the ``alerts`` table's columns, from the
+pipeline or from the static-rules peer), the scenario's labels
+(``labels_frame``, what ``labels.parquet`` holds) and its maintenance windows,
+and returns one scenario's figures; :func:`overall` sums a suite; :func:`table`
+prints one. It runs nothing: :mod:`gpu_health.evaluation.harness` runs the
+pipeline, :mod:`gpu_health.evaluation.static_rules` runs Prometheus.
 
 Definitions (issue #5):
 
@@ -26,13 +28,11 @@ Definitions (issue #5):
 
 import json
 import math
-import tempfile
-import time
-from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from gpu_health.constants import PARTITION
 
 GRACE = pd.Timedelta(minutes=15)
 WEEK = pd.Timedelta(days=7)
@@ -103,7 +103,7 @@ def score(alerts: pd.DataFrame, labels: pd.DataFrame, maintenance: pd.DataFrame,
     for p in pages.to_dict("records"):
         for w in maintenance.itertuples(index=False) if maintenance is not None else []:
             nodes = set(str(w.node_ids).split(",")) if w.node_ids != "*" else None
-            if w.start <= p["paged_at"] < w.end + pd.Timedelta(minutes=5) and (nodes is None or (p["nodes"] and p["nodes"] <= nodes)):
+            if w.start <= p["paged_at"] < w.end + PARTITION and (nodes is None or (p["nodes"] and p["nodes"] <= nodes)):
                 maint_pages += 1
                 break
     inc = pd.DataFrame(incidents, columns=[*incidents_cols, "start", "alerts"])
@@ -138,42 +138,6 @@ def _metrics(inc: pd.DataFrame, false_pages: int, maintenance_pages: int, span: 
     }
 
 
-def evaluate_scenario(path: str, workdir: str | None = None) -> dict:
-    from gpu_health.cli import run
-    from gpu_health.sim.scenario import labels_frame, load_scenario
-    from gpu_health.sim.telemetry import maintenance_windows
-    from gpu_health.storage.warehouse import Warehouse
-
-    scen = load_scenario(path)
-    profile = scenario_profile(path)
-    t0 = time.time()
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        url = f"sqlite:///{tmp}/warehouse.db"
-        try:
-            run(scen.start.isoformat(), scen.end.isoformat(), scenario=str(path), warehouse=url, quiet=True, direct=True)
-        except Exception as err:  # noqa: BLE001 -- a pipeline failure is this scenario's result, reported, not hidden
-            return {"scenario": Path(path).stem, "profile": profile, "error": f"{type(err).__name__}: {err}"[:2000],
-                    "seconds": round(time.time() - t0, 1), "incidents": [], "false_page_alerts": [],
-                    **_metrics(pd.DataFrame(), 0, 0, scen.end - scen.start)}
-        alerts = Warehouse(url).read_window("alerts")
-    result = score(alerts, labels_frame(scen), maintenance_windows(scen), scen.end - scen.start)
-    return {"scenario": Path(path).stem, "profile": profile, "seconds": round(time.time() - t0, 1), **result}
-
-
-def scenario_profile(path) -> str:
-    """The cluster profile a scenario runs on: its ``cluster:`` preset name (``default`` when absent), the
-    ``profile`` key of a mapping, or ``custom``."""
-    import yaml
-
-    raw = yaml.safe_load(Path(path).read_text()) or {}
-    cluster = raw.get("cluster", "default")
-    if isinstance(cluster, str):
-        return cluster
-    if isinstance(cluster, dict):
-        return str(cluster.get("profile") or cluster.get("preset") or "custom")
-    return "default"
-
-
 def _sum_counts(dicts) -> dict:
     out: dict = {}
     for d in dicts:
@@ -203,22 +167,6 @@ def overall(results: list[dict]) -> dict:
     profiles = sorted({r.get("profile", "default") for r in results})
     out["by_profile"] = {p: _overall([r for r in results if r.get("profile", "default") == p]) for p in profiles}
     return out
-
-
-def evaluate(scenarios: str, out: str | None = None, *, workers: int = 1, pattern: str = "*.yaml") -> dict:
-    paths = sorted(str(p) for p in Path(scenarios).glob(pattern))
-    if not paths:
-        raise FileNotFoundError(f"no scenario {pattern} in {scenarios}")
-    if workers > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            results = list(pool.map(evaluate_scenario, paths))
-    else:
-        results = [evaluate_scenario(p) for p in paths]
-    report = {"overall": overall(results), "scenarios": results}
-    report["overall"]["errors"] = [r["scenario"] for r in results if r.get("error")]
-    if out:
-        Path(out).write_text(json.dumps(report, indent=2, default=str))
-    return report
 
 
 def table(report: dict) -> str:

@@ -16,7 +16,7 @@ scenarios? :func:`evaluate_static_rules` answers with Prometheus itself:
    and **backfill** them with ``promtool tsdb create-blocks-from openmetrics``
    (``backfill(..., parallel=2)``), deleting the text after each day;
 3. **serve** the TSDB with a real ``prometheus`` on 127.0.0.1 (a free port;
-   stopped in ``finally``);
+   stopped in ``finally``: :class:`gpu_health.evaluation.prometheus.PrometheusProcess`);
 4. **replay** each rule: Prometheus evaluates alerting rules only in real time
    (and ``promtool test rules`` wants its own input-series notation, not a
    TSDB), so the rule's ``expr`` is evaluated with ``/api/v1/query_range`` at
@@ -28,12 +28,12 @@ scenarios? :func:`evaluate_static_rules` answers with Prometheus itself:
    activeAt >= for`` if it was returned at every step in between, and resolves
    at the first step it is missing; a later return starts a new alert. One
    alert row per (rule, series) firing episode;
-5. **score** the alert rows with :func:`gpu_health.evaluate.score` against
+5. **score** the alert rows with :func:`gpu_health.evaluation.scorer.score` against
    ``labels_frame(scen)`` and ``maintenance_windows(scen)``: the same
    definitions (detection window, scope touch, time to detect, false pages)
    as ``gpu-health evaluate``, so the two tables compare directly.
 
-Alert rows (the columns ``evaluate._alerts_summary`` reads): ``alert_id``,
+Alert rows (the columns ``scorer._alerts_summary`` reads): ``alert_id``,
 ``partition_start`` (firing start floored to 5 min), ``opened_at`` =
 ``paged_at`` = when it started firing (after ``for``, as Prometheus sends it
 to Alertmanager), ``severity`` 'page' (the rule's label), ``cause_family``
@@ -66,7 +66,7 @@ scoring its ~63,000 alerts. Prometheus runs with min = max block duration
 larger blocks while the replay queries run (that tripled the query time).
 ``timings`` in each result measures it again.
 
-CLI: ``python -m gpu_health.static_rules --scenarios DIR --out FILE.json
+CLI: ``python -m gpu_health.evaluation.static_rules --scenarios DIR --out FILE.json
 [--pattern GLOB]`` writes ``{"overall": ..., "scenarios": [...]}`` with the
 keys of ``gpu-health evaluate`` and prints the same table.
 """
@@ -80,7 +80,6 @@ import logging
 import math
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -93,11 +92,17 @@ import pandas as pd
 import requests
 import yaml
 
+from gpu_health.constants import PARTITION_FREQ
+from gpu_health.evaluation.prometheus import PrometheusProcess
+from gpu_health.evaluation.scorer import _metrics, overall, score, table
+from gpu_health.sim.labels import labels_frame
+from gpu_health.sim.scenario import load_scenario
+from gpu_health.sim.telemetry import maintenance_windows
 from gpu_health.sources import dcgm_fields as F
 
 log = logging.getLogger(__name__)
 
-RULES_PATH = Path(__file__).resolve().parents[1] / "deploy" / "prometheus" / "seed_rules.yml"
+RULES_PATH = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "seed_rules.yml"
 
 # Which cause family a team running these rules assumes when each one pages
 # (what the runbook it links to would say):
@@ -121,9 +126,7 @@ GPU_KEEP = ("ts", "region", "node_id", "gpu_index", "gpu_uuid", "sku", "job_id",
 JOB_KEEP = ("ts", "job_id", "steps")
 STEP_S = 60
 QUERY_WINDOW_S = 6 * 3600  # steps per query_range call: 360 (Prometheus allows 11,000)
-READY_WAIT_S = 120.0
 HTTP_TIMEOUT_S = 600.0
-PROMETHEUS_CONFIG = "global:\n  scrape_interval: 1m\n  evaluation_interval: 1m\n"
 
 
 # --- the rule file --------------------------------------------------------------------------------
@@ -266,84 +269,6 @@ def export_scenario(scen, data_dir: Path, scratch: Path, *, parallel: int = 2, o
     return stats
 
 
-# --- a Prometheus over the TSDB ----------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class PrometheusProcess:
-    """``prometheus`` serving ``data_dir`` on 127.0.0.1 (no scraping, no rules); a context manager."""
-
-    def __init__(self, data_dir: Path, workdir: Path, binary: str = "prometheus", config: str | None = None):
-        self.data_dir, self.workdir, self.binary = Path(data_dir), Path(workdir), binary
-        self.config = config  # prometheus.yml text (default: scrape nothing)
-        self.proc: subprocess.Popen | None = None
-        self.url = ""
-        self.log_path = self.workdir / "prometheus.log"
-
-    def __enter__(self) -> "PrometheusProcess":
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def start(self) -> str:
-        exe = shutil.which(self.binary)
-        if exe is None:
-            raise FileNotFoundError(f"{self.binary!r} not found: install Prometheus (apt-get install -y --no-install-recommends prometheus)")
-        config = self.workdir / "prometheus.yml"
-        config.write_text(self.config or PROMETHEUS_CONFIG)
-        for _ in range(3):  # the probed port may be taken before prometheus binds it
-            port = _free_port()
-            self.url = f"http://127.0.0.1:{port}"
-            with open(self.log_path, "wb") as logf:
-                self.proc = subprocess.Popen(
-                    [exe, f"--config.file={config}", f"--storage.tsdb.path={self.data_dir}",
-                     "--storage.tsdb.retention.time=100y", f"--web.listen-address=127.0.0.1:{port}",
-                     # min = max block duration: no background compaction of the backfilled blocks into
-                     # larger ones (minutes of CPU at startup for a week, competing with the replay queries)
-                     "--storage.tsdb.min-block-duration=2h", "--storage.tsdb.max-block-duration=2h"],
-                    stdout=logf, stderr=subprocess.STDOUT, cwd=self.workdir)
-            if self._wait_ready():
-                return self.url
-            self.stop()
-        raise RuntimeError(f"prometheus did not become ready; log:\n{self.log_tail()}")
-
-    def _wait_ready(self) -> bool:
-        deadline = time.monotonic() + READY_WAIT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return False
-            try:
-                if requests.get(f"{self.url}/-/ready", timeout=2).status_code == 200:
-                    return True
-            except requests.RequestException:
-                pass
-            time.sleep(0.05)
-        return False
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-
 # --- replay ----------------------------------------------------------------------------------
 @dataclass
 class Episode:
@@ -474,7 +399,7 @@ def alerts_frame(episodes: list[Episode], rules: list[AlertRule], job_nodes: dic
     resolved = [e.resolved_at for e in episodes]
     return pd.DataFrame({
         "alert_id": ids, "detector": [f"static:{e.rule}" for e in episodes],  # false pages are counted per rule
-        "partition_start": fired.dt.floor("5min"), "opened_at": fired, "paged_at": fired,
+        "partition_start": fired.dt.floor(PARTITION_FREQ), "opened_at": fired, "paged_at": fired,
         "severity": severity, "cause_family": family, "region": region, "scope": scope, "summary": summary,
         "status": ["firing" if r is None else "resolved" for r in resolved],
         "rule": [e.rule for e in episodes],
@@ -486,16 +411,12 @@ def alerts_frame(episodes: list[Episode], rules: list[AlertRule], job_nodes: dic
 # --- one scenario, a suite -------------------------------------------------------------------------
 def evaluate_static_rules(scenario_path: str | Path, workdir: str | Path | None = None, *, rules_path: str | Path = RULES_PATH,
                           parallel: int = 2, return_alerts: bool = False) -> dict:
-    """Score the static rules on one scenario; the dict shape of ``evaluate.evaluate_scenario``.
+    """Score the static rules on one scenario; the dict shape of ``harness.evaluate_scenario``.
 
     Extra keys: ``alerts_by_rule`` (firing episodes per rule), ``timings``
     (seconds per stage and per simulated day, samples backfilled) and, with
     ``return_alerts``, ``alerts`` (the alert frame).
     """
-    from gpu_health.evaluate import _metrics, score
-    from gpu_health.sim.scenario import labels_frame, load_scenario
-    from gpu_health.sim.telemetry import maintenance_windows
-
     t_start = time.time()
     scen = load_scenario(scenario_path)
     name = Path(scenario_path).stem
@@ -543,9 +464,7 @@ def evaluate_static_rules(scenario_path: str | Path, workdir: str | Path | None 
 
 def evaluate_static(scenarios: str | Path, out: str | Path | None = None, *, pattern: str = "*.yaml",
                     workdir: str | Path | None = None, parallel: int = 2) -> dict:
-    """``{"overall", "scenarios"}`` over a suite, the report shape of ``evaluate.evaluate``."""
-    from gpu_health.evaluate import overall
-
+    """``{"overall", "scenarios"}`` over a suite, the report shape of ``harness.evaluate``."""
     paths = sorted(str(p) for p in Path(scenarios).glob(pattern))
     if not paths:
         raise FileNotFoundError(f"no scenario {pattern} in {scenarios}")
@@ -563,10 +482,8 @@ def evaluate_static(scenarios: str | Path, out: str | Path | None = None, *, pat
 
 
 def main_static(argv: list[str] | None = None) -> int:
-    """``python -m gpu_health.static_rules --scenarios DIR --out FILE.json [--pattern GLOB]``."""
-    from gpu_health.evaluate import table
-
-    parser = argparse.ArgumentParser(prog="python -m gpu_health.static_rules",
+    """``python -m gpu_health.evaluation.static_rules --scenarios DIR --out FILE.json [--pattern GLOB]``."""
+    parser = argparse.ArgumentParser(prog="python -m gpu_health.evaluation.static_rules",
                                      description="Score the seeds' static Prometheus rules on a scenario suite (same table as gpu-health evaluate).")
     parser.add_argument("--scenarios", required=True, help="directory of scenario YAML files")
     parser.add_argument("--out", required=True, help="JSON report path")

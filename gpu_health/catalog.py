@@ -1,0 +1,261 @@
+"""The table catalogue: every table the pipeline stores, declared once.
+
+Rule: a table exists because it has an entry here, and everything else that
+names tables derives from that entry — the SQL warehouse schema
+(:mod:`gpu_health.storage.schema`, and its reviewed rendering ``sql/schema.sql``),
+which tables the columnar telemetry store holds instead, the source assets'
+owners and grains (``defs/telemetry/assets.py``), and the table list of
+``docs/tables.md`` (:func:`markdown`, checked by a test). The reason is drift:
+a table described in four places is described four ways, and the places that
+disagree are found by users, not by tests.
+
+Each :class:`Table` says
+
+* ``model`` — its pandera contract (the columns, types, units and grain); ``None``
+  only for the two quarantine tables, whose SQLAlchemy declaration in
+  :mod:`gpu_health.storage.schema` is the contract, since they hold any other
+  table's broken rows as text;
+* ``partition_column`` — the column that places a row in a partition (``None``: the
+  table is read whole, e.g. the maintenance calendar);
+* ``cadence`` — the time grain of its rows: ``minute`` (a sample a minute, written a
+  5-minute partition at a time), ``5-minute`` (one value per partition), ``daily``
+  (one per day), ``event`` (one per event, landed in the partition of its time) or
+  ``calendar`` (not partitioned);
+* ``storage`` — ``sql`` (the SQL warehouse, where the KPI, loss-tree, alert and
+  finance tables are joined) or ``columnar`` (Parquet in the telemetry store: see
+  :data:`COLUMNAR` for why);
+* ``group`` — the Dagster asset group (= folder under ``defs/``);
+* ``owner`` — the team that answers for it (``infra``, ``ml_platform``, ``finance``);
+* ``grain`` — one row per what, in words (the model's ``Config.unique`` says it in
+  columns);
+* ``description`` — one line for the docs.
+
+This module imports the models it lists and nothing that reads or writes data,
+so the storage layer can build its schema from it without importing the
+metric logic back (the old ``metrics`` <-> ``storage.schema`` cycle).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandera.pandas as pa
+
+from gpu_health.contracts.models import CONTRACTS, PARTITION_COLUMN
+from gpu_health.diagnosis.decompose import GoodputDecomposition
+from gpu_health.metrics import models as M
+from gpu_health.metrics.kpi_baselines import KpiBaselines
+from gpu_health.metrics.kpis import KpiValues
+
+CADENCES = ("minute", "5-minute", "daily", "event", "calendar")
+STORAGES = ("sql", "columnar")
+GROUPS = ("telemetry", "kpis", "baselines", "diagnosis", "alerting", "finance")
+OWNERS = ("infra", "ml_platform", "finance")
+KINDS = ("source", "derived", "quality")
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    kind: str  # source (landed and validated), derived (computed), quality (rejects and gaps of the sources)
+    model: type[pa.DataFrameModel] | None
+    partition_column: str | None
+    cadence: str
+    storage: str
+    group: str
+    owner: str
+    grain: str
+    description: str
+
+    def __post_init__(self):
+        for value, allowed, what in ((self.kind, KINDS, "kind"), (self.cadence, CADENCES, "cadence"),
+                                     (self.storage, STORAGES, "storage"), (self.group, GROUPS, "group"),
+                                     (self.owner, OWNERS, "owner")):
+            if value not in allowed:
+                raise ValueError(f"catalog: table {self.name!r} has {what} {value!r}, not one of {allowed}")
+        if self.model is None and self.kind != "quality":
+            raise ValueError(f"catalog: table {self.name!r} has no pandera model")
+
+
+# Stored columnar (Parquet in the telemetry store), never as SQL rows: the minute-grain telemetry, one row per GPU,
+# node, link or running job per minute. These grow with the fleet times the minutes (1,200 GPUs: 1.7 M GPU rows a
+# day; 100,000 GPUs: 144 M), are written once per partition and read by time window, which is what a column store is
+# for. The event and metadata sources (scheduler_events, job_metadata, change_events) are per event or per job, a few
+# ten thousand rows a day, and stay in SQL beside the KPI, loss-tree, alert and finance tables that join them.
+#
+# The serving layer's two tables are minute-grain too and go the same way: ``inference_requests`` is one row per
+# deployment per minute and ``inference_latency_buckets`` one per deployment x histogram x bucket per minute (a
+# classic histogram exports ~10-20 buckets, so 2 histograms x 15 buckets x a deployment x 1,440 minutes is 43,000
+# rows a day per deployment; a few hundred deployments is tens of millions). Both are written once per partition and
+# read by window (``serving_slis`` sums a partition's buckets); what SQL users join is the 5-minute ``serving_slis``.
+COLUMNAR = "columnar"
+SQL = "sql"
+
+
+def _source(name: str, cadence: str, storage: str, owner: str, grain: str, description: str) -> Table:
+    return Table(name, "source", CONTRACTS[name], PARTITION_COLUMN[name], cadence, storage, "telemetry", owner,
+                 grain, description)
+
+
+def _derived(name: str, model, cadence: str, group: str, owner: str, grain: str, description: str,
+             partition_column: str = "partition_start") -> Table:
+    return Table(name, "derived", model, partition_column, cadence, SQL, group, owner, grain, description)
+
+
+_TABLES: tuple[Table, ...] = (
+    # --- sources: landed, validated against their contract ---------------------------------------------------------
+    _source("gpu_telemetry", "minute", COLUMNAR, "infra", "one row per reporting GPU per minute",
+            "DCGM exporter fields per GPU: utilization, SM/tensor activity, framebuffer, power, temperature, "
+            "SM clock, clock-event reasons, ECC and Xid."),
+    _source("node_telemetry", "minute", COLUMNAR, "infra", "one row per node per minute",
+            "Per node: CPU, memory, disk and NVMe load, driver and kernel versions, health state."),
+    _source("network_telemetry", "minute", COLUMNAR, "infra", "one row per InfiniBand/RoCE link per minute",
+            "Per fabric link: throughput, packet loss, retransmits, latency, link up."),
+    _source("scheduler_events", "event", SQL, "ml_platform", "one row per scheduler event",
+            "Submissions, starts, ends, preemptions and requeues from the scheduler."),
+    _source("job_runtime_metrics", "minute", COLUMNAR, "ml_platform",
+            "one row per running job per minute that reports training metrics",
+            "Training-loop progress reported by jobs: steps, step time, loader wait, gradient sync, checkpoints."),
+    _source("job_metadata", "event", SQL, "ml_platform", "one row per job, in the partition of its submission",
+            "What each job is: team, model type, workload class, dataset, requested GPUs, image, framework, SLA."),
+    _source("change_events", "event", SQL, "ml_platform", "one row per deploy or configuration change",
+            "Deploys and configuration changes (driver, firmware, framework, scheduler config) with their scope."),
+    _source("cost_capacity", "daily", SQL, "finance", "one row per region x SKU per day",
+            "Finance's daily GPU capacity, reserved GPUs and USD per GPU-hour (reserved and on demand)."),
+    _source("maintenance_windows", "calendar", SQL, "infra",
+            "one row per planned-maintenance window (the whole calendar)",
+            "Planned maintenance: nodes drained on purpose, never paged on."),
+    _source("inference_requests", "minute", COLUMNAR, "ml_platform",
+            "one row per region x model x version x minute (optional: serving)",
+            "Per deployment: requests, errors, latency sum, queue depth, replicas, GPUs."),
+    _source("inference_latency_buckets", "minute", COLUMNAR, "ml_platform",
+            "one row per region x model x version x histogram x le x minute (optional: serving)",
+            "Serving latency and time-to-first-token histograms per deployment."),
+    # --- quality of the sources -------------------------------------------------------------------------------------
+    Table("source_rejects", "quality", None, "partition_start", "event", SQL, "telemetry", "infra",
+          "one row per rejected source row (or quarantined file) with the check it broke",
+          "Quarantined source rows with the reason they broke their contract."),
+    Table("source_gaps", "quality", None, "partition_start", "5-minute", SQL, "telemetry", "infra",
+          "one row per source x 5-minute partition written empty because its producer was silent",
+          "Missing data: partitions computed without a silent source instead of waiting forever."),
+    # --- derived: baselines --------------------------------------------------------------------------------------------
+    _derived("node_inventory", M.NodeInventory, "5-minute", "baselines", "infra",
+             "one row per node seen per 5-minute partition",
+             "Nodes and GPUs that reported; the trailing day is the inventory behind paid GPU-minutes."),
+    _derived("workload_step_stats", M.WorkloadStepStats, "5-minute", "baselines", "ml_platform",
+             "one row per workload signature (model_type, sku, gpus) per 5-minute partition",
+             "Median step time, loader wait and gradient sync of healthy, progressing job-minutes."),
+    _derived("step_time_baselines", M.StepTimeBaselines, "5-minute", "baselines", "ml_platform",
+             "one row per workload signature per 5-minute partition",
+             "The baseline step time each partition is judged against."),
+    _derived("kpi_baselines", KpiBaselines, "5-minute", "baselines", "ml_platform",
+             "one row per KPI series or loss-state share x slice per 5-minute partition",
+             "Expected value (median, MAD, quantiles) of every KPI and loss-state share."),
+    # --- derived: the loss tree and KPIs -------------------------------------------------------------------------------
+    _derived("goodput_leaves", M.GoodputLeaves, "5-minute", "kpis", "ml_platform",
+             "one row per (region, node, sku, driver, team, workload class, model type, framework, queue) x state "
+             "per partition",
+             "GPU-minutes per loss state at the drill-down grain."),
+    _derived("goodput_states", M.GoodputStates, "5-minute", "kpis", "ml_platform",
+             "one row per region x sku x workload_class x team x state per 5-minute partition",
+             "GPU-minutes per loss state; every paid GPU-minute is in exactly one state."),
+    _derived("goodput_node_states", M.GoodputNodeStates, "5-minute", "kpis", "infra",
+             "one row per node x state per 5-minute partition",
+             "GPU-minutes per loss state per node, for the hardware drill-down."),
+    _derived("job_failures", M.JobFailures, "5-minute", "kpis", "ml_platform",
+             "one row per failed job, in the partition of its failure",
+             "Jobs that failed and the GPU-minutes they threw away since their last checkpoint."),
+    _derived("cluster_goodput", M.ClusterGoodput, "5-minute", "kpis", "finance",
+             "one row per region (and * for the cluster) per 5-minute partition",
+             "North star, provisional: productive / paid GPU-minutes, with each state's share."),
+    _derived("kpi_values", KpiValues, "5-minute", "kpis", "ml_platform",
+             "one row per KPI x region x sku x workload_class x team slice per 5-minute partition",
+             "The supporting KPIs of the KPI catalogue (docs/kpis.md)."),
+    _derived("serving_slis", M.ServingSlis, "5-minute", "kpis", "ml_platform",
+             "one row per region x model x version x 5-minute partition",
+             "Serving SLIs: requests, errors, error rate, latency quantiles, time to first token."),
+    _derived("slo_error_budgets", M.SloErrorBudgets, "5-minute", "kpis", "ml_platform",
+             "one row per SLO x region x model x 5-minute partition",
+             "Each serving SLO's events, bad events and error budget remaining over its rolling window."),
+    # --- derived: diagnosis and alerting -------------------------------------------------------------------------------
+    _derived("goodput_decomposition", GoodputDecomposition, "5-minute", "diagnosis", "infra",
+             "one row per ranked cause per 5-minute partition",
+             "Why goodput moved against its baseline: the ranked causes of the change."),
+    _derived("alerts", M.Alerts, "5-minute", "alerting", "infra",
+             "one row per alert per 5-minute partition in which it is open",
+             "One alert per incident: what, where, since when, top cause and evidence, USD per hour burning."),
+    # --- derived: finance ----------------------------------------------------------------------------------------------
+    _derived("cluster_goodput_daily", M.ClusterGoodputDaily, "daily", "finance", "finance",
+             "one row per day per region (and * for the cluster)",
+             "North star, settled: work thrown away by failures moved back to the minutes where it was spent.",
+             partition_column="date"),
+    _derived("wasted_spend", M.WastedSpend, "daily", "finance", "finance",
+             "one row per day x region x SKU x state x team",
+             "USD per loss state, cause family and team at that day's blended GPU-hour cost.",
+             partition_column="date"),
+)
+
+CATALOG: dict[str, Table] = {t.name: t for t in _TABLES}
+if len(CATALOG) != len(_TABLES):  # pragma: no cover - a declaration error
+    raise ValueError("catalog: a table is declared twice")
+_missing = set(CONTRACTS) - set(CATALOG)
+if _missing:  # pragma: no cover - a declaration error
+    raise ValueError(f"catalog: source contracts without a catalogue entry: {sorted(_missing)}")
+
+SOURCES: tuple[str, ...] = tuple(t.name for t in _TABLES if t.kind == "source")
+DERIVED: tuple[str, ...] = tuple(t.name for t in _TABLES if t.kind == "derived")
+COLUMNAR_TABLES: frozenset[str] = frozenset(t.name for t in _TABLES if t.storage == COLUMNAR)
+
+
+def table(name: str) -> Table:
+    """The catalogue entry of ``name`` (KeyError naming the known tables when there is none)."""
+    try:
+        return CATALOG[name]
+    except KeyError:
+        raise KeyError(f"no table {name!r} in the catalogue; known: {sorted(CATALOG)}") from None
+
+
+def partition_column(name: str) -> str | None:
+    return table(name).partition_column
+
+
+def owners() -> dict[str, str]:
+    """Table -> owning team, for the tables of ``group`` ``telemetry`` and beyond."""
+    return {t.name: t.owner for t in _TABLES}
+
+
+def grains() -> dict[str, str]:
+    return {t.name: t.grain for t in _TABLES}
+
+
+_STORAGE_WORDS = {SQL: "SQL warehouse", COLUMNAR: "telemetry store (Parquet)"}
+
+
+def markdown() -> str:
+    """The table list of ``docs/tables.md`` (a test fails when the file and this drift)."""
+    out = ["# Tables", "",
+           "Generated from `gpu_health/catalog.py` by `python -m gpu_health.catalog docs/tables.md`; "
+           "do not edit by hand (a test fails when they drift). Columns, types and units: "
+           "`sql/schema.sql` and the pandera models named here.", ""]
+    for kind, title in (("source", "Sources"), ("quality", "Source quality"), ("derived", "Derived")):
+        out += [f"## {title}", "",
+                "| table | model | partition column | cadence | stored in | group | owner | grain | description |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for t in _TABLES:
+            if t.kind != kind:
+                continue
+            model = f"`{t.model.__name__}`" if t.model is not None else "(SQLAlchemy)"
+            part = f"`{t.partition_column}`" if t.partition_column else "(whole)"
+            out.append(f"| `{t.name}` | {model} | {part} | {t.cadence} | {_STORAGE_WORDS[t.storage]} | {t.group} | "
+                       f"{t.owner} | {t.grain} | {t.description} |")
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":  # pragma: no cover - a developer command
+    import sys
+    from pathlib import Path
+
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/tables.md")
+    target.write_text(markdown())
+    print(f"wrote {target}")
