@@ -82,30 +82,31 @@ def output_metadata(frame: pd.DataFrame, **extra) -> dict:
     return {"rows": len(frame), "preview": preview(frame), **extra}
 
 
-def derived_asset(name: str, *, group: str, owner: str, partitions_def, grain: str, description: str,
-                  checks=None, check_specs=None):
+def derived_asset(name: str, *, partitions_def, description: str | None = None, checks=None, check_specs=None):
     """The asset of table ``name``, computed and stored by its declared step (``gpu_health.steps.registry``):
-    its ``deps`` come from the step's declared reads, its model from the table's, its rows are the ones the
-    step stored (the IO manager leaves them alone: STORED_BY_STEP), so Dagster and the bulk path write the same.
+    its ``deps`` come from the step's declared reads; its model, group, owner and grain from the table catalogue
+    (``gpu_health.catalog``); ``description`` (default: the catalogue's) says more for the UI. Its rows are the
+    ones the step stored (the IO manager leaves them alone: STORED_BY_STEP), so Dagster and the bulk path write
+    the same.
 
     ``checks(result, warehouse, start, end)`` returns (check results, extra output metadata) from the step's
     :class:`~gpu_health.steps.graph.StepResult`.
     """
     from dagster_pandera import pandera_schema_to_dagster_type
 
+    from gpu_health.catalog import CATALOG
     from gpu_health.defs.resources import STORED_BY_STEP, WarehouseResource
-    from gpu_health.steps.models import model_of
     from gpu_health.steps.registry import asset_deps, step
 
-    model = model_of(name)
+    entry = CATALOG[name]
     the_step = step(name)
 
     @dg.asset(
-        name=name, group_name=group, owners=OWNERS[owner], kinds=KINDS, partitions_def=partitions_def,
+        name=name, group_name=entry.group, owners=OWNERS[entry.owner], kinds=KINDS, partitions_def=partitions_def,
         backfill_policy=dg.BackfillPolicy.single_run(), io_manager_key="warehouse_io_manager",
-        dagster_type=pandera_schema_to_dagster_type(model.to_schema()), deps=asset_deps(name), check_specs=check_specs,
-        description=f"{description} Grain: {grain}.",
-        metadata={"dagster/column_schema": column_schema(model), "grain": grain, STORED_BY_STEP: True},
+        dagster_type=pandera_schema_to_dagster_type(entry.model.to_schema()), deps=asset_deps(name),
+        check_specs=check_specs, description=f"{description or entry.description} Grain: {entry.grain}.",
+        metadata={"dagster/column_schema": column_schema(entry.model), "grain": entry.grain, STORED_BY_STEP: True},
     )
     @retry_transient_errors
     def _asset(context: dg.AssetExecutionContext, warehouse: WarehouseResource):

@@ -6,8 +6,7 @@ from gpu_health.defs.common import derived_asset
 def build_diagnosis_assets(five_minute) -> list:
     return [
         derived_asset(
-            "goodput_decomposition", group="diagnosis", owner="infra", partitions_def=five_minute,
-            grain="one row per ranked cause per 5-minute partition",
+            "goodput_decomposition", partitions_def=five_minute,
             description="Why goodput moved against its baseline (the same slot of the previous days, or the trailing "
                         "two hours at cold start): the loss-state deltas explain the change exactly; inside the states "
                         "that grew, a drill-down (Adtributor explanatory power and surprise, with combinations) names the "

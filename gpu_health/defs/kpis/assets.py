@@ -4,27 +4,16 @@ import dagster as dg
 import pandas as pd
 from dagster_pandera import pandera_schema_to_dagster_type
 
+from gpu_health.catalog import CATALOG
 from gpu_health.defs.common import KINDS, OWNERS, column_schema, derived_asset, output_metadata, window_of
 from gpu_health.defs.common import retry_transient_errors
 from gpu_health.defs.resources import STORED_BY_STEP, WarehouseResource
 from gpu_health.metrics import charts
-from gpu_health.metrics import models as M
-from gpu_health.steps.registry import asset_deps, step
 from gpu_health.metrics.goodput import STATES
+from gpu_health.steps.registry import asset_deps, step
 
-OUTS = {
-    "goodput_leaves": (M.GoodputLeaves, "GPU-minutes per loss state at the drill-down grain",
-                       "one row per (region, node, sku, driver, team, workload class, model type, framework, queue) x state per partition"),
-    "goodput_states": (M.GoodputStates, "GPU-minutes per loss state; every paid GPU-minute is in exactly one state",
-                       "one row per region x sku x workload_class x team x state per 5-minute partition"),
-    "goodput_node_states": (M.GoodputNodeStates, "GPU-minutes per loss state per node, for the hardware drill-down",
-                            "one row per node x state per 5-minute partition"),
-    "job_failures": (M.JobFailures, "Jobs that failed and the GPU-minutes they threw away since their last checkpoint",
-                     "one row per failed job, in the partition of its failure"),
-    "cluster_goodput": (M.ClusterGoodput, "North star, provisional: productive / paid GPU-minutes, with each state's share; "
-                        "read the daily settled value (cluster_goodput_daily) for money",
-                        "one row per region (and * for the cluster) per 5-minute partition"),
-}
+# the loss tree's five tables: one step, one multi-asset; model, group, owner and grain from the catalogue
+OUTS = step("goodput").writes
 
 
 def _render_pictures(start, end) -> bool:
@@ -58,13 +47,14 @@ def paid_invariant(found: dict) -> dg.AssetCheckResult:
 def build_kpi_assets(five_minute) -> list:
     outs = {
         name: dg.AssetOut(
-            group_name="kpis", owners=OWNERS["infra" if name == "goodput_node_states" else "finance" if name == "cluster_goodput" else "ml_platform"],
-            kinds=KINDS, io_manager_key="warehouse_io_manager", dagster_type=pandera_schema_to_dagster_type(model.to_schema()),
-            description=f"{text}. Grain: {grain}.",
-            metadata={"dagster/column_schema": column_schema(model), "grain": grain, STORED_BY_STEP: True},
+            group_name=CATALOG[name].group, owners=OWNERS[CATALOG[name].owner], kinds=KINDS,
+            io_manager_key="warehouse_io_manager", dagster_type=pandera_schema_to_dagster_type(CATALOG[name].model.to_schema()),
+            description=f"{CATALOG[name].description} Grain: {CATALOG[name].grain}.",
+            metadata={"dagster/column_schema": column_schema(CATALOG[name].model), "grain": CATALOG[name].grain,
+                      STORED_BY_STEP: True},
             is_required=True,
         )
-        for name, (model, text, grain) in OUTS.items()
+        for name in OUTS
     }
 
     @dg.multi_asset(
@@ -95,8 +85,7 @@ def build_kpi_assets(five_minute) -> list:
         yield paid_invariant(result.findings["paid_invariant"])
 
     kpis = derived_asset(
-        "kpi_values", group="kpis", owner="ml_platform", partitions_def=five_minute,
-        grain="one row per KPI x region x sku x workload_class x team slice per 5-minute partition",
+        "kpi_values", partitions_def=five_minute,
         description="The supporting KPIs of the catalog (docs/kpis.md): definition, owner and alert intent are code "
                     "(gpu_health/metrics/kpi_catalog.py). A KPI whose optional source field is missing says 'degraded' "
                     "with a null value, never 0.")
@@ -111,8 +100,7 @@ def build_kpi_assets(five_minute) -> list:
         return [check], {"deployments": int(slis[["region", "model_name", "model_version"]].drop_duplicates().shape[0]) if len(slis) else 0}
 
     serving = derived_asset(
-        "serving_slis", group="kpis", owner="ml_platform", partitions_def=five_minute,
-        grain="one row per region x model x version x 5-minute partition",
+        "serving_slis", partitions_def=five_minute,
         description="Serving SLIs: requests, errors, error rate, p50 / p95 / p99 latency and p99 time to first token, "
                     "each quantile computed from the partition's summed bucket counts with Prometheus' own "
                     "histogram_quantile interpolation (gpu_health/metrics/serving.py). Empty on a cluster without serving.",
@@ -121,8 +109,7 @@ def build_kpi_assets(five_minute) -> list:
                                        description="WARN when a minute's latency +Inf bucket differs from its requests "
                                                    "(the two source tables came from different scrapes).")])
     budgets = derived_asset(
-        "slo_error_budgets", group="kpis", owner="ml_platform", partitions_def=five_minute,
-        grain="one row per SLO x region x model x 5-minute partition",
+        "slo_error_budgets", partitions_def=five_minute,
         description="Each serving SLO's events, bad events and error budget remaining over its rolling 30-day window "
                     "(the SLO catalogue: gpu_health/metrics/slo_catalog.py, docs/slos.md); the slo_burn detector reads "
                     "it. A threshold inside a histogram bucket is marked interpolated. Empty on a cluster without serving.")
