@@ -157,8 +157,8 @@ def main() -> None:
                   leaf_ids_mb=_mb(vstat["goodput_leaves__leaf_ids"] + vstat["goodput_leaf_dims"]),
                   dims_mb=_mb(vstat["goodput_leaf_dims"]))
         rest = sum(v for t, v in owned.items() if t not in measured)
-        _emit(bench="sql_size_total", tables_measured=len(measured), sqlite_measured_mb=_mb(sum(owned[t] for t in measured)),
-              sqlite_other_tables_mb=_mb(rest),
+        _emit(bench="sql_size_total", tables_measured=len(measured),
+              sqlite_measured_mb=_mb(sum(owned[t] for t in measured)), sqlite_other_tables_mb=_mb(rest),
               **{k: _mb(sum(r.get(k, 0) for r in measured.values()) * 1e6)
                  for k in ("parquet_one_file_mb", "parquet_hour_files_mb", "parquet_5min_files_mb")},
               sqlite_int_time_mb=_mb(sum(vstat[f"{t}__int_time"] for t in measured)),
