@@ -29,6 +29,7 @@ from gpu_health_tests.conftest import THERMAL_WEEK
 T0 = pd.Timestamp("2026-11-03T14:00:00Z")
 FIVE = pd.Timedelta(minutes=5)
 MINUTE = pd.Timedelta(minutes=1)
+HOUR = pd.Timedelta(hours=1)
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +126,52 @@ def test_replacing_one_partition_leaves_the_others_untouched(tmp_path, frames):
     assert store.count("node_telemetry") == 3 * len(node)
 
 
+def test_a_complete_hour_is_one_file_and_late_data_rewrites_only_its_window(tmp_path, frames):
+    """Partitions written one by one stay separate files until the 12th completes the hour; then the hour is one
+    file in key order, the partition files are gone, and a later write into the hour keeps its other rows exactly."""
+    store = TelemetryStore(tmp_path)
+    node = frames["node_telemetry"]
+    parts = [shifted(node, i * FIVE).assign(cpu_util_pct=float(i)) for i in range(12)]
+    for i, part in enumerate(parts[:11]):
+        store.replace_window("node_telemetry", part, T0 + i * FIVE, T0 + (i + 1) * FIVE)
+    folder = store.hour_path("node_telemetry", T0).parent
+    assert sorted(p.name for p in folder.iterdir()) == sorted(f"14{5 * i:02d}.parquet" for i in range(11))
+    store.replace_window("node_telemetry", parts[11], T0 + 11 * FIVE, T0 + HOUR)
+    assert [p.name for p in folder.iterdir()] == ["14.parquet"]
+    assert store.partitions("node_telemetry") == [T0 + i * FIVE for i in range(12)]
+    hour = pd.concat(parts, ignore_index=True)
+    back = store.read_window("node_telemetry", T0, T0 + HOUR)
+    pd.testing.assert_frame_equal(back, by_key(hour, "node_telemetry"))
+    assert pq.read_metadata(store.hour_path("node_telemetry", T0)).num_rows == len(hour)
+
+    # late data: minutes 7-13 rewritten (a cut of two partitions); the other 53 minutes are exactly as they were
+    late = hour[hour["ts"].between(T0 + 7 * MINUTE, T0 + 13 * MINUTE, inclusive="left")].assign(health="degraded")
+    store.replace_window("node_telemetry", late, T0 + 7 * MINUTE, T0 + 13 * MINUTE)
+    assert [p.name for p in folder.iterdir()] == ["14.parquet"]
+    back = store.read_window("node_telemetry", T0, T0 + HOUR)
+    pd.testing.assert_frame_equal(back, by_key(back, "node_telemetry"))  # still in key order
+    assert set(back.loc[back["health"] == "degraded", "ts"]) == {T0 + m * MINUTE for m in range(7, 13)}
+    assert len(back) == len(hour)
+    one = store.read_window("node_telemetry", T0 + 4 * FIVE, T0 + 5 * FIVE)  # one partition out of the hour file
+    pd.testing.assert_frame_equal(one, by_key(parts[4], "node_telemetry"))
+
+
+def test_a_bulk_write_stores_whole_hours_directly_and_the_rest_as_partitions(tmp_path, frames):
+    store = TelemetryStore(tmp_path)
+    gpu = frames["gpu_telemetry"]
+    starts = [T0 + i * FIVE for i in range(27)]  # two whole hours and 15 minutes
+    window = pd.concat([shifted(gpu, s - T0) for s in starts], ignore_index=True)
+    store.replace_window("gpu_telemetry", window, T0, T0 + 2 * HOUR + 3 * FIVE)
+    folder = store.hour_path("gpu_telemetry", T0).parent
+    assert sorted(p.name for p in folder.iterdir()) == ["14.parquet", "15.parquet", "1600.parquet", "1605.parquet",
+                                                        "1610.parquet"]
+    back = store.read_window("gpu_telemetry", T0 + HOUR - FIVE, T0 + 2 * HOUR + FIVE)  # across all three kinds
+    pd.testing.assert_frame_equal(back, by_key(window[window["ts"].between(T0 + HOUR - FIVE, T0 + 2 * HOUR + FIVE,
+                                                                           inclusive="left")], "gpu_telemetry"))
+    assert store.partitions("gpu_telemetry") == starts and store.count("gpu_telemetry") == len(window)
+    assert len(store.read_window("gpu_telemetry")) == len(window)
+
+
 def test_an_empty_partition_gets_a_file_so_nothing_differs_from_never_written(tmp_path, frames):
     store = TelemetryStore(tmp_path)
     table = "job_runtime_metrics"
@@ -142,6 +189,11 @@ def test_an_empty_partition_gets_a_file_so_nothing_differs_from_never_written(tm
     # a frame without columns (an asset with no rows) is an empty partition too
     store.replace_window(table, pd.DataFrame(), T0 + 2 * FIVE, T0 + 3 * FIVE)
     assert pq.read_metadata(store.partition_path(table, T0 + 2 * FIVE)).num_rows == 0
+    # an hour written empty is one small file (no row group), its 12 partitions written
+    store.replace_window(table, pd.DataFrame(), T0 + HOUR, T0 + 2 * HOUR)
+    assert store.partitions(table)[3:] == [T0 + HOUR + i * FIVE for i in range(12)] and store.count(table) == 0
+    meta = pq.read_metadata(store.hour_path(table, T0 + HOUR))
+    assert meta.num_row_groups == 0 and meta.schema.to_arrow_schema().names == arrow_schema(table).names
 
 
 def test_a_window_not_aligned_to_five_minutes_replaces_only_its_minutes(tmp_path, frames):
@@ -190,11 +242,11 @@ def test_a_reader_never_sees_half_a_file(tmp_path, frames, monkeypatch):
     old = frames["gpu_telemetry"]
     store.replace_window("gpu_telemetry", old, T0, T0 + FIVE)
     half_written, release = threading.Event(), threading.Event()
-    real_write = pq.write_table
+    real_write = telemetry_store._write_parquet
 
-    def slow_write(table, where, **kw):
+    def slow_write(table, where, *args, **kw):
         buf = io.BytesIO()
-        real_write(table, buf, **kw)
+        real_write(table, buf, *args, **kw)
         data = buf.getvalue()
         with open(where, "wb") as fh:
             fh.write(data[: len(data) // 2])
@@ -203,7 +255,7 @@ def test_a_reader_never_sees_half_a_file(tmp_path, frames, monkeypatch):
             assert release.wait(30)
             fh.write(data[len(data) // 2:])
 
-    monkeypatch.setattr(telemetry_store.pq, "write_table", slow_write)
+    monkeypatch.setattr(telemetry_store, "_write_parquet", slow_write)
     new = old.assign(power_w=old["power_w"] + 1.0)
     writer = threading.Thread(target=store.replace_window, args=("gpu_telemetry", new, T0, T0 + FIVE))
     writer.start()
@@ -248,6 +300,71 @@ def test_concurrent_readers_see_one_version_whole_while_a_writer_replaces_it(tmp
         t.join()
     assert errors == []
     assert seen and all(s in ((expect[0], [False]), (expect[1], [True])) for s in seen), set(map(str, seen))
+
+
+def _eleven_of_twelve(store, node):
+    """An hour with 11 partitions written (separate files), and the 12th's frame, which completes it."""
+    parts = [shifted(node, i * FIVE) for i in range(12)]
+    store.replace_window("node_telemetry", pd.concat(parts[:11], ignore_index=True), T0, T0 + 11 * FIVE)
+    return parts[11], len(node) * 12
+
+
+def test_a_reader_during_a_compaction_sees_every_row_once(tmp_path, frames, monkeypatch):
+    """The compaction is paused after its hour file is in place and before the partition files are deleted: a
+    reader meanwhile takes the hour file alone (not the hour twice)."""
+    store = TelemetryStore(tmp_path)
+    last, rows = _eleven_of_twelve(store, frames["node_telemetry"])
+    paused, release = threading.Event(), threading.Event()
+    real_unlink, writer_id = Path.unlink, []
+
+    def slow_unlink(path, missing_ok=False):
+        if threading.get_ident() in writer_id and len(path.stem) == 4 and not paused.is_set():
+            paused.set()
+            assert release.wait(30)
+        return real_unlink(path, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", slow_unlink)
+
+    def write():
+        writer_id.append(threading.get_ident())
+        store.replace_window("node_telemetry", last, T0 + 11 * FIVE, T0 + HOUR)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        assert paused.wait(30)
+        assert store.hour_path("node_telemetry", T0).exists() and store.partition_path("node_telemetry", T0).exists()
+        assert len(store.read_window("node_telemetry", T0, T0 + HOUR)) == rows
+        assert len(store.read_window("node_telemetry")) == rows and store.count("node_telemetry") == rows
+        assert store.partitions("node_telemetry") == [T0 + i * FIVE for i in range(12)]
+    finally:
+        release.set()
+        writer.join()
+    assert len(store.read_window("node_telemetry", T0, T0 + HOUR)) == rows
+
+
+@pytest.mark.parametrize("stale", ["listing", "opening"])
+def test_a_reader_whose_listing_a_compaction_overtook_lists_again(tmp_path, frames, monkeypatch, stale):
+    """The hour is compacted right after the reader listed its partition files: before the reader checks that no
+    hour file appeared ("listing"), or after that check, so the files vanish before they are opened ("opening").
+    Either way the reader lists again and gets every row once."""
+    store = TelemetryStore(tmp_path)
+    last, rows = _eleven_of_twelve(store, frames["node_telemetry"])
+    name = "_list" if stale == "listing" else "_files"
+    real, calls = getattr(TelemetryStore, name), []
+
+    def overtaken(self, *args):
+        got = real(self, *args)
+        if not calls:
+            calls.append(got)
+            store.replace_window("node_telemetry", last, T0 + 11 * FIVE, T0 + HOUR)  # compacts the hour
+        return got
+
+    monkeypatch.setattr(TelemetryStore, name, overtaken)
+    back = store.read_window("node_telemetry", T0, T0 + HOUR)
+    assert len(calls[0]) == 11 and not calls[0][0].exists()  # the stale listing: 11 partition files, now gone
+    assert len(back) == rows
+    pd.testing.assert_frame_equal(back, store.read_window("node_telemetry", T0, T0 + HOUR))
 
 
 def test_racing_writers_of_a_multi_partition_window_leave_one_writers_rows(tmp_path, frames):
