@@ -2,7 +2,7 @@
 -- Do not edit by hand: a test fails when this file and the module drift.
 --
 -- Not in SQL: the minute-grain telemetry tables gpu_telemetry, inference_latency_buckets, inference_requests, job_runtime_metrics, network_telemetry, node_telemetry are stored
--- as Parquet in the telemetry store, <telemetry_dir>/<table>/date=YYYY-MM-DD/<HHMM>.parquet (README).
+-- as Parquet in the telemetry store, <telemetry_dir>/<table>/date=YYYY-MM-DD/<HH>.parquet (a complete hour) or <HHMM>.parquet (README).
 
 CREATE TABLE alerts (
 	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 

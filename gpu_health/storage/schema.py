@@ -167,7 +167,7 @@ def render_sql(dialect_name: str = "postgresql") -> str:
            "-- Do not edit by hand: a test fails when this file and the module drift.",
            "--",
            "-- Not in SQL: the minute-grain telemetry tables " + ", ".join(sorted(COLUMNAR_TABLES)) + " are stored",
-           "-- as Parquet in the telemetry store, <telemetry_dir>/<table>/date=YYYY-MM-DD/<HHMM>.parquet (README).", ""]
+           "-- as Parquet in the telemetry store, <telemetry_dir>/<table>/date=YYYY-MM-DD/<HH>.parquet (a complete hour) or <HHMM>.parquet (README).", ""]
     for table in sql_tables():
         out.append(str(CreateTable(table).compile(dialect=dialect)).strip() + ";")
         for idx in sorted(table.indexes, key=lambda i: i.name):
