@@ -417,7 +417,15 @@ def conform(frame: pd.DataFrame, table: str) -> pd.DataFrame:
     return CONTRACTS[table].to_schema().coerce_dtype(frame)
 
 
+_EMPTY_FRAMES: dict[str, pd.DataFrame] = {}
+
+
 def empty_frame(table: str) -> pd.DataFrame:
-    """A zero-row frame with the contract's columns and dtypes."""
-    schema = CONTRACTS[table].to_schema()
-    return schema.coerce_dtype(pd.DataFrame({c: pd.Series(dtype="object") for c in schema.columns}))
+    """A zero-row frame with the contract's columns and dtypes (a fresh copy each call: callers may change it).
+
+    Built once per table: pandera's coercion costs milliseconds, and a landing window of an absent optional source
+    asks for one per partition (288 a day)."""
+    if table not in _EMPTY_FRAMES:
+        schema = CONTRACTS[table].to_schema()
+        _EMPTY_FRAMES[table] = schema.coerce_dtype(pd.DataFrame({c: pd.Series(dtype="object") for c in schema.columns}))
+    return _EMPTY_FRAMES[table].copy()

@@ -10,10 +10,14 @@ reports it, so it is not silently ignored.
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.fs as pafs
 
 from gpu_health.contracts import FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES, empty_frame
+from gpu_health.contracts.validate import FileBatch
 from gpu_health.landing import DAILY_SOURCES, file_version, partition_path
 from gpu_health.sources.base import DataNotReady, Fetched
 
@@ -66,6 +70,48 @@ class LandingSource:
                 return [Fetched(empty_frame(table), f"{missing[0]} (absent: no planned maintenance)")]
             shown = ", ".join(str(p) for p in missing[:3])
             raise DataNotReady(f"{table}: {len(missing)} landing file(s) not arrived yet: {shown}")
+        return out
+
+    def read_batches(self, table: str, start, end) -> list:
+        """:meth:`read_files`, faster: each run of consecutive files with one physical schema (every file of a
+        healthy window) is read in one pyarrow call as a :class:`~gpu_health.contracts.validate.FileBatch`.
+
+        The per-file meaning is kept: a file whose footer cannot be read, or whose schema differs from its
+        neighbours', breaks the run and is read alone by :func:`read_file` (so an unreadable file is named
+        with the same diagnosis), and the validator judges each file of a batch on its own partition.
+        Reading file by file costs a pandas conversion per file (~3 ms each, 288 per source and day).
+        """
+        entries, missing = [], []
+        for path, p_start, p_end in self.files(table, start, end):
+            if not path.exists() and table in OPTIONAL_SOURCES:
+                entries.append(Fetched(empty_frame(table), f"{path} (absent: no serving traffic)", p_start, p_end))
+            elif not path.exists():
+                missing.append(path)
+            else:
+                entries.append((path, p_start, p_end))
+        if missing:
+            if table == "maintenance_windows":
+                return [Fetched(empty_frame(table), f"{missing[0]} (absent: no planned maintenance)")]
+            shown = ", ".join(str(p) for p in missing[:3])
+            raise DataNotReady(f"{table}: {len(missing)} landing file(s) not arrived yet: {shown}")
+        out, run = [], []
+        for e in entries + [None]:
+            if isinstance(e, tuple):
+                frag = _fragment(e[0])
+                if frag is not None and run and not run[-1][1].physical_schema.equals(frag.physical_schema, check_metadata=True):
+                    out += _read_run(run, table)
+                    run = []
+                if frag is not None:
+                    run.append((e, frag))
+                    continue
+                out += _read_run(run, table)
+                run = []
+                out.append(read_file(e[0], table, e[1], e[2]))
+                continue
+            out += _read_run(run, table)
+            run = []
+            if e is not None:
+                out.append(e)
         return out
 
     def read(self, table: str, start, end) -> Fetched:
@@ -126,6 +172,42 @@ def read_file(path: Path, table: str, start, end) -> Fetched:
         return Fetched(pd.read_parquet(path), str(path), start, end)
     except (pa.ArrowException, OSError, ValueError) as err:
         return Fetched(empty_frame(table), str(path), start, end, unreadable=f"{path}: {_diagnose(path, err)}")
+
+
+_PARQUET = pads.ParquetFileFormat()
+_LOCAL = pafs.LocalFileSystem()
+
+
+def _fragment(path: Path):
+    """The file as a pyarrow fragment with its footer read (schema, row count); None when that fails."""
+    try:
+        frag = _PARQUET.make_fragment(str(path), filesystem=_LOCAL)
+        frag.physical_schema  # noqa: B018 -- reads the footer: a broken file fails here, and is read alone
+        frag.metadata  # noqa: B018
+        return frag
+    except (pa.ArrowException, OSError, ValueError):
+        return None
+
+
+def _read_run(run: list, table: str) -> list:
+    """A run of files with one physical schema: one FileBatch (one file alone: :func:`read_file`). Any error
+    reading the run falls back to reading its files one by one, so each is judged (and diagnosed) alone."""
+    if not run:
+        return []
+    if len(run) == 1:
+        (path, p_start, p_end), _ = run[0]
+        return [read_file(path, table, p_start, p_end)]
+    frags = [frag for _, frag in run]
+    try:
+        lengths = np.array([frag.metadata.num_rows for frag in frags], dtype=np.int64)
+        arrow = pads.FileSystemDataset(frags, frags[0].physical_schema, _PARQUET, _LOCAL).to_table()
+        if arrow.num_rows != int(lengths.sum()):
+            raise ValueError("row count differs from the files' footers")
+        frame = arrow.to_pandas()
+    except (pa.ArrowException, OSError, ValueError):
+        return [read_file(path, table, p_start, p_end) for (path, p_start, p_end), _ in run]
+    return [FileBatch(frame, [str(p) for (p, _, _), _ in run], [s for (_, s, _), _ in run],
+                      [e for (_, _, e), _ in run], lengths)]
 
 
 def _diagnose(path: Path, err: Exception) -> str:
