@@ -323,7 +323,7 @@ def _check_types(df: pd.DataFrame, schema: pa.DataFrameSchema, source: str, orig
     return df, marked
 
 
-def _check_values(df: pd.DataFrame, schema: pa.DataFrameSchema) -> pd.DataFrame:
+def _check_values(df: pd.DataFrame, schema: pa.DataFrameSchema, distinct: dict | None = None) -> pd.DataFrame:
     """Rows with a value no collector can read (contracts.models.SourceModel): ``+-inf`` in a float
     column, text longer than :func:`~gpu_health.contracts.models.text_bound`, or a NUL character
     (PostgreSQL text cannot hold one, so SQLite and PostgreSQL would disagree on the row).
@@ -342,16 +342,15 @@ def _check_values(df: pd.DataFrame, schema: pa.DataFrameSchema) -> pd.DataFrame:
                                            "value": [repr(float(v)) for v in values[inf]],
                                            "reason": f"{name} is infinite (a finite number is required)"}))
         elif isinstance(col.dtype.type, pd.StringDtype) and len(s):
-            marks += _text_faults(s, name)
+            marks += _text_faults(s, name, (distinct or {}).get(name))
     return pd.concat(marks, ignore_index=True) if marks else _no_failures()
 
 
-def _text_faults(s: pd.Series, name: str) -> list[pd.DataFrame]:
+def _text_faults(s: pd.Series, name: str, distinct: np.ndarray | None = None) -> list[pd.DataFrame]:
     """Rows of text column ``name`` over :func:`text_bound`, or holding a NUL character."""
     bound = text_bound(name)
     # distinct values first: identifiers repeat, and str() of a contract text value is the value itself
-    uniq = ([u for u in s.unique() if u is not pd.NA] if isinstance(s.dtype, pd.StringDtype) and s.dtype.storage == "python"
-            else pd.unique(s.dropna().astype(str)))
+    uniq = distinct if distinct is not None else _distinct_text(s)
     long = [u for u in uniq if len(u) > bound]
     nul = [u for u in uniq if "\x00" in u]
     marks = []
@@ -422,7 +421,15 @@ def _na_mask(s: pd.Series) -> np.ndarray:
     return s.isna().to_numpy(dtype=bool)
 
 
-def passes_contract(df: pd.DataFrame, schema: pa.DataFrameSchema) -> bool:
+def _distinct_text(s: pd.Series) -> np.ndarray:
+    """The distinct non-null values of a text column, as ``str`` (what the text rules judge)."""
+    if isinstance(s.dtype, pd.StringDtype) and s.dtype.storage == "python":
+        uniq = np.asarray(s.unique().to_numpy(dtype=object, na_value=None), dtype=object)
+        return uniq[pd.notna(uniq)] if any(u is None for u in uniq) else uniq
+    return pd.unique(s.dropna().astype(str))
+
+
+def passes_contract(df: pd.DataFrame, schema: pa.DataFrameSchema, distinct: dict | None = None) -> bool:
     """True only when ``schema.validate(df, lazy=True)`` would pass and return ``df``'s values unchanged.
 
     The rules are the pandera schema's own -- its columns, dtypes, nullability, uniqueness and checks, each
@@ -432,6 +439,10 @@ def passes_contract(df: pd.DataFrame, schema: pa.DataFrameSchema) -> bool:
     than the checks on a large clean frame. Anything this does not judge exactly (a dtype that coercion
     would change, a grouped or element-wise custom check, a schema option it does not model) answers
     False, and the caller runs pandera itself: a False is never a verdict, only "ask pandera".
+
+    ``distinct`` (optional) maps a text column to values that include all of its non-null ones (e.g. a
+    Parquet column's dictionary): a superset is enough, since a check that holds for every value of a
+    superset holds for the column (and a value absent from the column only ever sends it to pandera).
     """
     if (schema.index is not None or schema.ordered or not schema.strict or schema.add_missing_columns
             or schema.drop_invalid_rows or getattr(schema, "parsers", None) or schema.unique_column_names):
@@ -453,15 +464,16 @@ def passes_contract(df: pd.DataFrame, schema: pa.DataFrameSchema) -> bool:
         if not col.checks:
             continue
         values = s[~na] if has_na else s
-        distinct = None
+        known = None
         for check in col.checks:
             if check.groupby is not None or check.element_wise:
                 return False
             target = values
             if isinstance(s.dtype, pd.StringDtype) and check.name in ELEMENTWISE_BUILTINS:
-                if distinct is None:
-                    distinct = pd.Series(values.unique(), dtype=s.dtype)
-                target = distinct
+                if known is None:
+                    hint = (distinct or {}).get(name)
+                    known = pd.Series(hint if hint is not None else _distinct_text(values), dtype=s.dtype)
+                target = known
             if not bool(check(target).check_passed):
                 return False
     if schema.unique and df.duplicated(subset=list(schema.unique)).any():
@@ -475,12 +487,13 @@ def passes_contract(df: pd.DataFrame, schema: pa.DataFrameSchema) -> bool:
     return True
 
 
-def _pandera_failures(df: pd.DataFrame, model, source: str, origin: str) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+def _pandera_failures(df: pd.DataFrame, model, source: str, origin: str,
+                      distinct: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """Row-level failure cases of a lazy validation (first row of a duplicate kept),
     and the validated frame when nothing failed (so a clean frame is validated once).
     A frame :func:`passes_contract` clears is returned as validated without pandera's own pass."""
     schema = model.to_schema()
-    if passes_contract(df, schema):
+    if passes_contract(df, schema, distinct):
         return _no_failures(), df
     try:
         return _no_failures(), model.validate(df, lazy=True)
@@ -549,7 +562,7 @@ def _default_index(df: pd.DataFrame) -> bool:
 
 
 def validate_frame(df: pd.DataFrame, source: str, *, start=None, end=None, origin="<frame>",
-                   partition=None, row_number=None, owned: bool = False) -> Validated:
+                   partition=None, row_number=None, owned: bool = False, distinct: dict | None = None) -> Validated:
     """Validate ``df`` as contract table ``source`` read for partition ``[start, end)``.
 
     ``origin`` names where the rows came from: one string, or one per row (when
@@ -559,6 +572,8 @@ def validate_frame(df: pd.DataFrame, source: str, *, start=None, end=None, origi
     Returns the coerced good rows and the rejects; raises
     :class:`ContractViolation` on a table-level break. ``owned``: the caller hands
     ``df`` over (nobody else holds it), so clean rows may be returned without a copy.
+    ``distinct``: per text column, values that include all of its non-null ones
+    (see :func:`passes_contract`), so the text rules need not hash the column.
     """
     model = CONTRACTS[source]
     schema = model.to_schema()
@@ -578,18 +593,18 @@ def validate_frame(df: pd.DataFrame, source: str, *, start=None, end=None, origi
     origin = origins if per_row else origin
     df, nulled, sentinel_rejects = _null_sentinels(df, source)
     df, type_rejects = _check_types(df, schema, source, label)
-    value_rejects = _check_values(df, schema)
+    value_rejects = _check_values(df, schema, distinct)
     # rows already condemned stay out of pandera: their values would break its coercion
     marked = [m for m in (sentinel_rejects, type_rejects, value_rejects) if not m.empty]
     premarked = pd.concat(marked, ignore_index=True) if marked else _no_failures()
     found, valid = _pandera_failures(df.drop(index=pd.Index(premarked["row_index"].unique())) if len(premarked) else df,
-                                     model, source, label)
+                                     model, source, label, distinct)
     parts = [f for f in (premarked, found) if not f.empty]
     failures = pd.concat(parts, ignore_index=True) if parts else _no_failures()
     if not failures.empty or valid is None:
         good = df.drop(index=pd.Index(failures["row_index"].unique()))
         try:
-            valid = good if passes_contract(good, schema) else model.validate(good, lazy=True)
+            valid = good if passes_contract(good, schema, distinct) else model.validate(good, lazy=True)
         except (SchemaError, SchemaErrors) as err:  # a rule that only breaks once rows are gone
             raise ContractViolation(source, label, None, f"remaining rows still break the contract: {err}") from err
     rejects = _rejects_frame(df, failures, source, origin, start, partition, row_number)
@@ -613,6 +628,8 @@ class FileBatch:
     starts: list
     ends: list
     lengths: np.ndarray
+    # per text column, its distinct non-null values (from the files' dictionaries); optional
+    distinct: dict[str, np.ndarray] | None = None
 
     def bounds(self) -> np.ndarray:
         return np.concatenate([[0], np.cumsum(np.asarray(self.lengths, dtype=np.int64))]).astype(np.int64)
@@ -636,6 +653,7 @@ class _Kept:
     row_number: np.ndarray
     file: object = None  # the one file (Fetched-like) of these rows; None for a batch
     batch: FileBatch | None = None
+    distinct: dict | None = None
 
     @classmethod
     def of_file(cls, f, frame: pd.DataFrame) -> "_Kept":
@@ -653,7 +671,8 @@ class _Kept:
         origins = np.empty(len(b.origins), dtype=object)
         origins[:] = list(b.origins)
         return cls(frame, np.repeat(origins, lengths), np.repeat(starts, lengths),
-                   np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(offsets, lengths), batch=b)
+                   np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(offsets, lengths), batch=b,
+                   distinct=b.distinct)
 
     def per_file(self) -> list["_Kept"]:
         """The same rows, one entry per file (the raw file as ``file``, its prechecked rows as ``frame``)."""
@@ -789,10 +808,11 @@ def _validate_kept(kept: list[_Kept], source: str, start, end) -> Validated:
     origins = np.concatenate([k.origins for k in kept]) if len(kept) > 1 else kept[0].origins
     partition = np.concatenate([k.partition for k in kept]) if len(kept) > 1 else kept[0].partition
     row_number = np.concatenate([k.row_number for k in kept]) if len(kept) > 1 else kept[0].row_number
-    non_empty = [k.frame for k in kept if len(k.frame)] or [kept[0].frame]
-    frame = pd.concat(non_empty, ignore_index=True) if len(non_empty) > 1 else non_empty[0]
+    non_empty = [k for k in kept if len(k.frame)] or [kept[0]]
+    frame = pd.concat([k.frame for k in non_empty], ignore_index=True) if len(non_empty) > 1 else non_empty[0].frame
+    distinct = non_empty[0].distinct if len(non_empty) == 1 else None
     return validate_frame(frame, source, start=start, end=end, origin=origins, partition=partition, row_number=row_number,
-                          owned=True)
+                          owned=True, distinct=distinct)
 
 
 def _violation_reject(source: str, f, v: ContractViolation) -> dict:

@@ -13,10 +13,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
-from gpu_health.contracts import FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES, empty_frame
+from gpu_health.contracts import CONTRACTS, FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES, empty_frame
 from gpu_health.contracts.validate import FileBatch
 from gpu_health.landing import DAILY_SOURCES, file_version, partition_path
 from gpu_health.sources.base import DataNotReady, Fetched
@@ -95,9 +96,10 @@ class LandingSource:
             shown = ", ".join(str(p) for p in missing[:3])
             raise DataNotReady(f"{table}: {len(missing)} landing file(s) not arrived yet: {shown}")
         out, run = [], []
+        fmt = _format(table)
         for e in entries + [None]:
             if isinstance(e, tuple):
-                frag = _fragment(e[0])
+                frag = _fragment(e[0], fmt)
                 if frag is not None and run and not run[-1][1].physical_schema.equals(frag.physical_schema, check_metadata=True):
                     out += _read_run(run, table)
                     run = []
@@ -174,14 +176,23 @@ def read_file(path: Path, table: str, start, end) -> Fetched:
         return Fetched(empty_frame(table), str(path), start, end, unreadable=f"{path}: {_diagnose(path, err)}")
 
 
-_PARQUET = pads.ParquetFileFormat()
 _LOCAL = pafs.LocalFileSystem()
+_FORMATS: dict[str, pads.ParquetFileFormat] = {}
 
 
-def _fragment(path: Path):
+def _format(table: str) -> pads.ParquetFileFormat:
+    """Parquet reading for ``table``: its text columns read as dictionaries (the distinct values once, then
+    codes: Parquet stores them so), turned back into the same plain values by :func:`_to_pandas`."""
+    if table not in _FORMATS:
+        text = [n for n, c in CONTRACTS[table].to_schema().columns.items() if isinstance(c.dtype.type, pd.StringDtype)]
+        _FORMATS[table] = pads.ParquetFileFormat(read_options=pads.ParquetReadOptions(dictionary_columns=text))
+    return _FORMATS[table]
+
+
+def _fragment(path: Path, fmt: pads.ParquetFileFormat):
     """The file as a pyarrow fragment with its footer read (schema, row count); None when that fails."""
     try:
-        frag = _PARQUET.make_fragment(str(path), filesystem=_LOCAL)
+        frag = fmt.make_fragment(str(path), filesystem=_LOCAL)
         frag.physical_schema  # noqa: B018 -- reads the footer: a broken file fails here, and is read alone
         frag.metadata  # noqa: B018
         return frag
@@ -200,14 +211,64 @@ def _read_run(run: list, table: str) -> list:
     frags = [frag for _, frag in run]
     try:
         lengths = np.array([frag.metadata.num_rows for frag in frags], dtype=np.int64)
-        arrow = pads.FileSystemDataset(frags, frags[0].physical_schema, _PARQUET, _LOCAL).to_table()
+        arrow = pads.FileSystemDataset(frags, frags[0].physical_schema, frags[0].format, _LOCAL).to_table()
         if arrow.num_rows != int(lengths.sum()):
             raise ValueError("row count differs from the files' footers")
-        frame = arrow.to_pandas()
+        frame, distinct = _to_pandas(arrow)
     except (pa.ArrowException, OSError, ValueError):
         return [read_file(path, table, p_start, p_end) for (path, p_start, p_end), _ in run]
     return [FileBatch(frame, [str(p) for (p, _, _), _ in run], [s for (_, s, _), _ in run],
-                      [e for (_, _, e), _ in run], lengths)]
+                      [e for (_, _, e), _ in run], lengths, distinct)]
+
+
+_PY_TEXT = pd.StringDtype("python")
+
+
+def _to_pandas(table: pa.Table) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    """What ``pd.read_parquet`` returns for the files of ``table`` (read with text columns as dictionaries), and
+    each text column's distinct non-null values (a superset: the files' dictionaries).
+
+    pandas converts a text column value by value into new Python strings (~90 ns each: a day of GPU telemetry
+    has 8.6 M text cells); from the dictionary the distinct values are converted once and the column points at
+    them, which also makes later hashing of the column (distinct values, duplicate keys) cheaper. Same values,
+    same dtypes: only columns pandas itself turns into ``string[python]`` are built this way; any other
+    dictionary column is decoded back to its plain values first."""
+    plain = pa.schema([f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in table.schema],
+                      metadata=table.schema.metadata)
+    names = table.column_names
+    template = plain.empty_table().to_pandas()
+    text = [] if len(set(names)) != len(names) or not _default_range(template.index) else [
+        n for n in names if pa.types.is_string(plain.field(n).type) and n in template.columns
+        and template[n].dtype == _PY_TEXT]
+    for i, f in enumerate(table.schema):
+        if pa.types.is_dictionary(f.type) and f.name not in text:
+            table = table.set_column(i, plain.field(i), table.column(i).cast(plain.field(i).type))
+    rest = table.drop_columns(text).to_pandas() if text else table.to_pandas()
+    if text and (not _default_range(rest.index) or list(rest.columns) != [n for n in names if n not in text]):
+        return table.cast(plain).to_pandas(), {}
+    distinct = {}
+    for name in text:
+        values, distinct[name] = _text_values(table.column(name))
+        rest.insert(names.index(name), name, values)
+    return rest, distinct
+
+
+def _default_range(index: pd.Index) -> bool:
+    return isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1
+
+
+def _text_values(column: pa.ChunkedArray) -> tuple[pd.arrays.StringArray, np.ndarray]:
+    """A text column (plain or dictionary) as pandas' ``string[python]`` array (nulls as ``pd.NA``), built
+    from its dictionary; and the dictionary's values."""
+    if pa.types.is_dictionary(column.type):
+        encoded = pa.Table.from_arrays([column], names=["v"]).unify_dictionaries().column(0).combine_chunks()
+    else:
+        encoded = pc.dictionary_encode(column).combine_chunks()
+    distinct = np.empty(len(encoded.dictionary) + 1, dtype=object)
+    distinct[:-1] = encoded.dictionary.to_pylist()
+    distinct[-1] = pd.NA
+    codes = encoded.indices.fill_null(len(distinct) - 1).to_numpy(zero_copy_only=False)
+    return pd.arrays.StringArray(distinct.take(codes)), distinct[:-1]
 
 
 def _diagnose(path: Path, err: Exception) -> str:
