@@ -105,8 +105,37 @@ class Validated:
                 .sort_values(ascending=False).to_dict())
 
 
+class PerFile:
+    """One value per row (a row's file path, or its file's partition) stored once per file: row ``i``'s value
+    is ``values[codes[i]]``. What :func:`validate_frame` takes as per-row ``origin`` / ``partition`` when
+    files were concatenated: a day of GPU telemetry has 1.7 M rows but 288 files."""
+
+    def __init__(self, values, codes: np.ndarray):
+        self.values = np.empty(len(values), dtype=object)
+        self.values[:] = list(values)
+        self.codes = np.asarray(codes, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, rows) -> np.ndarray:
+        return self.values[self.codes[rows]]
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = self.values[self.codes]
+        return out if dtype is None else out.astype(dtype)
+
+    def distinct(self) -> np.ndarray:
+        """``pd.unique`` of the per-row values (first-seen order)."""
+        return pd.unique(self.values[pd.unique(self.codes)])
+
+
+def _distinct_origins(origins) -> np.ndarray:
+    return origins.distinct() if isinstance(origins, PerFile) else pd.unique(origins)
+
+
 def _label(origins) -> str:
-    uniq = pd.unique(origins) if len(origins) else np.array(["<empty>"])
+    uniq = _distinct_origins(origins) if len(origins) else np.array(["<empty>"])
     return str(uniq[0]) if len(uniq) == 1 else f"{uniq[0]} (+{len(uniq) - 1} more files)"
 
 
@@ -199,6 +228,16 @@ def _check_window(df: pd.DataFrame, source: str, origin: str, start, end) -> Non
         )
 
 
+def _as_float(s: pd.Series) -> np.ndarray:
+    """``pd.to_numeric(s, errors="coerce")`` as float64 (missing and non-numbers NaN), without the round trip
+    through pandas when the column already holds numbers. An integer converts exactly up to 2**53; above
+    that it rounds to a neighbour, which leaves every comparison with the DCGM blanks (2**47 and up) and
+    with +-inf unchanged."""
+    if pd.api.types.is_float_dtype(s.dtype) or (pd.api.types.is_integer_dtype(s.dtype)):
+        return s.to_numpy(dtype="float64", na_value=np.nan)
+    return pd.to_numeric(s, errors="coerce").astype("float64").to_numpy()
+
+
 def _null_sentinels(df: pd.DataFrame, source: str) -> tuple[pd.DataFrame, int, pd.DataFrame]:
     """Optional DCGM fields: sentinel -> null. Required ones: mark for rejection."""
     schema = CONTRACTS[source].to_schema()
@@ -207,9 +246,10 @@ def _null_sentinels(df: pd.DataFrame, source: str) -> tuple[pd.DataFrame, int, p
     for col in _DCGM_NUMERIC.get(source, []):
         # int64 sentinels (>= 0x7ffffffffffffff0) are far above the FP64 blank (2**47),
         # so one numeric comparison catches both.
-        values = pd.to_numeric(df[col], errors="coerce")
+        values = _as_float(df[col])
         # +inf is no DCGM blank (those are finite codes): it is left for _check_values to reject
-        mask = ((values >= DCGM_FP64_SENTINEL) & np.isfinite(values.astype("float64"))).fillna(False).astype(bool)
+        with np.errstate(invalid="ignore"):
+            mask = pd.Series((values >= DCGM_FP64_SENTINEL) & np.isfinite(values), index=df.index)
         if not mask.any():
             continue
         if schema.columns[col].nullable:
@@ -334,7 +374,7 @@ def _check_values(df: pd.DataFrame, schema: pa.DataFrameSchema, distinct: dict |
     for name, col in schema.columns.items():
         s = df[name]
         if pd.api.types.is_float_dtype(s.dtype) or (s.dtype == object and _is_float_column(col)):
-            values = pd.to_numeric(s, errors="coerce").astype("float64").to_numpy()
+            values = _as_float(s)
             inf = np.isneginf(values) if name in POS_INF_ALLOWED_COLUMNS else np.isinf(values)
             if inf.any():
                 rows = s.index[inf]
@@ -580,10 +620,10 @@ def validate_frame(df: pd.DataFrame, source: str, *, start=None, end=None, origi
     # a shallow copy: every step below replaces whole columns, never writes into the caller's arrays
     df = df.reset_index(drop=True) if not _default_index(df) else df.copy(deep=False)
     per_row = not isinstance(origin, str)
-    origins = np.asarray(origin, dtype=object) if per_row else None
+    origins = (origin if isinstance(origin, PerFile) else np.asarray(origin, dtype=object)) if per_row else None
     label = _label(origins) if per_row else origin
     extra = _check_columns(df, schema, source, label)
-    dropped = {c: sorted({str(o) for o in pd.unique(origins)}) if per_row else [label] for c in extra}
+    dropped = {c: sorted({str(o) for o in _distinct_origins(origins)}) if per_row else [label] for c in extra}
     if list(df.columns) != list(schema.columns):
         df = df[list(schema.columns)]
     df = _normalise_timestamps(df, _timestamp_columns(schema), source, label)
@@ -645,34 +685,25 @@ class FileBatch:
 
 @dataclass
 class _Kept:
-    """Rows that passed their file's table-level checks, with each row's file, partition and row within it."""
+    """Rows that passed their files' table-level checks: their files (path, partition, rows of each, in order)."""
 
     frame: pd.DataFrame
-    origins: np.ndarray
-    partition: np.ndarray
-    row_number: np.ndarray
+    origins: list
+    partitions: list
+    lengths: np.ndarray
     file: object = None  # the one file (Fetched-like) of these rows; None for a batch
     batch: FileBatch | None = None
     distinct: dict | None = None
 
     @classmethod
     def of_file(cls, f, frame: pd.DataFrame) -> "_Kept":
-        n = len(frame)
-        return cls(frame, np.full(n, f.origin, dtype=object),
-                   np.full(n, pd.Timestamp(f.start) if f.start is not None else pd.NaT, dtype=object),
-                   np.arange(n, dtype=np.int64), file=f)
+        return cls(frame, [f.origin], [pd.Timestamp(f.start) if f.start is not None else pd.NaT],
+                   np.array([len(frame)], dtype=np.int64), file=f)
 
     @classmethod
     def of_batch(cls, b: FileBatch, frame: pd.DataFrame) -> "_Kept":
-        lengths = np.asarray(b.lengths, dtype=np.int64)
-        offsets = b.bounds()[:-1]
-        starts = np.empty(len(b.starts), dtype=object)
-        starts[:] = [pd.Timestamp(s) if s is not None else pd.NaT for s in b.starts]
-        origins = np.empty(len(b.origins), dtype=object)
-        origins[:] = list(b.origins)
-        return cls(frame, np.repeat(origins, lengths), np.repeat(starts, lengths),
-                   np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(offsets, lengths), batch=b,
-                   distinct=b.distinct)
+        return cls(frame, list(b.origins), [pd.Timestamp(s) if s is not None else pd.NaT for s in b.starts],
+                   np.asarray(b.lengths, dtype=np.int64), batch=b, distinct=b.distinct)
 
     def per_file(self) -> list["_Kept"]:
         """The same rows, one entry per file (the raw file as ``file``, its prechecked rows as ``frame``)."""
@@ -805,9 +836,12 @@ def _validate_kept(kept: list[_Kept], source: str, start, end) -> Validated:
     """One validation pass over the files that passed their precheck, rejects keyed by file partition and row."""
     if not kept:
         return Validated(valid=empty_frame(source), rejects=empty_rejects())
-    origins = np.concatenate([k.origins for k in kept]) if len(kept) > 1 else kept[0].origins
-    partition = np.concatenate([k.partition for k in kept]) if len(kept) > 1 else kept[0].partition
-    row_number = np.concatenate([k.row_number for k in kept]) if len(kept) > 1 else kept[0].row_number
+    lengths = np.concatenate([k.lengths for k in kept])
+    codes = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    origins = PerFile([o for k in kept for o in k.origins], codes)
+    partition = PerFile([p for k in kept for p in k.partitions], codes)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    row_number = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(offsets, lengths)
     non_empty = [k for k in kept if len(k.frame)] or [kept[0]]
     frame = pd.concat([k.frame for k in non_empty], ignore_index=True) if len(non_empty) > 1 else non_empty[0].frame
     distinct = non_empty[0].distinct if len(non_empty) == 1 else None
@@ -848,7 +882,8 @@ def _rejects_frame(df: pd.DataFrame, failures: pd.DataFrame, source: str, origin
     rows = failures["row_index"].to_numpy(dtype=np.int64)
     out = pd.DataFrame({
         "source": source,
-        "partition_start": (pd.to_datetime(pd.Series(np.asarray(partition, dtype=object)[rows]), utc=True).values
+        "partition_start": (pd.to_datetime(pd.Series(partition[rows] if isinstance(partition, PerFile)
+                                                     else np.asarray(partition, dtype=object)[rows]), utc=True).values
                             if partition is not None else (pd.Timestamp(start) if start is not None else pd.NaT)),
         "origin": origin[rows] if not isinstance(origin, str) else origin,
         "row_index": np.asarray(row_number, dtype=np.int64)[rows] if row_number is not None else rows,
