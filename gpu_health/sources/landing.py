@@ -52,7 +52,17 @@ class LandingSource:
         if table == "maintenance_windows":
             return [(partition_path(self.root, table), None, None)]
         step = pd.Timedelta(days=1) if table in DAILY_SOURCES else FIVE_MINUTES
-        return [(partition_path(self.root, table, s), s, s + step) for s in partition_starts(table, start, end)]
+        starts = partition_starts(table, start, end)
+        if table in DAILY_SOURCES or not starts or any(str(getattr(s, "tz", None)) != "UTC" for s in (starts[0], starts[-1])):
+            return [(partition_path(self.root, table, s), s, s + step) for s in starts]
+        # partition_path's layout, formatted once per day (a day of 5-minute partitions is 288 paths per source)
+        base, days, out = f"{self.root}/{table}", {}, []
+        for s in starts:
+            day = s.normalize()
+            if day not in days:
+                days[day] = f"{base}/{day:%Y-%m-%d}/"
+            out.append((Path(f"{days[day]}{s.hour:02d}{s.minute:02d}.parquet"), s, s + step))
+        return out
 
     def read_files(self, table: str, start, end) -> list[Fetched]:
         """One Fetched per file, with the partition it must hold, so a violation names its file."""
@@ -268,7 +278,14 @@ def _text_values(column: pa.ChunkedArray) -> tuple[pd.arrays.StringArray, np.nda
     distinct[:-1] = encoded.dictionary.to_pylist()
     distinct[-1] = pd.NA
     codes = encoded.indices.fill_null(len(distinct) - 1).to_numpy(zero_copy_only=False)
-    return pd.arrays.StringArray(distinct.take(codes)), distinct[:-1]
+    values = distinct.take(codes)
+    if not all(isinstance(v, str) for v in distinct[:-1]):
+        return pd.arrays.StringArray(values), distinct[:-1]
+    # every value is a str or pd.NA, what StringArray's constructor checks one by one: wrap without the check
+    return _TEXT_PROTOTYPE._from_backing_data(values), distinct[:-1]
+
+
+_TEXT_PROTOTYPE = pd.arrays.StringArray(np.array([""], dtype=object))
 
 
 def _diagnose(path: Path, err: Exception) -> str:
