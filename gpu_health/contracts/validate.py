@@ -469,7 +469,8 @@ def _distinct_text(s: pd.Series) -> np.ndarray:
     return pd.unique(s.dropna().astype(str))
 
 
-def passes_contract(df: pd.DataFrame, schema: pa.DataFrameSchema, distinct: dict | None = None) -> bool:
+def passes_contract(df: pd.DataFrame, schema: pa.DataFrameSchema, distinct: dict | None = None,
+                    codes: dict | None = None) -> bool:
     """True only when ``schema.validate(df, lazy=True)`` would pass and return ``df``'s values unchanged.
 
     The rules are the pandera schema's own -- its columns, dtypes, nullability, uniqueness and checks, each
@@ -483,7 +484,11 @@ def passes_contract(df: pd.DataFrame, schema: pa.DataFrameSchema, distinct: dict
     ``distinct`` (optional) maps a text column to values that include all of its non-null ones (e.g. a
     Parquet column's dictionary): a superset is enough, since a check that holds for every value of a
     superset holds for the column (and a value absent from the column only ever sends it to pandera).
+    ``codes`` (optional) maps a text column to ``(codes, na_code)``: one integer per row of ``df``, equal
+    exactly when the values are (a dictionary encoding), ``na_code`` for a missing value; missing values
+    and duplicate keys are then found on integers.
     """
+    codes = {k: v for k, v in (codes or {}).items() if len(v[0]) == len(df)}
     if (schema.index is not None or schema.ordered or not schema.strict or schema.add_missing_columns
             or schema.drop_invalid_rows or getattr(schema, "parsers", None) or schema.unique_column_names):
         return False
@@ -495,11 +500,11 @@ def passes_contract(df: pd.DataFrame, schema: pa.DataFrameSchema, distinct: dict
         if (col.regex or not col.required or getattr(col, "parsers", None) or col.dtype.type != s.dtype
                 or s.dtype == object):
             return False
-        na = _na_mask(s)
+        na = (codes[name][0] == codes[name][1]) if name in codes else _na_mask(s)
         has_na = bool(na.any())
         if has_na and not col.nullable:
             return False
-        if col.unique and s.duplicated().any():
+        if col.unique and (pd.Series(codes[name][0]) if name in codes else s).duplicated().any():
             return False
         if not col.checks:
             continue
@@ -516,8 +521,10 @@ def passes_contract(df: pd.DataFrame, schema: pa.DataFrameSchema, distinct: dict
                 target = known
             if not bool(check(target).check_passed):
                 return False
-    if schema.unique and df.duplicated(subset=list(schema.unique)).any():
-        return False
+    if schema.unique:
+        key = pd.DataFrame({k: codes[k][0] if k in codes else df[k].array for k in schema.unique})
+        if key.duplicated().any():
+            return False
     for check in schema.checks:
         if check.groupby is not None or check.element_wise:
             return False
@@ -527,13 +534,13 @@ def passes_contract(df: pd.DataFrame, schema: pa.DataFrameSchema, distinct: dict
     return True
 
 
-def _pandera_failures(df: pd.DataFrame, model, source: str, origin: str,
-                      distinct: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+def _pandera_failures(df: pd.DataFrame, model, source: str, origin: str, distinct: dict | None = None,
+                      codes: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """Row-level failure cases of a lazy validation (first row of a duplicate kept),
     and the validated frame when nothing failed (so a clean frame is validated once).
     A frame :func:`passes_contract` clears is returned as validated without pandera's own pass."""
     schema = model.to_schema()
-    if passes_contract(df, schema, distinct):
+    if passes_contract(df, schema, distinct, codes):
         return _no_failures(), df
     try:
         return _no_failures(), model.validate(df, lazy=True)
@@ -602,7 +609,8 @@ def _default_index(df: pd.DataFrame) -> bool:
 
 
 def validate_frame(df: pd.DataFrame, source: str, *, start=None, end=None, origin="<frame>",
-                   partition=None, row_number=None, owned: bool = False, distinct: dict | None = None) -> Validated:
+                   partition=None, row_number=None, owned: bool = False, distinct: dict | None = None,
+                   codes: dict | None = None) -> Validated:
     """Validate ``df`` as contract table ``source`` read for partition ``[start, end)``.
 
     ``origin`` names where the rows came from: one string, or one per row (when
@@ -614,6 +622,8 @@ def validate_frame(df: pd.DataFrame, source: str, *, start=None, end=None, origi
     ``df`` over (nobody else holds it), so clean rows may be returned without a copy.
     ``distinct``: per text column, values that include all of its non-null ones
     (see :func:`passes_contract`), so the text rules need not hash the column.
+    ``codes``: per text column, ``(codes, na_code)`` for the rows of ``df`` as given
+    (see :func:`passes_contract`).
     """
     model = CONTRACTS[source]
     schema = model.to_schema()
@@ -638,7 +648,7 @@ def validate_frame(df: pd.DataFrame, source: str, *, start=None, end=None, origi
     marked = [m for m in (sentinel_rejects, type_rejects, value_rejects) if not m.empty]
     premarked = pd.concat(marked, ignore_index=True) if marked else _no_failures()
     found, valid = _pandera_failures(df.drop(index=pd.Index(premarked["row_index"].unique())) if len(premarked) else df,
-                                     model, source, label, distinct)
+                                     model, source, label, distinct, None if len(premarked) else codes)
     parts = [f for f in (premarked, found) if not f.empty]
     failures = pd.concat(parts, ignore_index=True) if parts else _no_failures()
     if not failures.empty or valid is None:
@@ -670,6 +680,8 @@ class FileBatch:
     lengths: np.ndarray
     # per text column, its distinct non-null values (from the files' dictionaries); optional
     distinct: dict[str, np.ndarray] | None = None
+    # per text column, (one dictionary code per row of frame, the code of a missing value); optional
+    codes: dict[str, tuple[np.ndarray, int]] | None = None
 
     def bounds(self) -> np.ndarray:
         return np.concatenate([[0], np.cumsum(np.asarray(self.lengths, dtype=np.int64))]).astype(np.int64)
@@ -694,6 +706,7 @@ class _Kept:
     file: object = None  # the one file (Fetched-like) of these rows; None for a batch
     batch: FileBatch | None = None
     distinct: dict | None = None
+    codes: dict | None = None
 
     @classmethod
     def of_file(cls, f, frame: pd.DataFrame) -> "_Kept":
@@ -703,7 +716,7 @@ class _Kept:
     @classmethod
     def of_batch(cls, b: FileBatch, frame: pd.DataFrame) -> "_Kept":
         return cls(frame, list(b.origins), [pd.Timestamp(s) if s is not None else pd.NaT for s in b.starts],
-                   np.asarray(b.lengths, dtype=np.int64), batch=b, distinct=b.distinct)
+                   np.asarray(b.lengths, dtype=np.int64), batch=b, distinct=b.distinct, codes=b.codes)
 
     def per_file(self) -> list["_Kept"]:
         """The same rows, one entry per file (the raw file as ``file``, its prechecked rows as ``frame``)."""
@@ -845,8 +858,9 @@ def _validate_kept(kept: list[_Kept], source: str, start, end) -> Validated:
     non_empty = [k for k in kept if len(k.frame)] or [kept[0]]
     frame = pd.concat([k.frame for k in non_empty], ignore_index=True) if len(non_empty) > 1 else non_empty[0].frame
     distinct = non_empty[0].distinct if len(non_empty) == 1 else None
+    codes = non_empty[0].codes if len(non_empty) == 1 else None
     return validate_frame(frame, source, start=start, end=end, origin=origins, partition=partition, row_number=row_number,
-                          owned=True, distinct=distinct)
+                          owned=True, distinct=distinct, codes=codes)
 
 
 def _violation_reject(source: str, f, v: ContractViolation) -> dict:

@@ -224,19 +224,20 @@ def _read_run(run: list, table: str) -> list:
         arrow = pads.FileSystemDataset(frags, frags[0].physical_schema, frags[0].format, _LOCAL).to_table()
         if arrow.num_rows != int(lengths.sum()):
             raise ValueError("row count differs from the files' footers")
-        frame, distinct = _to_pandas(arrow)
+        frame, distinct, codes = _to_pandas(arrow)
     except (pa.ArrowException, OSError, ValueError):
         return [read_file(path, table, p_start, p_end) for (path, p_start, p_end), _ in run]
     return [FileBatch(frame, [str(p) for (p, _, _), _ in run], [s for (_, s, _), _ in run],
-                      [e for (_, _, e), _ in run], lengths, distinct)]
+                      [e for (_, _, e), _ in run], lengths, distinct, codes)]
 
 
 _PY_TEXT = pd.StringDtype("python")
 
 
-def _to_pandas(table: pa.Table) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+def _to_pandas(table: pa.Table) -> tuple[pd.DataFrame, dict[str, np.ndarray], dict[str, tuple[np.ndarray, int]]]:
     """What ``pd.read_parquet`` returns for the files of ``table`` (read with text columns as dictionaries), and
-    each text column's distinct non-null values (a superset: the files' dictionaries).
+    each text column's distinct non-null values (a superset: the files' dictionaries) and its dictionary codes
+    (one per row, equal exactly when the values are; with the code of a missing value).
 
     pandas converts a text column value by value into new Python strings (~90 ns each: a day of GPU telemetry
     has 8.6 M text cells); from the dictionary the distinct values are converted once and the column points at
@@ -255,21 +256,25 @@ def _to_pandas(table: pa.Table) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
             table = table.set_column(i, plain.field(i), table.column(i).cast(plain.field(i).type))
     rest = table.drop_columns(text).to_pandas() if text else table.to_pandas()
     if text and (not _default_range(rest.index) or list(rest.columns) != [n for n in names if n not in text]):
-        return table.cast(plain).to_pandas(), {}
-    distinct = {}
+        return table.cast(plain).to_pandas(), {}, {}
+    distinct, codes = {}, {}
     for name in text:
-        values, distinct[name] = _text_values(table.column(name))
+        values, distinct[name], code = _text_values(table.column(name))
+        if code is not None:
+            codes[name] = code
         rest.insert(names.index(name), name, values)
-    return rest, distinct
+    return rest, distinct, codes
 
 
 def _default_range(index: pd.Index) -> bool:
     return isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1
 
 
-def _text_values(column: pa.ChunkedArray) -> tuple[pd.arrays.StringArray, np.ndarray]:
+def _text_values(column: pa.ChunkedArray) -> tuple[pd.arrays.StringArray, np.ndarray, tuple[np.ndarray, int] | None]:
     """A text column (plain or dictionary) as pandas' ``string[python]`` array (nulls as ``pd.NA``), built
-    from its dictionary; and the dictionary's values."""
+    from its dictionary; the dictionary's values; each row's code and the code of a missing value (None
+    unless the dictionary holds each value once: only then are two rows' codes equal exactly when their
+    values are)."""
     if pa.types.is_dictionary(column.type):
         encoded = pa.Table.from_arrays([column], names=["v"]).unify_dictionaries().column(0).combine_chunks()
     else:
@@ -279,10 +284,11 @@ def _text_values(column: pa.ChunkedArray) -> tuple[pd.arrays.StringArray, np.nda
     distinct[-1] = pd.NA
     codes = encoded.indices.fill_null(len(distinct) - 1).to_numpy(zero_copy_only=False)
     values = distinct.take(codes)
-    if not all(isinstance(v, str) for v in distinct[:-1]):
-        return pd.arrays.StringArray(values), distinct[:-1]
-    # every value is a str or pd.NA, what StringArray's constructor checks one by one: wrap without the check
-    return _TEXT_PROTOTYPE._from_backing_data(values), distinct[:-1]
+    text = (pd.arrays.StringArray(values) if not all(isinstance(v, str) for v in distinct[:-1])
+            # every value is a str or pd.NA, what StringArray's constructor checks one by one: wrap without it
+            else _TEXT_PROTOTYPE._from_backing_data(values))
+    each_once = len(set(distinct[:-1])) == len(distinct) - 1
+    return text, distinct[:-1], ((codes, len(distinct) - 1) if each_once else None)
 
 
 _TEXT_PROTOTYPE = pd.arrays.StringArray(np.array([""], dtype=object))
