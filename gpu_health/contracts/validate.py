@@ -511,7 +511,7 @@ def passes_contract(df: pd.DataFrame, schema: pa.DataFrameSchema, distinct: dict
         values = s[~na] if has_na else s
         known = None
         for check in col.checks:
-            if check.groupby is not None or check.element_wise:
+            if check.groupby is not None or check.element_wise or (has_na and not check.ignore_na):
                 return False
             target = values
             if isinstance(s.dtype, pd.StringDtype) and check.name in ELEMENTWISE_BUILTINS:
