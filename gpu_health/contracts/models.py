@@ -434,3 +434,10 @@ def empty_frame(table: str) -> pd.DataFrame:
         schema = CONTRACTS[table].to_schema()
         _EMPTY_FRAMES[table] = schema.coerce_dtype(pd.DataFrame({c: pd.Series(dtype="object") for c in schema.columns}))
     return _EMPTY_FRAMES[table].copy()
+
+
+def empty_frame_dtypes(table: str) -> pd.Series:
+    """The contract's column dtypes, as :func:`empty_frame` has them (no frame built)."""
+    if table not in _EMPTY_FRAMES:
+        empty_frame(table)
+    return _EMPTY_FRAMES[table].dtypes

@@ -44,6 +44,7 @@ from gpu_health.contracts.models import (
     PARTITION_COLUMN,
     POS_INF_ALLOWED_COLUMNS,
     empty_frame,
+    empty_frame_dtypes,
     text_bound,
 )
 
@@ -774,8 +775,8 @@ def _empty_contract_frame(frame: pd.DataFrame, source: str) -> bool:
     :func:`precheck` would return it unchanged."""
     if len(frame):
         return False
-    empty = empty_frame(source)
-    return list(frame.columns) == list(empty.columns) and frame.dtypes.equals(empty.dtypes)
+    dtypes = empty_frame_dtypes(source)
+    return list(frame.columns) == list(dtypes.index) and frame.dtypes.equals(dtypes)
 
 
 def validate_files(parts, source: str, *, start=None, end=None) -> Validated:

@@ -7,6 +7,7 @@ whose name is no partition of the layout is never read: :meth:`LandingSource.str
 reports it, so it is not silently ignored.
 """
 
+import os
 import re
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
+from pandas._libs import lib
 
 from gpu_health.contracts import CONTRACTS, FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES, empty_frame
 from gpu_health.contracts.validate import FileBatch
@@ -49,6 +51,10 @@ class LandingSource:
 
     def files(self, table: str, start, end) -> list[tuple[Path, pd.Timestamp | None, pd.Timestamp | None]]:
         """(path, partition start, partition end) of every file the window needs."""
+        return [(Path(p), s, e) for p, s, e in self._files(table, start, end)]
+
+    def _files(self, table: str, start, end) -> list[tuple[str | Path, pd.Timestamp | None, pd.Timestamp | None]]:
+        """:meth:`files`, the 5-minute paths as strings (a Path costs a parse per file: 288 per source and day)."""
         if table == "maintenance_windows":
             return [(partition_path(self.root, table), None, None)]
         step = pd.Timedelta(days=1) if table in DAILY_SOURCES else FIVE_MINUTES
@@ -61,7 +67,7 @@ class LandingSource:
             day = s.normalize()
             if day not in days:
                 days[day] = f"{base}/{day:%Y-%m-%d}/"
-            out.append((Path(f"{days[day]}{s.hour:02d}{s.minute:02d}.parquet"), s, s + step))
+            out.append((f"{days[day]}{s.hour:02d}{s.minute:02d}.parquet", s, s + step))
         return out
 
     def read_files(self, table: str, start, end) -> list[Fetched]:
@@ -92,11 +98,13 @@ class LandingSource:
         with the same diagnosis), and the validator judges each file of a batch on its own partition.
         Reading file by file costs a pandas conversion per file (~3 ms each, 288 per source and day).
         """
-        entries, missing = [], []
-        for path, p_start, p_end in self.files(table, start, end):
-            if not path.exists() and table in OPTIONAL_SOURCES:
-                entries.append(Fetched(empty_frame(table), f"{path} (absent: no serving traffic)", p_start, p_end))
-            elif not path.exists():
+        entries, missing, absent = [], [], None
+        for path, p_start, p_end in self._files(table, start, end):
+            if not os.path.exists(path) and table in OPTIONAL_SOURCES:
+                # one zero-row stand-in for every absent file of the call (zero rows: nothing to change in it)
+                absent = empty_frame(table) if absent is None else absent
+                entries.append(Fetched(absent, f"{path} (absent: no serving traffic)", p_start, p_end))
+            elif not os.path.exists(path):
                 missing.append(path)
             else:
                 entries.append((path, p_start, p_end))
@@ -109,7 +117,7 @@ class LandingSource:
         fmt = _format(table)
         for e in entries + [None]:
             if isinstance(e, tuple):
-                frag = _fragment(e[0], fmt)
+                frag = _fragment(str(e[0]), fmt)
                 if frag is not None and run and not run[-1][1].physical_schema.equals(frag.physical_schema, check_metadata=True):
                     out += _read_run(run, table)
                     run = []
@@ -118,7 +126,7 @@ class LandingSource:
                     continue
                 out += _read_run(run, table)
                 run = []
-                out.append(read_file(e[0], table, e[1], e[2]))
+                out.append(read_file(Path(e[0]), table, e[1], e[2]))
                 continue
             out += _read_run(run, table)
             run = []
@@ -199,10 +207,10 @@ def _format(table: str) -> pads.ParquetFileFormat:
     return _FORMATS[table]
 
 
-def _fragment(path: Path, fmt: pads.ParquetFileFormat):
+def _fragment(path: str, fmt: pads.ParquetFileFormat):
     """The file as a pyarrow fragment with its footer read (schema, row count); None when that fails."""
     try:
-        frag = fmt.make_fragment(str(path), filesystem=_LOCAL)
+        frag = fmt.make_fragment(path, filesystem=_LOCAL)
         frag.physical_schema  # noqa: B018 -- reads the footer: a broken file fails here, and is read alone
         frag.metadata  # noqa: B018
         return frag
@@ -217,7 +225,7 @@ def _read_run(run: list, table: str) -> list:
         return []
     if len(run) == 1:
         (path, p_start, p_end), _ = run[0]
-        return [read_file(path, table, p_start, p_end)]
+        return [read_file(Path(path), table, p_start, p_end)]
     frags = [frag for _, frag in run]
     try:
         lengths = np.array([frag.metadata.num_rows for frag in frags], dtype=np.int64)
@@ -226,7 +234,7 @@ def _read_run(run: list, table: str) -> list:
             raise ValueError("row count differs from the files' footers")
         frame, distinct, codes = _to_pandas(arrow)
     except (pa.ArrowException, OSError, ValueError):
-        return [read_file(path, table, p_start, p_end) for (path, p_start, p_end), _ in run]
+        return [read_file(Path(path), table, p_start, p_end) for (path, p_start, p_end), _ in run]
     return [FileBatch(frame, [str(p) for (p, _, _), _ in run], [s for (_, s, _), _ in run],
                       [e for (_, _, e), _ in run], lengths, distinct, codes)]
 
@@ -284,7 +292,7 @@ def _text_values(column: pa.ChunkedArray) -> tuple[pd.arrays.StringArray, np.nda
     distinct[-1] = pd.NA
     codes = encoded.indices.fill_null(len(distinct) - 1).to_numpy(zero_copy_only=False)
     values = distinct.take(codes)
-    text = (pd.arrays.StringArray(values) if not all(isinstance(v, str) for v in distinct[:-1])
+    text = (pd.arrays.StringArray(values) if not lib.is_string_array(distinct[:-1], skipna=False)
             # every value is a str or pd.NA, what StringArray's constructor checks one by one: wrap without it
             else _TEXT_PROTOTYPE._from_backing_data(values))
     each_once = len(set(distinct[:-1])) == len(distinct) - 1
