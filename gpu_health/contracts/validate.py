@@ -30,10 +30,12 @@ reading, and not a reason to reject the row either.
 
 import json
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pandera.pandas as pa
+from pandas._libs import lib
 from pandera.errors import SchemaError, SchemaErrors
 
 from gpu_health.contracts.models import (
@@ -42,6 +44,7 @@ from gpu_health.contracts.models import (
     PARTITION_COLUMN,
     POS_INF_ALLOWED_COLUMNS,
     empty_frame,
+    empty_frame_dtypes,
     text_bound,
 )
 
@@ -103,8 +106,37 @@ class Validated:
                 .sort_values(ascending=False).to_dict())
 
 
+class PerFile:
+    """One value per row (a row's file path, or its file's partition) stored once per file: row ``i``'s value
+    is ``values[codes[i]]``. What :func:`validate_frame` takes as per-row ``origin`` / ``partition`` when
+    files were concatenated: a day of GPU telemetry has 1.7 M rows but 288 files."""
+
+    def __init__(self, values, codes: np.ndarray):
+        self.values = np.empty(len(values), dtype=object)
+        self.values[:] = list(values)
+        self.codes = np.asarray(codes, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, rows) -> np.ndarray:
+        return self.values[self.codes[rows]]
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = self.values[self.codes]
+        return out if dtype is None else out.astype(dtype)
+
+    def distinct(self) -> np.ndarray:
+        """``pd.unique`` of the per-row values (first-seen order)."""
+        return pd.unique(self.values[pd.unique(self.codes)])
+
+
+def _distinct_origins(origins) -> np.ndarray:
+    return origins.distinct() if isinstance(origins, PerFile) else pd.unique(origins)
+
+
 def _label(origins) -> str:
-    uniq = pd.unique(origins) if len(origins) else np.array(["<empty>"])
+    uniq = _distinct_origins(origins) if len(origins) else np.array(["<empty>"])
     return str(uniq[0]) if len(uniq) == 1 else f"{uniq[0]} (+{len(uniq) - 1} more files)"
 
 
@@ -197,6 +229,16 @@ def _check_window(df: pd.DataFrame, source: str, origin: str, start, end) -> Non
         )
 
 
+def _as_float(s: pd.Series) -> np.ndarray:
+    """``pd.to_numeric(s, errors="coerce")`` as float64 (missing and non-numbers NaN), without the round trip
+    through pandas when the column already holds numbers. An integer converts exactly up to 2**53; above
+    that it rounds to a neighbour, which leaves every comparison with the DCGM blanks (2**47 and up) and
+    with +-inf unchanged."""
+    if pd.api.types.is_float_dtype(s.dtype) or (pd.api.types.is_integer_dtype(s.dtype)):
+        return s.to_numpy(dtype="float64", na_value=np.nan)
+    return pd.to_numeric(s, errors="coerce").astype("float64").to_numpy()
+
+
 def _null_sentinels(df: pd.DataFrame, source: str) -> tuple[pd.DataFrame, int, pd.DataFrame]:
     """Optional DCGM fields: sentinel -> null. Required ones: mark for rejection."""
     schema = CONTRACTS[source].to_schema()
@@ -205,9 +247,10 @@ def _null_sentinels(df: pd.DataFrame, source: str) -> tuple[pd.DataFrame, int, p
     for col in _DCGM_NUMERIC.get(source, []):
         # int64 sentinels (>= 0x7ffffffffffffff0) are far above the FP64 blank (2**47),
         # so one numeric comparison catches both.
-        values = pd.to_numeric(df[col], errors="coerce")
+        values = _as_float(df[col])
         # +inf is no DCGM blank (those are finite codes): it is left for _check_values to reject
-        mask = ((values >= DCGM_FP64_SENTINEL) & np.isfinite(values.astype("float64"))).fillna(False).astype(bool)
+        with np.errstate(invalid="ignore"):
+            mask = pd.Series((values >= DCGM_FP64_SENTINEL) & np.isfinite(values), index=df.index)
         if not mask.any():
             continue
         if schema.columns[col].nullable:
@@ -253,8 +296,10 @@ def _coercion(s: pd.Series, col) -> tuple[pd.Series, pd.Series, str, bool, bool]
         already = pd.api.types.is_numeric_dtype(s.dtype) and not pd.api.types.is_bool_dtype(s.dtype)
     else:
         return None
+    if already:
+        return None
     nonnull = s.dropna()
-    if already or nonnull.empty:
+    if nonnull.empty:
         return None
     if boolean:
         return nonnull, nonnull.map(_as_bool).notna(), "not a boolean", True, False
@@ -319,7 +364,7 @@ def _check_types(df: pd.DataFrame, schema: pa.DataFrameSchema, source: str, orig
     return df, marked
 
 
-def _check_values(df: pd.DataFrame, schema: pa.DataFrameSchema) -> pd.DataFrame:
+def _check_values(df: pd.DataFrame, schema: pa.DataFrameSchema, distinct: dict | None = None) -> pd.DataFrame:
     """Rows with a value no collector can read (contracts.models.SourceModel): ``+-inf`` in a float
     column, text longer than :func:`~gpu_health.contracts.models.text_bound`, or a NUL character
     (PostgreSQL text cannot hold one, so SQLite and PostgreSQL would disagree on the row).
@@ -330,7 +375,7 @@ def _check_values(df: pd.DataFrame, schema: pa.DataFrameSchema) -> pd.DataFrame:
     for name, col in schema.columns.items():
         s = df[name]
         if pd.api.types.is_float_dtype(s.dtype) or (s.dtype == object and _is_float_column(col)):
-            values = pd.to_numeric(s, errors="coerce").astype("float64").to_numpy()
+            values = _as_float(s)
             inf = np.isneginf(values) if name in POS_INF_ALLOWED_COLUMNS else np.isinf(values)
             if inf.any():
                 rows = s.index[inf]
@@ -338,14 +383,15 @@ def _check_values(df: pd.DataFrame, schema: pa.DataFrameSchema) -> pd.DataFrame:
                                            "value": [repr(float(v)) for v in values[inf]],
                                            "reason": f"{name} is infinite (a finite number is required)"}))
         elif isinstance(col.dtype.type, pd.StringDtype) and len(s):
-            marks += _text_faults(s, name)
+            marks += _text_faults(s, name, (distinct or {}).get(name))
     return pd.concat(marks, ignore_index=True) if marks else _no_failures()
 
 
-def _text_faults(s: pd.Series, name: str) -> list[pd.DataFrame]:
+def _text_faults(s: pd.Series, name: str, distinct: np.ndarray | None = None) -> list[pd.DataFrame]:
     """Rows of text column ``name`` over :func:`text_bound`, or holding a NUL character."""
     bound = text_bound(name)
-    uniq = pd.unique(s.dropna().astype(str))
+    # distinct values first: identifiers repeat, and str() of a contract text value is the value itself
+    uniq = distinct if distinct is not None else _distinct_text(s)
     long = [u for u in uniq if len(u) > bound]
     nul = [u for u in uniq if "\x00" in u]
     marks = []
@@ -398,10 +444,105 @@ def _reason(check: str, column: str | None) -> str:
     return f"{check} failed" + (f" on {column}" if column else "")
 
 
-def _pandera_failures(df: pd.DataFrame, model, source: str, origin: str) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+# pandera's built-in column checks that judge each value alone (so they hold for a column exactly when they
+# hold for each of its distinct values): a text column is judged on its distinct values, which repeat
+ELEMENTWISE_BUILTINS = frozenset({
+    "equal_to", "not_equal_to", "greater_than", "greater_than_or_equal_to", "less_than", "less_than_or_equal_to",
+    "in_range", "isin", "notin", "str_matches", "str_contains", "str_startswith", "str_endswith", "str_length",
+})
+
+
+def _na_mask(s: pd.Series) -> np.ndarray:
+    """``s.isna()`` as an array; a text column with no missing value is recognised in one C pass (pandas'
+    own isna on text costs a Python-object check per value)."""
+    if isinstance(s.dtype, pd.StringDtype) and s.dtype.storage == "python":
+        values = s.array._ndarray
+        if lib.is_string_array(values, skipna=False):
+            return np.zeros(len(s), dtype=bool)
+    return s.isna().to_numpy(dtype=bool)
+
+
+def _distinct_text(s: pd.Series) -> np.ndarray:
+    """The distinct non-null values of a text column, as ``str`` (what the text rules judge)."""
+    if isinstance(s.dtype, pd.StringDtype) and s.dtype.storage == "python":
+        uniq = np.asarray(s.unique().to_numpy(dtype=object, na_value=None), dtype=object)
+        return uniq[pd.notna(uniq)] if any(u is None for u in uniq) else uniq
+    return pd.unique(s.dropna().astype(str))
+
+
+def passes_contract(df: pd.DataFrame, schema: pa.DataFrameSchema, distinct: dict | None = None,
+                    codes: dict | None = None) -> bool:
+    """True only when ``schema.validate(df, lazy=True)`` would pass and return ``df``'s values unchanged.
+
+    The rules are the pandera schema's own -- its columns, dtypes, nullability, uniqueness and checks, each
+    check run through pandera (column checks on the non-null values, as pandera runs them; a text column's
+    element-wise built-ins on its distinct values; dataframe checks' functions on the frame) -- without
+    pandera's per-check bookkeeping (copies, failure-case tables, a null scan per check), which costs more
+    than the checks on a large clean frame. Anything this does not judge exactly (a dtype that coercion
+    would change, a grouped or element-wise custom check, a schema option it does not model) answers
+    False, and the caller runs pandera itself: a False is never a verdict, only "ask pandera".
+
+    ``distinct`` (optional) maps a text column to values that include all of its non-null ones (e.g. a
+    Parquet column's dictionary): a superset is enough, since a check that holds for every value of a
+    superset holds for the column (and a value absent from the column only ever sends it to pandera).
+    ``codes`` (optional) maps a text column to ``(codes, na_code)``: one integer per row of ``df``, equal
+    exactly when the values are (a dictionary encoding), ``na_code`` for a missing value; missing values
+    and duplicate keys are then found on integers.
+    """
+    codes = {k: v for k, v in (codes or {}).items() if len(v[0]) == len(df)}
+    if (schema.index is not None or schema.ordered or not schema.strict or schema.add_missing_columns
+            or schema.drop_invalid_rows or getattr(schema, "parsers", None) or schema.unique_column_names):
+        return False
+    if list(df.columns) != list(schema.columns) or df.columns.has_duplicates:
+        return False
+    for name, col in schema.columns.items():
+        s = df[name]
+        # the same dtype, and not object (whose coercion, e.g. pandera's Date, rewrites values): coercion is a no-op
+        if (col.regex or not col.required or getattr(col, "parsers", None) or col.dtype.type != s.dtype
+                or s.dtype == object):
+            return False
+        na = (codes[name][0] == codes[name][1]) if name in codes else _na_mask(s)
+        has_na = bool(na.any())
+        if has_na and not col.nullable:
+            return False
+        if col.unique and (pd.Series(codes[name][0]) if name in codes else s).duplicated().any():
+            return False
+        if not col.checks:
+            continue
+        values = s[~na] if has_na else s
+        known = None
+        for check in col.checks:
+            if check.groupby is not None or check.element_wise or (has_na and not check.ignore_na):
+                return False
+            target = values
+            if isinstance(s.dtype, pd.StringDtype) and check.name in ELEMENTWISE_BUILTINS:
+                if known is None:
+                    hint = (distinct or {}).get(name)
+                    known = pd.Series(hint if hint is not None else _distinct_text(values), dtype=s.dtype)
+                target = known
+            if not bool(check(target).check_passed):
+                return False
+    if schema.unique:
+        key = pd.DataFrame({k: codes[k][0] if k in codes else df[k].array for k in schema.unique})
+        if key.duplicated().any():
+            return False
+    for check in schema.checks:
+        if check.groupby is not None or check.element_wise:
+            return False
+        out = check._check_fn(df, **check._check_kwargs)
+        if isinstance(out, pd.DataFrame) or not bool(out.all() if hasattr(out, "all") else out):
+            return False
+    return True
+
+
+def _pandera_failures(df: pd.DataFrame, model, source: str, origin: str, distinct: dict | None = None,
+                      codes: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """Row-level failure cases of a lazy validation (first row of a duplicate kept),
-    and the validated frame when nothing failed (so a clean frame is validated once)."""
+    and the validated frame when nothing failed (so a clean frame is validated once).
+    A frame :func:`passes_contract` clears is returned as validated without pandera's own pass."""
     schema = model.to_schema()
+    if passes_contract(df, schema, distinct, codes):
+        return _no_failures(), df
     try:
         return _no_failures(), model.validate(df, lazy=True)
     except SchemaErrors as errs:
@@ -463,8 +604,14 @@ def precheck(df: pd.DataFrame, source: str, *, start=None, end=None, origin: str
     return df, extra
 
 
+def _default_index(df: pd.DataFrame) -> bool:
+    idx = df.index
+    return isinstance(idx, pd.RangeIndex) and idx.start == 0 and idx.step == 1
+
+
 def validate_frame(df: pd.DataFrame, source: str, *, start=None, end=None, origin="<frame>",
-                   partition=None, row_number=None) -> Validated:
+                   partition=None, row_number=None, owned: bool = False, distinct: dict | None = None,
+                   codes: dict | None = None) -> Validated:
     """Validate ``df`` as contract table ``source`` read for partition ``[start, end)``.
 
     ``origin`` names where the rows came from: one string, or one per row (when
@@ -472,17 +619,24 @@ def validate_frame(df: pd.DataFrame, source: str, *, start=None, end=None, origi
     key each reject by the partition of its file and its row within that file;
     without them a reject is filed under ``start`` with its position in ``df``.
     Returns the coerced good rows and the rejects; raises
-    :class:`ContractViolation` on a table-level break.
+    :class:`ContractViolation` on a table-level break. ``owned``: the caller hands
+    ``df`` over (nobody else holds it), so clean rows may be returned without a copy.
+    ``distinct``: per text column, values that include all of its non-null ones
+    (see :func:`passes_contract`), so the text rules need not hash the column.
+    ``codes``: per text column, ``(codes, na_code)`` for the rows of ``df`` as given
+    (see :func:`passes_contract`).
     """
     model = CONTRACTS[source]
     schema = model.to_schema()
-    df = df.reset_index(drop=True).copy()
+    # a shallow copy: every step below replaces whole columns, never writes into the caller's arrays
+    df = df.reset_index(drop=True) if not _default_index(df) else df.copy(deep=False)
     per_row = not isinstance(origin, str)
-    origins = np.asarray(origin, dtype=object) if per_row else None
+    origins = (origin if isinstance(origin, PerFile) else np.asarray(origin, dtype=object)) if per_row else None
     label = _label(origins) if per_row else origin
     extra = _check_columns(df, schema, source, label)
-    dropped = {c: sorted({str(o) for o in pd.unique(origins)}) if per_row else [label] for c in extra}
-    df = df[list(schema.columns)]
+    dropped = {c: sorted({str(o) for o in _distinct_origins(origins)}) if per_row else [label] for c in extra}
+    if list(df.columns) != list(schema.columns):
+        df = df[list(schema.columns)]
     df = _normalise_timestamps(df, _timestamp_columns(schema), source, label)
     start = pd.Timestamp(start) if start is not None else None
     end = pd.Timestamp(end) if end is not None else None
@@ -490,21 +644,139 @@ def validate_frame(df: pd.DataFrame, source: str, *, start=None, end=None, origi
     origin = origins if per_row else origin
     df, nulled, sentinel_rejects = _null_sentinels(df, source)
     df, type_rejects = _check_types(df, schema, source, label)
-    value_rejects = _check_values(df, schema)
+    value_rejects = _check_values(df, schema, distinct)
     # rows already condemned stay out of pandera: their values would break its coercion
     marked = [m for m in (sentinel_rejects, type_rejects, value_rejects) if not m.empty]
     premarked = pd.concat(marked, ignore_index=True) if marked else _no_failures()
-    found, valid = _pandera_failures(df.drop(index=pd.Index(premarked["row_index"].unique())), model, source, label)
+    found, valid = _pandera_failures(df.drop(index=pd.Index(premarked["row_index"].unique())) if len(premarked) else df,
+                                     model, source, label, distinct, None if len(premarked) else codes)
     parts = [f for f in (premarked, found) if not f.empty]
     failures = pd.concat(parts, ignore_index=True) if parts else _no_failures()
     if not failures.empty or valid is None:
         good = df.drop(index=pd.Index(failures["row_index"].unique()))
         try:
-            valid = model.validate(good, lazy=True)
+            valid = good if passes_contract(good, schema, distinct) else model.validate(good, lazy=True)
         except (SchemaError, SchemaErrors) as err:  # a rule that only breaks once rows are gone
             raise ContractViolation(source, label, None, f"remaining rows still break the contract: {err}") from err
     rejects = _rejects_frame(df, failures, source, origin, start, partition, row_number)
-    return Validated(valid=valid.reset_index(drop=True), rejects=rejects, sentinels_nulled=nulled, dropped_columns=dropped)
+    if valid is df and not owned:
+        valid = valid.copy()  # the caller's arrays stay the caller's
+    valid = valid if _default_index(valid) else valid.reset_index(drop=True)
+    return Validated(valid=valid, rejects=rejects, sentinels_nulled=nulled, dropped_columns=dropped)
+
+
+@dataclass
+class FileBatch:
+    """Consecutive files of one table with one physical schema, read as one frame (what a file source
+    returns for speed; :func:`validate_files` judges each file of it exactly as if it had come alone).
+
+    ``frame`` holds the files' rows in file order, ``lengths[i]`` of them from file ``i`` (named
+    ``origins[i]``, holding the partition ``[starts[i], ends[i])``).
+    """
+
+    frame: pd.DataFrame
+    origins: list[str]
+    starts: list
+    ends: list
+    lengths: np.ndarray
+    # per text column, its distinct non-null values (from the files' dictionaries); optional
+    distinct: dict[str, np.ndarray] | None = None
+    # per text column, (one dictionary code per row of frame, the code of a missing value); optional
+    codes: dict[str, tuple[np.ndarray, int]] | None = None
+
+    def bounds(self) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(np.asarray(self.lengths, dtype=np.int64))]).astype(np.int64)
+
+    def files(self, frame: pd.DataFrame | None = None) -> list[SimpleNamespace]:
+        """One Fetched-like part per file, its rows (of ``frame``, default the batch's) as its own frame."""
+        frame = self.frame if frame is None else frame
+        bounds = self.bounds()
+        return [SimpleNamespace(frame=frame.iloc[bounds[i]:bounds[i + 1]].reset_index(drop=True), origin=o,
+                                start=self.starts[i], end=self.ends[i], unreadable=None, ignored=None)
+                for i, o in enumerate(self.origins)]
+
+
+@dataclass
+class _Kept:
+    """Rows that passed their files' table-level checks: their files (path, partition, rows of each, in order)."""
+
+    frame: pd.DataFrame
+    origins: list
+    partitions: list
+    lengths: np.ndarray
+    file: object = None  # the one file (Fetched-like) of these rows; None for a batch
+    batch: FileBatch | None = None
+    distinct: dict | None = None
+    codes: dict | None = None
+
+    @classmethod
+    def of_file(cls, f, frame: pd.DataFrame) -> "_Kept":
+        return cls(frame, [f.origin], [pd.Timestamp(f.start) if f.start is not None else pd.NaT],
+                   np.array([len(frame)], dtype=np.int64), file=f)
+
+    @classmethod
+    def of_batch(cls, b: FileBatch, frame: pd.DataFrame) -> "_Kept":
+        return cls(frame, list(b.origins), [pd.Timestamp(s) if s is not None else pd.NaT for s in b.starts],
+                   np.asarray(b.lengths, dtype=np.int64), batch=b, distinct=b.distinct, codes=b.codes)
+
+    def per_file(self) -> list["_Kept"]:
+        """The same rows, one entry per file (the raw file as ``file``, its prechecked rows as ``frame``)."""
+        if self.batch is None:
+            return [self]
+        return [_Kept.of_file(raw, checked.frame)
+                for raw, checked in zip(self.batch.files(), self.batch.files(self.frame))]
+
+
+def _precheck_batch(b: FileBatch, source: str, schema: pa.DataFrameSchema) -> tuple[pd.DataFrame, list[str]] | None:
+    """:func:`precheck` of every file of ``b`` at once, when each would pass it; None when any might not (then
+    the files are prechecked one by one, so a failing file is named and quarantined alone).
+
+    Every check of :func:`precheck` depends on the file's dtypes (one schema: the same for all files of the
+    batch) or on each row alone against its own file's partition, so judged on the concatenation it holds for
+    every file exactly when it holds for each."""
+    df = b.frame
+    expected = list(schema.columns)
+    if any(c not in df.columns for c in expected) or any(s is None for s in b.starts) or source == "cost_capacity":
+        return None
+    extra = [c for c in df.columns if c not in expected]
+    df = df if list(df.columns) == expected else df[expected]
+    df = df.reset_index(drop=True) if not isinstance(df.index, pd.RangeIndex) or df.index.start != 0 else df
+    for col in _timestamp_columns(schema):
+        if not isinstance(df[col].dtype, pd.DatetimeTZDtype):
+            return None
+    col = PARTITION_COLUMN.get(source)
+    if col is not None and len(df):
+        s = df[col]
+        if s.dtype != _UTC_NS:
+            s = s.dt.tz_convert("UTC")
+            if s.dtype != _UTC_NS:
+                return None
+        lengths = np.asarray(b.lengths, dtype=np.int64)
+        lo = np.repeat(np.array([pd.Timestamp(x).value for x in b.starts], dtype=np.int64), lengths)
+        hi = np.repeat(np.array([pd.Timestamp(x).value for x in b.ends], dtype=np.int64), lengths)
+        v = s.to_numpy(dtype="datetime64[ns]").view(np.int64)
+        present = ~s.isna().to_numpy()
+        if (present & ((v < lo) | (v >= hi))).any():
+            return None
+    for name, c in schema.columns.items():
+        if _coercion(df[name], c) is not None:
+            return None
+    if df is b.frame:
+        df = df.copy(deep=False)
+    df = _normalise_timestamps(df, _timestamp_columns(schema), source, b.origins[0] if b.origins else "<batch>")
+    return df, extra
+
+
+_UTC_NS = pd.DatetimeTZDtype("ns", "UTC")
+
+
+def _empty_contract_frame(frame: pd.DataFrame, source: str) -> bool:
+    """A zero-row frame of exactly the contract's columns and dtypes (an absent optional file's stand-in):
+    :func:`precheck` would return it unchanged."""
+    if len(frame):
+        return False
+    dtypes = empty_frame_dtypes(source)
+    return list(frame.columns) == list(dtypes.index) and frame.dtypes.equals(dtypes)
 
 
 def validate_files(parts, source: str, *, start=None, end=None) -> Validated:
@@ -512,38 +784,56 @@ def validate_files(parts, source: str, *, start=None, end=None) -> Validated:
 
     ``parts`` are :class:`~gpu_health.sources.base.Fetched`, one per file, each with
     the partition ``[start, end)`` it must hold (and ``unreadable`` set when it could
-    not be parsed). A file that is unreadable, lacks a column, has a column of
+    not be parsed), or :class:`FileBatch` (several files read as one frame: judged as
+    if they came one by one). A file that is unreadable, lacks a column, has a column of
     the wrong type, naive timestamps or rows outside its partition is quarantined
     whole (one :data:`WHOLE_FILE` reject naming the file and why; none of its rows
-    land). The others are validated together in one pandera pass (so a duplicate
+    land). The others are validated together in one pass (so a duplicate
     key across files is still seen); if that pass finds a table-level break only
     the concatenation shows, the files are judged one by one and the culprits
     quarantined. Extra columns are dropped and reported per file.
     """
+    schema = CONTRACTS[source].to_schema()
     quarantined, kept, dropped = [], [], {}
-    for f in parts:
-        if getattr(f, "ignored", None):
-            quarantined.append(_file_reject(source, f, "stray_file", None, f.ignored, None))
-            continue
-        if getattr(f, "unreadable", None):
-            quarantined.append(_file_reject(source, f, "unreadable_file", None, f.unreadable, None))
-            continue
-        try:
-            frame, extra = precheck(f.frame, source, start=f.start, end=f.end, origin=f.origin)
-        except ContractViolation as v:
-            quarantined.append(_violation_reject(source, f, v))
-            continue
-        for c in extra:
-            dropped.setdefault(c, []).append(f.origin)
-        kept.append((f, frame))
+    for item in parts:
+        if isinstance(item, FileBatch):
+            fast = _precheck_batch(item, source, schema)
+            if fast is not None:
+                frame, extra = fast
+                for c in extra:
+                    dropped.setdefault(c, []).extend(item.origins)
+                kept.append(_Kept.of_batch(item, frame))
+                continue
+            files = item.files()
+        else:
+            files = [item]
+        for f in files:
+            if getattr(f, "ignored", None):
+                quarantined.append(_file_reject(source, f, "stray_file", None, f.ignored, None))
+                continue
+            if getattr(f, "unreadable", None):
+                quarantined.append(_file_reject(source, f, "unreadable_file", None, f.unreadable, None))
+                continue
+            if _empty_contract_frame(f.frame, source):
+                kept.append(_Kept.of_file(f, f.frame))
+                continue
+            try:
+                frame, extra = precheck(f.frame, source, start=f.start, end=f.end, origin=f.origin)
+            except ContractViolation as v:
+                quarantined.append(_violation_reject(source, f, v))
+                continue
+            for c in extra:
+                dropped.setdefault(c, []).append(f.origin)
+            kept.append(_Kept.of_file(f, frame))
     try:
         result = _validate_kept(kept, source, start, end)
     except ContractViolation:
         alone = []
-        for f, frame in kept:
+        for k in [one for k in kept for one in k.per_file()]:
+            f = k.file
             try:
-                _validate_kept([(f, frame)], source, f.start, f.end)
-                alone.append((f, frame))
+                _validate_kept([k], source, f.start, f.end)
+                alone.append(k)
             except ContractViolation as v:
                 quarantined.append(_violation_reject(source, f, v))
         result = _validate_kept(alone, source, start, end)
@@ -556,16 +846,22 @@ def validate_files(parts, source: str, *, start=None, end=None) -> Validated:
     return Validated(valid=result.valid, rejects=rejects, sentinels_nulled=result.sentinels_nulled, dropped_columns=dropped)
 
 
-def _validate_kept(kept, source: str, start, end) -> Validated:
-    """One pandera pass over the files that passed their precheck, rejects keyed by file partition and row."""
+def _validate_kept(kept: list[_Kept], source: str, start, end) -> Validated:
+    """One validation pass over the files that passed their precheck, rejects keyed by file partition and row."""
     if not kept:
         return Validated(valid=empty_frame(source), rejects=empty_rejects())
-    origins = np.concatenate([np.full(len(fr), f.origin, dtype=object) for f, fr in kept])
-    partition = np.concatenate([np.full(len(fr), pd.Timestamp(f.start) if f.start is not None else pd.NaT, dtype=object) for f, fr in kept])
-    row_number = np.concatenate([np.arange(len(fr), dtype=np.int64) for _, fr in kept])
-    non_empty = [fr for _, fr in kept if len(fr)] or [kept[0][1]]
-    frame = pd.concat(non_empty, ignore_index=True) if len(non_empty) > 1 else non_empty[0]
-    return validate_frame(frame, source, start=start, end=end, origin=origins, partition=partition, row_number=row_number)
+    lengths = np.concatenate([k.lengths for k in kept])
+    codes = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    origins = PerFile([o for k in kept for o in k.origins], codes)
+    partition = PerFile([p for k in kept for p in k.partitions], codes)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    row_number = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(offsets, lengths)
+    non_empty = [k for k in kept if len(k.frame)] or [kept[0]]
+    frame = pd.concat([k.frame for k in non_empty], ignore_index=True) if len(non_empty) > 1 else non_empty[0].frame
+    distinct = non_empty[0].distinct if len(non_empty) == 1 else None
+    codes = non_empty[0].codes if len(non_empty) == 1 else None
+    return validate_frame(frame, source, start=start, end=end, origin=origins, partition=partition, row_number=row_number,
+                          owned=True, distinct=distinct, codes=codes)
 
 
 def _violation_reject(source: str, f, v: ContractViolation) -> dict:
@@ -601,7 +897,8 @@ def _rejects_frame(df: pd.DataFrame, failures: pd.DataFrame, source: str, origin
     rows = failures["row_index"].to_numpy(dtype=np.int64)
     out = pd.DataFrame({
         "source": source,
-        "partition_start": (pd.to_datetime(pd.Series(np.asarray(partition, dtype=object)[rows]), utc=True).values
+        "partition_start": (pd.to_datetime(pd.Series(partition[rows] if isinstance(partition, PerFile)
+                                                     else np.asarray(partition, dtype=object)[rows]), utc=True).values
                             if partition is not None else (pd.Timestamp(start) if start is not None else pd.NaT)),
         "origin": origin[rows] if not isinstance(origin, str) else origin,
         "row_index": np.asarray(row_number, dtype=np.int64)[rows] if row_number is not None else rows,

@@ -7,13 +7,20 @@ whose name is no partition of the layout is never read: :meth:`LandingSource.str
 reports it, so it is not silently ignored.
 """
 
+import os
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import pyarrow.fs as pafs
+from pandas._libs import lib
 
-from gpu_health.contracts import FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES, empty_frame
+from gpu_health.contracts import CONTRACTS, FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES, empty_frame
+from gpu_health.contracts.validate import FileBatch
 from gpu_health.landing import DAILY_SOURCES, file_version, partition_path
 from gpu_health.sources.base import DataNotReady, Fetched
 
@@ -44,10 +51,24 @@ class LandingSource:
 
     def files(self, table: str, start, end) -> list[tuple[Path, pd.Timestamp | None, pd.Timestamp | None]]:
         """(path, partition start, partition end) of every file the window needs."""
+        return [(Path(p), s, e) for p, s, e in self._files(table, start, end)]
+
+    def _files(self, table: str, start, end) -> list[tuple[str | Path, pd.Timestamp | None, pd.Timestamp | None]]:
+        """:meth:`files`, the 5-minute paths as strings (a Path costs a parse per file: 288 per source and day)."""
         if table == "maintenance_windows":
             return [(partition_path(self.root, table), None, None)]
         step = pd.Timedelta(days=1) if table in DAILY_SOURCES else FIVE_MINUTES
-        return [(partition_path(self.root, table, s), s, s + step) for s in partition_starts(table, start, end)]
+        starts = partition_starts(table, start, end)
+        if table in DAILY_SOURCES or not starts or any(str(getattr(s, "tz", None)) != "UTC" for s in (starts[0], starts[-1])):
+            return [(partition_path(self.root, table, s), s, s + step) for s in starts]
+        # partition_path's layout, formatted once per day (a day of 5-minute partitions is 288 paths per source)
+        base, days, out = f"{self.root}/{table}", {}, []
+        for s in starts:
+            day = s.normalize()
+            if day not in days:
+                days[day] = f"{base}/{day:%Y-%m-%d}/"
+            out.append((f"{days[day]}{s.hour:02d}{s.minute:02d}.parquet", s, s + step))
+        return out
 
     def read_files(self, table: str, start, end) -> list[Fetched]:
         """One Fetched per file, with the partition it must hold, so a violation names its file."""
@@ -66,6 +87,51 @@ class LandingSource:
                 return [Fetched(empty_frame(table), f"{missing[0]} (absent: no planned maintenance)")]
             shown = ", ".join(str(p) for p in missing[:3])
             raise DataNotReady(f"{table}: {len(missing)} landing file(s) not arrived yet: {shown}")
+        return out
+
+    def read_batches(self, table: str, start, end) -> list:
+        """:meth:`read_files`, faster: each run of consecutive files with one physical schema (every file of a
+        healthy window) is read in one pyarrow call as a :class:`~gpu_health.contracts.validate.FileBatch`.
+
+        The per-file meaning is kept: a file whose footer cannot be read, or whose schema differs from its
+        neighbours', breaks the run and is read alone by :func:`read_file` (so an unreadable file is named
+        with the same diagnosis), and the validator judges each file of a batch on its own partition.
+        Reading file by file costs a pandas conversion per file (~3 ms each, 288 per source and day).
+        """
+        entries, missing, absent = [], [], None
+        for path, p_start, p_end in self._files(table, start, end):
+            if not os.path.exists(path) and table in OPTIONAL_SOURCES:
+                # one zero-row stand-in for every absent file of the call (zero rows: nothing to change in it)
+                absent = empty_frame(table) if absent is None else absent
+                entries.append(Fetched(absent, f"{path} (absent: no serving traffic)", p_start, p_end))
+            elif not os.path.exists(path):
+                missing.append(path)
+            else:
+                entries.append((path, p_start, p_end))
+        if missing:
+            if table == "maintenance_windows":
+                return [Fetched(empty_frame(table), f"{missing[0]} (absent: no planned maintenance)")]
+            shown = ", ".join(str(p) for p in missing[:3])
+            raise DataNotReady(f"{table}: {len(missing)} landing file(s) not arrived yet: {shown}")
+        out, run = [], []
+        fmt = _format(table)
+        for e in entries + [None]:
+            if isinstance(e, tuple):
+                frag = _fragment(str(e[0]), fmt)
+                if frag is not None and run and not run[-1][1].physical_schema.equals(frag.physical_schema, check_metadata=True):
+                    out += _read_run(run, table)
+                    run = []
+                if frag is not None:
+                    run.append((e, frag))
+                    continue
+                out += _read_run(run, table)
+                run = []
+                out.append(read_file(Path(e[0]), table, e[1], e[2]))
+                continue
+            out += _read_run(run, table)
+            run = []
+            if e is not None:
+                out.append(e)
         return out
 
     def read(self, table: str, start, end) -> Fetched:
@@ -126,6 +192,114 @@ def read_file(path: Path, table: str, start, end) -> Fetched:
         return Fetched(pd.read_parquet(path), str(path), start, end)
     except (pa.ArrowException, OSError, ValueError) as err:
         return Fetched(empty_frame(table), str(path), start, end, unreadable=f"{path}: {_diagnose(path, err)}")
+
+
+_LOCAL = pafs.LocalFileSystem()
+_FORMATS: dict[str, pads.ParquetFileFormat] = {}
+
+
+def _format(table: str) -> pads.ParquetFileFormat:
+    """Parquet reading for ``table``: its text columns read as dictionaries (the distinct values once, then
+    codes: Parquet stores them so), turned back into the same plain values by :func:`_to_pandas`."""
+    if table not in _FORMATS:
+        text = [n for n, c in CONTRACTS[table].to_schema().columns.items() if isinstance(c.dtype.type, pd.StringDtype)]
+        _FORMATS[table] = pads.ParquetFileFormat(read_options=pads.ParquetReadOptions(dictionary_columns=text))
+    return _FORMATS[table]
+
+
+def _fragment(path: str, fmt: pads.ParquetFileFormat):
+    """The file as a pyarrow fragment with its footer read (schema, row count); None when that fails."""
+    try:
+        frag = fmt.make_fragment(path, filesystem=_LOCAL)
+        frag.physical_schema  # noqa: B018 -- reads the footer: a broken file fails here, and is read alone
+        frag.metadata  # noqa: B018
+        return frag
+    except (pa.ArrowException, OSError, ValueError):
+        return None
+
+
+def _read_run(run: list, table: str) -> list:
+    """A run of files with one physical schema: one FileBatch (one file alone: :func:`read_file`). Any error
+    reading the run falls back to reading its files one by one, so each is judged (and diagnosed) alone."""
+    if not run:
+        return []
+    if len(run) == 1:
+        (path, p_start, p_end), _ = run[0]
+        return [read_file(Path(path), table, p_start, p_end)]
+    frags = [frag for _, frag in run]
+    try:
+        lengths = np.array([frag.metadata.num_rows for frag in frags], dtype=np.int64)
+        arrow = pads.FileSystemDataset(frags, frags[0].physical_schema, frags[0].format, _LOCAL).to_table()
+        if arrow.num_rows != int(lengths.sum()):
+            raise ValueError("row count differs from the files' footers")
+        frame, distinct, codes = _to_pandas(arrow)
+    except (pa.ArrowException, OSError, ValueError):
+        return [read_file(Path(path), table, p_start, p_end) for (path, p_start, p_end), _ in run]
+    return [FileBatch(frame, [str(p) for (p, _, _), _ in run], [s for (_, s, _), _ in run],
+                      [e for (_, _, e), _ in run], lengths, distinct, codes)]
+
+
+_PY_TEXT = pd.StringDtype("python")
+
+
+def _to_pandas(table: pa.Table) -> tuple[pd.DataFrame, dict[str, np.ndarray], dict[str, tuple[np.ndarray, int]]]:
+    """What ``pd.read_parquet`` returns for the files of ``table`` (read with text columns as dictionaries), and
+    each text column's distinct non-null values (a superset: the files' dictionaries) and its dictionary codes
+    (one per row, equal exactly when the values are; with the code of a missing value).
+
+    pandas converts a text column value by value into new Python strings (~90 ns each: a day of GPU telemetry
+    has 8.6 M text cells); from the dictionary the distinct values are converted once and the column points at
+    them, which also makes later hashing of the column (distinct values, duplicate keys) cheaper. Same values,
+    same dtypes: only columns pandas itself turns into ``string[python]`` are built this way; any other
+    dictionary column is decoded back to its plain values first."""
+    plain = pa.schema([f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in table.schema],
+                      metadata=table.schema.metadata)
+    names = table.column_names
+    template = plain.empty_table().to_pandas()
+    text = [] if len(set(names)) != len(names) or not _default_range(template.index) else [
+        n for n in names if pa.types.is_string(plain.field(n).type) and n in template.columns
+        and template[n].dtype == _PY_TEXT]
+    for i, f in enumerate(table.schema):
+        if pa.types.is_dictionary(f.type) and f.name not in text:
+            table = table.set_column(i, plain.field(i), table.column(i).cast(plain.field(i).type))
+    rest = table.drop_columns(text).to_pandas() if text else table.to_pandas()
+    if text and (not _default_range(rest.index) or list(rest.columns) != [n for n in names if n not in text]):
+        return table.cast(plain).to_pandas(), {}, {}
+    distinct, codes = {}, {}
+    for name in text:
+        values, distinct[name], code = _text_values(table.column(name))
+        if code is not None:
+            codes[name] = code
+        rest.insert(names.index(name), name, values)
+    return rest, distinct, codes
+
+
+def _default_range(index: pd.Index) -> bool:
+    return isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1
+
+
+def _text_values(column: pa.ChunkedArray) -> tuple[pd.arrays.StringArray, np.ndarray, tuple[np.ndarray, int] | None]:
+    """A text column (plain or dictionary) as pandas' ``string[python]`` array (nulls as ``pd.NA``), built
+    from its dictionary; the dictionary's values; each row's code and the code of a missing value (None
+    unless the dictionary holds each value once: only then are two rows' codes equal exactly when their
+    values are)."""
+    if pa.types.is_dictionary(column.type):
+        encoded = pa.Table.from_arrays([column], names=["v"]).unify_dictionaries().column(0).combine_chunks()
+    else:
+        encoded = pc.dictionary_encode(column).combine_chunks()
+    distinct = np.empty(len(encoded.dictionary) + 1, dtype=object)
+    distinct[:-1] = encoded.dictionary.to_pylist()
+    distinct[-1] = pd.NA
+    codes = encoded.indices.fill_null(len(distinct) - 1).to_numpy(zero_copy_only=False)
+    values = distinct.take(codes)
+    text = (pd.arrays.StringArray(values) if not lib.is_string_array(distinct[:-1], skipna=False)
+            # every value is a str or pd.NA, what StringArray's constructor checks one by one: wrap without it
+            else _TEXT_PROTOTYPE._from_backing_data(values))
+    each_once = len(set(distinct[:-1])) == len(distinct) - 1
+    return text, distinct[:-1], ((codes, len(distinct) - 1) if each_once else None)
+
+
+_TEXT_PROTOTYPE = pd.arrays.StringArray(np.array([""], dtype=object))
 
 
 def _diagnose(path: Path, err: Exception) -> str:

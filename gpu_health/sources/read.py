@@ -36,7 +36,8 @@ def read_window(source, table: str, start, end) -> tuple[Validated, pd.DataFrame
         return (validate_frame(empty_frame(table), table, start=start, end=end, origin=f"{getattr(source, 'name', 'source')}: no {table}"),
                 empty_gaps())
     if hasattr(source, "read_files"):
-        parts = list(source.read_files(table, start, end))
+        reader = getattr(source, "read_batches", source.read_files)
+        parts = list(reader(table, start, end))
         if hasattr(source, "strays"):
             parts += source.strays(table, start, end)
         return validate_files(parts, table, start=start, end=end), empty_gaps()
