@@ -412,14 +412,17 @@ def _failed_on_fault(ctx: PartitionContext) -> dict[str, list[str]]:
         return {}
     # the partition's rows first (a cheap comparison of timestamps), then the string tests on those few
     s = _ts_slice(s, ctx.start, ctx.end, ctx.memo)
-    ended = s[((s["event"] == "ended") & s["node_ids"].notna()).to_numpy(dtype=bool)]
-    if ended.empty:
+    if s.empty:
         return {}
-    # (a few rows a partition: plain re on each beats pandas' string methods)
-    reasons = ["" if pd.isna(r) else str(r) for r in ended["reason"].astype(object)]
-    node_fail = (ended["exit_state"] == "node_fail").fillna(False).to_numpy(dtype=bool)
+    # (a few hundred rows a partition: plain Python and re on each beat pandas' per-call overhead)
     out: dict[str, list[str]] = {}
-    for nodes, why, dead in zip(ended["node_ids"].astype(str), reasons, node_fail):
+    for event, nodes, reason, exit_state in zip(s["event"].to_numpy(dtype=object), s["node_ids"].to_numpy(dtype=object),
+                                                s["reason"].to_numpy(dtype=object), s["exit_state"].to_numpy(dtype=object)):
+        if event is pd.NA or event != "ended" or pd.isna(nodes):
+            continue
+        why = "" if pd.isna(reason) else str(reason)
+        dead = exit_state is not pd.NA and exit_state == "node_fail"
+        nodes = str(nodes)
         code = _XID_RE.search(why)
         if dead or _FAULT_RE.search(why) or (code is not None and int(code.group(1)) in _XID_FAULTS):
             for n in nodes.split(","):
@@ -508,6 +511,8 @@ def hardware_evidence(ctx: PartitionContext) -> pd.DataFrame:
     # rows gone alone is an exporter gap (missing data), and a job killed on a node alone is the scheduler's word
     # for one job (Slurm's NODE_FAIL follows network blips too): each corroborates, neither opens a finding
     keep = [n for n, s in signals.items() if s - {HW_GONE, HW_JOB_FAILED}]
+    if not keep:
+        return pd.DataFrame(columns=cols)
     region_of = dict(zip(inv["node_id"], inv["region"]))
     if len(gpu):  # a node's region as its GPU rows say (the last row's, as a dict of every row would keep)
         node_code, node_uni = _gpu_codes(ctx, "node_id")
@@ -984,8 +989,8 @@ _AgedRow = namedtuple("_AgedRow", ["region", "blocked_gpu_minutes", "paid_gpu_mi
                                    "fragmented_gpu_minutes"])
 
 
-def _aged_rows(ctx: PartitionContext) -> list:
-    """aged_blocked()'s rows (_AgedRow), one per region of the inventory."""
+def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
+    """aged_blocked()'s rows (_AgedRow), one per region of the inventory (wait_p95_min None unless ``waits``)."""
     minutes = pd.date_range(ctx.start, ctx.end, freq="1min", inclusive="left")
     inv = ctx.inventory
     if ctx.sched is None or ctx.sched.empty or inv.empty:
@@ -997,7 +1002,8 @@ def _aged_rows(ctx: PartitionContext) -> list:
     one_min = pd.Timedelta(minutes=1).value
 
     g = ctx.gpu
-    idle = np.flatnonzero((g["job_id"].isna() & ~g["xid"].isin(XID_GPU_FAULT)).to_numpy(dtype=bool) & ~_gpu_maint(ctx))
+    no_job = _gpu_codes(ctx, "job_id")[0] < 0
+    idle = np.flatnonzero(no_job & ~g["xid"].isin(XID_GPU_FAULT).to_numpy(dtype=bool) & ~_gpu_maint(ctx))
     node_code, node_uni = _gpu_codes(ctx, "node_id")
     region_code, region_uni = _gpu_codes(ctx, "region")
     ts = _ns(g["ts"])[idle]
@@ -1066,12 +1072,19 @@ def _aged_rows(ctx: PartitionContext) -> list:
         blocked_m = np.minimum(blocked_m, idle_m)  # queues sharing nodes cannot both use one idle GPU
         frag = float(np.minimum(frag_m, idle_m - blocked_m).sum())
         blocked = float(blocked_m.sum()) + frag
-        started = j & (jobs["left"] >= ctx.start.value) & (jobs["left"] < ctx.end.value) & (jobs["sub"] != _NAT)
-        waits = pd.to_timedelta(jobs["left"][started] - jobs["sub"][started], unit="ns").total_seconds().to_numpy() / 60
-        # (Series.quantile's own computation: numpy's linear percentile of q x 100)
-        p95 = float(np.percentile(waits, np.asarray([0.95]) * 100.0)[0]) if len(waits) else np.nan
+        p95 = _wait_p95(ctx, region) if waits else None
         rows.append(_AgedRow(region, blocked, float(paid[region]), aged_jobs, p95, frag))
     return rows
+
+
+def _wait_p95(ctx: PartitionContext, region: str) -> float:
+    """p95 queue wait (minutes) of the region's jobs that left the queue in the partition (NaN: none did)."""
+    jobs = _jobs_now(ctx)
+    started = ((jobs["region"] == region) & (jobs["left"] >= ctx.start.value) & (jobs["left"] < ctx.end.value)
+               & (jobs["sub"] != _NAT))
+    waits = pd.to_timedelta(jobs["left"][started] - jobs["sub"][started], unit="ns").total_seconds().to_numpy() / 60
+    # (Series.quantile's own computation: numpy's linear percentile of q x 100)
+    return float(np.percentile(waits, np.asarray([0.95]) * 100.0)[0]) if len(waits) else np.nan
 
 
 def _gpu_minute(ctx: PartitionContext) -> np.ndarray:
@@ -1154,7 +1167,7 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
     out = []
     if ctx.sched is None or ctx.sched.empty or ctx.inventory.empty or not _jobs_now(ctx)["may_wait"].any():
         return out  # no job can have waited AGED_WAIT in the partition: nothing is held back
-    ab = _aged_rows(ctx)
+    ab = _aged_rows(ctx, waits=False)
     lv = ctx.leaves
     blocked_leaf = None
     ch = ctx.changes
@@ -1194,7 +1207,7 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
                                        "waiting job" if r.fragmented_gpu_minutes >= 1 else "")
                                     + f") idle while {r.aged_jobs} "
                                     f"job(s) of the region's queues waited over {AGED_WAIT.seconds // 60} min; queue wait p95 "
-                                    f"{r.wait_p95_min:.1f} min; idle_blocked {idle_blocked:.1%} ({base_text}"
+                                    f"{_wait_p95(ctx, r.region):.1f} min; idle_blocked {idle_blocked:.1%} ({base_text}"
                                     f"{'' if unseasonal else ': seasonal, not paged'})"
                                     + (f"; {planned}: planned capacity, not paged" if planned else "")
                                     + cfg_text))
@@ -1259,11 +1272,11 @@ def detect_no_progress(ctx: PartitionContext) -> list[Finding]:
     out = []
     if ctx.gpu.empty:
         return out
-    has_job = ctx.gpu["job_id"].notna().to_numpy(dtype=bool)
+    has_job = _gpu_codes(ctx, "job_id")[0] >= 0
     if not has_job.any():
         return out
     gpu = ctx.gpu
-    reporting = set(ctx.runtime["job_id"].astype(object))
+    reporting = set(ctx.runtime["job_id"])
     job_code, job_uni = _gpu_codes(ctx, "job_id")
     reports = np.array([j in reporting for j in job_uni] + [False], dtype=bool)
     busy = has_job & (gpu["gpu_util_pct"].to_numpy(dtype=float, na_value=np.nan) >= BUSY_UTIL_PCT) & ~reports[job_code]
@@ -1349,11 +1362,15 @@ def detect_stalls(ctx: PartitionContext) -> list[Finding]:
     out = []
     if rt.empty:
         return out
-    zero = (rt["steps"] == 0) & (rt["checkpoint_time_s"].fillna(0) == 0)
     # a stall is STALL_MINUTES zero-step minutes of one job at least: without a job that has as many, none
-    zero_jobs = rt["job_id"][zero.to_numpy(dtype=bool)]
-    if len(zero_jobs) < STALL_MINUTES or zero_jobs.value_counts().max() < STALL_MINUTES:
+    maybe = ((rt["steps"].to_numpy(dtype=float, na_value=0.0) == 0)
+             & (rt["checkpoint_time_s"].to_numpy(dtype=float, na_value=0.0) == 0))
+    if maybe.sum() < STALL_MINUTES:
         return out
+    codes = pd.factorize(rt["job_id"].to_numpy(dtype=object)[maybe])[0]
+    if not (codes >= 0).any() or np.bincount(codes[codes >= 0]).max() < STALL_MINUTES:
+        return out
+    zero = (rt["steps"] == 0) & (rt["checkpoint_time_s"].fillna(0) == 0)
     # per job: minutes reported after its last progressing minute (a trailing run of zero-step minutes)
     last_ts = rt.groupby("job_id")["ts"].max()
     trained = rt.groupby("job_id")["last_step"].max() > 0
@@ -1412,7 +1429,7 @@ def detect_missing_data(ctx: PartitionContext) -> list[Finding]:
     minutes = pd.date_range(ctx.start, ctx.end, freq="1min", inclusive="left")
     silent_regions = set()
     if len(inv):
-        exp = inv.groupby("region")["gpus"].sum()
+        exp = _per_inventory(ctx, "paid_gpus", lambda i: i.groupby("region")["gpus"].sum())
         # GPU rows per region and minute of the partition
         region_code, region_uni = _gpu_codes(ctx, "region")
         minute = _gpu_minute(ctx)
