@@ -17,6 +17,7 @@ from gpu_health.diagnosis import detect as D
 from gpu_health.diagnosis.detect import (
     PartitionContext,
     aged_blocked,
+    detect_deploys,
     detect_no_progress,
     detect_scheduling,
     job_table,
@@ -133,3 +134,22 @@ def test_an_empty_snapshot_is_a_fresh_frame_each_time():
     b = A.empty()
     assert b.empty and list(b.columns) == A.COLUMNS
     pd.testing.assert_series_equal(b.dtypes, A._empty().dtypes)
+
+
+def test_prepared_rollout_groups_follow_each_partitions_change_events():
+    """A range computes a window's rollout groups once: a rollback entering the window is a new window."""
+    from gpu_health_tests import test_detect_deploys as DP
+
+    prep = prepare_range(pd.DataFrame(columns=["sub", "gpus", "queue", "left", "region"]), pd.DataFrame(),
+                         job_lookback=LOOKBACK)
+    end = DP.DEPLOY + 4 * DP.FIVE
+    rollback = DP.CHANGES.assign(event_id="chg-2", ts=DP.DEPLOY + DP.FIVE, from_version="550.144.03",
+                                 to_version="550.127.08")
+    seen = []
+    for changes in (DP.CHANGES, pd.concat([DP.CHANGES, rollback], ignore_index=True), DP.CHANGES):
+        ctx = dataclasses.replace(DP.context(end, **DP.BORDERLINE), changes=changes)
+        fast = detect_deploys(dataclasses.replace(ctx, prepared=prep, memo={}))
+        assert fast == D.detect_deploys(ctx)
+        seen.append([f.change_event for f in fast])
+    # while the rollback is in the window it supersedes the upgrade (and is judged itself)
+    assert seen == [["chg-1"], ["chg-2"], ["chg-1"]]

@@ -92,6 +92,7 @@ SCHED_PAGE_SHARE = 0.02
 SCHED_TICKET_SHARE = 0.0125
 SCHED_PAGE_SHARE_AFTER_CHANGE = 0.015  # lower bar within DEPLOY_LOOKBACK of a scheduler_config change
 SCHED_MIN_JOBS = 4                     # jobs held back: one long-waiting large job is normal, a pile-up is not
+_LOOSEST_TICKET = min(SCHED_TICKET_SHARE, SCHED_PAGE_SHARE, SCHED_PAGE_SHARE_AFTER_CHANGE)  # no region below it reports
 # known seasonality never pages: the region's idle_blocked share must stand one percentage point above its own
 # usual share at this hour (same hour of the week, or of the previous days at cold start)
 SCHED_SEASONAL_MARGIN = 0.01
@@ -174,6 +175,7 @@ class RangePrep:
     meta_index: dict | None = field(default=None, repr=False)  # job_id -> positions of its rows in meta
     windows: dict = field(default_factory=dict, repr=False)  # name -> (frame, ts as int64 ns, ts sorted)
     per_inventory: dict = field(default_factory=dict, repr=False)  # name -> (inventory frame, derived value)
+    rollouts: dict = field(default_factory=dict, repr=False)  # change events -> (inventory, _rollout_groups())
 
     def jobs_between(self, lo: pd.Timestamp, hi: pd.Timestamp) -> dict:
         """The jobs submitted in [lo, hi), a job that left the queue at hi or later still waiting (the table
@@ -644,7 +646,15 @@ def detect_deploys(ctx: PartitionContext) -> list[Finding]:
     out = []
     if ch is None or ch.empty:
         return out
-    recent = _rollout_groups(ch[(ch["ts"] >= ctx.end - DEPLOY_LOOKBACK) & (ch["ts"] < ctx.end)], ctx.inventory)
+    window = ch[(ch["ts"] >= ctx.end - DEPLOY_LOOKBACK) & (ch["ts"] < ctx.end)]
+    if ctx.prepared is None:
+        recent = _rollout_groups(window, ctx.inventory)
+    else:  # the same change events and inventory give the same groups: a range computes them once per change
+        key = (tuple(window.columns), tuple(map(tuple, window.astype(object).itertuples(index=False))))
+        hit = ctx.prepared.rollouts.get(key)
+        if hit is None or hit[0] is not ctx.inventory:
+            hit = ctx.prepared.rollouts[key] = (ctx.inventory, _rollout_groups(window, ctx.inventory))
+        recent = hit[1]
     for ev in recent.itertuples(index=False):
         since = max(ev.ts, ctx.end - DEPLOY_WINDOW)
         # a change is judged again every partition for DEPLOY_LOOKBACK: spend the false-alarm rate over those
@@ -1175,6 +1185,11 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
     for r in ab:
         share = r.blocked_gpu_minutes / r.paid_gpu_minutes if r.paid_gpu_minutes else 0.0
         key = f"scheduling_blocked|{r.region}"
+        # the loosest bars any scheduler change allows (SCHED_MIN_JOBS - 1 jobs, the ticket bar; half of both
+        # to stay open): a region below them is judged no further
+        if not (r.aged_jobs >= SCHED_MIN_JOBS - 1 and share >= _LOOSEST_TICKET) and not (
+                key in ctx.open_baselines and r.aged_jobs >= 1 and share >= _LOOSEST_TICKET / 2):
+            continue
         cfg = sched_cfg[sched_cfg["scope"].isin([r.region, "*"])] if len(sched_cfg) else sched_cfg
         page_bar, jobs = (SCHED_PAGE_SHARE_AFTER_CHANGE, SCHED_MIN_JOBS - 1) if len(cfg) else (SCHED_PAGE_SHARE, SCHED_MIN_JOBS)
         ticket_bar = min(SCHED_TICKET_SHARE, page_bar)
