@@ -35,7 +35,7 @@ def prepared(ctx: PartitionContext, meta=None) -> PartitionContext:
     """The same partition, its job table and team lookup from prepare_range (as pipeline.alerts builds it)."""
     meta = ctx.meta if meta is None else meta
     jobs = job_table(ctx.sched, ctx.inventory)
-    return dataclasses.replace(ctx, jobs=None, meta=meta, memo={},
+    return dataclasses.replace(ctx, jobs=None, meta=meta,
                                prepared=prepare_range(jobs, meta, job_lookback=LOOKBACK))
 
 
@@ -47,7 +47,7 @@ def prepared(ctx: PartitionContext, meta=None) -> PartitionContext:
 ])
 def test_the_prepared_job_table_blocks_what_the_partitions_own_does(busy, waiting):
     ctx = SC.context(busy, waiting, filler=20)
-    own = dataclasses.replace(ctx, jobs=jobs_as_of(job_table(ctx.sched, ctx.inventory), ctx.end), memo={})
+    own = dataclasses.replace(ctx, jobs=jobs_as_of(job_table(ctx.sched, ctx.inventory), ctx.end))
     pd.testing.assert_frame_equal(aged_blocked(prepared(ctx)), aged_blocked(own))
     assert detect_scheduling(prepared(ctx)) == detect_scheduling(own)
     assert aged_blocked(own)["blocked_gpu_minutes"].sum() > 0 or busy == {"b1": 8, "b2": 8}
@@ -105,7 +105,7 @@ def test_maintenance_is_judged_against_every_window_covering_the_partition():
         "start": [ctx.start, ctx.start - pd.Timedelta(hours=1), mid + pd.Timedelta(seconds=1), ctx.start - pd.Timedelta(hours=2)],
         "end": [ctx.end, ctx.end, ctx.end + pd.Timedelta(hours=1), mid],
         "region": ["r1", "r2", "*", "*"], "node_ids": ["n1,n3", "*", "*", "*"], "reason": "planned"})
-    ctx = dataclasses.replace(ctx, maintenance=windows, memo={})
+    ctx = dataclasses.replace(ctx, maintenance=windows)
     g = ctx.gpu
     want = maintenance_mask(pd.Series(mid, index=g.index), g["region"], g["node_id"], windows)
     assert (D._in_maintenance(ctx, g["node_id"], g["region"]) == want).all()
@@ -148,8 +148,15 @@ def test_prepared_rollout_groups_follow_each_partitions_change_events():
     seen = []
     for changes in (DP.CHANGES, pd.concat([DP.CHANGES, rollback], ignore_index=True), DP.CHANGES):
         ctx = dataclasses.replace(DP.context(end, **DP.BORDERLINE), changes=changes)
-        fast = detect_deploys(dataclasses.replace(ctx, prepared=prep, memo={}))
+        fast = detect_deploys(dataclasses.replace(ctx, prepared=prep))
         assert fast == D.detect_deploys(ctx)
         seen.append([f.change_event for f in fast])
     # while the rollback is in the window it supersedes the upgrade (and is judged itself)
     assert seen == [["chg-1"], ["chg-2"], ["chg-1"]]
+
+
+def test_a_context_derived_with_other_frames_does_not_reuse_the_first_ones_views():
+    ctx = EV.context(EV.xid79_and_gone())
+    assert [f.severity for f in D.detect_hardware(ctx)] == ["page"]
+    healthy = dataclasses.replace(ctx, gpu=EV.gpu_rows())
+    assert D.detect_hardware(healthy) == []

@@ -266,8 +266,9 @@ class PartitionContext:
     # per-range structures (prepare_range), computed once for all partitions of a range; None: each detector
     # derives what it needs from the frames above (the same results, slower)
     prepared: "RangePrep | None" = None
-    # derived views of this partition's frames shared by the detectors (filled lazily; never an input)
-    memo: dict = field(default_factory=dict, repr=False, compare=False)
+    # derived views of this partition's frames shared by the detectors (filled lazily; never an input, never
+    # carried over by dataclasses.replace: a context with other frames starts with an empty one)
+    memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
 
 # Planned windows are judged at the partition's midpoint: a node inside a window then is excluded for the
