@@ -757,7 +757,10 @@ def _framework_cohort(ctx: PartitionContext, ev, since, alpha: float = FAILURE_P
         job_code, job_uni = _gpu_codes(ctx, "job_id")
         wanted = set(rows["job_id"].astype(object))
         on_job &= np.append(np.array([j in wanted for j in job_uni], dtype=bool), False)[job_code]
-    place = ctx.gpu.loc[on_job, ["ts", "job_id", "sku", "region"]].groupby(["ts", "job_id"]).agg(sku=("sku", "first"), gpus=("sku", "size"), region=("region", "first")).reset_index()
+    grp = ctx.gpu.loc[on_job, ["ts", "job_id", "sku", "region"]].groupby(["ts", "job_id"])
+    place = grp[["sku", "region"]].first()  # per job and minute: its SKU, GPU count and region
+    place.insert(1, "gpus", grp.size())
+    place = place.reset_index()
     rows = rows.merge(place, on=["ts", "job_id"], how="inner")
     b = ctx.baselines
     if b is None or b.empty:
@@ -776,8 +779,15 @@ def _framework_cohort(ctx: PartitionContext, ev, since, alpha: float = FAILURE_P
     if v.verdict != REGRESSION:
         return None
     region = new["region"].mode().iloc[0] if new["region"].nunique() == 1 else "*"
-    lost = float(ctx.leaves[(ctx.leaves["state"] == "slowdown_compute") & (ctx.leaves["framework_version"] == ev.to_version)]["gpu_minutes"].sum())
-    teams = sorted(m.loc[m["framework_version"] == ev.to_version, "team"].dropna().unique())
+    slow = ctx.leaves.iloc[_leaf_rows(ctx, "slowdown_compute")] if len(ctx.leaves) else ctx.leaves
+    lost = float(slow[(slow["framework_version"] == ev.to_version).to_numpy(dtype=bool, na_value=False)]["gpu_minutes"].sum())
+    if fast:  # the release's teams, from the range's metadata once per version
+        key = ("teams", ev.to_version)
+        if key not in ctx.prepared.lookups:
+            ctx.prepared.lookups[key] = sorted(m.loc[m["framework_version"] == ev.to_version, "team"].dropna().unique())
+        teams = ctx.prepared.lookups[key]
+    else:
+        teams = sorted(m.loc[m["framework_version"] == ev.to_version, "team"].dropna().unique())
     return Finding("deploy_regression", "software", "page", region, f"deploy_regression|{ev.event_id}",
                    team=",".join(teams) if teams else None, cohort=f"framework {ev.to_version}", change_event=ev.event_id,
                    lost_gpu_minutes=lost,
