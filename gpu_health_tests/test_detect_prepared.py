@@ -160,3 +160,33 @@ def test_a_context_derived_with_other_frames_does_not_reuse_the_first_ones_views
     assert [f.severity for f in D.detect_hardware(ctx)] == ["page"]
     healthy = dataclasses.replace(ctx, gpu=EV.gpu_rows())
     assert D.detect_hardware(healthy) == []
+
+
+def test_the_prepared_framework_cohort_finds_what_the_full_metadata_merge_finds():
+    """Six jobs on a new framework version step 50 % slower than six on the old one in the same minutes."""
+    from gpu_health.contracts.models import columns, conform
+
+    nodes = tuple(f"n{i}" for i in range(1, 13))
+    new_jobs = {f"job-n{i}" for i in range(1, 7)}
+    gpu = EV.gpu_rows(nodes=nodes)
+    rng = np.random.default_rng(5)
+    rt = conform(pd.DataFrame([
+        {"ts": EV.T0 + m * EV.MIN, "job_id": f"job-{n}", "steps": 10, "samples": 640, "last_step": 1000 + m,
+         "step_time_s": (1.5 if f"job-{n}" in new_jobs else 1.0) + rng.uniform(0, 0.05),
+         "data_loader_time_s": 0.0, "grad_sync_time_s": 0.0, "checkpoint_time_s": 0.0, "loss": 1.0,
+         "last_checkpoint_step": 900} for m in range(-5, 5) for n in nodes],
+        columns=columns("job_runtime_metrics")), "job_runtime_metrics")
+    meta = pd.DataFrame({"job_id": [f"job-{n}" for n in nodes] + ["job-n1", "job-elsewhere"],
+                         "team": [("fast-movers" if f"job-{n}" in new_jobs else "steady") for n in nodes] + ["dup", "x"],
+                         "workload_class": "distributed", "model_type": "llm",
+                         "framework_version": [("torch-2.14.0" if f"job-{n}" in new_jobs else "torch-2.13.0") for n in nodes]
+                         + ["torch-2.13.0", "torch-2.14.0"]})
+    changes = pd.DataFrame([{"event_id": "chg-fw", "ts": EV.T0 - 10 * EV.MIN, "kind": "framework_release", "scope": "*",
+                             "from_version": "torch-2.13.0", "to_version": "torch-2.14.0", "description": "torch"}])
+    baselines = pd.DataFrame({"model_type": ["llm"], "sku": [EV.SKU], "gpus": [8], "step_time_s": [1.0]})
+    ctx = dataclasses.replace(EV.context(gpu, runtime=rt, meta_frame=meta, changes=changes, nodes=nodes),
+                              baselines=baselines)
+    (slow,) = detect_deploys(ctx)
+    (fast,) = detect_deploys(prepared(ctx))
+    assert slow == fast
+    assert (fast.severity, fast.cohort, fast.team) == ("page", "framework torch-2.14.0", "fast-movers,x")
