@@ -31,6 +31,12 @@ COLUMNS = ["partition_start", "alert_id", "key", "detector", "status", "severity
 
 
 def empty() -> pd.DataFrame:
+    """An alert snapshot with no rows (the table's columns and dtypes): a copy of one frame built once, since
+    most partitions of a healthy cluster have no alert and a frame's construction costs milliseconds."""
+    return _EMPTY.copy()
+
+
+def _empty() -> pd.DataFrame:
     frame = pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
     for c in ("partition_start", "opened_at", "first_partition_start", "paged_at", "updated_at", "resolved_at"):
         frame[c] = pd.Series(dtype="datetime64[ns, UTC]")
@@ -40,7 +46,13 @@ def empty() -> pd.DataFrame:
     return frame
 
 
-def _follows(changes: pd.DataFrame, f: Finding, at: pd.Timestamp, inventory_nodes: dict) -> str | None:
+_EMPTY = _empty()
+
+
+def _follows(changes: pd.DataFrame, f: Finding, at: pd.Timestamp, inventory_nodes: dict,
+             recent: pd.DataFrame | None = None) -> str | None:
+    """The change a finding follows: its own change event, else the latest change of the FOLLOWS_WINDOW before
+    ``at`` whose scope covers the finding (``recent``: those changes, latest first, when already known)."""
     if f.change_event is not None and changes is not None and len(changes):
         ev = changes[changes["event_id"] == f.change_event]
         if len(ev):
@@ -48,13 +60,20 @@ def _follows(changes: pd.DataFrame, f: Finding, at: pd.Timestamp, inventory_node
             return f"{e['event_id']}: {e['description']} at {e['ts']:%Y-%m-%d %H:%M}Z"
     if changes is None or changes.empty:
         return None
-    recent = changes[(changes["ts"] <= at) & (changes["ts"] >= at - FOLLOWS_WINDOW)]
-    for e in recent.sort_values("ts", ascending=False).itertuples(index=False):
+    if recent is None:
+        recent = _recent_changes(changes, at)
+    for e in recent.itertuples(index=False):
         scope = str(e.scope)
         hit = scope == "*" or scope == f.region or bool(set(scope.split(",")) & set(f.nodes))
         if hit:
             return f"{e.event_id}: {e.description} at {e.ts:%Y-%m-%d %H:%M}Z"
     return None
+
+
+def _recent_changes(changes: pd.DataFrame, at: pd.Timestamp) -> pd.DataFrame:
+    """The changes of the FOLLOWS_WINDOW up to ``at``, latest first."""
+    recent = changes[(changes["ts"] <= at) & (changes["ts"] >= at - FOLLOWS_WINDOW)]
+    return recent.sort_values("ts", ascending=False)
 
 
 def _scope_json(f: Finding) -> str:
@@ -93,10 +112,11 @@ def step(prev: pd.DataFrame, findings: list[Finding], start: pd.Timestamp, *, ra
             merged[f.key] = f
     rows = []
     used_ids = set(open_prev["alert_id"]) if len(open_prev) else set()
+    recent = _recent_changes(changes, end) if merged and changes is not None and len(changes) else None
     for key, f in merged.items():
         rate = rates.get(f.region, rates.get("*", 0.0))
         usd_h = f.lost_gpu_minutes / 5.0 * rate  # lost GPU-minutes per 5 min -> GPU-hours per hour x USD per GPU-hour
-        follows = _follows(changes, f, end, inventory_nodes or {})
+        follows = _follows(changes, f, end, inventory_nodes or {}, recent)
         if key in by_key:
             r = dict(by_key.pop(key))
             old_scope = json.loads(r["scope"])

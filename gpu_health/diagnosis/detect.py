@@ -48,6 +48,8 @@ week, the SKU's working power in the same minutes); each constant says why it ho
 any cluster. Planned maintenance never pages: nodes inside a window are excluded.
 """
 
+import re
+from collections import namedtuple
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -90,6 +92,7 @@ SCHED_PAGE_SHARE = 0.02
 SCHED_TICKET_SHARE = 0.0125
 SCHED_PAGE_SHARE_AFTER_CHANGE = 0.015  # lower bar within DEPLOY_LOOKBACK of a scheduler_config change
 SCHED_MIN_JOBS = 4                     # jobs held back: one long-waiting large job is normal, a pile-up is not
+_LOOSEST_TICKET = min(SCHED_TICKET_SHARE, SCHED_PAGE_SHARE, SCHED_PAGE_SHARE_AFTER_CHANGE)  # no region below it reports
 # known seasonality never pages: the region's idle_blocked share must stand one percentage point above its own
 # usual share at this hour (same hour of the week, or of the previous days at cold start)
 SCHED_SEASONAL_MARGIN = 0.01
@@ -159,6 +162,83 @@ class Finding:
 
 
 @dataclass
+class RangePrep:
+    """What the detectors of a range of partitions share, computed once per range (``prepare_range``)
+    instead of once per partition: the job table as arrays sorted by submit time (a partition's jobs are
+    one slice of it), and the first job_metadata row of each job (the team and class lookup)."""
+
+    job_lookback: pd.Timedelta
+    jobs: dict              # _job_arrays() of job_table(), sorted by submit time
+    meta_first: pd.DataFrame  # job_metadata: the first row per job_id, indexed by job_id
+    meta: pd.DataFrame | None = None  # the job_metadata frame itself (positions of meta_rows())
+    lookups: dict = field(default_factory=dict, repr=False)  # column -> {job_id: value} of meta_first
+    meta_index: dict | None = field(default=None, repr=False)  # job_id -> positions of its rows in meta
+    windows: dict = field(default_factory=dict, repr=False)  # name -> (frame, ts as int64 ns, ts sorted)
+    per_inventory: dict = field(default_factory=dict, repr=False)  # name -> (inventory frame, derived value)
+    rollouts: dict = field(default_factory=dict, repr=False)  # change events -> (inventory, _rollout_groups())
+
+    def jobs_between(self, lo: pd.Timestamp, hi: pd.Timestamp) -> dict:
+        """The jobs submitted in [lo, hi), a job that left the queue at hi or later still waiting (the table
+        as known at hi: jobs_as_of)."""
+        sub = self.jobs["sub"]
+        i, k = np.searchsorted(sub, pd.Timestamp(lo).value, "left"), np.searchsorted(sub, pd.Timestamp(hi).value, "left")
+        out = {c: v[i:k] for c, v in self.jobs.items()}
+        out["left"] = np.where(out["left"] >= pd.Timestamp(hi).value, _NEVER, out["left"])
+        return out
+
+    def between(self, name: str, lo: pd.Timestamp | None, hi: pd.Timestamp) -> pd.DataFrame:
+        """The rows of the range frame ``name`` (prepare_range's ``windows``) with lo <= ts < hi (no lower bound
+        for lo=None), in their order: a slice of a time-sorted frame, else a mask."""
+        frame, ts, ordered = self.windows[name]
+        lo_ns = _NAT + 1 if lo is None else pd.Timestamp(lo).value
+        hi_ns = pd.Timestamp(hi).value
+        if ordered:
+            return frame.iloc[np.searchsorted(ts, lo_ns, "left"):np.searchsorted(ts, hi_ns, "left")]
+        return frame[(ts >= lo_ns) & (ts < hi_ns) & (ts != _NAT)]
+
+    def meta_rows(self, job_ids) -> np.ndarray:
+        """Positions (ascending) of the job_metadata rows of ``job_ids`` in the meta frame given to prepare_range."""
+        if self.meta_index is None:
+            self.meta_index = self.meta.groupby(self.meta["job_id"].astype(object), sort=False).indices if len(self.meta) else {}
+        parts = [self.meta_index[j] for j in job_ids if j in self.meta_index]
+        return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+
+    def team_of(self, job_id, col: str) -> str:
+        """job_metadata's ``col`` (team, workload_class) of a job, 'unknown' when absent."""
+        lookup = self.lookups.get(col)
+        if lookup is None:
+            lookup = self.lookups[col] = dict(zip(self.meta_first.index, self.meta_first[col].astype(object)))
+        v = lookup.get(job_id)
+        return "unknown" if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)) else v
+
+
+def prepare_range(jobs: pd.DataFrame, meta: pd.DataFrame, *, job_lookback: pd.Timedelta,
+                  windows: dict | None = None) -> RangePrep:
+    """The per-range structures of a run of partitions (PartitionContext.prepared).
+
+    ``jobs``: job_table() of the range's scheduler events (with the lookback before it); ``job_lookback``:
+    how far back a partition's job table reaches (the scheduler-event lookback the caller reads); ``meta``:
+    the job_metadata lookup of the range, the same frame the contexts carry as ``meta``. A context carrying
+    them needs no ``jobs`` of its own. ``windows``: name -> a frame with a ``ts`` column that the caller cuts
+    into per-partition time windows (RangePrep.between: job_runtime_metrics, scheduler_events,
+    change_events), instead of comparing every row for every partition.
+    """
+    arrays = _job_arrays(jobs)
+    order = np.argsort(arrays["sub"], kind="stable")
+    arrays = {c: v[order] for c, v in arrays.items()}
+    if meta is not None and len(meta):
+        meta_first = meta.drop_duplicates("job_id").set_index("job_id")
+    else:
+        meta_first = pd.DataFrame(columns=["team", "workload_class"])
+    cut = {}
+    for name, frame in (windows or {}).items():
+        ts = _ns(frame["ts"]) if len(frame) else np.zeros(0, dtype=np.int64)
+        cut[name] = (frame, ts, bool(len(ts) == 0 or (ts[0] != _NAT and not np.any(ts[1:] < ts[:-1]))))
+    return RangePrep(job_lookback=pd.Timedelta(job_lookback), jobs=arrays, meta_first=meta_first,
+                     meta=meta if meta is not None else pd.DataFrame(columns=["job_id"]), windows=cut)
+
+
+@dataclass
 class PartitionContext:
     """Everything the detectors read for one partition [start, end)."""
 
@@ -183,16 +263,85 @@ class PartitionContext:
     open_keys: frozenset = frozenset()  # keys of the alerts open after the partition before
     placements: pd.DataFrame | None = None  # placements() of `sched` (sliced from one computed per range)
     slo_events: pd.DataFrame | None = None  # slo_error_budgets rows of the burn-rate lookback up to the partition
+    # per-range structures (prepare_range), computed once for all partitions of a range; None: each detector
+    # derives what it needs from the frames above (the same results, slower)
+    prepared: "RangePrep | None" = None
+    # derived views of this partition's frames shared by the detectors (filled lazily; never an input, never
+    # carried over by dataclasses.replace: a context with other frames starts with an empty one)
+    memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+
+# Planned windows are judged at the partition's midpoint: a node inside a window then is excluded for the
+# whole partition (the loss tree's convention for a partition's maintenance state).
+_MAINT_AT = pd.Timedelta(minutes=2, seconds=30)
+
+
+def _windows_now(ctx: PartitionContext) -> pd.DataFrame | None:
+    """The maintenance windows covering the partition's midpoint (None when there are none): every other
+    window excludes nothing in this partition, so only these are matched row by row."""
+    memo = ctx.memo
+    if "windows" not in memo:
+        w = ctx.maintenance
+        hit = None
+        if w is not None and len(w):
+            t = ctx.start + _MAINT_AT
+            hit = w[(w["start"] <= t) & (w["end"] > t)]
+        memo["windows"] = hit if hit is not None and len(hit) else None
+    return memo["windows"]
 
 
 def _in_maintenance(ctx: PartitionContext, nodes: pd.Series, regions: pd.Series) -> np.ndarray:
-    ts = pd.Series(ctx.start + pd.Timedelta(minutes=2, seconds=30), index=nodes.index)
-    return maintenance_mask(ts, regions, nodes, ctx.maintenance)
+    windows = _windows_now(ctx)
+    if windows is None:
+        return np.zeros(len(nodes), dtype=bool)
+    ts = pd.Series(ctx.start + _MAINT_AT, index=nodes.index)
+    return maintenance_mask(ts, regions, nodes, windows)
+
+
+def _gpu_maint(ctx: PartitionContext) -> np.ndarray:
+    """_in_maintenance of every GPU row of the partition (computed once, per distinct node and region)."""
+    if "gpu_maint" not in ctx.memo:
+        g = ctx.gpu
+        if not len(g) or _windows_now(ctx) is None:
+            ctx.memo["gpu_maint"] = np.zeros(len(g), dtype=bool)
+        else:
+            node_code, node_uni = _gpu_codes(ctx, "node_id")
+            region_code, region_uni = _gpu_codes(ctx, "region")
+            pair = (node_code + 1) * (len(region_uni) + 1) + (region_code + 1)
+            uniq, first, back = np.unique(pair, return_index=True, return_inverse=True)
+            inside = _in_maintenance(ctx, g["node_id"].iloc[first].reset_index(drop=True),
+                                     g["region"].iloc[first].reset_index(drop=True))
+            ctx.memo["gpu_maint"] = np.asarray(inside, dtype=bool)[back.reshape(-1)]
+    return ctx.memo["gpu_maint"]
+
+
+_SLIM = ["ts", "region", "node_id", "gpu_uuid", "sku", "job_id", "gpu_util_pct", "sm_active", "tensor_active", "power_w"]
+
+
+def _gpu_slim(ctx: PartitionContext) -> pd.DataFrame:
+    """The partition's GPU rows with only the columns the device rules read, SKU as plain objects (what
+    reference_power / low_power group by)."""
+    if "gpu_slim" not in ctx.memo:
+        g = ctx.gpu[[c for c in _SLIM if c in ctx.gpu.columns]]
+        ctx.memo["gpu_slim"] = g.assign(sku=g["sku"].astype(object))
+    return ctx.memo["gpu_slim"]
+
+
+def _leaf_rows(ctx: PartitionContext, state: str) -> np.ndarray:
+    """Positions of the partition's goodput leaves in ``state``, in row order."""
+    if "leaf_states" not in ctx.memo:
+        codes, uniques = pd.factorize(ctx.leaves["state"].astype(object)) if len(ctx.leaves) else (np.zeros(0, dtype=np.int64), [])
+        ctx.memo["leaf_states"] = (codes, {u: i for i, u in enumerate(uniques)}, {})
+    codes, pos, rows = ctx.memo["leaf_states"]
+    if state not in rows:
+        rows[state] = np.flatnonzero(codes == pos[state]) if state in pos else np.zeros(0, dtype=np.int64)
+    return rows[state]
 
 
 def _state(ctx: PartitionContext, state: str, by: list[str]) -> pd.Series:
     lv = ctx.leaves
-    return lv[lv["state"] == state].groupby(by, observed=True)["gpu_minutes"].sum() if len(lv) else pd.Series(dtype=float)
+    rows = _leaf_rows(ctx, state) if len(lv) else ()
+    return lv.iloc[rows].groupby(by, observed=True)["gpu_minutes"].sum() if len(rows) else pd.Series(dtype=float)
 
 
 # Evidence channels a hardware verdict can rest on. Each comes from a different collector or subsystem, so
@@ -219,6 +368,8 @@ ROLLOUT_KINDS = ("driver_upgrade", "kernel_upgrade", "firmware_update", "bios_up
 # text the driver logs); application Xids (13, 31, 43, 45) are the job's own and do not count.
 _FAULT_REASON = r"(?i)ecc|fallen off the bus|node fail|nvlink|row remap"
 _XID_IN_REASON = r"(?i)\bxid\s*:?\s*(\d+)"
+_FAULT_RE, _XID_RE = re.compile(_FAULT_REASON), re.compile(_XID_IN_REASON)
+_XID_FAULTS = frozenset(int(x) for x in XID_GPU_FAULT)
 
 
 def _rollout_nodes(ctx: PartitionContext) -> dict[str, str]:
@@ -234,11 +385,27 @@ def _rollout_nodes(ctx: PartitionContext) -> dict[str, str]:
             for n in _scope_nodes(ev.scope, ctx.inventory):
                 out[n] = label
     node = ctx.node
-    if len(node):
+    # (a node's versions can only change when the partition's rows hold two versions of one column)
+    if len(node) and (node["driver_version"].nunique() > 1 or node["kernel_version"].nunique() > 1):
         versions = node.groupby("node_id", observed=True)[["driver_version", "kernel_version"]].nunique()
         for n in versions.index[(versions > 1).any(axis=1)]:
             out.setdefault(str(n), "driver or kernel version changing on the node")
     return out
+
+
+def _ts_slice(frame: pd.DataFrame, lo: pd.Timestamp, hi: pd.Timestamp, memo: dict | None = None) -> pd.DataFrame:
+    """The rows of ``frame`` with lo <= ts < hi, in their order: one slice when ts is sorted (scheduler events
+    are read in time order), else a mask. ``memo``: where to keep the frame's timestamps between calls."""
+    key = ("ts_ns", id(frame))
+    hit = memo.get(key) if memo is not None else None
+    if hit is None or hit[0] is not frame:
+        hit = (frame, _ns(frame["ts"]))
+        if memo is not None:
+            memo[key] = hit
+    ts = hit[1]
+    if len(ts) and not np.any(ts[1:] < ts[:-1]) and ts[0] != _NAT:
+        return frame.iloc[np.searchsorted(ts, lo.value, "left"):np.searchsorted(ts, hi.value, "left")]
+    return frame[((frame["ts"] >= lo) & (frame["ts"] < hi)).to_numpy(dtype=bool)]
 
 
 def _failed_on_fault(ctx: PartitionContext) -> dict[str, list[str]]:
@@ -246,17 +413,57 @@ def _failed_on_fault(ctx: PartitionContext) -> dict[str, list[str]]:
     s = ctx.sched
     if s is None or s.empty:
         return {}
-    ended = s[(s["event"] == "ended") & (s["ts"] >= ctx.start) & (s["ts"] < ctx.end) & s["node_ids"].notna()]
-    if ended.empty:
+    # the partition's rows first (a cheap comparison of timestamps), then the string tests on those few
+    s = _ts_slice(s, ctx.start, ctx.end, ctx.memo)
+    if s.empty:
         return {}
-    reason = ended["reason"].fillna("").astype(str)
-    code = pd.to_numeric(reason.str.extract(_XID_IN_REASON)[0], errors="coerce")
-    fault = (ended["exit_state"] == "node_fail") | reason.str.contains(_FAULT_REASON) | code.isin(XID_GPU_FAULT)
+    # (a few hundred rows a partition: plain Python and re on each beat pandas' per-call overhead)
     out: dict[str, list[str]] = {}
-    for nodes, why in zip(ended.loc[fault, "node_ids"].astype(str), reason[fault]):
-        for n in nodes.split(","):
-            out.setdefault(n, []).append(why or "node_fail")
+    for event, nodes, reason, exit_state in zip(s["event"].to_numpy(dtype=object), s["node_ids"].to_numpy(dtype=object),
+                                                s["reason"].to_numpy(dtype=object), s["exit_state"].to_numpy(dtype=object)):
+        if event is pd.NA or event != "ended" or pd.isna(nodes):
+            continue
+        why = "" if pd.isna(reason) else str(reason)
+        dead = exit_state is not pd.NA and exit_state == "node_fail"
+        nodes = str(nodes)
+        code = _XID_RE.search(why)
+        if dead or _FAULT_RE.search(why) or (code is not None and int(code.group(1)) in _XID_FAULTS):
+            for n in nodes.split(","):
+                out.setdefault(n, []).append(why or "node_fail")
     return out
+
+
+def _short_gpus(ctx: PartitionContext, expected: pd.Series) -> np.ndarray:
+    """nodes x minutes of the partition: GPUs the inventory expects (``expected``, per node) minus the distinct
+    GPUs that reported at that minute, at least 0."""
+    minutes = pd.date_range(ctx.start, ctx.end, freq="1min", inclusive="left")
+    gpu = ctx.gpu
+    if not expected.index.is_unique:  # an inventory listing a node twice: the general (slower) path
+        per_min = gpu.groupby(["node_id", "ts"], observed=True)["gpu_uuid"].nunique().unstack("ts", fill_value=0) if len(gpu) else pd.DataFrame()
+        per_min = per_min.reindex(index=expected.index, columns=minutes, fill_value=0)
+        return per_min.rsub(expected, axis=0).clip(lower=0).to_numpy(dtype=float)
+    seen = np.zeros((len(expected), len(minutes)))
+    if len(gpu):
+        node_code, node_uni = _gpu_codes(ctx, "node_id")
+        node = np.append(pd.Index(expected.index).get_indexer(node_uni), -1)[node_code]
+        minute = _gpu_minute(ctx)
+        uuid, uniques = _gpu_codes(ctx, "gpu_uuid")
+        ok = (node >= 0) & (minute >= 0) & (uuid >= 0)
+        cell = node[ok].astype(np.int64) * len(minutes) + minute[ok]
+        pairs = np.unique(cell * max(len(uniques), 1) + uuid[ok])  # one per distinct GPU and cell
+        seen = np.bincount(pairs // max(len(uniques), 1), minlength=seen.size).reshape(seen.shape).astype(float)
+    return np.clip(expected.to_numpy(dtype=float)[:, None] - seen, 0, None)
+
+
+def _per_inventory(ctx: PartitionContext, name: str, derive):
+    """``derive(ctx.inventory)``, computed once per inventory frame of a prepared range (a range has a few
+    inventory segments; its partitions share their frames), else once per partition."""
+    inv = ctx.inventory
+    cache = ctx.prepared.per_inventory if ctx.prepared is not None else ctx.memo.setdefault("per_inventory", {})
+    hit = cache.get(name)
+    if hit is None or hit[0] is not inv:  # the frame itself is kept with its result: identity is never reused
+        hit = cache[name] = (inv, derive(inv))
+    return hit[1]
 
 
 def hardware_evidence(ctx: PartitionContext) -> pd.DataFrame:
@@ -271,32 +478,32 @@ def hardware_evidence(ctx: PartitionContext) -> pd.DataFrame:
         signals.setdefault(n, set()).add(sig)
         detail.setdefault(n, []).append(text)
 
-    g = gpu[~_in_maintenance(ctx, gpu["node_id"], gpu["region"])] if len(gpu) else gpu
-    for n, grp in g[g["xid"].isin(XID_GPU_FAULT)].groupby("node_id", observed=True):
-        add(str(n), HW_XID, ", ".join(f"Xid {int(x)}" for x in sorted(set(grp["xid"]))) + f" on {grp['gpu_uuid'].nunique()} GPU(s)")
-    dbe = g[g["ecc_dbe_delta"].fillna(0) > 0]
-    for n, grp in dbe.groupby("node_id", observed=True):
-        add(str(n), HW_DBE, f"{int(grp['ecc_dbe_delta'].sum())} double-bit ECC error(s)")
+    out_of_window = ~_gpu_maint(ctx)
+    if len(gpu):
+        xid = gpu["xid"].isin(XID_GPU_FAULT).to_numpy(dtype=bool) & out_of_window
+        for n, grp in (gpu[xid].groupby("node_id", observed=True) if xid.any() else ()):
+            add(str(n), HW_XID, ", ".join(f"Xid {int(x)}" for x in sorted(set(grp["xid"]))) + f" on {grp['gpu_uuid'].nunique()} GPU(s)")
+        dbe = (gpu["ecc_dbe_delta"].to_numpy(dtype=float, na_value=0.0) > 0) & out_of_window
+        for n, grp in (gpu[dbe].groupby("node_id", observed=True) if dbe.any() else ()):
+            add(str(n), HW_DBE, f"{int(grp['ecc_dbe_delta'].sum())} double-bit ECC error(s)")
     # GPUs the inventory expects that did not report in at least MIN_MISSING_MINUTES minutes, on nodes whose
     # region reports (a silent region is missing data, judged by missing_data)
     if len(inv):
-        expected = inv.set_index("node_id")["gpus"].astype(float)
-        per_min = gpu.groupby(["node_id", "ts"], observed=True)["gpu_uuid"].nunique().unstack("ts", fill_value=0) if len(gpu) else pd.DataFrame()
-        minutes = pd.date_range(ctx.start, ctx.end, freq="1min", inclusive="left")
-        per_min = per_min.reindex(index=expected.index, columns=minutes, fill_value=0)
-        short = per_min.rsub(expected, axis=0).clip(lower=0)
+        expected = _per_inventory(ctx, "expected_gpus", lambda i: i.set_index("node_id")["gpus"].astype(float))
+        short = _short_gpus(ctx, expected)
         short_minutes = (short > 0).sum(axis=1)
-        maint = _in_maintenance(ctx, pd.Series(expected.index), inv.set_index("node_id")["region"].reindex(expected.index).reset_index(drop=True))
-        for n, k, m in zip(expected.index, short_minutes, maint):
-            if k >= MIN_MISSING_MINUTES and not m:
-                add(str(n), HW_GONE, f"{int(short.loc[n].max())} GPU(s) not reporting for {int(k)} min")
+        maint = np.zeros(len(expected), dtype=bool) if _windows_now(ctx) is None else _in_maintenance(
+            ctx, pd.Series(expected.index), inv.set_index("node_id")["region"].reindex(expected.index).reset_index(drop=True))
+        for i in np.flatnonzero((short_minutes >= MIN_MISSING_MINUTES) & ~maint):
+            add(str(expected.index[i]), HW_GONE, f"{int(short[i].max())} GPU(s) not reporting for {int(short_minutes[i])} min")
     if len(node):
-        state = node[~_in_maintenance(ctx, node["node_id"], node["region"])]
-        state = state[state["health"].isin(["drained", "down"])]
+        unhealthy = node["health"].isin(["drained", "down"]).to_numpy(dtype=bool)
+        state = node[unhealthy & ~_in_maintenance(ctx, node["node_id"], node["region"])] if unhealthy.any() else node.iloc[0:0]
         for n, grp in state.groupby("node_id", observed=True):
             add(str(n), HW_NODE_STATE, f"node {grp['health'].iloc[-1]} outside maintenance")
+    inv_nodes = _per_inventory(ctx, "node_set", lambda i: set(i["node_id"]))
     for n, reasons in _failed_on_fault(ctx).items():
-        if n in signals or n in set(inv["node_id"]):
+        if n in signals or n in inv_nodes:
             add(n, HW_JOB_FAILED, f"{len(reasons)} job(s) failed: {reasons[0]}")
     hw = _state(ctx, "hw_unavailable", ["node_id"])
     for n, v in hw.items():  # the loss tree's verdict: unavailable, corroborated by a fault or a persisting gap
@@ -307,8 +514,14 @@ def hardware_evidence(ctx: PartitionContext) -> pd.DataFrame:
     # rows gone alone is an exporter gap (missing data), and a job killed on a node alone is the scheduler's word
     # for one job (Slurm's NODE_FAIL follows network blips too): each corroborates, neither opens a finding
     keep = [n for n, s in signals.items() if s - {HW_GONE, HW_JOB_FAILED}]
+    if not keep:
+        return pd.DataFrame(columns=cols)
     region_of = dict(zip(inv["node_id"], inv["region"]))
-    region_of.update(dict(zip(gpu["node_id"].astype(object), gpu["region"].astype(object))) if len(gpu) else {})
+    if len(gpu):  # a node's region as its GPU rows say (the last row's, as a dict of every row would keep)
+        node_code, node_uni = _gpu_codes(ctx, "node_id")
+        last = len(node_code) - 1 - np.unique(node_code[::-1], return_index=True)[1]
+        last = last[node_code[last] >= 0]
+        region_of.update(zip(node_uni[node_code[last]], gpu["region"].astype(object).to_numpy()[last]))
     rollout = _rollout_nodes(ctx)
     return pd.DataFrame({
         "region": [region_of.get(n, "*") for n in keep], "node_id": keep, "signals": [signals[n] for n in keep],
@@ -363,6 +576,8 @@ def detect_hardware(ctx: PartitionContext) -> list[Finding]:
     """
     ev = hardware_evidence(ctx)
     out = []
+    if ev.empty:
+        return out
     for region, grp in ev.groupby("region"):
         sev = [_hardware_severity(s, r) for s, r in zip(grp["signals"], grp["rollout"])]
         grp = grp.assign(severity=sev)
@@ -395,9 +610,11 @@ def detect_hardware(ctx: PartitionContext) -> list[Finding]:
 
 def detect_thermal(ctx: PartitionContext) -> list[Finding]:
     g = ctx.gpu
+    out = []
+    if not (g["temp_c"].to_numpy(dtype=float, na_value=np.nan) >= THERMAL_TEMP_C).any():
+        return out  # no GPU at its slowdown temperature
     hot = g[((g["throttle_reasons"].fillna(0).astype("int64") & THERMAL_BITS) > 0) & (g["temp_c"] >= THERMAL_TEMP_C)]
     hot = hot[~_in_maintenance(ctx, hot["node_id"], hot["region"])]
-    out = []
     for region, grp in hot.groupby("region"):
         per_node = grp.groupby("node_id").size()
         per_node = per_node[per_node >= MIN_THERMAL_GPU_MINUTES]
@@ -430,7 +647,15 @@ def detect_deploys(ctx: PartitionContext) -> list[Finding]:
     out = []
     if ch is None or ch.empty:
         return out
-    recent = _rollout_groups(ch[(ch["ts"] >= ctx.end - DEPLOY_LOOKBACK) & (ch["ts"] < ctx.end)], ctx.inventory)
+    window = ch[(ch["ts"] >= ctx.end - DEPLOY_LOOKBACK) & (ch["ts"] < ctx.end)]
+    if ctx.prepared is None:
+        recent = _rollout_groups(window, ctx.inventory)
+    else:  # the same change events and inventory give the same groups: a range computes them once per change
+        key = (tuple(window.columns), tuple(map(tuple, window.astype(object).itertuples(index=False))))
+        hit = ctx.prepared.rollouts.get(key)
+        if hit is None or hit[0] is not ctx.inventory:
+            hit = ctx.prepared.rollouts[key] = (ctx.inventory, _rollout_groups(window, ctx.inventory))
+        recent = hit[1]
     for ev in recent.itertuples(index=False):
         since = max(ev.ts, ctx.end - DEPLOY_WINDOW)
         # a change is judged again every partition for DEPLOY_LOOKBACK: spend the false-alarm rate over those
@@ -486,7 +711,8 @@ def _node_cohort_failures(ctx: PartitionContext, ev, since, alpha: float = FAILU
     later = ch[(ch["ts"] > ev.ts) & (ch["ts"] < ctx.end) & (ch["kind"] == ev.kind) & (ch["to_version"] != ev.to_version)]
     if any(_scope_nodes(s, ctx.inventory) & cohort for s in later["scope"]):
         return None
-    ended = ctx.sched[(ctx.sched["event"] == "ended") & (ctx.sched["ts"] >= since) & (ctx.sched["ts"] < ctx.end)]
+    ended = _ts_slice(ctx.sched, since, ctx.end, ctx.memo)
+    ended = ended[(ended["event"] == "ended").to_numpy(dtype=bool, na_value=False)]
     if ended.empty:
         return None
     on = ended["node_ids"].fillna("").map(lambda s: bool(cohort & set(s.split(","))))
@@ -517,11 +743,24 @@ def _node_cohort_failures(ctx: PartitionContext, ev, since, alpha: float = FAILU
 
 def _framework_cohort(ctx: PartitionContext, ev, since, alpha: float = FAILURE_P) -> Finding | None:
     rt = ctx.runtime[(ctx.runtime["ts"] >= since) & (ctx.runtime["ts"] < ctx.end) & (ctx.runtime["steps"] > 0)]
-    if rt.empty or ctx.meta is None or ctx.meta.empty:
+    if rt.empty or ctx.meta is None or ctx.meta.empty or ctx.baselines is None or ctx.baselines.empty:
         return None
+    rt = rt[["ts", "job_id", "step_time_s"]]  # what the cohorts are judged on (no column below shares a name)
     m = ctx.meta
-    rows = rt.merge(m[["job_id", "framework_version", "model_type"]], on="job_id", how="inner")
-    place = ctx.gpu[ctx.gpu["job_id"].notna()].groupby(["ts", "job_id"]).agg(sku=("sku", "first"), gpus=("sku", "size"), region=("region", "first")).reset_index()
+    # the metadata rows of these jobs only, in their order (the inner merge gives the same rows)
+    fast = ctx.prepared is not None and ctx.prepared.meta is m and rt["job_id"].notna().all()
+    mine = m.iloc[ctx.prepared.meta_rows(rt["job_id"].unique())] if fast else m
+    rows = rt.merge(mine[["job_id", "framework_version", "model_type"]], on="job_id", how="inner")
+    # (the GPU rows of these jobs only: the inner merge drops every other job's anyway)
+    on_job = ctx.gpu["job_id"].notna().to_numpy(dtype=bool)
+    if ctx.prepared is not None:
+        job_code, job_uni = _gpu_codes(ctx, "job_id")
+        wanted = set(rows["job_id"].astype(object))
+        on_job &= np.append(np.array([j in wanted for j in job_uni], dtype=bool), False)[job_code]
+    grp = ctx.gpu.loc[on_job, ["ts", "job_id", "sku", "region"]].groupby(["ts", "job_id"])
+    place = grp[["sku", "region"]].first()  # per job and minute: its SKU, GPU count and region
+    place.insert(1, "gpus", grp.size())
+    place = place.reset_index()
     rows = rows.merge(place, on=["ts", "job_id"], how="inner")
     b = ctx.baselines
     if b is None or b.empty:
@@ -540,8 +779,15 @@ def _framework_cohort(ctx: PartitionContext, ev, since, alpha: float = FAILURE_P
     if v.verdict != REGRESSION:
         return None
     region = new["region"].mode().iloc[0] if new["region"].nunique() == 1 else "*"
-    lost = float(ctx.leaves[(ctx.leaves["state"] == "slowdown_compute") & (ctx.leaves["framework_version"] == ev.to_version)]["gpu_minutes"].sum())
-    teams = sorted(m.loc[m["framework_version"] == ev.to_version, "team"].dropna().unique())
+    slow = ctx.leaves.iloc[_leaf_rows(ctx, "slowdown_compute")] if len(ctx.leaves) else ctx.leaves
+    lost = float(slow[(slow["framework_version"] == ev.to_version).to_numpy(dtype=bool, na_value=False)]["gpu_minutes"].sum())
+    if fast:  # the release's teams, from the range's metadata once per version
+        key = ("teams", ev.to_version)
+        if key not in ctx.prepared.lookups:
+            ctx.prepared.lookups[key] = sorted(m.loc[m["framework_version"] == ev.to_version, "team"].dropna().unique())
+        teams = ctx.prepared.lookups[key]
+    else:
+        teams = sorted(m.loc[m["framework_version"] == ev.to_version, "team"].dropna().unique())
     return Finding("deploy_regression", "software", "page", region, f"deploy_regression|{ev.event_id}",
                    team=",".join(teams) if teams else None, cohort=f"framework {ev.to_version}", change_event=ev.event_id,
                    lost_gpu_minutes=lost,
@@ -560,12 +806,42 @@ ALLOC_STATES = ["allocated_idle", "allocated_unproductive", "failure_loss", "slo
                 "slowdown_checkpoint", "slowdown_compute", "productive"]
 
 
-def _slow_nodes(lv: pd.DataFrame, state: str, denominator: pd.Series) -> pd.DataFrame:
-    """Nodes where ``state`` holds at least NODE_SLOW_SHARE of the denominator GPU-minutes."""
-    slow = lv[lv["state"] == state].groupby(["region", "node_id"])["gpu_minutes"].sum()
+def _slow_nodes(lv: pd.DataFrame, state: str, denominator: pd.Series, rows: np.ndarray | None = None) -> pd.DataFrame:
+    """Nodes where ``state`` holds at least NODE_SLOW_SHARE of the denominator GPU-minutes (``rows``: the
+    positions of the leaves in ``state``, when known)."""
+    slow = lv[lv["state"] == state] if rows is None else lv.iloc[rows]
+    slow = slow.groupby(["region", "node_id"])["gpu_minutes"].sum()
     frame = pd.DataFrame({"slow": slow, "den": denominator.reindex(slow.index).fillna(0.0)})
     frame = frame[(frame["slow"] >= NODE_SLOW_MIN_GPU_MINUTES) & (frame["slow"] >= NODE_SLOW_SHARE * frame["den"])]
     return frame.reset_index()
+
+
+_NO_SLOW_NODES = pd.DataFrame({"region": pd.Series(dtype=object), "node_id": pd.Series(dtype=object),
+                               "slow": pd.Series(dtype=float), "den": pd.Series(dtype=float)})
+
+
+def _no_slow_nodes() -> pd.DataFrame:
+    """_slow_nodes() finding none (one shared frame: its readers never modify it)."""
+    return _NO_SLOW_NODES
+
+
+def _may_reach(ctx: PartitionContext, rows: np.ndarray, floor: float) -> bool:
+    """Whether some (region, node) of the leaves at ``rows`` can hold ``floor`` GPU-minutes: a cheap,
+    conservative pre-check (plain per-node sums, a margin for their rounding) before the exact group-by."""
+    if not len(rows):
+        return False
+    if "leaf_nodes" not in ctx.memo:
+        lv = ctx.leaves
+        region, node = pd.factorize(lv["region"])[0], pd.factorize(lv["node_id"])[0]
+        codes = np.where((region >= 0) & (node >= 0), region.astype(np.int64) * (len(lv) + 1) + node, -1)
+        ctx.memo["leaf_nodes"] = (codes, lv["gpu_minutes"].to_numpy(dtype=float, na_value=0.0))
+    codes, minutes = ctx.memo["leaf_nodes"]
+    c, w = codes[rows], minutes[rows]
+    ok = c >= 0
+    if not ok.any():
+        return False
+    sums = np.bincount(np.unique(c[ok], return_inverse=True)[1], weights=w[ok])
+    return bool(np.nanmax(sums) >= floor - 1e-6)
 
 
 def _saturated_storage(ctx: PartitionContext) -> pd.MultiIndex:
@@ -573,7 +849,10 @@ def _saturated_storage(ctx: PartitionContext) -> pd.MultiIndex:
     node = ctx.node
     if node is None or node.empty:
         return pd.MultiIndex.from_tuples([], names=["region", "node_id"])
-    hot = node[node["nvme_util_pct"] >= 95].groupby(["region", "node_id"], observed=True)["ts"].nunique()
+    saturated = node["nvme_util_pct"].to_numpy(dtype=float, na_value=np.nan) >= 95
+    if not saturated.any():
+        return pd.MultiIndex.from_tuples([], names=["region", "node_id"])
+    hot = node[saturated].groupby(["region", "node_id"], observed=True)["ts"].nunique()
     return hot[hot >= LINK_FAULT_MINUTES].index
 
 
@@ -586,13 +865,20 @@ def detect_slowdowns(ctx: PartitionContext) -> list[Finding]:
         return _faulty_links(ctx, set())
     # the share is of the minutes where a slowdown can be measured (jobs reporting step progress): minutes of
     # uninstrumented jobs cannot show a slowdown and must not dilute one
-    measured = lv[lv["state"].isin(MEASURED_STATES)]
-    per_node = measured.groupby(["region", "node_id"])["gpu_minutes"].sum()
-    multi = measured[measured["workload_class"] == "distributed"].groupby(["region", "node_id"])["gpu_minutes"].sum()
-    io_nodes = _slow_nodes(lv, "slowdown_data_io", per_node)
+    # (the denominators only matter where a slowdown can reach its floor, or storage is saturated)
+    hot_nodes = _saturated_storage(ctx)
+    io_rows, net_rows = _leaf_rows(ctx, "slowdown_data_io"), _leaf_rows(ctx, "slowdown_network")
+    io_ok = _may_reach(ctx, io_rows, NODE_SLOW_MIN_GPU_MINUTES)
+    net_ok = _may_reach(ctx, net_rows, NODE_SLOW_MIN_GPU_MINUTES)
+    if len(hot_nodes) or io_ok or net_ok:
+        measured = lv[lv["state"].isin(MEASURED_STATES)]
+        per_node = measured.groupby(["region", "node_id"])["gpu_minutes"].sum()
+        multi = measured[measured["workload_class"] == "distributed"].groupby(["region", "node_id"])["gpu_minutes"].sum()
+    else:
+        per_node = multi = pd.Series(dtype=float)
+    io_nodes = _slow_nodes(lv, "slowdown_data_io", per_node, io_rows) if io_ok else _no_slow_nodes()
     # storage saturated on several nodes at once (a shared filesystem, a hot dataset) is judged over those nodes
     # together: few of their jobs may report loader time, each node's share alone would be too thin to see
-    hot_nodes = _saturated_storage(ctx)
     if len(hot_nodes):
         slow_io = lv[lv["state"] == "slowdown_data_io"].groupby(["region", "node_id"])["gpu_minutes"].sum()
         pooled = pd.DataFrame({"slow": slow_io.reindex(hot_nodes).fillna(0.0), "den": per_node.reindex(hot_nodes).fillna(0.0)})
@@ -623,7 +909,7 @@ def detect_slowdowns(ctx: PartitionContext) -> list[Finding]:
                                     f"measured training time) lost to loader wait above baseline; storage saturated on "
                                     f"{hot['node_id'].nunique()} node(s) (NVMe >= 95 %, read "
                                     f"{sat['disk_read_mbps'].median() if len(sat) else float('nan'):.0f} MB/s median)"))
-    net_nodes = _slow_nodes(lv, "slowdown_network", multi)
+    net_nodes = _slow_nodes(lv, "slowdown_network", multi, net_rows) if net_ok else _no_slow_nodes()
     for region, grp in net_nodes.groupby("region"):
         nodes = sorted(grp["node_id"])
         links = ctx.network[(ctx.network["region"] == region) & ctx.network["node_id"].isin(nodes)]
@@ -656,6 +942,9 @@ def _faulty_links(ctx: PartitionContext, judged: set) -> list[Finding]:
     net = ctx.network
     if net is None or net.empty:
         return []
+    if not ((net["packet_loss_pct"].to_numpy(dtype=float, na_value=0.0) >= LINK_LOSS_PCT).any()
+            or (net["retransmits"].to_numpy(dtype=float, na_value=0.0) >= LINK_RETRANSMITS).any()):
+        return []  # no link over either bar
     net = net[~net["node_id"].isin(judged)]
     loss = net["packet_loss_pct"].fillna(0) >= LINK_LOSS_PCT
     retr = net["retransmits"].fillna(0) >= LINK_RETRANSMITS
@@ -714,86 +1003,205 @@ def aged_blocked(ctx: PartitionContext) -> pd.DataFrame:
     not demand, keeps them idle. A queue with no placement yet is matched against its whole region. A GPU
     freed a moment ago is being placed again: it counts from its second idle minute in a row.
     """
+    return pd.DataFrame(_aged_rows(ctx), columns=list(_AgedRow._fields))
+
+
+_AgedRow = namedtuple("_AgedRow", ["region", "blocked_gpu_minutes", "paid_gpu_minutes", "aged_jobs", "wait_p95_min",
+                                   "fragmented_gpu_minutes"])
+
+
+def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
+    """aged_blocked()'s rows (_AgedRow), one per region of the inventory (wait_p95_min None unless ``waits``)."""
     minutes = pd.date_range(ctx.start, ctx.end, freq="1min", inclusive="left")
     inv = ctx.inventory
-    cols = ["region", "blocked_gpu_minutes", "paid_gpu_minutes", "aged_jobs", "wait_p95_min", "fragmented_gpu_minutes"]
     if ctx.sched is None or ctx.sched.empty or inv.empty:
-        return pd.DataFrame(columns=cols)
-    sub = ctx.jobs if ctx.jobs is not None else job_table(ctx.sched, inv)
-    reach = queue_nodes(ctx.placements if ctx.placements is not None else placements(ctx.sched))
-    g = ctx.gpu
-    idle = g[g["job_id"].isna() & ~g["xid"].isin(XID_GPU_FAULT)]
-    idle = idle[~_in_maintenance(ctx, idle["node_id"], idle["region"])]
-    paid = inv.groupby("region")["gpus"].sum() * len(minutes)
-    rows = []
-    mid = (minutes + pd.Timedelta(seconds=30)).values
-    never = pd.Timestamp.max.tz_localize("UTC")
+        return []
+    jobs = _jobs_now(ctx)
+    reach = None
+    paid = _per_inventory(ctx, "paid_gpus", lambda i: i.groupby("region")["gpus"].sum()) * len(minutes)
+    mid = (minutes + pd.Timedelta(seconds=30)).values.astype(np.int64)
+    one_min = pd.Timedelta(minutes=1).value
 
+    g = ctx.gpu
+    no_job = _gpu_codes(ctx, "job_id")[0] < 0
+    idle = np.flatnonzero(no_job & ~g["xid"].isin(XID_GPU_FAULT).to_numpy(dtype=bool) & ~_gpu_maint(ctx))
+    node_code, node_uni = _gpu_codes(ctx, "node_id")
+    region_code, region_uni = _gpu_codes(ctx, "region")
+    ts = _ns(g["ts"])[idle]
+    node_i, region_i = node_code[idle], region_code[idle]
     # a GPU freed a moment ago is being placed again (dispatch takes scheduling cycles; in a saturated pool
     # every job that ends leaves such a gap): a GPU counts as free once it has been idle for AGED_IDLE_MINUTES
     # minutes in a row -- as long as a job may wait before it counts as held back, the same bar on both sides
     # (the partition's first minutes have no minutes before them here and count as sampled)
-    minute = ((idle["ts"] - ctx.start) // pd.Timedelta(minutes=1)).to_numpy(dtype=np.int64)
-    gpu_minute = idle.groupby(["node_id", "gpu_index"], sort=False, observed=True).ngroup().to_numpy() * (len(minutes) + 1) + minute
+    minute = (ts - ctx.start.value) // one_min
+    gi = g["gpu_index"].to_numpy(dtype=np.int64)[idle]
+    span = int(gi.max() - gi.min() + 1) if len(gi) else 1
+    gpu_id = np.where(node_i >= 0, node_i * span + (gi - (gi.min() if len(gi) else 0)), -1)
+    gpu_minute = gpu_id * (len(minutes) + 1) + minute
     settled = np.ones(len(minute), dtype=bool)
     for k in range(1, AGED_IDLE_MINUTES):
         settled &= (minute < k) | np.isin(gpu_minute - k, gpu_minute)
-    idle = idle[settled]
-    # idle GPUs per node and minute, with the node's size
-    free = idle.groupby(["region", "node_id", "ts"], observed=True).size().rename("free").reset_index()
-    free["minute"] = ((free["ts"] - ctx.start) // pd.Timedelta(minutes=1)).astype(int)
-    free["size"] = free["node_id"].map(dict(zip(inv["node_id"], inv["gpus"]))).fillna(0).to_numpy(dtype=float)
+    keep = settled & (node_i >= 0) & (region_i >= 0)
+    # idle GPUs per (region, node, minute), with the node's size
+    cell, free = np.unique(np.stack([region_i[keep], node_i[keep], ts[keep]]), axis=1, return_counts=True)
+    free = free.astype(float)
+    f_region, f_node = cell[0], cell[1]
+    f_minute = ((cell[2] - ctx.start.value) // one_min).astype(int)
+    node_size = dict(zip(inv["node_id"], inv["gpus"]))
+    size_of = pd.Series([node_size.get(n) for n in node_uni], dtype=float).fillna(0).to_numpy(dtype=float)
+    f_size = size_of[f_node] if len(f_node) else np.zeros(0)
+    region_pos = {r: i for i, r in enumerate(region_uni)}
 
+    rows = []
     for region in paid.index:
-        jobs = sub[sub["region"] == region]
-        free_r = free[free["region"] == region]
-        idle_m = np.bincount(free_r["minute"], weights=free_r["free"], minlength=len(minutes)).astype(float)
+        in_r = f_region == region_pos.get(region, -2)
+        r_minute, r_node, r_free, r_size = f_minute[in_r], f_node[in_r], free[in_r], f_size[in_r]
+        idle_m = np.bincount(r_minute, weights=r_free, minlength=len(minutes)).astype(float)
         blocked_m = np.zeros(len(minutes))
         frag_m = np.zeros(len(minutes))
-        aged_ids: set = set()
-        for queue, qjobs in jobs.groupby("queue", observed=True):
-            aged = ((qjobs["sub"].values[:, None] <= (mid - AGED_WAIT.to_timedelta64())[None, :])
-                    & (qjobs["left"].fillna(never).values[:, None] > mid[None, :]))  # jobs x minutes
+        aged_jobs = 0
+        j = jobs["region"] == region
+        waiting = j & jobs["may_wait"]
+        for queue in sorted(set(jobs["queue"][waiting])):
+            q = waiting & (jobs["queue"] == queue)
+            aged = ((jobs["sub"][q][:, None] <= (mid - AGED_WAIT.value)[None, :])
+                    & (jobs["left"][q][:, None] > mid[None, :]))  # jobs x minutes
             if not aged.any():
                 continue
-            gpus = qjobs["gpus"].to_numpy(dtype=float)[:, None]
+            gpus = jobs["gpus"][q][:, None]
             demand = (aged * gpus).sum(axis=0)
             smallest = np.where(aged, gpus, np.inf).min(axis=0)  # the smallest waiting request, per minute
+            if reach is None:
+                reach = _queue_reach(ctx.placements if ctx.placements is not None else placements(ctx.sched))
             nodes = reach.get(queue)
-            f = free_r[free_r["node_id"].isin(nodes)] if nodes else free_r
-            r = smallest[f["minute"].to_numpy()]
-            size, fr = f["size"].to_numpy(), f["free"].to_numpy(dtype=float)
+            on = np.array([n in nodes for n in node_uni], dtype=bool)[r_node] if nodes else np.ones(len(r_node), dtype=bool)
+            fm = r_minute[on]
+            r = smallest[fm]
+            size, fr = r_size[on], r_free[on]
             # a node can host the smallest waiting job when it has that many GPUs free (a request larger than
             # a node needs whole free nodes); scattered single GPUs do not block a 4-GPU job (that is
             # fragmentation, its own KPI)
             fits = np.where(r <= size, fr >= r, fr >= size)
-            usable = np.bincount(f["minute"].to_numpy(), weights=fr * fits, minlength=len(minutes))
+            usable = np.bincount(fm, weights=fr * fits, minlength=len(minutes))
             blocked_m += np.minimum(usable, demand)
             # fragmentation: no node can host the smallest waiting job, but the queue's free GPUs together could
             # (the fragmentation KPI's definition): idle capacity the scheduler's packing leaves unusable
-            free_all = np.bincount(f["minute"].to_numpy(), weights=fr, minlength=len(minutes))
+            free_all = np.bincount(fm, weights=fr, minlength=len(minutes))
             scattered = (usable < smallest) & (free_all >= smallest) & np.isfinite(smallest)
             frag_m += np.where(scattered, np.minimum(free_all - usable, np.maximum(demand - usable, 0)), 0.0)
-            aged_ids |= set(qjobs.index[aged.any(axis=1)])
+            aged_jobs += int(aged.any(axis=1).sum())
         blocked_m = np.minimum(blocked_m, idle_m)  # queues sharing nodes cannot both use one idle GPU
         frag = float(np.minimum(frag_m, idle_m - blocked_m).sum())
         blocked = float(blocked_m.sum()) + frag
-        started = jobs[(jobs["left"] >= ctx.start) & (jobs["left"] < ctx.end)]
-        waits = (started["left"] - started["sub"]).dt.total_seconds() / 60
-        rows.append((region, blocked, float(paid[region]), len(aged_ids), float(waits.quantile(0.95)) if len(waits) else np.nan, frag))
-    return pd.DataFrame(rows, columns=cols)
+        p95 = _wait_p95(ctx, region) if waits else None
+        rows.append(_AgedRow(region, blocked, float(paid[region]), aged_jobs, p95, frag))
+    return rows
+
+
+def _wait_p95(ctx: PartitionContext, region: str) -> float:
+    """p95 queue wait (minutes) of the region's jobs that left the queue in the partition (NaN: none did)."""
+    jobs = _jobs_now(ctx)
+    started = ((jobs["region"] == region) & (jobs["left"] >= ctx.start.value) & (jobs["left"] < ctx.end.value)
+               & (jobs["sub"] != _NAT))
+    waits = pd.to_timedelta(jobs["left"][started] - jobs["sub"][started], unit="ns").total_seconds().to_numpy() / 60
+    # (Series.quantile's own computation: numpy's linear percentile of q x 100)
+    return float(np.percentile(waits, np.asarray([0.95]) * 100.0)[0]) if len(waits) else np.nan
+
+
+def _gpu_minute(ctx: PartitionContext) -> np.ndarray:
+    """The minute of the partition (0-4) of each GPU row; -1 for a timestamp off the minute grid or outside."""
+    if "gpu_minute" not in ctx.memo:
+        off = _ns(ctx.gpu["ts"]) - ctx.start.value if len(ctx.gpu) else np.zeros(0, dtype=np.int64)
+        one = pd.Timedelta(minutes=1).value
+        n = int((ctx.end - ctx.start) / pd.Timedelta(minutes=1))
+        ok = (off >= 0) & (off % one == 0) & (off < n * one)
+        ctx.memo["gpu_minute"] = np.where(ok, off // one, -1)
+    return ctx.memo["gpu_minute"]
+
+
+def _gpu_codes(ctx: PartitionContext, col: str) -> tuple[np.ndarray, np.ndarray]:
+    """pd.factorize of a column of the partition's GPU rows (codes, -1 for missing; uniques as objects)."""
+    key = ("gpu_codes", col)
+    if key not in ctx.memo:
+        codes, uniques = pd.factorize(ctx.gpu[col])
+        ctx.memo[key] = (codes.astype(np.int64), np.asarray(uniques, dtype=object))
+    return ctx.memo[key]
+
+
+def _queue_reach(placed: pd.DataFrame) -> dict:
+    """queue_nodes() of ``placed``, from the categorical codes placements() gives (no string work per row)."""
+    if placed is None or placed.empty or not (isinstance(placed["queue"].dtype, pd.CategoricalDtype)
+                                              and isinstance(placed["node_id"].dtype, pd.CategoricalDtype)):
+        return queue_nodes(placed)
+    q, n = placed["queue"].cat.codes.to_numpy(), placed["node_id"].cat.codes.to_numpy()
+    ok = (q >= 0) & (n >= 0)
+    if not ok.all():
+        return queue_nodes(placed)
+    seen = np.zeros((len(placed["queue"].cat.categories), len(placed["node_id"].cat.categories)), dtype=bool)
+    seen[q, n] = True
+    queues, nodes = placed["queue"].cat.categories.astype(object), placed["node_id"].cat.categories.astype(object)
+    return {queues[i]: frozenset(nodes[np.flatnonzero(seen[i])]) for i in np.flatnonzero(seen.any(axis=1))}
+
+
+_NEVER = np.iinfo(np.int64).max
+_NAT = np.iinfo(np.int64).min  # NaT as int64 nanoseconds
+
+
+def _jobs_now(ctx: PartitionContext) -> dict:
+    """The job table as known at the partition's end, as arrays: sub / left (int64 ns; a job still waiting
+    has left = never), gpus, queue, region, and may_wait (a job that can have waited AGED_WAIT at some minute
+    of the partition: submitted AGED_WAIT before its last minute's middle and not gone before its first)."""
+    if "jobs_now" in ctx.memo:
+        return ctx.memo["jobs_now"]
+    if ctx.prepared is not None:
+        j = ctx.prepared.jobs_between(ctx.end - ctx.prepared.job_lookback, ctx.end)
+    else:
+        sub = ctx.jobs if ctx.jobs is not None else job_table(ctx.sched, ctx.inventory)
+        j = _job_arrays(sub)
+    first_mid = (ctx.start + pd.Timedelta(seconds=30)).value
+    last_mid = (ctx.end - pd.Timedelta(seconds=30)).value
+    j["may_wait"] = (j["sub"] <= last_mid - AGED_WAIT.value) & (j["left"] > first_mid) & j["has_queue"]
+    ctx.memo["jobs_now"] = j
+    return j
+
+
+def _ns(values) -> np.ndarray:
+    """Timestamps (tz-aware or naive UTC) as int64 nanoseconds since the epoch (NaT: the int64 minimum)."""
+    idx = pd.DatetimeIndex(values)
+    return (idx if idx.tz is not None else idx.tz_localize("UTC")).as_unit("ns").asi8
+
+
+def _job_arrays(sub: pd.DataFrame) -> dict:
+    """job_table() rows as arrays (see _jobs_now)."""
+    left = sub["left"]
+    return {
+        "sub": _ns(sub["sub"]),
+        "left": np.where(left.isna().to_numpy(), _NEVER, _ns(left)),
+        "gpus": sub["gpus"].to_numpy(dtype=float, na_value=np.nan),
+        "queue": sub["queue"].astype(object).to_numpy(),
+        "has_queue": sub["queue"].notna().to_numpy(dtype=bool),
+        "region": sub["region"].astype(object).to_numpy(),
+    }
 
 
 def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
     out = []
-    ab = aged_blocked(ctx)
+    if ctx.sched is None or ctx.sched.empty or ctx.inventory.empty or not _jobs_now(ctx)["may_wait"].any():
+        return out  # no job can have waited AGED_WAIT in the partition: nothing is held back
+    ab = _aged_rows(ctx, waits=False)
     lv = ctx.leaves
-    blocked_leaf = lv[lv["state"] == "idle_blocked"].groupby("region")["gpu_minutes"].sum() if len(lv) else pd.Series(dtype=float)
-    for r in ab.itertuples(index=False):
+    blocked_leaf = None
+    ch = ctx.changes
+    sched_cfg = ch[(ch["kind"] == "scheduler_config") & (ch["ts"] >= ctx.end - DEPLOY_LOOKBACK) & (ch["ts"] < ctx.end)] if len(ch) else ch
+    for r in ab:
         share = r.blocked_gpu_minutes / r.paid_gpu_minutes if r.paid_gpu_minutes else 0.0
         key = f"scheduling_blocked|{r.region}"
-        cfg = ctx.changes[(ctx.changes["kind"] == "scheduler_config") & (ctx.changes["ts"] >= ctx.end - DEPLOY_LOOKBACK)
-                          & (ctx.changes["ts"] < ctx.end) & ctx.changes["scope"].isin([r.region, "*"])] if len(ctx.changes) else ctx.changes
+        # the loosest bars any scheduler change allows (SCHED_MIN_JOBS - 1 jobs, the ticket bar; half of both
+        # to stay open): a region below them is judged no further
+        if not (r.aged_jobs >= SCHED_MIN_JOBS - 1 and share >= _LOOSEST_TICKET) and not (
+                key in ctx.open_baselines and r.aged_jobs >= 1 and share >= _LOOSEST_TICKET / 2):
+            continue
+        cfg = sched_cfg[sched_cfg["scope"].isin([r.region, "*"])] if len(sched_cfg) else sched_cfg
         page_bar, jobs = (SCHED_PAGE_SHARE_AFTER_CHANGE, SCHED_MIN_JOBS - 1) if len(cfg) else (SCHED_PAGE_SHARE, SCHED_MIN_JOBS)
         ticket_bar = min(SCHED_TICKET_SHARE, page_bar)
         is_open = key in ctx.open_baselines
@@ -802,6 +1210,9 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         keeps_open = is_open and share >= ticket_bar / 2 and r.aged_jobs >= max(1, jobs // 2)
         if not (piled_up and share >= ticket_bar) and not keeps_open:
             continue
+        if blocked_leaf is None:
+            rows = _leaf_rows(ctx, "idle_blocked") if len(lv) else ()
+            blocked_leaf = lv.iloc[rows].groupby("region")["gpu_minutes"].sum() if len(lv) else pd.Series(dtype=float)
         base, base_from = _history_baseline(ctx.region_history, r.region, ctx.start)
         idle_blocked = blocked_leaf.get(r.region, 0.0) / r.paid_gpu_minutes if r.paid_gpu_minutes else 0.0
         unseasonal = idle_blocked >= base + SCHED_SEASONAL_MARGIN
@@ -822,7 +1233,7 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
                                        "waiting job" if r.fragmented_gpu_minutes >= 1 else "")
                                     + f") idle while {r.aged_jobs} "
                                     f"job(s) of the region's queues waited over {AGED_WAIT.seconds // 60} min; queue wait p95 "
-                                    f"{r.wait_p95_min:.1f} min; idle_blocked {idle_blocked:.1%} ({base_text}"
+                                    f"{_wait_p95(ctx, r.region):.1f} min; idle_blocked {idle_blocked:.1%} ({base_text}"
                                     f"{'' if unseasonal else ': seasonal, not paged'})"
                                     + (f"; {planned}: planned capacity, not paged" if planned else "")
                                     + cfg_text))
@@ -884,25 +1295,53 @@ def detect_no_progress(ctx: PartitionContext) -> list[Finding]:
     collectors have no power): the guardrail cannot judge, it says so. Jobs that report training metrics are
     the stall detector's.
     """
-    g = ctx.gpu[ctx.gpu["job_id"].notna()]
     out = []
-    if g.empty:
+    if ctx.gpu.empty:
         return out
-    reporting = set(ctx.runtime["job_id"].astype(object))
-    ref = reference_power(g.assign(sku=g["sku"].astype(object)), ["sku"])
-    g = g[(g["gpu_util_pct"] >= BUSY_UTIL_PCT) & ~g["job_id"].astype(object).isin(reporting)]
-    if g.empty:
+    has_job = _gpu_codes(ctx, "job_id")[0] >= 0
+    if not has_job.any():
         return out
+    gpu = ctx.gpu
+    reporting = set(ctx.runtime["job_id"])
+    job_code, job_uni = _gpu_codes(ctx, "job_id")
+    reports = np.array([j in reporting for j in job_uni] + [False], dtype=bool)
+    busy = has_job & (gpu["gpu_util_pct"].to_numpy(dtype=float, na_value=np.nan) >= BUSY_UTIL_PCT) & ~reports[job_code]
+    if not busy.any():
+        return out
+    # every finding needs NO_PROGRESS_PAGE_GPU_MINUTES busy GPU-minutes whose device is idle or not reported
+    # (the power witness alone counts only where the profiling fields are missing)
+    dev_idle, dev_seen = device_idle(gpu["sm_active"].to_numpy(dtype=float, na_value=np.nan)[busy],
+                                     gpu["tensor_active"].to_numpy(dtype=float, na_value=np.nan)[busy])
+    if int((dev_idle | ~dev_seen).sum()) < NO_PROGRESS_PAGE_GPU_MINUTES:
+        return out
+    slim = _gpu_slim(ctx)
+    g = slim[has_job]
+    ref = reference_power(g, ["sku"])
+    g = slim[busy]
     idle, dev_known = device_idle(g["sm_active"].to_numpy(dtype=float, na_value=np.nan),
                                   g["tensor_active"].to_numpy(dtype=float, na_value=np.nan))
-    low, pow_known = low_power(g.assign(sku=g["sku"].astype(object)), ref, ["sku"])
-    meta = ctx.meta[ctx.meta["job_id"].isin(g["job_id"].unique())] if len(ctx.meta) else ctx.meta
-    meta = meta.drop_duplicates("job_id").set_index("job_id") if len(meta) else pd.DataFrame(columns=["team", "workload_class"])
-    jobs = g["job_id"].astype(object)
-    g = g.assign(team=jobs.map(meta["team"]).astype(object).fillna("unknown").to_numpy(),
-                 cls=jobs.map(meta["workload_class"]).astype(object).fillna("unknown").to_numpy(),
-                 both=dev_known & idle & pow_known & low,
-                 one=(dev_known & idle & ~pow_known) | (~dev_known & pow_known & low))
+    low, pow_known = low_power(g, ref, ["sku"])
+    if ctx.prepared is not None and ctx.prepared.meta is ctx.meta:
+        code, uniq = pd.factorize(g["job_id"].astype(object))
+        team = np.array([ctx.prepared.team_of(j, "team") for j in uniq] + ["unknown"], dtype=object)[code]
+        cls = np.array([ctx.prepared.team_of(j, "workload_class") for j in uniq] + ["unknown"], dtype=object)[code]
+    else:
+        meta = ctx.meta[ctx.meta["job_id"].isin(g["job_id"].unique())] if len(ctx.meta) else ctx.meta
+        meta = meta.drop_duplicates("job_id").set_index("job_id") if len(meta) else pd.DataFrame(columns=["team", "workload_class"])
+        jobs = g["job_id"].astype(object)
+        team = jobs.map(meta["team"]).astype(object).fillna("unknown").to_numpy()
+        cls = jobs.map(meta["workload_class"]).astype(object).fillna("unknown").to_numpy()
+    both = dev_known & idle & pow_known & low
+    one = (dev_known & idle & ~pow_known) | (~dev_known & pow_known & low)
+    # only a team with NO_PROGRESS_PAGE_GPU_MINUTES of one kind of evidence can raise a finding: count first
+    teams, which = np.unique(team, return_inverse=True)
+    counts = [np.bincount(which, weights=w.astype(float), minlength=len(teams))
+              for w in (both & (cls != "interactive"), both, one)]
+    candidates = set(teams[np.maximum.reduce(counts) >= NO_PROGRESS_PAGE_GPU_MINUTES])
+    if not candidates:
+        return out
+    g = g.assign(team=team, cls=cls, both=both, one=one)
+    g = g[np.isin(team, list(candidates))]
     for team, grp in g.groupby("team"):
         dummy = grp[grp["both"]]
         paging = dummy[dummy["cls"] != "interactive"]
@@ -949,6 +1388,14 @@ def detect_stalls(ctx: PartitionContext) -> list[Finding]:
     out = []
     if rt.empty:
         return out
+    # a stall is STALL_MINUTES zero-step minutes of one job at least: without a job that has as many, none
+    maybe = ((rt["steps"].to_numpy(dtype=float, na_value=0.0) == 0)
+             & (rt["checkpoint_time_s"].to_numpy(dtype=float, na_value=0.0) == 0))
+    if maybe.sum() < STALL_MINUTES:
+        return out
+    codes = pd.factorize(rt["job_id"].to_numpy(dtype=object)[maybe])[0]
+    if not (codes >= 0).any() or np.bincount(codes[codes >= 0]).max() < STALL_MINUTES:
+        return out
     zero = (rt["steps"] == 0) & (rt["checkpoint_time_s"].fillna(0) == 0)
     # per job: minutes reported after its last progressing minute (a trailing run of zero-step minutes)
     last_ts = rt.groupby("job_id")["ts"].max()
@@ -964,7 +1411,7 @@ def detect_stalls(ctx: PartitionContext) -> list[Finding]:
     g = g[g["ts"] >= g["job_id"].map(since)]
     if g.empty:
         return out
-    ref = reference_power(ctx.gpu.assign(sku=ctx.gpu["sku"].astype(object)), ["sku"])
+    ref = reference_power(_gpu_slim(ctx), ["sku"])
     idle, dev_known = device_idle(g["sm_active"].to_numpy(dtype=float, na_value=np.nan),
                                   g["tensor_active"].to_numpy(dtype=float, na_value=np.nan))
     low, pow_known = low_power(g.assign(sku=g["sku"].astype(object)), ref, ["sku"])
@@ -1008,10 +1455,16 @@ def detect_missing_data(ctx: PartitionContext) -> list[Finding]:
     minutes = pd.date_range(ctx.start, ctx.end, freq="1min", inclusive="left")
     silent_regions = set()
     if len(inv):
-        exp = inv.groupby("region")["gpus"].sum()
-        rep = ctx.gpu.groupby(["region", "ts"]).size().unstack("ts", fill_value=0) if len(ctx.gpu) else pd.DataFrame()
+        exp = _per_inventory(ctx, "paid_gpus", lambda i: i.groupby("region")["gpus"].sum())
+        # GPU rows per region and minute of the partition
+        region_code, region_uni = _gpu_codes(ctx, "region")
+        minute = _gpu_minute(ctx)
+        ok = (region_code >= 0) & (minute >= 0)
+        rep = np.bincount(region_code[ok] * len(minutes) + minute[ok],
+                          minlength=len(region_uni) * len(minutes)).reshape(len(region_uni), len(minutes))
+        region_pos = {r: i for i, r in enumerate(region_uni)}
         for region, expected in exp.items():
-            row = rep.loc[region].reindex(minutes, fill_value=0) if region in rep.index else pd.Series(0, index=minutes)
+            row = rep[region_pos[region]] if region in region_pos else np.zeros(len(minutes), dtype=np.int64)
             silent = int((row < 0.5 * expected).sum())
             if silent >= MIN_MISSING_MINUTES:
                 silent_regions.add(region)
