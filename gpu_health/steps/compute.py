@@ -367,7 +367,7 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
     carried into ``start`` and the partitions a scheduling page held come from them.
     """
     from gpu_health.diagnosis import alerts as A
-    from gpu_health.diagnosis.detect import DEPLOY_LOOKBACK, PartitionContext, detect, job_table, jobs_as_of
+    from gpu_health.diagnosis.detect import DEPLOY_LOOKBACK, PartitionContext, detect, job_table, prepare_range
 
     start, end = pd.Timestamp(start), pd.Timestamp(end)
     five = PARTITION
@@ -408,6 +408,8 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
     slo_rows = slo_rows.sort_values("partition_start", kind="stable").reset_index(drop=True)
     jobs = job_table(sched, inventory_union(segments))  # node -> region only: where each queue's jobs run
     placed = G.placements(sched)
+    prep = prepare_range(jobs, meta, job_lookback=SCHED_LOOKBACK,
+                         windows={"runtime": runtime, "sched": sched, "changes": changes})
 
     def by_partition(frame, col="ts"):
         return dict(tuple(frame.groupby(frame[col].dt.floor(PARTITION_FREQ)))) if len(frame) else {}
@@ -420,19 +422,19 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
         ctx = PartitionContext(
             start=p, end=p + five, gpu=g_p.get(p, empty["gpu_telemetry"]), node=n_p.get(p, empty["node_telemetry"]),
             network=net_p.get(p, empty["network_telemetry"]),
-            runtime=runtime[(runtime["ts"] >= p - five) & (runtime["ts"] < p + five)],
-            sched=sched[(sched["ts"] >= p + five - SCHED_LOOKBACK) & (sched["ts"] < p + five)],
-            changes=changes[changes["ts"] < p + five], maintenance=maint, leaves=leaves_p.get(p, leaves.iloc[0:0]),
+            runtime=prep.between("runtime", p - five, p + five),
+            sched=prep.between("sched", p + five - SCHED_LOOKBACK, p + five),
+            changes=prep.between("changes", None, p + five), maintenance=maint, leaves=leaves_p.get(p, leaves.iloc[0:0]),
             baselines=base_p.get(p, baselines.iloc[0:0]), meta=meta, inventory=inventory_at[p],
             region_history=hist[hist["partition_start"] < p], open_baselines=A.open_baselines(prev),
-            jobs=jobs_as_of(jobs[jobs["sub"] >= p + five - SCHED_LOOKBACK], p + five),
+            prepared=prep,
             placements=placed.iloc[placed["ts"].searchsorted(p + five - SCHED_LOOKBACK):placed["ts"].searchsorted(p + five)],
             rejects=rejects_p.get(p), source_gaps=gaps_p.get(p),
             slo_events=slo_rows.iloc[slo_rows["partition_start"].searchsorted(p + five - SLO_LOOKBACK):
                                      slo_rows["partition_start"].searchsorted(p + five)] if len(slo_rows) else None,
             open_keys=frozenset(prev.loc[prev["status"] != "resolved", "key"]) if len(prev) else frozenset(),
         )
-        snap = A.step(prev, detect(ctx), p, rates=rates, changes=changes[changes["ts"] < p + five])
+        snap = A.step(prev, detect(ctx), p, rates=rates, changes=ctx.changes)
         if len(snap):
             out.append(snap)
             hist = _forget_paged(hist, snap)
