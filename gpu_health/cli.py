@@ -52,6 +52,12 @@ def _days(start: pd.Timestamp, end: pd.Timestamp):
 
 
 # --- simulate ----------------------------------------------------------------------------
+def _simulated(scen, table: str) -> bool:
+    """Whether the scenario's cluster produces the optional source ``table`` (serving, facility knobs)."""
+    spec = scen.cluster.spec
+    return bool(spec.facility) if table == "facility_telemetry" else bool(spec.serving)
+
+
 def simulate(scenario_path: str, landing: str, start: str | None, end: str | None, *, quiet: bool = False) -> dict:
     from gpu_health.sim.jobs import build_plan, to_s
     from gpu_health.sim.scenario import labels_frame, load_scenario
@@ -68,7 +74,7 @@ def simulate(scenario_path: str, landing: str, start: str | None, end: str | Non
     for d_start, d_end in _days(start_ts, end_ts):
         win = Window(scen, d_start, d_end)
         starts = pd.date_range(d_start, d_end, freq="5min", inclusive="left")
-        tables = FIVE_MINUTE_SOURCES + (OPTIONAL_SOURCES if scen.cluster.spec.serving else [])
+        tables = FIVE_MINUTE_SOURCES + [t for t in OPTIONAL_SOURCES if _simulated(scen, t)]
         for table in tables:
             frame = win.table(table)
             col = PARTITION_COLUMN[table]

@@ -37,6 +37,7 @@ ASSET_KEYS = [
     "job_failures",
     "job_metadata",
     "job_runtime_metrics",
+    "facility_telemetry",
     "kpi_baselines",
     "kpi_values",
     "maintenance_windows",

@@ -78,10 +78,18 @@ SERVING_INCIDENT_KINDS: dict[str, KindInfo] = {
 }
 SERVING_KINDS = tuple(SERVING_INCIDENT_KINDS)
 
+# The facility layer's incidents (issue #18; they need ``cluster: {facility: true}``): scope {region} or {rack: id},
+# one rack (gpu_health.sim.facility). Kept apart from KINDS like the serving kinds: their signatures are tested on
+# the facility table and the GPUs of the rack (test_facility_source.py).
+FACILITY_INCIDENT_KINDS: dict[str, KindInfo] = {
+    "rack_cooling_failure": KindInfo("facility", 14.0, "degrees C the rack's inlet rises over 10 minutes (a failed CRAH / rear-door unit)", None),
+    "power_cap_hit": KindInfo("facility", 0.55, "share of its rating the rack's power budget is cut to; its GPUs are power-capped to fit", None),
+}
+
 # kinds whose targets include specific jobs (labels carry their job_ids)
 JOB_TARGETED_KINDS = ("training_stall", "dummy_workload")
 
-FAMILIES = ["hardware", "software", "scheduling", "data_io", "network", "gaming", "planned", "missing_data"]
+FAMILIES = ["hardware", "software", "scheduling", "data_io", "network", "gaming", "planned", "missing_data", "facility"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d)\s*$")
 
@@ -139,6 +147,8 @@ class Change:
     description: str
     node_ids: tuple[str, ...] = ()
     drain_s: int = 0    # the nodes are drained (GPUs unavailable) for this long from ts while the change installs
+    actor: str | None = None   # who made it (change_events.actor)
+    ticket: str | None = None  # its change-request reference (change_events.ticket)
 
 
 @dataclass
@@ -206,9 +216,10 @@ def _pick(seed: int, salt: str, items: list, k: int) -> list:
 def _resolve_incident(scen: Scenario, i: int, spec: dict) -> Incident:
     spec = dict(spec)
     kind = spec.get("kind")
-    if kind not in KINDS and kind not in SERVING_INCIDENT_KINDS:
-        raise ValueError(f"incident {i}: unknown kind {kind!r}; known kinds: {sorted(KINDS)}, serving: {sorted(SERVING_INCIDENT_KINDS)}")
-    info = KINDS.get(kind) or SERVING_INCIDENT_KINDS[kind]
+    if kind not in KINDS and kind not in SERVING_INCIDENT_KINDS and kind not in FACILITY_INCIDENT_KINDS:
+        raise ValueError(f"incident {i}: unknown kind {kind!r}; known kinds: {sorted(KINDS)}, serving: {sorted(SERVING_INCIDENT_KINDS)}, "
+                         f"facility: {sorted(FACILITY_INCIDENT_KINDS)}")
+    info = KINDS.get(kind) or SERVING_INCIDENT_KINDS.get(kind) or FACILITY_INCIDENT_KINDS[kind]
     start = parse_ts(spec["start"], f"incident {i} start")
     if "end" in spec:
         end = parse_ts(spec["end"], f"incident {i} end")
@@ -276,6 +287,9 @@ def _resolve_incident(scen: Scenario, i: int, spec: dict) -> Incident:
         region=region, node_ids=node_ids, gpu_uuids=gpu_uuids, team=scope.get("team"),
         fraction=float(scope.get("fraction", 1.0)), pool=pool,
     )
+    if kind in FACILITY_INCIDENT_KINDS:
+        from gpu_health.sim.facility import resolve_rack
+        resolve_rack(scen, inc, salt)
     if kind == "driver_regression":
         inc.from_version = spec.get("from_version", scen.cluster.spec.driver_version)
         inc.to_version = spec.get("to_version", "560.35.03")
@@ -333,7 +347,7 @@ def _resolve_change(scen: Scenario, i: int, spec: dict) -> list[Change]:
             scope=_scope_text(scope.get("region"), part, len(nodes)),
             from_version=spec.get("from_version"), to_version=spec.get("to_version"),
             description=description + (f" (batch {b + 1} of {batches})" if batches > 1 else ""), node_ids=part,
-            drain_s=drain_s,
+            drain_s=drain_s, actor=spec.get("actor"), ticket=spec.get("ticket"),
         ))
     return out
 

@@ -16,6 +16,7 @@ OWNER = {
     "scheduler_events": "ml_platform", "job_runtime_metrics": "ml_platform", "job_metadata": "ml_platform",
     "change_events": "ml_platform", "cost_capacity": "finance", "maintenance_windows": "infra",
     "inference_requests": "ml_platform", "inference_latency_buckets": "ml_platform",
+    "facility_telemetry": "infra",
 }
 GRAIN = {
     "gpu_telemetry": "one row per reporting GPU per minute",
@@ -29,6 +30,7 @@ GRAIN = {
     "maintenance_windows": "one row per planned-maintenance window (the whole calendar)",
     "inference_requests": "one row per region x model x version x minute (optional: serving)",
     "inference_latency_buckets": "one row per region x model x version x histogram x le x minute (optional: serving)",
+    "facility_telemetry": "one row per rack per minute (optional: facility power and cooling)",
 }
 def build_source_asset(table: str, partitions_def) -> dg.AssetsDefinition:
     model = CONTRACTS[table]
