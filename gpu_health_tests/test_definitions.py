@@ -45,6 +45,7 @@ ASSET_KEYS = [
     "node_inventory",
     "node_telemetry",
     "scheduler_events",
+    "rack_facility",
     "serving_slis",
     "slo_error_budgets",
     "step_time_baselines",

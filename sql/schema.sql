@@ -227,6 +227,24 @@ CREATE TABLE node_inventory (
 	CONSTRAINT pk_node_inventory PRIMARY KEY (partition_start, node_id)
 );
 
+CREATE TABLE rack_facility (
+	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
+	region TEXT NOT NULL, 
+	rack_id TEXT NOT NULL, 
+	minutes BIGINT NOT NULL, 
+	energy_kwh FLOAT NOT NULL, 
+	peak_power_kw FLOAT NOT NULL, 
+	power_budget_kw FLOAT NOT NULL, 
+	headroom_kw FLOAT NOT NULL, 
+	headroom_share FLOAT NOT NULL, 
+	inlet_max_c FLOAT, 
+	psus_failed BIGINT, 
+	gpus BIGINT NOT NULL, 
+	gpus_throttled_power BIGINT, 
+	gpus_throttled_thermal BIGINT, 
+	CONSTRAINT pk_rack_facility PRIMARY KEY (partition_start, region, rack_id)
+);
+
 CREATE TABLE scheduler_events (
 	event_id TEXT NOT NULL, 
 	ts TIMESTAMP WITH TIME ZONE NOT NULL, 

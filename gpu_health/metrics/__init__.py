@@ -30,6 +30,10 @@ from gpu_health.diagnosis.decompose import GoodputDecomposition as _Decompositio
 from gpu_health.metrics.kpi_baselines import KpiBaselines as _KpiBaselines  # noqa: E402
 
 DERIVED["kpi_baselines"] = (_KpiBaselines, "partition_start")
+
+from gpu_health.metrics.facility import RackFacility as _RackFacility  # noqa: E402
+
+DERIVED["rack_facility"] = (_RackFacility, "partition_start")
 DERIVED["goodput_decomposition"] = (_Decomposition, "partition_start")
 
 for _name, (_model, _col) in DERIVED.items():

@@ -547,7 +547,8 @@ def kpi_values(wh: Warehouse, start, end) -> pd.DataFrame:
     from gpu_health.metrics.kpis import compute_kpis
 
     start, end = pd.Timestamp(start), pd.Timestamp(end)
-    tables = ["gpu_telemetry", "node_telemetry", "network_telemetry", "job_runtime_metrics", "job_metadata", "change_events"]
+    tables = ["gpu_telemetry", "node_telemetry", "network_telemetry", "job_runtime_metrics", "job_metadata", "change_events",
+              "facility_telemetry"]
     frames = read_sources(wh, start, end, tables)
     # six hours of scheduler events show every job still waiting at the window's start
     frames["scheduler_events"] = wh.read_window("scheduler_events", start - SCHED_LOOKBACK, end)
@@ -670,3 +671,14 @@ def paid_invariant(states: pd.DataFrame, wh: Warehouse, start, end) -> dict:
     bad = got[got["error"] > 1e-6 * got["expected"].clip(lower=1)]
     return {"passed": bad.empty, "slices": len(got), "violations": len(bad),
             "max_abs_error_gpu_minutes": float(got["error"].max() if len(got) else 0), "examples": bad.head(10)}
+
+
+def rack_facility(wh: Warehouse, start, end) -> pd.DataFrame:
+    """Per rack and partition: energy, peak draw against the continuous-load limit, inlet, PSUs and throttled GPUs
+    (gpu_health.metrics.facility); empty on a cluster without facility data."""
+    from gpu_health.metrics.facility import rack_facility as compute
+
+    facility = wh.read_window("facility_telemetry", start, end)
+    gpu = wh.read_window("gpu_telemetry", start, end, columns=["ts", "node_id", "gpu_uuid", "throttle_reasons"]) \
+        if len(facility) else None
+    return compute(facility, gpu, pd.Timestamp(start), pd.Timestamp(end))
