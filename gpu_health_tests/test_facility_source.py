@@ -141,3 +141,17 @@ def test_old_change_files_without_actor_and_ticket_stay_valid(tmp_path):
     v, _ = read_window(LandingSource(tmp_path), "change_events", T0, T0 + pd.Timedelta(minutes=5))
     assert len(v.rejects) == 0 and len(v.valid) == 1
     assert v.valid["actor"].isna().all() and v.valid["ticket"].isna().all()
+
+
+def test_unticketed_change_incident_lands_a_change_with_an_actor_and_no_ticket():
+    scen = load_scenario({
+        "seed": 5, "start": "2026-11-03T09:00:00Z", "end": "2026-11-03T11:00:00Z", "cluster": {"gpus": 96},
+        "incidents": [{"kind": "unticketed_change", "start": str(INC), "duration": "30m", "severity": "low",
+                       "scope": {"region": "eu-west", "nodes": 2, "actor": "jdoe@example.com"}}],
+        "changes": [{"kind": "bios_update", "ts": str(INC + pd.Timedelta(minutes=1)), "scope": {"region": "us-east", "nodes": 1},
+                     "actor": "ops-bot", "ticket": "CHG-7", "to_version": "2.1"}]})
+    ch = Window(scen, T0, T1).table("change_events").set_index("kind")
+    assert ch.loc["node_taint", "actor"] == "jdoe@example.com" and pd.isna(ch.loc["node_taint", "ticket"])
+    assert len(ch.loc["node_taint", "scope"].split(",")) == 2
+    assert ch.loc["bios_update", "ticket"] == "CHG-7" and ch.loc["bios_update", "actor"] == "ops-bot"
+    assert validate_frame(ch.reset_index(), "change_events", start=T0, end=T1, origin="t").rejects.empty

@@ -58,6 +58,7 @@ from gpu_health.diagnosis.cohort import REGRESSION, judge_cohorts
 from gpu_health.metrics.device import BUSY_UTIL_PCT, device_idle, low_power, reference_power
 from gpu_health.metrics.goodput import BLOCKED_WAIT, BUSY_UTIL_PCT as ACTIVE_UTIL_PCT, maintenance_mask, placements, queue_nodes, queue_regions, queue_table
 from gpu_health.sources.dcgm_fields import XID_GPU_FAULT
+from gpu_health.diagnosis import facility as F
 
 FIVE = pd.Timedelta(minutes=5)
 # DCGM clock-event reasons: 0x20 sw thermal slowdown, 0x40 hw thermal slowdown (the contract's bit map)
@@ -135,6 +136,7 @@ RUNBOOKS = {
                "drain the nodes from multi-node jobs. Runbook: docs/runbooks.md#network",
     "gaming": "Contact the team: GPUs held at high utilization without training progress; reclaim the GPUs "
               "and review the quota. Runbook: docs/runbooks.md#gaming",
+    "facility": F.FACILITY_RUNBOOK,
     "missing_data": "Check the collectors (dcgm-exporter, node-exporter, the landing-zone uploader) of the region; "
                     "GPU incidents cannot be judged until data flows. Runbook: docs/runbooks.md#missing_data",
 }
@@ -183,6 +185,7 @@ class PartitionContext:
     open_keys: frozenset = frozenset()  # keys of the alerts open after the partition before
     placements: pd.DataFrame | None = None  # placements() of `sched` (sliced from one computed per range)
     slo_events: pd.DataFrame | None = None  # slo_error_budgets rows of the burn-rate lookback up to the partition
+    facility: pd.DataFrame | None = None  # facility_telemetry rows of the partition (None / empty: no facility data)
 
 
 def _in_maintenance(ctx: PartitionContext, nodes: pd.Series, regions: pd.Series) -> np.ndarray:
@@ -1108,6 +1111,7 @@ def detect_slo_burn(ctx: PartitionContext) -> list[Finding]:
 
 DETECTORS = [detect_hardware, detect_thermal, detect_deploys, detect_slowdowns, detect_scheduling, detect_no_progress,
              detect_stalls, detect_missing_data, detect_slo_burn]
+DETECTORS = F.with_facility(DETECTORS, detect_thermal)  # issue #18: rack cooling / power, change policy
 
 
 def detect(ctx: PartitionContext) -> list[Finding]:

@@ -85,6 +85,12 @@ FACILITY_INCIDENT_KINDS: dict[str, KindInfo] = {
     "rack_cooling_failure": KindInfo("facility", 14.0, "degrees C the rack's inlet rises over 10 minutes (a failed CRAH / rear-door unit)", None),
     "power_cap_hit": KindInfo("facility", 0.55, "share of its rating the rack's power budget is cut to; its GPUs are power-capped to fit", None),
 }
+CHANGE_INCIDENT_KINDS: dict[str, KindInfo] = {
+    # change and access monitoring (issue #18): a change made by hand, with no change ticket and outside any window.
+    # scope {region, nodes, change_kind (default node_taint), actor}; it leaves a change_events row only (severity low:
+    # the expected alert is a software ticket, never a page)
+    "unticketed_change": KindInfo("software", 1.0, "(unused) a node change made with no ticket, outside any window", None),
+}
 
 # kinds whose targets include specific jobs (labels carry their job_ids)
 JOB_TARGETED_KINDS = ("training_stall", "dummy_workload")
@@ -216,10 +222,11 @@ def _pick(seed: int, salt: str, items: list, k: int) -> list:
 def _resolve_incident(scen: Scenario, i: int, spec: dict) -> Incident:
     spec = dict(spec)
     kind = spec.get("kind")
-    if kind not in KINDS and kind not in SERVING_INCIDENT_KINDS and kind not in FACILITY_INCIDENT_KINDS:
+    ops_kinds = {**FACILITY_INCIDENT_KINDS, **CHANGE_INCIDENT_KINDS}
+    if kind not in KINDS and kind not in SERVING_INCIDENT_KINDS and kind not in ops_kinds:
         raise ValueError(f"incident {i}: unknown kind {kind!r}; known kinds: {sorted(KINDS)}, serving: {sorted(SERVING_INCIDENT_KINDS)}, "
-                         f"facility: {sorted(FACILITY_INCIDENT_KINDS)}")
-    info = KINDS.get(kind) or SERVING_INCIDENT_KINDS.get(kind) or FACILITY_INCIDENT_KINDS[kind]
+                         f"facility and changes: {sorted(ops_kinds)}")
+    info = KINDS.get(kind) or SERVING_INCIDENT_KINDS.get(kind) or ops_kinds[kind]
     start = parse_ts(spec["start"], f"incident {i} start")
     if "end" in spec:
         end = parse_ts(spec["end"], f"incident {i} end")
@@ -368,6 +375,11 @@ def _incident_changes(scen: Scenario) -> list[Change]:
                               f"framework release {inc.to_version}" + (f" for team {inc.team}" if inc.team else ""), ()))
             out.append(Change(f"{inc.incident_id}-rollback", inc.end, "framework_release", inc.team or "*", inc.to_version, inc.from_version,
                               f"rollback of {inc.to_version}", ()))
+        elif inc.kind == "unticketed_change":
+            kind = inc.scope.get("change_kind", "node_taint")
+            out.append(Change(f"{inc.incident_id}-change", inc.start, kind, scope, None, inc.scope.get("to_version"),
+                              inc.scope.get("description", f"{kind} applied by hand"), inc.node_ids,
+                              actor=inc.scope.get("actor", "operator@example.com"), ticket=None))
         elif inc.kind == "priority_change":
             out.append(Change(f"{inc.incident_id}-deploy", inc.start, "scheduler_config", inc.region or "*", None, None,
                               f"scheduler priority/backfill config change in {inc.region or 'all regions'}", inc.node_ids))

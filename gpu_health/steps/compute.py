@@ -372,6 +372,8 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
     start, end = pd.Timestamp(start), pd.Timestamp(end)
     five = pd.Timedelta(minutes=5)
     frames = read_sources(wh, start, end, ["gpu_telemetry", "node_telemetry", "network_telemetry"])
+    facility = wh.read_window("facility_telemetry", start, end)  # optional source: empty without facility data
+    fac_p = dict(tuple(facility.groupby(facility["ts"].dt.floor("5min")))) if len(facility) else {}
     runtime = wh.read_window("job_runtime_metrics", start - five, end)
     sched = wh.read_window("scheduler_events", start - SCHED_LOOKBACK, end)
     changes = wh.read_window("change_events", start - DEPLOY_LOOKBACK, end)
@@ -431,6 +433,7 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
             slo_events=slo_rows.iloc[slo_rows["partition_start"].searchsorted(p + five - SLO_LOOKBACK):
                                      slo_rows["partition_start"].searchsorted(p + five)] if len(slo_rows) else None,
             open_keys=frozenset(prev.loc[prev["status"] != "resolved", "key"]) if len(prev) else frozenset(),
+            facility=fac_p.get(p),
         )
         snap = A.step(prev, detect(ctx), p, rates=rates, changes=changes[changes["ts"] < p + five])
         if len(snap):

@@ -156,7 +156,7 @@ DERIVED_STEPS = [
              Read("goodput_leaves"), Read("step_time_baselines"), Read("job_metadata", before=P.META_LOOKBACK),
              *INVENTORY, Read("cluster_goodput", before=ALERT_HISTORY), Read("alerts", before=ALERT_HISTORY),
              Read("cost_capacity", before=TO_DAY_START + DAY), Read("source_rejects"), Read("source_gaps"),
-             Read("slo_error_budgets", before=SLO_LOOKBACK))),
+             Read("slo_error_budgets", before=SLO_LOOKBACK), Read("facility_telemetry"))),
          run=_alerts),
     Step("kpi_baselines", FIVE_MINUTE, writes=("kpi_baselines",),
          # the same slot +-35 min on each of the previous 14 days; paged partitions of the previous 15
