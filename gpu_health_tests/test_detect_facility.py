@@ -205,3 +205,21 @@ def test_change_policy_never_pages_through_detect():
 def test_the_facility_detectors_are_in_the_detector_list():
     names = {d.__name__ for d in DETECTORS}
     assert {"detect_rack_cooling", "detect_rack_power", "detect_change_policy", "detect_thermal"} <= names
+
+
+def test_a_node_change_of_a_new_kind_is_evidence_the_alerts_name():
+    """A node taint (or BIOS update, access grant...) on a node is read like a deploy: an alert on that node within
+    two hours names it in follows_change, with its description."""
+    from gpu_health.diagnosis import alerts as A
+
+    ctx = context(gpu=gpu_rows(temp={"n1": 88.0, "n2": 88.0}, throttle={"n1": 0x40, "n2": 0x40}),
+                  facility=facility_rows(inlet={"rack-a": 34.0}))
+    ch = changes([{"event_id": "taint-1", "ts": T0 - 20 * MIN, "kind": "node_taint", "scope": "n2",
+                   "actor": "jdoe", "ticket": "CHG-9", "description": "taint n2 gpu=maintenance:NoSchedule"},
+                  {"event_id": "bios-elsewhere", "ts": T0 - 10 * MIN, "kind": "bios_update", "scope": "n4",
+                   "actor": "ops", "ticket": "CHG-8", "description": "BIOS 2.1 on n4"}])
+    snap = A.step(A.empty(), detect(ctx), T0, rates={}, changes=ch)
+    row = snap[snap["detector"] == "rack_cooling"].iloc[0]
+    assert row["cause_family"] == "facility" and row["severity"] == "page"
+    assert row["follows_change"].startswith("taint-1: taint n2") and "bios-elsewhere" not in row["follows_change"]
+    assert row["runbook"].endswith("docs/runbooks.md#facility")
