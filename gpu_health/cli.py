@@ -115,6 +115,7 @@ SOURCE_FLAGS = {
     "prometheus_region_label": "--prometheus-region-label", "prometheus_selector": "--prometheus-selector",
     "prometheus_labels": "--prometheus-labels", "prometheus_step": "--prometheus-step",
     "prometheus_ready_lag": "--prometheus-ready-lag", "absent_after": "--absent-after", "slurm_dir": "--slurm-dir",
+    "ipmi_racks": "--ipmi-racks", "ipmi_hall_metric": "--ipmi-hall-metric",
 }
 
 
@@ -312,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--absent-after", help="how long a window a live producer has not covered is waited for before it "
                                               "is written empty as missing data (default 10min)")
     p_run.add_argument("--slurm-dir", help="directory of sacct / squeue --json dumps (scheduler_events, job_metadata)")
+    p_run.add_argument("--ipmi-racks", help="rack inventory (CSV/YAML: rack_id, region, node_ids, power_budget_kw): read "
+                                            "facility_telemetry from ipmi_exporter series in the --prometheus-url Prometheus")
+    p_run.add_argument("--ipmi-hall-metric", help="the hall power meter's metric (watts, region label) for PUE")
     p_run.add_argument("--warehouse", help="SQLAlchemy URL (default: $GPU_HEALTH_WAREHOUSE_URL or sqlite:///var/warehouse.db)")
     p_run.add_argument("--partition-start", help="first partition key of the code location (default: the range start)")
     p_run.add_argument("--direct", action="store_true",
