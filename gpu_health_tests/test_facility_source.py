@@ -155,3 +155,25 @@ def test_unticketed_change_incident_lands_a_change_with_an_actor_and_no_ticket()
     assert len(ch.loc["node_taint", "scope"].split(",")) == 2
     assert ch.loc["bios_update", "ticket"] == "CHG-7" and ch.loc["bios_update", "actor"] == "ops-bot"
     assert validate_frame(ch.reset_index(), "change_events", start=T0, end=T1, origin="t").rejects.empty
+
+
+def test_simulate_writes_facility_files_only_when_the_knob_is_on(tmp_path):
+    import yaml
+
+    from gpu_health.cli import main
+    from gpu_health.landing import partition_path
+
+    for on in (False, True):
+        scen = tmp_path / f"s{on}.yaml"
+        scen.write_text(yaml.safe_dump({"seed": 1, "start": "2026-11-03T10:00:00Z", "end": "2026-11-03T10:10:00Z",
+                                        "cluster": {"gpus": 96, "facility": on}}))
+        land = tmp_path / f"land{on}"
+        assert main(["simulate", "--scenario", str(scen), "--landing", str(land), "--quiet"]) == 0
+        files = sorted(p.relative_to(land).as_posix() for p in (land / "facility_telemetry").rglob("*.parquet")) \
+            if (land / "facility_telemetry").exists() else []
+        if not on:
+            assert files == []
+            continue
+        assert files == ["facility_telemetry/2026-11-03/1000.parquet", "facility_telemetry/2026-11-03/1005.parquet"]
+        frame = pd.read_parquet(partition_path(land, "facility_telemetry", T0))
+        assert len(frame) == 5 * frame["rack_id"].nunique() and frame["rack_id"].nunique() >= 2
