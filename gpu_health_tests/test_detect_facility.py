@@ -151,6 +151,15 @@ def test_power_capped_gpus_under_the_budget_are_nothing():
     assert detect_rack_power(context(gpu=gpu_rows(throttle={"n1": 0x4, "n2": 0x4}), facility=facility_rows())) == []
 
 
+def test_a_rack_over_its_continuous_load_limit_all_partition_is_a_capacity_ticket():
+    (f,) = detect_rack_power(context(facility=facility_rows(power={"rack-a": 42.0})))  # 84 % of 50 kW
+    assert (f.detector, f.family, f.severity, f.nodes) == ("rack_power_headroom", "facility", "ticket", ["n1", "n2"])
+    assert detect_rack_power(context(facility=facility_rows(power={"rack-a": 39.0}))) == []  # 78 %: within it
+    fac = facility_rows(power={"rack-a": 42.0})
+    fac.loc[(fac["rack_id"] == "rack-a") & (fac["ts"] == T0), "power_kw"] = 30.0  # one minute under: a peak
+    assert detect_rack_power(context(facility=fac)) == []
+
+
 def test_failed_psus_are_a_ticket():
     (f,) = detect_rack_power(context(facility=facility_rows(psus={"rack-b": 1})))
     assert (f.detector, f.severity, f.nodes) == ("rack_psu", "ticket", ["n3", "n4"])

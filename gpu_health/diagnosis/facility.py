@@ -17,7 +17,8 @@ rack_cooling        facility     the rack's inlet above 27 C (the facility's sen
 rack_power_cap      facility     the rack held at its power budget (PDU draw >= 95 % of it) AND its
                                  busy GPUs power-capped (DCGM 0x4 / 0x80 on most of their minutes)
                                  on several of its nodes. Ticket: the draw alone (a breaker near
-                                 tripping), or failed PSUs (redundancy lost).
+                                 tripping); rack_psu: failed PSUs (redundancy lost);
+                                 rack_power_headroom: over 80 % of the rating all partition (NEC).
 change_policy       software     never pages. Ticket: a change with no ticket reference, or a change
                                  of a kind that needs a maintenance window made outside one.
 ==================  ===========  =====================================================================
@@ -58,6 +59,10 @@ HELD_MINUTES = 3
 # A rack's cap throttles all of its busy GPUs at once: the power bit on at least half of a node's busy GPU-minutes.
 # The bit on one GPU now and then is that GPU meeting its own power limit under a heavy kernel (a transient).
 CAPPED_SHARE = 0.5
+# NEC 210.20(A): a continuous load (3 hours or more) may draw at most 80 % of its circuit's rating. A partition is
+# five minutes, so a rack above the line for every reported minute of it is a capacity ticket (the plan must move
+# load or add power before it has run three hours), never a page: it is not yet a fault.
+CONTINUOUS_LOAD_SHARE = 0.8
 # kinds whose change must land inside a maintenance window: they reboot, drain or re-flash nodes (a driver, kernel,
 # firmware or BIOS install) -- the calendar exists so that such work is planned, announced and excluded from paging
 WINDOW_KINDS = ("driver_upgrade", "kernel_upgrade", "firmware_update", "bios_update")
@@ -190,6 +195,23 @@ def detect_rack_power(ctx) -> list:
                          f"minutes; gpu_telemetry: power clock-event bits (0x4 / 0x80) on >= {CAPPED_SHARE:.0%} of "
                          f"the busy GPU-minutes of {n_cap} of {len(c)} nodes reporting the bitmask",
                 value=float(r.draw), baseline=float(r.budget)))
+    over = f.assign(o=(f["power_kw"] > CONTINUOUS_LOAD_SHARE * f["power_budget_kw"]) &
+                    (f["power_kw"] < HELD_SHARE * f["power_budget_kw"]))
+    agg = over.groupby(["region", "rack_id"]).agg(minutes=("ts", "nunique"), over=("o", "sum"),
+                                                 draw=("power_kw", "max"), budget=("power_budget_kw", "min")).reset_index()
+    held_racks = {f_.key for f_ in out}
+    for r in agg[(agg["over"] == agg["minutes"]) & (agg["minutes"] >= HELD_MINUTES)].itertuples(index=False):
+        if f"rack_power_cap|{r.region}|{r.rack_id}" in held_racks:
+            continue
+        nodes = sorted(racks.loc[(racks["rack_id"] == r.rack_id) & (racks["region"] == r.region), "node_id"])
+        out.append(Finding(
+            "rack_power_headroom", "facility", "ticket", r.region, f"rack_power_headroom|{r.region}|{r.rack_id}",
+            nodes=nodes,
+            summary=f"Rack {r.rack_id} in {r.region}: above its continuous-load limit ({r.draw:.1f} kW of "
+                    f"{CONTINUOUS_LOAD_SHARE:.0%} x {r.budget:.1f} kW)",
+            evidence=f"facility_telemetry: draw over {CONTINUOUS_LOAD_SHARE:.0%} of power_budget_kw in all "
+                     f"{int(r.minutes)} minutes (NEC 210.20(A) continuous-load limit)",
+            value=float(r.draw), baseline=float(CONTINUOUS_LOAD_SHARE * r.budget)))
     psu = f["psus_failed"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)
     bad = f[psu > 0]
     if len(bad):
