@@ -44,6 +44,7 @@ import pandera.pandas as pa
 from gpu_health.contracts.models import CONTRACTS, PARTITION_COLUMN
 from gpu_health.diagnosis.decompose import GoodputDecomposition
 from gpu_health.metrics import models as M
+from gpu_health.metrics.facility import RackFacility
 from gpu_health.metrics.kpi_baselines import KpiBaselines
 from gpu_health.metrics.kpis import KpiValues
 
@@ -131,6 +132,9 @@ _TABLES: tuple[Table, ...] = (
     _source("inference_latency_buckets", "minute", COLUMNAR, "ml_platform",
             "one row per region x model x version x histogram x le x minute (optional: serving)",
             "Serving latency and time-to-first-token histograms per deployment."),
+    _source("facility_telemetry", "minute", COLUMNAR, "infra",
+            "one row per rack per minute (optional: facility power and cooling)",
+            "Per rack: power draw and budget, inlet and outlet temperature, failed PSUs, the hall's power for PUE."),
     # --- quality of the sources -------------------------------------------------------------------------------------
     Table("source_rejects", "quality", None, "partition_start", "event", SQL, "telemetry", "infra",
           "one row per rejected source row (or quarantined file) with the check it broke",
@@ -177,6 +181,9 @@ _TABLES: tuple[Table, ...] = (
     _derived("slo_error_budgets", M.SloErrorBudgets, "5-minute", "kpis", "ml_platform",
              "one row per SLO x region x model x 5-minute partition",
              "Each serving SLO's events, bad events and error budget remaining over its rolling window."),
+    _derived("rack_facility", RackFacility, "5-minute", "kpis", "infra",
+             "one row per rack x 5-minute partition",
+             "Each rack's energy, peak draw against 80 % of its rating, hottest inlet, failed PSUs, GPUs throttled."),
     # --- derived: diagnosis and alerting -------------------------------------------------------------------------------
     _derived("goodput_decomposition", GoodputDecomposition, "5-minute", "diagnosis", "infra",
              "one row per ranked cause per 5-minute partition",

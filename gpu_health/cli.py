@@ -52,6 +52,12 @@ def _days(start: pd.Timestamp, end: pd.Timestamp):
 
 
 # --- simulate ----------------------------------------------------------------------------
+def _simulated(scen, table: str) -> bool:
+    """Whether the scenario's cluster produces the optional source ``table`` (serving, facility knobs)."""
+    spec = scen.cluster.spec
+    return bool(spec.facility) if table == "facility_telemetry" else bool(spec.serving)
+
+
 def simulate(scenario_path: str, landing: str, start: str | None, end: str | None, *, quiet: bool = False) -> dict:
     from gpu_health.sim.jobs import build_plan, to_s
     from gpu_health.sim.labels import labels_frame
@@ -69,7 +75,7 @@ def simulate(scenario_path: str, landing: str, start: str | None, end: str | Non
     for d_start, d_end in _days(start_ts, end_ts):
         win = Window(scen, d_start, d_end)
         starts = pd.date_range(d_start, d_end, freq="5min", inclusive="left")
-        tables = FIVE_MINUTE_SOURCES + (OPTIONAL_SOURCES if scen.cluster.spec.serving else [])
+        tables = FIVE_MINUTE_SOURCES + [t for t in OPTIONAL_SOURCES if _simulated(scen, t)]
         for table in tables:
             frame = win.table(table)
             col = PARTITION_COLUMN[table]
@@ -110,6 +116,7 @@ SOURCE_FLAGS = {
     "prometheus_region_label": "--prometheus-region-label", "prometheus_selector": "--prometheus-selector",
     "prometheus_labels": "--prometheus-labels", "prometheus_step": "--prometheus-step",
     "prometheus_ready_lag": "--prometheus-ready-lag", "absent_after": "--absent-after", "slurm_dir": "--slurm-dir",
+    "ipmi_racks": "--ipmi-racks", "ipmi_hall_metric": "--ipmi-hall-metric",
 }
 
 
@@ -309,6 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--absent-after", help="how long a window a live producer has not covered is waited for before it "
                                               "is written empty as missing data (default 10min)")
     p_run.add_argument("--slurm-dir", help="directory of sacct / squeue --json dumps (scheduler_events, job_metadata)")
+    p_run.add_argument("--ipmi-racks", help="rack inventory (CSV/YAML: rack_id, region, node_ids, power_budget_kw): read "
+                                            "facility_telemetry from ipmi_exporter series in the --prometheus-url Prometheus")
+    p_run.add_argument("--ipmi-hall-metric", help="the hall power meter's metric (watts, region label) for PUE")
     p_run.add_argument("--warehouse", help="SQLAlchemy URL (default: $GPU_HEALTH_WAREHOUSE_URL or sqlite:///var/warehouse.db)")
     p_run.add_argument("--partition-start", help="first partition key of the code location (default: the range start)")
     p_run.add_argument("--direct", action="store_true",

@@ -41,6 +41,8 @@ def default_resources() -> dict:
             prometheus_ready_lag=dg.EnvVar("GPU_HEALTH_PROMETHEUS_READY_LAG").get_value("2min"),
             absent_after=dg.EnvVar("GPU_HEALTH_ABSENT_AFTER").get_value(DEFAULT_ABSENT_AFTER),
             slurm_dir=dg.EnvVar("GPU_HEALTH_SLURM_DIR").get_value(""),
+            ipmi_racks=dg.EnvVar("GPU_HEALTH_IPMI_RACKS").get_value(""),
+            ipmi_hall_metric=dg.EnvVar("GPU_HEALTH_IPMI_HALL_METRIC").get_value(""),
         ),
         "alertmanager": AlertmanagerResource(
             url=dg.EnvVar("GPU_HEALTH_ALERTMANAGER_URL").get_value(""),

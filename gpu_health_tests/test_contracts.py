@@ -81,9 +81,15 @@ def serving() -> dict[str, pd.DataFrame]:
 
 
 @pytest.fixture(scope="module")
-def frames(window, changes, maintenance, capacity, serving) -> dict[str, pd.DataFrame]:
+def facility() -> pd.DataFrame:
+    """facility_telemetry (off on the default profile) from a scenario that turns the facility layer on."""
+    return Window(load_scenario({"seed": 7, "cluster": {"facility": True}}), T0, T1).table("facility_telemetry")
+
+
+@pytest.fixture(scope="module")
+def frames(window, changes, maintenance, capacity, serving, facility) -> dict[str, pd.DataFrame]:
     return {**window, "change_events": changes, "maintenance_windows": maintenance, "cost_capacity": capacity,
-            **serving}
+            **serving, "facility_telemetry": facility}
 
 
 def _bounds(source: str):

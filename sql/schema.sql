@@ -1,7 +1,7 @@
 -- Generated from gpu_health/storage/schema.py by `python -m gpu_health.storage.schema`.
 -- Do not edit by hand: a test fails when this file and the module drift.
 --
--- Not in SQL: the minute-grain telemetry tables gpu_telemetry, inference_latency_buckets, inference_requests, job_runtime_metrics, network_telemetry, node_telemetry are stored
+-- Not in SQL: the minute-grain telemetry tables facility_telemetry, gpu_telemetry, inference_latency_buckets, inference_requests, job_runtime_metrics, network_telemetry, node_telemetry are stored
 -- as Parquet in the telemetry store, <telemetry_dir>/<table>/date=YYYY-MM-DD/<HH>.parquet (a complete hour) or <HHMM>.parquet (README).
 
 CREATE TABLE alerts (
@@ -38,6 +38,8 @@ CREATE TABLE change_events (
 	from_version TEXT, 
 	to_version TEXT, 
 	description TEXT NOT NULL, 
+	actor TEXT, 
+	ticket TEXT, 
 	CONSTRAINT pk_change_events PRIMARY KEY (ts, event_id)
 );
 
@@ -223,6 +225,24 @@ CREATE TABLE node_inventory (
 	driver_version TEXT NOT NULL, 
 	fatal_gpus BIGINT NOT NULL, 
 	CONSTRAINT pk_node_inventory PRIMARY KEY (partition_start, node_id)
+);
+
+CREATE TABLE rack_facility (
+	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
+	region TEXT NOT NULL, 
+	rack_id TEXT NOT NULL, 
+	minutes BIGINT NOT NULL, 
+	energy_kwh FLOAT NOT NULL, 
+	peak_power_kw FLOAT NOT NULL, 
+	power_budget_kw FLOAT NOT NULL, 
+	headroom_kw FLOAT NOT NULL, 
+	headroom_share FLOAT NOT NULL, 
+	inlet_max_c FLOAT, 
+	psus_failed BIGINT, 
+	gpus BIGINT NOT NULL, 
+	gpus_throttled_power BIGINT, 
+	gpus_throttled_thermal BIGINT, 
+	CONSTRAINT pk_rack_facility PRIMARY KEY (partition_start, region, rack_id)
 );
 
 CREATE TABLE scheduler_events (

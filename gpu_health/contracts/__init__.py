@@ -4,6 +4,7 @@ from gpu_health.contracts.models import (
     CONTRACTS,
     FIVE_MINUTE_SOURCES,
     OPTIONAL_DCGM_COLUMNS,
+    OPTIONAL_COLUMNS,
     OPTIONAL_SOURCES,
     PARTITION_COLUMN,
     columns,
@@ -11,4 +12,4 @@ from gpu_health.contracts.models import (
     empty_frame,
 )
 
-__all__ = ["CONTRACTS", "FIVE_MINUTE_SOURCES", "OPTIONAL_DCGM_COLUMNS", "OPTIONAL_SOURCES", "PARTITION_COLUMN", "columns", "conform", "empty_frame"]
+__all__ = ["CONTRACTS", "FIVE_MINUTE_SOURCES", "OPTIONAL_COLUMNS", "OPTIONAL_DCGM_COLUMNS", "OPTIONAL_SOURCES", "PARTITION_COLUMN", "columns", "conform", "empty_frame"]

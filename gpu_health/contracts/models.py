@@ -35,6 +35,12 @@ CHANGE_KINDS = [
     "scheduler_config",
     "firmware_update",
     "kernel_upgrade",
+    # change and access monitoring (issue #18): configuration, firmware and access changes beyond deploys
+    "node_label",
+    "node_taint",
+    "bios_update",
+    "access_grant",
+    "access_revoke",
 ]
 THROTTLE_MASK_MAX = 0x1FF  # the nine DCGM clock-event bits
 
@@ -260,6 +266,8 @@ class ChangeEvents(SourceModel):
     from_version: Series[pd.StringDtype] = pa.Field(nullable=True, description="Version before (null for config changes).")
     to_version: Series[pd.StringDtype] = pa.Field(nullable=True, description="Version after.")
     description: Series[pd.StringDtype] = pa.Field(description="Free text.")
+    actor: Series[pd.StringDtype] = pa.Field(nullable=True, description="Who made the change (user or service account); null = not recorded. Optional: an older file without the column reads as null.")
+    ticket: Series[pd.StringDtype] = pa.Field(nullable=True, description="The change-request reference (e.g. CHG-1234); null = none given. Optional like actor.")
 
 
 
@@ -337,6 +345,26 @@ class InferenceLatencyBuckets(_ServingKeyed):
         return has_inf.astype(bool)
 
 
+class FacilityTelemetry(_MinuteGrain):
+    """One row per rack per minute (issue #18): the rack's PDU draw against its provisioned budget, its power
+    supplies, its inlet / outlet temperatures and the hall's draw (for PUE). Optional source: a cluster that
+    exports no facility data lands zero rows and runs as before (OPTIONAL_SOURCES)."""
+
+    region: Series[pd.StringDtype] = pa.Field(description="Region (the hall), e.g. us-east.", str_length={"min_value": 1})
+    rack_id: Series[pd.StringDtype] = pa.Field(description="Rack id [PDU / BMC chassis label].", str_length={"min_value": 1})
+    node_ids: Series[pd.StringDtype] = pa.Field(description="Comma-separated nodes in the rack.")
+    power_kw: Series[float] = pa.Field(ge=0, description="Rack draw, kW (the PDUs' sum).")
+    power_budget_kw: Series[float] = pa.Field(gt=0, description="The rack's provisioned power (its breaker rating), kW.")
+    # -40..150 C: the range of the sensors the contract accepts anywhere (gpu_telemetry.temp_c); air or coolant
+    inlet_temp_c: Series[float] = pa.Field(ge=-40, le=150, nullable=True, description="Rack inlet air / coolant, C; null = not exported.")
+    outlet_temp_c: Series[float] = pa.Field(ge=-40, le=150, nullable=True, description="Rack outlet air / coolant, C; null = not exported.")
+    psus_failed: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True, description="Power supplies in a failed state; null = not exported.")
+    facility_power_kw: Series[float] = pa.Field(ge=0, nullable=True, description="The whole hall's draw, kW, repeated on each rack row of the region-minute; PUE = facility_power_kw / the region's sum of power_kw.")
+
+    class Config:
+        unique = ["ts", "region", "rack_id"]
+
+
 def bucket_monotone(df: pd.DataFrame) -> np.ndarray:
     """Per row: True when its ``count`` is at least the count of every smaller ``le`` of the same histogram-minute."""
     if df.empty:
@@ -376,6 +404,7 @@ CONTRACTS: dict[str, type[ContractModel]] = {
     "maintenance_windows": MaintenanceWindows,
     "inference_requests": InferenceRequests,
     "inference_latency_buckets": InferenceLatencyBuckets,
+    "facility_telemetry": FacilityTelemetry,
 }
 
 PARTITION_COLUMN: dict[str, str | None] = {
@@ -390,6 +419,7 @@ PARTITION_COLUMN: dict[str, str | None] = {
     "maintenance_windows": None,
     "inference_requests": "ts",
     "inference_latency_buckets": "ts",
+    "facility_telemetry": "ts",
 }
 
 FIVE_MINUTE_SOURCES = [
@@ -407,6 +437,12 @@ FIVE_MINUTE_SOURCES = [
 # served"), never data a partition waits for, and they are not among FIVE_MINUTE_SOURCES (which every producer must
 # write and the sensor waits for).
 OPTIONAL_SOURCES = ["inference_requests", "inference_latency_buckets"]
+# The facility layer (issue #18) is optional the same way: a cluster whose PDUs and BMCs are not exported has no
+# facility_telemetry files or series; its absence is missing facility data, never a wait and never a page.
+OPTIONAL_SOURCES += ["facility_telemetry"]
+# Columns added to a contract after files were written: an older file without them reads as null (validate.py
+# adds a missing optional column as nulls before judging the file).
+OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {"change_events": ("actor", "ticket")}
 
 # Optional DCGM fields: a missing value is null, never a zero reading.
 OPTIONAL_DCGM_COLUMNS = ["sm_active", "tensor_active", "throttle_reasons", "ecc_sbe_delta", "ecc_dbe_delta"]

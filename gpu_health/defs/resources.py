@@ -69,12 +69,16 @@ class TelemetrySourceResource(dg.ConfigurableResource):
     prometheus_ready_lag: str = "2min"
     absent_after: str = DEFAULT_ABSENT_AFTER
     slurm_dir: str = ""
+    # facility_telemetry from ipmi_exporter series in the same Prometheus (issue #18): the rack inventory file
+    # (rack_id, region, node_ids, power_budget_kw) and, optionally, the hall meter's metric (watts, region label)
+    ipmi_racks: str = ""
+    ipmi_hall_metric: str = ""
 
     def _key(self) -> tuple:
         return (self.kind, self.scenario, self.seed, self.live, self.landing_dir, self.prometheus_url,
                 self.prometheus_region, self.prometheus_region_label, self.prometheus_selector,
                 self.prometheus_labels, self.prometheus_step, self.prometheus_ready_lag, self.absent_after,
-                self.slurm_dir)
+                self.slurm_dir, self.ipmi_racks, self.ipmi_hall_metric)
 
     def get(self):
         with _SOURCES_LOCK:
@@ -99,6 +103,11 @@ class TelemetrySourceResource(dg.ConfigurableResource):
                 region_label=self.prometheus_region_label, selector=self.prometheus_selector,
                 labels=self.prometheus_labels, step=self.prometheus_step, ready_lag=self.prometheus_ready_lag,
                 absent_after=self.absent_after))
+            if self.ipmi_racks:
+                parts.insert(0, make_source(
+                    "ipmi", self.prometheus_url, self.ipmi_racks, hall_metric=self.ipmi_hall_metric or None,
+                    region=self.prometheus_region or None, region_label=self.prometheus_region_label,
+                    selector=self.prometheus_selector))
         if self.slurm_dir:
             parts.append(make_source("slurm", self.slurm_dir, absent_after=self.absent_after))
         if not parts:

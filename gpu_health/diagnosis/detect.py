@@ -60,6 +60,8 @@ from gpu_health.diagnosis.cohort import REGRESSION, judge_cohorts
 from gpu_health.metrics.device import BUSY_UTIL_PCT, device_idle, low_power, reference_power
 from gpu_health.metrics.goodput import BLOCKED_WAIT, BUSY_UTIL_PCT as ACTIVE_UTIL_PCT, maintenance_mask, placements, queue_nodes, queue_regions, queue_table
 from gpu_health.sources.dcgm_fields import XID_GPU_FAULT
+from gpu_health.diagnosis import facility as F
+from gpu_health.diagnosis.finding import Finding  # noqa: F401  (re-exported: detectors and tests import it here)
 
 FIVE = pd.Timedelta(minutes=5)
 # DCGM clock-event reasons: 0x20 sw thermal slowdown, 0x40 hw thermal slowdown (the contract's bit map)
@@ -138,27 +140,10 @@ RUNBOOKS = {
                "drain the nodes from multi-node jobs. Runbook: docs/runbooks.md#network",
     "gaming": "Contact the team: GPUs held at high utilization without training progress; reclaim the GPUs "
               "and review the quota. Runbook: docs/runbooks.md#gaming",
+    "facility": F.FACILITY_RUNBOOK,
     "missing_data": "Check the collectors (dcgm-exporter, node-exporter, the landing-zone uploader) of the region; "
                     "GPU incidents cannot be judged until data flows. Runbook: docs/runbooks.md#missing_data",
 }
-
-
-@dataclass
-class Finding:
-    detector: str
-    family: str
-    severity: str  # page | ticket
-    region: str
-    key: str  # stable scope key: one incident = one alert
-    nodes: list[str] = field(default_factory=list)
-    team: str | None = None
-    cohort: str | None = None
-    change_event: str | None = None
-    lost_gpu_minutes: float = 0.0
-    summary: str = ""
-    evidence: str = ""
-    baseline: float | None = None
-    value: float | None = None
 
 
 @dataclass
@@ -263,6 +248,7 @@ class PartitionContext:
     open_keys: frozenset = frozenset()  # keys of the alerts open after the partition before
     placements: pd.DataFrame | None = None  # placements() of `sched` (sliced from one computed per range)
     slo_events: pd.DataFrame | None = None  # slo_error_budgets rows of the burn-rate lookback up to the partition
+    facility: pd.DataFrame | None = None  # facility_telemetry rows of the partition (None / empty: no facility data)
     # per-range structures (prepare_range), computed once for all partitions of a range; None: each detector
     # derives what it needs from the frames above (the same results, slower)
     prepared: "RangePrep | None" = None
@@ -1561,6 +1547,7 @@ def detect_slo_burn(ctx: PartitionContext) -> list[Finding]:
 
 DETECTORS = [detect_hardware, detect_thermal, detect_deploys, detect_slowdowns, detect_scheduling, detect_no_progress,
              detect_stalls, detect_missing_data, detect_slo_burn]
+DETECTORS = F.with_facility(DETECTORS, detect_thermal)  # issue #18: rack cooling / power, change policy
 
 
 def detect(ctx: PartitionContext) -> list[Finding]:

@@ -68,7 +68,8 @@ class Kpi:
         return self.unit
 
 
-CATALOG: tuple[Kpi, ...] = (
+# The north star's supporting KPIs (the metric framework's 8-10: ../shared/design/framework.md).
+SUPPORTING: tuple[Kpi, ...] = (
     Kpi(
         name="allocation_rate",
         title="Allocation rate",
@@ -369,6 +370,92 @@ CATALOG: tuple[Kpi, ...] = (
         has_total=False,
     ),
 )
+
+# The facility's KPIs (issue #18; gpu_health/metrics/facility.py): the operations half of the seeds (power, cooling),
+# beside the north star's supporting KPIs rather than among them -- they explain the hall, not goodput.
+FACILITY_KPIS: tuple[Kpi, ...] = (
+    Kpi(
+        name="pue",
+        title="Power usage effectiveness (PUE), from energy",
+        definition="The hall's energy over the IT energy of its racks in the partition: how many kWh the building "
+                   "draws for each kWh the GPUs' racks draw. From energy (sums over the minutes), never one "
+                   "instant's power ratio: The Green Grid defines PUE over energy, and a cooling plant cycles over "
+                   "minutes, so an instant can read anywhere.",
+        formula="sum over region-minutes of facility_telemetry.facility_power_kw (once per region-minute) / 60 / "
+                "sum of facility_telemetry.power_kw over the region's racks / 60, over the minutes that report "
+                "facility_power_kw",
+        unit="ratio",
+        owner="infra",
+        kind="lagging",
+        alert_intent="dashboard",
+        guards_against="Cooling and power-distribution losses growing unseen behind a steady IT load (a failing "
+                       "chiller, bypass air), and an efficiency figure quoted from one favourable instant.",
+        owner_rationale="The hall, its cooling plant and its power distribution are Infra's (with the facility "
+                        "operator).",
+        intent_rationale="PUE moves with weather and load over days: a trend for the monthly review and capacity "
+                         "planning, not an on-call action. Cooling failures page from the rack detectors.",
+        needs=("facility_telemetry.power_kw", "facility_telemetry.facility_power_kw"),
+        degraded_when="no_data without facility_telemetry (an optional source); degraded (NaN) when under half of "
+                      "the region's minutes report facility_power_kw (the hall meter not exported).",
+        dimensions=("region",),
+    ),
+    Kpi(
+        name="rack_power_headroom",
+        title="Rack power headroom below the continuous-load limit",
+        definition="How much of the racks' usable power is left at their peak: the usable power is 80 % of each "
+                   "rack's rating (power_budget_kw), the National Electrical Code's limit for a continuous load "
+                   "(NEC 210.20(A): a load of 3 hours or more, as training is, at most 80 % of the breaker); "
+                   "headroom = usable - the partition's peak minute draw, summed over the region's racks. "
+                   "Negative = racks over the limit. Per rack: the rack_facility table.",
+        formula="sum over racks of (0.8 x min(power_budget_kw) - max(power_kw)) / sum over racks of "
+                "(0.8 x min(power_budget_kw)), from facility_telemetry, per partition",
+        unit="ratio",
+        owner="infra",
+        kind="leading",
+        alert_intent="ticket",
+        guards_against="Adding nodes to racks that cannot carry them, and racks creeping to their breaker "
+                       "(a trip takes every job of the rack down).",
+        owner_rationale="Rack power provisioning (PDUs, breakers, power caps) and node placement across racks "
+                        "are Infra's capacity plan.",
+        intent_rationale="Headroom shrinks with growth and placement over weeks: a ticket for the capacity plan. "
+                         "A rack held at its budget with power-capped GPUs pages from the rack_power_cap detector.",
+        needs=("facility_telemetry.power_kw", "facility_telemetry.power_budget_kw"),
+        degraded_when="no_data without facility_telemetry (an optional source).",
+        dimensions=("region",),
+    ),
+    Kpi(
+        name="gpus_throttled",
+        title="GPUs throttled for power or heat",
+        definition="Share of GPU-minutes whose clocks the GPU lowered for power (SW power cap 0x4, HW power brake "
+                   "0x80) or for heat (SW / HW thermal slowdown 0x20 / 0x40): the DCGM clock-event reasons. By rack: "
+                   "rack_facility.gpus_throttled_power / _thermal.",
+        formula="count(gpu_telemetry rows with throttle_reasons & bits) / count(rows with throttle_reasons not "
+                "null), per component",
+        unit="ratio",
+        owner="infra",
+        kind="leading",
+        alert_intent="dashboard",
+        guards_against="Compute silently lost to power caps and hot aisles: a throttled GPU reports busy and "
+                       "slow, not failed.",
+        owner_rationale="Power caps and cooling are the facility's, which Infra runs.",
+        intent_rationale="Context for the rack detectors (which page on a rack's cooling or power cap) and for "
+                         "the loss tree's compute slowdowns; a share by itself is not an action.",
+        needs=("gpu_telemetry.throttle_reasons",),
+        degraded_when="Degraded (NaN) when under half of the slice's GPU-minutes report the clock-event bitmask "
+                      "(dcgm-exporter's default counters leave it out): missing data, never a zero.",
+        dimensions=("region", "sku"),
+        components=(
+            Component("power", "ratio", "GPU-minutes with a power clock-event bit (0x4 | 0x80).",
+                      ("gpu_telemetry.throttle_reasons",)),
+            Component("thermal", "ratio", "GPU-minutes with a thermal clock-event bit (0x20 | 0x40).",
+                      ("gpu_telemetry.throttle_reasons",)),
+        ),
+        has_total=False,
+    ),
+)
+
+
+CATALOG: tuple[Kpi, ...] = SUPPORTING + FACILITY_KPIS
 
 
 def by_name() -> dict[str, Kpi]:

@@ -48,6 +48,7 @@ from pandera.typing import Series
 from gpu_health.contracts.models import WORKLOAD_CLASSES, ContractModel, empty_frame
 from gpu_health.metrics.goodput import BLOCKED_WAIT
 from gpu_health.metrics.device import BUSY_UTIL_PCT, IDLE_SM, IDLE_TENSOR, LOW_POWER_SHARE, device_idle, reference_power
+from gpu_health.metrics.facility import kpi_rows as facility_kpi_rows
 from gpu_health.metrics.kpi_catalog import CATALOG, DIMENSIONS, by_name, series_units
 
 STAR = "*"
@@ -164,6 +165,7 @@ def compute_kpis(
         _fragmentation(ctx),
         _cost_per_productive_gpu_hour(ctx),
         _gaming_guardrails(ctx),
+        *facility_kpi_rows(frames.get("facility_telemetry"), frames.get("gpu_telemetry"), start, end),
     ]
     return _finish([r for r in raw if len(r)], ctx)
 

@@ -119,6 +119,11 @@ class ClusterSpec:
     # --- the serving layer (issue #17): model deployments answering requests (gpu_health.sim.serving). Off on both
     # profiles, so their rows are unchanged; a scenario turns it on with ``cluster: {serving: true}``.
     serving: bool = False
+    # --- the facility layer (issue #18): racks' power and cooling, the hall's draw (gpu_health.sim.facility). Off on
+    # both profiles; ``cluster: {facility: true}`` turns it on.
+    facility: bool = False
+    rack_nodes: int = 4     # nodes a rack holds: 4 DGX-class systems (~10 kW each) is a 40 kW high-density rack
+    pue: float = 1.4        # the hall's draw over its IT draw (Uptime Institute's surveys: 1.4-1.6 for air-cooled halls)
 
     @property
     def total_gpus(self) -> int:

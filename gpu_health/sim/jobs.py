@@ -27,7 +27,8 @@ import pandas as pd
 
 from gpu_health.sim import hashing as H
 from gpu_health.sim.cluster import TEAMS
-from gpu_health.sim.scenario import ORIGIN, Scenario
+from gpu_health.sim.clock import ORIGIN, from_s, to_s  # noqa: F401  (to_s, from_s: re-exported)
+from gpu_health.sim.scenario import Scenario
 
 MIN = 60
 DAY = 86_400
@@ -183,16 +184,6 @@ def _saturated_for(pool: str, region: np.ndarray, t_s: np.ndarray, horizon_s: fl
         if not still.any():
             break
     return since
-
-
-def to_s(ts) -> int:
-    return int((pd.Timestamp(ts) - ORIGIN) // pd.Timedelta(seconds=1))
-
-
-def from_s(s) -> pd.DatetimeIndex | pd.Timestamp:
-    if np.ndim(s) == 0:
-        return ORIGIN + pd.Timedelta(seconds=int(s))
-    return pd.DatetimeIndex(ORIGIN + pd.to_timedelta(np.asarray(s, dtype=np.int64), unit="s"))
 
 
 def _lane_epochs(seed, lanes: np.ndarray, model: PoolModel, lo_s: int, hi_s: int):

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from gpu_health.sim.clock import ORIGIN  # noqa: F401  (re-exported: a Monday, integer minutes count from it)
 from gpu_health.sim.cluster import Cluster, ClusterSpec
 from gpu_health.sim.hashing import stable_id, uniform
 
@@ -77,10 +78,24 @@ SERVING_INCIDENT_KINDS: dict[str, KindInfo] = {
 }
 SERVING_KINDS = tuple(SERVING_INCIDENT_KINDS)
 
+# The facility layer's incidents (issue #18; they need ``cluster: {facility: true}``): scope {region} or {rack: id},
+# one rack (gpu_health.sim.facility). Kept apart from KINDS like the serving kinds: their signatures are tested on
+# the facility table and the GPUs of the rack (test_facility_source.py).
+FACILITY_INCIDENT_KINDS: dict[str, KindInfo] = {
+    "rack_cooling_failure": KindInfo("facility", 14.0, "degrees C the rack's inlet rises over 10 minutes (a failed CRAH / rear-door unit)", None),
+    "power_cap_hit": KindInfo("facility", 0.55, "share of its rating the rack's power budget is cut to; its GPUs are power-capped to fit", None),
+}
+CHANGE_INCIDENT_KINDS: dict[str, KindInfo] = {
+    # change and access monitoring (issue #18): a change made by hand, with no change ticket and outside any window.
+    # scope {region, nodes, change_kind (default node_taint), actor}; it leaves a change_events row only (severity low:
+    # the expected alert is a software ticket, never a page)
+    "unticketed_change": KindInfo("software", 1.0, "(unused) a node change made with no ticket, outside any window", None),
+}
+
 # kinds whose targets include specific jobs (labels carry their job_ids)
 JOB_TARGETED_KINDS = ("training_stall", "dummy_workload")
 
-FAMILIES = ["hardware", "software", "scheduling", "data_io", "network", "gaming", "planned", "missing_data"]
+FAMILIES = ["hardware", "software", "scheduling", "data_io", "network", "gaming", "planned", "missing_data", "facility"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d)\s*$")
 
@@ -138,6 +153,8 @@ class Change:
     description: str
     node_ids: tuple[str, ...] = ()
     drain_s: int = 0    # the nodes are drained (GPUs unavailable) for this long from ts while the change installs
+    actor: str | None = None   # who made it (change_events.actor)
+    ticket: str | None = None  # its change-request reference (change_events.ticket)
 
 
 @dataclass
@@ -155,7 +172,6 @@ class Scenario:
         return stable_id(f"{self.name}:{self.seed}")
 
 
-ORIGIN = pd.Timestamp("2020-01-06T00:00:00Z")  # a Monday: integer minutes count from here
 
 
 def _minute(ts: pd.Timestamp) -> int:
@@ -205,9 +221,11 @@ def _pick(seed: int, salt: str, items: list, k: int) -> list:
 def _resolve_incident(scen: Scenario, i: int, spec: dict) -> Incident:
     spec = dict(spec)
     kind = spec.get("kind")
-    if kind not in KINDS and kind not in SERVING_INCIDENT_KINDS:
-        raise ValueError(f"incident {i}: unknown kind {kind!r}; known kinds: {sorted(KINDS)}, serving: {sorted(SERVING_INCIDENT_KINDS)}")
-    info = KINDS.get(kind) or SERVING_INCIDENT_KINDS[kind]
+    ops_kinds = {**FACILITY_INCIDENT_KINDS, **CHANGE_INCIDENT_KINDS}
+    if kind not in KINDS and kind not in SERVING_INCIDENT_KINDS and kind not in ops_kinds:
+        raise ValueError(f"incident {i}: unknown kind {kind!r}; known kinds: {sorted(KINDS)}, serving: {sorted(SERVING_INCIDENT_KINDS)}, "
+                         f"facility and changes: {sorted(ops_kinds)}")
+    info = KINDS.get(kind) or SERVING_INCIDENT_KINDS.get(kind) or ops_kinds[kind]
     start = parse_ts(spec["start"], f"incident {i} start")
     if "end" in spec:
         end = parse_ts(spec["end"], f"incident {i} end")
@@ -275,6 +293,9 @@ def _resolve_incident(scen: Scenario, i: int, spec: dict) -> Incident:
         region=region, node_ids=node_ids, gpu_uuids=gpu_uuids, team=scope.get("team"),
         fraction=float(scope.get("fraction", 1.0)), pool=pool,
     )
+    if kind in FACILITY_INCIDENT_KINDS:
+        from gpu_health.sim.facility import resolve_rack
+        resolve_rack(scen, inc, salt)
     if kind == "driver_regression":
         inc.from_version = spec.get("from_version", scen.cluster.spec.driver_version)
         inc.to_version = spec.get("to_version", "560.35.03")
@@ -332,7 +353,7 @@ def _resolve_change(scen: Scenario, i: int, spec: dict) -> list[Change]:
             scope=_scope_text(scope.get("region"), part, len(nodes)),
             from_version=spec.get("from_version"), to_version=spec.get("to_version"),
             description=description + (f" (batch {b + 1} of {batches})" if batches > 1 else ""), node_ids=part,
-            drain_s=drain_s,
+            drain_s=drain_s, actor=spec.get("actor"), ticket=spec.get("ticket"),
         ))
     return out
 
@@ -353,6 +374,11 @@ def _incident_changes(scen: Scenario) -> list[Change]:
                               f"framework release {inc.to_version}" + (f" for team {inc.team}" if inc.team else ""), ()))
             out.append(Change(f"{inc.incident_id}-rollback", inc.end, "framework_release", inc.team or "*", inc.to_version, inc.from_version,
                               f"rollback of {inc.to_version}", ()))
+        elif inc.kind == "unticketed_change":
+            kind = inc.scope.get("change_kind", "node_taint")
+            out.append(Change(f"{inc.incident_id}-change", inc.start, kind, scope, None, inc.scope.get("to_version"),
+                              inc.scope.get("description", f"{kind} applied by hand"), inc.node_ids,
+                              actor=inc.scope.get("actor", "operator@example.com"), ticket=None))
         elif inc.kind == "priority_change":
             out.append(Change(f"{inc.incident_id}-deploy", inc.start, "scheduler_config", inc.region or "*", None, None,
                               f"scheduler priority/backfill config change in {inc.region or 'all regions'}", inc.node_ids))

@@ -129,6 +129,8 @@ class Window:
         if self.scen.cluster.spec.serving:  # the serving layer only where the scenario turns it on
             self.table("inference_requests")
             self.table("inference_latency_buckets")
+        if self.scen.cluster.spec.facility:  # the facility layer likewise
+            self.table("facility_telemetry")
         return self._tables
 
     def table(self, name: str) -> pd.DataFrame:
@@ -144,6 +146,11 @@ class Window:
     def _inference_latency_buckets(self) -> pd.DataFrame:
         from gpu_health.sim.serving import inference_latency_buckets
         return inference_latency_buckets(self.scen, self.m_s)
+
+    # --- the facility layer (off unless ClusterSpec.facility) -------------------------------
+    def _facility_telemetry(self) -> pd.DataFrame:
+        from gpu_health.sim.facility import facility_telemetry
+        return facility_telemetry(self)
 
     # --- gpu_telemetry -------------------------------------------------------------------
     def _gpu_telemetry(self) -> pd.DataFrame:
@@ -227,6 +234,10 @@ class Window:
             throttle = np.where(hit, (throttle & ~IDLE_BIT) | THERMAL_BITS, throttle)
             load = np.where(hit & has, load * 0.8, load)
             health_degraded |= hit
+        if spec.facility:  # the facility layer's incidents (rack cooling, power caps) and the racks' draw
+            from gpu_health.sim.facility import gpu_effects
+            temp, clock, throttle, load = gpu_effects(self, node_row, t, has, temp, clock, throttle, load, tdp, idle_w,
+                                                      thrclk, u(S_TMP))
         power = idle_w + load * (tdp - idle_w)
         power = power * (0.98 + 0.04 * u(S_PWR + 50))
         fb = np.where(has & ~interactive, fbtot * (0.55 + 0.35 * u(S_FB)), np.where(interactive, fbtot * 0.3 * u(S_FB), 3 + 250 * u(S_FB)))
@@ -604,6 +615,7 @@ class Window:
         return pd.DataFrame([{
             "event_id": c.event_id, "ts": c.ts, "kind": c.kind, "scope": c.scope,
             "from_version": c.from_version, "to_version": c.to_version, "description": c.description,
+            "actor": c.actor, "ticket": c.ticket,
         } for c in rows])
 
 

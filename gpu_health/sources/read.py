@@ -12,7 +12,9 @@ exactly its own rejects.
 import numpy as np
 import pandas as pd
 
-from gpu_health.contracts import OPTIONAL_SOURCES, PARTITION_COLUMN, empty_frame
+from dataclasses import replace
+
+from gpu_health.contracts import OPTIONAL_COLUMNS, OPTIONAL_SOURCES, PARTITION_COLUMN, empty_frame
 from gpu_health.contracts.validate import Validated, validate_files, validate_frame
 from gpu_health.landing import DAILY_SOURCES
 from gpu_health.sources.gaps import empty_gaps, missing_partitions
@@ -37,15 +39,30 @@ def read_window(source, table: str, start, end) -> tuple[Validated, pd.DataFrame
                 empty_gaps())
     if hasattr(source, "read_files"):
         reader = getattr(source, "read_batches", source.read_files)
-        parts = list(reader(table, start, end))
+        parts = [with_optional_columns(f, table) for f in reader(table, start, end)]
         if hasattr(source, "strays"):
             parts += source.strays(table, start, end)
         return validate_files(parts, table, start=start, end=end), empty_gaps()
-    fetched = source.read(table, start, end)
+    fetched = with_optional_columns(source.read(table, start, end), table)
     partition, row_number = row_keys(fetched.frame, table, start, end)
     return (validate_frame(fetched.frame, table, start=start, end=end, origin=fetched.origin,
                            partition=partition, row_number=row_number),
             missing_partitions(fetched, table, start, end))
+
+
+def with_optional_columns(fetched, table: str):
+    """``fetched`` with the contract's optional columns (contracts.models.OPTIONAL_COLUMNS) it lacks added as
+    nulls: columns added to a contract after files were written (change_events' actor and ticket) leave the
+    older files valid -- a change recorded without an actor is an unknown actor, never a rejected file."""
+    optional = OPTIONAL_COLUMNS.get(table, ())
+    frame = getattr(fetched, "frame", None)
+    if not optional or frame is None or getattr(fetched, "unreadable", None) or getattr(fetched, "ignored", None):
+        return fetched
+    lacking = [c for c in optional if c not in frame.columns]
+    if not lacking:
+        return fetched
+    return replace(fetched, frame=frame.assign(**{c: pd.Series([None] * len(frame), index=frame.index, dtype="object")
+                                                  for c in lacking}))
 
 
 def row_keys(frame: pd.DataFrame, table: str, start, end) -> tuple[np.ndarray | None, np.ndarray | None]:

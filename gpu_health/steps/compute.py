@@ -372,6 +372,8 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
     start, end = pd.Timestamp(start), pd.Timestamp(end)
     five = PARTITION
     frames = read_sources(wh, start, end, ["gpu_telemetry", "node_telemetry", "network_telemetry"])
+    facility = wh.read_window("facility_telemetry", start, end)  # optional source: empty without facility data
+    fac_p = dict(tuple(facility.groupby(facility["ts"].dt.floor(PARTITION_FREQ)))) if len(facility) else {}
     runtime = wh.read_window("job_runtime_metrics", start - five, end)
     sched = wh.read_window("scheduler_events", start - SCHED_LOOKBACK, end)
     changes = wh.read_window("change_events", start - DEPLOY_LOOKBACK, end)
@@ -433,6 +435,7 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
             slo_events=slo_rows.iloc[slo_rows["partition_start"].searchsorted(p + five - SLO_LOOKBACK):
                                      slo_rows["partition_start"].searchsorted(p + five)] if len(slo_rows) else None,
             open_keys=frozenset(prev.loc[prev["status"] != "resolved", "key"]) if len(prev) else frozenset(),
+            facility=fac_p.get(p),
         )
         snap = A.step(prev, detect(ctx), p, rates=rates, changes=ctx.changes)
         if len(snap):
@@ -549,7 +552,8 @@ def kpi_values(wh: Warehouse, start, end) -> pd.DataFrame:
     from gpu_health.metrics.kpis import compute_kpis
 
     start, end = pd.Timestamp(start), pd.Timestamp(end)
-    tables = ["gpu_telemetry", "node_telemetry", "network_telemetry", "job_runtime_metrics", "job_metadata", "change_events"]
+    tables = ["gpu_telemetry", "node_telemetry", "network_telemetry", "job_runtime_metrics", "job_metadata", "change_events",
+              "facility_telemetry"]
     frames = read_sources(wh, start, end, tables)
     # six hours of scheduler events show every job still waiting at the window's start
     frames["scheduler_events"] = wh.read_window("scheduler_events", start - SCHED_LOOKBACK, end)
@@ -672,3 +676,14 @@ def paid_invariant(states: pd.DataFrame, wh: Warehouse, start, end) -> dict:
     bad = got[got["error"] > 1e-6 * got["expected"].clip(lower=1)]
     return {"passed": bad.empty, "slices": len(got), "violations": len(bad),
             "max_abs_error_gpu_minutes": float(got["error"].max() if len(got) else 0), "examples": bad.head(10)}
+
+
+def rack_facility(wh: Warehouse, start, end) -> pd.DataFrame:
+    """Per rack and partition: energy, peak draw against the continuous-load limit, inlet, PSUs and throttled GPUs
+    (gpu_health.metrics.facility); empty on a cluster without facility data."""
+    from gpu_health.metrics.facility import rack_facility as compute
+
+    facility = wh.read_window("facility_telemetry", start, end)
+    gpu = wh.read_window("gpu_telemetry", start, end, columns=["ts", "node_id", "gpu_uuid", "throttle_reasons"]) \
+        if len(facility) else None
+    return compute(facility, gpu, pd.Timestamp(start), pd.Timestamp(end))

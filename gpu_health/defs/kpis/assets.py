@@ -113,4 +113,9 @@ def build_kpi_assets(five_minute) -> list:
         description="Each serving SLO's events, bad events and error budget remaining over its rolling 30-day window "
                     "(the SLO catalogue: gpu_health/metrics/slo_catalog.py, docs/slos.md); the slo_burn detector reads "
                     "it. A threshold inside a histogram bucket is marked interpolated. Empty on a cluster without serving.")
-    return [goodput, kpis, serving, budgets]
+    racks = derived_asset(
+        "rack_facility", partitions_def=five_minute,
+        description="Each rack's energy, peak draw against 80 % of its rating (NEC continuous-load limit), hottest "
+                    "inlet, failed PSUs and its GPUs throttled for power or heat (gpu_health/metrics/facility.py). "
+                    "Empty on a cluster without facility_telemetry.")
+    return [goodput, kpis, serving, budgets, racks]
