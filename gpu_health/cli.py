@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpu_health.contracts import FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES, PARTITION_COLUMN, empty_frame
+from gpu_health.contracts import FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES, PARTITION_COLUMN, PLATFORM_SOURCES, empty_frame
 from gpu_health.landing import write_partition
 
 DAY = pd.Timedelta(days=1)
@@ -68,7 +68,8 @@ def simulate(scenario_path: str, landing: str, start: str | None, end: str | Non
     for d_start, d_end in _days(start_ts, end_ts):
         win = Window(scen, d_start, d_end)
         starts = pd.date_range(d_start, d_end, freq="5min", inclusive="left")
-        tables = FIVE_MINUTE_SOURCES + (OPTIONAL_SOURCES if scen.cluster.spec.serving else [])
+        tables = FIVE_MINUTE_SOURCES + [t for t in OPTIONAL_SOURCES if (t in PLATFORM_SOURCES and scen.cluster.spec.platform)
+                                        or (t not in PLATFORM_SOURCES and scen.cluster.spec.serving)]
         for table in tables:
             frame = win.table(table)
             col = PARTITION_COLUMN[table]

@@ -39,6 +39,8 @@ ASSET_KEYS = [
     "job_runtime_metrics",
     "kpi_baselines",
     "kpi_values",
+    "kube_nodes",
+    "kube_pods",
     "maintenance_windows",
     "network_telemetry",
     "node_inventory",

@@ -58,7 +58,7 @@ def frames() -> dict[str, pd.DataFrame]:
     raw = yaml.safe_load(THERMAL_WEEK.read_text())
     raw["changes"] = [{"kind": "kernel_upgrade", "ts": "2026-11-03T14:01:30.250Z", "scope": {"region": "eu-west", "nodes": 4},
                        "from_version": "6.8.0-49-generic", "to_version": "6.8.0-51-generic"}]
-    raw["cluster"] = {"profile": raw["cluster"], "serving": True}  # the serving tables too (issue #17)
+    raw["cluster"] = {"profile": raw["cluster"], "serving": True, "platform": True}  # serving and kube tables too (#17)
     scen = load_scenario(raw)
     raw_frames = Window(scen, T0, T1).tables()
     gpu = raw_frames["gpu_telemetry"].copy()
@@ -345,6 +345,8 @@ def test_primary_keys_are_the_contracts_grain():
         "maintenance_windows": ["window_id"],
         "inference_requests": ["ts", "region", "model_name", "model_version"],
         "inference_latency_buckets": ["ts", "region", "model_name", "model_version", "histogram", "le"],
+        "kube_pods": ["ts", "namespace", "pod"],
+        "kube_nodes": ["ts", "node_id"],
     }
     assert set(expected) == set(CONTRACTS)
     for table, keys in expected.items():

@@ -115,6 +115,9 @@ class ClusterSpec:
     # --- the serving layer (issue #17): model deployments answering requests (gpu_health.sim.serving). Off on both
     # profiles, so their rows are unchanged; a scenario turns it on with ``cluster: {serving: true}``.
     serving: bool = False
+    # --- the platform layer (issue #17): kube-state-metrics' pods and nodes (gpu_health.sim.platform). Off on both
+    # profiles, so their rows are unchanged; a scenario turns it on with ``cluster: {platform: true}``.
+    platform: bool = False
 
     @property
     def total_gpus(self) -> int:

@@ -78,6 +78,16 @@ SERVING_INCIDENT_KINDS: dict[str, KindInfo] = {
 }
 SERVING_KINDS = tuple(SERVING_INCIDENT_KINDS)
 
+# The platform layer's incidents (issue #17; kube_pods / kube_nodes need ``cluster: {platform: true}``, and
+# cpu_fallback also marks the GPU and runtime tables): gpu_health.sim.platform says what each leaves.
+PLATFORM_INCIDENT_KINDS: dict[str, KindInfo] = {
+    "cpu_fallback": KindInfo("software", 100.0, "factor by which the scope's training jobs slow down on the CPU "
+                             "(their pods request no nvidia.com/gpu)", None),
+    "pods_pending_taint": KindInfo("scheduling", 6.0, "pods of a new job pending on the GPU taint they do not tolerate", None),
+    "crash_loop": KindInfo("software", 4.0, "pods of a new job in CrashLoopBackOff on the scope's nodes", None),
+    "device_plugin_missing": KindInfo("software", 1.0, "(unused) the scope's nodes advertise 0 allocatable GPUs", None),
+}
+
 # kinds whose targets include specific jobs (labels carry their job_ids)
 JOB_TARGETED_KINDS = ("training_stall", "dummy_workload")
 
@@ -206,9 +216,10 @@ def _pick(seed: int, salt: str, items: list, k: int) -> list:
 def _resolve_incident(scen: Scenario, i: int, spec: dict) -> Incident:
     spec = dict(spec)
     kind = spec.get("kind")
-    if kind not in KINDS and kind not in SERVING_INCIDENT_KINDS:
-        raise ValueError(f"incident {i}: unknown kind {kind!r}; known kinds: {sorted(KINDS)}, serving: {sorted(SERVING_INCIDENT_KINDS)}")
-    info = KINDS.get(kind) or SERVING_INCIDENT_KINDS[kind]
+    if kind not in KINDS and kind not in SERVING_INCIDENT_KINDS and kind not in PLATFORM_INCIDENT_KINDS:
+        raise ValueError(f"incident {i}: unknown kind {kind!r}; known kinds: {sorted(KINDS)}, serving: {sorted(SERVING_INCIDENT_KINDS)}, "
+                         f"platform: {sorted(PLATFORM_INCIDENT_KINDS)}")
+    info = KINDS.get(kind) or SERVING_INCIDENT_KINDS.get(kind) or PLATFORM_INCIDENT_KINDS[kind]
     start = parse_ts(spec["start"], f"incident {i} start")
     if "end" in spec:
         end = parse_ts(spec["end"], f"incident {i} end")

@@ -38,7 +38,9 @@ metadata = sa.MetaData()
 # rows a day per deployment; a few hundred deployments is tens of millions). Both are written once per partition and
 # read by window (``serving_slis`` sums a partition's buckets); what SQL users join is the 5-minute ``serving_slis``.
 COLUMNAR_TABLES: frozenset[str] = frozenset({"gpu_telemetry", "node_telemetry", "network_telemetry", "job_runtime_metrics",
-                                            "inference_requests", "inference_latency_buckets"})
+                                            "inference_requests", "inference_latency_buckets",
+                                            # the platform layer: one row per pod (node) per minute, like the GPUs
+                                            "kube_pods", "kube_nodes"})
 
 # derived tables: name -> (pandera model, partition column). Filled by gpu_health.metrics.
 DERIVED_MODELS: dict[str, tuple[type[pa.DataFrameModel], str | None]] = {}

@@ -16,6 +16,7 @@ OWNER = {
     "scheduler_events": "ml_platform", "job_runtime_metrics": "ml_platform", "job_metadata": "ml_platform",
     "change_events": "ml_platform", "cost_capacity": "finance", "maintenance_windows": "infra",
     "inference_requests": "ml_platform", "inference_latency_buckets": "ml_platform",
+    "kube_pods": "ml_platform", "kube_nodes": "infra",
 }
 GRAIN = {
     "gpu_telemetry": "one row per reporting GPU per minute",
@@ -29,6 +30,8 @@ GRAIN = {
     "maintenance_windows": "one row per planned-maintenance window (the whole calendar)",
     "inference_requests": "one row per region x model x version x minute (optional: serving)",
     "inference_latency_buckets": "one row per region x model x version x histogram x le x minute (optional: serving)",
+    "kube_pods": "one row per pod per minute while it exists (optional: Kubernetes)",
+    "kube_nodes": "one row per node per minute (optional: Kubernetes)",
 }
 def build_source_asset(table: str, partitions_def) -> dg.AssetsDefinition:
     model = CONTRACTS[table]
