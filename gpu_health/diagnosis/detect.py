@@ -183,6 +183,8 @@ class PartitionContext:
     open_keys: frozenset = frozenset()  # keys of the alerts open after the partition before
     placements: pd.DataFrame | None = None  # placements() of `sched` (sliced from one computed per range)
     slo_events: pd.DataFrame | None = None  # slo_error_budgets rows of the burn-rate lookback up to the partition
+    kube_pods: pd.DataFrame | None = None   # kube_pods rows of the restart look-back up to the partition's end (None = absent)
+    kube_nodes: pd.DataFrame | None = None  # kube_nodes rows of the partition (None = absent)
 
 
 def _in_maintenance(ctx: PartitionContext, nodes: pd.Series, regions: pd.Series) -> np.ndarray:
@@ -1106,8 +1108,14 @@ def detect_slo_burn(ctx: PartitionContext) -> list[Finding]:
     return sorted(out, key=lambda f: (f.severity != "page", f.value is None, -(f.value or 0.0)))
 
 
+def detect_platform(ctx: PartitionContext) -> list[Finding]:
+    """The Kubernetes platform layer's detectors (gpu_health.diagnosis.platform, which imports this module)."""
+    from gpu_health.diagnosis.platform import detect_platform as platform_findings
+    return platform_findings(ctx)
+
+
 DETECTORS = [detect_hardware, detect_thermal, detect_deploys, detect_slowdowns, detect_scheduling, detect_no_progress,
-             detect_stalls, detect_missing_data, detect_slo_burn]
+             detect_stalls, detect_missing_data, detect_slo_burn, detect_platform]
 
 
 def detect(ctx: PartitionContext) -> list[Finding]:

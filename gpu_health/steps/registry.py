@@ -12,6 +12,7 @@ import pandas as pd
 
 from gpu_health.contracts import FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES
 from gpu_health.diagnosis.detect import DEPLOY_LOOKBACK
+from gpu_health.diagnosis.platform import RESTART_WINDOW as PLATFORM_RESTART_WINDOW
 from gpu_health.metrics import baselines as B
 from gpu_health.metrics import goodput as G
 from gpu_health.metrics.slo import LOOKBACK as SLO_LOOKBACK
@@ -152,7 +153,8 @@ DERIVED_STEPS = [
              Read("goodput_leaves"), Read("step_time_baselines"), Read("job_metadata", before=P.META_LOOKBACK),
              *INVENTORY, Read("cluster_goodput", before=ALERT_HISTORY), Read("alerts", before=ALERT_HISTORY),
              Read("cost_capacity", before=TO_DAY_START + DAY), Read("source_rejects"), Read("source_gaps"),
-             Read("slo_error_budgets", before=SLO_LOOKBACK))),
+             Read("slo_error_budgets", before=SLO_LOOKBACK),
+             Read("kube_pods", before=PLATFORM_RESTART_WINDOW), Read("kube_nodes"))),
          run=_alerts),
     Step("kpi_baselines", FIVE_MINUTE, writes=("kpi_baselines",),
          # the same slot +-35 min on each of the previous 14 days; paged partitions of the previous 15
