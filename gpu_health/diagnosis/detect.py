@@ -185,6 +185,7 @@ class PartitionContext:
     slo_events: pd.DataFrame | None = None  # slo_error_budgets rows of the burn-rate lookback up to the partition
     kube_pods: pd.DataFrame | None = None   # kube_pods rows of the restart look-back up to the partition's end (None = absent)
     kube_nodes: pd.DataFrame | None = None  # kube_nodes rows of the partition (None = absent)
+    loss_history: pd.DataFrame | None = None  # job_runtime_metrics (loss, checkpoints) of the convergence look-back
 
 
 def _in_maintenance(ctx: PartitionContext, nodes: pd.Series, regions: pd.Series) -> np.ndarray:
@@ -1114,8 +1115,15 @@ def detect_platform(ctx: PartitionContext) -> list[Finding]:
     return platform_findings(ctx)
 
 
+def detect_convergence(ctx: PartitionContext) -> list[Finding]:
+    """Training convergence from the trainer's loss and checkpoints (gpu_health.diagnosis.convergence)."""
+    from gpu_health.diagnosis.convergence import detect_convergence as convergence_findings
+    return convergence_findings(ctx)
+
+
 DETECTORS = [detect_hardware, detect_thermal, detect_deploys, detect_slowdowns, detect_scheduling, detect_no_progress,
-             detect_stalls, detect_missing_data, detect_slo_burn, detect_platform]
+             detect_stalls, detect_missing_data, detect_slo_burn, detect_platform,
+             detect_convergence]
 
 
 def detect(ctx: PartitionContext) -> list[Finding]:

@@ -55,7 +55,7 @@ def _incidents(scen, lo: int, hi: int, *kinds):
 
 
 def fallback_jobs(scen, plan: pd.DataFrame, inc) -> np.ndarray:
-    """Plan rows of the training jobs a ``cpu_fallback`` incident hits: on its nodes, in its pool (batch and
+    """Plan rows of the training jobs a ``cpu_fallback`` (or ``diverging_run``) incident hits: on its nodes, in its pool (batch and
     distributed by default), running at some point of its span, ``fraction`` of them (keyed by the job alone, so
     every window picks the same)."""
     if plan.empty:
@@ -79,10 +79,27 @@ def _fallback_spans(win) -> list[tuple[set, int, int, float]]:
     return out
 
 
+def _diverge(win, frame: pd.DataFrame) -> pd.DataFrame:
+    """``diverging_run``: the loss of the scope's jobs grows from the incident's start, ``1 + magnitude`` times over
+    each hour (exponential: an optimiser past its stable learning rate), reported as the last value of each minute."""
+    for _, inc in _incidents(win.scen, to_s(win.start), to_s(win.end), "diverging_run"):
+        jobs = set(win.plan["job_id"].to_numpy()[fallback_jobs(win.scen, win.plan, inc)])
+        t = to_s_series(frame["ts"]) + 60
+        hit = frame["job_id"].isin(jobs).to_numpy() & (t > to_s(inc.start)) & (t - 60 < to_s(inc.end)) & frame["loss"].notna().to_numpy()
+        if hit.any():
+            frame = frame.copy()
+            grow = np.exp(np.log1p(max(float(inc.magnitude), 0.0)) * (t[hit] - to_s(inc.start)) / 3600.0)
+            frame.loc[hit, "loss"] = np.round(frame.loc[hit, "loss"].to_numpy(dtype=float) * grow, 4)
+    return frame
+
+
 def apply_to_table(win, name: str, frame: pd.DataFrame) -> pd.DataFrame:
-    """The platform incidents' marks on the GPU and runtime tables (cpu_fallback); the frame unchanged otherwise."""
+    """The platform (and application) incidents' marks on the GPU and runtime tables (cpu_fallback, diverging_run);
+    the frame unchanged otherwise."""
     if name not in ("gpu_telemetry", "job_runtime_metrics") or frame.empty:
         return frame
+    if name == "job_runtime_metrics":
+        frame = _diverge(win, frame)
     spans = _fallback_spans(win)
     if not spans:
         return frame

@@ -86,6 +86,8 @@ PLATFORM_INCIDENT_KINDS: dict[str, KindInfo] = {
     "pods_pending_taint": KindInfo("scheduling", 6.0, "pods of a new job pending on the GPU taint they do not tolerate", None),
     "crash_loop": KindInfo("software", 4.0, "pods of a new job in CrashLoopBackOff on the scope's nodes", None),
     "device_plugin_missing": KindInfo("software", 1.0, "(unused) the scope's nodes advertise 0 allocatable GPUs", None),
+    # the application layer's: acts on job_runtime_metrics only (no platform knob needed)
+    "diverging_run": KindInfo("software", 1.0, "growth of the scope's jobs' loss per hour from the start (1.0 = doubles)", None),
 }
 
 # kinds whose targets include specific jobs (labels carry their job_ids)
