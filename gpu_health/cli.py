@@ -110,6 +110,7 @@ SOURCE_FLAGS = {
     "prometheus_region_label": "--prometheus-region-label", "prometheus_selector": "--prometheus-selector",
     "prometheus_labels": "--prometheus-labels", "prometheus_step": "--prometheus-step",
     "prometheus_ready_lag": "--prometheus-ready-lag", "absent_after": "--absent-after", "slurm_dir": "--slurm-dir",
+    "prometheus_kube_state_metrics": "--prometheus-kube-state-metrics",
 }
 
 
@@ -306,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--prometheus-ready-lag", help="how long after a window's end it may be read (default 2min)")
     p_run.add_argument("--absent-after", help="how long a window a live producer has not covered is waited for before it "
                                               "is written empty as missing data (default 10min)")
+    p_run.add_argument("--prometheus-kube-state-metrics", action="store_const", const="true",
+                       help="also read kube_pods / kube_nodes from kube-state-metrics series in the same Prometheus")
     p_run.add_argument("--slurm-dir", help="directory of sacct / squeue --json dumps (scheduler_events, job_metadata)")
     p_run.add_argument("--warehouse", help="SQLAlchemy URL (default: $GPU_HEALTH_WAREHOUSE_URL or sqlite:///var/warehouse.db)")
     p_run.add_argument("--partition-start", help="first partition key of the code location (default: the range start)")

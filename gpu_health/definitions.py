@@ -41,6 +41,7 @@ def default_resources() -> dict:
             prometheus_ready_lag=dg.EnvVar("GPU_HEALTH_PROMETHEUS_READY_LAG").get_value("2min"),
             absent_after=dg.EnvVar("GPU_HEALTH_ABSENT_AFTER").get_value(DEFAULT_ABSENT_AFTER),
             slurm_dir=dg.EnvVar("GPU_HEALTH_SLURM_DIR").get_value(""),
+            prometheus_kube_state_metrics=dg.EnvVar("GPU_HEALTH_PROMETHEUS_KUBE_STATE_METRICS").get_value("false"),
         ),
         "alertmanager": AlertmanagerResource(
             url=dg.EnvVar("GPU_HEALTH_ALERTMANAGER_URL").get_value(""),
