@@ -208,7 +208,10 @@ def _plan_pods(win) -> pd.DataFrame:
         return empty_frame("kube_pods")
     jj, w = j[owner], worker[owner]
     lane = plan["lane"].to_numpy()[jj]
-    node = np.array([lane_nodes[x][k] for x, k in zip(lane, w)], dtype=object)
+    mat = np.full((len(lane_nodes), int(width.max())), None, dtype=object)
+    for i, ns in enumerate(lane_nodes):
+        mat[i, :len(ns)] = ns
+    node = mat[lane, w]
     running = t + 30 >= plan["start_s"].to_numpy()[jj]
     per_node = (plan["gpus"].to_numpy()[jj] // width[lane]).astype(np.int64)
     job_id = plan["job_id"].to_numpy()[jj]
