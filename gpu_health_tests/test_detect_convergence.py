@@ -48,7 +48,7 @@ def test_a_decreasing_noisy_loss_never_diverges():
     for seed in range(200):
         scatter = 10 ** np.random.default_rng(seed).uniform(-3, -1)
         d = divergence(loss_history(healthy(seed=seed, scatter=scatter)), START, END)
-        assert not d["diverging"].any(), (seed, d.to_dict("records"))
+        assert not (d["diverging"] | d["frozen"]).any(), (seed, d.to_dict("records"))
 
 
 def test_a_rising_loss_diverges_and_tickets():
@@ -95,3 +95,16 @@ def test_simulated_diverging_run_is_caught_and_its_neighbours_are_not():
     d = divergence(win.table("job_runtime_metrics"), t1 - pd.Timedelta(minutes=5), t1)
     assert targets and set(d.loc[d["diverging"], "job_id"]) == targets & set(d["job_id"])
     assert len(d) > len(targets)  # the healthy jobs were judged too
+
+
+def test_a_loss_frozen_at_one_value_while_stepping_tickets():
+    loss = healthy(scatter=0.005)
+    loss[-DIVERGE_MINUTES:] = loss[-DIVERGE_MINUTES - 1]  # learning rate 0: every step logs the same loss
+    d = divergence(loss_history(loss), START, END)
+    assert d["frozen"].tolist() == [True] and d["diverging"].tolist() == [False]
+    [f] = detect_convergence(context(loss_history(loss)))
+    assert f.detector == "training_divergence" and f.severity == "ticket" and "frozen" in f.summary
+    # the same flat loss in minutes without steps (a hang, checkpointing) is the stall detector's, not this one
+    idle = loss_history(loss)
+    idle.loc[idle.index[-3:], "steps"] = 0
+    assert not divergence(idle, START, END)["frozen"].any()

@@ -7,6 +7,10 @@ detector                family    tickets on (never a page: one witness, the tra
 training_divergence     software  the median loss of a job's last DIVERGE_MINUTES stands DIVERGE_Z robust standard
                                   errors above the median of the DIVERGE_MINUTES before them, the noise measured on
                                   the job's own earlier minutes (REFERENCE_MINUTES of history at least)
+training_divergence     software  (flat) the loss of a job that completed steps in each of its last DIVERGE_MINUTES is
+                                  the same value in all of them, while its earlier minutes scattered: a minibatch
+                                  loss moves with every new batch, so a frozen one means no new data reaches the loss
+                                  (a learning rate of 0, frozen weights and a cached batch, a logger stuck on a value)
 checkpoint_failure      software  a job spent time checkpointing in CHECKPOINT_ATTEMPTS separate minutes while its
                                   newest durable checkpoint step (``last_checkpoint_step``) never advanced
 ======================  ========  ==================================================================================
@@ -56,7 +60,8 @@ def _loss_frame(history: pd.DataFrame, ctx) -> pd.DataFrame:
 
 def divergence(history: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame:
     """Per job with a loss reported in ``[start, end)``: the two windows' medians, the job's noise (sigma), the z of
-    the rise and whether it diverges (columns job_id, before, recent, sigma, z, rise, steps, diverging)."""
+    the rise and whether it diverges or is frozen flat (columns job_id, before, recent, sigma, z, rise, steps,
+    diverging, frozen)."""
     h = history[(history["ts"] < end) & history["loss"].notna()]
     h = h.assign(job_id=h["job_id"].astype(object), loss=h["loss"].astype(float)).sort_values(["job_id", "ts"])
     live = set(h.loc[h["ts"] >= start, "job_id"])
@@ -72,11 +77,13 @@ def divergence(history: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) ->
         rise = float(np.median(recent) - np.median(before))
         z = rise / se if se > 0 else (np.inf if rise > 0 else 0.0)
         level = abs(float(np.median(before))) or 1.0
+        stepping = bool((g["steps"].to_numpy()[-DIVERGE_MINUTES:] > 0).all()) if "steps" in g else False
         rows.append({"job_id": job, "before": float(np.median(before)), "recent": float(np.median(recent)),
                      "sigma": float(sigma), "z": float(z), "rise": rise,
                      "steps": int(g["steps"].to_numpy()[-DIVERGE_MINUTES:].sum()) if "steps" in g else 0,
-                     "diverging": bool(z >= DIVERGE_Z and rise >= DIVERGE_MIN_RISE * level)})
-    return pd.DataFrame(rows, columns=["job_id", "before", "recent", "sigma", "z", "rise", "steps", "diverging"])
+                     "diverging": bool(z >= DIVERGE_Z and rise >= DIVERGE_MIN_RISE * level),
+                     "frozen": bool(stepping and sigma > 0 and np.ptp(recent) == 0)})
+    return pd.DataFrame(rows, columns=["job_id", "before", "recent", "sigma", "z", "rise", "steps", "diverging", "frozen"])
 
 
 def checkpoint_failures(history: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame:
@@ -117,7 +124,7 @@ def detect_convergence(ctx) -> list[Finding]:
         return []
     out = []
     div = divergence(history, ctx.start, ctx.end)
-    bad = div[div["diverging"]] if len(div) else div
+    bad = div[div["diverging"] | div["frozen"]] if len(div) else div
     ck = checkpoint_failures(history, ctx.start, ctx.end)
     failed = ck[ck["attempts"] >= CHECKPOINT_ATTEMPTS] if len(ck) else ck
     where = _region_of(ctx, set(bad["job_id"]) | set(failed["job_id"]))
@@ -130,13 +137,24 @@ def detect_convergence(ctx) -> list[Finding]:
             jobs = sorted(r["job_id"] for r, _ in items)
             nodes = sorted({n for _, ns in items for n in ns})
             if det == "training_divergence":
+                rising = [r for r, _ in items if r["diverging"]]
+                frozen = sorted(r["job_id"] for r, _ in items if r["frozen"] and not r["diverging"])
+                parts = []
+                if rising:
+                    worst = max(rising, key=lambda r: r["z"])
+                    parts.append(f"median loss of the last {DIVERGE_MINUTES} minutes ({worst['steps']} steps) "
+                                 f"{worst['recent']:.4g} against {worst['before']:.4g} in the {DIVERGE_MINUTES} before: "
+                                 f"{worst['z']:.0f} standard errors of the job's own scatter (bar {DIVERGE_Z:g}) on "
+                                 f"{', '.join(sorted(r['job_id'] for r in rising)[:5])}; check the learning-rate "
+                                 f"schedule and the latest data shard, resume from the last checkpoint before the rise")
+                if frozen:
+                    parts.append(f"loss frozen at one value through {DIVERGE_MINUTES} minutes of steps on "
+                                 f"{', '.join(frozen[:5])}: no new data reaches the loss (learning rate 0, frozen "
+                                 f"weights, a cached batch or a stuck logger)")
+                summary = f"{len(jobs)} training job(s) in {region} not converging: loss " + \
+                    ("rising" if rising else "frozen at one value")
+                evidence = "; ".join(parts)
                 worst = max(items, key=lambda x: x[0]["z"])[0]
-                summary = f"{len(jobs)} training job(s) in {region} diverging: loss rising"
-                evidence = (f"median loss of the last {DIVERGE_MINUTES} minutes ({worst['steps']} steps) "
-                            f"{worst['recent']:.4g} against {worst['before']:.4g} in the {DIVERGE_MINUTES} before: "
-                            f"{worst['z']:.0f} standard errors of the job's own scatter (bar {DIVERGE_Z:g}); jobs "
-                            f"{', '.join(jobs[:5])}. Check the learning rate schedule and the latest data shard; "
-                            f"resume from the last checkpoint before the rise")
                 value = float(worst["z"])
             else:
                 summary = f"{len(jobs)} training job(s) in {region} fail to write checkpoints"
