@@ -138,6 +138,13 @@ def test_crash_loop_pages_for_a_jobs_gpu_pods_and_tickets_for_one():
                for k in range(2)]
     assert detect_crash_loop(context(pods(*settled), nodes())) == []
     assert [f.severity for f in detect_crash_loop(context(pods(*settled), nodes(), open_keys={"crash_loop|us-east"}))] == ["page"]
+    # a pod created 3 minutes ago, already at 3 restarts (10, 30, 70 s): counted from 0, it loops
+    young = [pod_rows(f"j2-{k}", range(2, 5), job="j2", reason="CrashLoopBackOff", restarts=[2, 3, 3]) for k in range(2)]
+    assert [f.severity for f in detect_crash_loop(context(pods(*young), nodes()))] == ["page"]
+    # the same counter seen since the look-back's start is an old pod: only its rise counts
+    old = [pod_rows(f"j2-{k}", range(-10, 5), job="j2", reason="CrashLoopBackOff", restarts=[2] * 12 + [3] * 3)
+           for k in range(2)]
+    assert detect_crash_loop(context(pods(*old), nodes())) == []
     # restarts without CrashLoopBackOff now (the container runs again): no loop
     recovered = pod_rows("j1-0", range(-10, 5), reason=None, restarts=restarts)
     assert detect_crash_loop(context(pods(recovered), nodes())) == []

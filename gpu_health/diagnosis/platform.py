@@ -18,8 +18,9 @@ pods_pending_gpu        scheduling   ml-platform     pods Unschedulable on the u
                                                      schedulable node has the free allocatable GPUs (else it is
                                                      ordinary queueing: nothing); ticket under 3 pods
 crash_loop              software     ml-platform     pods in CrashLoopBackOff whose restart counter rose by 3+
-                                                     in 10 minutes (1+ once the alert is open: the kubelet's
-                                                     back-off caps at 5 minutes), 2+ pods of a job holding GPUs;
+                                                     in 10 minutes (from 0 for a pod created in them; 1+ once
+                                                     the alert is open: the kubelet's back-off caps at 5
+                                                     minutes), 2+ pods of a job holding GPUs;
                                                      ticket for a single pod or pods holding none
 device_plugin_missing   software     infra           a Ready, schedulable node advertising 0 allocatable of its
                                                      GPU capacity for 3+ minutes (Kubernetes) + DCGM still
@@ -266,7 +267,8 @@ def detect_pods_pending_gpu(ctx) -> list[Finding]:
 # --- crash_loop ---------------------------------------------------------------------------------------------------
 def detect_crash_loop(ctx) -> list[Finding]:
     """Pods in a restart loop: CrashLoopBackOff at their last row in the partition and their restart counter up by
-    RESTART_LOOP or more over the RESTART_WINDOW ending there (RESTART_KEEP once the region's alert is open).
+    RESTART_LOOP or more over the RESTART_WINDOW ending there (RESTART_KEEP once the region's alert is open); a pod
+    created inside the window (its first row there, after the look-back's start) counts from 0.
     Page when CRASH_PAGE_PODS or more looping pods of one job hold GPUs (a job broken, its GPUs unused); a ticket
     otherwise (a single pod, or pods holding no GPU)."""
     pods = ctx.kube_pods
@@ -278,8 +280,14 @@ def detect_crash_loop(ctx) -> list[Finding]:
     if last.empty:
         return []
     window = p.merge(last[["namespace", "pod", "ts"]].rename(columns={"ts": "at"}), on=["namespace", "pod"])
+    born = window.groupby(["namespace", "pod"])["ts"].min()
     window = window[window["ts"] >= window["at"] - RESTART_WINDOW]
-    rise = window.groupby(["namespace", "pod"])["restarts"].agg(lambda r: int(r.max() - r.min())).rename("rise")
+    span = window.groupby(["namespace", "pod"]).agg(lo=("restarts", "min"), hi=("restarts", "max"), first=("ts", "min"),
+                                                     at=("at", "first"))
+    # a pod whose first row lies inside the window was created there, with 0 restarts (Kubernetes counts from 0):
+    # its rise is from 0, not from its first sample (a crash loop has restarted twice by its first scrape)
+    new = (born.reindex(span.index) > span["at"] - RESTART_WINDOW) & (born.reindex(span.index) > ctx.start - RESTART_WINDOW)
+    rise = (span["hi"] - span["lo"].where(~new, 0)).astype(int).rename("rise")
     last = last.merge(rise.reset_index(), on=["namespace", "pod"])
     out = []
     for region, grp in last.groupby("region"):
