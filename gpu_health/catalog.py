@@ -135,6 +135,10 @@ _TABLES: tuple[Table, ...] = (
     _source("facility_telemetry", "minute", COLUMNAR, "infra",
             "one row per rack per minute (optional: facility power and cooling)",
             "Per rack: power draw and budget, inlet and outlet temperature, failed PSUs, the hall's power for PUE."),
+    _source("kube_pods", "minute", COLUMNAR, "ml_platform", "one row per pod per minute while it exists (optional: Kubernetes)",
+            "kube-state-metrics and events per pod: phase, reason, node, GPU request, restarts, job."),
+    _source("kube_nodes", "minute", COLUMNAR, "infra", "one row per node per minute (optional: Kubernetes)",
+            "Per Kubernetes node: GPU capacity and allocatable, taints, ready, unschedulable."),
     # --- quality of the sources -------------------------------------------------------------------------------------
     Table("source_rejects", "quality", None, "partition_start", "event", SQL, "telemetry", "infra",
           "one row per rejected source row (or quarantined file) with the check it broke",

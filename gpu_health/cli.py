@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpu_health.contracts import FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES, PARTITION_COLUMN, empty_frame
+from gpu_health.contracts import FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES, PARTITION_COLUMN, PLATFORM_SOURCES, empty_frame
 from gpu_health.landing import write_partition
 
 DAY = pd.Timedelta(days=1)
@@ -53,9 +53,15 @@ def _days(start: pd.Timestamp, end: pd.Timestamp):
 
 # --- simulate ----------------------------------------------------------------------------
 def _simulated(scen, table: str) -> bool:
-    """Whether the scenario's cluster produces the optional source ``table`` (serving, facility knobs)."""
+    """Whether the scenario's cluster produces the optional source ``table`` (serving, facility, platform knobs)."""
+    from gpu_health.contracts import PLATFORM_SOURCES
+
     spec = scen.cluster.spec
-    return bool(spec.facility) if table == "facility_telemetry" else bool(spec.serving)
+    if table == "facility_telemetry":
+        return bool(spec.facility)
+    if table in PLATFORM_SOURCES:
+        return bool(spec.platform)
+    return bool(spec.serving)
 
 
 def simulate(scenario_path: str, landing: str, start: str | None, end: str | None, *, quiet: bool = False) -> dict:
@@ -117,6 +123,7 @@ SOURCE_FLAGS = {
     "prometheus_labels": "--prometheus-labels", "prometheus_step": "--prometheus-step",
     "prometheus_ready_lag": "--prometheus-ready-lag", "absent_after": "--absent-after", "slurm_dir": "--slurm-dir",
     "ipmi_racks": "--ipmi-racks", "ipmi_hall_metric": "--ipmi-hall-metric",
+    "prometheus_kube_state_metrics": "--prometheus-kube-state-metrics",
 }
 
 
@@ -315,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--prometheus-ready-lag", help="how long after a window's end it may be read (default 2min)")
     p_run.add_argument("--absent-after", help="how long a window a live producer has not covered is waited for before it "
                                               "is written empty as missing data (default 10min)")
+    p_run.add_argument("--prometheus-kube-state-metrics", action="store_const", const="true",
+                       help="also read kube_pods / kube_nodes from kube-state-metrics series in the same Prometheus")
     p_run.add_argument("--slurm-dir", help="directory of sacct / squeue --json dumps (scheduler_events, job_metadata)")
     p_run.add_argument("--ipmi-racks", help="rack inventory (CSV/YAML: rack_id, region, node_ids, power_budget_kw): read "
                                             "facility_telemetry from ipmi_exporter series in the --prometheus-url Prometheus")

@@ -43,6 +43,7 @@ def default_resources() -> dict:
             slurm_dir=dg.EnvVar("GPU_HEALTH_SLURM_DIR").get_value(""),
             ipmi_racks=dg.EnvVar("GPU_HEALTH_IPMI_RACKS").get_value(""),
             ipmi_hall_metric=dg.EnvVar("GPU_HEALTH_IPMI_HALL_METRIC").get_value(""),
+            prometheus_kube_state_metrics=dg.EnvVar("GPU_HEALTH_PROMETHEUS_KUBE_STATE_METRICS").get_value("false"),
         ),
         "alertmanager": AlertmanagerResource(
             url=dg.EnvVar("GPU_HEALTH_ALERTMANAGER_URL").get_value(""),

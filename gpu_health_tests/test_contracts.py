@@ -87,9 +87,16 @@ def facility() -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def frames(window, changes, maintenance, capacity, serving, facility) -> dict[str, pd.DataFrame]:
+def platform() -> dict[str, pd.DataFrame]:
+    """The platform layer's two tables (off on the default profile) from a small cluster that turns it on."""
+    win = Window(load_scenario({"seed": 7, "cluster": {"gpus": 96, "platform": True}}), T0, T1)
+    return {t: win.table(t) for t in ("kube_pods", "kube_nodes")}
+
+
+@pytest.fixture(scope="module")
+def frames(window, changes, maintenance, capacity, serving, facility, platform) -> dict[str, pd.DataFrame]:
     return {**window, "change_events": changes, "maintenance_windows": maintenance, "cost_capacity": capacity,
-            **serving, "facility_telemetry": facility}
+            **serving, "facility_telemetry": facility, **platform}
 
 
 def _bounds(source: str):

@@ -40,6 +40,8 @@ ASSET_KEYS = [
     "facility_telemetry",
     "kpi_baselines",
     "kpi_values",
+    "kube_nodes",
+    "kube_pods",
     "maintenance_windows",
     "network_telemetry",
     "node_inventory",

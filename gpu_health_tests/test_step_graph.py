@@ -41,11 +41,12 @@ class RecordingWarehouse:
 
 @pytest.fixture(scope="module")
 def warehouse(tmp_path_factory):
-    """Two hours of a small cluster with a fault and a maintenance window, run through every step."""
+    """Two hours of a small cluster (Kubernetes tables exported) with a fault and a maintenance window, run through
+    every step."""
     folder = tmp_path_factory.mktemp("graph")
     spec = folder / "scenario.yaml"
     spec.write_text(yaml.safe_dump({
-        "seed": 5, "start": START.isoformat(), "end": END.isoformat(), "cluster": {"gpus": 96},
+        "seed": 5, "start": START.isoformat(), "end": END.isoformat(), "cluster": {"gpus": 96, "platform": True},
         "incidents": [{"kind": "gpu_ecc_fault", "start": "2026-11-03T22:40:00Z", "duration": "60m",
                        "severity": "high", "scope": {"region": "us-east", "nodes": 1}},
                       {"kind": "maintenance", "start": "2026-11-03T22:50:00Z", "duration": "30m",

@@ -40,6 +40,12 @@ def frames() -> dict[str, pd.DataFrame]:
     # the serving layer's tables (issue #17) are off on the thermal week's cluster: from a scenario that serves
     serving = Window(load_scenario({"seed": 7, "cluster": {"serving": True}}), T0, T0 + FIVE)
     raw.update({t: serving.table(t) for t in ("inference_requests", "inference_latency_buckets")})
+    # and the platform layer's (issue #17), off there too: from a small cluster that exports them
+    kube = Window(load_scenario({"seed": 7, "cluster": {"gpus": 96, "platform": True}}), T0, T0 + FIVE)
+    raw.update({t: kube.table(t) for t in ("kube_pods", "kube_nodes")})
+    # and the facility layer's (issue #18)
+    raw["facility_telemetry"] = Window(load_scenario({"seed": 7, "cluster": {"facility": True}}), T0, T0 + FIVE).table(
+        "facility_telemetry")
     gpu = raw["gpu_telemetry"].copy()
     for col in ("job_id", "sm_active", "power_w", "throttle_reasons", "ecc_dbe_delta"):
         gpu[col] = gpu[col].astype("object")

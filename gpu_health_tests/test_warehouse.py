@@ -59,7 +59,7 @@ def frames() -> dict[str, pd.DataFrame]:
     raw["changes"] = [{"kind": "kernel_upgrade", "ts": "2026-11-03T14:01:30.250Z", "scope": {"region": "eu-west", "nodes": 4},
                        "from_version": "6.8.0-49-generic", "to_version": "6.8.0-51-generic"}]
     raw["cluster"] = {"profile": raw["cluster"], "serving": True,  # the serving tables too (issue #17)
-                      "facility": True}  # and the facility table (issue #18)
+                      "facility": True, "platform": True}  # the facility (#18) and kube (#17) tables
     scen = load_scenario(raw)
     raw_frames = Window(scen, T0, T1).tables()
     gpu = raw_frames["gpu_telemetry"].copy()
@@ -347,6 +347,8 @@ def test_primary_keys_are_the_contracts_grain():
         "inference_requests": ["ts", "region", "model_name", "model_version"],
         "inference_latency_buckets": ["ts", "region", "model_name", "model_version", "histogram", "le"],
         "facility_telemetry": ["ts", "region", "rack_id"],
+        "kube_pods": ["ts", "namespace", "pod"],
+        "kube_nodes": ["ts", "node_id"],
     }
     assert set(expected) == set(CONTRACTS)
     for table, keys in expected.items():

@@ -1,7 +1,7 @@
 -- Generated from gpu_health/storage/schema.py by `python -m gpu_health.storage.schema`.
 -- Do not edit by hand: a test fails when this file and the module drift.
 --
--- Not in SQL: the minute-grain telemetry tables facility_telemetry, gpu_telemetry, inference_latency_buckets, inference_requests, job_runtime_metrics, network_telemetry, node_telemetry are stored
+-- Not in SQL: the minute-grain telemetry tables facility_telemetry, gpu_telemetry, inference_latency_buckets, inference_requests, job_runtime_metrics, kube_nodes, kube_pods, network_telemetry, node_telemetry are stored
 -- as Parquet in the telemetry store, <telemetry_dir>/<table>/date=YYYY-MM-DD/<HH>.parquet (a complete hour) or <HHMM>.parquet (README).
 
 CREATE TABLE alerts (

@@ -7,9 +7,11 @@ from gpu_health.contracts.models import (
     OPTIONAL_COLUMNS,
     OPTIONAL_SOURCES,
     PARTITION_COLUMN,
+    PLATFORM_SOURCES,
     columns,
     conform,
     empty_frame,
 )
 
-__all__ = ["CONTRACTS", "FIVE_MINUTE_SOURCES", "OPTIONAL_COLUMNS", "OPTIONAL_DCGM_COLUMNS", "OPTIONAL_SOURCES", "PARTITION_COLUMN", "columns", "conform", "empty_frame"]
+__all__ = ["CONTRACTS", "FIVE_MINUTE_SOURCES", "OPTIONAL_COLUMNS", "OPTIONAL_DCGM_COLUMNS", "OPTIONAL_SOURCES", "PARTITION_COLUMN",
+           "PLATFORM_SOURCES", "columns", "conform", "empty_frame"]

@@ -59,7 +59,9 @@ MAX_FREE_TEXT_CHARS = 65536
 #   nodes than the cluster has: a 100,000-GPU cluster (the largest the simulator models) has 12,500 nodes of
 #   8 GPUs, each at most HOST_NAME_MAX = 64 characters plus a comma: 812,500 characters < 1,048,576.
 MAX_NODE_LIST_CHARS = 1 << 20
-FREE_TEXT_COLUMNS = frozenset({"description", "reason"})
+# a Kubernetes event ``message`` and a node's ``taints`` list are free text of the same kind (the API server caps an
+# event message at 1 KiB; a node carries at most a few dozen taints of <= 253 + 63 characters each)
+FREE_TEXT_COLUMNS = frozenset({"description", "reason", "message", "taints"})
 # The one infinity any table may hold: a Prometheus histogram's last bucket is ``le="+Inf"`` by definition (the
 # exposition format requires it), so ``+inf`` there is a bucket bound, not a reading. Only ``+inf``: ``-inf`` is no
 # bucket bound.
@@ -391,6 +393,52 @@ def inf_bucket_matches_requests(buckets: pd.DataFrame, requests: pd.DataFrame) -
     return merged[merged["count"].astype("int64") != merged["requests"].astype("int64")].reset_index(drop=True)
 
 
+# --- the platform layer (issue #17; contracts.md "The other layers"): what kube-state-metrics says -----------------
+POD_PHASES = ["Pending", "Running", "Succeeded", "Failed", "Unknown"]
+
+
+class KubePods(_MinuteGrain):
+    """One row per pod per minute while it exists: kube-state-metrics' pod series and the latest event."""
+
+    region: Series[pd.StringDtype] = pa.Field(description="Region, e.g. us-east.", str_length={"min_value": 1})
+    namespace: Series[pd.StringDtype] = pa.Field(description="Kubernetes namespace [namespace label].", str_length={"min_value": 1})
+    pod: Series[pd.StringDtype] = pa.Field(description="Pod name [pod label].", str_length={"min_value": 1})
+    node_id: Series[pd.StringDtype] = pa.Field(nullable=True, description="Node the pod is bound to [node label]; null while unscheduled.")
+    phase: Series[pd.StringDtype] = pa.Field(isin=POD_PHASES, description="Pending | Running | Succeeded | Failed | Unknown [kube_pod_status_phase].")
+    reason: Series[pd.StringDtype] = pa.Field(nullable=True, description="Waiting / terminated reason or the PodScheduled condition's reason (Unschedulable, CrashLoopBackOff, SchedulingGated, ...).")
+    message: Series[pd.StringDtype] = pa.Field(nullable=True, description="Latest event message, e.g. 0/80 nodes are available: 80 node(s) had untolerated taint {nvidia.com/gpu: }.")
+    gpu_request: Series[int] = pa.Field(ge=0, description="GPUs requested, summed over containers [kube_pod_container_resource_requests{resource=\"nvidia_com_gpu\"}].")
+    restarts: Series[int] = pa.Field(ge=0, description="Cumulative container restarts [kube_pod_container_status_restarts_total].")
+    job_id: Series[pd.StringDtype] = pa.Field(nullable=True, description="Training or serving job the pod belongs to (joins the other tables); null = none known.")
+    container_image: Series[pd.StringDtype] = pa.Field(description="Container image reference.")
+
+    class Config:
+        unique = ["ts", "namespace", "pod"]
+
+    @pa.dataframe_check(name="running_pod_is_placed")
+    def running_pod_is_placed(cls, df: pd.DataFrame) -> Series[bool]:
+        """A Running pod is bound to a node (the kubelet of a node runs it): a null node there is a broken join."""
+        return (df["phase"] != "Running") | df["node_id"].notna()
+
+
+class KubeNodes(_NodeKeyed):
+    """One row per node per minute: the node's GPU capacity as Kubernetes advertises it, its taints and state."""
+
+    gpu_capacity: Series[int] = pa.Field(ge=0, description="GPUs the node has [kube_node_status_capacity{resource=\"nvidia_com_gpu\"}].")
+    gpu_allocatable: Series[int] = pa.Field(ge=0, description="GPUs pods may request [kube_node_status_allocatable{resource=\"nvidia_com_gpu\"}]; 0 on a GPU node = device plugin missing.")
+    taints: Series[pd.StringDtype] = pa.Field(nullable=True, description="Comma-separated key=value:effect [kube_node_spec_taint]; null = none.")
+    ready: Series[bool] = pa.Field(description="The Ready condition is true [kube_node_status_condition].")
+    unschedulable: Series[bool] = pa.Field(description="Cordoned [kube_node_spec_unschedulable].")
+
+    class Config:
+        unique = ["ts", "node_id"]
+
+    @pa.dataframe_check(name="allocatable_within_capacity")
+    def allocatable_within_capacity(cls, df: pd.DataFrame) -> Series[bool]:
+        """Allocatable is capacity less what the kubelet reserves or finds unhealthy: never more."""
+        return df["gpu_allocatable"] <= df["gpu_capacity"]
+
+
 # Source table name -> contract, and which column places a row in a partition.
 CONTRACTS: dict[str, type[ContractModel]] = {
     "gpu_telemetry": GpuTelemetry,
@@ -405,6 +453,8 @@ CONTRACTS: dict[str, type[ContractModel]] = {
     "inference_requests": InferenceRequests,
     "inference_latency_buckets": InferenceLatencyBuckets,
     "facility_telemetry": FacilityTelemetry,
+    "kube_pods": KubePods,
+    "kube_nodes": KubeNodes,
 }
 
 PARTITION_COLUMN: dict[str, str | None] = {
@@ -420,6 +470,8 @@ PARTITION_COLUMN: dict[str, str | None] = {
     "inference_requests": "ts",
     "inference_latency_buckets": "ts",
     "facility_telemetry": "ts",
+    "kube_pods": "ts",
+    "kube_nodes": "ts",
 }
 
 FIVE_MINUTE_SOURCES = [
@@ -443,6 +495,10 @@ OPTIONAL_SOURCES += ["facility_telemetry"]
 # Columns added to a contract after files were written: an older file without them reads as null (validate.py
 # adds a missing optional column as nulls before judging the file).
 OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {"change_events": ("actor", "ticket")}
+# The platform layer (kube-state-metrics) is optional the same way: a Slurm or bare-metal cluster has no Kubernetes
+# API, and its absence is missing data for the platform detectors (they stay silent), never a partition's wait.
+PLATFORM_SOURCES = ["kube_pods", "kube_nodes"]
+OPTIONAL_SOURCES += PLATFORM_SOURCES
 
 # Optional DCGM fields: a missing value is null, never a zero reading.
 OPTIONAL_DCGM_COLUMNS = ["sm_active", "tensor_active", "throttle_reasons", "ecc_sbe_delta", "ecc_dbe_delta"]

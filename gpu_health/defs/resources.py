@@ -73,12 +73,14 @@ class TelemetrySourceResource(dg.ConfigurableResource):
     # (rack_id, region, node_ids, power_budget_kw) and, optionally, the hall meter's metric (watts, region label)
     ipmi_racks: str = ""
     ipmi_hall_metric: str = ""
+    # "true": read kube_pods / kube_nodes from kube-state-metrics series in the same Prometheus (optional sources)
+    prometheus_kube_state_metrics: str = "false"
 
     def _key(self) -> tuple:
         return (self.kind, self.scenario, self.seed, self.live, self.landing_dir, self.prometheus_url,
                 self.prometheus_region, self.prometheus_region_label, self.prometheus_selector,
                 self.prometheus_labels, self.prometheus_step, self.prometheus_ready_lag, self.absent_after,
-                self.slurm_dir, self.ipmi_racks, self.ipmi_hall_metric)
+                self.slurm_dir, self.ipmi_racks, self.ipmi_hall_metric, self.prometheus_kube_state_metrics)
 
     def get(self):
         with _SOURCES_LOCK:
@@ -102,7 +104,8 @@ class TelemetrySourceResource(dg.ConfigurableResource):
                 "prometheus", self.prometheus_url, region=self.prometheus_region or None,
                 region_label=self.prometheus_region_label, selector=self.prometheus_selector,
                 labels=self.prometheus_labels, step=self.prometheus_step, ready_lag=self.prometheus_ready_lag,
-                absent_after=self.absent_after))
+                absent_after=self.absent_after,
+                kube_state_metrics=self.prometheus_kube_state_metrics.strip().lower() in ("true", "1", "yes")))
             if self.ipmi_racks:
                 parts.insert(0, make_source(
                     "ipmi", self.prometheus_url, self.ipmi_racks, hall_metric=self.ipmi_hall_metric or None,

@@ -248,6 +248,9 @@ class PartitionContext:
     open_keys: frozenset = frozenset()  # keys of the alerts open after the partition before
     placements: pd.DataFrame | None = None  # placements() of `sched` (sliced from one computed per range)
     slo_events: pd.DataFrame | None = None  # slo_error_budgets rows of the burn-rate lookback up to the partition
+    kube_pods: pd.DataFrame | None = None   # kube_pods rows of the restart look-back up to the partition's end (None = absent)
+    kube_nodes: pd.DataFrame | None = None  # kube_nodes rows of the partition (None = absent)
+    loss_history: pd.DataFrame | None = None  # job_runtime_metrics (loss, checkpoints) of the convergence look-back
     facility: pd.DataFrame | None = None  # facility_telemetry rows of the partition (None / empty: no facility data)
     # per-range structures (prepare_range), computed once for all partitions of a range; None: each detector
     # derives what it needs from the frames above (the same results, slower)
@@ -1545,8 +1548,21 @@ def detect_slo_burn(ctx: PartitionContext) -> list[Finding]:
     return sorted(out, key=lambda f: (f.severity != "page", f.value is None, -(f.value or 0.0)))
 
 
+def detect_platform(ctx: PartitionContext) -> list[Finding]:
+    """The Kubernetes platform layer's detectors (gpu_health.diagnosis.platform, which imports this module)."""
+    from gpu_health.diagnosis.platform import detect_platform as platform_findings
+    return platform_findings(ctx)
+
+
+def detect_convergence(ctx: PartitionContext) -> list[Finding]:
+    """Training convergence from the trainer's loss and checkpoints (gpu_health.diagnosis.convergence)."""
+    from gpu_health.diagnosis.convergence import detect_convergence as convergence_findings
+    return convergence_findings(ctx)
+
+
 DETECTORS = [detect_hardware, detect_thermal, detect_deploys, detect_slowdowns, detect_scheduling, detect_no_progress,
-             detect_stalls, detect_missing_data, detect_slo_burn]
+             detect_stalls, detect_missing_data, detect_slo_burn, detect_platform,
+             detect_convergence]
 DETECTORS = F.with_facility(DETECTORS, detect_thermal)  # issue #18: rack cooling / power, change policy
 
 

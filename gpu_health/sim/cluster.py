@@ -124,6 +124,9 @@ class ClusterSpec:
     facility: bool = False
     rack_nodes: int = 4     # nodes a rack holds: 4 DGX-class systems (~10 kW each) is a 40 kW high-density rack
     pue: float = 1.4        # the hall's draw over its IT draw (Uptime Institute's surveys: 1.4-1.6 for air-cooled halls)
+    # --- the platform layer (issue #17): kube-state-metrics' pods and nodes (gpu_health.sim.platform). Off on both
+    # profiles, so their rows are unchanged; a scenario turns it on with ``cluster: {platform: true}``.
+    platform: bool = False
 
     @property
     def total_gpus(self) -> int:

@@ -91,6 +91,17 @@ CHANGE_INCIDENT_KINDS: dict[str, KindInfo] = {
     # the expected alert is a software ticket, never a page)
     "unticketed_change": KindInfo("software", 1.0, "(unused) a node change made with no ticket, outside any window", None),
 }
+# The platform layer's incidents (issue #17; kube_pods / kube_nodes need ``cluster: {platform: true}``, and
+# cpu_fallback also marks the GPU and runtime tables): gpu_health.sim.platform says what each leaves.
+PLATFORM_INCIDENT_KINDS: dict[str, KindInfo] = {
+    "cpu_fallback": KindInfo("software", 100.0, "factor by which the scope's training jobs slow down on the CPU "
+                             "(their pods request no nvidia.com/gpu)", None),
+    "pods_pending_taint": KindInfo("scheduling", 6.0, "pods of a new job pending on the GPU taint they do not tolerate", None),
+    "crash_loop": KindInfo("software", 4.0, "pods of a new job in CrashLoopBackOff on the scope's nodes", None),
+    "device_plugin_missing": KindInfo("software", 1.0, "(unused) the scope's nodes advertise 0 allocatable GPUs", None),
+    # the application layer's: acts on job_runtime_metrics only (no platform knob needed)
+    "diverging_run": KindInfo("software", 1.0, "growth of the scope's jobs' loss per hour from the start (1.0 = doubles)", None),
+}
 
 # kinds whose targets include specific jobs (labels carry their job_ids)
 JOB_TARGETED_KINDS = ("training_stall", "dummy_workload")
@@ -221,10 +232,10 @@ def _pick(seed: int, salt: str, items: list, k: int) -> list:
 def _resolve_incident(scen: Scenario, i: int, spec: dict) -> Incident:
     spec = dict(spec)
     kind = spec.get("kind")
-    ops_kinds = {**FACILITY_INCIDENT_KINDS, **CHANGE_INCIDENT_KINDS}
+    ops_kinds = {**FACILITY_INCIDENT_KINDS, **CHANGE_INCIDENT_KINDS, **PLATFORM_INCIDENT_KINDS}
     if kind not in KINDS and kind not in SERVING_INCIDENT_KINDS and kind not in ops_kinds:
         raise ValueError(f"incident {i}: unknown kind {kind!r}; known kinds: {sorted(KINDS)}, serving: {sorted(SERVING_INCIDENT_KINDS)}, "
-                         f"facility and changes: {sorted(ops_kinds)}")
+                         f"facility, changes and platform: {sorted(ops_kinds)}")
     info = KINDS.get(kind) or SERVING_INCIDENT_KINDS.get(kind) or ops_kinds[kind]
     start = parse_ts(spec["start"], f"incident {i} start")
     if "end" in spec:

@@ -131,11 +131,18 @@ class Window:
             self.table("inference_latency_buckets")
         if self.scen.cluster.spec.facility:  # the facility layer likewise
             self.table("facility_telemetry")
+        if self.scen.cluster.spec.platform:  # the Kubernetes layer only where the scenario turns it on
+            self.table("kube_pods")
+            self.table("kube_nodes")
         return self._tables
 
     def table(self, name: str) -> pd.DataFrame:
         if name not in self._tables:
-            self._tables[name] = conform(getattr(self, f"_{name}")()[columns(name)], name)
+            frame = getattr(self, f"_{name}")()[columns(name)]
+            if self.scen.incidents and name in ("gpu_telemetry", "job_runtime_metrics"):
+                from gpu_health.sim.platform import apply_to_table  # the platform incidents' marks (cpu_fallback)
+                frame = apply_to_table(self, name, frame)
+            self._tables[name] = conform(frame, name)
         return self._tables[name]
 
     # --- the serving layer (off unless ClusterSpec.serving) ---------------------------------
@@ -151,6 +158,14 @@ class Window:
     def _facility_telemetry(self) -> pd.DataFrame:
         from gpu_health.sim.facility import facility_telemetry
         return facility_telemetry(self)
+    # --- the platform layer (off unless ClusterSpec.platform) ---------------------------------
+    def _kube_pods(self) -> pd.DataFrame:
+        from gpu_health.sim.platform import kube_pods
+        return kube_pods(self)
+
+    def _kube_nodes(self) -> pd.DataFrame:
+        from gpu_health.sim.platform import kube_nodes
+        return kube_nodes(self)
 
     # --- gpu_telemetry -------------------------------------------------------------------
     def _gpu_telemetry(self) -> pd.DataFrame:

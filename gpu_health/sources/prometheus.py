@@ -266,6 +266,7 @@ class PrometheusSource:
         session: requests.Session | None = None,
         clock: Callable[[], pd.Timestamp] | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        kube_state_metrics: bool = False,
     ):
         if pd.Timedelta(step) != MINUTE:
             raise ValueError(f"step must be 60s: the contract's grain is the minute (got {step!r})")
@@ -299,12 +300,21 @@ class PrometheusSource:
         self._clock = clock or (lambda: pd.Timestamp.now(tz="UTC"))
         self._sleep = sleep
         self._decided: dict[tuple[str, pd.Timestamp, pd.Timestamp], str] = {}
+        # kube_pods / kube_nodes from kube-state-metrics (gpu_health.sources.kube_state_metrics): optional sources,
+        # provided only when asked for, and read as they are (never judged late: an optional source never waits)
+        self.kube_state_metrics = kube_state_metrics
 
     # --- Source protocol -------------------------------------------------------------
     def tables(self) -> frozenset[str]:
-        return TABLES
+        from gpu_health.sources.kube_state_metrics import KUBE_TABLES
+        return TABLES | KUBE_TABLES if self.kube_state_metrics else TABLES
 
     def read(self, table: str, start: pd.Timestamp, end: pd.Timestamp) -> Fetched:
+        if self.kube_state_metrics and table in ("kube_pods", "kube_nodes"):
+            from gpu_health.sources.kube_state_metrics import read_kube
+            start, end = pd.Timestamp(start).tz_convert("UTC"), pd.Timestamp(end).tz_convert("UTC")
+            return Fetched(frame=read_kube(self, table, _Window(start, end)),
+                           origin=f"{self.url} ({table} {start.isoformat()}..{end.isoformat()})")
         if table not in TABLES:
             raise ValueError(f"{self.name} does not provide {table!r}; it provides {sorted(TABLES)}")
         start, end = pd.Timestamp(start), pd.Timestamp(end)

@@ -12,7 +12,7 @@ from gpu_health.sources.base import DataNotReady, Fetched
 ALL_TABLES = frozenset({
     "gpu_telemetry", "node_telemetry", "network_telemetry", "scheduler_events", "job_runtime_metrics",
     "job_metadata", "change_events", "cost_capacity", "maintenance_windows",
-    "inference_requests", "inference_latency_buckets", "facility_telemetry",
+    "inference_requests", "inference_latency_buckets", "facility_telemetry", "kube_pods", "kube_nodes",
 })
 
 

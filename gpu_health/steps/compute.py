@@ -408,6 +408,15 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
                               columns=["partition_start", "slo", "region", "model_name", "total_events", "bad_events",
                                        "interpolated", "error_budget_remaining"])
     slo_rows = slo_rows.sort_values("partition_start", kind="stable").reset_index(drop=True)
+    from gpu_health.diagnosis.platform import RESTART_WINDOW
+    kube_pods = wh.read_window("kube_pods", start - RESTART_WINDOW, end)  # optional sources: empty when not exported
+    kube_pods = kube_pods.sort_values("ts", kind="stable").reset_index(drop=True)
+    kube_nodes = wh.read_window("kube_nodes", start, end)
+    kube_nodes_p = dict(tuple(kube_nodes.groupby(kube_nodes["ts"].dt.floor(PARTITION_FREQ)))) if len(kube_nodes) else {}
+    from gpu_health.diagnosis.convergence import CONVERGENCE_LOOKBACK
+    loss_hist = wh.read_window("job_runtime_metrics", start - CONVERGENCE_LOOKBACK, end,
+                               columns=["ts", "job_id", "steps", "loss", "checkpoint_time_s", "last_checkpoint_step"])
+    loss_hist = loss_hist.sort_values("ts", kind="stable").reset_index(drop=True)
     jobs = job_table(sched, inventory_union(segments))  # node -> region only: where each queue's jobs run
     placed = G.placements(sched)
     prep = prepare_range(jobs, meta, job_lookback=SCHED_LOOKBACK,
@@ -436,6 +445,11 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
                                      slo_rows["partition_start"].searchsorted(p + five)] if len(slo_rows) else None,
             open_keys=frozenset(prev.loc[prev["status"] != "resolved", "key"]) if len(prev) else frozenset(),
             facility=fac_p.get(p),
+            kube_pods=kube_pods.iloc[kube_pods["ts"].searchsorted(p - RESTART_WINDOW):kube_pods["ts"].searchsorted(p + five)]
+            if len(kube_pods) else None,
+            kube_nodes=kube_nodes_p.get(p),
+            loss_history=loss_hist.iloc[loss_hist["ts"].searchsorted(p + five - CONVERGENCE_LOOKBACK):
+                                        loss_hist["ts"].searchsorted(p + five)] if len(loss_hist) else None,
         )
         snap = A.step(prev, detect(ctx), p, rates=rates, changes=ctx.changes)
         if len(snap):

@@ -12,6 +12,8 @@ import pandas as pd
 
 from gpu_health.contracts import FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES
 from gpu_health.diagnosis.detect import DEPLOY_LOOKBACK
+from gpu_health.diagnosis.convergence import CONVERGENCE_LOOKBACK
+from gpu_health.diagnosis.platform import RESTART_WINDOW as PLATFORM_RESTART_WINDOW
 from gpu_health.metrics import baselines as B
 from gpu_health.metrics import goodput as G
 from gpu_health.metrics.slo import LOOKBACK as SLO_LOOKBACK
@@ -156,7 +158,9 @@ DERIVED_STEPS = [
              Read("goodput_leaves"), Read("step_time_baselines"), Read("job_metadata", before=P.META_LOOKBACK),
              *INVENTORY, Read("cluster_goodput", before=ALERT_HISTORY), Read("alerts", before=ALERT_HISTORY),
              Read("cost_capacity", before=TO_DAY_START + DAY), Read("source_rejects"), Read("source_gaps"),
-             Read("slo_error_budgets", before=SLO_LOOKBACK), Read("facility_telemetry"))),
+             Read("slo_error_budgets", before=SLO_LOOKBACK), Read("facility_telemetry"),
+             Read("kube_pods", before=PLATFORM_RESTART_WINDOW), Read("kube_nodes"),
+             Read("job_runtime_metrics", before=CONVERGENCE_LOOKBACK))),
          run=_alerts),
     Step("kpi_baselines", FIVE_MINUTE, writes=("kpi_baselines",),
          # the same slot +-35 min on each of the previous 14 days; paged partitions of the previous 15
