@@ -78,6 +78,14 @@ SERVING_INCIDENT_KINDS: dict[str, KindInfo] = {
 }
 SERVING_KINDS = tuple(SERVING_INCIDENT_KINDS)
 
+# Capacity incidents (issue #18): they change how much work arrives, not how it runs -- no GPU-telemetry signature,
+# so they are kept apart from KINDS; the capacity_headroom table is what sees them (test_forecast.py). scope {region,
+# pool}; demand grows from the start and holds its level after the end.
+CAPACITY_INCIDENT_KINDS: dict[str, KindInfo] = {
+    "demand_growth": KindInfo("capacity", 0.05, "weekly compounding growth of the scope's job arrival rate "
+                              "(0.05 = +5 % a week) from the start; the level reached at the end holds", None),
+}
+
 # kinds whose targets include specific jobs (labels carry their job_ids)
 JOB_TARGETED_KINDS = ("training_stall", "dummy_workload")
 
@@ -206,9 +214,10 @@ def _pick(seed: int, salt: str, items: list, k: int) -> list:
 def _resolve_incident(scen: Scenario, i: int, spec: dict) -> Incident:
     spec = dict(spec)
     kind = spec.get("kind")
-    if kind not in KINDS and kind not in SERVING_INCIDENT_KINDS:
-        raise ValueError(f"incident {i}: unknown kind {kind!r}; known kinds: {sorted(KINDS)}, serving: {sorted(SERVING_INCIDENT_KINDS)}")
-    info = KINDS.get(kind) or SERVING_INCIDENT_KINDS[kind]
+    if kind not in KINDS and kind not in SERVING_INCIDENT_KINDS and kind not in CAPACITY_INCIDENT_KINDS:
+        raise ValueError(f"incident {i}: unknown kind {kind!r}; known kinds: {sorted(KINDS)}, serving: {sorted(SERVING_INCIDENT_KINDS)}, "
+                         f"capacity: {sorted(CAPACITY_INCIDENT_KINDS)}")
+    info = KINDS.get(kind) or SERVING_INCIDENT_KINDS.get(kind) or CAPACITY_INCIDENT_KINDS[kind]
     start = parse_ts(spec["start"], f"incident {i} start")
     if "end" in spec:
         end = parse_ts(spec["end"], f"incident {i} end")
