@@ -85,3 +85,45 @@ def test_cheapest_reservation_is_the_newsvendor_quantile():
     assert r == 10 and cost == pytest.approx(F.reserved_cost(d, 10, 1.0, 2.0))
     assert cost < F.reserved_cost(d, 20, 1.0, 2.0) and cost < F.reserved_cost(d, 0, 1.0, 2.0)
     assert F.cheapest_reserved(d, 1.0, 4.0)[0] == 20
+
+
+def test_demand_growth_exhausts_capacity_and_headroom_names_it(tmp_path):
+    from gpu_health.sim.demand import plan_daily
+    from gpu_health.sim.scenario import load_scenario
+    from gpu_health.sim.telemetry import cost_capacity
+    from gpu_health.steps.registry import step
+    from gpu_health.storage.warehouse import Warehouse
+
+    start, end = pd.Timestamp("2026-09-07T00:00:00Z"), pd.Timestamp("2026-11-02T00:00:00Z")
+    scen = load_scenario({"seed": 3, "start": start, "end": end, "cluster": {"gpus": 96}, "incidents": [
+        {"kind": "demand_growth", "start": "2026-10-05T00:00:00Z", "end": end, "magnitude": 0.4,
+         "scope": {"region": "us-east"}}]}, name="growth")
+    hist = plan_daily(scen)
+    hist["date"] = pd.to_datetime(hist["date"]).dt.date
+    hist["idle_blocked_gpu_hours"] = 0.0  # the plan has no loss tree: its waiting demand is the backlog
+    wh = Warehouse(f"sqlite:///{tmp_path / 'w.db'}")
+    last = end - pd.Timedelta(days=1)
+    wh.replace_windows({"capacity_demand_daily": hist}, start, end)
+    wh.replace_windows({"cost_capacity": cost_capacity(scen, last)}, last, end)
+    step("capacity_forecast").run(wh, last, end)
+    head = step("capacity_headroom").run(wh, last, end).tables["capacity_headroom"].set_index(["region", "sku"])
+    v100 = "Tesla V100-SXM3-32GB"
+    grown, flat = head.loc[("us-east", v100)], head.loc[("eu-west", v100)]
+    # the grown region's V100s run out within the 12 weeks, on a day after the forecast was made; the same SKU in
+    # the region without growth does not (the 96-GPU cluster's single H100 node per region is always held by a
+    # distributed job: it is at capacity in both regions, so it says nothing here)
+    assert pd.notna(grown["run_out_date"]), grown
+    assert pd.Timestamp(grown["run_out_date"]) > last.tz_localize(None)
+    assert pd.isna(flat["run_out_date"]), flat
+    assert grown["headroom_gpus_28d"] < flat["headroom_gpus_28d"]
+    assert grown["capacity_gpus"] == 48 and grown["quantile"] == "p90"
+    # Finance's SQL view shows the same: the latest day's headroom per region x SKU, run-out date included
+    import sqlalchemy as sa
+
+    with wh.engine.connect() as conn:
+        view = pd.read_sql_query(sa.text("SELECT region, sku, run_out_date, quantile, best_reserved_gpus_30d, "
+                                         "saving_30d_usd FROM finance_capacity_headroom"), conn)
+    row = view[(view["region"] == "us-east") & (view["sku"] == v100)].iloc[0]
+    assert str(row["run_out_date"])[:10] == str(grown["run_out_date"])[:10]
+    assert row["saving_30d_usd"] >= 0  # the cheapest reservation never costs more than today's
+    assert len(view) == 4

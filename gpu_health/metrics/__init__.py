@@ -20,6 +20,9 @@ DERIVED = {
     "alerts": (_models.Alerts, "partition_start"),
     "serving_slis": (_models.ServingSlis, "partition_start"),
     "slo_error_budgets": (_models.SloErrorBudgets, "partition_start"),
+    "capacity_demand_daily": (_models.CapacityDemandDaily, "date"),
+    "capacity_forecast": (_models.CapacityForecast, "date"),
+    "capacity_headroom": (_models.CapacityHeadroom, "date"),
 }
 
 from gpu_health.metrics.kpis import KpiValues as _KpiValues  # noqa: E402  (kpis imports the contracts only)

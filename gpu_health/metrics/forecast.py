@@ -8,12 +8,14 @@ Pure pandas / numpy / scikit-learn (no Dagster, no warehouse). Four parts:
   events are missing, the loss tree's ``idle_blocked`` minutes (idle GPUs a pending job waited for, a subset of the
   backlog by construction: ``min(idle, pending)``). Demand is what users asked for, not what the cluster could run:
   a cluster at capacity still shows its growth, in the queue.
-* **Forecasts** (:func:`forecast`): two methods, each with 80 % prediction intervals (p10 / p90) taken from the
+* **Forecasts** (:func:`forecast`): three methods, each with 80 % prediction intervals (p10 / p90) taken from the
   quantiles of its own past forecast errors on rolling origins of the series' history (no distributional
   assumption), and the method a series uses is the one with the lower MASE on that backtest
-  (:func:`choose_method`): ``seasonal_naive`` (the last week repeated: the benchmark MASE is scaled by) and
+  (:func:`choose_method`): ``seasonal_naive`` (the last week repeated: the benchmark MASE is scaled by),
+  ``dow_level`` (each weekday's mean over the last four weeks: seasonal-naive with its noise averaged) and
   ``dow_trend`` (ordinary least squares on a linear trend plus day-of-week effects over the last
-  :data:`FIT_DAYS`, scikit-learn's ``LinearRegression``).
+  :data:`FIT_DAYS`, scikit-learn's ``LinearRegression``: a dependency already, and all an additive weekly
+  shape plus trend needs -- statsmodels' ETS would be a new dependency for the same model class).
 * **Backtest** (:func:`backtest`): rolling-origin MASE (scaled by the in-sample weekly seasonal-naive error) and the
   share of outcomes inside the 80 % interval, for any daily series (the simulator's, the public traces').
 * **Headroom and reserved mix** (:func:`headroom`, :func:`cheapest_reserved`).
@@ -271,12 +273,12 @@ class Backtest:
 
 
 def backtest(y: pd.Series | np.ndarray, method: str, *, horizon: int, min_train: int = 4 * SEASON,
-             step: int = SEASON, dow0: int | None = None) -> Backtest:
+             step: int = SEASON, dow0: int | None = None, intervals: bool = True) -> Backtest:
     """Score ``method`` on rolling origins: at each origin (every ``step`` days from ``min_train``), forecast
     ``horizon`` days from the data before it only -- the intervals too, from that prefix's own past errors -- and
-    compare with what came. MASE = mean over origins of MAE / the prefix's in-sample weekly seasonal-naive MAE
-    (Hyndman & Koehler 2006, seasonal scaling), so a MASE below the seasonal-naive's means the method beats
-    repeating the last week."""
+    compare with what came (``intervals=False``: MASE only, coverage NaN). MASE = mean over origins of MAE / the
+    prefix's in-sample weekly seasonal-naive MAE (Hyndman & Koehler 2006, seasonal scaling), so a MASE below the
+    seasonal-naive's means the method beats repeating the last week. ``method`` may be :data:`AUTO`."""
     if isinstance(y, pd.Series):
         dow0 = int(y.sort_index().index.min().dayofweek) if dow0 is None else dow0
         y = _regular(y)
@@ -287,7 +289,8 @@ def backtest(y: pd.Series | np.ndarray, method: str, *, horizon: int, min_train:
         train, actual = y[:o], y[o:o + horizon]
         m = choose_method(train, dow0) if method == AUTO else method
         f = point_forecast(m, train, horizon, dow0)
-        lo, hi = interval_offsets(past_errors(m, train, horizon, dow0), horizon)
+        lo, hi = interval_offsets(past_errors(m, train, horizon, dow0), horizon) if intervals else \
+            (np.full(horizon, np.nan), np.full(horizon, np.nan))
         scale = np.nanmean(np.abs(train[SEASON:] - train[:-SEASON]))
         ok = np.isfinite(actual) & np.isfinite(f)
         if not ok.any() or not np.isfinite(scale) or scale <= 0:
@@ -306,7 +309,7 @@ def choose_method(y: np.ndarray, dow0: int = 0, *, horizon: int = 4 * SEASON) ->
     h = min(horizon, len(y) - 4 * SEASON - SEASON)  # at least two origins
     if h < SEASON:
         return "seasonal_naive"
-    scores = {m: backtest(y, m, horizon=h, dow0=dow0).mase for m in METHODS}
+    scores = {m: backtest(y, m, horizon=h, dow0=dow0, intervals=False).mase for m in METHODS}
     best = min(METHODS, key=lambda m: (scores[m] if np.isfinite(scores[m]) else np.inf, m != "seasonal_naive"))
     return best
 
@@ -327,10 +330,7 @@ def forecast(y: pd.Series, *, horizon: int = HORIZON_DAYS, method: str | None = 
     method = method or choose_method(arr, dow0)
     f = point_forecast(method, arr, horizon, dow0)
     lo, hi = interval_offsets(past_errors(method, arr, horizon, dow0), horizon)
-    # no error history (a series of a few days): the interval is unknown, p10 = p90 = p50 would claim certainty
-    spread = np.nanmax(arr) - np.nanmin(arr) if np.isfinite(arr).any() else 0.0
-    lo = np.where(np.isfinite(lo), lo, -spread)
-    hi = np.where(np.isfinite(hi), hi, spread)
+    # no error history (a series of a few days): the interval is unknown (NaN), never p10 = p90 = p50 claiming certainty
     dates = pd.date_range(pd.Timestamp(last) + pd.Timedelta(days=1), periods=horizon, freq="D")
     return pd.DataFrame({"date": dates, "horizon_days": np.arange(1, horizon + 1), "method": method,
                          "p10": np.clip(f + np.minimum(lo, 0), 0, None), "p50": np.clip(f, 0, None),
