@@ -127,3 +127,25 @@ def test_demand_growth_exhausts_capacity_and_headroom_names_it(tmp_path):
     assert str(row["run_out_date"])[:10] == str(grown["run_out_date"])[:10]
     assert row["saving_30d_usd"] >= 0  # the cheapest reservation never costs more than today's
     assert len(view) == 4
+
+
+def test_a_capacity_incident_is_scored_on_the_headroom_not_on_pages():
+    import json
+
+    from gpu_health.evaluate import score
+
+    start, end = pd.Timestamp("2026-11-02T00:00:00Z"), pd.Timestamp("2026-11-09T00:00:00Z")
+    labels = pd.DataFrame([{"incident_id": "inc-001-demand_growth", "kind": "demand_growth", "family": "capacity",
+                            "severity": "high", "start": start, "end": end,
+                            "scope": json.dumps({"region": "us-east", "node_ids": []})}])
+    alerts = pd.DataFrame(columns=["alert_id", "partition_start", "paged_at", "opened_at", "region", "scope",
+                                   "detector", "cause_family", "summary", "severity", "status"])
+    day = pd.Timestamp("2026-11-05").date()
+    named = pd.DataFrame({"date": [day, day], "region": ["us-east", "eu-west"], "sku": ["V100", "V100"],
+                          "run_out_date": [pd.Timestamp("2026-12-01").date(), None]})
+    got = score(alerts, labels, None, end - start, named)
+    assert got["high_incidents"] == 0  # not a missed page
+    assert got["capacity_incidents"] == [{"incident_id": "inc-001-demand_growth", "kind": "demand_growth",
+                                          "detected": True, "skus": ["V100"], "run_out_date": "2026-12-01"}]
+    quiet = named.assign(region=["eu-west", "eu-west"])  # only the other region runs out: not this incident
+    assert score(alerts, labels, None, end - start, quiet)["capacity_incidents"][0]["detected"] is False
