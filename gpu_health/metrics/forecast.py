@@ -223,16 +223,26 @@ def _origins(n: int, h: int, min_train: int, step: int) -> list[int]:
     return list(range(n - h, min_train - 1, -step))[::-1]
 
 
+def level(y: np.ndarray) -> float:
+    """The series' level: the mean of its last week (NaN when unknown or not positive)."""
+    w = y[-SEASON:]
+    v = float(np.nanmean(w)) if np.isfinite(w).any() else np.nan
+    return v if v > 0 else np.nan
+
+
 def past_errors(method: str, y: np.ndarray, h: int, dow0: int = 0, *, min_train: int = 2 * SEASON,
                 step: int = 1) -> np.ndarray:
-    """errors[o, k] = actual - forecast of horizon k+1 from each rolling origin o (NaN where unknown)."""
+    """errors[o, k] = (actual - forecast of horizon k+1 from rolling origin o) / the level at o (NaN where unknown).
+
+    Relative to the level, because a forecast's error grows with the demand it forecasts: errors made when a
+    growing cluster asked for a tenth of today's GPU-hours say, in GPU-hours, nothing about today's."""
     rows = []
     for o in _origins(len(y), 1, min_train, step):
         f = point_forecast(method, y[:o], h, dow0)
         actual = np.full(h, np.nan)
         m = min(h, len(y) - o)
         actual[:m] = y[o:o + m]
-        rows.append(actual - f)
+        rows.append((actual - f) / level(y[:o]))
     return np.array(rows) if rows else np.empty((0, h))
 
 
@@ -291,6 +301,7 @@ def backtest(y: pd.Series | np.ndarray, method: str, *, horizon: int, min_train:
         f = point_forecast(m, train, horizon, dow0)
         lo, hi = interval_offsets(past_errors(m, train, horizon, dow0), horizon) if intervals else \
             (np.full(horizon, np.nan), np.full(horizon, np.nan))
+        lo, hi = lo * level(train), hi * level(train)
         scale = np.nanmean(np.abs(train[SEASON:] - train[:-SEASON]))
         ok = np.isfinite(actual) & np.isfinite(f)
         if not ok.any() or not np.isfinite(scale) or scale <= 0:
@@ -305,20 +316,23 @@ def backtest(y: pd.Series | np.ndarray, method: str, *, horizon: int, min_train:
 
 def choose_method(y: np.ndarray, dow0: int = 0, *, horizon: int = 4 * SEASON) -> str:
     """The method with the lower rolling-origin MASE on the series' own history; seasonal-naive (the benchmark)
-    when the history is too short to score both, or on a tie."""
-    h = min(horizon, len(y) - 4 * SEASON - SEASON)  # at least two origins
+    when the history is too short to score them on two origins of at least a week's horizon, or on a tie.
+
+    The scoring origins start at two weeks of history (the least dow_trend fits on) and the horizon is up to four
+    weeks: long enough to tell a trend from noise, short enough to score on a few months of history."""
+    min_train = 2 * SEASON
+    h = min(horizon, len(y) - min_train - SEASON)  # at least two origins
     if h < SEASON:
         return "seasonal_naive"
-    scores = {m: backtest(y, m, horizon=h, dow0=dow0, intervals=False).mase for m in METHODS}
-    best = min(METHODS, key=lambda m: (scores[m] if np.isfinite(scores[m]) else np.inf, m != "seasonal_naive"))
-    return best
+    scores = {m: backtest(y, m, horizon=h, dow0=dow0, min_train=min_train, intervals=False).mase for m in METHODS}
+    return min(METHODS, key=lambda m: (scores[m] if np.isfinite(scores[m]) else np.inf, m != "seasonal_naive"))
 
 
 def forecast(y: pd.Series, *, horizon: int = HORIZON_DAYS, method: str | None = None) -> pd.DataFrame:
     """Forecast a daily series ``horizon`` days past its last day: date, horizon_days, method, p10, p50, p90.
 
     p50 is the method's point forecast; p10 / p90 add the 10th / 90th percentiles of its past errors
-    (:func:`interval_offsets`). Demand is never negative: every quantile is clipped at 0.
+    (:func:`interval_offsets`, relative to the level then: :func:`past_errors`) times today's level. Demand is never negative: every quantile is clipped at 0.
     """
     cols = ["date", "horizon_days", "method", "p10", "p50", "p90"]
     y = y.dropna()
@@ -330,6 +344,7 @@ def forecast(y: pd.Series, *, horizon: int = HORIZON_DAYS, method: str | None = 
     method = method or choose_method(arr, dow0)
     f = point_forecast(method, arr, horizon, dow0)
     lo, hi = interval_offsets(past_errors(method, arr, horizon, dow0), horizon)
+    lo, hi = lo * level(arr), hi * level(arr)
     # no error history (a series of a few days): the interval is unknown (NaN), never p10 = p90 = p50 claiming certainty
     dates = pd.date_range(pd.Timestamp(last) + pd.Timedelta(days=1), periods=horizon, freq="D")
     return pd.DataFrame({"date": dates, "horizon_days": np.arange(1, horizon + 1), "method": method,
