@@ -149,3 +149,15 @@ def test_a_capacity_incident_is_scored_on_the_headroom_not_on_pages():
                                           "detected": True, "skus": ["V100"], "run_out_date": "2026-12-01"}]
     quiet = named.assign(region=["eu-west", "eu-west"])  # only the other region runs out: not this incident
     assert score(alerts, labels, None, end - start, quiet)["capacity_incidents"][0]["detected"] is False
+
+
+def test_helios_daily_demand_and_a_missing_day_is_unknown():
+    from pathlib import Path
+
+    from gpu_health.traces.demand import helios_daily
+
+    d = helios_daily(Path(__file__).parent / "fixtures" / "helios_excerpt")
+    # 2020-05-01: two minutes of 59 running GPUs, none pending; 2020-05-03: two of 38
+    assert d.loc["2020-05-01", "allocated_gpu_hours"] == pytest.approx(2 * 59 / 60)
+    assert d.loc["2020-05-03", "demand_gpu_hours"] == pytest.approx(2 * 38 / 60)
+    assert np.isnan(d.loc["2020-05-02", "demand_gpu_hours"])  # no minute at all: unknown, never zero demand

@@ -59,7 +59,7 @@ def helios_daily(data_dir: str | Path | None = None) -> pd.DataFrame:
     # a day with no minute at all is missing (unknown), never a day of zero demand
     day = total.resample("D").sum(min_count=1) / 60.0
     out = pd.DataFrame({"allocated_gpu_hours": day["running_gpu_num"], "backlog_gpu_hours": day["pending_gpu_num"]})
-    out["demand_gpu_hours"] = out.sum(axis=1)
+    out["demand_gpu_hours"] = out["allocated_gpu_hours"] + out["backlog_gpu_hours"]  # NaN stays NaN
     return out
 
 
