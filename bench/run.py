@@ -120,10 +120,11 @@ def live_partition(data: Path, gpus: int) -> dict:
 
 
 def suite(workers: int) -> dict:
-    from gpu_health.evaluate import evaluate
+    from gpu_health.cli import run
+    from gpu_health.evaluation.harness import evaluate
 
     t = time.perf_counter()
-    report = evaluate(str(REPO / "scenarios" / "suite"), workers=workers)
+    report = evaluate(str(REPO / "scenarios" / "suite"), run=run, workers=workers)
     overall = report.get("overall", {})
     return {"seconds": round(time.perf_counter() - t, 1), "scenarios": len(report.get("scenarios", [])),
             "workers": workers, "overall": overall}

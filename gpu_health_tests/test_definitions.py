@@ -23,6 +23,9 @@ OWNERS = {"team:infra", "team:ml-platform", "team:finance"}
 
 ASSET_KEYS = [
     "alerts",
+    "capacity_demand_daily",
+    "capacity_forecast",
+    "capacity_headroom",
     "change_events",
     "cluster_goodput",
     "cluster_goodput_daily",

@@ -30,6 +30,56 @@ CREATE TABLE alerts (
 	CONSTRAINT pk_alerts PRIMARY KEY (partition_start, alert_id)
 );
 
+CREATE TABLE capacity_demand_daily (
+	date DATE NOT NULL, 
+	region TEXT NOT NULL, 
+	sku TEXT NOT NULL, 
+	workload_class TEXT NOT NULL, 
+	allocated_gpu_hours FLOAT NOT NULL, 
+	idle_blocked_gpu_hours FLOAT NOT NULL, 
+	backlog_gpu_hours FLOAT NOT NULL, 
+	demand_gpu_hours FLOAT NOT NULL, 
+	CONSTRAINT pk_capacity_demand_daily PRIMARY KEY (date, region, sku, workload_class)
+);
+
+CREATE TABLE capacity_forecast (
+	date DATE NOT NULL, 
+	region TEXT NOT NULL, 
+	sku TEXT NOT NULL, 
+	workload_class TEXT NOT NULL, 
+	horizon_days BIGINT NOT NULL, 
+	target_date DATE NOT NULL, 
+	method TEXT NOT NULL, 
+	history_days BIGINT NOT NULL, 
+	p10_gpu_hours FLOAT, 
+	p50_gpu_hours FLOAT NOT NULL, 
+	p90_gpu_hours FLOAT, 
+	CONSTRAINT pk_capacity_forecast PRIMARY KEY (date, region, sku, workload_class, horizon_days)
+);
+
+CREATE TABLE capacity_headroom (
+	date DATE NOT NULL, 
+	region TEXT NOT NULL, 
+	sku TEXT NOT NULL, 
+	capacity_gpus BIGINT NOT NULL, 
+	quantile TEXT NOT NULL, 
+	peak_demand_gpus_28d FLOAT, 
+	headroom_gpus_28d FLOAT, 
+	run_out_date DATE, 
+	run_out_date_p50 DATE, 
+	reserved_gpus BIGINT NOT NULL, 
+	reserved_gpu_hour_usd FLOAT NOT NULL, 
+	on_demand_gpu_hour_usd FLOAT NOT NULL, 
+	demand_days_30d BIGINT NOT NULL, 
+	cost_30d_usd FLOAT NOT NULL, 
+	best_reserved_gpus_30d BIGINT NOT NULL, 
+	best_cost_30d_usd FLOAT NOT NULL, 
+	forecast_best_reserved_gpus BIGINT, 
+	forecast_cost_usd FLOAT, 
+	forecast_best_cost_usd FLOAT, 
+	CONSTRAINT pk_capacity_headroom PRIMARY KEY (date, region, sku)
+);
+
 CREATE TABLE change_events (
 	event_id TEXT NOT NULL, 
 	ts TIMESTAMP WITH TIME ZONE NOT NULL, 

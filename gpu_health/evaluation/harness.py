@@ -53,7 +53,8 @@ def evaluate_scenario(path: str, run: Runner, workdir: str | None = None) -> dic
                     "seconds": round(time.time() - t0, 1), "incidents": [], "false_page_alerts": [],
                     **_metrics(pd.DataFrame(), 0, 0, scen.end - scen.start)}
         alerts = Warehouse(url).read_window("alerts")
-    result = score(alerts, labels_frame(scen), maintenance_windows(scen), scen.end - scen.start)
+        headroom = Warehouse(url).read_window("capacity_headroom")  # capacity incidents are scored on it
+    result = score(alerts, labels_frame(scen), maintenance_windows(scen), scen.end - scen.start, headroom)
     return {"scenario": Path(path).stem, "profile": profile, "seconds": round(time.time() - t0, 1), **result}
 
 

@@ -74,7 +74,32 @@ def _touches(alert, inc_scope: dict) -> bool:
     return bool(fw and alert["cohort"] and fw in str(alert["cohort"]))
 
 
-def score(alerts: pd.DataFrame, labels: pd.DataFrame, maintenance: pd.DataFrame, span: pd.Timedelta) -> dict:
+# Cause families whose incidents no pager is meant to see: a capacity incident (demand growth) is scored on the
+# capacity_headroom table (capacity_score), not on pages
+NOT_PAGED = ["planned", "missing_data", "capacity"]
+
+
+def capacity_score(labels: pd.DataFrame, headroom: pd.DataFrame | None) -> list[dict]:
+    """Each capacity incident: detected when capacity_headroom, on a day from its start to its end, names a run-out
+    date for a SKU of its region (all regions when it has none) -- the SKU(s) and the earliest run-out named."""
+    out = []
+    h = headroom if headroom is not None else pd.DataFrame(columns=["date", "region", "sku", "run_out_date"])
+    for inc in labels[labels["family"] == "capacity"].itertuples(index=False):
+        scope = json.loads(inc.scope)
+        days = pd.to_datetime(h["date"])
+        hit = h[(days >= inc.start.tz_localize(None).normalize()) & (days <= inc.end.tz_localize(None))
+                & h["run_out_date"].notna()]
+        if scope.get("region"):
+            hit = hit[hit["region"] == scope["region"]]
+        out.append({"incident_id": inc.incident_id, "kind": inc.kind, "detected": bool(len(hit)),
+                    "skus": sorted(set(hit["sku"])), "run_out_date": str(min(hit["run_out_date"])) if len(hit) else None})
+    return out
+
+
+def score(alerts: pd.DataFrame, labels: pd.DataFrame, maintenance: pd.DataFrame, span: pd.Timedelta,
+          headroom: pd.DataFrame | None = None) -> dict:
+    capacity = capacity_score(labels, headroom)
+    labels = labels[labels["family"] != "capacity"]
     s = _alerts_summary(alerts)
     pages = s[s["paged_at"].notna()].copy()
     pages["paged_at"] = pd.to_datetime(pages["paged_at"], utc=True)
@@ -112,6 +137,7 @@ def score(alerts: pd.DataFrame, labels: pd.DataFrame, maintenance: pd.DataFrame,
             "pages": int(len(pages)), "matched_pages": int(len(pages) - len(false_pages)),
             "pages_by_detector": {k: int(v) for k, v in pages["detector"].value_counts().items()},
             "false_pages_by_detector": {k: int(v) for k, v in false_pages["detector"].value_counts().items()},
+            "capacity_incidents": capacity,
             **_metrics(inc, len(false_pages), maint_pages, span)}
 
 

@@ -250,3 +250,68 @@ class SloErrorBudgets(_Partitioned):
 
     class Config:
         unique = ["partition_start", "slo", "region", "model_name"]
+
+
+class CapacityDemandDaily(ContractModel):
+    """GPU-hour demand per day x region x SKU x workload class: allocated plus waiting (metrics/forecast.py)."""
+
+    date: Series[pandas_engine.Date] = pa.Field(description="Day (UTC).")
+    region: Series[Str] = pa.Field(description="Region.")
+    sku: Series[Str] = pa.Field(description="GPU model.")
+    workload_class: Series[Str] = pa.Field(description="interactive | batch | distributed | unknown (none: idle_blocked with no queue seen).")
+    allocated_gpu_hours: Series[float] = pa.Field(ge=0, description="GPU-hours in every allocated loss-tree state.")
+    idle_blocked_gpu_hours: Series[float] = pa.Field(ge=0, description="idle_blocked GPU-hours, spread over the waiting classes.")
+    backlog_gpu_hours: Series[float] = pa.Field(ge=0, description="GPU-hours requested by queued jobs (submitted, not started).")
+    demand_gpu_hours: Series[float] = pa.Field(ge=0, description="allocated + max(backlog, idle_blocked).")
+
+    class Config:
+        unique = ["date", "region", "sku", "workload_class"]
+
+
+class CapacityForecast(ContractModel):
+    """Demand forecast made on a day from the history up to it: per region x SKU x workload class ('*' = all
+    classes, forecast as one series) x horizon day, p10 / p50 / p90 GPU-hours."""
+
+    date: Series[pandas_engine.Date] = pa.Field(description="Day the forecast was made (history up to its end).")
+    region: Series[Str] = pa.Field(description="Region.")
+    sku: Series[Str] = pa.Field(description="GPU model.")
+    workload_class: Series[Str] = pa.Field(description="Workload class, or * for the region x SKU total.")
+    horizon_days: Series[int] = pa.Field(ge=1, le=84, description="Days ahead (1 = the next day).")
+    target_date: Series[pandas_engine.Date] = pa.Field(description="Day forecast.")
+    method: Series[Str] = pa.Field(isin=["seasonal_naive", "dow_level", "dow_trend"], description="Method chosen by backtest.")
+    history_days: Series[int] = pa.Field(ge=1, description="Days of history the forecast rests on.")
+    p10_gpu_hours: Series[float] = pa.Field(ge=0, nullable=True, description="10th percentile of demand; null = no past errors to take it from (under two weeks of history).")
+    p50_gpu_hours: Series[float] = pa.Field(ge=0, description="Median (point forecast).")
+    p90_gpu_hours: Series[float] = pa.Field(ge=0, nullable=True, description="90th percentile of demand; null as p10.")
+
+    class Config:
+        unique = ["date", "region", "sku", "workload_class", "horizon_days"]
+
+
+class CapacityHeadroom(ContractModel):
+    """Per day x region x SKU: installed GPUs against the forecast's p90, when demand runs out of them, and the
+    reserved mix that would have cost least over the last 30 days and that the next 30 days' forecast implies."""
+
+    date: Series[pandas_engine.Date] = pa.Field(description="Day the forecast was made.")
+    region: Series[Str] = pa.Field(description="Region.")
+    sku: Series[Str] = pa.Field(description="GPU model.")
+    capacity_gpus: Series[int] = pa.Field(ge=0, description="Installed GPUs (cost_capacity).")
+    quantile: Series[Str] = pa.Field(isin=["p90", "p50"], description="Forecast quantile the headroom is stated at: p90 "
+                                     "(short of GPUs on at most 1 day in 10), p50 while the forecast has no interval yet.")
+    peak_demand_gpus_28d: Series[float] = pa.Field(ge=0, nullable=True, description="Peak daily demand at the stated quantile over the next 28 days, GPUs (GPU-hours / 24).")
+    headroom_gpus_28d: Series[float] = pa.Field(nullable=True, description="capacity_gpus - peak_demand_gpus_28d (negative: short).")
+    run_out_date: Series[pandas_engine.Date] = pa.Field(nullable=True, description="First day within 84 days whose demand at the stated quantile exceeds capacity; null = none.")
+    run_out_date_p50: Series[pandas_engine.Date] = pa.Field(nullable=True, description="The same at the median.")
+    reserved_gpus: Series[int] = pa.Field(ge=0, description="Reserved GPUs today (cost_capacity).")
+    reserved_gpu_hour_usd: Series[float] = pa.Field(ge=0, description="Reserved USD per GPU-hour today.")
+    on_demand_gpu_hour_usd: Series[float] = pa.Field(ge=0, description="On-demand USD per GPU-hour today.")
+    demand_days_30d: Series[int] = pa.Field(ge=0, description="Days of demand history in the last 30.")
+    cost_30d_usd: Series[float] = pa.Field(ge=0, description="Last 30 days' demand served by today's reservation + on demand.")
+    best_reserved_gpus_30d: Series[int] = pa.Field(ge=0, description="Reservation that would have served the last 30 days cheapest.")
+    best_cost_30d_usd: Series[float] = pa.Field(ge=0, description="Its cost.")
+    forecast_best_reserved_gpus: Series[int] = pa.Field(ge=0, nullable=True, description="Cheapest reservation for the next 30 days' p50 forecast.")
+    forecast_cost_usd: Series[float] = pa.Field(ge=0, nullable=True, description="Next 30 days' p50 demand at today's reservation.")
+    forecast_best_cost_usd: Series[float] = pa.Field(ge=0, nullable=True, description="At the cheapest reservation.")
+
+    class Config:
+        unique = ["date", "region", "sku"]

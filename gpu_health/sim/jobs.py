@@ -172,14 +172,29 @@ def retrain_wave(t_s: np.ndarray) -> np.ndarray:
     return ((dow == 0) | (dow == 3)) & (hour >= 1) & (hour < 9)
 
 
-def _saturated_for(pool: str, region: np.ndarray, t_s: np.ndarray, horizon_s: float, step_s: int = 300, spec=None) -> np.ndarray:
+def growth(scen, pool: str, region: np.ndarray, t_s: np.ndarray) -> np.ndarray:
+    """Demand multiplier of the scenario's ``demand_growth`` incidents at ``t_s``: (1 + magnitude) per week since
+    the incident's start, compounding, held at the level reached by its end (1 outside every scope)."""
+    out = np.ones(np.shape(t_s))
+    for inc in (scen.incidents if scen is not None else ()):
+        if inc.kind != "demand_growth" or (inc.pool and inc.pool != pool):
+            continue
+        lo, hi = to_s(inc.start), to_s(inc.end)
+        weeks = (np.clip(np.asarray(t_s, dtype=float), lo, hi) - lo) / (7 * DAY)
+        hit = np.ones(np.shape(t_s), dtype=bool) if inc.region is None else (np.asarray(region) == inc.region)
+        out = np.where(hit, out * (1.0 + inc.magnitude) ** weeks, out)
+    return out
+
+
+def _saturated_for(pool: str, region: np.ndarray, t_s: np.ndarray, horizon_s: float, step_s: int = 300, spec=None,
+                   scen=None) -> np.ndarray:
     """Seconds (to ``step_s``, up to ``horizon_s``) the pool has been saturated before ``t_s``: a queue builds
     only while demand exceeds capacity, so no job has waited longer than that."""
     t_s = np.asarray(t_s, dtype=np.int64)
     since = np.zeros(len(t_s))
     still = np.ones(len(t_s), dtype=bool)
     for back in range(step_s, int(horizon_s) + step_s, step_s):
-        still &= demand(pool, region, t_s - back, spec) > POOLS[pool].saturates_above
+        still &= demand(pool, region, t_s - back, spec) * growth(scen, pool, region, t_s - back) > POOLS[pool].saturates_above
         since = np.where(still, back, since)
         if not still.any():
             break
@@ -227,7 +242,7 @@ def build_plan(scen: Scenario, lo_s: int, hi_s: int) -> pd.DataFrame:
         gap_mult = _gap_multiplier(scen, pool, sel, L)
         # pass 1 at base demand, pass 2 with demand at the approximate start time
         approx = ep_start + np.cumsum(gap0 + dur, axis=2) - dur
-        d = demand(pool, regions[L], approx, spec)
+        d = demand(pool, regions[L], approx, spec) * growth(scen, pool, regions[L], approx)
         # a scheduling incident stretches the gaps that begin after it starts (never one already under way)
         mult = gap_mult(approx - gap0 / d)
         gap = gap0 / d * mult
@@ -239,7 +254,8 @@ def build_plan(scen: Scenario, lo_s: int, hi_s: int) -> pd.DataFrame:
         free_gap = gap
         for _ in range(3):  # when the lane frees moves as earlier gaps shrink: settle it
             freed = ep_start + np.cumsum(gap + dur, axis=2) - dur - gap
-            queued = (demand(pool, regions[L], freed, spec) > model.saturates_above) & (mult == 1.0)
+            queued = (demand(pool, regions[L], freed, spec) * growth(scen, pool, regions[L], freed)
+                      > model.saturates_above) & (mult == 1.0)
             gap = np.where(queued, np.minimum(free_gap, dispatch), free_gap)
         cyc = np.cumsum(gap + dur, axis=2)
         end = ep_start + cyc
@@ -356,7 +372,7 @@ def _attributes(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
         # then do arriving jobs queue behind busy lanes
         busy = np.zeros(len(w))
         busy[queued] = np.minimum(w[queued], np.maximum(_saturated_for(
-            p, plan["region"].to_numpy()[m][queued], (start_s - gap_s)[queued], model.wait_max_s, spec=spec) - model.gap_mean_s, 0.0))
+            p, plan["region"].to_numpy()[m][queued], (start_s - gap_s)[queued], model.wait_max_s, spec=spec, scen=scen) - model.gap_mean_s, 0.0))
         if fs_ratio is not None and p != "interactive":
             # fair share: behind a busy pool, a team over its quota waits longer and one under it less
             # (a work-conserving scheduler still starts an arriving job into free capacity at once)

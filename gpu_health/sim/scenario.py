@@ -102,6 +102,13 @@ PLATFORM_INCIDENT_KINDS: dict[str, KindInfo] = {
     # the application layer's: acts on job_runtime_metrics only (no platform knob needed)
     "diverging_run": KindInfo("software", 1.0, "growth of the scope's jobs' loss per hour from the start (1.0 = doubles)", None),
 }
+# Capacity incidents (issue #18): they change how much work arrives, not how it runs -- no GPU-telemetry signature,
+# so they are kept apart from KINDS; the capacity_headroom table is what sees them (test_forecast.py). scope {region,
+# pool}; demand grows from the start and holds its level after the end.
+CAPACITY_INCIDENT_KINDS: dict[str, KindInfo] = {
+    "demand_growth": KindInfo("capacity", 0.05, "weekly compounding growth of the scope's job arrival rate "
+                              "(0.05 = +5 % a week) from the start; the level reached at the end holds", None),
+}
 
 # kinds whose targets include specific jobs (labels carry their job_ids)
 JOB_TARGETED_KINDS = ("training_stall", "dummy_workload")
@@ -232,10 +239,10 @@ def _pick(seed: int, salt: str, items: list, k: int) -> list:
 def _resolve_incident(scen: Scenario, i: int, spec: dict) -> Incident:
     spec = dict(spec)
     kind = spec.get("kind")
-    ops_kinds = {**FACILITY_INCIDENT_KINDS, **CHANGE_INCIDENT_KINDS, **PLATFORM_INCIDENT_KINDS}
+    ops_kinds = {**FACILITY_INCIDENT_KINDS, **CHANGE_INCIDENT_KINDS, **PLATFORM_INCIDENT_KINDS, **CAPACITY_INCIDENT_KINDS}
     if kind not in KINDS and kind not in SERVING_INCIDENT_KINDS and kind not in ops_kinds:
         raise ValueError(f"incident {i}: unknown kind {kind!r}; known kinds: {sorted(KINDS)}, serving: {sorted(SERVING_INCIDENT_KINDS)}, "
-                         f"facility, changes and platform: {sorted(ops_kinds)}")
+                         f"facility, changes, platform and capacity: {sorted(ops_kinds)}")
     info = KINDS.get(kind) or SERVING_INCIDENT_KINDS.get(kind) or ops_kinds[kind]
     start = parse_ts(spec["start"], f"incident {i} start")
     if "end" in spec:

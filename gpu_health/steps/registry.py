@@ -183,6 +183,43 @@ DERIVED_STEPS = [
          run=_finance("wasted_spend")),
 ]
 
+
+
+# --- capacity planning (issue #18): demand history, its forecast, headroom against cost_capacity ----------------
+def _capacity(name: str):
+    def run(wh, start, end) -> StepResult:
+        from gpu_health.steps import capacity as C
+
+        compute = {"capacity_demand_daily": C.demand, "capacity_forecast": C.forecasts,
+                   "capacity_headroom": C.headrooms}[name]
+        frame = compute(wh, start, end)
+        if frame.empty:
+            from gpu_health.steps.models import model_of
+
+            frame = pd.DataFrame(columns=list(model_of(name).to_schema().columns))
+        return StepResult(_store(wh, {name: frame}, start, end))
+    return run
+
+
+def _capacity_steps() -> list[Step]:
+    from gpu_health.steps import capacity as C
+
+    return [
+        Step("capacity_demand_daily", DAILY, writes=("capacity_demand_daily",),
+             reads=(Read("goodput_states"), Read("scheduler_events", before=C.BACKLOG_LOOKBACK),
+                    Read("job_metadata", before=C.META_LOOKBACK), Read("node_inventory")),
+             run=_capacity("capacity_demand_daily")),
+        Step("capacity_forecast", DAILY, writes=("capacity_forecast",),
+             reads=(Read("capacity_demand_daily", before=C.FORECAST_HISTORY),),
+             run=_capacity("capacity_forecast")),
+        Step("capacity_headroom", DAILY, writes=("capacity_headroom",),
+             reads=(Read("capacity_forecast"), Read("cost_capacity"),
+                    Read("capacity_demand_daily", before=C.RESERVED_WINDOW - DAY)),
+             run=_capacity("capacity_headroom")),
+    ]
+
+
+DERIVED_STEPS += _capacity_steps()
 STEPS: list[Step] = [*SOURCE_STEPS, *DERIVED_STEPS]
 BY_NAME: dict[str, Step] = {s.name: s for s in STEPS}
 

@@ -1,0 +1,431 @@
+"""GPU-hour demand, its forecast 1-12 weeks ahead, capacity headroom and the cheapest reserved mix.
+
+Pure pandas / numpy / scikit-learn (no Dagster, no warehouse). Four parts:
+
+* **Demand history** (:func:`daily_demand`): per UTC day x region x SKU x workload class, the GPU-hours jobs held
+  (every *allocated* loss-tree state: :data:`ALLOCATED_STATES`) plus the GPU-hours jobs *waited* for -- the queue
+  backlog (GPUs requested by submitted jobs not yet started, :func:`backlog_gpu_hours`) or, when the scheduler's
+  events are missing, the loss tree's ``idle_blocked`` minutes (idle GPUs a pending job waited for, a subset of the
+  backlog by construction: ``min(idle, pending)``). Demand is what users asked for, not what the cluster could run:
+  a cluster at capacity still shows its growth, in the queue.
+* **Forecasts** (:func:`forecast`): three methods, each with 80 % prediction intervals (p10 / p90) taken from the
+  quantiles of its own past forecast errors on rolling origins of the series' history (no distributional
+  assumption), and the method a series uses is the one with the lower MASE on that backtest
+  (:func:`choose_method`): ``seasonal_naive`` (the last week repeated: the benchmark MASE is scaled by),
+  ``dow_level`` (each weekday's mean over the last four weeks: seasonal-naive with its noise averaged) and
+  ``dow_trend`` (ordinary least squares on a linear trend plus day-of-week effects over the last
+  :data:`FIT_DAYS`, scikit-learn's ``LinearRegression``: a dependency already, and all an additive weekly
+  shape plus trend needs -- statsmodels' ETS would be a new dependency for the same model class).
+* **Backtest** (:func:`backtest`): rolling-origin MASE (scaled by the in-sample weekly seasonal-naive error) and the
+  share of outcomes inside the 80 % interval, for any daily series (the simulator's, the public traces').
+* **Headroom and reserved mix** (:func:`headroom`, :func:`cheapest_reserved`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from gpu_health.metrics.goodput import STATES
+
+# Every loss-tree state a job holds the GPU in (goodput.py rule 5): the GPU is allocated whether it computes,
+# hangs, slows down or throws its work away. no_data / maintenance / hw_unavailable are not demand (no job asked),
+# idle_no_demand is free capacity, idle_blocked is waiting demand (counted apart).
+ALLOCATED_STATES = STATES[STATES.index("allocated_idle"):]
+WAITING_STATE = "idle_blocked"
+SEASON = 7  # days: the week is the period of human work (business days, weekday retrain waves) on any cluster
+HORIZON_DAYS = 84  # 12 weeks: the longest horizon the issue asks for
+# The dow_trend fit window: 8 weekly cycles give each day-of-week coefficient 8 observations (a standard error
+# ~1/sqrt(8) of the day's noise) while a trend that bends (a new team, a finished project) is forgotten within
+# two months.
+FIT_DAYS = 56
+# The fewest past errors a quantile of them may come from: the 10th / 90th percentile of fewer than 20 values is
+# the smallest / largest value or worse; below it the intervals widen to the largest error seen.
+MIN_ERRORS = 20
+INTERVAL = (0.10, 0.90)  # an 80 % central prediction interval, the issue's two-sided bar
+METHODS = ("seasonal_naive", "dow_level", "dow_trend")
+# the level-only model's window: 4 weekly cycles -- a level that has moved within a month is the trend model's case
+LEVEL_DAYS = 28
+
+
+# --- demand history -------------------------------------------------------------------------------------------
+def allocated_daily(states: pd.DataFrame) -> pd.DataFrame:
+    """goodput_states rows -> date x region x sku x workload_class: allocated and idle_blocked GPU-hours."""
+    cols = ["date", "region", "sku", "workload_class", "allocated_gpu_hours", "idle_blocked_gpu_hours"]
+    if states is None or states.empty:
+        return pd.DataFrame(columns=cols)
+    s = states[states["state"].isin(ALLOCATED_STATES + [WAITING_STATE])].copy()
+    s["date"] = pd.to_datetime(s["partition_start"], utc=True).dt.floor("D")
+    s["kind"] = np.where(s["state"] == WAITING_STATE, "idle_blocked_gpu_hours", "allocated_gpu_hours")
+    out = s.pivot_table(index=["date", "region", "sku", "workload_class"], columns="kind", values="gpu_minutes",
+                        aggfunc="sum", fill_value=0.0, observed=True) / 60.0
+    out = out.reindex(columns=cols[4:], fill_value=0.0).reset_index()
+    return out[cols]
+
+
+def backlog_gpu_hours(sched: pd.DataFrame, day_start, day_end, place: pd.DataFrame) -> pd.DataFrame:
+    """GPU-hours jobs waited in a queue inside ``[day_start, day_end)``, by region x sku x workload_class.
+
+    A job waits from its ``submitted`` event to its first ``started`` (or ``ended`` without starting; still waiting
+    at the day's end: to the day's end) with the GPUs it requested. ``place`` maps job_id -> region, sku,
+    workload_class (:func:`job_places`); a job it cannot place is counted under ``unknown``, never dropped.
+    """
+    cols = ["region", "sku", "workload_class", "backlog_gpu_hours"]
+    if sched is None or sched.empty:
+        return pd.DataFrame(columns=cols)
+    from gpu_health.metrics.goodput import queue_table
+
+    jobs = queue_table(sched)
+    day_start, day_end = pd.Timestamp(day_start), pd.Timestamp(day_end)
+    left = jobs["left"].fillna(day_end)
+    lo = jobs["sub"].clip(lower=day_start)
+    hi = left.clip(upper=day_end)
+    hours = ((hi - lo) / pd.Timedelta(hours=1)).clip(lower=0) * jobs["gpus"].astype(float)
+    frame = pd.DataFrame({"backlog_gpu_hours": hours[hours > 0]})
+    if frame.empty:
+        return pd.DataFrame(columns=cols)
+    frame = frame.join(place, how="left")
+    for c in cols[:3]:
+        frame[c] = frame[c].astype(object).where(frame[c].notna(), "unknown") if c in frame else "unknown"
+    return frame.groupby(cols[:3], as_index=False)["backlog_gpu_hours"].sum()[cols]
+
+
+def job_places(sched: pd.DataFrame, node_sku: dict, node_region: dict, classes: pd.Series) -> pd.DataFrame:
+    """job_id -> region, sku, workload_class of the demand it stands for.
+
+    Where it ran (its first placement's first node); a job that never started is placed where its queue's jobs run
+    (the queue's most common region and SKU): a queue (Slurm partition, node pool) places on a fixed set of nodes.
+    """
+    cols = ["region", "sku", "workload_class"]
+    if sched is None or sched.empty:
+        return pd.DataFrame(columns=cols, index=pd.Index([], name="job_id"))
+    s = sched.sort_values("ts", kind="stable")
+    placed = s[s["node_ids"].notna() & s["event"].isin(["started", "ended", "preempted", "requeued"])]
+    first = placed.drop_duplicates("job_id").set_index("job_id")["node_ids"].astype(str).str.split(",", n=1).str[0]
+    where = pd.DataFrame({"region": first.map(node_region), "sku": first.map(node_sku)})
+    queue = s.drop_duplicates("job_id").set_index("job_id")["queue"].astype(object)
+    known = where.dropna().join(queue)
+    out = pd.DataFrame(index=pd.Index(queue.index, name="job_id"), columns=cols, dtype=object)
+    if len(known):
+        mode = known.groupby("queue")[["region", "sku"]].agg(lambda v: v.value_counts().index[0])
+        out["region"] = queue.map(mode["region"])
+        out["sku"] = queue.map(mode["sku"])
+    out.loc[where.dropna().index, ["region", "sku"]] = where.dropna().to_numpy()
+    out["workload_class"] = out.index.map(classes) if classes is not None else None
+    return out.astype(object).where(out.notna(), "unknown")
+
+
+def daily_demand(allocated: pd.DataFrame, backlog: pd.DataFrame, date) -> pd.DataFrame:
+    """One day's demand rows: allocated + waiting, where waiting = max(backlog, idle_blocked).
+
+    The backlog counts every GPU a pending job requested; idle_blocked counts only those an idle GPU could have
+    served (a subset), so the larger of the two is the waiting demand and nothing is counted twice. The loss tree
+    books idle GPUs under workload class ``none``; its idle_blocked hours go to the classes that were waiting in the
+    region x SKU, in proportion to their backlog (kept under ``none`` when nothing was waiting).
+    """
+    keys = ["region", "sku", "workload_class"]
+    cols = ["date", *keys, "allocated_gpu_hours", "idle_blocked_gpu_hours", "backlog_gpu_hours", "demand_gpu_hours"]
+    a = allocated.drop(columns=["date"], errors="ignore") if allocated is not None and len(allocated) else \
+        pd.DataFrame(columns=keys + ["allocated_gpu_hours", "idle_blocked_gpu_hours"])
+    b = backlog if backlog is not None and len(backlog) else pd.DataFrame(columns=keys + ["backlog_gpu_hours"])
+    m = a.groupby(keys, as_index=False)[["allocated_gpu_hours", "idle_blocked_gpu_hours"]].sum().merge(
+        b.groupby(keys, as_index=False)["backlog_gpu_hours"].sum(), on=keys, how="outer")
+    m[["allocated_gpu_hours", "idle_blocked_gpu_hours", "backlog_gpu_hours"]] = \
+        m[["allocated_gpu_hours", "idle_blocked_gpu_hours", "backlog_gpu_hours"]].astype(float).fillna(0.0)
+    # spread each region x sku's idle_blocked over the classes waiting there
+    blocked = m.groupby(["region", "sku"])["idle_blocked_gpu_hours"].transform("sum")
+    waiting = m.groupby(["region", "sku"])["backlog_gpu_hours"].transform("sum")
+    share = np.where(waiting > 0, m["backlog_gpu_hours"] / waiting.where(waiting > 0, 1.0),
+                     np.where(m["idle_blocked_gpu_hours"] > 0, m["idle_blocked_gpu_hours"] / blocked.where(blocked > 0, 1.0), 0.0))
+    m["idle_blocked_gpu_hours"] = blocked * share
+    m["demand_gpu_hours"] = m["allocated_gpu_hours"] + np.maximum(m["backlog_gpu_hours"], m["idle_blocked_gpu_hours"])
+    m = m[(m[["allocated_gpu_hours", "idle_blocked_gpu_hours", "backlog_gpu_hours"]] > 0).any(axis=1)]
+    m.insert(0, "date", pd.Timestamp(date).tz_localize(None).normalize().date() if pd.Timestamp(date).tzinfo
+             else pd.Timestamp(date).normalize().date())
+    return m[cols].reset_index(drop=True)
+
+
+# --- forecasting ----------------------------------------------------------------------------------------------
+def _regular(y: pd.Series) -> np.ndarray:
+    """A daily series on a regular calendar (missing days NaN: a day without data is unknown, never zero)."""
+    y = y.sort_index()
+    idx = pd.date_range(y.index.min(), y.index.max(), freq="D")
+    return y.reindex(idx).to_numpy(dtype=float)
+
+
+def seasonal_naive(y: np.ndarray, h: int) -> np.ndarray:
+    """The last observed week repeated: day t+k forecast by the latest same weekday (a missing one: a week earlier)."""
+    n = len(y)
+    if n == 0:
+        return np.full(h, np.nan)
+    if n < SEASON:
+        return np.full(h, np.nanmean(y) if np.isfinite(y).any() else np.nan)
+    out = np.empty(h)
+    for k in range(h):
+        i = n - SEASON + (k % SEASON)
+        while i >= 0 and not np.isfinite(y[i]):
+            i -= SEASON
+        out[k] = y[i] if i >= 0 else np.nanmean(y)
+    return out
+
+
+def dow_trend(y: np.ndarray, h: int, dow0: int = 0) -> np.ndarray:
+    """OLS of a linear trend plus day-of-week effects over the last :data:`FIT_DAYS` days, extrapolated ``h`` days.
+
+    ``dow0`` is the weekday of ``y[0]`` (only the alignment of the dummies matters for the fit). Under two weeks of
+    history the trend is not separable from noise: the seasonal-naive forecast stands in.
+    """
+    from sklearn.linear_model import LinearRegression
+
+    n = len(y)
+    lo = max(0, n - FIT_DAYS)
+    t = np.arange(lo, n)
+    ok = np.isfinite(y[lo:])
+    if ok.sum() < 2 * SEASON:
+        return seasonal_naive(y, h)
+
+    def design(tt):
+        d = (tt + dow0) % SEASON
+        return np.column_stack([tt.astype(float), *(d == k for k in range(1, SEASON))]).astype(float)
+
+    model = LinearRegression().fit(design(t[ok]), y[lo:][ok])
+    return model.predict(design(np.arange(n, n + h)))
+
+
+def dow_level(y: np.ndarray, h: int, dow0: int = 0) -> np.ndarray:
+    """Each weekday's mean over the last :data:`LEVEL_DAYS` days, repeated: the seasonal-naive forecast with its
+    noise averaged over four weeks (no trend: where demand is flat, extrapolating a slope fitted to noise costs
+    accuracy at long horizons)."""
+    n = len(y)
+    lo = max(0, n - LEVEL_DAYS)
+    w = y[lo:]
+    d = (np.arange(lo, n) + dow0) % SEASON
+    if np.isfinite(w).sum() < 2 * SEASON:
+        return seasonal_naive(y, h)
+    means = np.array([np.nanmean(w[d == k]) if np.isfinite(w[d == k]).any() else np.nanmean(w) for k in range(SEASON)])
+    return means[(np.arange(n, n + h) + dow0) % SEASON]
+
+
+def point_forecast(method: str, y: np.ndarray, h: int, dow0: int = 0) -> np.ndarray:
+    if method == "seasonal_naive":
+        return seasonal_naive(y, h)
+    if method == "dow_level":
+        return dow_level(y, h, dow0)
+    if method == "dow_trend":
+        return dow_trend(y, h, dow0)
+    raise ValueError(f"unknown forecast method {method!r}")
+
+
+def _origins(n: int, h: int, min_train: int, step: int) -> list[int]:
+    """Rolling origins: the training prefix lengths, the latest first, each leaving ``h`` days to score."""
+    return list(range(n - h, min_train - 1, -step))[::-1]
+
+
+def level(y: np.ndarray) -> float:
+    """The series' level: the mean of its last week (NaN when unknown or not positive)."""
+    w = y[-SEASON:]
+    v = float(np.nanmean(w)) if np.isfinite(w).any() else np.nan
+    return v if v > 0 else np.nan
+
+
+def past_errors(method: str, y: np.ndarray, h: int, dow0: int = 0, *, min_train: int = 2 * SEASON,
+                step: int = 1) -> np.ndarray:
+    """errors[o, k] = (actual - forecast of horizon k+1 from rolling origin o) / the level at o (NaN where unknown).
+
+    Relative to the level, because a forecast's error grows with the demand it forecasts: errors made when a
+    growing cluster asked for a tenth of today's GPU-hours say, in GPU-hours, nothing about today's."""
+    rows = []
+    for o in _origins(len(y), 1, min_train, step):
+        f = point_forecast(method, y[:o], h, dow0)
+        actual = np.full(h, np.nan)
+        m = min(h, len(y) - o)
+        actual[:m] = y[o:o + m]
+        rows.append((actual - f) / level(y[:o]))
+    return np.array(rows) if rows else np.empty((0, h))
+
+
+def interval_offsets(errors: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray]:
+    """p10 / p90 offsets for horizons 1..h from past errors: per horizon where at least :data:`MIN_ERRORS` errors
+    exist; beyond that the errors of all horizons seen, pooled in units of sqrt(horizon in weeks) (a forecast's
+    error grows like a random walk's, with the square root of the horizon), rescaled to the horizon asked."""
+    lo, hi = np.full(h, np.nan), np.full(h, np.nan)
+    if errors.size == 0:
+        return lo, hi
+    scale = np.sqrt(np.ceil(np.arange(1, errors.shape[1] + 1) / SEASON))
+    z = errors / scale
+    pooled = z[np.isfinite(z)]
+    for k in range(h):
+        e = errors[:, k][np.isfinite(errors[:, k])] if k < errors.shape[1] else np.empty(0)
+        s = np.sqrt(np.ceil((k + 1) / SEASON))
+        if len(e) >= MIN_ERRORS:
+            lo[k], hi[k] = np.quantile(e, INTERVAL[0]), np.quantile(e, INTERVAL[1])
+        elif len(pooled) >= MIN_ERRORS:
+            lo[k], hi[k] = np.quantile(pooled, INTERVAL[0]) * s, np.quantile(pooled, INTERVAL[1]) * s
+        elif len(pooled):
+            lo[k], hi[k] = min(pooled.min(), 0.0) * s, max(pooled.max(), 0.0) * s
+    return lo, hi
+
+
+AUTO = "auto"  # backtest the pipeline's rule: at each origin, the method choose_method picks on the data before it
+
+
+@dataclass
+class Backtest:
+    """Rolling-origin scores of one method on one series."""
+
+    method: str
+    mase: float
+    coverage: float  # share of outcomes inside [p10, p90]
+    origins: int
+    outcomes: int
+
+
+def backtest(y: pd.Series | np.ndarray, method: str, *, horizon: int, min_train: int = 4 * SEASON,
+             step: int = SEASON, dow0: int | None = None, intervals: bool = True) -> Backtest:
+    """Score ``method`` on rolling origins: at each origin (every ``step`` days from ``min_train``), forecast
+    ``horizon`` days from the data before it only -- the intervals too, from that prefix's own past errors -- and
+    compare with what came (``intervals=False``: MASE only, coverage NaN). MASE = mean over origins of MAE / the
+    prefix's in-sample weekly seasonal-naive MAE (Hyndman & Koehler 2006, seasonal scaling), so a MASE below the
+    seasonal-naive's means the method beats repeating the last week. ``method`` may be :data:`AUTO`."""
+    if isinstance(y, pd.Series):
+        dow0 = int(y.sort_index().index.min().dayofweek) if dow0 is None else dow0
+        y = _regular(y)
+    dow0 = dow0 or 0
+    ratios, inside, total = [], 0, 0
+    origins = [o for o in _origins(len(y), horizon, min_train, step)]
+    for o in origins:
+        train, actual = y[:o], y[o:o + horizon]
+        m = choose_method(train, dow0) if method == AUTO else method
+        f = point_forecast(m, train, horizon, dow0)
+        lo, hi = interval_offsets(past_errors(m, train, horizon, dow0), horizon) if intervals else \
+            (np.full(horizon, np.nan), np.full(horizon, np.nan))
+        lo, hi = lo * level(train), hi * level(train)
+        scale = np.nanmean(np.abs(train[SEASON:] - train[:-SEASON]))
+        ok = np.isfinite(actual) & np.isfinite(f)
+        if not ok.any() or not np.isfinite(scale) or scale <= 0:
+            continue
+        ratios.append(np.mean(np.abs(actual[ok] - f[ok])) / scale)
+        ok &= np.isfinite(lo) & np.isfinite(hi)
+        inside += int(((actual[ok] >= f[ok] + lo[ok]) & (actual[ok] <= f[ok] + hi[ok])).sum())
+        total += int(ok.sum())
+    return Backtest(method, float(np.mean(ratios)) if ratios else float("nan"),
+                    inside / total if total else float("nan"), len(ratios), total)
+
+
+def choose_method(y: np.ndarray, dow0: int = 0, *, horizon: int = 4 * SEASON) -> str:
+    """The method with the lower rolling-origin MASE on the series' own history; seasonal-naive (the benchmark)
+    when the history is too short to score them on two origins of at least a week's horizon, or on a tie.
+
+    The scoring origins start at two weeks of history (the least dow_trend fits on) and the horizon is up to four
+    weeks: long enough to tell a trend from noise, short enough to score on a few months of history."""
+    min_train = 2 * SEASON
+    h = min(horizon, len(y) - min_train - SEASON)  # at least two origins
+    if h < SEASON:
+        return "seasonal_naive"
+    scores = {m: backtest(y, m, horizon=h, dow0=dow0, min_train=min_train, intervals=False).mase for m in METHODS}
+    return min(METHODS, key=lambda m: (scores[m] if np.isfinite(scores[m]) else np.inf, m != "seasonal_naive"))
+
+
+def forecast(y: pd.Series, *, horizon: int = HORIZON_DAYS, method: str | None = None) -> pd.DataFrame:
+    """Forecast a daily series ``horizon`` days past its last day: date, horizon_days, method, p10, p50, p90.
+
+    p50 is the method's point forecast; p10 / p90 add the 10th / 90th percentiles of its past errors
+    (:func:`interval_offsets`, relative to the level then: :func:`past_errors`) times today's level. Demand is never negative: every quantile is clipped at 0.
+    """
+    cols = ["date", "horizon_days", "method", "p10", "p50", "p90"]
+    y = y.dropna()
+    if y.empty:
+        return pd.DataFrame(columns=cols)
+    first, last = y.index.min(), y.index.max()
+    arr = _regular(y)
+    dow0 = int(pd.Timestamp(first).dayofweek)
+    method = method or choose_method(arr, dow0)
+    f = point_forecast(method, arr, horizon, dow0)
+    lo, hi = interval_offsets(past_errors(method, arr, horizon, dow0), horizon)
+    lo, hi = lo * level(arr), hi * level(arr)
+    # no error history (a series of a few days): the interval is unknown (NaN), never p10 = p90 = p50 claiming certainty
+    dates = pd.date_range(pd.Timestamp(last) + pd.Timedelta(days=1), periods=horizon, freq="D")
+    return pd.DataFrame({"date": dates, "horizon_days": np.arange(1, horizon + 1), "method": method,
+                         "p10": np.clip(f + np.minimum(lo, 0), 0, None), "p50": np.clip(f, 0, None),
+                         "p90": np.clip(f + np.maximum(hi, 0), 0, None)})[cols]
+
+
+# --- headroom and reserved mix --------------------------------------------------------------------------------
+def run_out(capacity_gpus: float, demand_gpu_hours: pd.Series):
+    """The first date on which daily demand (GPU-hours) exceeds what ``capacity_gpus`` can serve in a day
+    (24 GPU-hours each), or None."""
+    over = demand_gpu_hours[demand_gpu_hours > capacity_gpus * 24.0]
+    return over.index.min() if len(over) else None
+
+
+def cheapest_reserved(daily_gpu_hours: np.ndarray, reserved_usd: float, on_demand_usd: float) -> tuple[int, float]:
+    """The reservation (whole GPUs) that would have served ``daily_gpu_hours`` at least cost, and that cost.
+
+    Reserved GPUs are paid every hour whether used or not; demand above them is bought on demand. The cost of R
+    reserved GPUs over the days is sum(24 R p_r + max(D - 24 R, 0) p_od), convex in R: its minimum lies at the
+    (1 - p_r / p_od) quantile of daily demand in GPUs (the newsvendor critical ratio) -- each candidate at a
+    demand level is evaluated exactly and the cheapest kept. Daily means hide intraday peaks: the answer is a
+    floor for the on-demand share.
+    """
+    d = np.asarray(daily_gpu_hours, dtype=float)
+    d = d[np.isfinite(d)]
+    if not len(d) or reserved_usd <= 0 and on_demand_usd <= 0:
+        return 0, 0.0
+    candidates = np.unique(np.concatenate([[0], np.floor(d / 24.0), np.ceil(d / 24.0)])).astype(int)
+
+    def cost(r):
+        return float(np.sum(24.0 * r * reserved_usd + np.maximum(d - 24.0 * r, 0.0) * on_demand_usd))
+
+    costs = [cost(r) for r in candidates]
+    i = int(np.argmin(costs))
+    return int(candidates[i]), costs[i]
+
+
+def reserved_cost(daily_gpu_hours: np.ndarray, reserved_gpus: float, reserved_usd: float, on_demand_usd: float) -> float:
+    """What serving ``daily_gpu_hours`` costs with ``reserved_gpus`` reserved and the rest on demand."""
+    d = np.asarray(daily_gpu_hours, dtype=float)
+    d = d[np.isfinite(d)]
+    return float(np.sum(24.0 * reserved_gpus * reserved_usd + np.maximum(d - 24.0 * reserved_gpus, 0.0) * on_demand_usd))
+
+
+# --- demand from job intervals (traces, the simulator's plan) -------------------------------------------------
+def interval_daily(jobs: pd.DataFrame, start=None, end=None) -> pd.DataFrame:
+    """Daily allocated and backlog GPU-hours from job intervals, for sources without a loss tree.
+
+    ``jobs``: submit, start (NaT: never started), end (NaT: still running / still waiting at the trace's end, taken
+    as ``end``), gpus; optional grouping columns are ignored. Allocated = gpus x [start, end); backlog = gpus x
+    [submit, start) -- the same definitions :func:`daily_demand` applies to the loss tree and the scheduler's events.
+    Returns a frame indexed by UTC day: allocated_gpu_hours, backlog_gpu_hours, demand_gpu_hours.
+    """
+    j = jobs.dropna(subset=["submit"])
+    lo = pd.Timestamp(start) if start is not None else pd.to_datetime(j["submit"], utc=True).min().floor("D")
+    hi = pd.Timestamp(end) if end is not None else \
+        pd.concat([pd.to_datetime(j["start"], utc=True), pd.to_datetime(j["end"], utc=True)]).max().ceil("D")
+    lo, hi = (t.tz_localize("UTC") if t.tzinfo is None else t for t in (lo, hi))
+    days = pd.date_range(lo.floor("D"), hi.ceil("D"), freq="D")
+    edges = days.asi8
+
+    def ns(col, fill):
+        v = pd.to_datetime(j[col], utc=True)
+        return v.fillna(fill).astype("int64").to_numpy() if fill is not None else v.astype("int64").to_numpy()
+
+    def spread(a, b, g):
+        """GPU-hours of intervals [a, b) x g per day (ns arrays): GPU-ns before each day edge, differenced."""
+        a = np.clip(a, edges[0], edges[-1])
+        b = np.clip(b, edges[0], edges[-1])
+        keep = b > a
+        a, b, g = a[keep], b[keep], g[keep]
+        before = np.array([np.sum(g * np.clip(e - a, 0, b - a)) for e in edges])
+        return np.diff(before) / 3.6e12
+
+    g = j["gpus"].to_numpy(dtype=float)
+    ran = pd.to_datetime(j["start"], utc=True).notna().to_numpy()
+    end_ = ns("end", hi)
+    start_ = ns("start", hi)
+    alloc = spread(start_[ran], end_[ran], g[ran])
+    backlog = spread(ns("submit", None), np.where(ran, start_, end_), g)
+    out = pd.DataFrame({"allocated_gpu_hours": alloc, "backlog_gpu_hours": backlog}, index=days[:-1])
+    out["demand_gpu_hours"] = out["allocated_gpu_hours"] + out["backlog_gpu_hours"]
+    return out

@@ -1,0 +1,163 @@
+"""The demand forecast (metrics/forecast.py), its capacity steps, and the demand-growth incident.
+
+Synthetic series with a known weekly shape and trend: the day-of-week + trend model must beat the seasonal-naive
+benchmark where there is a trend, its 80 % intervals must cover about 80 % of outcomes (two-sided), and on a series
+with no trend and no noise, seasonal-naive is exact. The headroom test grows a simulated region's demand until it
+exceeds its installed GPUs and checks that capacity_headroom names the SKU and a run-out date.
+"""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpu_health.metrics import forecast as F
+
+WEEK = np.array([1.0, 1.05, 1.1, 1.05, 1.0, 0.6, 0.5])
+
+
+def _series(n=140, trend=4.0, noise=30.0, seed=3, level=1000.0):
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    # additive weekly shape (the model's form): a weekday's effect in GPU-hours does not scale with the trend
+    y = level + trend * t + level * (np.tile(WEEK, n // 7 + 1)[:n] - 1) + rng.normal(0, noise, n)
+    return pd.Series(y, index=pd.date_range("2026-01-05", periods=n, freq="D"))  # a Monday
+
+
+def test_allocated_states_are_the_job_states():
+    assert F.ALLOCATED_STATES[0] == "allocated_idle" and "productive" in F.ALLOCATED_STATES
+    assert not {"idle_blocked", "idle_no_demand", "no_data", "maintenance", "hw_unavailable"} & set(F.ALLOCATED_STATES)
+
+
+def test_trend_model_beats_seasonal_naive_and_intervals_cover_80pct():
+    y = _series()
+    snaive = F.backtest(y, "seasonal_naive", horizon=28, step=7)
+    model = F.backtest(y, "dow_trend", horizon=28, step=7)
+    assert model.mase <= 0.95 * snaive.mase
+    assert 0.75 <= model.coverage <= 0.85  # the issue's two-sided bar
+    assert F.choose_method(y.to_numpy(), 0) == "dow_trend"
+
+
+def test_seasonal_naive_exact_on_a_pure_weekly_pattern():
+    y = _series(n=70, trend=0.0, noise=0.0)
+    f = F.forecast(y, horizon=14, method="seasonal_naive")
+    expected = np.tile(WEEK, 2) * 1000.0
+    np.testing.assert_allclose(f["p50"].to_numpy(), expected)
+    assert (f["p10"] <= f["p50"]).all() and (f["p90"] >= f["p50"]).all()
+
+
+def test_forecast_follows_the_weekday_shape_and_the_trend():
+    y = _series(n=98, noise=5.0)
+    f = F.forecast(y, horizon=F.HORIZON_DAYS)
+    assert len(f) == F.HORIZON_DAYS and f["method"].iloc[0] == "dow_trend"
+    # the next Monday (day 98 = Monday) above the Sunday before it, and week 12 above week 1
+    assert f["p50"].iloc[0] > y.iloc[-1]
+    assert f["p50"].iloc[77:84].mean() > f["p50"].iloc[0:7].mean()
+    assert (f["p90"] - f["p10"]).iloc[-1] >= (f["p90"] - f["p10"]).iloc[0]
+
+
+def test_daily_demand_counts_waiting_once():
+    alloc = pd.DataFrame({"region": ["r", "r"], "sku": ["s", "s"], "workload_class": ["batch", "none"],
+                          "allocated_gpu_hours": [100.0, 0.0], "idle_blocked_gpu_hours": [0.0, 6.0]})
+    backlog = pd.DataFrame({"region": ["r"], "sku": ["s"], "workload_class": ["batch"], "backlog_gpu_hours": [10.0]})
+    d = F.daily_demand(alloc, backlog, "2026-01-05").set_index("workload_class")
+    # idle_blocked (6) is part of the backlog (10): demand = 100 + 10, and 'none' holds nothing once spread
+    assert d.loc["batch", "demand_gpu_hours"] == pytest.approx(110.0)
+    assert d.loc["batch", "idle_blocked_gpu_hours"] == pytest.approx(6.0)
+    assert "none" not in d.index or d.loc["none", "demand_gpu_hours"] == 0.0
+    # without scheduler events the idle_blocked hours are the waiting demand
+    d2 = F.daily_demand(alloc, None, "2026-01-05").set_index("workload_class")
+    assert d2["demand_gpu_hours"].sum() == pytest.approx(106.0)
+
+
+def test_interval_daily_splits_jobs_over_days():
+    t = pd.Timestamp("2026-01-05T00:00:00Z")
+    jobs = pd.DataFrame({"submit": [t + pd.Timedelta(hours=20)], "start": [t + pd.Timedelta(hours=22)],
+                         "end": [t + pd.Timedelta(hours=28)], "gpus": [8]})
+    d = F.interval_daily(jobs, t, t + pd.Timedelta(days=2))
+    np.testing.assert_allclose(d["allocated_gpu_hours"], [16.0, 32.0])
+    np.testing.assert_allclose(d["backlog_gpu_hours"], [16.0, 0.0])
+
+
+def test_cheapest_reservation_is_the_newsvendor_quantile():
+    # 20 days at 10 GPUs, 10 days at 20 GPUs; on demand costs 2x: reserve 20 iff the extra 10 are used > half the time
+    d = np.array([10 * 24.0] * 20 + [20 * 24.0] * 10)
+    r, cost = F.cheapest_reserved(d, 1.0, 2.0)
+    assert r == 10 and cost == pytest.approx(F.reserved_cost(d, 10, 1.0, 2.0))
+    assert cost < F.reserved_cost(d, 20, 1.0, 2.0) and cost < F.reserved_cost(d, 0, 1.0, 2.0)
+    assert F.cheapest_reserved(d, 1.0, 4.0)[0] == 20
+
+
+def test_demand_growth_exhausts_capacity_and_headroom_names_it(tmp_path):
+    from gpu_health.sim.demand import plan_daily
+    from gpu_health.sim.scenario import load_scenario
+    from gpu_health.sim.telemetry import cost_capacity
+    from gpu_health.steps.registry import step
+    from gpu_health.storage.warehouse import Warehouse
+
+    start, end = pd.Timestamp("2026-09-07T00:00:00Z"), pd.Timestamp("2026-11-02T00:00:00Z")
+    scen = load_scenario({"seed": 3, "start": start, "end": end, "cluster": {"gpus": 96}, "incidents": [
+        {"kind": "demand_growth", "start": "2026-10-05T00:00:00Z", "end": end, "magnitude": 0.4,
+         "scope": {"region": "us-east"}}]}, name="growth")
+    hist = plan_daily(scen)
+    hist["date"] = pd.to_datetime(hist["date"]).dt.date
+    hist["idle_blocked_gpu_hours"] = 0.0  # the plan has no loss tree: its waiting demand is the backlog
+    wh = Warehouse(f"sqlite:///{tmp_path / 'w.db'}")
+    last = end - pd.Timedelta(days=1)
+    wh.replace_windows({"capacity_demand_daily": hist}, start, end)
+    wh.replace_windows({"cost_capacity": cost_capacity(scen, last)}, last, end)
+    step("capacity_forecast").run(wh, last, end)
+    head = step("capacity_headroom").run(wh, last, end).tables["capacity_headroom"].set_index(["region", "sku"])
+    v100 = "Tesla V100-SXM3-32GB"
+    grown, flat = head.loc[("us-east", v100)], head.loc[("eu-west", v100)]
+    # the grown region's V100s run out within the 12 weeks, on a day after the forecast was made; the same SKU in
+    # the region without growth does not (the 96-GPU cluster's single H100 node per region is always held by a
+    # distributed job: it is at capacity in both regions, so it says nothing here)
+    assert pd.notna(grown["run_out_date"]), grown
+    assert pd.Timestamp(grown["run_out_date"]) > last.tz_localize(None)
+    assert pd.isna(flat["run_out_date"]), flat
+    assert grown["headroom_gpus_28d"] < flat["headroom_gpus_28d"]
+    assert grown["capacity_gpus"] == 48 and grown["quantile"] == "p90"
+    # Finance's SQL view shows the same: the latest day's headroom per region x SKU, run-out date included
+    import sqlalchemy as sa
+
+    with wh.engine.connect() as conn:
+        view = pd.read_sql_query(sa.text("SELECT region, sku, run_out_date, quantile, best_reserved_gpus_30d, "
+                                         "saving_30d_usd FROM finance_capacity_headroom"), conn)
+    row = view[(view["region"] == "us-east") & (view["sku"] == v100)].iloc[0]
+    assert str(row["run_out_date"])[:10] == str(grown["run_out_date"])[:10]
+    assert row["saving_30d_usd"] >= 0  # the cheapest reservation never costs more than today's
+    assert len(view) == 4
+
+
+def test_a_capacity_incident_is_scored_on_the_headroom_not_on_pages():
+    import json
+
+    from gpu_health.evaluation.scorer import score
+
+    start, end = pd.Timestamp("2026-11-02T00:00:00Z"), pd.Timestamp("2026-11-09T00:00:00Z")
+    labels = pd.DataFrame([{"incident_id": "inc-001-demand_growth", "kind": "demand_growth", "family": "capacity",
+                            "severity": "high", "start": start, "end": end,
+                            "scope": json.dumps({"region": "us-east", "node_ids": []})}])
+    alerts = pd.DataFrame(columns=["alert_id", "partition_start", "paged_at", "opened_at", "region", "scope",
+                                   "detector", "cause_family", "summary", "severity", "status"])
+    day = pd.Timestamp("2026-11-05").date()
+    named = pd.DataFrame({"date": [day, day], "region": ["us-east", "eu-west"], "sku": ["V100", "V100"],
+                          "run_out_date": [pd.Timestamp("2026-12-01").date(), None]})
+    got = score(alerts, labels, None, end - start, named)
+    assert got["high_incidents"] == 0  # not a missed page
+    assert got["capacity_incidents"] == [{"incident_id": "inc-001-demand_growth", "kind": "demand_growth",
+                                          "detected": True, "skus": ["V100"], "run_out_date": "2026-12-01"}]
+    quiet = named.assign(region=["eu-west", "eu-west"])  # only the other region runs out: not this incident
+    assert score(alerts, labels, None, end - start, quiet)["capacity_incidents"][0]["detected"] is False
+
+
+def test_helios_daily_demand_and_a_missing_day_is_unknown():
+    from pathlib import Path
+
+    from gpu_health.traces.demand import helios_daily
+
+    d = helios_daily(Path(__file__).parent / "fixtures" / "helios_excerpt")
+    # 2020-05-01: two minutes of 59 running GPUs, none pending; 2020-05-03: two of 38
+    assert d.loc["2020-05-01", "allocated_gpu_hours"] == pytest.approx(2 * 59 / 60)
+    assert d.loc["2020-05-03", "demand_gpu_hours"] == pytest.approx(2 * 38 / 60)
+    assert np.isnan(d.loc["2020-05-02", "demand_gpu_hours"])  # no minute at all: unknown, never zero demand
