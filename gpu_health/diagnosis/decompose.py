@@ -147,8 +147,11 @@ def state_deltas(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame) -> 
     state's contribution to the change of goodput; they sum to it exactly).
     Raises ``ValueError`` when either side has no paid GPU-minutes.
     """
-    a = _by_state(actual_leaves)
-    e = _by_state(expected_leaves)
+    return _state_deltas(_by_state(actual_leaves), _by_state(expected_leaves))
+
+
+def _state_deltas(a: pd.Series, e: pd.Series) -> pd.DataFrame:
+    """:func:`state_deltas` from the GPU-minutes per state of each side (:func:`_by_state`)."""
     paid_a, paid_e = a.sum(), e.sum()
     if paid_a <= 0 or paid_e <= 0:
         raise ValueError(f"nothing to decompose: paid GPU-minutes actual {paid_a:g}, expected {paid_e:g}")
@@ -177,29 +180,42 @@ def decompose(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame, *, dim
     frame when there is nothing to decompose (no paid GPU-minutes on a side).
     """
     start, end = _window(actual_leaves, start, end)
+    dims = list(dimensions)
     try:
-        deltas = state_deltas(actual_leaves, expected_leaves)
+        by_a, by_e = _by_state(actual_leaves), _by_state(expected_leaves)
+    except ValueError:
+        return _empty()
+    return _ranked_causes(by_a, by_e, lambda scale: _LeafTable(actual_leaves, expected_leaves, dims, scale).frame,
+                          dims, max_causes, min_state_growth, start, end)
+
+
+def _ranked_causes(by_a: pd.Series, by_e: pd.Series, leaf_table, dims: list[str], max_causes: int,
+                   min_state_growth: float, start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame:
+    """The body of :func:`decompose` for one window, given its GPU-minutes per state (actual, expected) and
+    ``leaf_table(scale)`` -> a function state -> the state's leaves (:meth:`_LeafTable.frame`)."""
+    try:
+        deltas = _state_deltas(by_a, by_e)
     except ValueError:
         return _empty()
     paid = float(deltas["actual_gpu_minutes"].sum())
-    scale = paid / float(_by_state(expected_leaves).sum())
+    scale = paid / float(by_e.sum())
     drop = float(deltas.loc["productive", "expected_gpu_minutes"] - deltas.loc["productive", "actual_gpu_minutes"])
     has_drop = abs(drop) > EXACT_TOL * paid
     goodput_a, goodput_e = deltas.loc["productive", ["actual_share", "expected_share"]]
     header = (f"goodput {goodput_a:.2%} vs {goodput_e:.2%} expected ({(goodput_a - goodput_e) * 100:+.2f} pp, "
               f"{-drop:+,.0f} productive GPU-min of {paid:,.0f} paid)")
     floor = min_state_growth * paid
-    dims = list(dimensions)
 
     rows = []
-    table = _LeafTable(actual_leaves, expected_leaves, dims, scale)
+    state_frame = None
     grown = deltas.loc[LOSS_STATES]
     grown = grown[grown["actual_gpu_minutes"] - grown["expected_gpu_minutes"] > floor]
     for state, d in grown.iterrows():
         growth = float(d["actual_gpu_minutes"] - d["expected_gpu_minutes"])
         state_text = (f"{state} {d['delta_share'] * 100:+.2f} pp of paid GPU-minutes ({growth:+,.0f} GPU-min: "
                       f"{d['actual_gpu_minutes']:,.0f} vs {d['expected_gpu_minutes']:,.0f} expected)")
-        causes = drill_down(table.frame(state), dims, "actual", "expected", max_causes=max_causes,
+        state_frame = state_frame or leaf_table(scale)
+        causes = drill_down(state_frame(state), dims, "actual", "expected", max_causes=max_causes,
                             actual_base="paid_actual", expected_base="paid_expected")
         for c in causes:
             rows.append({
@@ -231,6 +247,143 @@ def decompose(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame, *, dim
     out["partition_start"] = start
     out["window_end"] = end
     return out[OUT_COLUMNS]
+
+
+def decompose_range(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame, *, dimensions=DIMENSIONS,
+                    max_causes: int = 3, min_state_growth: float = MIN_STATE_GROWTH) -> pd.DataFrame:
+    """:func:`decompose` of every 5-minute partition that has both actual and expected leaves, concatenated in
+    partition order (an empty frame when none has causes): each partition against its own expected leaves.
+
+    The same rows as calling :func:`decompose` partition by partition, with the work shared: the GPU-minutes
+    per partition x state come from one group-by, and every partition's leaves (its combinations of
+    ``dimensions``, numbered as :class:`_LeafTable` numbers them) and their GPU-minutes per state from one pass
+    over all rows; only the drill-down of each state that grew runs per partition.
+    """
+    dims = list(dimensions)
+    if actual_leaves is None or expected_leaves is None or actual_leaves.empty or expected_leaves.empty:
+        return pd.DataFrame()
+    pa_ = pd.DatetimeIndex(pd.to_datetime(actual_leaves["partition_start"], utc=True))
+    pe_ = pd.DatetimeIndex(pd.to_datetime(expected_leaves["partition_start"], utc=True))
+    parts = pa_.unique().intersection(pe_.unique()).sort_values()
+    if not len(parts):
+        return pd.DataFrame()
+    ia, ie = parts.get_indexer(pa_), parts.get_indexer(pe_)
+    act = actual_leaves[ia >= 0]
+    exp = expected_leaves[ie >= 0]
+    # each partition's rows in the order the per-partition call sees them: its actual rows, then its expected ones
+    both = pd.concat([act[[*dims, "state", "gpu_minutes"]].assign(_side=0, _p=ia[ia >= 0]),
+                      exp[[*dims, "state", "gpu_minutes"]].assign(_side=1, _p=ie[ie >= 0])], ignore_index=True)
+    both = both.iloc[np.lexsort((both["_side"].to_numpy(), both["_p"].to_numpy()))].reset_index(drop=True)
+    p_row = both["_p"].to_numpy()
+    side = both["_side"].to_numpy()
+    state = both["state"].astype(object).to_numpy()
+    P = len(parts)
+
+    # GPU-minutes per partition x state and side (groupby sums the rows in the same order as per partition)
+    bad_parts = set(p_row[~pd.Index(state).isin(STATES)].tolist())  # _by_state refuses unknown states
+    sums = both.assign(state=state).groupby(["_p", "_side", "state"], sort=False)["gpu_minutes"].sum()
+    by_side = {}
+    for sd in (0, 1):
+        m = sums.xs(sd, level="_side").unstack("state").reindex(index=range(P), columns=STATES)
+        by_side[sd] = m.fillna(0.0).to_numpy(dtype=float)
+
+    keyed = both[dims]
+    if keyed.isna().any().any():
+        keyed = keyed.astype(object).fillna("unknown")
+    leaf, first_row, starts, big = _leaf_codes_by_partition(keyed, dims, p_row, P)
+    universe = keyed.iloc[first_row].astype(object).reset_index(drop=True)
+    minutes_raw = both["gpu_minutes"].to_numpy(dtype=float)
+    state_code = pd.Index(STATES).get_indexer(state)
+    row_starts = np.searchsorted(p_row, np.arange(P + 1), side="left")
+
+    out = []
+    for i, p in enumerate(parts):
+        if i in bad_parts:
+            continue
+        start, end = p, p + SLOT
+        if i in big:  # a partition too varied for the packed leaf numbering: the per-partition path
+            a = actual_leaves[ia == i]
+            e = expected_leaves[ie == i]
+            res = decompose(a, e, dimensions=dimensions, max_causes=max_causes, min_state_growth=min_state_growth,
+                            start=start, end=end)
+        else:
+            by_a = pd.Series(by_side[0][i], index=pd.Index(STATES, name="state"), name="gpu_minutes")
+            by_e = pd.Series(by_side[1][i], index=pd.Index(STATES, name="state"), name="gpu_minutes")
+            res = _ranked_causes(by_a, by_e, _range_leaf_table(i, starts, leaf, row_starts, side, state_code,
+                                                               minutes_raw, universe),
+                                 dims, max_causes, min_state_growth, start, end)
+        if len(res):
+            out.append(res)
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+def _range_leaf_table(i, starts, leaf, row_starts, side, state_code, minutes_raw, universe):
+    """``scale`` -> the state -> leaves function of partition ``i`` (:meth:`_LeafTable.frame`) over the shared
+    leaf numbering (rows sorted by partition: partition ``i``'s rows are ``row_starts[i]..row_starts[i+1]-1``)."""
+    lo, hi = int(starts[i]), int(starts[i + 1])
+    r0, r1 = int(row_starts[i]), int(row_starts[i + 1])
+
+    def make(scale: float):
+        lf, st, sd = leaf[r0:r1] - lo, state_code[r0:r1], side[r0:r1]
+        mins = minutes_raw[r0:r1] * np.where(sd == 1, scale, 1.0)
+        n = hi - lo
+        uni = universe.iloc[lo:hi].reset_index(drop=True)
+        paid = {sv: np.bincount(lf[sd == sv], weights=mins[sd == sv], minlength=n) for sv in (0, 1)}
+
+        def frame(name: str) -> pd.DataFrame:
+            kind = STATE_KIND[name]
+            same_kind = [STATES.index(s) for s in STATES if kind == "any" or STATE_KIND[s] in (kind, "any")]
+            seen = np.bincount(lf[np.isin(st, same_kind)], minlength=n) > 0
+            sel_state = st == STATES.index(name)
+            out = uni.copy()
+            for col, sv in (("actual", 0), ("expected", 1)):
+                sel = sel_state & (sd == sv)
+                out[col] = np.bincount(lf[sel], weights=mins[sel], minlength=n)
+                out[f"paid_{col}"] = paid[sv]
+            return out[seen].reset_index(drop=True)
+
+        return frame
+
+    return make
+
+
+def _leaf_codes_by_partition(frame: pd.DataFrame, cols: list[str], p_row: np.ndarray, P: int):
+    """:func:`_leaf_codes` of each partition's rows at once (rows sorted by partition).
+
+    Returns ``(leaf, first_row, starts, big)``: a global leaf number per row (partition ``i``'s leaves are
+    ``starts[i]..starts[i+1]-1``, numbered within it exactly as :func:`_leaf_codes` numbers them on the
+    partition alone), the first row of each leaf, and the partitions whose packed key would outgrow the
+    exact numbering (left to the per-partition path).
+    """
+    n = len(frame)
+    key = np.zeros(n, dtype=np.int64)
+    card = np.ones(P, dtype=np.float64)
+    pos = np.arange(n)
+    for c in cols:
+        g, _ = pd.factorize(frame[c], use_na_sentinel=False)
+        # per partition: values numbered in order of first appearance (pd.factorize on the partition's rows)
+        pk = p_row.astype(np.int64) * (int(g.max()) + 1) + g
+        uk, first, inv = np.unique(pk, return_index=True, return_inverse=True)
+        inv = inv.ravel()
+        up = uk // (int(g.max()) + 1)
+        order = np.lexsort((first, up))
+        rank = np.empty(len(uk), dtype=np.int64)
+        block_start = np.searchsorted(up[order], up[order], side="left")
+        rank[order] = np.arange(len(uk)) - block_start
+        n_vals = np.bincount(up, minlength=P)
+        key = key * n_vals[p_row] + rank[inv]
+        card = card * np.maximum(n_vals, 1)
+    big = set(np.flatnonzero(card > 2**40).tolist())
+    order = np.lexsort((pos, key, p_row))
+    ks, ps = key[order], p_row[order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = (ks[1:] != ks[:-1]) | (ps[1:] != ps[:-1])
+    leaf_sorted = np.cumsum(new) - 1
+    leaf = np.empty(n, dtype=np.int64)
+    leaf[order] = leaf_sorted
+    first_row = order[new]
+    starts = np.searchsorted(ps[new], np.arange(P + 1), side="left")
+    return leaf, first_row, starts, big
 
 
 def expected_leaves_from_history(history_leaves: pd.DataFrame, partitions, *,
