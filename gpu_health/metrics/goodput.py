@@ -80,10 +80,50 @@ def _minutes(start, end) -> pd.DatetimeIndex:
 
 
 def maintenance_mask(ts: pd.Series, region: pd.Series, node: pd.Series, windows: pd.DataFrame) -> np.ndarray:
-    """Rows inside a planned window for their node (region/node_ids may be '*')."""
+    """Rows inside a planned window for their node (region/node_ids may be '*').
+
+    A row is inside a window when ``start <= ts < end`` and the window's region (unless '*' or null) is the
+    row's region and its node list (unless '*' or null) names the row's node. Compared as integer nanoseconds
+    and integer region / node codes, factorized once for all windows.
+    """
     mask = np.zeros(len(ts), dtype=bool)
-    if windows is None or windows.empty:
+    if windows is None or windows.empty or not len(ts):
         return mask
+    t = pd.DatetimeIndex(ts)
+    aware = t.tz is not None
+    bounds = []
+    for w in windows.itertuples(index=False):
+        lo, hi = pd.Timestamp(w.start), pd.Timestamp(w.end)
+        if any(pd.notna(b) and (b.tz is not None) != aware for b in (lo, hi)):
+            return _maintenance_mask_by_rows(ts, region, node, windows)  # mixed time zones: as pandas compares
+        bounds.append((lo, hi, w.region, w.node_ids))
+    ts_ns = (t.tz_convert("UTC") if aware else t).as_unit("ns").asi8
+    valid = ~pd.isna(t)
+    r_codes = r_uni = n_codes = n_uni = None
+    for lo, hi, reg, nodes in bounds:
+        if pd.isna(lo) or pd.isna(hi):
+            continue  # a comparison with NaT is never true
+        lo_ns = (lo.tz_convert("UTC") if aware else lo).as_unit("ns").value
+        hi_ns = (hi.tz_convert("UTC") if aware else hi).as_unit("ns").value
+        inside = valid & (ts_ns >= lo_ns) & (ts_ns < hi_ns)
+        if pd.notna(reg) and reg != "*":
+            if r_codes is None:
+                r_codes, r_uni = pd.factorize(np.asarray(region, dtype=object))
+                r_uni = pd.Index(r_uni, dtype=object)
+            inside &= r_codes == (r_uni.get_loc(reg) if reg in r_uni else -2)
+        if pd.notna(nodes) and nodes != "*":
+            if n_codes is None:
+                n_codes, n_uni = pd.factorize(np.asarray(node, dtype=object))
+                n_uni = pd.Index(n_uni, dtype=object)
+            wanted = n_uni.get_indexer(pd.Index(str(nodes).split(","), dtype=object))
+            inside &= np.isin(n_codes, wanted[wanted >= 0])
+        mask |= inside
+    return mask
+
+
+def _maintenance_mask_by_rows(ts: pd.Series, region: pd.Series, node: pd.Series, windows: pd.DataFrame) -> np.ndarray:
+    """:func:`maintenance_mask` by pandas comparisons (window bounds whose time zone differs from the rows')."""
+    mask = np.zeros(len(ts), dtype=bool)
     for w in windows.itertuples(index=False):
         inside = (ts >= w.start) & (ts < w.end)
         if pd.notna(w.region) and w.region != "*":
@@ -331,50 +371,18 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     with np.errstate(invalid="ignore"):  # NaN step times (no row this minute) propagate by design
         st, loader, sync, ckt = per_row(st_arr), per_row(ld_arr), per_row(sy_arr), per_row(ck_arr)
         base, base_ld, base_sy = _baseline_arrays(baseline, start, t_idx, g_job, lookup, job_uni, gpu["sku"], row_gpus)
-        base = np.where(np.isnan(base), st, base)  # no baseline yet: the job is its own baseline
-        eff = np.clip(np.where(st > 0, base / st, 1.0), 0.0, 1.0)
-        ck = np.clip(np.nan_to_num(ckt) / 60.0, 0.0, 1.0)
-        excess = np.clip(np.nan_to_num(st - base), 0, None)
-        ex_io = np.nan_to_num(np.clip(loader - np.where(np.isnan(base_ld), loader, base_ld), 0, None))
-        ex_net = np.nan_to_num(np.clip(sync - np.where(np.isnan(base_sy), sync, base_sy), 0, None))
-        scale = np.where(ex_io + ex_net > excess, excess / np.maximum(ex_io + ex_net, 1e-12), 1.0)
-        ex_io, ex_net = ex_io * scale, ex_net * scale
-        ex_cmp = np.clip(excess - ex_io - ex_net, 0, None)
-        slow = (1 - eff) * (1 - ck)
-        tot = np.maximum(excess, 1e-12)
+    progress = _progress_split(st, loader, sync, ckt, base, base_ld, base_sy)
 
-    W = {s_: np.zeros(n) for s_ in STATES}
-    unalloc = ~has_job
-    maint = unalloc & in_maint
-    W["maintenance"] = maint.astype(float)
-    hw = (fatal | (unalloc & (health >= 2) & ~in_maint)) & ~maint
-    W["hw_unavailable"] = hw.astype(float)
-    idle = unalloc & ~hw & ~maint
-    alloc = has_job & ~hw
-    W["failure_loss"] = (alloc & lost).astype(float)
-    live = alloc & ~lost
-    W["allocated_idle"] = (live & ~busy).astype(float)
-    working = live & busy
-    W["allocated_unproductive"] = (working & ~reports & ~interactive).astype(float)
-    zero_steps = working & has_row & (np.nan_to_num(steps) == 0)
-    ck_minute = zero_steps & (ck >= 20 / 60)
-    W["slowdown_checkpoint"] = ck_minute.astype(float)
-    W["allocated_unproductive"] += (zero_steps & ~ck_minute).astype(float)
-    nb = working & ~reports & interactive
-    between = working & reports & ~has_row  # a reporting job with no row this minute (start-up / tear-down)
-    prog = working & has_row & (np.nan_to_num(steps) > 0)
-    W["productive"] = (nb | between).astype(float) + np.where(prog, eff * (1 - ck), 0.0)
-    W["slowdown_checkpoint"] += np.where(prog, ck, 0.0)
-    W["slowdown_data_io"] = np.where(prog, slow * ex_io / tot, 0.0)
-    W["slowdown_network"] = np.where(prog, slow * ex_net / tot, 0.0)
-    W["slowdown_compute"] = np.where(prog, slow * np.where(excess > 0, ex_cmp / tot, 1.0), 0.0)
+    # --- every reporting GPU-minute in its state (the precedence rule: reported_state_weights) ----
+    def blocked(idle):
+        # idle split by pending demand: a queue's pending GPUs are matched with idle GPUs of its region
+        # (queues map to a region by where their jobs run); pending jobs of shared queues with any idle GPU
+        return _blocked_fraction(idle, t_idx, node_region[g_node] if n else np.zeros(0, dtype=object), minutes,
+                                 sched_history, node_region, node_uni)
 
-    # idle split by pending demand: a queue's pending GPUs are matched with idle GPUs of its region
-    # (queues map to a region by where their jobs run); pending jobs of shared queues with any idle GPU
-    fb = _blocked_fraction(idle, t_idx, node_region[g_node] if n else np.zeros(0, dtype=object), minutes,
-                           sched_history, node_region, node_uni)
-    W["idle_blocked"] = np.where(idle, fb, 0.0)
-    W["idle_no_demand"] = np.where(idle, 1 - fb, 0.0)
+    W = reported_state_weights(has_job=has_job, in_maint=in_maint, fatal=fatal, health=health, lost=lost, busy=busy,
+                               reports=reports, interactive=interactive, has_row=has_row, steps=steps,
+                               progress=progress, blocked_fraction=blocked)
 
     # --- aggregate: one packed key per (partition, node, driver, job attributes) ----------------
     NA = len(attr_uni) + 1
@@ -401,6 +409,90 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
               .sum().reset_index())
     leaves = leaves[leaves["gpu_minutes"] > 1e-9].reset_index(drop=True)
     return leaves, failures
+
+
+# --- the state-precedence rule (module docstring), in one place ---------------------------------------------
+# A reporting GPU-minute (a gpu_telemetry row) is split over the states by reported_state_weights; an expected
+# GPU-minute that did not report gets one state from missing_state. Everything else in this module computes the
+# flags these two functions read.
+
+DOWN_HEALTH = 2  # node health codes (compute_states): 0 ok, 1 degraded, 2 down, 3 drained; >= 2: unschedulable
+
+
+def reported_state_weights(*, has_job, in_maint, fatal, health, lost, busy, reports, interactive, has_row, steps,
+                           progress: dict, blocked_fraction) -> dict[str, np.ndarray]:
+    """The share of each reporting GPU-minute (one row per GPU-minute, boolean / float arrays) in each state of
+    :data:`STATES`; the shares of a row sum to 1.
+
+    Precedence (first that applies): ``maintenance`` (unallocated inside a planned window) > ``hw_unavailable``
+    (a fatal Xid / DBE this minute, or unallocated on a down / drained node outside a window) > unallocated:
+    ``idle_blocked`` for the ``blocked_fraction(idle)`` share of the idle GPUs pending jobs wait for, the rest
+    ``idle_no_demand`` > allocated: ``failure_loss`` (``lost``: after the last checkpoint of a job failing in
+    its partition) > ``allocated_idle`` (not ``busy``) > ``allocated_unproductive`` (busy, no training
+    metrics, not a notebook; or a minute with 0 steps that is not mostly checkpointing -- that one is
+    ``slowdown_checkpoint``) > ``productive`` for a busy notebook or a reporting job between its rows, and for
+    a progressing minute ``productive`` x efficiency, the rest split over the slowdowns (:func:`_progress_split`).
+    """
+    n = len(has_job)
+    eff, ck, slow = progress["eff"], progress["ck"], progress["slow"]
+    ex_io, ex_net, ex_cmp, excess, tot = (progress[k] for k in ("ex_io", "ex_net", "ex_cmp", "excess", "tot"))
+    W = {s_: np.zeros(n) for s_ in STATES}
+    unalloc = ~has_job
+    maint = unalloc & in_maint
+    W["maintenance"] = maint.astype(float)
+    hw = (fatal | (unalloc & (health >= DOWN_HEALTH) & ~in_maint)) & ~maint
+    W["hw_unavailable"] = hw.astype(float)
+    idle = unalloc & ~hw & ~maint
+    alloc = has_job & ~hw
+    W["failure_loss"] = (alloc & lost).astype(float)
+    live = alloc & ~lost
+    W["allocated_idle"] = (live & ~busy).astype(float)
+    working = live & busy
+    W["allocated_unproductive"] = (working & ~reports & ~interactive).astype(float)
+    zero_steps = working & has_row & (np.nan_to_num(steps) == 0)
+    ck_minute = zero_steps & (ck >= 20 / 60)
+    W["slowdown_checkpoint"] = ck_minute.astype(float)
+    W["allocated_unproductive"] += (zero_steps & ~ck_minute).astype(float)
+    nb = working & ~reports & interactive
+    between = working & reports & ~has_row  # a reporting job with no row this minute (start-up / tear-down)
+    prog = working & has_row & (np.nan_to_num(steps) > 0)
+    W["productive"] = (nb | between).astype(float) + np.where(prog, eff * (1 - ck), 0.0)
+    W["slowdown_checkpoint"] += np.where(prog, ck, 0.0)
+    W["slowdown_data_io"] = np.where(prog, slow * ex_io / tot, 0.0)
+    W["slowdown_network"] = np.where(prog, slow * ex_net / tot, 0.0)
+    W["slowdown_compute"] = np.where(prog, slow * np.where(excess > 0, ex_cmp / tot, 1.0), 0.0)
+    fb = blocked_fraction(idle)
+    W["idle_blocked"] = np.where(idle, fb, 0.0)
+    W["idle_no_demand"] = np.where(idle, 1 - fb, 0.0)
+    return W
+
+
+def missing_state(silent: np.ndarray, in_maint: np.ndarray, hw_corroborated: np.ndarray) -> np.ndarray:
+    """The state of expected GPU-minutes that did not report: ``no_data`` while their region is silent, else
+    ``maintenance`` inside a planned window, else ``hw_unavailable`` where something besides the absence points
+    at the hardware (:func:`hardware_corroboration`), else ``no_data`` (missing is not broken)."""
+    return np.where(silent, "no_data", np.where(in_maint, "maintenance",
+                                                np.where(hw_corroborated, "hw_unavailable", "no_data")))
+
+
+def _progress_split(st, loader, sync, ckt, base, base_ld, base_sy) -> dict[str, np.ndarray]:
+    """Per row: efficiency against the baseline step time (``eff``), checkpoint share of the minute (``ck``),
+    the slowdown share (``slow``) and the step-time excess over the baseline split into data loading, gradient
+    sync and the compute remainder (``ex_io``, ``ex_net``, ``ex_cmp``; ``excess``; ``tot`` its guarded total)."""
+    with np.errstate(invalid="ignore"):  # NaN step times (no row this minute) propagate by design
+        base = np.where(np.isnan(base), st, base)  # no baseline yet: the job is its own baseline
+        eff = np.clip(np.where(st > 0, base / st, 1.0), 0.0, 1.0)
+        ck = np.clip(np.nan_to_num(ckt) / 60.0, 0.0, 1.0)
+        excess = np.clip(np.nan_to_num(st - base), 0, None)
+        ex_io = np.nan_to_num(np.clip(loader - np.where(np.isnan(base_ld), loader, base_ld), 0, None))
+        ex_net = np.nan_to_num(np.clip(sync - np.where(np.isnan(base_sy), sync, base_sy), 0, None))
+        scale = np.where(ex_io + ex_net > excess, excess / np.maximum(ex_io + ex_net, 1e-12), 1.0)
+        ex_io, ex_net = ex_io * scale, ex_net * scale
+        ex_cmp = np.clip(excess - ex_io - ex_net, 0, None)
+        slow = (1 - eff) * (1 - ck)
+        tot = np.maximum(excess, 1e-12)
+    return {"eff": eff, "ck": ck, "slow": slow, "ex_io": ex_io, "ex_net": ex_net, "ex_cmp": ex_cmp,
+            "excess": excess, "tot": tot}
 
 
 def _blocked_fraction(idle, t_idx, row_region, minutes, sched_history, node_region, node_uni) -> np.ndarray:
@@ -577,8 +669,7 @@ def _missing_minutes(t_idx, g_node, minutes, node_uni, node_region, node_sku, no
             "partition_start": minutes[tt].floor("5min"), "region": node_region[nn], "node_id": names[nn],
             "sku": node_sku[nn], "driver_version": np.asarray(drv_uni, dtype=object)[node_last_drv[nn]],
             "team": "none", "workload_class": "none", "model_type": "none", "framework_version": "none", "queue": "none",
-            "state": np.where(silent[tt, nn], "no_data", np.where(
-                in_maint, "maintenance", np.where(hw_ok[tt, nn], "hw_unavailable", "no_data"))),
+            "state": missing_state(silent[tt, nn], in_maint, hw_ok[tt, nn]),
             "gpu_minutes": missing[tt, nn],
         })
     # paid capacity above the inventory: GPUs nobody has heard from (node 'unseen'). Unavailable hardware while
@@ -650,6 +741,35 @@ def _failures(sched: pd.DataFrame, runtime: pd.DataFrame, g: pd.DataFrame, start
         "lost_gpu_minutes": total_min * gpus, "lost_in_window": in_win * gpus,  # in the failure's own partition
     })
     return out.rename_axis("job_id").reset_index()
+
+
+def enrich_failures(failures: pd.DataFrame, gpu: pd.DataFrame, meta: pd.DataFrame, sched: pd.DataFrame,
+                    inventory: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The ``job_failures`` rows: :func:`compute_states`' failures with their partition, and the job's region
+    and SKU (its last GPU row in ``gpu``; else the first node of its 'ended' event in ``sched``, placed by
+    ``inventory``), team and workload class (``meta``); ``'unknown'`` where nothing says.
+
+    Only the failed jobs' GPU rows are sorted and grouped (the rest of the window's rows cannot place them).
+    """
+    if failures.empty:
+        return failures.assign(partition_start=pd.Series(dtype="datetime64[ns, UTC]"), region=[], sku=[], team=[], workload_class=[])
+    jobs = gpu["job_id"]
+    mine = gpu[jobs.notna().to_numpy() & jobs.isin(failures["job_id"]).to_numpy()]
+    place = mine.sort_values("ts").groupby("job_id").agg(region=("region", "last"), sku=("sku", "last"))
+    if inventory is not None and len(inventory):
+        # a job that failed early in a partition may have no GPU rows in it: its 'ended' event names its nodes
+        ended = sched[(sched["event"] == "ended") & sched["job_id"].isin(failures["job_id"]) & sched["node_ids"].notna()]
+        first = ended.drop_duplicates("job_id", keep="last").set_index("job_id")["node_ids"].astype(str).str.split(",").str[0]
+        inv = inventory.drop_duplicates("node_id").set_index("node_id")
+        by_event = pd.DataFrame({"region": first.map(inv["region"]), "sku": first.map(inv["sku"])})
+        place = place.combine_first(by_event.dropna(how="all")) if len(place) else by_event
+    m = meta.drop_duplicates("job_id").set_index("job_id") if len(meta) else pd.DataFrame(columns=["team", "workload_class"])
+    f = failures.copy()
+    f["partition_start"] = f["failed_at"].dt.floor("5min")
+    for col, src in (("region", place), ("sku", place), ("team", m), ("workload_class", m)):
+        f[col] = f["job_id"].map(src[col]).astype(object).fillna("unknown") if col in src else "unknown"
+    f["reason"] = f["reason"].astype(object)
+    return f
 
 
 def rollup(leaves: pd.DataFrame, by: list[str]) -> pd.DataFrame:
