@@ -161,3 +161,54 @@ def test_workload_step_stats_by_codes_equals_the_joins():
         want = B._workload_step_stats_joined(frames, meta=meta, maintenance=windows)
         assert len(want) > 3
         pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+# --- goodput chunks -------------------------------------------------------------------------------------------
+
+
+def test_compute_states_range_equals_compute_states_chunk_by_chunk():
+    """The shared job lookup and queue regions give each chunk what its own scheduler history gives it."""
+    from gpu_health.metrics import goodput as G
+    from gpu_health.sim.telemetry import Window, cost_capacity, maintenance_windows
+    from gpu_health_tests.test_goodput import HISTORY, E, S, incident, inventory_of, scenario
+
+    scen = scenario(incident("training_stall"), incident("fragmentation"))
+    hist, frames = Window(scen, S - HISTORY, S).tables(), Window(scen, S, E).tables()
+    tables = {k: pd.concat([hist[k], frames[k]], ignore_index=True) for k in frames}
+    sched_all, rt_all, meta = tables["scheduler_events"], tables["job_runtime_metrics"], tables["job_metadata"]
+    # a job running in the first chunk whose submitted / started events arrive late (stamped in the second):
+    # the first chunk knows no queue for it yet
+    running = set(frames["gpu_telemetry"].loc[frames["gpu_telemetry"]["ts"] < S + pd.Timedelta(minutes=20), "job_id"].dropna())
+    late_job = sorted(running & set(sched_all.loc[sched_all["event"] == "submitted", "job_id"]))[0]
+    late = (sched_all["job_id"] == late_job) & sched_all["event"].isin(["submitted", "started"])
+    sched_all = sched_all.assign(ts=sched_all["ts"].where(~late, S + pd.Timedelta(minutes=25)))
+    frames["scheduler_events"] = sched_all[sched_all["ts"] >= S]
+    stats = B.workload_step_stats(tables, meta=meta, maintenance=None)
+    baseline = B.step_baselines_range(stats, stats[stats["partition_start"] >= S], S, E)
+    inv = inventory_of(tables)
+    cuts = [S, S + pd.Timedelta(minutes=20), S + pd.Timedelta(minutes=40), E]
+    chunks = [(a, b, inv) for a, b in zip(cuts[:-1], cuts[1:])]
+    in_window = {k: frames[k] for k in ("gpu_telemetry", "node_telemetry", "job_runtime_metrics", "scheduler_events")}
+    capacity, maint = cost_capacity(scen, S), maintenance_windows(scen)
+    corroborated = pd.DataFrame({"partition_start": [S + MIN5], "node_id": [inv["node_id"].iloc[0]]})
+
+    want_l, want_f = [], []
+    for c0, c1, inventory in chunks:
+        sub = {k: v[(v["ts"] >= c0) & (v["ts"] < c1)] for k, v in in_window.items()}
+        leaves, failures = G.compute_states(
+            sub, start=c0, end=c1, capacity=capacity, inventory=inventory, maintenance=maint, meta=meta,
+            sched_history=sched_all[sched_all["ts"] < c1],
+            baseline=baseline[(baseline["partition_start"] >= c0) & (baseline["partition_start"] < c1)],
+            runtime_history=rt_all[(rt_all["ts"] >= c0 - G.FAILURE_LOOKBACK) & (rt_all["ts"] < c0)],
+            hw_corroborated=corroborated[(corroborated["partition_start"] >= c0) & (corroborated["partition_start"] < c1)])
+        want_l.append(leaves)
+        want_f.append(failures)
+    want_leaves = pd.concat(want_l, ignore_index=True)
+    want_failures = pd.concat([f for f in want_f if len(f)] or want_f[:1], ignore_index=True)
+
+    leaves, failures = G.compute_states_range(
+        in_window, chunks, capacity=capacity, maintenance=maint, meta=meta, sched_history=sched_all,
+        baseline=baseline, runtime_history=rt_all, hw_corroborated=corroborated)
+    assert len(want_failures) and (want_leaves["state"] == "idle_blocked").any()
+    pd.testing.assert_frame_equal(leaves, want_leaves, check_exact=True)
+    pd.testing.assert_frame_equal(failures, want_failures, check_exact=True)

@@ -184,8 +184,13 @@ def queue_regions(sched: pd.DataFrame, node_region: dict) -> dict:
     placed = sched[sched["event"].isin(["started", "ended"]) & sched["node_ids"].notna()]
     if placed.empty:
         return {}
-    first = placed["node_ids"].astype(str).str.split(",", n=1).str[0].map(node_region)
-    share = pd.crosstab(placed["queue"].astype(object), first.astype(object), normalize="index")
+    return _queue_regions_of(placed["queue"], placed["node_ids"].astype(str).str.split(",", n=1).str[0], node_region)
+
+
+def _queue_regions_of(queue: pd.Series, first_node: pd.Series, node_region: dict) -> dict:
+    """:func:`queue_regions` given each placement's queue and first node."""
+    first = first_node.map(node_region)
+    share = pd.crosstab(queue.astype(object), first.astype(object), normalize="index")
     best = share.idxmax(axis=1)
     return {q: r for q, r in best.items() if share.loc[q, r] >= 0.95}
 
@@ -237,7 +242,8 @@ def _codes(values, universe: pd.Index) -> np.ndarray:
 def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, inventory: pd.DataFrame,
                    maintenance: pd.DataFrame | None, meta: pd.DataFrame | None, sched_history: pd.DataFrame | None,
                    baseline: pd.DataFrame | None, runtime_history: pd.DataFrame | None = None,
-                   hw_corroborated: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+                   hw_corroborated: pd.DataFrame | None = None,
+                   history: "_SchedHistory | None" = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Leaves of the loss tree for ``[start, end)``.
 
     Returns ``(leaves, failures)``: leaves hold gpu_minutes per partition_start x
@@ -316,7 +322,7 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     g_job = np.full(n, -1, dtype=np.int64)
     if n and has_job.any():
         g_job[has_job] = _codes(gpu.loc[has_job, "job_id"], job_uni)
-    lookup = job_lookup(meta, sched_history)
+    lookup = history.job_lookup(end) if history is not None else job_lookup(meta, sched_history)
     lookup = lookup.reindex(job_uni).astype(object).fillna("unknown") if len(job_uni) else lookup.iloc[0:0]
     attr_cols = ["team", "workload_class", "model_type", "framework_version", "queue"]
     if len(job_uni):
@@ -378,7 +384,7 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
         # idle split by pending demand: a queue's pending GPUs are matched with idle GPUs of its region
         # (queues map to a region by where their jobs run); pending jobs of shared queues with any idle GPU
         return _blocked_fraction(idle, t_idx, node_region[g_node] if n else np.zeros(0, dtype=object), minutes,
-                                 sched_history, node_region, node_uni)
+                                 sched_history, node_region, node_uni, history=history, end=end)
 
     W = reported_state_weights(has_job=has_job, in_maint=in_maint, fatal=fatal, health=health, lost=lost, busy=busy,
                                reports=reports, interactive=interactive, has_row=has_row, steps=steps,
@@ -495,14 +501,90 @@ def _progress_split(st, loader, sync, ckt, base, base_ld, base_sy) -> dict[str, 
             "excess": excess, "tot": tot}
 
 
-def _blocked_fraction(idle, t_idx, row_region, minutes, sched_history, node_region, node_uni) -> np.ndarray:
+class _SchedHistory:
+    """What :func:`compute_states` derives from the scheduler history, computed once for a range of chunks:
+    the job lookup and each placement's first node over the whole history, cut per chunk to the events
+    before its end -- as the chunk's own ``sched_history`` (events before the chunk's end) would give them."""
+
+    def __init__(self, meta: pd.DataFrame | None, sched: pd.DataFrame | None):
+        self.sched = sched
+        self.lookup = job_lookup(meta, sched)
+        if sched is not None and len(sched):
+            ev = sched[sched["event"].isin(["submitted", "started"])]
+            self.first_event = ev.groupby("job_id")["ts"].min()  # the event job_lookup takes the queue from
+            placed = sched[sched["event"].isin(["started", "ended"]) & sched["node_ids"].notna()]
+            self.placed_ts = placed["ts"]
+            self.placed_queue = placed["queue"]
+            self.placed_first = placed["node_ids"].astype(str).str.split(",", n=1).str[0]
+        else:
+            self.first_event = None
+
+    def job_lookup(self, end) -> pd.DataFrame:
+        """job_lookup(meta, sched[ts < end]): a job whose first submitted / started event is at or after
+        ``end`` has no queue yet."""
+        if self.first_event is None:
+            return self.lookup
+        late = self.first_event[self.first_event >= end].index
+        if not len(late):
+            return self.lookup
+        out = self.lookup.copy()
+        out.loc[out.index.isin(late), "queue"] = "unknown"
+        return out
+
+    def queue_regions(self, end, node_region: dict) -> dict:
+        """queue_regions(sched[ts < end], node_region)."""
+        if self.first_event is None:
+            return {}
+        before = (self.placed_ts < end).to_numpy()
+        if not before.any():
+            return {}
+        return _queue_regions_of(self.placed_queue[before], self.placed_first[before], node_region)
+
+
+def compute_states_range(frames: dict, chunks, *, capacity: pd.DataFrame | None, maintenance: pd.DataFrame | None,
+                         meta: pd.DataFrame | None, sched_history: pd.DataFrame, baseline: pd.DataFrame | None,
+                         runtime_history: pd.DataFrame | None, hw_corroborated: pd.DataFrame | None
+                         ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`compute_states` of each ``(chunk_start, chunk_end, inventory)`` of ``chunks`` (consecutive, a day
+    at most each), concatenated: ``(leaves, failures)``.
+
+    ``frames``: the range's gpu_telemetry, node_telemetry, job_runtime_metrics and scheduler_events (events
+    in the range only); ``sched_history``: scheduler events from the look-back before the range to its end;
+    ``runtime_history``: job_runtime_metrics from FAILURE_LOOKBACK before the range to its end; ``capacity``,
+    ``baseline``, ``hw_corroborated``: the range's rows. Each chunk sees exactly what a call of compute_states
+    on it alone would see; the job lookup and the queues' regions are derived from the history once.
+    """
+    history = _SchedHistory(meta, sched_history)
+    leaves_parts, fail_parts = [], []
+    for c0, c1, inventory in chunks:  # bounded memory; results do not depend on the chunking
+        sub = {k: v[(v["ts"] >= c0) & (v["ts"] < c1)] for k, v in frames.items()}
+        rt = runtime_history
+        leaves, failures = compute_states(
+            sub, start=c0, end=c1, capacity=capacity[capacity["date"].astype(str) == str(c0.date())],
+            inventory=inventory, maintenance=maintenance, meta=meta,
+            sched_history=sched_history[sched_history["ts"] < c1],
+            baseline=baseline[(baseline["partition_start"] >= c0) & (baseline["partition_start"] < c1)],
+            runtime_history=rt[(rt["ts"] >= c0 - FAILURE_LOOKBACK) & (rt["ts"] < c0)],
+            hw_corroborated=hw_corroborated[(hw_corroborated["partition_start"] >= c0)
+                                            & (hw_corroborated["partition_start"] < c1)],
+            history=history)
+        leaves_parts.append(leaves)
+        fail_parts.append(failures)
+    leaves = pd.concat(leaves_parts, ignore_index=True)
+    failures = pd.concat([f for f in fail_parts if len(f)] or fail_parts[:1], ignore_index=True)
+    return leaves, failures
+
+
+def _blocked_fraction(idle, t_idx, row_region, minutes, sched_history, node_region, node_uni, *,
+                      history: "_SchedHistory | None" = None, end=None) -> np.ndarray:
     M = len(minutes)
     if not len(t_idx):
         return np.zeros(0)
     regions, r_code = np.unique(row_region.astype(str), return_inverse=True)
     R = len(regions)
     idle_rm = np.bincount(r_code[idle] * M + t_idx[idle], minlength=R * M).reshape(R, M).astype(float)
-    qmap = queue_regions(sched_history, dict(zip(np.asarray(node_uni, dtype=object), node_region)))
+    node_map = dict(zip(np.asarray(node_uni, dtype=object), node_region))
+    qmap = history.queue_regions(end, node_map) if history is not None else queue_regions(sched_history, node_map)
     groups = None
     if sched_history is not None and len(sched_history) and qmap:
         q = sched_history.drop_duplicates("job_id").set_index("job_id")["queue"].astype(object)
