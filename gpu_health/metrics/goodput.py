@@ -331,29 +331,34 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     else:
         job_attr, attr_uni, job_interactive = np.zeros(0, np.int64), [], np.zeros(0, bool)
     jj = np.clip(g_job, 0, None)
-    jk = t_idx * Nj + jj
-    gpus_per = np.bincount(jk[has_job], minlength=M * Nj) if n else np.zeros(M * Nj, np.int64)
-    row_gpus = np.where(has_job, gpus_per[jk], 0) if n else np.zeros(0, np.int64)
+    jk = t_idx * Nj + jj  # (minute, job) key of each row
+    row_gpus = np.zeros(n, np.int64)  # GPUs the row's job holds in the row's minute
+    if n and has_job.any():
+        _, inv_g, cnt_g = np.unique(jk[has_job], return_inverse=True, return_counts=True)
+        row_gpus[has_job] = cnt_g[inv_g.ravel()]
 
-    steps_arr = np.full(M * Nj, np.nan)
-    st_arr, ld_arr, sy_arr, ck_arr = (np.full(M * Nj, np.nan) for _ in range(4))
+    # runtime metrics per (minute, job) key (sorted keys; a key's last runtime row, as an assignment keeps it)
+    rt_keys = np.zeros(0, np.int64)
+    rt_vals: dict[str, np.ndarray] = {}
     reports_job = np.zeros(Nj, dtype=bool)
     if len(runtime):
         rt_t = ((runtime["ts"] - start) // MINUTE).to_numpy(np.int64)
         rt_j = _codes(runtime["job_id"], job_uni)
         ok = (rt_t >= 0) & (rt_t < M) & (rt_j >= 0)
         kk = rt_t[ok] * Nj + rt_j[ok]
-        steps_arr[kk] = runtime["steps"].to_numpy(dtype=float)[ok]
-        for arr, col in ((st_arr, "step_time_s"), (ld_arr, "data_loader_time_s"), (sy_arr, "grad_sync_time_s"),
-                         (ck_arr, "checkpoint_time_s")):
-            arr[kk] = runtime[col].to_numpy(dtype=float, na_value=np.nan)[ok]
+        rt_keys, first_rev = np.unique(kk[::-1], return_index=True)
+        last = len(kk) - 1 - first_rev
+        rt_vals["steps"] = runtime["steps"].to_numpy(dtype=float)[ok][last]
+        for col in ("step_time_s", "data_loader_time_s", "grad_sync_time_s", "checkpoint_time_s"):
+            rt_vals[col] = runtime[col].to_numpy(dtype=float, na_value=np.nan)[ok][last]
         reports_job[rt_j[rt_j >= 0]] = True
-    nan_n = np.full(n, np.nan)
+    at = np.clip(np.searchsorted(rt_keys, jk), 0, max(len(rt_keys) - 1, 0))
+    found = has_job & (rt_keys[at] == jk) if len(rt_keys) else np.zeros(n, dtype=bool)
 
-    def per_row(arr):
-        return np.where(has_job, arr[jk], np.nan) if n else nan_n
+    def per_row(col):
+        return np.where(found, rt_vals[col][at], np.nan) if len(rt_keys) else np.full(n, np.nan)
 
-    steps = per_row(steps_arr)
+    steps = per_row("steps")
     has_row = ~np.isnan(steps)
     reports = has_job & reports_job[jj] if n else np.zeros(0, bool)
     interactive = has_job & job_interactive[jj] if n and len(job_uni) else np.zeros(n, bool)
@@ -375,7 +380,8 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
 
     # --- efficiency against the baseline (per partition x signature) ---------------------------
     with np.errstate(invalid="ignore"):  # NaN step times (no row this minute) propagate by design
-        st, loader, sync, ckt = per_row(st_arr), per_row(ld_arr), per_row(sy_arr), per_row(ck_arr)
+        st, loader, sync, ckt = (per_row(c) for c in ("step_time_s", "data_loader_time_s", "grad_sync_time_s",
+                                                      "checkpoint_time_s"))
         base, base_ld, base_sy = _baseline_arrays(baseline, start, t_idx, g_job, lookup, job_uni, gpu["sku"], row_gpus)
     progress = _progress_split(st, loader, sync, ckt, base, base_ld, base_sy)
 
