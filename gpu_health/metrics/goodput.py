@@ -159,7 +159,11 @@ def pending_gpus(sched: pd.DataFrame, minutes: pd.DatetimeIndex, groups: pd.Seri
     """
     if sched is None or sched.empty or not len(minutes):
         return {None: np.zeros(len(minutes))}
-    jobs = queue_table(sched)
+    return _pending_sweep(queue_table(sched), minutes, groups)
+
+
+def _pending_sweep(jobs: pd.DataFrame, minutes: pd.DatetimeIndex, groups: pd.Series | None) -> dict:
+    """:func:`pending_gpus` given the queue table (sub, gpus, left per job)."""
     jobs["group"] = jobs.index.map(groups).astype(object) if groups is not None else None
     mid = (minutes + pd.Timedelta(seconds=30)).values
     out = {}
@@ -522,8 +526,73 @@ class _SchedHistory:
             self.placed_ts = placed["ts"]
             self.placed_queue = placed["queue"]
             self.placed_first = placed["node_ids"].astype(str).str.split(",", n=1).str[0]
+            # per job (integer codes): first row, submitted span, most GPUs asked, first start / end
+            n = len(sched)
+            self.ts = sched["ts"].to_numpy(dtype="datetime64[ns]").view("int64")
+            self.codes, uni = pd.factorize(np.asarray(sched["job_id"], dtype=object))
+            self.jobs = pd.Index(np.asarray(uni, dtype=object))
+            J = len(uni)
+            big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+            known = self.codes >= 0
+            self.first_row = np.full(J, n, dtype=np.int64)
+            np.minimum.at(self.first_row, self.codes[known], np.flatnonzero(known))
+            sub = (sched["event"] == "submitted").to_numpy() & known
+            self.sub_min, self.sub_max = np.full(J, big), np.full(J, small)
+            np.minimum.at(self.sub_min, self.codes[sub], self.ts[sub])
+            np.maximum.at(self.sub_max, self.codes[sub], self.ts[sub])
+            self.gpus = np.full(J, -np.inf)
+            np.fmax.at(self.gpus, self.codes[sub], sched["gpus"].to_numpy(dtype=float, na_value=np.nan)[sub])
+            self.gpus[np.isinf(self.gpus)] = np.nan  # (groupby's max of no value)
+            go = sched["event"].isin(["started", "ended"]).to_numpy() & known
+            self.left = np.full(J, big)
+            np.minimum.at(self.left, self.codes[go], self.ts[go])
+            self.queue = np.asarray(sched["queue"].astype(object), dtype=object)
         else:
             self.first_event = None
+
+    def pending_gpus(self, end, minutes: pd.DatetimeIndex, groups: pd.Series | None) -> dict:
+        """pending_gpus(sched[ts < end], minutes, groups): a job submitted only before ``end`` is taken from the
+        whole history; one also submitted (again) after it is re-derived from its events before ``end``."""
+        if self.first_event is None or not len(minutes):
+            return {None: np.zeros(len(minutes))}
+        end_ns = pd.Timestamp(end).as_unit("ns").value
+        if not (self.ts < end_ns).any():
+            return {None: np.zeros(len(minutes))}
+        seen = self.sub_min < end_ns
+        clean = seen & (self.sub_max < end_ns)
+        idx = np.flatnonzero(clean)
+        left = self.left[idx]
+        table = pd.DataFrame({
+            "sub": pd.DatetimeIndex(self.sub_min[idx].view("datetime64[ns]")).tz_localize("UTC"),
+            "gpus": self.gpus[idx],
+            "left": pd.DatetimeIndex(np.where(left < end_ns, left, np.iinfo(np.int64).min).view("datetime64[ns]")).tz_localize("UTC"),
+        }, index=pd.Index(self.jobs[idx], name="job_id"))
+        dirty = np.flatnonzero(seen & ~clean)
+        if len(dirty):
+            rows = np.isin(self.codes, dirty) & (self.ts < end_ns)
+            again = queue_table(self.sched[rows])[["sub", "gpus", "left"]]
+            table = pd.concat([table, again.astype({"gpus": float})])
+        table = table.iloc[np.argsort(np.asarray(table.index, dtype=object), kind="stable")]
+        return _pending_sweep(table, minutes, groups) if len(table) else {None: np.zeros(len(minutes))}
+
+    def queue_groups(self, end, qmap: dict) -> pd.Series:
+        """The group (region) of each job's queue -- the queue of its first event before ``end``, as
+        ``sched[ts < end].drop_duplicates('job_id')`` reads it -- through ``qmap``."""
+        end_ns = pd.Timestamp(end).as_unit("ns").value
+        first = self.first_row
+        ok = first < len(self.ts)
+        on_time = np.zeros(len(first), dtype=bool)
+        on_time[ok] = self.ts[first[ok]] < end_ns
+        row = np.where(on_time, first, -1)
+        late = np.flatnonzero(ok & ~on_time)
+        if len(late):  # first row after ``end``: its first row before it, if any
+            rows = np.flatnonzero(np.isin(self.codes, late) & (self.ts < end_ns))
+            r2 = np.full(len(first), len(self.ts), dtype=np.int64)
+            np.minimum.at(r2, self.codes[rows], rows)
+            row[late] = np.where(r2[late] < len(self.ts), r2[late], -1)
+        has = row >= 0
+        q = pd.Series(self.queue[row[has]], index=pd.Index(self.jobs[has], name="job_id"), dtype=object)
+        return q.map(qmap)
 
     def job_lookup(self, end) -> pd.DataFrame:
         """job_lookup(meta, sched[ts < end]): a job whose first submitted / started event is at or after
@@ -547,6 +616,15 @@ class _SchedHistory:
         return _queue_regions_of(self.placed_queue[before], self.placed_first[before], node_region)
 
 
+def _rows_between(frame: pd.DataFrame, start, end) -> pd.DataFrame:
+    """``frame[(frame.ts >= start) & (frame.ts < end)]``; a slice (no mask over every row) when ts is sorted."""
+    ts = frame["ts"]
+    if ts.is_monotonic_increasing and not ts.hasnans:
+        lo, hi = ts.searchsorted(pd.Timestamp(start), side="left"), ts.searchsorted(pd.Timestamp(end), side="left")
+        return frame.iloc[lo:hi]
+    return frame[(ts >= start) & (ts < end)]
+
+
 def compute_states_range(frames: dict, chunks, *, capacity: pd.DataFrame | None, maintenance: pd.DataFrame | None,
                          meta: pd.DataFrame | None, sched_history: pd.DataFrame, baseline: pd.DataFrame | None,
                          runtime_history: pd.DataFrame | None, hw_corroborated: pd.DataFrame | None
@@ -563,7 +641,7 @@ def compute_states_range(frames: dict, chunks, *, capacity: pd.DataFrame | None,
     history = _SchedHistory(meta, sched_history)
     leaves_parts, fail_parts = [], []
     for c0, c1, inventory in chunks:  # bounded memory; results do not depend on the chunking
-        sub = {k: v[(v["ts"] >= c0) & (v["ts"] < c1)] for k, v in frames.items()}
+        sub = {k: _rows_between(v, c0, c1) for k, v in frames.items()}
         rt = runtime_history
         leaves, failures = compute_states(
             sub, start=c0, end=c1, capacity=capacity[capacity["date"].astype(str) == str(c0.date())],
@@ -586,16 +664,24 @@ def _blocked_fraction(idle, t_idx, row_region, minutes, sched_history, node_regi
     M = len(minutes)
     if not len(t_idx):
         return np.zeros(0)
-    regions, r_code = np.unique(row_region.astype(str), return_inverse=True)
+    # regions sorted by name (as strings: np.unique(row_region.astype(str))), factorized once per distinct value
+    codes, uni = pd.factorize(np.asarray(row_region, dtype=object), use_na_sentinel=False)
+    regions, uni_code = np.unique(np.asarray(uni, dtype=object).astype(str), return_inverse=True)
+    r_code = uni_code.ravel()[codes]
     R = len(regions)
     idle_rm = np.bincount(r_code[idle] * M + t_idx[idle], minlength=R * M).reshape(R, M).astype(float)
     node_map = dict(zip(np.asarray(node_uni, dtype=object), node_region))
     qmap = history.queue_regions(end, node_map) if history is not None else queue_regions(sched_history, node_map)
     groups = None
-    if sched_history is not None and len(sched_history) and qmap:
-        q = sched_history.drop_duplicates("job_id").set_index("job_id")["queue"].astype(object)
-        groups = q.map(qmap)
-    pend = pending_gpus(sched_history, minutes, groups)
+    if history is not None:
+        if sched_history is not None and len(sched_history) and qmap:
+            groups = history.queue_groups(end, qmap)
+        pend = history.pending_gpus(end, minutes, groups)
+    else:
+        if sched_history is not None and len(sched_history) and qmap:
+            q = sched_history.drop_duplicates("job_id").set_index("job_id")["queue"].astype(object)
+            groups = q.map(qmap)
+        pend = pending_gpus(sched_history, minutes, groups)
     blocked = np.zeros((R, M))
     for i, r in enumerate(regions):
         blocked[i] = np.minimum(idle_rm[i], pend.get(r, np.zeros(M)))
