@@ -193,10 +193,17 @@ def _ranked_causes(by_a: pd.Series, by_e: pd.Series, leaf_table, dims: list[str]
                    min_state_growth: float, start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame:
     """The body of :func:`decompose` for one window, given its GPU-minutes per state (actual, expected) and
     ``leaf_table(scale)`` -> a function state -> the state's leaves (:meth:`_LeafTable.frame`)."""
+    causes = _window_causes(by_a, by_e, leaf_table, dims, max_causes, min_state_growth, start, end)
+    return _assemble([causes]) if causes is not None else _empty()
+
+
+def _window_causes(by_a, by_e, leaf_table, dims, max_causes, min_state_growth, start, end):
+    """The cause rows of one window before ranking: ``(rows, drop, has_drop, start, end)``, or None when there is
+    nothing to decompose or no state grew."""
     try:
         deltas = _state_deltas(by_a, by_e)
     except ValueError:
-        return _empty()
+        return None
     paid = float(deltas["actual_gpu_minutes"].sum())
     scale = paid / float(by_e.sum())
     drop = float(deltas.loc["productive", "expected_gpu_minutes"] - deltas.loc["productive", "actual_gpu_minutes"])
@@ -237,15 +244,28 @@ def _ranked_causes(by_a: pd.Series, by_e: pd.Series, leaf_table, dims: list[str]
                              f"{', '.join(dims)}: no narrower set of values carries it"),
             })
     if not rows:
-        return _empty()
-    out = pd.DataFrame(rows)
-    out["share_of_drop"] = out["change"] / drop if has_drop else np.nan
+        return None
+    return rows, drop, has_drop, start, end
+
+
+def _assemble(windows: list) -> pd.DataFrame:
+    """Rank the cause rows of each window (:func:`_window_causes`): named causes before the spread rests, by the
+    GPU-minutes they moved (then by state order); ``share_of_drop`` = change / the window's productive drop."""
+    out = pd.DataFrame([r for rows, *_ in windows for r in rows])
+    n = np.array([len(rows) for rows, *_ in windows])
+    w = np.repeat(np.arange(len(windows)), n)
+    drop = np.repeat(np.array([d for _, d, *_ in windows], dtype=float), n)
+    has_drop = np.repeat(np.array([h for _, _, h, *_ in windows], dtype=bool), n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["share_of_drop"] = np.where(has_drop, out["change"].to_numpy(dtype=float) / drop, np.nan)
     order = {s: i for i, s in enumerate(STATES)}
-    out = out.assign(_spread=out["elements"] == "{}", _state=out["state"].map(order))
-    out = out.sort_values(["_spread", "change", "_state"], ascending=[True, False, True], kind="stable", ignore_index=True)
-    out["rank"] = np.arange(1, len(out) + 1)
-    out["partition_start"] = start
-    out["window_end"] = end
+    out = out.assign(_w=w, _spread=out["elements"] == "{}", _state=out["state"].map(order))
+    out = out.sort_values(["_w", "_spread", "change", "_state"], ascending=[True, True, False, True], kind="stable",
+                          ignore_index=True)
+    out["rank"] = out.groupby("_w").cumcount().to_numpy(dtype=np.int64) + 1
+    ws = out["_w"].to_numpy()
+    out["partition_start"] = pd.DatetimeIndex([x[3] for x in windows])[ws]
+    out["window_end"] = pd.DatetimeIndex([x[4] for x in windows])[ws]
     return out[OUT_COLUMNS]
 
 
@@ -268,20 +288,22 @@ def decompose_range(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame, 
     if not len(parts):
         return pd.DataFrame()
     ia, ie = parts.get_indexer(pa_), parts.get_indexer(pe_)
-    act = actual_leaves[ia >= 0]
-    exp = expected_leaves[ie >= 0]
     # each partition's rows in the order the per-partition call sees them: its actual rows, then its expected ones
-    both = pd.concat([act[[*dims, "state", "gpu_minutes"]].assign(_side=0, _p=ia[ia >= 0]),
-                      exp[[*dims, "state", "gpu_minutes"]].assign(_side=1, _p=ie[ie >= 0])], ignore_index=True)
-    both = both.iloc[np.lexsort((both["_side"].to_numpy(), both["_p"].to_numpy()))].reset_index(drop=True)
-    p_row = both["_p"].to_numpy()
-    side = both["_side"].to_numpy()
+    p_all = np.concatenate([ia[ia >= 0], ie[ie >= 0]])
+    side_all = np.concatenate([np.zeros(int((ia >= 0).sum()), np.int64), np.ones(int((ie >= 0).sum()), np.int64)])
+    order = np.lexsort((side_all, p_all))
+    cols = [*dims, "state", "gpu_minutes"]
+    both = pd.concat([actual_leaves.loc[ia >= 0, cols], expected_leaves.loc[ie >= 0, cols]], ignore_index=True)
+    both = both.take(order).reset_index(drop=True)
+    p_row = p_all[order]
+    side = side_all[order]
     state = both["state"].astype(object).to_numpy()
     P = len(parts)
 
     # GPU-minutes per partition x state and side (groupby sums the rows in the same order as per partition)
     bad_parts = set(p_row[~pd.Index(state).isin(STATES)].tolist())  # _by_state refuses unknown states
-    sums = both.assign(state=state).groupby(["_p", "_side", "state"], sort=False)["gpu_minutes"].sum()
+    sums = (pd.DataFrame({"_p": p_row, "_side": side, "state": state, "gpu_minutes": both["gpu_minutes"].to_numpy()})
+            .groupby(["_p", "_side", "state"], sort=False)["gpu_minutes"].sum())
     by_side = {}
     for sd in (0, 1):
         m = sums.xs(sd, level="_side").unstack("state").reindex(index=range(P), columns=STATES)
@@ -291,7 +313,7 @@ def decompose_range(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame, 
     if keyed.isna().any().any():
         keyed = keyed.astype(object).fillna("unknown")
     leaf, first_row, starts, big = _leaf_codes_by_partition(keyed, dims, p_row, P)
-    universe = keyed.iloc[first_row].astype(object).reset_index(drop=True)
+    universe = {c: keyed[c].to_numpy(dtype=object)[first_row] for c in dims}  # (columns of _LeafTable.universe)
     minutes_raw = both["gpu_minutes"].to_numpy(dtype=float)
     state_code = pd.Index(STATES).get_indexer(state)
     row_starts = np.searchsorted(p_row, np.arange(P + 1), side="left")
@@ -309,12 +331,25 @@ def decompose_range(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame, 
         else:
             by_a = pd.Series(by_side[0][i], index=pd.Index(STATES, name="state"), name="gpu_minutes")
             by_e = pd.Series(by_side[1][i], index=pd.Index(STATES, name="state"), name="gpu_minutes")
-            res = _ranked_causes(by_a, by_e, _range_leaf_table(i, starts, leaf, row_starts, side, state_code,
-                                                               minutes_raw, universe),
-                                 dims, max_causes, min_state_growth, start, end)
-        if len(res):
+            causes = _window_causes(by_a, by_e, _range_leaf_table(i, starts, leaf, row_starts, side, state_code,
+                                                                  minutes_raw, universe),
+                                    dims, max_causes, min_state_growth, start, end)
+            res = causes
+        if res is not None and len(res):
             out.append(res)
-    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+    # windows in partition order; a partition decomposed alone (a frame) stays as it is
+    frames, run = [], []
+    for res in out:
+        if isinstance(res, pd.DataFrame):
+            if run:
+                frames.append(_assemble(run))
+                run = []
+            frames.append(res)
+        else:
+            run.append(res)
+    if run:
+        frames.append(_assemble(run))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def _range_leaf_table(i, starts, leaf, row_starts, side, state_code, minutes_raw, universe):
@@ -327,7 +362,7 @@ def _range_leaf_table(i, starts, leaf, row_starts, side, state_code, minutes_raw
         lf, st, sd = leaf[r0:r1] - lo, state_code[r0:r1], side[r0:r1]
         mins = minutes_raw[r0:r1] * np.where(sd == 1, scale, 1.0)
         n = hi - lo
-        uni = universe.iloc[lo:hi].reset_index(drop=True)
+        uni = {c: v[lo:hi] for c, v in universe.items()}
         paid = {sv: np.bincount(lf[sd == sv], weights=mins[sd == sv], minlength=n) for sv in (0, 1)}
 
         def frame(name: str) -> pd.DataFrame:
@@ -335,12 +370,12 @@ def _range_leaf_table(i, starts, leaf, row_starts, side, state_code, minutes_raw
             same_kind = [STATES.index(s) for s in STATES if kind == "any" or STATE_KIND[s] in (kind, "any")]
             seen = np.bincount(lf[np.isin(st, same_kind)], minlength=n) > 0
             sel_state = st == STATES.index(name)
-            out = uni.copy()
+            out = {c: v[seen] for c, v in uni.items()}
             for col, sv in (("actual", 0), ("expected", 1)):
                 sel = sel_state & (sd == sv)
-                out[col] = np.bincount(lf[sel], weights=mins[sel], minlength=n)
-                out[f"paid_{col}"] = paid[sv]
-            return out[seen].reset_index(drop=True)
+                out[col] = np.bincount(lf[sel], weights=mins[sel], minlength=n)[seen]
+                out[f"paid_{col}"] = paid[sv][seen]
+            return pd.DataFrame(out)
 
         return frame
 
