@@ -227,13 +227,15 @@ class _Context:
         g["allocated"] = g["job_id"].notna()
         nw = self.window(node)
         bad = nw.loc[nw["health"].isin(UNSCHEDULABLE), ["ts", "node_id"]].astype({"node_id": object})
+        self.ts_codes, ts_uni = pd.factorize(ts_ns)
+        self.node_codes, self.node_uni = pd.factorize(g["node_id"].to_numpy(), use_na_sentinel=False)
         if len(bad):  # (minute, node) pairs whose node is drained or down
             b_ns = bad["ts"].to_numpy(dtype="datetime64[ns]").view("int64")
-            t_codes, _ = pd.factorize(np.concatenate([ts_ns, b_ns]))
-            n_codes, n_uni = pd.factorize(np.concatenate([g["node_id"].to_numpy(), bad["node_id"].to_numpy()]),
-                                          use_na_sentinel=False)
-            pair = t_codes.astype(np.int64) * (len(n_uni) + 1) + n_codes
-            g["schedulable"] = ~np.isin(pair[:len(g)], pair[len(g):])
+            bt = pd.Index(ts_uni).get_indexer(b_ns)
+            bn = pd.Index(self.node_uni).get_indexer(bad["node_id"].to_numpy())
+            width = len(self.node_uni) + 1
+            bad_pairs = (bt.astype(np.int64) * width + bn)[(bt >= 0) & (bn >= 0)]
+            g["schedulable"] = ~np.isin(self.ts_codes.astype(np.int64) * width + self.node_codes, bad_pairs)
         else:
             g["schedulable"] = True
         # job -> team / class of allocated rows
@@ -688,12 +690,8 @@ def _fragmentation(ctx: _Context) -> pd.DataFrame:
         agg = g.groupby(["p", *dims], sort=False, observed=True).size().rename("n").reset_index()
         return pd.concat([agg.assign(workload_class=c) for c in WORKLOAD_CLASSES], ignore_index=True).assign(
             kpi="fragmentation", numerator=np.nan, denominator=np.nan, covered=0.0)
-    free = g["schedulable"] & ~g["allocated"]
-    nodes = pd.DataFrame({"ts": g["ts"], "node_id": g["node_id"], "p": g["p"], "region": g["region"],
-                          "sku": g["sku"], "free": free.to_numpy(dtype=float)})
-    nm = nodes.groupby(["ts", "node_id"], sort=False).agg(
-        p=("p", "first"), region=("region", "first"), sku=("sku", "first"), size=("free", "size"),
-        free=("free", "sum")).reset_index()
+    free = (g["schedulable"] & ~g["allocated"]).to_numpy(dtype=float)
+    nm = _node_minutes(g, free, ctx.ts_codes, ctx.node_codes, len(ctx.node_uni))
     minute = ((nm["ts"] - ctx.start) // MINUTE).to_numpy().astype(np.int64)
     size, fr = nm["size"].to_numpy(dtype=float), nm["free"].to_numpy()
     out = []
@@ -706,6 +704,31 @@ def _fragmentation(ctx: _Context) -> pd.DataFrame:
             numerator=("stranded", "sum"), denominator=("ts", "nunique"), n=("size", "sum")).reset_index()
         out.append(agg.assign(workload_class=cls))
     return pd.concat(out, ignore_index=True).assign(kpi="fragmentation")
+
+
+def _node_minutes(g: pd.DataFrame, free: np.ndarray, ts_codes: np.ndarray, node_codes: np.ndarray, nodes: int) -> pd.DataFrame:
+    """One row per (minute, node) of ``g`` (a group-by on ts and node_id, by integer codes): ts, p, region and
+    sku (the first non-null of its rows), ``size`` (its GPU rows) and ``free`` (the sum of ``free``)."""
+    if g["node_id"].isna().any():  # groupby drops rows without a node
+        keep = g["node_id"].notna().to_numpy()
+        g, free, ts_codes, node_codes = g[keep], free[keep], ts_codes[keep], node_codes[keep]
+    key = ts_codes.astype(np.int64) * (nodes + 1) + node_codes
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    inv = inv.ravel()
+    G = len(first)
+    out = {"ts": g["ts"].iloc[first].reset_index(drop=True), "p": g["p"].iloc[first].reset_index(drop=True)}
+    for col in ("region", "sku"):
+        v = g[col].to_numpy()
+        known = pd.notna(v)
+        pick = first.copy()
+        if not known.all():  # groupby's 'first': the group's first non-null value (None when it has none)
+            kk, fi = np.unique(inv[known], return_index=True)
+            pick = np.full(G, -1)
+            pick[kk] = np.flatnonzero(known)[fi]
+        out[col] = np.where(pick >= 0, v[np.clip(pick, 0, None)], None)
+    out["size"] = np.bincount(inv, minlength=G)
+    out["free"] = np.bincount(inv, weights=free, minlength=G)
+    return pd.DataFrame(out)
 
 
 def _cost_per_productive_gpu_hour(ctx: _Context) -> pd.DataFrame:
