@@ -150,6 +150,10 @@ def state_deltas(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame) -> 
     return _state_deltas(_by_state(actual_leaves), _by_state(expected_leaves))
 
 
+_PRODUCTIVE = STATES.index("productive")
+_LOSS_INDEX = [STATES.index(s) for s in LOSS_STATES]
+
+
 def _state_deltas(a: pd.Series, e: pd.Series) -> pd.DataFrame:
     """:func:`state_deltas` from the GPU-minutes per state of each side (:func:`_by_state`)."""
     paid_a, paid_e = a.sum(), e.sum()
@@ -200,24 +204,34 @@ def _ranked_causes(by_a: pd.Series, by_e: pd.Series, leaf_table, dims: list[str]
 def _window_causes(by_a, by_e, leaf_table, dims, max_causes, min_state_growth, start, end):
     """The cause rows of one window before ranking: ``(rows, drop, has_drop, start, end)``, or None when there is
     nothing to decompose or no state grew."""
-    try:
-        deltas = _state_deltas(by_a, by_e)
-    except ValueError:
+    # state_deltas in arrays (STATES order; the same arithmetic as the frame it returns)
+    a = by_a.reindex(STATES).to_numpy(dtype=float)
+    e = by_e.reindex(STATES).to_numpy(dtype=float)
+    paid_a, paid_e = a.sum(), e.sum()
+    if paid_a <= 0 or paid_e <= 0:
         return None
-    paid = float(deltas["actual_gpu_minutes"].sum())
+    e = e * (paid_a / paid_e)
+    a_share, e_share = a / paid_a, e / paid_a
+    delta = a_share - e_share
+    gp = _PRODUCTIVE
+    if abs(delta[gp] - np.delete(-delta, gp).sum()) > EXACT_TOL:
+        raise AssertionError("state deltas do not add up to the goodput change")
+    paid = float(paid_a)
     scale = paid / float(by_e.sum())
-    drop = float(deltas.loc["productive", "expected_gpu_minutes"] - deltas.loc["productive", "actual_gpu_minutes"])
+    drop = float(e[gp] - a[gp])
     has_drop = abs(drop) > EXACT_TOL * paid
-    goodput_a, goodput_e = deltas.loc["productive", ["actual_share", "expected_share"]]
+    goodput_a, goodput_e = a_share[gp], e_share[gp]
     header = (f"goodput {goodput_a:.2%} vs {goodput_e:.2%} expected ({(goodput_a - goodput_e) * 100:+.2f} pp, "
               f"{-drop:+,.0f} productive GPU-min of {paid:,.0f} paid)")
     floor = min_state_growth * paid
 
     rows = []
     state_frame = None
-    grown = deltas.loc[LOSS_STATES]
-    grown = grown[grown["actual_gpu_minutes"] - grown["expected_gpu_minutes"] > floor]
-    for state, d in grown.iterrows():
+    for k in _LOSS_INDEX:
+        if not (a[k] - e[k] > floor):
+            continue
+        state = STATES[k]
+        d = {"actual_gpu_minutes": a[k], "expected_gpu_minutes": e[k], "delta_share": delta[k]}
         growth = float(d["actual_gpu_minutes"] - d["expected_gpu_minutes"])
         state_text = (f"{state} {d['delta_share'] * 100:+.2f} pp of paid GPU-minutes ({growth:+,.0f} GPU-min: "
                       f"{d['actual_gpu_minutes']:,.0f} vs {d['expected_gpu_minutes']:,.0f} expected)")
