@@ -368,7 +368,14 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     interactive = has_job & job_interactive[jj] if n and len(job_uni) else np.zeros(n, bool)
 
     # failures: minutes after the last checkpoint of jobs that failed in the window
-    rt_fail = runtime if runtime_history is None or runtime_history.empty else pd.concat([runtime_history, runtime])
+    sched_w = frames["scheduler_events"]
+    if runtime_history is None or runtime_history.empty:
+        rt_fail = runtime
+    else:  # only the runtime rows of jobs ending in the window are read (_failures): keep those, in order
+        ending = (sched_w.loc[sched_w["event"] == "ended", "job_id"] if sched_w is not None and len(sched_w)
+                  else pd.Series([], dtype=object))
+        rt_fail = pd.concat([runtime_history[runtime_history["job_id"].isin(ending).to_numpy()],
+                             runtime[runtime["job_id"].isin(ending).to_numpy()]])
     failures = _failures(frames["scheduler_events"], rt_fail, gpu, start, end, history=sched_history)
     lost = np.zeros(n, dtype=bool)
     if len(failures) and n:
@@ -705,10 +712,25 @@ def _baseline_arrays(baseline, start, t_idx, g_job, lookup, job_uni, sku, row_gp
                                        b["gpus"].to_numpy(np.int64)])
     job_model = np.asarray(lookup["model_type"], dtype=object)
     jj = np.clip(g_job, 0, None)
-    sig_r = pd.MultiIndex.from_arrays([np.where(g_job >= 0, job_model[jj], None), np.asarray(sku, dtype=object),
-                                       np.asarray(row_gpus, dtype=np.int64)])
     sig_uni = sig_b.unique()
-    sb, sr = sig_uni.get_indexer(sig_b), sig_uni.get_indexer(sig_r)
+    sb = sig_uni.get_indexer(sig_b)
+    if b[["model_type", "sku", "gpus"]].isna().any().any():  # null signature parts: match tuples as pandas does
+        sig_r = pd.MultiIndex.from_arrays([np.where(g_job >= 0, job_model[jj], None), np.asarray(sku, dtype=object),
+                                           np.asarray(row_gpus, dtype=np.int64)])
+        sr = sig_uni.get_indexer(sig_r)
+    else:  # each row's signature by level codes (model per job, SKU and GPUs per row): no MultiIndex of rows
+        levels = [pd.Index(pd.unique(np.asarray(sig_uni.get_level_values(i), dtype=object if i < 2 else np.int64)))
+                  for i in range(3)]
+        width = [len(x) for x in levels]
+        uk = [levels[i].get_indexer(np.asarray(sig_uni.get_level_values(i), dtype=object if i < 2 else np.int64))
+              for i in range(3)]
+        key_uni = pd.Index((uk[0].astype(np.int64) * width[1] + uk[1]) * width[2] + uk[2])
+        m_row = levels[0].get_indexer(job_model)[jj]
+        s_row = levels[1].get_indexer(np.asarray(sku, dtype=object))
+        g_row = levels[2].get_indexer(np.asarray(row_gpus, dtype=np.int64))
+        valid = (g_job >= 0) & (m_row >= 0) & (s_row >= 0) & (g_row >= 0)
+        key_row = (m_row.astype(np.int64) * width[1] + s_row) * width[2] + g_row
+        sr = np.where(valid, key_uni.get_indexer(np.where(valid, key_row, -1)), -1)
     P = int(t_idx.max() // 5) + 1 if per_partition else 1
     pb = ((b["partition_start"] - start) // pd.Timedelta(minutes=5)).to_numpy(np.int64) if per_partition else np.zeros(len(b), np.int64)
     ok = (pb >= 0) & (pb < P) & (sb >= 0)
