@@ -147,8 +147,15 @@ def state_deltas(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame) -> 
     state's contribution to the change of goodput; they sum to it exactly).
     Raises ``ValueError`` when either side has no paid GPU-minutes.
     """
-    a = _by_state(actual_leaves)
-    e = _by_state(expected_leaves)
+    return _state_deltas(_by_state(actual_leaves), _by_state(expected_leaves))
+
+
+_PRODUCTIVE = STATES.index("productive")
+_LOSS_INDEX = [STATES.index(s) for s in LOSS_STATES]
+
+
+def _state_deltas(a: pd.Series, e: pd.Series) -> pd.DataFrame:
+    """:func:`state_deltas` from the GPU-minutes per state of each side (:func:`_by_state`)."""
     paid_a, paid_e = a.sum(), e.sum()
     if paid_a <= 0 or paid_e <= 0:
         raise ValueError(f"nothing to decompose: paid GPU-minutes actual {paid_a:g}, expected {paid_e:g}")
@@ -177,29 +184,59 @@ def decompose(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame, *, dim
     frame when there is nothing to decompose (no paid GPU-minutes on a side).
     """
     start, end = _window(actual_leaves, start, end)
+    dims = list(dimensions)
     try:
-        deltas = state_deltas(actual_leaves, expected_leaves)
+        by_a, by_e = _by_state(actual_leaves), _by_state(expected_leaves)
     except ValueError:
         return _empty()
-    paid = float(deltas["actual_gpu_minutes"].sum())
-    scale = paid / float(_by_state(expected_leaves).sum())
-    drop = float(deltas.loc["productive", "expected_gpu_minutes"] - deltas.loc["productive", "actual_gpu_minutes"])
+    return _ranked_causes(by_a, by_e, lambda scale: _LeafTable(actual_leaves, expected_leaves, dims, scale).frame,
+                          dims, max_causes, min_state_growth, start, end)
+
+
+def _ranked_causes(by_a: pd.Series, by_e: pd.Series, leaf_table, dims: list[str], max_causes: int,
+                   min_state_growth: float, start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame:
+    """The body of :func:`decompose` for one window, given its GPU-minutes per state (actual, expected) and
+    ``leaf_table(scale)`` -> a function state -> the state's leaves (:meth:`_LeafTable.frame`)."""
+    causes = _window_causes(by_a, by_e, leaf_table, dims, max_causes, min_state_growth, start, end)
+    return _assemble([causes]) if causes is not None else _empty()
+
+
+def _window_causes(by_a, by_e, leaf_table, dims, max_causes, min_state_growth, start, end):
+    """The cause rows of one window before ranking: ``(rows, drop, has_drop, start, end)``, or None when there is
+    nothing to decompose or no state grew."""
+    # state_deltas in arrays (STATES order; the same arithmetic as the frame it returns)
+    a = by_a.reindex(STATES).to_numpy(dtype=float)
+    e = by_e.reindex(STATES).to_numpy(dtype=float)
+    paid_a, paid_e = a.sum(), e.sum()
+    if paid_a <= 0 or paid_e <= 0:
+        return None
+    e = e * (paid_a / paid_e)
+    a_share, e_share = a / paid_a, e / paid_a
+    delta = a_share - e_share
+    gp = _PRODUCTIVE
+    if abs(delta[gp] - np.delete(-delta, gp).sum()) > EXACT_TOL:
+        raise AssertionError("state deltas do not add up to the goodput change")
+    paid = float(paid_a)
+    scale = paid / float(by_e.sum())
+    drop = float(e[gp] - a[gp])
     has_drop = abs(drop) > EXACT_TOL * paid
-    goodput_a, goodput_e = deltas.loc["productive", ["actual_share", "expected_share"]]
+    goodput_a, goodput_e = a_share[gp], e_share[gp]
     header = (f"goodput {goodput_a:.2%} vs {goodput_e:.2%} expected ({(goodput_a - goodput_e) * 100:+.2f} pp, "
               f"{-drop:+,.0f} productive GPU-min of {paid:,.0f} paid)")
     floor = min_state_growth * paid
-    dims = list(dimensions)
 
     rows = []
-    table = _LeafTable(actual_leaves, expected_leaves, dims, scale)
-    grown = deltas.loc[LOSS_STATES]
-    grown = grown[grown["actual_gpu_minutes"] - grown["expected_gpu_minutes"] > floor]
-    for state, d in grown.iterrows():
+    state_frame = None
+    for k in _LOSS_INDEX:
+        if not (a[k] - e[k] > floor):
+            continue
+        state = STATES[k]
+        d = {"actual_gpu_minutes": a[k], "expected_gpu_minutes": e[k], "delta_share": delta[k]}
         growth = float(d["actual_gpu_minutes"] - d["expected_gpu_minutes"])
         state_text = (f"{state} {d['delta_share'] * 100:+.2f} pp of paid GPU-minutes ({growth:+,.0f} GPU-min: "
                       f"{d['actual_gpu_minutes']:,.0f} vs {d['expected_gpu_minutes']:,.0f} expected)")
-        causes = drill_down(table.frame(state), dims, "actual", "expected", max_causes=max_causes,
+        state_frame = state_frame or leaf_table(scale)
+        causes = drill_down(state_frame(state), dims, "actual", "expected", max_causes=max_causes,
                             actual_base="paid_actual", expected_base="paid_expected")
         for c in causes:
             rows.append({
@@ -221,16 +258,181 @@ def decompose(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame, *, dim
                              f"{', '.join(dims)}: no narrower set of values carries it"),
             })
     if not rows:
-        return _empty()
-    out = pd.DataFrame(rows)
-    out["share_of_drop"] = out["change"] / drop if has_drop else np.nan
+        return None
+    return rows, drop, has_drop, start, end
+
+
+def _assemble(windows: list) -> pd.DataFrame:
+    """Rank the cause rows of each window (:func:`_window_causes`): named causes before the spread rests, by the
+    GPU-minutes they moved (then by state order); ``share_of_drop`` = change / the window's productive drop."""
+    out = pd.DataFrame([r for rows, *_ in windows for r in rows])
+    n = np.array([len(rows) for rows, *_ in windows])
+    w = np.repeat(np.arange(len(windows)), n)
+    drop = np.repeat(np.array([d for _, d, *_ in windows], dtype=float), n)
+    has_drop = np.repeat(np.array([h for _, _, h, *_ in windows], dtype=bool), n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["share_of_drop"] = np.where(has_drop, out["change"].to_numpy(dtype=float) / drop, np.nan)
     order = {s: i for i, s in enumerate(STATES)}
-    out = out.assign(_spread=out["elements"] == "{}", _state=out["state"].map(order))
-    out = out.sort_values(["_spread", "change", "_state"], ascending=[True, False, True], kind="stable", ignore_index=True)
-    out["rank"] = np.arange(1, len(out) + 1)
-    out["partition_start"] = start
-    out["window_end"] = end
+    out = out.assign(_w=w, _spread=out["elements"] == "{}", _state=out["state"].map(order))
+    out = out.sort_values(["_w", "_spread", "change", "_state"], ascending=[True, True, False, True], kind="stable",
+                          ignore_index=True)
+    out["rank"] = out.groupby("_w").cumcount().to_numpy(dtype=np.int64) + 1
+    ws = out["_w"].to_numpy()
+    out["partition_start"] = pd.DatetimeIndex([x[3] for x in windows])[ws]
+    out["window_end"] = pd.DatetimeIndex([x[4] for x in windows])[ws]
     return out[OUT_COLUMNS]
+
+
+def decompose_range(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame, *, dimensions=DIMENSIONS,
+                    max_causes: int = 3, min_state_growth: float = MIN_STATE_GROWTH) -> pd.DataFrame:
+    """:func:`decompose` of every 5-minute partition that has both actual and expected leaves, concatenated in
+    partition order (an empty frame when none has causes): each partition against its own expected leaves.
+
+    The same rows as calling :func:`decompose` partition by partition, with the work shared: the GPU-minutes
+    per partition x state come from one group-by, and every partition's leaves (its combinations of
+    ``dimensions``, numbered as :class:`_LeafTable` numbers them) and their GPU-minutes per state from one pass
+    over all rows; only the drill-down of each state that grew runs per partition.
+    """
+    dims = list(dimensions)
+    if actual_leaves is None or expected_leaves is None or actual_leaves.empty or expected_leaves.empty:
+        return pd.DataFrame()
+    pa_ = pd.DatetimeIndex(pd.to_datetime(actual_leaves["partition_start"], utc=True))
+    pe_ = pd.DatetimeIndex(pd.to_datetime(expected_leaves["partition_start"], utc=True))
+    parts = pa_.unique().intersection(pe_.unique()).sort_values()
+    if not len(parts):
+        return pd.DataFrame()
+    ia, ie = parts.get_indexer(pa_), parts.get_indexer(pe_)
+    # each partition's rows in the order the per-partition call sees them: its actual rows, then its expected ones
+    p_all = np.concatenate([ia[ia >= 0], ie[ie >= 0]])
+    side_all = np.concatenate([np.zeros(int((ia >= 0).sum()), np.int64), np.ones(int((ie >= 0).sum()), np.int64)])
+    order = np.lexsort((side_all, p_all))
+    cols = [*dims, "state", "gpu_minutes"]
+    both = pd.concat([actual_leaves.loc[ia >= 0, cols], expected_leaves.loc[ie >= 0, cols]], ignore_index=True)
+    both = both.take(order).reset_index(drop=True)
+    p_row = p_all[order]
+    side = side_all[order]
+    state = both["state"].astype(object).to_numpy()
+    P = len(parts)
+
+    # GPU-minutes per partition x state and side (groupby sums the rows in the same order as per partition)
+    bad_parts = set(p_row[~pd.Index(state).isin(STATES)].tolist())  # _by_state refuses unknown states
+    sums = (pd.DataFrame({"_p": p_row, "_side": side, "state": state, "gpu_minutes": both["gpu_minutes"].to_numpy()})
+            .groupby(["_p", "_side", "state"], sort=False)["gpu_minutes"].sum())
+    by_side = {}
+    for sd in (0, 1):
+        m = sums.xs(sd, level="_side").unstack("state").reindex(index=range(P), columns=STATES)
+        by_side[sd] = m.fillna(0.0).to_numpy(dtype=float)
+
+    keyed = both[dims]
+    if keyed.isna().any().any():
+        keyed = keyed.astype(object).fillna("unknown")
+    leaf, first_row, starts, big = _leaf_codes_by_partition(keyed, dims, p_row, P)
+    universe = {c: keyed[c].to_numpy(dtype=object)[first_row] for c in dims}  # (columns of _LeafTable.universe)
+    minutes_raw = both["gpu_minutes"].to_numpy(dtype=float)
+    state_code = pd.Index(STATES).get_indexer(state)
+    row_starts = np.searchsorted(p_row, np.arange(P + 1), side="left")
+
+    out = []
+    for i, p in enumerate(parts):
+        if i in bad_parts:
+            continue
+        start, end = p, p + SLOT
+        if i in big:  # a partition too varied for the packed leaf numbering: the per-partition path
+            a = actual_leaves[ia == i]
+            e = expected_leaves[ie == i]
+            res = decompose(a, e, dimensions=dimensions, max_causes=max_causes, min_state_growth=min_state_growth,
+                            start=start, end=end)
+        else:
+            by_a = pd.Series(by_side[0][i], index=pd.Index(STATES, name="state"), name="gpu_minutes")
+            by_e = pd.Series(by_side[1][i], index=pd.Index(STATES, name="state"), name="gpu_minutes")
+            causes = _window_causes(by_a, by_e, _range_leaf_table(i, starts, leaf, row_starts, side, state_code,
+                                                                  minutes_raw, universe),
+                                    dims, max_causes, min_state_growth, start, end)
+            res = causes
+        if res is not None and len(res):
+            out.append(res)
+    # windows in partition order; a partition decomposed alone (a frame) stays as it is
+    frames, run = [], []
+    for res in out:
+        if isinstance(res, pd.DataFrame):
+            if run:
+                frames.append(_assemble(run))
+                run = []
+            frames.append(res)
+        else:
+            run.append(res)
+    if run:
+        frames.append(_assemble(run))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _range_leaf_table(i, starts, leaf, row_starts, side, state_code, minutes_raw, universe):
+    """``scale`` -> the state -> leaves function of partition ``i`` (:meth:`_LeafTable.frame`) over the shared
+    leaf numbering (rows sorted by partition: partition ``i``'s rows are ``row_starts[i]..row_starts[i+1]-1``)."""
+    lo, hi = int(starts[i]), int(starts[i + 1])
+    r0, r1 = int(row_starts[i]), int(row_starts[i + 1])
+
+    def make(scale: float):
+        lf, st, sd = leaf[r0:r1] - lo, state_code[r0:r1], side[r0:r1]
+        mins = minutes_raw[r0:r1] * np.where(sd == 1, scale, 1.0)
+        n = hi - lo
+        uni = {c: v[lo:hi] for c, v in universe.items()}
+        paid = {sv: np.bincount(lf[sd == sv], weights=mins[sd == sv], minlength=n) for sv in (0, 1)}
+
+        def frame(name: str) -> pd.DataFrame:
+            kind = STATE_KIND[name]
+            same_kind = [STATES.index(s) for s in STATES if kind == "any" or STATE_KIND[s] in (kind, "any")]
+            seen = np.bincount(lf[np.isin(st, same_kind)], minlength=n) > 0
+            sel_state = st == STATES.index(name)
+            out = {c: v[seen] for c, v in uni.items()}
+            for col, sv in (("actual", 0), ("expected", 1)):
+                sel = sel_state & (sd == sv)
+                out[col] = np.bincount(lf[sel], weights=mins[sel], minlength=n)[seen]
+                out[f"paid_{col}"] = paid[sv][seen]
+            return pd.DataFrame(out)
+
+        return frame
+
+    return make
+
+
+def _leaf_codes_by_partition(frame: pd.DataFrame, cols: list[str], p_row: np.ndarray, P: int):
+    """:func:`_leaf_codes` of each partition's rows at once (rows sorted by partition).
+
+    Returns ``(leaf, first_row, starts, big)``: a global leaf number per row (partition ``i``'s leaves are
+    ``starts[i]..starts[i+1]-1``, numbered within it exactly as :func:`_leaf_codes` numbers them on the
+    partition alone), the first row of each leaf, and the partitions whose packed key would outgrow the
+    exact numbering (left to the per-partition path).
+    """
+    n = len(frame)
+    key = np.zeros(n, dtype=np.int64)
+    card = np.ones(P, dtype=np.float64)
+    pos = np.arange(n)
+    for c in cols:
+        g, _ = pd.factorize(frame[c], use_na_sentinel=False)
+        # per partition: values numbered in order of first appearance (pd.factorize on the partition's rows)
+        pk = p_row.astype(np.int64) * (int(g.max()) + 1) + g
+        uk, first, inv = np.unique(pk, return_index=True, return_inverse=True)
+        inv = inv.ravel()
+        up = uk // (int(g.max()) + 1)
+        order = np.lexsort((first, up))
+        rank = np.empty(len(uk), dtype=np.int64)
+        block_start = np.searchsorted(up[order], up[order], side="left")
+        rank[order] = np.arange(len(uk)) - block_start
+        n_vals = np.bincount(up, minlength=P)
+        key = key * n_vals[p_row] + rank[inv]
+        card = card * np.maximum(n_vals, 1)
+    big = set(np.flatnonzero(card > 2**40).tolist())
+    order = np.lexsort((pos, key, p_row))
+    ks, ps = key[order], p_row[order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = (ks[1:] != ks[:-1]) | (ps[1:] != ps[:-1])
+    leaf_sorted = np.cumsum(new) - 1
+    leaf = np.empty(n, dtype=np.int64)
+    leaf[order] = leaf_sorted
+    first_row = order[new]
+    starts = np.searchsorted(ps[new], np.arange(P + 1), side="left")
+    return leaf, first_row, starts, big
 
 
 def expected_leaves_from_history(history_leaves: pd.DataFrame, partitions, *,

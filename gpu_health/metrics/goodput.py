@@ -79,10 +79,50 @@ def _minutes(start, end) -> pd.DatetimeIndex:
 
 
 def maintenance_mask(ts: pd.Series, region: pd.Series, node: pd.Series, windows: pd.DataFrame) -> np.ndarray:
-    """Rows inside a planned window for their node (region/node_ids may be '*')."""
+    """Rows inside a planned window for their node (region/node_ids may be '*').
+
+    A row is inside a window when ``start <= ts < end`` and the window's region (unless '*' or null) is the
+    row's region and its node list (unless '*' or null) names the row's node. Compared as integer nanoseconds
+    and integer region / node codes, factorized once for all windows.
+    """
     mask = np.zeros(len(ts), dtype=bool)
-    if windows is None or windows.empty:
+    if windows is None or windows.empty or not len(ts):
         return mask
+    t = pd.DatetimeIndex(ts)
+    aware = t.tz is not None
+    bounds = []
+    for w in windows.itertuples(index=False):
+        lo, hi = pd.Timestamp(w.start), pd.Timestamp(w.end)
+        if any(pd.notna(b) and (b.tz is not None) != aware for b in (lo, hi)):
+            return _maintenance_mask_by_rows(ts, region, node, windows)  # mixed time zones: as pandas compares
+        bounds.append((lo, hi, w.region, w.node_ids))
+    ts_ns = (t.tz_convert("UTC") if aware else t).as_unit("ns").asi8
+    valid = ~pd.isna(t)
+    r_codes = r_uni = n_codes = n_uni = None
+    for lo, hi, reg, nodes in bounds:
+        if pd.isna(lo) or pd.isna(hi):
+            continue  # a comparison with NaT is never true
+        lo_ns = (lo.tz_convert("UTC") if aware else lo).as_unit("ns").value
+        hi_ns = (hi.tz_convert("UTC") if aware else hi).as_unit("ns").value
+        inside = valid & (ts_ns >= lo_ns) & (ts_ns < hi_ns)
+        if pd.notna(reg) and reg != "*":
+            if r_codes is None:
+                r_codes, r_uni = pd.factorize(np.asarray(region, dtype=object))
+                r_uni = pd.Index(r_uni, dtype=object)
+            inside &= r_codes == (r_uni.get_loc(reg) if reg in r_uni else -2)
+        if pd.notna(nodes) and nodes != "*":
+            if n_codes is None:
+                n_codes, n_uni = pd.factorize(np.asarray(node, dtype=object))
+                n_uni = pd.Index(n_uni, dtype=object)
+            wanted = n_uni.get_indexer(pd.Index(str(nodes).split(","), dtype=object))
+            inside &= np.isin(n_codes, wanted[wanted >= 0])
+        mask |= inside
+    return mask
+
+
+def _maintenance_mask_by_rows(ts: pd.Series, region: pd.Series, node: pd.Series, windows: pd.DataFrame) -> np.ndarray:
+    """:func:`maintenance_mask` by pandas comparisons (window bounds whose time zone differs from the rows')."""
+    mask = np.zeros(len(ts), dtype=bool)
     for w in windows.itertuples(index=False):
         inside = (ts >= w.start) & (ts < w.end)
         if pd.notna(w.region) and w.region != "*":
@@ -118,7 +158,11 @@ def pending_gpus(sched: pd.DataFrame, minutes: pd.DatetimeIndex, groups: pd.Seri
     """
     if sched is None or sched.empty or not len(minutes):
         return {None: np.zeros(len(minutes))}
-    jobs = queue_table(sched)
+    return _pending_sweep(queue_table(sched), minutes, groups)
+
+
+def _pending_sweep(jobs: pd.DataFrame, minutes: pd.DatetimeIndex, groups: pd.Series | None) -> dict:
+    """:func:`pending_gpus` given the queue table (sub, gpus, left per job)."""
     jobs["group"] = jobs.index.map(groups).astype(object) if groups is not None else None
     mid = (minutes + pd.Timedelta(seconds=30)).values
     out = {}
@@ -143,8 +187,13 @@ def queue_regions(sched: pd.DataFrame, node_region: dict) -> dict:
     placed = sched[sched["event"].isin(["started", "ended"]) & sched["node_ids"].notna()]
     if placed.empty:
         return {}
-    first = placed["node_ids"].astype(str).str.split(",", n=1).str[0].map(node_region)
-    share = pd.crosstab(placed["queue"].astype(object), first.astype(object), normalize="index")
+    return _queue_regions_of(placed["queue"], placed["node_ids"].astype(str).str.split(",", n=1).str[0], node_region)
+
+
+def _queue_regions_of(queue: pd.Series, first_node: pd.Series, node_region: dict) -> dict:
+    """:func:`queue_regions` given each placement's queue and first node."""
+    first = first_node.map(node_region)
+    share = pd.crosstab(queue.astype(object), first.astype(object), normalize="index")
     best = share.idxmax(axis=1)
     return {q: r for q, r in best.items() if share.loc[q, r] >= 0.95}
 
@@ -196,7 +245,8 @@ def _codes(values, universe: pd.Index) -> np.ndarray:
 def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, inventory: pd.DataFrame,
                    maintenance: pd.DataFrame | None, meta: pd.DataFrame | None, sched_history: pd.DataFrame | None,
                    baseline: pd.DataFrame | None, runtime_history: pd.DataFrame | None = None,
-                   hw_corroborated: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+                   hw_corroborated: pd.DataFrame | None = None,
+                   history: "_SchedHistory | None" = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Leaves of the loss tree for ``[start, end)``.
 
     Returns ``(leaves, failures)``: leaves hold gpu_minutes per partition_start x
@@ -275,7 +325,7 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     g_job = np.full(n, -1, dtype=np.int64)
     if n and has_job.any():
         g_job[has_job] = _codes(gpu.loc[has_job, "job_id"], job_uni)
-    lookup = job_lookup(meta, sched_history)
+    lookup = history.job_lookup(end) if history is not None else job_lookup(meta, sched_history)
     lookup = lookup.reindex(job_uni).astype(object).fillna("unknown") if len(job_uni) else lookup.iloc[0:0]
     attr_cols = ["team", "workload_class", "model_type", "framework_version", "queue"]
     if len(job_uni):
@@ -284,35 +334,47 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     else:
         job_attr, attr_uni, job_interactive = np.zeros(0, np.int64), [], np.zeros(0, bool)
     jj = np.clip(g_job, 0, None)
-    jk = t_idx * Nj + jj
-    gpus_per = np.bincount(jk[has_job], minlength=M * Nj) if n else np.zeros(M * Nj, np.int64)
-    row_gpus = np.where(has_job, gpus_per[jk], 0) if n else np.zeros(0, np.int64)
+    jk = t_idx * Nj + jj  # (minute, job) key of each row
+    row_gpus = np.zeros(n, np.int64)  # GPUs the row's job holds in the row's minute
+    if n and has_job.any():
+        _, inv_g, cnt_g = np.unique(jk[has_job], return_inverse=True, return_counts=True)
+        row_gpus[has_job] = cnt_g[inv_g.ravel()]
 
-    steps_arr = np.full(M * Nj, np.nan)
-    st_arr, ld_arr, sy_arr, ck_arr = (np.full(M * Nj, np.nan) for _ in range(4))
+    # runtime metrics per (minute, job) key (sorted keys; a key's last runtime row, as an assignment keeps it)
+    rt_keys = np.zeros(0, np.int64)
+    rt_vals: dict[str, np.ndarray] = {}
     reports_job = np.zeros(Nj, dtype=bool)
     if len(runtime):
         rt_t = ((runtime["ts"] - start) // MINUTE).to_numpy(np.int64)
         rt_j = _codes(runtime["job_id"], job_uni)
         ok = (rt_t >= 0) & (rt_t < M) & (rt_j >= 0)
         kk = rt_t[ok] * Nj + rt_j[ok]
-        steps_arr[kk] = runtime["steps"].to_numpy(dtype=float)[ok]
-        for arr, col in ((st_arr, "step_time_s"), (ld_arr, "data_loader_time_s"), (sy_arr, "grad_sync_time_s"),
-                         (ck_arr, "checkpoint_time_s")):
-            arr[kk] = runtime[col].to_numpy(dtype=float, na_value=np.nan)[ok]
+        rt_keys, first_rev = np.unique(kk[::-1], return_index=True)
+        last = len(kk) - 1 - first_rev
+        rt_vals["steps"] = runtime["steps"].to_numpy(dtype=float)[ok][last]
+        for col in ("step_time_s", "data_loader_time_s", "grad_sync_time_s", "checkpoint_time_s"):
+            rt_vals[col] = runtime[col].to_numpy(dtype=float, na_value=np.nan)[ok][last]
         reports_job[rt_j[rt_j >= 0]] = True
-    nan_n = np.full(n, np.nan)
+    at = np.clip(np.searchsorted(rt_keys, jk), 0, max(len(rt_keys) - 1, 0))
+    found = has_job & (rt_keys[at] == jk) if len(rt_keys) else np.zeros(n, dtype=bool)
 
-    def per_row(arr):
-        return np.where(has_job, arr[jk], np.nan) if n else nan_n
+    def per_row(col):
+        return np.where(found, rt_vals[col][at], np.nan) if len(rt_keys) else np.full(n, np.nan)
 
-    steps = per_row(steps_arr)
+    steps = per_row("steps")
     has_row = ~np.isnan(steps)
     reports = has_job & reports_job[jj] if n else np.zeros(0, bool)
     interactive = has_job & job_interactive[jj] if n and len(job_uni) else np.zeros(n, bool)
 
     # failures: minutes after the last checkpoint of jobs that failed in the window
-    rt_fail = runtime if runtime_history is None or runtime_history.empty else pd.concat([runtime_history, runtime])
+    sched_w = frames["scheduler_events"]
+    if runtime_history is None or runtime_history.empty:
+        rt_fail = runtime
+    else:  # only the runtime rows of jobs ending in the window are read (_failures): keep those, in order
+        ending = (sched_w.loc[sched_w["event"] == "ended", "job_id"] if sched_w is not None and len(sched_w)
+                  else pd.Series([], dtype=object))
+        rt_fail = pd.concat([runtime_history[runtime_history["job_id"].isin(ending).to_numpy()],
+                             runtime[runtime["job_id"].isin(ending).to_numpy()]])
     failures = _failures(frames["scheduler_events"], rt_fail, gpu, start, end, history=sched_history)
     lost = np.zeros(n, dtype=bool)
     if len(failures) and n:
@@ -328,52 +390,21 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
 
     # --- efficiency against the baseline (per partition x signature) ---------------------------
     with np.errstate(invalid="ignore"):  # NaN step times (no row this minute) propagate by design
-        st, loader, sync, ckt = per_row(st_arr), per_row(ld_arr), per_row(sy_arr), per_row(ck_arr)
+        st, loader, sync, ckt = (per_row(c) for c in ("step_time_s", "data_loader_time_s", "grad_sync_time_s",
+                                                      "checkpoint_time_s"))
         base, base_ld, base_sy = _baseline_arrays(baseline, start, t_idx, g_job, lookup, job_uni, gpu["sku"], row_gpus)
-        base = np.where(np.isnan(base), st, base)  # no baseline yet: the job is its own baseline
-        eff = np.clip(np.where(st > 0, base / st, 1.0), 0.0, 1.0)
-        ck = np.clip(np.nan_to_num(ckt) / 60.0, 0.0, 1.0)
-        excess = np.clip(np.nan_to_num(st - base), 0, None)
-        ex_io = np.nan_to_num(np.clip(loader - np.where(np.isnan(base_ld), loader, base_ld), 0, None))
-        ex_net = np.nan_to_num(np.clip(sync - np.where(np.isnan(base_sy), sync, base_sy), 0, None))
-        scale = np.where(ex_io + ex_net > excess, excess / np.maximum(ex_io + ex_net, 1e-12), 1.0)
-        ex_io, ex_net = ex_io * scale, ex_net * scale
-        ex_cmp = np.clip(excess - ex_io - ex_net, 0, None)
-        slow = (1 - eff) * (1 - ck)
-        tot = np.maximum(excess, 1e-12)
+    progress = _progress_split(st, loader, sync, ckt, base, base_ld, base_sy)
 
-    W = {s_: np.zeros(n) for s_ in STATES}
-    unalloc = ~has_job
-    maint = unalloc & in_maint
-    W["maintenance"] = maint.astype(float)
-    hw = (fatal | (unalloc & (health >= 2) & ~in_maint)) & ~maint
-    W["hw_unavailable"] = hw.astype(float)
-    idle = unalloc & ~hw & ~maint
-    alloc = has_job & ~hw
-    W["failure_loss"] = (alloc & lost).astype(float)
-    live = alloc & ~lost
-    W["allocated_idle"] = (live & ~busy).astype(float)
-    working = live & busy
-    W["allocated_unproductive"] = (working & ~reports & ~interactive).astype(float)
-    zero_steps = working & has_row & (np.nan_to_num(steps) == 0)
-    ck_minute = zero_steps & (ck >= 20 / 60)
-    W["slowdown_checkpoint"] = ck_minute.astype(float)
-    W["allocated_unproductive"] += (zero_steps & ~ck_minute).astype(float)
-    nb = working & ~reports & interactive
-    between = working & reports & ~has_row  # a reporting job with no row this minute (start-up / tear-down)
-    prog = working & has_row & (np.nan_to_num(steps) > 0)
-    W["productive"] = (nb | between).astype(float) + np.where(prog, eff * (1 - ck), 0.0)
-    W["slowdown_checkpoint"] += np.where(prog, ck, 0.0)
-    W["slowdown_data_io"] = np.where(prog, slow * ex_io / tot, 0.0)
-    W["slowdown_network"] = np.where(prog, slow * ex_net / tot, 0.0)
-    W["slowdown_compute"] = np.where(prog, slow * np.where(excess > 0, ex_cmp / tot, 1.0), 0.0)
+    # --- every reporting GPU-minute in its state (the precedence rule: reported_state_weights) ----
+    def blocked(idle):
+        # idle split by pending demand: a queue's pending GPUs are matched with idle GPUs of its region
+        # (queues map to a region by where their jobs run); pending jobs of shared queues with any idle GPU
+        return _blocked_fraction(idle, t_idx, node_region[g_node] if n else np.zeros(0, dtype=object), minutes,
+                                 sched_history, node_region, node_uni, history=history, end=end)
 
-    # idle split by pending demand: a queue's pending GPUs are matched with idle GPUs of its region
-    # (queues map to a region by where their jobs run); pending jobs of shared queues with any idle GPU
-    fb = _blocked_fraction(idle, t_idx, node_region[g_node] if n else np.zeros(0, dtype=object), minutes,
-                           sched_history, node_region, node_uni)
-    W["idle_blocked"] = np.where(idle, fb, 0.0)
-    W["idle_no_demand"] = np.where(idle, 1 - fb, 0.0)
+    W = reported_state_weights(has_job=has_job, in_maint=in_maint, fatal=fatal, health=health, lost=lost, busy=busy,
+                               reports=reports, interactive=interactive, has_row=has_row, steps=steps,
+                               progress=progress, blocked_fraction=blocked)
 
     # --- aggregate: one packed key per (partition, node, driver, job attributes) ----------------
     NA = len(attr_uni) + 1
@@ -402,19 +433,261 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     return leaves, failures
 
 
-def _blocked_fraction(idle, t_idx, row_region, minutes, sched_history, node_region, node_uni) -> np.ndarray:
+# --- the state-precedence rule (module docstring), in one place ---------------------------------------------
+# A reporting GPU-minute (a gpu_telemetry row) is split over the states by reported_state_weights; an expected
+# GPU-minute that did not report gets one state from missing_state. Everything else in this module computes the
+# flags these two functions read.
+
+DOWN_HEALTH = 2  # node health codes (compute_states): 0 ok, 1 degraded, 2 down, 3 drained; >= 2: unschedulable
+
+
+def reported_state_weights(*, has_job, in_maint, fatal, health, lost, busy, reports, interactive, has_row, steps,
+                           progress: dict, blocked_fraction) -> dict[str, np.ndarray]:
+    """The share of each reporting GPU-minute (one row per GPU-minute, boolean / float arrays) in each state of
+    :data:`STATES`; the shares of a row sum to 1.
+
+    Precedence (first that applies): ``maintenance`` (unallocated inside a planned window) > ``hw_unavailable``
+    (a fatal Xid / DBE this minute, or unallocated on a down / drained node outside a window) > unallocated:
+    ``idle_blocked`` for the ``blocked_fraction(idle)`` share of the idle GPUs pending jobs wait for, the rest
+    ``idle_no_demand`` > allocated: ``failure_loss`` (``lost``: after the last checkpoint of a job failing in
+    its partition) > ``allocated_idle`` (not ``busy``) > ``allocated_unproductive`` (busy, no training
+    metrics, not a notebook; or a minute with 0 steps that is not mostly checkpointing -- that one is
+    ``slowdown_checkpoint``) > ``productive`` for a busy notebook or a reporting job between its rows, and for
+    a progressing minute ``productive`` x efficiency, the rest split over the slowdowns (:func:`_progress_split`).
+    """
+    n = len(has_job)
+    eff, ck, slow = progress["eff"], progress["ck"], progress["slow"]
+    ex_io, ex_net, ex_cmp, excess, tot = (progress[k] for k in ("ex_io", "ex_net", "ex_cmp", "excess", "tot"))
+    W = {s_: np.zeros(n) for s_ in STATES}
+    unalloc = ~has_job
+    maint = unalloc & in_maint
+    W["maintenance"] = maint.astype(float)
+    hw = (fatal | (unalloc & (health >= DOWN_HEALTH) & ~in_maint)) & ~maint
+    W["hw_unavailable"] = hw.astype(float)
+    idle = unalloc & ~hw & ~maint
+    alloc = has_job & ~hw
+    W["failure_loss"] = (alloc & lost).astype(float)
+    live = alloc & ~lost
+    W["allocated_idle"] = (live & ~busy).astype(float)
+    working = live & busy
+    W["allocated_unproductive"] = (working & ~reports & ~interactive).astype(float)
+    zero_steps = working & has_row & (np.nan_to_num(steps) == 0)
+    ck_minute = zero_steps & (ck >= 20 / 60)
+    W["slowdown_checkpoint"] = ck_minute.astype(float)
+    W["allocated_unproductive"] += (zero_steps & ~ck_minute).astype(float)
+    nb = working & ~reports & interactive
+    between = working & reports & ~has_row  # a reporting job with no row this minute (start-up / tear-down)
+    prog = working & has_row & (np.nan_to_num(steps) > 0)
+    W["productive"] = (nb | between).astype(float) + np.where(prog, eff * (1 - ck), 0.0)
+    W["slowdown_checkpoint"] += np.where(prog, ck, 0.0)
+    W["slowdown_data_io"] = np.where(prog, slow * ex_io / tot, 0.0)
+    W["slowdown_network"] = np.where(prog, slow * ex_net / tot, 0.0)
+    W["slowdown_compute"] = np.where(prog, slow * np.where(excess > 0, ex_cmp / tot, 1.0), 0.0)
+    fb = blocked_fraction(idle)
+    W["idle_blocked"] = np.where(idle, fb, 0.0)
+    W["idle_no_demand"] = np.where(idle, 1 - fb, 0.0)
+    return W
+
+
+def missing_state(silent: np.ndarray, in_maint: np.ndarray, hw_corroborated: np.ndarray) -> np.ndarray:
+    """The state of expected GPU-minutes that did not report: ``no_data`` while their region is silent, else
+    ``maintenance`` inside a planned window, else ``hw_unavailable`` where something besides the absence points
+    at the hardware (:func:`hardware_corroboration`), else ``no_data`` (missing is not broken)."""
+    return np.where(silent, "no_data", np.where(in_maint, "maintenance",
+                                                np.where(hw_corroborated, "hw_unavailable", "no_data")))
+
+
+def _progress_split(st, loader, sync, ckt, base, base_ld, base_sy) -> dict[str, np.ndarray]:
+    """Per row: efficiency against the baseline step time (``eff``), checkpoint share of the minute (``ck``),
+    the slowdown share (``slow``) and the step-time excess over the baseline split into data loading, gradient
+    sync and the compute remainder (``ex_io``, ``ex_net``, ``ex_cmp``; ``excess``; ``tot`` its guarded total)."""
+    with np.errstate(invalid="ignore"):  # NaN step times (no row this minute) propagate by design
+        base = np.where(np.isnan(base), st, base)  # no baseline yet: the job is its own baseline
+        eff = np.clip(np.where(st > 0, base / st, 1.0), 0.0, 1.0)
+        ck = np.clip(np.nan_to_num(ckt) / 60.0, 0.0, 1.0)
+        excess = np.clip(np.nan_to_num(st - base), 0, None)
+        ex_io = np.nan_to_num(np.clip(loader - np.where(np.isnan(base_ld), loader, base_ld), 0, None))
+        ex_net = np.nan_to_num(np.clip(sync - np.where(np.isnan(base_sy), sync, base_sy), 0, None))
+        scale = np.where(ex_io + ex_net > excess, excess / np.maximum(ex_io + ex_net, 1e-12), 1.0)
+        ex_io, ex_net = ex_io * scale, ex_net * scale
+        ex_cmp = np.clip(excess - ex_io - ex_net, 0, None)
+        slow = (1 - eff) * (1 - ck)
+        tot = np.maximum(excess, 1e-12)
+    return {"eff": eff, "ck": ck, "slow": slow, "ex_io": ex_io, "ex_net": ex_net, "ex_cmp": ex_cmp,
+            "excess": excess, "tot": tot}
+
+
+class _SchedHistory:
+    """What :func:`compute_states` derives from the scheduler history, computed once for a range of chunks:
+    the job lookup and each placement's first node over the whole history, cut per chunk to the events
+    before its end -- as the chunk's own ``sched_history`` (events before the chunk's end) would give them."""
+
+    def __init__(self, meta: pd.DataFrame | None, sched: pd.DataFrame | None):
+        self.sched = sched
+        self.lookup = job_lookup(meta, sched)
+        if sched is not None and len(sched):
+            ev = sched[sched["event"].isin(["submitted", "started"])]
+            self.first_event = ev.groupby("job_id")["ts"].min()  # the event job_lookup takes the queue from
+            placed = sched[sched["event"].isin(["started", "ended"]) & sched["node_ids"].notna()]
+            self.placed_ts = placed["ts"]
+            self.placed_queue = placed["queue"]
+            self.placed_first = placed["node_ids"].astype(str).str.split(",", n=1).str[0]
+            # per job (integer codes): first row, submitted span, most GPUs asked, first start / end
+            n = len(sched)
+            self.ts = sched["ts"].to_numpy(dtype="datetime64[ns]").view("int64")
+            self.codes, uni = pd.factorize(np.asarray(sched["job_id"], dtype=object))
+            self.jobs = pd.Index(np.asarray(uni, dtype=object))
+            J = len(uni)
+            big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+            known = self.codes >= 0
+            self.first_row = np.full(J, n, dtype=np.int64)
+            np.minimum.at(self.first_row, self.codes[known], np.flatnonzero(known))
+            sub = (sched["event"] == "submitted").to_numpy() & known
+            self.sub_min, self.sub_max = np.full(J, big), np.full(J, small)
+            np.minimum.at(self.sub_min, self.codes[sub], self.ts[sub])
+            np.maximum.at(self.sub_max, self.codes[sub], self.ts[sub])
+            self.gpus = np.full(J, -np.inf)
+            np.fmax.at(self.gpus, self.codes[sub], sched["gpus"].to_numpy(dtype=float, na_value=np.nan)[sub])
+            self.gpus[np.isinf(self.gpus)] = np.nan  # (groupby's max of no value)
+            go = sched["event"].isin(["started", "ended"]).to_numpy() & known
+            self.left = np.full(J, big)
+            np.minimum.at(self.left, self.codes[go], self.ts[go])
+            self.queue = np.asarray(sched["queue"].astype(object), dtype=object)
+        else:
+            self.first_event = None
+
+    def pending_gpus(self, end, minutes: pd.DatetimeIndex, groups: pd.Series | None) -> dict:
+        """pending_gpus(sched[ts < end], minutes, groups): a job submitted only before ``end`` is taken from the
+        whole history; one also submitted (again) after it is re-derived from its events before ``end``."""
+        if self.first_event is None or not len(minutes):
+            return {None: np.zeros(len(minutes))}
+        end_ns = pd.Timestamp(end).as_unit("ns").value
+        if not (self.ts < end_ns).any():
+            return {None: np.zeros(len(minutes))}
+        seen = self.sub_min < end_ns
+        clean = seen & (self.sub_max < end_ns)
+        idx = np.flatnonzero(clean)
+        left = self.left[idx]
+        table = pd.DataFrame({
+            "sub": pd.DatetimeIndex(self.sub_min[idx].view("datetime64[ns]")).tz_localize("UTC"),
+            "gpus": self.gpus[idx],
+            "left": pd.DatetimeIndex(np.where(left < end_ns, left, np.iinfo(np.int64).min).view("datetime64[ns]")).tz_localize("UTC"),
+        }, index=pd.Index(self.jobs[idx], name="job_id"))
+        dirty = np.flatnonzero(seen & ~clean)
+        if len(dirty):
+            rows = np.isin(self.codes, dirty) & (self.ts < end_ns)
+            again = queue_table(self.sched[rows])[["sub", "gpus", "left"]]
+            table = pd.concat([table, again.astype({"gpus": float})])
+        table = table.iloc[np.argsort(np.asarray(table.index, dtype=object), kind="stable")]
+        return _pending_sweep(table, minutes, groups) if len(table) else {None: np.zeros(len(minutes))}
+
+    def queue_groups(self, end, qmap: dict) -> pd.Series:
+        """The group (region) of each job's queue -- the queue of its first event before ``end``, as
+        ``sched[ts < end].drop_duplicates('job_id')`` reads it -- through ``qmap``."""
+        end_ns = pd.Timestamp(end).as_unit("ns").value
+        first = self.first_row
+        ok = first < len(self.ts)
+        on_time = np.zeros(len(first), dtype=bool)
+        on_time[ok] = self.ts[first[ok]] < end_ns
+        row = np.where(on_time, first, -1)
+        late = np.flatnonzero(ok & ~on_time)
+        if len(late):  # first row after ``end``: its first row before it, if any
+            rows = np.flatnonzero(np.isin(self.codes, late) & (self.ts < end_ns))
+            r2 = np.full(len(first), len(self.ts), dtype=np.int64)
+            np.minimum.at(r2, self.codes[rows], rows)
+            row[late] = np.where(r2[late] < len(self.ts), r2[late], -1)
+        has = row >= 0
+        q = pd.Series(self.queue[row[has]], index=pd.Index(self.jobs[has], name="job_id"), dtype=object)
+        return q.map(qmap)
+
+    def job_lookup(self, end) -> pd.DataFrame:
+        """job_lookup(meta, sched[ts < end]): a job whose first submitted / started event is at or after
+        ``end`` has no queue yet."""
+        if self.first_event is None:
+            return self.lookup
+        late = self.first_event[self.first_event >= end].index
+        if not len(late):
+            return self.lookup
+        out = self.lookup.copy()
+        out.loc[out.index.isin(late), "queue"] = "unknown"
+        return out
+
+    def queue_regions(self, end, node_region: dict) -> dict:
+        """queue_regions(sched[ts < end], node_region)."""
+        if self.first_event is None:
+            return {}
+        before = (self.placed_ts < end).to_numpy()
+        if not before.any():
+            return {}
+        return _queue_regions_of(self.placed_queue[before], self.placed_first[before], node_region)
+
+
+def _rows_between(frame: pd.DataFrame, start, end) -> pd.DataFrame:
+    """``frame[(frame.ts >= start) & (frame.ts < end)]``; a slice (no mask over every row) when ts is sorted."""
+    ts = frame["ts"]
+    if ts.is_monotonic_increasing and not ts.hasnans:
+        lo, hi = ts.searchsorted(pd.Timestamp(start), side="left"), ts.searchsorted(pd.Timestamp(end), side="left")
+        return frame.iloc[lo:hi]
+    return frame[(ts >= start) & (ts < end)]
+
+
+def compute_states_range(frames: dict, chunks, *, capacity: pd.DataFrame | None, maintenance: pd.DataFrame | None,
+                         meta: pd.DataFrame | None, sched_history: pd.DataFrame, baseline: pd.DataFrame | None,
+                         runtime_history: pd.DataFrame | None, hw_corroborated: pd.DataFrame | None
+                         ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`compute_states` of each ``(chunk_start, chunk_end, inventory)`` of ``chunks`` (consecutive, a day
+    at most each), concatenated: ``(leaves, failures)``.
+
+    ``frames``: the range's gpu_telemetry, node_telemetry, job_runtime_metrics and scheduler_events (events
+    in the range only); ``sched_history``: scheduler events from the look-back before the range to its end;
+    ``runtime_history``: job_runtime_metrics from FAILURE_LOOKBACK before the range to its end; ``capacity``,
+    ``baseline``, ``hw_corroborated``: the range's rows. Each chunk sees exactly what a call of compute_states
+    on it alone would see; the job lookup and the queues' regions are derived from the history once.
+    """
+    history = _SchedHistory(meta, sched_history)
+    leaves_parts, fail_parts = [], []
+    for c0, c1, inventory in chunks:  # bounded memory; results do not depend on the chunking
+        sub = {k: _rows_between(v, c0, c1) for k, v in frames.items()}
+        rt = runtime_history
+        leaves, failures = compute_states(
+            sub, start=c0, end=c1, capacity=capacity[capacity["date"].astype(str) == str(c0.date())],
+            inventory=inventory, maintenance=maintenance, meta=meta,
+            sched_history=sched_history[sched_history["ts"] < c1],
+            baseline=baseline[(baseline["partition_start"] >= c0) & (baseline["partition_start"] < c1)],
+            runtime_history=rt[(rt["ts"] >= c0 - FAILURE_LOOKBACK) & (rt["ts"] < c0)],
+            hw_corroborated=hw_corroborated[(hw_corroborated["partition_start"] >= c0)
+                                            & (hw_corroborated["partition_start"] < c1)],
+            history=history)
+        leaves_parts.append(leaves)
+        fail_parts.append(failures)
+    leaves = pd.concat(leaves_parts, ignore_index=True)
+    failures = pd.concat([f for f in fail_parts if len(f)] or fail_parts[:1], ignore_index=True)
+    return leaves, failures
+
+
+def _blocked_fraction(idle, t_idx, row_region, minutes, sched_history, node_region, node_uni, *,
+                      history: "_SchedHistory | None" = None, end=None) -> np.ndarray:
     M = len(minutes)
     if not len(t_idx):
         return np.zeros(0)
-    regions, r_code = np.unique(row_region.astype(str), return_inverse=True)
+    # regions sorted by name (as strings: np.unique(row_region.astype(str))), factorized once per distinct value
+    codes, uni = pd.factorize(np.asarray(row_region, dtype=object), use_na_sentinel=False)
+    regions, uni_code = np.unique(np.asarray(uni, dtype=object).astype(str), return_inverse=True)
+    r_code = uni_code.ravel()[codes]
     R = len(regions)
     idle_rm = np.bincount(r_code[idle] * M + t_idx[idle], minlength=R * M).reshape(R, M).astype(float)
-    qmap = queue_regions(sched_history, dict(zip(np.asarray(node_uni, dtype=object), node_region)))
+    node_map = dict(zip(np.asarray(node_uni, dtype=object), node_region))
+    qmap = history.queue_regions(end, node_map) if history is not None else queue_regions(sched_history, node_map)
     groups = None
-    if sched_history is not None and len(sched_history) and qmap:
-        q = sched_history.drop_duplicates("job_id").set_index("job_id")["queue"].astype(object)
-        groups = q.map(qmap)
-    pend = pending_gpus(sched_history, minutes, groups)
+    if history is not None:
+        if sched_history is not None and len(sched_history) and qmap:
+            groups = history.queue_groups(end, qmap)
+        pend = history.pending_gpus(end, minutes, groups)
+    else:
+        if sched_history is not None and len(sched_history) and qmap:
+            q = sched_history.drop_duplicates("job_id").set_index("job_id")["queue"].astype(object)
+            groups = q.map(qmap)
+        pend = pending_gpus(sched_history, minutes, groups)
     blocked = np.zeros((R, M))
     for i, r in enumerate(regions):
         blocked[i] = np.minimum(idle_rm[i], pend.get(r, np.zeros(M)))
@@ -438,10 +711,25 @@ def _baseline_arrays(baseline, start, t_idx, g_job, lookup, job_uni, sku, row_gp
                                        b["gpus"].to_numpy(np.int64)])
     job_model = np.asarray(lookup["model_type"], dtype=object)
     jj = np.clip(g_job, 0, None)
-    sig_r = pd.MultiIndex.from_arrays([np.where(g_job >= 0, job_model[jj], None), np.asarray(sku, dtype=object),
-                                       np.asarray(row_gpus, dtype=np.int64)])
     sig_uni = sig_b.unique()
-    sb, sr = sig_uni.get_indexer(sig_b), sig_uni.get_indexer(sig_r)
+    sb = sig_uni.get_indexer(sig_b)
+    if b[["model_type", "sku", "gpus"]].isna().any().any():  # null signature parts: match tuples as pandas does
+        sig_r = pd.MultiIndex.from_arrays([np.where(g_job >= 0, job_model[jj], None), np.asarray(sku, dtype=object),
+                                           np.asarray(row_gpus, dtype=np.int64)])
+        sr = sig_uni.get_indexer(sig_r)
+    else:  # each row's signature by level codes (model per job, SKU and GPUs per row): no MultiIndex of rows
+        levels = [pd.Index(pd.unique(np.asarray(sig_uni.get_level_values(i), dtype=object if i < 2 else np.int64)))
+                  for i in range(3)]
+        width = [len(x) for x in levels]
+        uk = [levels[i].get_indexer(np.asarray(sig_uni.get_level_values(i), dtype=object if i < 2 else np.int64))
+              for i in range(3)]
+        key_uni = pd.Index((uk[0].astype(np.int64) * width[1] + uk[1]) * width[2] + uk[2])
+        m_row = levels[0].get_indexer(job_model)[jj]
+        s_row = levels[1].get_indexer(np.asarray(sku, dtype=object))
+        g_row = levels[2].get_indexer(np.asarray(row_gpus, dtype=np.int64))
+        valid = (g_job >= 0) & (m_row >= 0) & (s_row >= 0) & (g_row >= 0)
+        key_row = (m_row.astype(np.int64) * width[1] + s_row) * width[2] + g_row
+        sr = np.where(valid, key_uni.get_indexer(np.where(valid, key_row, -1)), -1)
     P = int(t_idx.max() // 5) + 1 if per_partition else 1
     pb = ((b["partition_start"] - start) // pd.Timedelta(minutes=5)).to_numpy(np.int64) if per_partition else np.zeros(len(b), np.int64)
     ok = (pb >= 0) & (pb < P) & (sb >= 0)
@@ -576,8 +864,7 @@ def _missing_minutes(t_idx, g_node, minutes, node_uni, node_region, node_sku, no
             "partition_start": minutes[tt].floor("5min"), "region": node_region[nn], "node_id": names[nn],
             "sku": node_sku[nn], "driver_version": np.asarray(drv_uni, dtype=object)[node_last_drv[nn]],
             "team": "none", "workload_class": "none", "model_type": "none", "framework_version": "none", "queue": "none",
-            "state": np.where(silent[tt, nn], "no_data", np.where(
-                in_maint, "maintenance", np.where(hw_ok[tt, nn], "hw_unavailable", "no_data"))),
+            "state": missing_state(silent[tt, nn], in_maint, hw_ok[tt, nn]),
             "gpu_minutes": missing[tt, nn],
         })
     # paid capacity above the inventory: GPUs nobody has heard from (node 'unseen'). Unavailable hardware while
@@ -649,6 +936,35 @@ def _failures(sched: pd.DataFrame, runtime: pd.DataFrame, g: pd.DataFrame, start
         "lost_gpu_minutes": total_min * gpus, "lost_in_window": in_win * gpus,  # in the failure's own partition
     })
     return out.rename_axis("job_id").reset_index()
+
+
+def enrich_failures(failures: pd.DataFrame, gpu: pd.DataFrame, meta: pd.DataFrame, sched: pd.DataFrame,
+                    inventory: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The ``job_failures`` rows: :func:`compute_states`' failures with their partition, and the job's region
+    and SKU (its last GPU row in ``gpu``; else the first node of its 'ended' event in ``sched``, placed by
+    ``inventory``), team and workload class (``meta``); ``'unknown'`` where nothing says.
+
+    Only the failed jobs' GPU rows are sorted and grouped (the rest of the window's rows cannot place them).
+    """
+    if failures.empty:
+        return failures.assign(partition_start=pd.Series(dtype="datetime64[ns, UTC]"), region=[], sku=[], team=[], workload_class=[])
+    jobs = gpu["job_id"]
+    mine = gpu[jobs.notna().to_numpy() & jobs.isin(failures["job_id"]).to_numpy()]
+    place = mine.sort_values("ts").groupby("job_id").agg(region=("region", "last"), sku=("sku", "last"))
+    if inventory is not None and len(inventory):
+        # a job that failed early in a partition may have no GPU rows in it: its 'ended' event names its nodes
+        ended = sched[(sched["event"] == "ended") & sched["job_id"].isin(failures["job_id"]) & sched["node_ids"].notna()]
+        first = ended.drop_duplicates("job_id", keep="last").set_index("job_id")["node_ids"].astype(str).str.split(",").str[0]
+        inv = inventory.drop_duplicates("node_id").set_index("node_id")
+        by_event = pd.DataFrame({"region": first.map(inv["region"]), "sku": first.map(inv["sku"])})
+        place = place.combine_first(by_event.dropna(how="all")) if len(place) else by_event
+    m = meta.drop_duplicates("job_id").set_index("job_id") if len(meta) else pd.DataFrame(columns=["team", "workload_class"])
+    f = failures.copy()
+    f["partition_start"] = f["failed_at"].dt.floor("5min")
+    for col, src in (("region", place), ("sku", place), ("team", m), ("workload_class", m)):
+        f[col] = f["job_id"].map(src[col]).astype(object).fillna("unknown") if col in src else "unknown"
+    f["reason"] = f["reason"].astype(object)
+    return f
 
 
 def rollup(leaves: pd.DataFrame, by: list[str]) -> pd.DataFrame:

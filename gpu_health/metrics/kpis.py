@@ -223,28 +223,38 @@ class _Context:
             "dbe": g["ecc_dbe_delta"].to_numpy(dtype=float, na_value=np.nan),
             "xid": g["xid"].to_numpy(dtype=np.int64),
         })
-        g["p"] = g["ts"].dt.floor("5min")
+        # integer codes of the rows' minutes, nodes and jobs: the joins and group-bys below run on them
+        ts_ns = g["ts"].to_numpy(dtype="datetime64[ns]").view("int64")
+        g["p"] = _floor_ns(ts_ns, FIVE_NS)  # (ts.dt.floor("5min"), in integer arithmetic)
         g["allocated"] = g["job_id"].notna()
         nw = self.window(node)
         bad = nw.loc[nw["health"].isin(UNSCHEDULABLE), ["ts", "node_id"]].astype({"node_id": object})
-        if len(bad):
-            key = g[["ts", "node_id"]].merge(bad.assign(_bad=True), on=["ts", "node_id"], how="left")["_bad"]
-            g["schedulable"] = key.isna().to_numpy()
+        self.ts_codes, ts_uni = pd.factorize(ts_ns)
+        self.node_codes, self.node_uni = pd.factorize(g["node_id"].to_numpy(), use_na_sentinel=False)
+        if len(bad):  # (minute, node) pairs whose node is drained or down
+            b_ns = bad["ts"].to_numpy(dtype="datetime64[ns]").view("int64")
+            bt = pd.Index(ts_uni).get_indexer(b_ns)
+            bn = pd.Index(self.node_uni).get_indexer(bad["node_id"].to_numpy())
+            width = len(self.node_uni) + 1
+            bad_pairs = (bt.astype(np.int64) * width + bn)[(bt >= 0) & (bn >= 0)]
+            g["schedulable"] = ~np.isin(self.ts_codes.astype(np.int64) * width + self.node_codes, bad_pairs)
         else:
             g["schedulable"] = True
         # job -> team / class of allocated rows
         alloc = g["allocated"].to_numpy()
-        jid = g.loc[alloc, "job_id"]
+        j_codes, j_uni = pd.factorize(g["job_id"].to_numpy())
         for col in ("team", "workload_class"):
-            g[col] = None
-            g.loc[alloc, col] = jid.map(self.jobs[col]).fillna(UNKNOWN).to_numpy() if len(self.jobs) else UNKNOWN
+            values = np.full(len(g), None, dtype=object)
+            if len(self.jobs):
+                values[alloc] = (pd.Series(np.asarray(j_uni, dtype=object)).map(self.jobs[col]).fillna(UNKNOWN)
+                                 .to_numpy(dtype=object)[j_codes[alloc]])
+            else:
+                values[alloc] = UNKNOWN
+            g[col] = values
 
         # job placement per partition (so a partition's rows never depend on its neighbours):
         # region, sku and the GPUs of the signature (most GPUs held in a minute)
-        ga = g.loc[alloc, ["p", "ts", "job_id", "region", "sku"]]
-        per_min = ga.groupby(["p", "job_id", "ts"], sort=False).size().groupby(level=[0, 1]).max()
-        first = ga.drop_duplicates(["p", "job_id"]).set_index(["p", "job_id"])
-        self.placement = pd.DataFrame({"region": first["region"], "sku": first["sku"], "gpus": per_min})
+        self.placement = _placement(g, alloc, ts_ns, j_codes, j_uni)
         self.gpu = g
         self.node = nw
         self.network = self.window(f["network_telemetry"])
@@ -253,7 +263,8 @@ class _Context:
         self.job_minutes = None  # built on first use
 
     def window(self, df: pd.DataFrame, col: str = "ts") -> pd.DataFrame:
-        return df[(df[col] >= self.start) & (df[col] < self.end)]
+        inside = ((df[col] >= self.start) & (df[col] < self.end)).to_numpy()
+        return df if inside.all() else df[inside]
 
     def _inventory(self, g, node) -> set:
         pairs = set()
@@ -270,6 +281,43 @@ class _Context:
         if not len(self.jobs) or col not in self.jobs:
             return np.full(len(job_ids), UNKNOWN, dtype=object)
         return job_ids.map(self.jobs[col]).astype(object).fillna(UNKNOWN).to_numpy()
+
+
+FIVE_NS = 5 * 60 * 10**9
+
+
+def _floor_ns(ns: np.ndarray, width: int) -> pd.DatetimeIndex:
+    """UTC nanosecond timestamps (as int64) floored to ``width`` ns, as ``Series.dt.floor`` floors them."""
+    nat = ns == np.iinfo(np.int64).min
+    out = np.where(nat, ns, ns - ns % width)
+    return pd.DatetimeIndex(out.view("datetime64[ns]")).tz_localize("UTC")
+
+
+def _placement(g: pd.DataFrame, alloc: np.ndarray, ts_ns: np.ndarray, j_codes: np.ndarray, j_uni) -> pd.DataFrame:
+    """Index (p, job_id) of the allocated rows: region and sku of the job's first row in the partition, and
+    ``gpus`` = the most rows (GPUs) it had in one minute of the partition."""
+    cols = ["region", "sku", "gpus"]
+    rows = np.flatnonzero(alloc)
+    if not len(rows):
+        return pd.DataFrame(columns=cols, index=pd.MultiIndex.from_arrays(
+            [pd.DatetimeIndex([], tz="UTC"), pd.Index([], dtype=object)], names=["p", "job_id"]))
+    p_ns = g["p"].to_numpy(dtype="datetime64[ns]").view("int64")[rows]
+    p_codes, p_uni = pd.factorize(p_ns)
+    t_codes, t_uni = pd.factorize(ts_ns[rows])
+    jc = j_codes[rows].astype(np.int64)
+    pj = p_codes.astype(np.int64) * len(j_uni) + jc
+    uk, first, inv = np.unique(pj, return_index=True, return_inverse=True)
+    inv = inv.ravel()
+    minute = inv.astype(np.int64) * len(t_uni) + t_codes
+    um, per_minute = np.unique(minute, return_counts=True)
+    gpus = np.zeros(len(uk), dtype=np.int64)
+    np.maximum.at(gpus, um // len(t_uni), per_minute)
+    idx = pd.MultiIndex.from_arrays(
+        [pd.DatetimeIndex(p_uni[uk // len(j_uni)].astype("datetime64[ns]")).tz_localize("UTC"),
+         pd.Index(np.asarray(j_uni, dtype=object)[uk % len(j_uni)], dtype=object)], names=["p", "job_id"])
+    take = rows[first]
+    return pd.DataFrame({"region": g["region"].to_numpy()[take], "sku": g["sku"].to_numpy()[take], "gpus": gpus},
+                        index=idx)
 
 
 def _job_table(meta: pd.DataFrame, lookup: pd.DataFrame | None) -> pd.DataFrame:
@@ -644,12 +692,8 @@ def _fragmentation(ctx: _Context) -> pd.DataFrame:
         agg = g.groupby(["p", *dims], sort=False, observed=True).size().rename("n").reset_index()
         return pd.concat([agg.assign(workload_class=c) for c in WORKLOAD_CLASSES], ignore_index=True).assign(
             kpi="fragmentation", numerator=np.nan, denominator=np.nan, covered=0.0)
-    free = g["schedulable"] & ~g["allocated"]
-    nodes = pd.DataFrame({"ts": g["ts"], "node_id": g["node_id"], "p": g["p"], "region": g["region"],
-                          "sku": g["sku"], "free": free.to_numpy(dtype=float)})
-    nm = nodes.groupby(["ts", "node_id"], sort=False).agg(
-        p=("p", "first"), region=("region", "first"), sku=("sku", "first"), size=("free", "size"),
-        free=("free", "sum")).reset_index()
+    free = (g["schedulable"] & ~g["allocated"]).to_numpy(dtype=float)
+    nm = _node_minutes(g, free, ctx.ts_codes, ctx.node_codes, len(ctx.node_uni))
     minute = ((nm["ts"] - ctx.start) // MINUTE).to_numpy().astype(np.int64)
     size, fr = nm["size"].to_numpy(dtype=float), nm["free"].to_numpy()
     out = []
@@ -662,6 +706,31 @@ def _fragmentation(ctx: _Context) -> pd.DataFrame:
             numerator=("stranded", "sum"), denominator=("ts", "nunique"), n=("size", "sum")).reset_index()
         out.append(agg.assign(workload_class=cls))
     return pd.concat(out, ignore_index=True).assign(kpi="fragmentation")
+
+
+def _node_minutes(g: pd.DataFrame, free: np.ndarray, ts_codes: np.ndarray, node_codes: np.ndarray, nodes: int) -> pd.DataFrame:
+    """One row per (minute, node) of ``g`` (a group-by on ts and node_id, by integer codes): ts, p, region and
+    sku (the first non-null of its rows), ``size`` (its GPU rows) and ``free`` (the sum of ``free``)."""
+    if g["node_id"].isna().any():  # groupby drops rows without a node
+        keep = g["node_id"].notna().to_numpy()
+        g, free, ts_codes, node_codes = g[keep], free[keep], ts_codes[keep], node_codes[keep]
+    key = ts_codes.astype(np.int64) * (nodes + 1) + node_codes
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    inv = inv.ravel()
+    G = len(first)
+    out = {"ts": g["ts"].iloc[first].reset_index(drop=True), "p": g["p"].iloc[first].reset_index(drop=True)}
+    for col in ("region", "sku"):
+        v = g[col].to_numpy()
+        known = pd.notna(v)
+        pick = first.copy()
+        if not known.all():  # groupby's 'first': the group's first non-null value (None when it has none)
+            kk, fi = np.unique(inv[known], return_index=True)
+            pick = np.full(G, -1)
+            pick[kk] = np.flatnonzero(known)[fi]
+        out[col] = np.where(pick >= 0, v[np.clip(pick, 0, None)], None)
+    out["size"] = np.bincount(inv, minlength=G)
+    out["free"] = np.bincount(inv, weights=free, minlength=G)
+    return pd.DataFrame(out)
 
 
 def _cost_per_productive_gpu_hour(ctx: _Context) -> pd.DataFrame:
@@ -696,23 +765,42 @@ def _cost_per_productive_gpu_hour(ctx: _Context) -> pd.DataFrame:
 
 def _gaming_guardrails(ctx: _Context) -> pd.DataFrame:
     g = ctx.gpu
-    busy = g[g["allocated"] & (g["util"] >= BUSY_UTIL_PCT)]
-    if busy.empty:
+    sel = (g["allocated"].to_numpy() & (g["util"].to_numpy() >= BUSY_UTIL_PCT))
+    if not sel.any():
         return pd.DataFrame()
+    rows = np.flatnonzero(sel)
+    # progress: the job reported steps in the row's minute (a join on minute and job codes)
     rt = ctx.runtime
-    progressed = rt.loc[rt["steps"] > 0, ["ts", "job_id"]].astype({"job_id": object}).drop_duplicates()
-    prog = busy[["ts", "job_id"]].merge(progressed.assign(_prog=True), on=["ts", "job_id"], how="left")["_prog"]
-    progress = prog.notna().to_numpy()
-    training = (busy["workload_class"] != "interactive").to_numpy()
+    prog_rt = (rt["steps"] > 0).to_numpy()
+    g_ns = g["ts"].to_numpy(dtype="datetime64[ns]").view("int64")[rows]
+    r_ns = rt["ts"].to_numpy(dtype="datetime64[ns]").view("int64")[prog_rt]
+    t_codes, t_uni = pd.factorize(np.concatenate([g_ns, r_ns]))
+    j_codes, j_uni = pd.factorize(np.concatenate([g["job_id"].to_numpy()[rows],
+                                                  rt["job_id"].astype(object).to_numpy()[prog_rt]]))
+    pair = t_codes.astype(np.int64) * (len(j_uni) + 1) + j_codes
+    progress = np.isin(pair[:len(rows)], pair[len(rows):][j_codes[len(rows):] >= 0])
+    training = g["workload_class"].to_numpy()[rows] != "interactive"
 
-    power = busy["power"].to_numpy()
-    idle, dev_known = device_idle(busy["sm"].to_numpy(), busy["tensor"].to_numpy())
+    power = g["power"].to_numpy()[rows]
+    idle, dev_known = device_idle(g["sm"].to_numpy()[rows], g["tensor"].to_numpy()[rows])
     known = dev_known & ~np.isnan(power)  # a collector without power cannot tell low power
     ref = _reference_power(g)
-    key = pd.MultiIndex.from_arrays([busy["p"], busy["sku"]])
-    low_power = power < LOW_POWER_SHARE * ref.reindex(key).to_numpy(dtype=float)
+    # the reference of each busy row's partition x SKU
+    p_ns = g["p"].to_numpy(dtype="datetime64[ns]").view("int64")[rows]
+    sku = g["sku"].to_numpy()[rows]
+    if len(ref):
+        r_p = pd.DatetimeIndex(ref.index.get_level_values(0)).as_unit("ns").asi8
+        kp, kp_uni = pd.factorize(np.concatenate([p_ns, r_p]))
+        ks, ks_uni = pd.factorize(np.concatenate([sku, np.asarray(ref.index.get_level_values(1), dtype=object)]))
+        rk = kp.astype(np.int64) * (len(ks_uni) + 1) + ks
+        n = len(rows)
+        at = pd.Index(rk[n:]).get_indexer(np.where((kp[:n] >= 0) & (ks[:n] >= 0), rk[:n], -1))
+        ref_row = np.where(at >= 0, ref.to_numpy(dtype=float)[np.clip(at, 0, None)], np.nan)
+    else:
+        ref_row = np.full(len(rows), np.nan)
+    low_power = power < LOW_POWER_SHARE * ref_row
     d = pd.DataFrame({
-        "p": busy["p"], "team": busy["team"],
+        "p": g["p"].iloc[rows].reset_index(drop=True), "team": g["team"].to_numpy()[rows],
         "bwp_n": training.astype(float), "bwp_num": (training & ~progress).astype(float),
         "div_n": 1.0, "div_cov": known.astype(float), "div_num": (known & idle & low_power).astype(float),
     })
@@ -729,7 +817,7 @@ def _reference_power(g: pd.DataFrame) -> pd.Series:
     """Per partition x SKU: the reference power of gpu_health.metrics.device (p95 of working GPUs)."""
     frame = pd.DataFrame({"p": g["p"], "sku": g["sku"], "gpu_util_pct": g["util"], "sm_active": g["sm"],
                           "tensor_active": g["tensor"], "power_w": g["power"],
-                          "job_id": np.where(g["allocated"].to_numpy(), "job", None)})
+                          "job_id": np.where(g["allocated"].to_numpy(), 1.0, np.nan)})  # (only its presence counts)
     return reference_power(frame, ["p", "sku"])
 
 
