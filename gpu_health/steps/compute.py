@@ -205,20 +205,7 @@ def step_baselines(wh: Warehouse, start, end, current: pd.DataFrame | None = Non
     start, end = pd.Timestamp(start), pd.Timestamp(end)
     current = current if current is not None else wh.read_window("workload_step_stats", start, end)
     hist_all = wh.read_window("workload_step_stats", start.floor("1h") - B.LOOKBACK, end)
-    out = []
-    for hour in pd.date_range(start.floor("1h"), end, freq="1h", inclusive="left"):
-        hist = hist_all[(hist_all["partition_start"] >= hour - B.LOOKBACK) & (hist_all["partition_start"] < hour)]
-        base_h = B.step_baseline(hist, None)
-        for p in pd.date_range(max(hour, start), min(hour + pd.Timedelta(hours=1), end), freq=PARTITION_FREQ, inclusive="left"):
-            cur = current[current["partition_start"] == p]
-            cohort = B.step_baseline(None, cur) if len(cur) else base_h.iloc[0:0]
-            parts = [x for x in (base_h[base_h["history_minutes"] >= B.MIN_HISTORY_MINUTES], cohort) if len(x)]
-            both = pd.concat(parts, ignore_index=True) if parts else base_h.iloc[0:0]
-            both = both.drop_duplicates(B.SIGNATURE, keep="first")
-            if len(both):
-                out.append(both.assign(partition_start=p))
-    cols = ["partition_start", *B.SIGNATURE, "step_time_s", "data_loader_time_s", "grad_sync_time_s", "history_minutes", "baseline_source"]
-    return pd.concat(out, ignore_index=True)[cols] if out else pd.DataFrame(columns=cols)
+    return B.step_baselines_range(hist_all, current, start, end)
 
 
 def goodput(wh: Warehouse, start, end, frames: dict | None = None, baselines: pd.DataFrame | None = None):
@@ -246,21 +233,12 @@ def goodput(wh: Warehouse, start, end, frames: dict | None = None, baselines: pd
     rt_all = pd.concat([rt_before, rt_all], ignore_index=True) if len(rt_before) else rt_all
     in_window = dict(frames)
     in_window["scheduler_events"] = sched_all[sched_all["ts"] >= start]
-    leaves_parts, fail_parts = [], []
     chunks = [(c0, c1, inventory) for s0, s1, inventory in segments for c0, c1 in _chunks(s0, s1, CHUNK)]
-    for c0, c1, inventory in chunks:  # bounded memory; results do not depend on the chunking
-        sub = {k: v[(v["ts"] >= c0) & (v["ts"] < c1)] for k, v in in_window.items()}
-        leaves, failures = G.compute_states(
-            sub, start=c0, end=c1, capacity=capacity[capacity["date"].astype(str) == str(c0.date())],
-            inventory=inventory, maintenance=maint, meta=meta, sched_history=sched_all[sched_all["ts"] < c1],
-            baseline=baselines[(baselines["partition_start"] >= c0) & (baselines["partition_start"] < c1)],
-            runtime_history=rt_all[(rt_all["ts"] >= c0 - G.FAILURE_LOOKBACK) & (rt_all["ts"] < c0)],
-            hw_corroborated=corroborated[(corroborated["partition_start"] >= c0) & (corroborated["partition_start"] < c1)])
-        leaves_parts.append(leaves)
-        fail_parts.append(failures)
-    leaves = pd.concat(leaves_parts, ignore_index=True)
-    failures = pd.concat([f for f in fail_parts if len(f)] or fail_parts[:1], ignore_index=True)
-    failures = _enrich_failures(failures, frames["gpu_telemetry"], meta, sched_all, inventory_union(segments))
+    # bounded memory: a range is computed in chunks of at most CHUNK (results do not depend on the chunking)
+    leaves, failures = G.compute_states_range(
+        in_window, chunks, capacity=capacity, maintenance=maint, meta=meta, sched_history=sched_all,
+        baseline=baselines, runtime_history=rt_all, hw_corroborated=corroborated)
+    failures = G.enrich_failures(failures, frames["gpu_telemetry"], meta, sched_all, inventory_union(segments))
     return leaves, failures
 
 
@@ -273,27 +251,6 @@ def _chunks(start, end, size):
         nxt = min(t + size, (t + pd.Timedelta(days=1)).normalize(), end)
         yield t, nxt
         t = nxt
-
-
-def _enrich_failures(failures: pd.DataFrame, gpu: pd.DataFrame, meta: pd.DataFrame, sched: pd.DataFrame,
-                     inventory: pd.DataFrame | None = None) -> pd.DataFrame:
-    if failures.empty:
-        return failures.assign(partition_start=pd.Series(dtype="datetime64[ns, UTC]"), region=[], sku=[], team=[], workload_class=[])
-    place = gpu[gpu["job_id"].notna()].sort_values("ts").groupby("job_id").agg(region=("region", "last"), sku=("sku", "last"))
-    if inventory is not None and len(inventory):
-        # a job that failed early in a partition may have no GPU rows in it: its 'ended' event names its nodes
-        ended = sched[(sched["event"] == "ended") & sched["job_id"].isin(failures["job_id"]) & sched["node_ids"].notna()]
-        first = ended.drop_duplicates("job_id", keep="last").set_index("job_id")["node_ids"].astype(str).str.split(",").str[0]
-        inv = inventory.drop_duplicates("node_id").set_index("node_id")
-        by_event = pd.DataFrame({"region": first.map(inv["region"]), "sku": first.map(inv["sku"])})
-        place = place.combine_first(by_event.dropna(how="all")) if len(place) else by_event
-    m = meta.drop_duplicates("job_id").set_index("job_id") if len(meta) else pd.DataFrame(columns=["team", "workload_class"])
-    f = failures.copy()
-    f["partition_start"] = f["failed_at"].dt.floor(PARTITION_FREQ)
-    for col, src in (("region", place), ("sku", place), ("team", m), ("workload_class", m)):
-        f[col] = f["job_id"].map(src[col]).astype(object).fillna("unknown") if col in src else "unknown"
-    f["reason"] = f["reason"].astype(object)
-    return f
 
 
 def rollups(leaves: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -631,18 +588,10 @@ def actual_and_expected_leaves(wh: Warehouse, start, end) -> tuple[pd.DataFrame,
 
 def decomposition(wh: Warehouse, start, end) -> pd.DataFrame:
     """Ranked causes of each partition's goodput change against its expected leaves (actual_and_expected_leaves)."""
-    from gpu_health.diagnosis.decompose import decompose
+    from gpu_health.diagnosis.decompose import decompose_range
 
     actual, expected = actual_and_expected_leaves(wh, start, end)
-    if expected.empty:
-        return pd.DataFrame()
-    exp_by = dict(tuple(expected.groupby("partition_start")))
-    out = []
-    for p, act in actual.groupby("partition_start"):
-        if p in exp_by:
-            out.append(decompose(act, exp_by[p], start=p, end=p + PARTITION))
-    out = [o for o in out if len(o)]
-    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+    return decompose_range(actual, expected)
 
 
 def serving_slis(wh: Warehouse, start, end) -> tuple[pd.DataFrame, pd.DataFrame]:
