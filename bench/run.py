@@ -68,14 +68,16 @@ def simulate(data: Path, gpus: int, start: str, end: str) -> dict:
     return {"simulate_seconds": round(time.perf_counter() - t, 1)}
 
 
-def week(data: Path, gpus: int, direct: bool) -> dict:
+def week(data: Path, gpus: int, direct: bool, workers: int = 2) -> dict:
     from gpu_health.cli import run
 
     name = "bulk" if direct else "dagster"
     db = data / f"{name}.db"
     t = time.perf_counter()
-    summary = run(*WEEK, landing=str(data / "landing"), warehouse=f"sqlite:///{db}", quiet=True, direct=direct)
-    out = {"seconds": round(time.perf_counter() - t, 1), "partitions": summary["partitions"]}
+    summary = run(*WEEK, landing=str(data / "landing"), warehouse=f"sqlite:///{db}", quiet=True, direct=direct,
+                  workers=workers if direct else 1)
+    out = {"seconds": round(time.perf_counter() - t, 1), "partitions": summary["partitions"],
+           **({"workers": workers} if direct else {})}
     if direct:
         out["step_seconds"] = summary.get("step_seconds")
         days = 7
@@ -144,7 +146,7 @@ def child(args) -> dict:
             end = (p + pd.Timedelta(minutes=5)).isoformat()
         out.update(simulate(data, args.gpus, start, end))
     elif args.only in ("week_bulk", "week_dagster"):
-        out.update(week(data, args.gpus, direct=args.only == "week_bulk"))
+        out.update(week(data, args.gpus, direct=args.only == "week_bulk", workers=args.workers))
     elif args.only == "live_partition":
         out.update(live_partition(data, args.gpus))
     elif args.only == "suite":
@@ -171,7 +173,8 @@ def main() -> None:
     ap.add_argument("--only", help="week_bulk | week_dagster | live_partition | suite")
     ap.add_argument("--gpus", type=int, default=1200)
     ap.add_argument("--dagster", action="store_true", help="also the week through Dagster (about 10-20 minutes)")
-    ap.add_argument("--workers", type=int, default=2, help="processes of the suite evaluation")
+    ap.add_argument("--workers", type=int, default=2,
+                    help="processes: of the suite evaluation, of the bulk path (2 = sources pipelined beside the rest)")
     ap.add_argument("--data", help="keep the landing zone and warehouses here (default: a temporary directory)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--live", action="store_true", help=argparse.SUPPRESS)
