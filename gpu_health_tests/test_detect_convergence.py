@@ -2,6 +2,7 @@
 checkpoints, on small frames; and the simulator's diverging_run leaves a loss the rule catches."""
 
 import numpy as np
+import pytest
 import pandas as pd
 
 from gpu_health.diagnosis.convergence import (
@@ -108,3 +109,91 @@ def test_a_loss_frozen_at_one_value_while_stepping_tickets():
     idle = loss_history(loss)
     idle.loc[idle.index[-3:], "steps"] = 0
     assert not divergence(idle, START, END)["frozen"].any()
+
+# --- the vectorized detectors equal the per-job definition ------------------------------------------------------------
+# The per-job loops the detectors were first written as: the definition, kept here as the oracle.
+from gpu_health.diagnosis.convergence import (  # noqa: E402
+    CHECKPOINT_ATTEMPTS, DIVERGE_MIN_RISE, DIVERGE_MINUTES, DIVERGE_Z, MAD_TO_SIGMA, MEDIAN_SE, MINUTE,
+    REFERENCE_MINUTES)
+
+
+def _reference_divergence(history: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame:
+    """Per job with a loss reported in ``[start, end)``: the two windows' medians, the job's noise (sigma), the z of
+    the rise and whether it diverges or is frozen flat (columns job_id, before, recent, sigma, z, rise, steps,
+    diverging, frozen)."""
+    h = history[(history["ts"] < end) & history["loss"].notna()]
+    h = h.assign(job_id=h["job_id"].astype(object), loss=h["loss"].astype(float)).sort_values(["job_id", "ts"])
+    live = set(h.loc[h["ts"] >= start, "job_id"])
+    rows = []
+    for job, g in h[h["job_id"].isin(live)].groupby("job_id", sort=False):
+        loss = g["loss"].to_numpy()
+        if len(loss) < 2 * DIVERGE_MINUTES + REFERENCE_MINUTES:
+            continue
+        recent, before = loss[-DIVERGE_MINUTES:], loss[-2 * DIVERGE_MINUTES:-DIVERGE_MINUTES]
+        ref = loss[:-2 * DIVERGE_MINUTES]
+        sigma = MAD_TO_SIGMA * np.median(np.abs(np.diff(ref))) / np.sqrt(2)
+        se = np.sqrt(2) * MEDIAN_SE * sigma / np.sqrt(DIVERGE_MINUTES)
+        rise = float(np.median(recent) - np.median(before))
+        z = rise / se if se > 0 else (np.inf if rise > 0 else 0.0)
+        level = abs(float(np.median(before))) or 1.0
+        stepping = bool((g["steps"].to_numpy()[-DIVERGE_MINUTES:] > 0).all()) if "steps" in g else False
+        rows.append({"job_id": job, "before": float(np.median(before)), "recent": float(np.median(recent)),
+                     "sigma": float(sigma), "z": float(z), "rise": rise,
+                     "steps": int(g["steps"].to_numpy()[-DIVERGE_MINUTES:].sum()) if "steps" in g else 0,
+                     "diverging": bool(z >= DIVERGE_Z and rise >= DIVERGE_MIN_RISE * level),
+                     "frozen": bool(stepping and sigma > 0 and np.ptp(recent) == 0)})
+    return pd.DataFrame(rows, columns=["job_id", "before", "recent", "sigma", "z", "rise", "steps", "diverging", "frozen"])
+
+
+def _reference_checkpoint_failures(history: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame:
+    """Per job: its checkpointing minutes since its durable step last advanced, and the durable step (columns
+    job_id, attempts, durable_step, since). A job whose durable step is never reported is not judged."""
+    h = history[history["ts"] < end]
+    h = h.assign(job_id=h["job_id"].astype(object)).sort_values(["job_id", "ts"])
+    live = set(h.loc[(h["ts"] >= start) & h["last_checkpoint_step"].notna(), "job_id"])
+    rows = []
+    for job, g in h[h["job_id"].isin(live)].groupby("job_id", sort=False):
+        durable = g["last_checkpoint_step"].astype("Float64").ffill()
+        # the durable step advances when it rises, or first appears (the job's first checkpoint landed)
+        prev = durable.shift(1)
+        advanced = (durable.notna() & (prev.isna() | (durable > prev))).fillna(False).to_numpy(bool)
+        advanced[0] = False  # the first row's value was durable before the look-back
+        after = g[advanced]["ts"].max() if advanced.any() else g["ts"].min() - MINUTE
+        attempts = g[(g["ts"] > after) & (g["checkpoint_time_s"].fillna(0) > 0)]
+        # separate attempts: checkpointing minutes not adjacent to each other
+        n = int((attempts["ts"].diff() != MINUTE).sum()) if len(attempts) else 0
+        rows.append({"job_id": job, "attempts": n, "durable_step": durable.iloc[-1], "since": after})
+    return pd.DataFrame(rows, columns=["job_id", "attempts", "durable_step", "since"])
+
+
+def _random_history(rng, t0):
+    rows = []
+    for j in range(rng.integers(1, 40)):
+        n = rng.integers(5, 121)
+        first = rng.integers(0, 60)
+        ts = t0 + pd.to_timedelta(np.sort(rng.choice(np.arange(first, first + 200), n, replace=False)), unit="min")
+        loss = np.abs(rng.normal(1, 0.1, n)) * (1 + (rng.random() < 0.3) * np.linspace(0, 2, n))
+        if rng.random() < 0.2 and n > 11:
+            loss[-10:] = loss[-11]  # frozen
+        loss[rng.random(n) < 0.05] = np.nan
+        ck = np.where(rng.random(n) < 0.1, rng.random(n) * 5, 0.0)
+        step = np.where(rng.random(n) < 0.1, np.nan, np.floor(np.arange(n) / rng.integers(5, 40)) * 100)
+        if rng.random() < 0.2:
+            step[:] = np.nan  # a job that reports no durable step
+        rows.append(pd.DataFrame({"ts": ts, "job_id": f"j{j:03d}", "loss": loss, "steps": rng.integers(0, 3, n),
+                                  "checkpoint_time_s": ck, "last_checkpoint_step": pd.array(step, dtype="Float64")}))
+    h = pd.concat(rows, ignore_index=True).sample(frac=1, random_state=int(rng.integers(1 << 30)))
+    return h.assign(job_id=h["job_id"].astype("string"))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_vectorized_detectors_equal_the_per_job_definition(seed):
+    from gpu_health.diagnosis import convergence as C
+
+    rng = np.random.default_rng(seed)
+    t0 = pd.Timestamp("2026-11-03T10:00Z")
+    h = _random_history(rng, t0)
+    start, end = t0 + pd.Timedelta(minutes=150), t0 + pd.Timedelta(minutes=155)
+    for fast, ref in ((C.divergence, _reference_divergence), (C.checkpoint_failures, _reference_checkpoint_failures)):
+        a, b = ref(h, start, end).reset_index(drop=True), fast(h, start, end).reset_index(drop=True)
+        pd.testing.assert_frame_equal(a.astype(str), b.astype(str), obj=fast.__name__)

@@ -53,23 +53,33 @@ CONVERGENCE_LOOKBACK = pd.Timedelta(hours=2)
 CHECKPOINT_ATTEMPTS = 2
 
 
-def _loss_frame(history: pd.DataFrame, ctx) -> pd.DataFrame:
-    h = history[(history["ts"] < ctx.end) & history["loss"].notna()]
-    return h.assign(job_id=h["job_id"].astype(object)).sort_values(["job_id", "ts"])
+def _sorted_jobs(h: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """``h`` sorted by job and time, and each job's first and one-past-last row."""
+    h = h.assign(job_id=h["job_id"].astype(object)).sort_values(["job_id", "ts"]).reset_index(drop=True)
+    job = h["job_id"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, job[1:] != job[:-1]]) if len(h) else np.array([], dtype=np.int64)
+    return h, starts, np.r_[starts[1:], len(h)].astype(np.int64)
 
 
 def divergence(history: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame:
     """Per job with a loss reported in ``[start, end)``: the two windows' medians, the job's noise (sigma), the z of
     the rise and whether it diverges or is frozen flat (columns job_id, before, recent, sigma, z, rise, steps,
     diverging, frozen)."""
+    cols = ["job_id", "before", "recent", "sigma", "z", "rise", "steps", "diverging", "frozen"]
     h = history[(history["ts"] < end) & history["loss"].notna()]
-    h = h.assign(job_id=h["job_id"].astype(object), loss=h["loss"].astype(float)).sort_values(["job_id", "ts"])
-    live = set(h.loc[h["ts"] >= start, "job_id"])
+    h, starts, stops = _sorted_jobs(h.assign(loss=h["loss"].astype(float)))
+    if not len(h):
+        return pd.DataFrame(columns=cols)
+    loss_all = h["loss"].to_numpy(dtype=float)
+    steps_all = h["steps"].to_numpy() if "steps" in h else None
+    job = h["job_id"].to_numpy()
+    start64 = np.datetime64(pd.Timestamp(start).tz_convert("UTC").tz_localize(None), "ns")
+    ts64 = h["ts"].dt.tz_convert("UTC").dt.tz_localize(None).to_numpy("datetime64[ns]")
     rows = []
-    for job, g in h[h["job_id"].isin(live)].groupby("job_id", sort=False):
-        loss = g["loss"].to_numpy()
-        if len(loss) < 2 * DIVERGE_MINUTES + REFERENCE_MINUTES:
-            continue
+    for i0, i1 in zip(starts, stops):
+        if i1 - i0 < 2 * DIVERGE_MINUTES + REFERENCE_MINUTES or ts64[i1 - 1] < start64:
+            continue  # too short, or no loss in the window (rows are sorted by time: the last is the newest)
+        loss = loss_all[i0:i1]
         recent, before = loss[-DIVERGE_MINUTES:], loss[-2 * DIVERGE_MINUTES:-DIVERGE_MINUTES]
         ref = loss[:-2 * DIVERGE_MINUTES]
         sigma = MAD_TO_SIGMA * np.median(np.abs(np.diff(ref))) / np.sqrt(2)
@@ -77,34 +87,44 @@ def divergence(history: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) ->
         rise = float(np.median(recent) - np.median(before))
         z = rise / se if se > 0 else (np.inf if rise > 0 else 0.0)
         level = abs(float(np.median(before))) or 1.0
-        stepping = bool((g["steps"].to_numpy()[-DIVERGE_MINUTES:] > 0).all()) if "steps" in g else False
-        rows.append({"job_id": job, "before": float(np.median(before)), "recent": float(np.median(recent)),
+        last_steps = steps_all[i1 - DIVERGE_MINUTES:i1] if steps_all is not None else None
+        stepping = bool((last_steps > 0).all()) if last_steps is not None else False
+        rows.append({"job_id": job[i0], "before": float(np.median(before)), "recent": float(np.median(recent)),
                      "sigma": float(sigma), "z": float(z), "rise": rise,
-                     "steps": int(g["steps"].to_numpy()[-DIVERGE_MINUTES:].sum()) if "steps" in g else 0,
+                     "steps": int(last_steps.sum()) if last_steps is not None else 0,
                      "diverging": bool(z >= DIVERGE_Z and rise >= DIVERGE_MIN_RISE * level),
                      "frozen": bool(stepping and sigma > 0 and np.ptp(recent) == 0)})
-    return pd.DataFrame(rows, columns=["job_id", "before", "recent", "sigma", "z", "rise", "steps", "diverging", "frozen"])
+    return pd.DataFrame(rows, columns=cols)
 
 
 def checkpoint_failures(history: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame:
     """Per job: its checkpointing minutes since its durable step last advanced, and the durable step (columns
-    job_id, attempts, durable_step, since). A job whose durable step is never reported is not judged."""
+    job_id, attempts, durable_step, since). A job whose durable step is never reported is not judged.
+
+    A job's durable step advances where it rises or first appears (its first checkpoint landed), never on the
+    job's first row of the look-back (that value was durable before it); its attempts are its checkpointing
+    minutes after the last advance (after its first row when none), counted as runs of adjacent minutes."""
+    cols = ["job_id", "attempts", "durable_step", "since"]
     h = history[history["ts"] < end]
-    h = h.assign(job_id=h["job_id"].astype(object)).sort_values(["job_id", "ts"])
-    live = set(h.loc[(h["ts"] >= start) & h["last_checkpoint_step"].notna(), "job_id"])
-    rows = []
-    for job, g in h[h["job_id"].isin(live)].groupby("job_id", sort=False):
-        durable = g["last_checkpoint_step"].astype("Float64").ffill()
-        # the durable step advances when it rises, or first appears (the job's first checkpoint landed)
-        prev = durable.shift(1)
-        advanced = (durable.notna() & (prev.isna() | (durable > prev))).fillna(False).to_numpy(bool)
-        advanced[0] = False  # the first row's value was durable before the look-back
-        after = g[advanced]["ts"].max() if advanced.any() else g["ts"].min() - MINUTE
-        attempts = g[(g["ts"] > after) & (g["checkpoint_time_s"].fillna(0) > 0)]
-        # separate attempts: checkpointing minutes not adjacent to each other
-        n = int((attempts["ts"].diff() != MINUTE).sum()) if len(attempts) else 0
-        rows.append({"job_id": job, "attempts": n, "durable_step": durable.iloc[-1], "since": after})
-    return pd.DataFrame(rows, columns=["job_id", "attempts", "durable_step", "since"])
+    live = set(h.loc[(h["ts"] >= start) & h["last_checkpoint_step"].notna(), "job_id"].astype(object))
+    h, starts, stops = _sorted_jobs(h[h["job_id"].astype(object).isin(live)])
+    if not len(h):
+        return pd.DataFrame(columns=cols)
+    key = np.repeat(np.arange(len(starts)), stops - starts)
+    durable = h["last_checkpoint_step"].astype("Float64").groupby(key).ffill()
+    prev = durable.groupby(key).shift(1)
+    advanced = (durable.notna() & (prev.isna() | (durable > prev))).fillna(False).to_numpy(bool)
+    advanced[starts] = False
+    ts = h["ts"]
+    last_adv = ts.where(advanced).groupby(key).max()
+    after = last_adv.fillna(ts.groupby(key).min() - MINUTE)
+    after_row = after.to_numpy()[key]
+    attempt = (ts.to_numpy() > after_row) & (h["checkpoint_time_s"].fillna(0).to_numpy(dtype=float) > 0)
+    at_key, at_ts = key[attempt], ts[attempt]
+    separate = at_ts.groupby(at_key).diff() != MINUTE  # (a job's first attempt: NaT, counted)
+    n = separate.groupby(at_key).sum().reindex(range(len(starts)), fill_value=0)
+    return pd.DataFrame({"job_id": h["job_id"].to_numpy()[starts], "attempts": n.to_numpy(dtype=int),
+                         "durable_step": durable.to_numpy()[stops - 1], "since": after.reset_index(drop=True)}, columns=cols)
 
 
 def _region_of(ctx, jobs) -> dict:
