@@ -161,7 +161,7 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
         summary = {"warehouse": url, "source": kind, "path": "direct"}
         summary.update(run_range(Warehouse(url, tdir or None, cache=run_cache()), src.get(), start_ts, end_ts,
                                  progress=None if quiet else (lambda line: print(line, file=sys.stderr)),
-                                 source_spec=SourceSpec(src) if workers > 1 else None))
+                                 source_spec=SourceSpec(src) if workers > 1 else None, processes=workers))
         for entry in summary.get("quarantined_files", []):
             print(f"warning: {entry['source']}: {entry['reason']}", file=sys.stderr)
         for table, cols in summary.get("dropped_columns", {}).items():
@@ -334,8 +334,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="the bulk path: run the same steps over the range without Dagster runs (no run history "
                             "in a Dagster instance; the tables written are the same)")
     p_run.add_argument("--workers", type=int, default=1,
-                       help="with --direct: 2 pipelines the range over two processes (one reads and stores each "
-                            "day's sources while the other computes the day before); same tables")
+                       help="with --direct: pipeline the range over this many processes, a stage each (2: one reads "
+                            "and stores each day's sources while the other computes the day before; 3: the diagnosis "
+                            "steps of a day run beside the loss tree and KPIs of the next); same tables")
     p_eval = sub.add_parser("evaluate", help="score detection, attribution and false pages on a scenario suite")
     p_eval.add_argument("--scenarios", required=True, help="directory of scenario YAML files")
     p_eval.add_argument("--out", required=True, help="JSON report path")

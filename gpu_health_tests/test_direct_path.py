@@ -1,5 +1,5 @@
-"""The bulk path (``gpu-health run --direct``, in one process or pipelined over two) writes exactly the tables
-the Dagster path writes.
+"""The bulk path (``gpu-health run --direct``, in one process or pipelined over two or three) writes exactly the
+tables the Dagster path writes.
 
 One landing zone, run both ways into two warehouses: a window across midnight (two day-runs, two finance days)
 with an ECC fault that pages, a maintenance window, a damaged file (rejects) and late data -- a partition's files
@@ -60,10 +60,11 @@ def _tables(url: str) -> dict[str, pd.DataFrame]:
 def _run_both_ways(zone, late, tmp_path):
     landing = tmp_path / "landing"
     shutil.copytree(zone, landing)
-    urls = {path: f"sqlite:///{tmp_path / path}.db" for path in ("dagster", "direct", "pipelined")}
-    for path, url in urls.items():  # pipelined: the bulk path with the sources in a second process
+    paths = {"dagster": 1, "direct": 1, "pipelined": 2, "staged": 3}
+    urls = {path: f"sqlite:///{tmp_path / path}.db" for path in paths}
+    for path, url in urls.items():  # pipelined: the sources in a second process; staged: and the diagnosis in a third
         run(START, END, landing=str(landing), warehouse=url, quiet=True, direct=path != "dagster",
-            workers=2 if path == "pipelined" else 1)
+            workers=paths[path])
     for source in FIVE_MINUTE:  # late data: the partition's files arrive again, corrected
         rel = f"{source}/{LATE:%Y-%m-%d}/{LATE:%H%M}.parquet"
         shutil.copy(late / rel, landing / rel)
@@ -76,10 +77,31 @@ def _run_both_ways(zone, late, tmp_path):
 
 def test_the_bulk_path_writes_what_dagster_writes(zones, tmp_path):
     urls = _run_both_ways(*zones, tmp_path)
-    dagster, direct, pipelined = (_tables(urls[p]) for p in ("dagster", "direct", "pipelined"))
+    dagster, direct, pipelined, staged = (_tables(urls[p]) for p in ("dagster", "direct", "pipelined", "staged"))
     assert len(dagster["alerts"]) and (dagster["alerts"]["severity"] == "page").any(), "the ECC fault pages"
     assert len(dagster["source_rejects"]), "the truncated file is quarantined"
     assert len(dagster["goodput_leaves"]) and len(dagster["wasted_spend"])
     for name in dagster:
         pd.testing.assert_frame_equal(dagster[name], direct[name], check_dtype=False, obj=name)
         pd.testing.assert_frame_equal(dagster[name], pipelined[name], check_dtype=False, obj=f"{name} (pipelined)")
+        pd.testing.assert_frame_equal(dagster[name], staged[name], check_dtype=False, obj=f"{name} (staged)")
+
+
+def test_the_pipeline_stages_never_wait_on_a_later_stage():
+    """Every cut the bulk path runs is safe by the declared reads, and a cut that is not is refused."""
+    from gpu_health.steps.direct import check_stages, stages
+    from gpu_health.steps.graph import FIVE_MINUTE as FIVE
+    from gpu_health.steps.registry import steps_of
+
+    for processes in (1, 2, 3):
+        cut = stages(processes)
+        assert [s.name for stage in cut for s in stage] == [s.name for s in steps_of(FIVE)]
+    five = steps_of(FIVE)
+    names = [s.name for s in five]
+    goodput = names.index("goodput")
+    with pytest.raises(ValueError, match="written by later stage"):  # the loss tree reads node_inventory
+        check_stages([[s for s in five if s.name != "node_inventory"], [five[names.index("node_inventory")]]])
+    with pytest.raises(ValueError, match="past its window"):  # finance reads a day of failures past its window
+        from gpu_health.steps.graph import DAILY
+        wasted = next(s for s in steps_of(DAILY) if s.name == "wasted_spend")
+        check_stages([five[:goodput + 1], [wasted]])

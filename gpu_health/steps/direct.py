@@ -72,38 +72,118 @@ def _is_source(step) -> bool:
     return not step.reads and bool(step.side_writes)
 
 
-def _ingest_days(url: str, telemetry_dir: str, source_spec, chunks, queue) -> None:
-    """The 5-minute source steps of each chunk, in order, in a process of their own: after each chunk, put
-    (chunk index, summary fragment, step seconds) on ``queue``; on an error, ("error", text)."""
+def _inputs(step, source, window_end, range_end) -> dict:
+    """What a step of a run over a range takes beside its window: a source step the source; a step re-deriving
+    later partitions, whether the run computes them itself next (every window but the last)."""
+    if _is_source(step):
+        return {"source": source}
+    if step.rederives_later and window_end is not None:
+        return {"judged_later": window_end < range_end}
+    return {}
+
+
+# The 5-minute steps cut into pipeline stages for a run over several processes: each stage runs its steps a day
+# at a time in a process of its own, a day once the stages before it finished that day. The diagnosis steps
+# (alerts onwards: alerts, kpi_baselines, goodput_decomposition) read the day's loss tree and KPIs and their own
+# history, but nothing before them reads what they write: the natural cut. :func:`check_stages` proves any cut
+# safe from the declarations (a stage never reads what a later stage writes, nor reads an earlier stage's tables
+# past its window, where that stage may already be a day ahead).
+DIAGNOSIS_CUT = "alerts"
+
+
+def stages(processes: int) -> list[list]:
+    """The 5-minute steps cut into ``processes`` stages (1: one; 2: sources | derived; 3 or more: sources |
+    derived before the diagnosis | diagnosis), checked by :func:`check_stages`."""
+    five = steps_of(FIVE_MINUTE)
+    sources = [s for s in five if _is_source(s)]
+    derived = [s for s in five if not _is_source(s)]
+    if processes <= 1:
+        cut = [five]
+    elif processes == 2:
+        cut = [sources, derived]
+    else:
+        i = next(k for k, s in enumerate(derived) if s.name == DIAGNOSIS_CUT)
+        cut = [sources, derived[:i], derived[i:]]
+    check_stages(cut)
+    return cut
+
+
+def check_stages(cut: list[list]) -> None:
+    """Raise unless running ``cut``'s stages concurrently, each a day behind the one before at most, writes what
+    one process running them in order writes: no step reads a table a later stage writes (at any look-back), and
+    no step reads past its window (``after``) a table an earlier stage writes."""
+    stage_of = {t: k for k, stage in enumerate(cut) for s in stage for t in (*s.writes, *s.side_writes)}
+    for k, stage in enumerate(cut):
+        for step in stage:
+            for read in step.reads:
+                j = stage_of.get(read.table)
+                if j is not None and j > k:
+                    raise ValueError(f"stage {k} step {step.name} reads {read.table}, written by later stage {j}")
+                # a step re-deriving later partitions reads past its window only for them; a run judging its
+                # range in order asks for none before its last window (``judged_later``), when every stage is done
+                ahead = (read.after > pd.Timedelta(0) and not step.rederives_later) or read.whole
+                if j is not None and j < k and ahead:
+                    raise ValueError(f"stage {k} step {step.name} reads {read.table} past its window, while "
+                                     f"stage {j} writing it may be a day ahead")
+
+
+def _forwarded(cut: list[list], k: int) -> list[str]:
+    """The SQL tables stages up to ``k`` write that later stages read: their day's frames travel with the
+    day's hand-over, as a run's cache would serve them in one process (the columnar ones read fast anyway)."""
+    from gpu_health.storage.schema import COLUMNAR_TABLES
+
+    written = {t for stage in cut[:k + 1] for s in stage for t in s.writes}
+    read = {r.table for stage in cut[k + 1:] for s in stage for r in s.reads}
+    return sorted((written & read) - COLUMNAR_TABLES)
+
+
+def _stage_days(k: int, url: str, telemetry_dir: str, cut_processes: int, chunks, source_spec,
+                inbox, outbox, reports) -> None:
+    """Stage ``k`` of :func:`stages` over ``chunks``, in a process of its own: for each chunk, wait for the stage
+    before to hand it over (``inbox``: (chunk index, cached frames)), run the stage's steps, hand the chunk to the
+    next stage (``outbox``), and report (stage, chunk index, summary fragment, step seconds) on ``reports``; on an
+    error, report ("error", stage, text) and hand "error" on, so that no stage waits for ever."""
     import traceback
 
-    from gpu_health.storage.warehouse import Warehouse
+    from gpu_health.storage.warehouse import FrameCache, Warehouse
 
     try:
-        wh, source = Warehouse(url, telemetry_dir), source_spec.get()
-        sources = [s for s in steps_of(FIVE_MINUTE) if _is_source(s)]
+        cut = stages(cut_processes)
+        steps, forward = cut[k], _forwarded(cut, k)
+        wh = Warehouse(url, telemetry_dir, cache=FrameCache())
+        source = source_spec.get() if any(_is_source(s) for s in steps) else None
         for i, (c0, c1) in enumerate(chunks):
+            if inbox is not None:
+                got = inbox.get()
+                if got[0] == "error":
+                    return
+                wh.cache.adopt(got[1])
             fragment, seconds = {}, {}
-            for step in sources:
+            for step in steps:
                 t0 = time.time()
-                result = step.run(wh, c0, c1, source=source)
+                result = step.run(wh, c0, c1, **_inputs(step, source, c1, chunks[-1][1]))
                 seconds[step.name] = time.time() - t0
                 _findings(step, result, fragment, c0, c1)
-            queue.put((i, fragment, seconds))
+            if outbox is not None:
+                outbox.put((i, wh.cache.window(forward, c0, c1)))
+            reports.put((k, i, fragment, seconds))
     except Exception:  # noqa: BLE001 -- reported to the parent, which raises it
-        queue.put(("error", traceback.format_exc(), None))
+        reports.put(("error", k, traceback.format_exc()))
+        if outbox is not None:
+            outbox.put(("error", None))
 
 
-def _next(queue, worker):
-    """The ingest process's next report; an error when it died without one."""
+def _next(reports, workers):
+    """The stages' next report; an error when one died without reporting."""
     import queue as q
 
     while True:
         try:
-            return queue.get(timeout=5)
+            return reports.get(timeout=5)
         except q.Empty:
-            if not worker.is_alive():
-                return ("error", f"the ingest process exited with code {worker.exitcode} without finishing", None)
+            for k, worker in enumerate(workers):
+                if not worker.is_alive() and worker.exitcode != 0:
+                    return ("error", k, f"stage {k}'s process exited with code {worker.exitcode} without finishing")
 
 
 def _merge(summary: dict, fragment: dict) -> None:
@@ -117,16 +197,57 @@ def _merge(summary: dict, fragment: dict) -> None:
         summary.setdefault("dropped_columns", {}).setdefault(table, {}).update(cols)
 
 
+def _run_staged(wh, source_spec, chunks, processes: int, summary: dict, seconds: dict, on_chunk) -> None:
+    """The 5-minute steps of ``chunks`` pipelined over :func:`stages` ``(processes)``, each stage a spawned
+    process; ``on_chunk(i)`` when the last stage finished chunk ``i``."""
+    import multiprocessing
+
+    cut = stages(processes)
+    ctx = multiprocessing.get_context("spawn")
+    reports = ctx.Queue()
+    handovers = [ctx.Queue() for _ in cut[1:]]
+    workers = []
+    for k in range(len(cut)):
+        inbox = handovers[k - 1] if k > 0 else None
+        outbox = handovers[k] if k < len(cut) - 1 else None
+        workers.append(ctx.Process(target=_stage_days, daemon=True,
+                                   args=(k, wh.url, str(wh.telemetry.root), processes, chunks, source_spec,
+                                         inbox, outbox, reports)))
+    for worker in workers:
+        worker.start()
+    try:
+        last = len(cut) - 1
+        finished = 0
+        while finished < len(chunks):
+            got = _next(reports, workers)
+            if got[0] == "error":
+                raise RuntimeError(f"stage {got[1]} of the pipelined run failed:\n{got[2]}")
+            k, i, fragment, secs = got
+            _merge(summary, fragment)
+            for name, sec in secs.items():
+                seconds[name] = seconds.get(name, 0.0) + sec
+            if k == last:
+                finished += 1
+                on_chunk(i)
+    finally:
+        for worker in workers:
+            worker.join(timeout=60)
+            if worker.is_alive():
+                worker.terminate()
+
+
 def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None = None,
-              source_spec=None) -> dict:
+              source_spec=None, processes: int = 2) -> dict:
     """Every step over ``[start, end)`` (5-minute aligned) into ``wh`` from ``source``; returns the summary
     ``gpu-health run`` prints (partitions, seconds per step, failed checks, files quarantined).
 
     ``source_spec`` (a picklable object whose ``get()`` builds the source, e.g. the ``TelemetrySourceResource``)
-    pipelines the range over two processes: a second process reads and stores each day's 5-minute sources while
-    this one computes the derived tables of the day before. The derived steps of a day start only after its
-    sources are stored, and the sources never read derived tables, so the tables written are the same as in one
-    process (``test_direct_path.py``); on two cores it hides the sources' time behind the derived steps'."""
+    pipelines the range over ``processes`` processes, one per stage of :func:`stages`: with 2 a process reads and
+    stores each day's sources while another computes the derived tables of the day before; with 3 the diagnosis
+    steps (alerts, baselines, decomposition) of a day run beside the loss tree and KPIs of the next. A stage starts
+    a day only once the stages before it finished it, and :func:`check_stages` proves from the declared reads that
+    no stage reads what a later one writes, so the tables written are the same as in one process
+    (``test_direct_path.py``). On two cores, 3 stages keep both busy: the sources are the smallest."""
     start, end = pd.Timestamp(start), pd.Timestamp(end)
     summary: dict = {"runs": 0, "partitions": 0}
     seconds: dict[str, float] = {}
@@ -134,8 +255,7 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
 
     def run(step, s0, s1):
         t0 = time.time()
-        kw = {"source": source} if _is_source(step) else {}
-        result = step.run(wh, s0, s1, **kw)
+        result = step.run(wh, s0, s1, **_inputs(step, source, s1, end))
         seconds[step.name] = seconds.get(step.name, 0.0) + time.time() - t0
         _findings(step, result, summary, s0, s1)
 
@@ -150,36 +270,21 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
                 run(step, day, day + DAY)
         summary["runs"] += 1
     chunks = list(day_chunks(start, end))
-    worker = queue = None
-    if source_spec is not None and len(chunks) > 1:
-        import multiprocessing
 
-        ctx = multiprocessing.get_context("spawn")
-        queue = ctx.Queue()
-        worker = ctx.Process(target=_ingest_days, args=(wh.url, str(wh.telemetry.root), source_spec, chunks, queue),
-                             daemon=True)
-        worker.start()
-    try:
-        for c_start, c_end in chunks:
-            if worker is not None:
-                got = _next(queue, worker)
-                if got[0] == "error":
-                    raise RuntimeError(f"source steps failed in the ingest process:\n{got[1]}")
-                _merge(summary, got[1])
-                for name, sec in got[2].items():
-                    seconds[name] = seconds.get(name, 0.0) + sec
+    def on_chunk(i):
+        c_start, c_end = chunks[i]
+        summary["runs"] += 1
+        summary["partitions"] += int((c_end - c_start) / PARTITION)
+        if progress is not None:
+            progress(f"materialized {c_start:%Y-%m-%d %H:%M} .. {c_end:%Y-%m-%d %H:%M} ({time.time() - t_all:.0f}s)")
+
+    if source_spec is not None and processes > 1 and len(chunks) > 1:
+        _run_staged(wh, source_spec, chunks, processes, summary, seconds, on_chunk)
+    else:
+        for i, (c_start, c_end) in enumerate(chunks):
             for step in steps_of(FIVE_MINUTE):
-                if worker is None or not _is_source(step):
-                    run(step, c_start, c_end)
-            summary["runs"] += 1
-            summary["partitions"] += int((c_end - c_start) / PARTITION)
-            if progress is not None:
-                progress(f"materialized {c_start:%Y-%m-%d %H:%M} .. {c_end:%Y-%m-%d %H:%M} ({time.time() - t_all:.0f}s)")
-    finally:
-        if worker is not None:
-            worker.join(timeout=60)
-            if worker.is_alive():
-                worker.terminate()
+                run(step, c_start, c_end)
+            on_chunk(i)
     for day in days:
         for step in daily:
             run(step, day, day + DAY)

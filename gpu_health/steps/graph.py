@@ -57,6 +57,10 @@ class Step:
     # tables it also writes for the partitions it touches but does not own (a source's rejects and gaps, keyed by
     # source): shared by many steps, so they are side outputs, not assets
     side_writes: tuple[str, ...] = ()
+    # it re-derives the partitions after its window that were already computed (its reads reach past the window
+    # for them); ``run`` takes ``judged_later=True`` from a caller that computes those partitions itself, in
+    # order, next (a bulk run over a longer range): then nothing past the window is re-derived
+    rederives_later: bool = False
 
     def read_tables(self) -> set[str]:
         return {r.table for r in self.reads}

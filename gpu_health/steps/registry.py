@@ -87,11 +87,15 @@ def _goodput(wh, start, end) -> StepResult:
     return StepResult(tables, findings={"paid_invariant": P.paid_invariant(tables["goodput_states"], wh, start, end)})
 
 
-def _alerts(wh, start, end) -> StepResult:
+def _alerts(wh, start, end, *, judged_later: bool = False) -> StepResult:
     """This window's alerts, and the later partitions' re-derived from them when it re-runs
-    (P.alerts_after_rerun), stored in one transaction: a crash leaves the old chain or the new one."""
+    (P.alerts_after_rerun), stored in one transaction: a crash leaves the old chain or the new one.
+    ``judged_later``: the caller computes the partitions after ``end`` next, in order (a bulk run's next day), so
+    none is re-derived here (it would be recomputed at once; alerts withdrawn inside the window still are)."""
     frame = P.alerts(wh, start, end)
-    rows, stop, rerun = P.alerts_after_rerun(wh, start, end, frame)
+    rows, stop, rerun = P.alerts_after_rerun(wh, start, end, frame, horizon=pd.Timedelta(0) if judged_later else None)
+    if judged_later:
+        rerun["alerts_rederive_converged"] = True  # the caller's next window carries on from here
     _store(wh, {"alerts": rows}, start, stop, lock_partitions=P.FIVE)
     frame = rows[(rows["partition_start"] >= start) & (rows["partition_start"] < end)] if len(rows) else frame
     return StepResult({"alerts": frame}, metadata={**rerun, "rederived_until": stop})
@@ -161,7 +165,7 @@ DERIVED_STEPS = [
              Read("slo_error_budgets", before=SLO_LOOKBACK), Read("facility_telemetry"),
              Read("kube_pods", before=PLATFORM_RESTART_WINDOW), Read("kube_nodes"),
              Read("job_runtime_metrics", before=CONVERGENCE_LOOKBACK))),
-         run=_alerts),
+         run=_alerts, rederives_later=True),
     Step("kpi_baselines", FIVE_MINUTE, writes=("kpi_baselines",),
          # the same slot +-35 min on each of the previous 14 days; paged partitions of the previous 15
          reads=(Read("kpi_values", before=pd.Timedelta(days=14, minutes=35)),

@@ -53,6 +53,34 @@ class FrameCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+
+    def window(self, names, start, end) -> list[tuple]:
+        """The entries of ``names`` cached for exactly ``[start, end)``, as ``(name, column, start, end, frame)``:
+        what a later stage of a pipelined run (:mod:`gpu_health.steps.direct`), in a process of its own,
+        :meth:`adopt` s so that its reads of those windows are served as they would be in one process."""
+        s0, e0 = pd.Timestamp(start), pd.Timestamp(end)
+        with self._lock:
+            return [(name, *entry) for name in names for entry in self._entries.get(name, [])
+                    if entry[1] == s0 and entry[2] == e0]
+
+    def adopt(self, entries) -> None:
+        """Cache frames another process wrote through to the same warehouse (:meth:`window`)."""
+        with self._lock:
+            for name, column, start, end, frame in entries:
+                self._put(name, frame, start, end, column)
+
+    def _put(self, name, frame, start, end, column, where=None) -> None:
+        # the caller holds the lock: a write drops the overlapping windows, then caches its own
+        entries = self._entries.get(name, [])
+        if start is None or column is None:
+            entries = []
+        else:
+            s0, e0 = pd.Timestamp(start), pd.Timestamp(end)
+            entries = [e for e in entries if e[1] >= e0 or e[2] <= s0]
+        if where is None and start is not None and column is not None and len(frame) <= self.max_rows:
+            entries.append((column, pd.Timestamp(start), pd.Timestamp(end), frame))
+            entries = entries[-self.entries_per_table:]
+        self._entries[name] = entries
 # The advisory-lock key of the schema's DDL: one key for every process creating this project's
 # tables in a database (a positive 63-bit id, the range pg_advisory_xact_lock takes).
 _DDL_LOCK_KEY = stable_id("gpu_health|schema ddl") & 0x7FFFFFFFFFFFFFFF
@@ -200,16 +228,7 @@ class Warehouse:
         if cache is None:
             return
         with cache._lock:
-            entries = cache._entries.get(name, [])
-            if start is None or column is None:
-                entries = []
-            else:
-                s0, e0 = pd.Timestamp(start), pd.Timestamp(end)
-                entries = [e for e in entries if e[1] >= e0 or e[2] <= s0]  # drop overlapping windows
-            if where is None and start is not None and column is not None and len(frame) <= cache.max_rows:
-                entries.append((column, pd.Timestamp(start), pd.Timestamp(end), frame))
-                entries = entries[-cache.entries_per_table:]
-            cache._entries[name] = entries
+            cache._put(name, frame, start, end, column, where)
 
     def _cache_get(self, name, start, end, column, columns, where):
         cache = self.cache
