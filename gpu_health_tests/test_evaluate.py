@@ -82,6 +82,10 @@ def test_tickets_count_for_low_severity_and_maintenance_pages_are_counted():
     r = score(alerts, labels, windows, pd.Timedelta(days=1))
     assert r["ticket_rate"] == 1.0  # the outage (the only low-severity, non-planned incident) got its ticket
     assert r["maintenance_pages"] == 1
+    # a page on planned work or on a silent collector matches no incident anyone should be paged for: false
+    assert r["false_pages"] == 1 and r["false_page_alerts"][0]["alert_id"] == "p1"
+    outage = _alerts(("p2", T0 + pd.Timedelta(minutes=5), "page", "missing_data", "us-east", []))
+    assert score(outage, labels, windows, pd.Timedelta(days=1))["false_pages"] == 1
 
 
 def test_no_alerts_at_all():

@@ -17,8 +17,10 @@ Definitions (issue #5):
   data time (minutes);
 * **top-1 accuracy**: the cause family of that first page equals the incident's;
 * **false pages**: pages that match no incident (time window and scope), per
-  simulated week; **maintenance pages**: pages whose nodes are inside a
-  maintenance window when they open;
+  simulated week; a page matching only a planned maintenance or a collector
+  outage (families ``planned`` and ``missing_data``: nothing anyone should be
+  paged for) is false as well; **maintenance pages**: pages whose nodes are
+  inside a maintenance window when they open;
 * low-severity incidents: the share that got a ticket (or a page) in the same window;
 * **page precision** = pages matched to an incident / all pages (ByteDance's Minder publishes 0.904);
   false pages are also counted **per detector** (``false_pages_by_detector``), and the overall report
@@ -74,8 +76,8 @@ def _touches(alert, inc_scope: dict) -> bool:
     return bool(fw and alert["cohort"] and fw in str(alert["cohort"]))
 
 
-# Cause families whose incidents no pager is meant to see: a capacity incident (demand growth) is scored on the
-# capacity_headroom table (capacity_score), not on pages
+# Cause families whose incidents no pager is meant to see: a page on planned work or on a silent collector is a false
+# page, and a capacity incident (demand growth) is scored on the capacity_headroom table (capacity_score), not on pages
 NOT_PAGED = ["planned", "missing_data", "capacity"]
 
 
@@ -112,7 +114,8 @@ def score(alerts: pd.DataFrame, labels: pd.DataFrame, maintenance: pd.DataFrame,
         cand = cand[np.array([_touches(a, scope) for a in cand.to_dict("records")], dtype=bool)]
         tickets = s[(pd.to_datetime(s["opened_at"], utc=True) >= lo) & (pd.to_datetime(s["opened_at"], utc=True) <= hi)]
         tickets = tickets[np.array([_touches(a, scope) for a in tickets.to_dict("records")], dtype=bool)]
-        matched_pages |= set(cand["alert_id"])
+        if inc.family not in NOT_PAGED:  # a page "matching" planned work or a silent collector is still false
+            matched_pages |= set(cand["alert_id"])
         first = cand.sort_values("paged_at").iloc[0] if len(cand) else None
         incidents.append({
             "incident_id": inc.incident_id, "kind": inc.kind, "family": inc.family, "severity": inc.severity,
