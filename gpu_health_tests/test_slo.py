@@ -295,3 +295,95 @@ def test_one_alert_per_model_and_distinct_alerts_for_two_models_opening_together
     assert len(snap) == 2 and snap["alert_id"].is_unique  # availability + error-rate merged per model
     assert set(snap["severity"]) == {"page"}
     assert all("availability" in s for s in snap["summary"])
+
+
+# --- a release judged against the version it replaced (release_regression) -----------------------------------------
+def _versions(bad_old, bad_new, first_new: int, n: int = 12, total=6000.0, slo="latency-p99", old_serves_with_new=0):
+    """slo_version_events rows of the hour up to T0: v1 serves until partition ``first_new`` (and
+    ``old_serves_with_new`` partitions beside v2: a rollout), v2 from then on, each partition ``total`` events."""
+    p = pd.date_range(T0 - (n - 1) * FIVE, T0, freq="5min")
+    rows = []
+    for i, ps in enumerate(p):
+        for version, bad, serving in (("v1", bad_old, i < first_new + old_serves_with_new), ("v2", bad_new, i >= first_new)):
+            if serving:
+                rows.append({"partition_start": ps, "slo": slo, "region": "us-east", "model_name": "fraud-scorer",
+                             "model_version": version, "objective": BY_NAME[slo].objective, "total_events": total,
+                             "bad_events": float(bad), "interpolated": True})
+    return pd.DataFrame(rows)
+
+
+def test_a_new_version_burning_where_the_old_one_did_not_is_judged_a_release():
+    from gpu_health.metrics.slo import RELEASE_FACTOR, release_burns
+
+    got = release_burns(_versions(bad_old=6.0, bad_new=1200.0, first_new=10), T0)  # 0.1 % vs 20 % over 2 s: 0.1x vs 20x
+    assert len(got) == 1
+    r = got.iloc[0]
+    assert (r["model_version"], r["previous_version"], r["severity"]) == ("v2", "v1", "page")
+    assert r["since"] == T0 - FIVE and r["burn_since"] == pytest.approx(20.0) and r["burn_before"] == pytest.approx(0.1)
+    assert RELEASE_FACTOR == BURN_WINDOWS[0][2]
+
+
+def test_a_release_is_not_judged_in_its_first_partition_nor_without_a_version_before_it():
+    from gpu_health.metrics.slo import release_burns
+
+    assert release_burns(_versions(6.0, 1200.0, first_new=11), T0).empty  # warm-up: its first partition
+    assert release_burns(_versions(6.0, 1200.0, first_new=0), T0).empty   # served the whole hour: not new
+    alone = _versions(6.0, 1200.0, first_new=10)
+    assert release_burns(alone[alone["model_version"] == "v2"], T0).empty  # no earlier version to contrast
+
+
+def test_a_benign_release_a_model_already_burning_and_a_rollout_burning_on_both_versions_are_not_releases():
+    from gpu_health.metrics.slo import release_burns
+
+    assert release_burns(_versions(6.0, 8.0, first_new=8), T0).empty  # v2 as healthy as v1
+    assert release_burns(_versions(1200.0, 1200.0, first_new=8), T0).empty  # burned before the release: slo_burn's
+    rollout = _versions(6.0, 1200.0, first_new=8, old_serves_with_new=5)  # v1 still serves beside v2 at T0
+    assert release_burns(rollout, T0).iloc[0]["model_version"] == "v2"
+    rollout.loc[(rollout["model_version"] == "v1") & (rollout["partition_start"] == T0), "bad_events"] = 1200.0
+    assert release_burns(rollout, T0).empty  # v1 burns beside it now: the load or the platform, not the release
+    few = release_burns(_versions(0.0, 4.0, first_new=10, total=20.0), T0)  # 20 % of 20 requests: 4 bad events
+    assert few.empty  # the minimum-traffic guard
+
+
+def test_the_detector_names_the_release_first_and_merges_it_with_the_burn_of_the_same_model():
+    from gpu_health.diagnosis import alerts as A
+
+    ctx = _ctx(None)
+    ctx.slo_versions = _versions(6.0, 1200.0, first_new=10)
+    found = detect_slo_burn(ctx)
+    assert [(f.detector, f.family, f.severity) for f in found] == [("release_regression", "software", "page")]
+    assert found[0].key == "slo_burn|us-east|fraud-scorer" and "Roll back to v1" in found[0].evidence
+    bad = np.r_[np.full(852, 1.0), np.full(12, 120.0)]
+    ctx.slo_events = _rows(864, 6000.0, bad)
+    both = detect_slo_burn(ctx)
+    assert [f.detector for f in both] == ["release_regression", "slo_burn"]
+    snap = A.step(A.empty(), both, T0, rates={}, changes=pd.DataFrame(columns=["event_id", "ts", "kind", "scope", "description"]))
+    assert len(snap) == 1 and snap.iloc[0]["detector"] == "release_regression"
+
+
+def test_per_version_events_add_up_to_the_models(serving):
+    req, buckets = serving
+    model = slo_events(req, buckets).set_index(["partition_start", "slo", "region", "model_name"])
+    by_version = slo_events(req, buckets, by_version=True)
+    assert {"model_version"} <= set(by_version.columns)
+    summed = by_version.groupby(["partition_start", "slo", "region", "model_name"])[["total_events", "bad_events"]].sum()
+    avail = model.xs("availability", level="slo")[["total_events", "bad_events"]]
+    pd.testing.assert_frame_equal(summed.xs("availability", level="slo"), avail, check_like=True)
+
+
+def test_a_latency_regression_release_pages_within_15_minutes_as_a_release():
+    inc = {"kind": "serving_latency_regression", "start": "2026-11-03T14:02:00Z", "duration": "3h",
+           "scope": {"region": "us-east", "model": "fraud-scorer"}}
+    scen = load_scenario({"seed": 7, "start": "2026-11-02T00:00:00Z", "cluster": {"serving": True}, "incidents": [inc]})
+    from gpu_health.metrics.slo import release_burns
+
+    t0 = pd.Timestamp(inc["start"])
+    win = Window(scen, t0 - pd.Timedelta(hours=1), t0 + pd.Timedelta(minutes=30))
+    rows = slo_events(win.table("inference_requests"), win.table("inference_latency_buckets"), by_version=True)
+    judged = [(p + FIVE - t0, r) for p in sorted(rows["partition_start"].unique())
+              for _, r in release_burns(rows, p).iterrows()]
+    assert judged and all(d > pd.Timedelta(0) for d, _ in judged)  # nothing before the release
+    first, r = judged[0]
+    assert first <= pd.Timedelta(minutes=15) and r["slo"].startswith("latency") and r["severity"] == "page"
+    assert (r["region"], r["model_name"], r["previous_version"]) == ("us-east", "fraud-scorer", r["previous_version"])
+    assert r["model_version"].endswith(".1")

@@ -340,6 +340,19 @@ CREATE TABLE slo_error_budgets (
 	CONSTRAINT pk_slo_error_budgets PRIMARY KEY (partition_start, slo, region, model_name)
 );
 
+CREATE TABLE slo_version_events (
+	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
+	slo TEXT NOT NULL, 
+	region TEXT NOT NULL, 
+	model_name TEXT NOT NULL, 
+	model_version TEXT NOT NULL, 
+	objective FLOAT NOT NULL, 
+	total_events FLOAT, 
+	bad_events FLOAT, 
+	interpolated BOOLEAN NOT NULL, 
+	CONSTRAINT pk_slo_version_events PRIMARY KEY (partition_start, slo, region, model_name, model_version)
+);
+
 CREATE TABLE source_gaps (
 	source TEXT NOT NULL, 
 	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 

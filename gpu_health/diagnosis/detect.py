@@ -248,6 +248,7 @@ class PartitionContext:
     open_keys: frozenset = frozenset()  # keys of the alerts open after the partition before
     placements: pd.DataFrame | None = None  # placements() of `sched` (sliced from one computed per range)
     slo_events: pd.DataFrame | None = None  # slo_error_budgets rows of the burn-rate lookback up to the partition
+    slo_versions: pd.DataFrame | None = None  # slo_version_events rows of the release look-back up to the partition
     kube_pods: pd.DataFrame | None = None   # kube_pods rows of the restart look-back up to the partition's end (None = absent)
     kube_nodes: pd.DataFrame | None = None  # kube_nodes rows of the partition (None = absent)
     loss_history: pd.DataFrame | None = None  # job_runtime_metrics (loss, checkpoints) of the convergence look-back
@@ -1504,14 +1505,50 @@ def _window_text(td: pd.Timedelta) -> str:
     return f"{minutes // 1440} d" if minutes % 1440 == 0 else f"{minutes // 60} h" if minutes % 60 == 0 else f"{minutes} min"
 
 
+def _release_findings(ctx: PartitionContext) -> list[Finding]:
+    """A new model version burning the budget that the version it replaced did not (``release_regression``).
+
+    Judged by :func:`gpu_health.metrics.slo.release_burns` on the slo_version_events rows. Its two witnesses: the
+    new version's own fast burn, over its time so far and again in this partition past its warm-up, and the
+    contrast with the version before it in the same region (which did not burn, nor does one still serving beside
+    it). A model without per-version rows (or without an earlier version to compare) is judged by slo_burn alone."""
+    if ctx.slo_versions is None or ctx.slo_versions.empty:
+        return []
+    from gpu_health.metrics.slo import MIN_BAD_EVENTS, RELEASE_FACTOR, release_burns
+    from gpu_health.metrics.slo_catalog import BY_NAME
+
+    out = []
+    for _, r in release_burns(ctx.slo_versions, ctx.start).iterrows():
+        slo = BY_NAME[r["slo"]]
+        interp = (f" The threshold {slo.threshold_s:g} s is no bucket bound: the bad events are interpolated within "
+                  f"the bucket, an estimate." if r["interpolated"] else "")
+        before = f"{r['burn_before']:.1f}x" if pd.notna(r["burn_before"]) else "no bad events"
+        out.append(Finding(
+            detector="release_regression", family=SLO_FAMILY, severity=r["severity"], region=r["region"],
+            key=f"slo_burn|{r['region']}|{r['model_name']}",  # one incident with the burn alert of the same model
+            summary=f"{r['model_name']} {r['model_version']} in {r['region']} burns the error budget of {slo.name} "
+                    f"({slo.title}) at {r['burn_since']:.1f}x since its release; {r['previous_version']} did not",
+            evidence=f"Version {r['model_version']} serves since {r['since']:%Y-%m-%d %H:%M} UTC: burn rate "
+                     f"{r['burn_since']:.1f}x since then and {r['burn_now']:.1f}x in this partition (alert above "
+                     f"{RELEASE_FACTOR:g}x in both, each with at least {MIN_BAD_EVENTS} bad events): "
+                     f"{r['bad_events']:.0f} bad of {r['total_events']:.0f} events against an objective of "
+                     f"{slo.objective:.3%}. The version before it, {r['previous_version']}, burned {before} in the "
+                     f"hour before the release, and no version serving beside it burns now: the release is the "
+                     f"cause.{interp} Roll back to {r['previous_version']}",
+            baseline=float(RELEASE_FACTOR), value=float(r["burn_since"])))
+    return out
+
+
 def detect_slo_burn(ctx: PartitionContext) -> list[Finding]:
-    """Serving SLOs burning their error budget (page / ticket by window pair) or whose SLI is absent (ticket).
+    """Serving SLOs burning their error budget (page / ticket by window pair) or whose SLI is absent (ticket);
+    a new model version burning it is named first (:func:`_release_findings`).
 
     Burns are judged by :func:`gpu_health.metrics.slo.evaluate_burns` on the slo_error_budgets rows; the two
     witnesses of a page are the long and the short window over the factor, each with at least
     ``MIN_BAD_EVENTS`` bad events. A threshold inside a histogram bucket is said to be interpolated."""
+    release = _release_findings(ctx)
     if ctx.slo_events is None or ctx.slo_events.empty:
-        return []
+        return release
     from gpu_health.metrics.slo import MIN_BAD_EVENTS, evaluate_burns
     from gpu_health.metrics.slo_catalog import BY_NAME
 
@@ -1544,8 +1581,8 @@ def detect_slo_burn(ctx: PartitionContext) -> list[Finding]:
                      f"model's versions in serving_slis (a new version serving since the burn started is the suspect: "
                      f"roll it back), then its replicas and queue depth",
             baseline=float(r["factor"]), value=float(r["long_burn"])))
-    # the alert of a model merges its findings and reads the first: pages, then the fastest burn, absences last
-    return sorted(out, key=lambda f: (f.severity != "page", f.value is None, -(f.value or 0.0)))
+    # the alert of a model merges its findings and reads the first: the release, pages, the fastest burn, absences last
+    return release + sorted(out, key=lambda f: (f.severity != "page", f.value is None, -(f.value or 0.0)))
 
 
 def detect_platform(ctx: PartitionContext) -> list[Finding]:

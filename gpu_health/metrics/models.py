@@ -252,6 +252,24 @@ class SloErrorBudgets(_Partitioned):
         unique = ["partition_start", "slo", "region", "model_name"]
 
 
+class SloVersionEvents(_Partitioned):
+    """One row per SLO x region x model x version x 5-minute partition: the SLO's events and bad events of each model
+    version (slo_error_budgets' counts split by version): which version spends the budget, what the release_regression
+    detector judges a new version by (gpu_health/metrics/slo.py)."""
+
+    slo: Series[Str] = pa.Field(description="SLO name in the catalogue.")
+    region: Series[Str] = pa.Field(description="Region.")
+    model_name: Series[Str] = pa.Field(description="Served model.")
+    model_version: Series[Str] = pa.Field(description="Model version.")
+    objective: Series[float] = pa.Field(gt=0, lt=1, description="Share of good events the SLO promises.")
+    total_events: Series[float] = pa.Field(ge=0, nullable=True, description="Events of the version in the partition; null = the SLI's series is absent.")
+    bad_events: Series[float] = pa.Field(ge=0, nullable=True, description="Of them, bad (failed, or over the latency threshold); null = absent.")
+    interpolated: Series[bool] = pa.Field(description="The threshold is no bucket bound: bad_events is interpolated linearly within the bucket.")
+
+    class Config:
+        unique = ["partition_start", "slo", "region", "model_name", "model_version"]
+
+
 class CapacityDemandDaily(ContractModel):
     """GPU-hour demand per day x region x SKU x workload class: allocated plus waiting (metrics/forecast.py)."""
 

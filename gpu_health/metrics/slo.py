@@ -17,6 +17,13 @@ over the window (1 = untouched, 0 = spent, negative = overspent).
 rate over a window is ``(bad / events) / budget`` (1 = spending the budget exactly over 30 days); an alert needs the
 long window *and* its short window over the factor (the long one proves it is significant, the short one that it is
 still happening, so the alert resets within minutes of a fix).
+
+:func:`release_burns` judges a model **release** from the same counts split by version (``slo_version_events``): the
+fast-burn bar (14.4x) met by a version that began serving within the last hour, both over its time so far and in
+the partition just ended (its second or later, past a new pod's warm-up), while the version it replaced did not
+meet it in the same region before it -- the burn is confined to the release, so the release is the cause. The
+workbook's long window exists to prove a burn significant; a version change is a known change point, the contrast
+with the old version proves it, and rolling back is cheap, so the release is judged without waiting an hour.
 """
 
 import numpy as np
@@ -28,6 +35,8 @@ from gpu_health.metrics.slo_catalog import CATALOG, WINDOW_DAYS, Slo
 
 KEY = ["slo", "region", "model_name"]
 EVENT_COLUMNS = ["partition_start", *KEY, "objective", "total_events", "bad_events", "interpolated"]
+VERSION_KEY = [*KEY, "model_version"]
+VERSION_EVENT_COLUMNS = ["partition_start", *VERSION_KEY, "objective", "total_events", "bad_events", "interpolated"]
 BUDGET_COLUMNS = [*EVENT_COLUMNS, "window_total_events", "window_bad_events", "error_budget_remaining"]
 
 # (long window, short window, burn-rate factor, severity): Sloth's defaults for a 30-day SLO (the SRE workbook's
@@ -56,25 +65,27 @@ def _applies(slo: Slo, generative: bool) -> bool:
 
 
 def slo_events(requests: pd.DataFrame, buckets: pd.DataFrame, generative_before=frozenset(),
-               catalog=CATALOG) -> pd.DataFrame:
+               catalog=CATALOG, *, by_version: bool = False) -> pd.DataFrame:
     """One row per partition x SLO x region x model with its events and bad events (see the module docstring).
 
     ``generative_before``: (region, model_name) pairs that exported a TTFT histogram earlier in the SLO window; with
     the pairs that export one in the rows given, they are the generative models (a TTFT series that goes absent does
-    not turn a generative model into a request/response one)."""
+    not turn a generative model into a request/response one). ``by_version``: one row per model version as well
+    (``slo_version_events``: which version spends the budget), the same counts split by ``model_version``."""
+    columns = VERSION_EVENT_COLUMNS if by_version else EVENT_COLUMNS
     if requests.empty and buckets.empty:
-        return pd.DataFrame({c: pd.Series(dtype="object") for c in EVENT_COLUMNS})
-    deploy = ["partition_start", "region", "model_name"]
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
+    deploy = ["partition_start", "region", "model_name", *(["model_version"] if by_version else [])]
     req = requests.assign(partition_start=requests["ts"].dt.floor(PARTITION))
     totals = req.groupby(deploy, sort=True)[["requests", "errors"]].sum()
     b = buckets.assign(partition_start=buckets["ts"].dt.floor(PARTITION))
     hist = {h: {k: g for k, g in summed_buckets(b[b["histogram"] == h], deploy).groupby(deploy, sort=False)}
             for h in ("latency", "ttft")}
-    generative = set(generative_before) | {(r, m) for _, r, m in hist["ttft"]}
+    generative = set(generative_before) | {k[1:3] for k in hist["ttft"]}
     keys = sorted(set(totals.index) | set(hist["latency"]) | set(hist["ttft"]))
     rows = []
     for key in keys:
-        p, region, model = key
+        p, region, model = key[:3]
         is_gen = (region, model) in generative
         for slo in catalog:
             if not _applies(slo, is_gen):
@@ -91,9 +102,10 @@ def slo_events(requests: pd.DataFrame, buckets: pd.DataFrame, generative_before=
                 good, interpolated = count_at_or_below(slo.threshold_s, le, counts)
                 bad = max(0.0, total - good)
             rows.append({"partition_start": p, "slo": slo.name, "region": region, "model_name": model,
+                         **({"model_version": key[3]} if by_version else {}),
                          "objective": slo.objective, "total_events": total, "bad_events": bad,
                          "interpolated": bool(interpolated)})
-    return pd.DataFrame(rows, columns=EVENT_COLUMNS)
+    return pd.DataFrame(rows, columns=columns)
 
 
 def generative_models(history: pd.DataFrame, catalog=CATALOG) -> frozenset:
@@ -193,3 +205,70 @@ def evaluate_burns(rows: pd.DataFrame, start: pd.Timestamp, catalog=CATALOG) -> 
         return pd.DataFrame(columns=cols)
     frame = pd.DataFrame([{**dict(zip(KEY, k)), **v} for k, v in out.items()])
     return frame[cols].sort_values(KEY).reset_index(drop=True)
+
+
+# A release is judged while it is new: a version first seen within the last hour. After an hour the ordinary 1 h /
+# 5 min window holds nothing but the new version, and slo_burn judges it as the service.
+RELEASE_LOOKBACK = BURN_WINDOWS[0][0]
+RELEASE_FACTOR = BURN_WINDOWS[0][2]  # the fast page's burn rate (14.4x: 2 % of a 30-day budget an hour)
+
+
+def _burn(bad, total, budget) -> float:
+    return bad / total / budget if total > 0 else np.nan
+
+
+def release_burns(rows: pd.DataFrame, start: pd.Timestamp, catalog=CATALOG) -> pd.DataFrame:
+    """The releases judged at the partition starting at ``start``: one row per SLO x region x model x new version
+    whose burn meets :data:`RELEASE_FACTOR` (see the module docstring).
+
+    ``rows``: slo_version_events rows of the partitions within :data:`RELEASE_LOOKBACK` up to and including
+    ``start``. A version is new when it began serving after the look-back's first partition and another version
+    of the model served in the region before it (without that earlier version there is nothing to contrast: missing
+    history is no evidence). It is judged when, with at least ``MIN_BAD_EVENTS`` bad events in each: its burn since
+    it began and in this partition (not its first: a new pod's warm-up requests are slow on any healthy release)
+    both exceed the factor; the versions before it did not exceed it over the look-back before it began; and a
+    version still serving beside it (a rollout) does not exceed it now (both burning is the load or the platform,
+    not the release). Columns: the key, ``previous_version``, ``since``, ``burn_since``, ``burn_now``,
+    ``burn_before``, ``bad_events``, ``total_events``, ``interpolated``, ``severity``."""
+    cols = [*VERSION_KEY, "previous_version", "since", "burn_since", "burn_now", "burn_before", "bad_events",
+            "total_events", "interpolated", "severity"]
+    if rows is None or rows.empty:
+        return pd.DataFrame(columns=cols)
+    start = pd.Timestamp(start)
+    budget = {s.name: s.budget for s in catalog}
+    intent = {s.name: s.alert_intent for s in catalog}
+    w = rows[(rows["partition_start"] > start - RELEASE_LOOKBACK) & (rows["partition_start"] <= start)]
+    w = w[w["total_events"].astype("float64") > 0]
+    out = []
+    for (slo, region, model), g in w.groupby(KEY, sort=True):
+        b = budget.get(slo)
+        if b is None:
+            continue
+        first = g.groupby("model_version")["partition_start"].min()
+        now = g[g["partition_start"] == start]
+        for version in now["model_version"].unique():
+            since = first[version]
+            if since == g["partition_start"].min() or since == start:
+                continue  # served from the look-back's start (not new), or this is its first partition (warm-up)
+            before = g[(g["partition_start"] < since) & (g["model_version"] != version)]
+            if before.empty:
+                continue  # nothing served before it: no contrast, no judgement
+            mine = g[(g["model_version"] == version) & (g["partition_start"] >= since)]
+            cur = now[now["model_version"] == version]
+            others = now[now["model_version"] != version]
+            bad, total = float(mine["bad_events"].sum()), float(mine["total_events"].sum())
+            bad_now, total_now = float(cur["bad_events"].sum()), float(cur["total_events"].sum())
+            burn_since, burn_now = _burn(bad, total, b), _burn(bad_now, total_now, b)
+            burn_before = _burn(float(before["bad_events"].sum()), float(before["total_events"].sum()), b)
+            burn_others = _burn(float(others["bad_events"].sum()), float(others["total_events"].sum()), b)
+            if not (burn_since > RELEASE_FACTOR and burn_now > RELEASE_FACTOR) or min(bad, bad_now) < MIN_BAD_EVENTS:
+                continue
+            if burn_before > RELEASE_FACTOR or burn_others > RELEASE_FACTOR:
+                continue  # the model burned before the release, or beside it: not the release's doing
+            previous = before.sort_values("partition_start")["model_version"].iloc[-1]
+            out.append({"slo": slo, "region": region, "model_name": model, "model_version": version,
+                        "previous_version": previous, "since": since, "burn_since": burn_since, "burn_now": burn_now,
+                        "burn_before": burn_before, "bad_events": bad, "total_events": total,
+                        "interpolated": bool(mine["interpolated"].astype(bool).any()),
+                        "severity": "page" if intent[slo] == "page" else "ticket"})
+    return pd.DataFrame(out, columns=cols)

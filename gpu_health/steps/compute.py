@@ -365,6 +365,9 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
                               columns=["partition_start", "slo", "region", "model_name", "total_events", "bad_events",
                                        "interpolated", "error_budget_remaining"])
     slo_rows = slo_rows.sort_values("partition_start", kind="stable").reset_index(drop=True)
+    from gpu_health.metrics.slo import RELEASE_LOOKBACK
+    release_rows = wh.read_window("slo_version_events", start - RELEASE_LOOKBACK, end)
+    release_rows = release_rows.sort_values("partition_start", kind="stable").reset_index(drop=True)
     from gpu_health.diagnosis.platform import RESTART_WINDOW
     kube_pods = wh.read_window("kube_pods", start - RESTART_WINDOW, end)  # optional sources: empty when not exported
     kube_pods = kube_pods.sort_values("ts", kind="stable").reset_index(drop=True)
@@ -400,6 +403,9 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
             rejects=rejects_p.get(p), source_gaps=gaps_p.get(p),
             slo_events=slo_rows.iloc[slo_rows["partition_start"].searchsorted(p + five - SLO_LOOKBACK):
                                      slo_rows["partition_start"].searchsorted(p + five)] if len(slo_rows) else None,
+            slo_versions=release_rows.iloc[release_rows["partition_start"].searchsorted(p + five - RELEASE_LOOKBACK):
+                                            release_rows["partition_start"].searchsorted(p + five)]
+            if len(release_rows) else None,
             open_keys=frozenset(prev.loc[prev["status"] != "resolved", "key"]) if len(prev) else frozenset(),
             facility=fac_p.get(p),
             kube_pods=kube_pods.iloc[kube_pods["ts"].searchsorted(p - RESTART_WINDOW):kube_pods["ts"].searchsorted(p + five)]
@@ -617,6 +623,17 @@ def slo_error_budgets(wh: Warehouse, start, end) -> pd.DataFrame:
     buckets = wh.read_window("inference_latency_buckets", start, end)
     events = S.slo_events(req, buckets, S.generative_models(history))
     return S.error_budgets(events, history)
+
+
+def slo_version_events(wh: Warehouse, start, end) -> pd.DataFrame:
+    """Each SLO's events and bad events per model version for every partition of [start, end)
+    (gpu_health.metrics.slo.slo_events by version). A model is generative when it exports a TTFT histogram in
+    the window: a version's absent TTFT series is judged by slo_burn on the model, not here."""
+    from gpu_health.metrics import slo as S
+
+    req = wh.read_window("inference_requests", start, end)
+    buckets = wh.read_window("inference_latency_buckets", start, end)
+    return S.slo_events(req, buckets, by_version=True)
 
 
 def paid_invariant(states: pd.DataFrame, wh: Warehouse, start, end) -> dict:

@@ -17,6 +17,7 @@ from gpu_health.diagnosis.platform import RESTART_WINDOW as PLATFORM_RESTART_WIN
 from gpu_health.metrics import baselines as B
 from gpu_health.metrics import goodput as G
 from gpu_health.metrics.slo import LOOKBACK as SLO_LOOKBACK
+from gpu_health.metrics.slo import RELEASE_LOOKBACK
 from gpu_health.metrics.slo_catalog import WINDOW_DAYS as SLO_WINDOW_DAYS
 from gpu_health.steps import compute as P
 from gpu_health.steps.graph import CALENDAR, DAILY, FIVE_MINUTE, Read, Step, StepResult
@@ -152,6 +153,9 @@ DERIVED_STEPS = [
          reads=(Read("inference_requests"), Read("inference_latency_buckets"),
                 Read("slo_error_budgets", before=pd.Timedelta(days=SLO_WINDOW_DAYS))),
          run=_single("slo_error_budgets", P.slo_error_budgets)),
+    Step("slo_version_events", FIVE_MINUTE, writes=("slo_version_events",),
+         reads=(Read("inference_requests"), Read("inference_latency_buckets")),
+         run=_single("slo_version_events", P.slo_version_events)),
     Step("alerts", FIVE_MINUTE, writes=("alerts",),
          # a re-run re-derives up to ALERT_LOOKAHEAD of later partitions (P.alerts_after_rerun): every read
          # reaches that far past the window
@@ -162,7 +166,8 @@ DERIVED_STEPS = [
              Read("goodput_leaves"), Read("step_time_baselines"), Read("job_metadata", before=P.META_LOOKBACK),
              *INVENTORY, Read("cluster_goodput", before=ALERT_HISTORY), Read("alerts", before=ALERT_HISTORY),
              Read("cost_capacity", before=TO_DAY_START + DAY), Read("source_rejects"), Read("source_gaps"),
-             Read("slo_error_budgets", before=SLO_LOOKBACK), Read("facility_telemetry"),
+             Read("slo_error_budgets", before=SLO_LOOKBACK), Read("slo_version_events", before=RELEASE_LOOKBACK),
+             Read("facility_telemetry"),
              Read("kube_pods", before=PLATFORM_RESTART_WINDOW), Read("kube_nodes"),
              Read("job_runtime_metrics", before=CONVERGENCE_LOOKBACK))),
          run=_alerts, rederives_later=True),

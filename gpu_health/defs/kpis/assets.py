@@ -113,9 +113,14 @@ def build_kpi_assets(five_minute) -> list:
         description="Each serving SLO's events, bad events and error budget remaining over its rolling 30-day window "
                     "(the SLO catalogue: gpu_health/metrics/slo_catalog.py, docs/slos.md); the slo_burn detector reads "
                     "it. A threshold inside a histogram bucket is marked interpolated. Empty on a cluster without serving.")
+    versions = derived_asset(
+        "slo_version_events", partitions_def=five_minute,
+        description="Each serving SLO's events and bad events per model version (slo_error_budgets split by "
+                    "version): which release spends the budget. The release_regression detector judges a new "
+                    "version by it against the version it replaced. Empty on a cluster without serving.")
     racks = derived_asset(
         "rack_facility", partitions_def=five_minute,
         description="Each rack's energy, peak draw against 80 % of its rating (NEC continuous-load limit), hottest "
                     "inlet, failed PSUs and its GPUs throttled for power or heat (gpu_health/metrics/facility.py). "
                     "Empty on a cluster without facility_telemetry.")
-    return [goodput, kpis, serving, budgets, racks]
+    return [goodput, kpis, serving, budgets, versions, racks]
