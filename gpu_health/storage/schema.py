@@ -116,9 +116,9 @@ if _undeclared:  # pragma: no cover - a declaration error
     raise ValueError(f"schema: tables not both in the catalogue and the schema: {sorted(_undeclared)}")
 
 
-def sql_tables() -> list[sa.Table]:
+def sql_tables(columnar: frozenset[str] = COLUMNAR_TABLES) -> list[sa.Table]:
     """The tables the SQL warehouse creates: every declared table but the columnar ones, in dependency order."""
-    return [t for t in metadata.sorted_tables if t.name not in COLUMNAR_TABLES]
+    return [t for t in metadata.sorted_tables if t.name not in columnar]
 
 
 def _arrow_type(col: sa.Column) -> pyarrow.DataType:
