@@ -1,5 +1,6 @@
-"""The columnar telemetry store: minute-grain telemetry as Parquet, a file per 5-minute partition until its hour is
-complete, then one file per hour.
+"""The columnar telemetry store: the tables the catalogue stores columnar (the minute-grain telemetry, the event
+sources, the loss tree's per-node facts, the node inventory and the per-partition baselines: what grows with the
+fleet) as Parquet, a file per 5-minute partition until its hour is complete, then one file per hour.
 
 Layout (Hive-style partitions, so DuckDB, Spark, Trino and ClickHouse read it as it is)::
 
@@ -12,7 +13,7 @@ Rules:
   replaces every 5-minute partition the window covers. While an hour has partitions never written, each written
   partition is its own file (a partition with no rows still gets one: zero rows, full schema, so "nothing was
   reported" differs from "never written"). The write that leaves all 12 partitions of an hour written stores the
-  hour as one file, its rows in key order, and then deletes the hour's partition files; later writes into that hour
+  hour as one file, and then deletes the hour's partition files; later writes into that hour
   (late data, a re-run) rewrite the hour file, keeping its rows outside the window. A bulk write of whole hours
   writes hour files directly. An hour file means all 12 of its partitions were written.
 * **Why an hour:** Parquet stores a dictionary and statistics per column chunk and a footer per file, so a 5-minute
@@ -32,8 +33,9 @@ Rules:
   outside the window are kept (a cut partition that was never written gets a file holding only the window's rows).
   A row outside the window it is written for is refused (ValueError): it would overwrite a partition nobody asked to
   replace.
-* **Schemas derive from the table catalogue** (:func:`gpu_health.storage.schema.arrow_schema`); rows are sorted by
-  the table's key (time first) within each file, and compressed with zstd.
+* **Schemas derive from the table catalogue** (:func:`gpu_health.storage.schema.arrow_schema`); within a file rows
+  are sorted by the table's key with the partition column last (each entity's rows together, in time order: they
+  compress better, see :func:`_in_file_order`), and compressed with zstd.
 * **Reads** return what the SQL warehouse returned for the same table: ``datetime64[ns, UTC]`` timestamps,
   ``int64`` / nullable ``Int64`` integers, ``float64``, ``bool``, and the ``string`` dtype for text; rows in key
   order (time first).
@@ -281,14 +283,15 @@ class TelemetryStore:
                 return _to_pandas(pa.schema([schema.field(c) for c in wanted]).empty_table(), table)
             # one dataset over the window's files, read on Arrow's threads with the filter pushed into the scan
             # (bench/bench_telemetry_store.py compares it with file-by-file reads and DuckDB's read_parquet)
+            part = partition_column(table)
             try:
                 data = ds.dataset([str(f) for f in files], schema=schema, format="parquet").to_table(
-                    columns=wanted, filter=cond)
+                    columns=wanted + ([part] if part not in wanted else []), filter=cond)
             except OSError:
                 if all(f.exists() for f in files):
                     raise
                 continue  # an hour was compacted after listing: its rows are in its hour file now
-            return _to_pandas(data, table)
+            return _to_pandas(_in_key_order(data, table).select(wanted), table)
         raise RuntimeError(f"{table}: hours kept being compacted while reading [{start}, {end})")
 
     def count(self, table: str) -> int:
@@ -369,7 +372,7 @@ class Staged:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         self.pending.append((tmp, path))
-        _write_parquet(data, tmp)
+        _write_parquet(_in_file_order(data, table), tmp)
 
     def publish(self) -> None:
         """Rename every staged file into place (each rename atomic: a reader sees the old file or the new one)."""
@@ -412,18 +415,11 @@ class Staged:
 
 
 def _spliced(old: pa.Table, new: pa.Table, table: str, lo_us: int, hi_us: int) -> pa.Table:
-    """``old``'s rows outside ``[lo_us, hi_us)`` around ``new`` (all inside it), in key order.
-
-    Both are in key order and the key starts with the partition column, so the result is ``old``'s rows before the
-    window, ``new``, then ``old``'s rows after it: no sort. A file not in time order (not written by this store) is
-    filtered and sorted instead."""
+    """``old``'s rows outside ``[lo_us, hi_us)`` and ``new`` (all inside it), in no particular order: the file they
+    go to is put in its order when written (:func:`_in_file_order`), whatever order ``old`` was stored in."""
     ts = old.column(partition_column(table)).cast(pa.int64()).to_numpy(zero_copy_only=False)
-    if len(ts) and (np.diff(ts) < 0).any():
-        kept = old.filter(pa.array((ts < lo_us) | (ts >= hi_us)))
-        both = pa.concat_tables([kept, new])
-        return both.take(np.lexsort(_sort_keys(both, table)[::-1])) if both.num_rows else both
-    a, b = np.searchsorted(ts, [lo_us, hi_us])
-    return pa.concat_tables([old.slice(0, a), new, old.slice(b)])
+    kept = old.filter(pa.array((ts < lo_us) | (ts >= hi_us)))
+    return pa.concat_tables([kept, new])
 
 
 def _and(cond, more):
@@ -442,6 +438,31 @@ def _sort_keys(data: pa.Table, table: str) -> list[np.ndarray]:
         else:
             keys.append(arr.to_numpy(zero_copy_only=False))
     return keys
+
+
+def _in_file_order(data: pa.Table, table: str) -> pa.Table:
+    """``data`` in the order a file stores it: by the table's key with the partition column moved last (each GPU's,
+    link's or job's rows of the hour together, in time order).
+
+    Why: a column's consecutive values are then one entity's successive readings, which the dictionary indices,
+    run lengths and zstd compress far better than the whole fleet's readings of one minute side by side (a quiet
+    simulated day of 1,200 GPUs: GPU telemetry 16.7 -> 15.2 MB, job runtime 5.3 -> 4.3, scheduler events 1.75 ->
+    1.41, goodput_leaves 1.66 -> 1.48). Reads put the rows back in key order (time first) with a stable sort by
+    the partition column alone (:func:`_in_key_order`), cheap because each entity's rows are already in time order.
+    """
+    if data.num_rows < 2:
+        return data
+    keys = _sort_keys(data, table)  # most significant first, the partition column first
+    return data.take(np.lexsort([keys[0], *keys[:0:-1]]))  # lexsort: least significant first
+
+
+def _in_key_order(data: pa.Table, table: str) -> pa.Table:
+    """Rows of files in :func:`_in_file_order` (or in key order: files written before) back in key order: a stable
+    sort by the partition column keeps the rest of the key's order within each instant."""
+    ts = data.column(partition_column(table)).cast(pa.int64()).to_numpy(zero_copy_only=False)
+    if len(ts) < 2 or (ts[1:] >= ts[:-1]).all():
+        return data
+    return data.take(np.argsort(ts, kind="stable"))
 
 
 @functools.cache
