@@ -7,7 +7,10 @@ folder. One JSON line per measurement:
 
 * ``sql_size_vacuum``: the file as it is, and after ``VACUUM`` at 4, 8, 16 and 64 KiB pages;
 * ``sql_size_table`` (each table of at least ``--min-mb`` MB, vacuumed at 4 KiB pages, its indexes included) against
-  the same rows (a) with every ``DATETIME`` stored as ``INTEGER`` epoch seconds, (b) also every ``TEXT`` column but
+  the same rows (0) copied as they are (``copied``: text timestamps, ``WITHOUT ROWID`` like the warehouse's tables;
+  the check that a copy measures as the original does), (a) with every ``DATETIME`` stored as ``INTEGER`` epoch
+  seconds (``whole_seconds``: whether that is lossless for every value) and as epoch microseconds (``int_us_time``,
+  always lossless: the text's precision), (b) also every ``TEXT`` column but
   the ``*_id`` ones as an integer id into a dictionary table (``dim_<table>_<column>``, counted in), both with the
   same primary key, ``WITHOUT ROWID``; and as Parquet (zstd; timestamps as timestamps) in one file for the whole
   range, one file per hour and one per 5 minutes of its partition column (what the telemetry store would write);
@@ -66,11 +69,12 @@ def _sqlite_copy(dst: sqlite3.Connection, name: str, frame: pd.DataFrame, types:
     dst.executemany(f'INSERT INTO "{name}" VALUES ({", ".join("?" * len(frame.columns))})', rows)
 
 
-def _int_time(frame: pd.DataFrame, types: dict[str, str]) -> tuple[pd.DataFrame, dict[str, str]]:
+def _int_time(frame: pd.DataFrame, types: dict[str, str], unit: int = 10**9) -> tuple[pd.DataFrame, dict[str, str]]:
+    """``frame`` with every ``DATETIME`` as integer epoch ``ns // unit`` (seconds by default; 10**3: microseconds)."""
     out, ty = frame.copy(), {}
     for name, typ in types.items():
         if typ == "DATETIME":
-            out[name] = (out[name].astype("int64") // 10**9).astype("Int64").where(frame[name].notna())
+            out[name] = (out[name].astype("int64") // unit).astype("Int64").where(frame[name].notna())
             ty[name] = "INTEGER"
         else:
             ty[name] = {"FLOAT": "REAL", "BIGINT": "INTEGER"}.get(typ, typ)
@@ -103,11 +107,16 @@ def main() -> None:
         dst = sqlite3.connect(Path(tmp) / "variants.db")
         dst.execute("PRAGMA journal_mode=OFF")
         dst.execute("PRAGMA synchronous=OFF")
+        dst.execute("ATTACH DATABASE ? AS src", (f"file:{Path(tmp) / 'v4096.db'}?mode=ro",))
         big = [t for t in sorted(tables, key=lambda t: -owned[t]) if owned[t] >= args.min_mb * 1e6]
         measured = {}
         for table in big:
             frame, types = _load(src, table)
             pk = _pk(src, table)
+            cols = ", ".join(f'"{c}" {types[c]}' for c in frame.columns)  # the stored values as they are (text times)
+            dst.execute(f'CREATE TABLE "{table}__copied" ({cols}, PRIMARY KEY ({pk})) WITHOUT ROWID')
+            dst.execute(f'INSERT INTO "{table}__copied" SELECT * FROM src."{table}"')
+            _sqlite_copy(dst, f"{table}__int_us_time", *_int_time(frame, types, 10**3), pk)
             ints, ty = _int_time(frame, types)
             _sqlite_copy(dst, f"{table}__int_time", ints, ty, pk)
             ids, ty_ids = ints.copy(), dict(ty)
@@ -122,7 +131,8 @@ def main() -> None:
             dst.commit()
             time_cols = [c for c, t in types.items() if t == "DATETIME"]
             part = "partition_start" if "partition_start" in frame else (time_cols[0] if time_cols else None)
-            row = {"table": table, "rows": len(frame), "sqlite_mb": _mb(owned[table]),
+            whole = all((frame[c].dropna().astype("int64") % 10**9 == 0).all() for c in time_cols)
+            row = {"table": table, "rows": len(frame), "sqlite_mb": _mb(owned[table]), "whole_seconds": bool(whole),
                    "parquet_one_file_mb": _mb(_parquet_bytes(frame))}
             if part is not None:
                 for label, width in (("hour", "h"), ("5min", "5min")):
@@ -145,11 +155,14 @@ def main() -> None:
             dims_frame.insert(0, "leaf", range(len(dims_frame)))
             _sqlite_copy(dst, "goodput_leaf_dims", dims_frame, {"leaf": "INTEGER", **{c: "TEXT" for c in dims}}, "leaf")
             dst.commit()
+        dst.execute("DETACH DATABASE src")
         dst.execute("VACUUM")
         vstat = dict(dst.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name"))
         for table, row in measured.items():
             dim_bytes = sum(v for k, v in vstat.items() if k.startswith(f"dim_{table}_"))
-            _emit(bench="sql_size_table", **row, sqlite_int_time_mb=_mb(vstat[f"{table}__int_time"]),
+            _emit(bench="sql_size_table", **row, sqlite_copied_mb=_mb(vstat[f"{table}__copied"]),
+                  sqlite_int_us_time_mb=_mb(vstat[f"{table}__int_us_time"]),
+                  sqlite_int_time_mb=_mb(vstat[f"{table}__int_time"]),
                   sqlite_int_time_text_ids_mb=_mb(vstat[f"{table}__ids"] + dim_bytes))
         if "goodput_leaves__leaf_ids" in vstat:
             _emit(bench="sql_size_leaf_ids", table="goodput_leaves", leaf_combinations=len(combos),
@@ -161,7 +174,8 @@ def main() -> None:
               sqlite_measured_mb=_mb(sum(owned[t] for t in measured)), sqlite_other_tables_mb=_mb(rest),
               **{k: _mb(sum(r.get(k, 0) for r in measured.values()) * 1e6)
                  for k in ("parquet_one_file_mb", "parquet_hour_files_mb", "parquet_5min_files_mb")},
-              sqlite_int_time_mb=_mb(sum(vstat[f"{t}__int_time"] for t in measured)),
+              **{f"sqlite_{v}_mb": _mb(sum(vstat[f"{t}__{v}"] for t in measured))
+                 for v in ("copied", "int_us_time", "int_time")},
               sqlite_int_time_text_ids_mb=_mb(sum(vstat[f"{t}__ids"] for t in measured)
                                               + sum(v for k, v in vstat.items() if k.startswith("dim_"))))
 

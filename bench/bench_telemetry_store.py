@@ -89,7 +89,7 @@ def timed(fn) -> tuple[float, object]:
 
 def rewrite(root: Path) -> None:
     """Re-write the store at ``root`` into a temporary one; one JSON line a table, then the total."""
-    from gpu_health.storage.schema import COLUMNAR_TABLES
+    from gpu_health.storage.schema import COLUMNAR_TABLES, partition_column
     from gpu_health.storage.telemetry_store import TelemetryStore
 
     src, day_span, five = TelemetryStore(root), pd.Timedelta(days=1), pd.Timedelta(minutes=5)
@@ -109,7 +109,8 @@ def rewrite(root: Path) -> None:
                     dst.replace_window(table, frame, written[0], written[-1] + five)
                 else:
                     for p in written:
-                        dst.replace_window(table, frame[(frame["ts"] >= p) & (frame["ts"] < p + five)], p, p + five)
+                        col = partition_column(table)
+                        dst.replace_window(table, frame[(frame[col] >= p) & (frame[col] < p + five)], p, p + five)
                 pd.testing.assert_frame_equal(dst.read_window(table, day, day + day_span), frame)
                 rows += len(frame)
             seconds = time.perf_counter() - t0

@@ -78,17 +78,26 @@ class Table:
             raise ValueError(f"catalog: table {self.name!r} has no pandera model")
 
 
-# Stored columnar (Parquet in the telemetry store), never as SQL rows: the minute-grain telemetry, one row per GPU,
-# node, link or running job per minute. These grow with the fleet times the minutes (1,200 GPUs: 1.7 M GPU rows a
-# day; 100,000 GPUs: 144 M), are written once per partition and read by time window, which is what a column store is
-# for. The event and metadata sources (scheduler_events, job_metadata, change_events) are per event or per job, a few
-# ten thousand rows a day, and stay in SQL beside the KPI, loss-tree, alert and finance tables that join them.
+# Stored columnar (Parquet in the telemetry store), never as SQL rows: every table whose rows grow with the fleet or
+# the event rate and that is read by time window, never joined in SQL by finance.
 #
-# The serving layer's two tables are minute-grain too and go the same way: ``inference_requests`` is one row per
-# deployment per minute and ``inference_latency_buckets`` one per deployment x histogram x bucket per minute (a
-# classic histogram exports ~10-20 buckets, so 2 histograms x 15 buckets x a deployment x 1,440 minutes is 43,000
-# rows a day per deployment; a few hundred deployments is tens of millions). Both are written once per partition and
-# read by window (``serving_slis`` sums a partition's buckets); what SQL users join is the 5-minute ``serving_slis``.
+# * The minute-grain telemetry, one row per GPU, node, link or running job per minute: 1,200 GPUs give 1.7 M GPU rows
+#   a day, 100,000 GPUs 144 M. The serving layer's two tables are minute-grain too (``inference_latency_buckets`` is
+#   one row per deployment x histogram x bucket per minute: ~43,000 a day per deployment), and so are the optional
+#   facility and Kubernetes sources.
+# * The event sources ``scheduler_events`` and ``job_metadata``: a row per event or per job, so they grow with the
+#   fleet times its job rate (16 + 8 MB a day as SQL rows at 1,200 GPUs, 2.2 as Parquet).
+# * The per-node facts of the loss tree, ``goodput_leaves`` (one row per node x job dimensions x state per partition,
+#   52 MB a day in SQLite, its largest table) and ``goodput_node_states``, and ``node_inventory`` (a row per node per
+#   partition; 80 distinct rows a day repeated 288 times, which Parquet's dictionaries store once): all grow with
+#   the node count. What finance reads of the loss tree is its roll-up at the cluster grain (``goodput_states``,
+#   ``cluster_goodput``, ``wasted_spend``), which stays in SQL.
+# * The per-partition model state ``kpi_baselines`` (a row per KPI series x slice per partition, 3 % of them
+#   distinct: 17 MB a day in SQLite, 0.2 MB as Parquet) and the step-time model state ``workload_step_stats`` /
+#   ``step_time_baselines`` (a row per workload signature per partition), read back by window by the steps alone.
+#
+# Every reader goes through ``Warehouse.read_window`` and ``gpu-health export``, which do not care where a table is.
+# ``change_events`` (a few a day), the quarantine tables and everything finance joins stay in SQL.
 COLUMNAR = "columnar"
 SQL = "sql"
 
@@ -99,8 +108,8 @@ def _source(name: str, cadence: str, storage: str, owner: str, grain: str, descr
 
 
 def _derived(name: str, model, cadence: str, group: str, owner: str, grain: str, description: str,
-             partition_column: str = "partition_start") -> Table:
-    return Table(name, "derived", model, partition_column, cadence, SQL, group, owner, grain, description)
+             partition_column: str = "partition_start", storage: str = SQL) -> Table:
+    return Table(name, "derived", model, partition_column, cadence, storage, group, owner, grain, description)
 
 
 _TABLES: tuple[Table, ...] = (
@@ -112,12 +121,12 @@ _TABLES: tuple[Table, ...] = (
             "Per node: CPU, memory, disk and NVMe load, driver and kernel versions, health state."),
     _source("network_telemetry", "minute", COLUMNAR, "infra", "one row per InfiniBand/RoCE link per minute",
             "Per fabric link: throughput, packet loss, retransmits, latency, link up."),
-    _source("scheduler_events", "event", SQL, "ml_platform", "one row per scheduler event",
+    _source("scheduler_events", "event", COLUMNAR, "ml_platform", "one row per scheduler event",
             "Submissions, starts, ends, preemptions and requeues from the scheduler."),
     _source("job_runtime_metrics", "minute", COLUMNAR, "ml_platform",
             "one row per running job per minute that reports training metrics",
             "Training-loop progress reported by jobs: steps, step time, loader wait, gradient sync, checkpoints."),
-    _source("job_metadata", "event", SQL, "ml_platform", "one row per job, in the partition of its submission",
+    _source("job_metadata", "event", COLUMNAR, "ml_platform", "one row per job, in the partition of its submission",
             "What each job is: team, model type, workload class, dataset, requested GPUs, image, framework, SLA."),
     _source("change_events", "event", SQL, "ml_platform", "one row per deploy or configuration change",
             "Deploys and configuration changes (driver, firmware, framework, scheduler config) with their scope."),
@@ -149,27 +158,27 @@ _TABLES: tuple[Table, ...] = (
     # --- derived: baselines --------------------------------------------------------------------------------------------
     _derived("node_inventory", M.NodeInventory, "5-minute", "baselines", "infra",
              "one row per node seen per 5-minute partition",
-             "Nodes and GPUs that reported; the trailing day is the inventory behind paid GPU-minutes."),
+             "Nodes and GPUs that reported; the trailing day is the inventory behind paid GPU-minutes.", storage=COLUMNAR),
     _derived("workload_step_stats", M.WorkloadStepStats, "5-minute", "baselines", "ml_platform",
              "one row per workload signature (model_type, sku, gpus) per 5-minute partition",
-             "Median step time, loader wait and gradient sync of healthy, progressing job-minutes."),
+             "Median step time, loader wait and gradient sync of healthy, progressing job-minutes.", storage=COLUMNAR),
     _derived("step_time_baselines", M.StepTimeBaselines, "5-minute", "baselines", "ml_platform",
              "one row per workload signature per 5-minute partition",
-             "The baseline step time each partition is judged against."),
+             "The baseline step time each partition is judged against.", storage=COLUMNAR),
     _derived("kpi_baselines", KpiBaselines, "5-minute", "baselines", "ml_platform",
              "one row per KPI series or loss-state share x slice per 5-minute partition",
-             "Expected value (median, MAD, quantiles) of every KPI and loss-state share."),
+             "Expected value (median, MAD, quantiles) of every KPI and loss-state share.", storage=COLUMNAR),
     # --- derived: the loss tree and KPIs -------------------------------------------------------------------------------
     _derived("goodput_leaves", M.GoodputLeaves, "5-minute", "kpis", "ml_platform",
              "one row per (region, node, sku, driver, team, workload class, model type, framework, queue) x state "
              "per partition",
-             "GPU-minutes per loss state at the drill-down grain."),
+             "GPU-minutes per loss state at the drill-down grain.", storage=COLUMNAR),
     _derived("goodput_states", M.GoodputStates, "5-minute", "kpis", "ml_platform",
              "one row per region x sku x workload_class x team x state per 5-minute partition",
              "GPU-minutes per loss state; every paid GPU-minute is in exactly one state."),
     _derived("goodput_node_states", M.GoodputNodeStates, "5-minute", "kpis", "infra",
              "one row per node x state per 5-minute partition",
-             "GPU-minutes per loss state per node, for the hardware drill-down."),
+             "GPU-minutes per loss state per node, for the hardware drill-down.", storage=COLUMNAR),
     _derived("job_failures", M.JobFailures, "5-minute", "kpis", "ml_platform",
              "one row per failed job, in the partition of its failure",
              "Jobs that failed and the GPU-minutes they threw away since their last checkpoint."),

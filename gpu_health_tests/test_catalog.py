@@ -42,9 +42,17 @@ def test_the_schema_is_the_catalogue():
             assert list(schema.metadata.tables[name].c.keys()) == list(t.model.to_schema().columns), name
 
 
-def test_minute_grain_tables_are_the_columnar_ones():
+def test_tables_that_grow_with_the_fleet_are_columnar_and_what_finance_joins_is_sql():
     # minute-grain rows grow with fleet x minutes: they are the telemetry store's, never SQL rows
-    assert C.COLUMNAR_TABLES == {n for n, t in C.CATALOG.items() if t.cadence == "minute"}
+    assert {n for n, t in C.CATALOG.items() if t.cadence == "minute"} <= C.COLUMNAR_TABLES
+    # and so do the event sources, the loss tree's per-node facts, the inventory and the per-partition model state
+    assert C.COLUMNAR_TABLES - {n for n, t in C.CATALOG.items() if t.cadence == "minute"} == {
+        "scheduler_events", "job_metadata", "goodput_leaves", "goodput_node_states", "node_inventory",
+        "kpi_baselines", "step_time_baselines", "workload_step_stats"}
+    finance = {"kpi_values", "goodput_states", "cluster_goodput", "cluster_goodput_daily", "goodput_decomposition",
+               "wasted_spend", "alerts", "job_failures", "cost_capacity", "capacity_demand_daily",
+               "capacity_forecast", "capacity_headroom", "maintenance_windows", "change_events"}
+    assert all(C.table(n).storage == "sql" for n in finance)
 
 
 def test_docs_table_list_is_generated_from_the_catalogue():

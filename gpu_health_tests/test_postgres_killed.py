@@ -151,7 +151,7 @@ def _kill_inside(monkeypatch, server, table: str, then=None) -> list:
 
 
 @pytest.mark.parametrize("table", [
-    "goodput_node_states",  # inside the loss tree's transaction (two of its five tables already written)
+    "goodput_states",       # inside the loss tree's transaction (cluster_goodput written, the two columnar staged)
     "kpi_values",           # the IO manager's write of a one-table step
     "alerts",               # the alerts step's own write
 ])
@@ -184,14 +184,15 @@ def test_killed_past_the_retries_leaves_no_half_step_and_a_rerun_converges(serve
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(common, "TRANSIENT_RETRY", dg.RetryPolicy(max_retries=0))
     url = server.database("rerun")
-    attempts = _kill_inside(monkeypatch, server, "goodput_node_states")
+    attempts = _kill_inside(monkeypatch, server, "goodput_states")
     try:
         with pytest.raises(RuntimeError, match="goodput"):
             run(START, END, scenario=scenario, warehouse=url, quiet=True)
-        assert attempts == ["goodput_node_states"]
+        assert attempts == ["goodput_states"]
         server.restart()
         after = _tables(url)
-        # cluster_goodput and goodput_leaves went into the killed transaction before goodput_node_states: none stayed
+        # cluster_goodput went into the killed transaction before goodput_states, and goodput_leaves and
+        # goodput_node_states (columnar) were staged for it, published only at its commit: none stayed
         assert all(after[t].empty for t in LOSS_TREE), {t: len(after[t]) for t in LOSS_TREE}
         assert len(after["gpu_telemetry"]) == GPU_MINUTES  # the steps before it had committed
         run(START, END, scenario=scenario, warehouse=url, quiet=True)  # the sensor's re-request, or an operator

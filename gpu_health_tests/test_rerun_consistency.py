@@ -18,6 +18,7 @@ from gpu_health.cli import main, run
 from gpu_health.defs.alerting.sensors import latest_alerts
 from gpu_health.delivery.alertmanager import alert_to_payload
 from gpu_health.steps import compute as P
+from gpu_health.storage.telemetry_store import Staged
 from gpu_health.storage.warehouse import Warehouse, engine_for
 
 START, END = "2026-11-03T11:00:00Z", "2026-11-03T11:40:00Z"
@@ -175,14 +176,20 @@ def test_the_loss_tree_of_a_partition_commits_whole_or_not_at_all(zones, tmp_pat
 
     _redeliver_clean(landing, clean)
     real, written = Warehouse._insert, []
+    real_stage = Staged.write
 
     def insert_then_die(self, conn, table, frame):
-        if table.name == "goodput_states":  # after cluster_goodput, goodput_leaves, goodput_node_states
+        if table.name == "goodput_states":  # after cluster_goodput (SQL); goodput_leaves, goodput_node_states staged
             raise RuntimeError("the process died mid-write")
         written.append(table.name)
         return real(self, conn, table, frame)
 
+    def stage(self, path, data, table):
+        written.append(table)
+        return real_stage(self, path, data, table)
+
     monkeypatch.setattr(Warehouse, "_insert", insert_then_die)
+    monkeypatch.setattr(Staged, "write", stage)
     with pytest.raises(RuntimeError, match="mid-write"):
         run(*FIXED, landing=str(landing), warehouse=url, quiet=True)
     assert {"cluster_goodput", "goodput_leaves", "goodput_node_states"} <= set(written)
@@ -190,6 +197,7 @@ def test_the_loss_tree_of_a_partition_commits_whole_or_not_at_all(zones, tmp_pat
         pd.testing.assert_frame_equal(wh.read_window(t), old[t], obj=t)
 
     monkeypatch.setattr(Warehouse, "_insert", real)
+    monkeypatch.setattr(Staged, "write", real_stage)
     single, one_table = [], Warehouse.replace_window
     monkeypatch.setattr(Warehouse, "replace_window",
                         lambda self, name, *a, **k: single.append(name) or one_table(self, name, *a, **k))

@@ -1,7 +1,8 @@
 -- Generated from gpu_health/storage/schema.py by `python -m gpu_health.storage.schema`.
 -- Do not edit by hand: a test fails when this file and the module drift.
 --
--- Not in SQL: the minute-grain telemetry tables facility_telemetry, gpu_telemetry, inference_latency_buckets, inference_requests, job_runtime_metrics, kube_nodes, kube_pods, network_telemetry, node_telemetry are stored
+-- Not in SQL (the catalogue's columnar tables: minute-grain telemetry, event sources, per-node loss tree,
+-- inventory, per-partition baselines): facility_telemetry, goodput_leaves, goodput_node_states, gpu_telemetry, inference_latency_buckets, inference_requests, job_metadata, job_runtime_metrics, kpi_baselines, kube_nodes, kube_pods, network_telemetry, node_inventory, node_telemetry, scheduler_events, step_time_baselines, workload_step_stats are stored
 -- as Parquet in the telemetry store, <telemetry_dir>/<table>/date=YYYY-MM-DD/<HH>.parquet (a complete hour) or <HHMM>.parquet (README).
 
 CREATE TABLE alerts (
@@ -155,33 +156,6 @@ CREATE TABLE goodput_decomposition (
 	CONSTRAINT pk_goodput_decomposition PRIMARY KEY (partition_start, window_end, rank)
 );
 
-CREATE TABLE goodput_leaves (
-	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
-	region TEXT NOT NULL, 
-	node_id TEXT NOT NULL, 
-	sku TEXT NOT NULL, 
-	driver_version TEXT NOT NULL, 
-	team TEXT NOT NULL, 
-	workload_class TEXT NOT NULL, 
-	model_type TEXT NOT NULL, 
-	framework_version TEXT NOT NULL, 
-	queue TEXT NOT NULL, 
-	state TEXT NOT NULL, 
-	gpu_minutes FLOAT NOT NULL, 
-	CONSTRAINT pk_goodput_leaves PRIMARY KEY (partition_start, region, node_id, sku, driver_version, team, workload_class, model_type, framework_version, queue, state)
-);
-
-CREATE TABLE goodput_node_states (
-	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
-	region TEXT NOT NULL, 
-	node_id TEXT NOT NULL, 
-	sku TEXT NOT NULL, 
-	driver_version TEXT NOT NULL, 
-	state TEXT NOT NULL, 
-	gpu_minutes FLOAT NOT NULL, 
-	CONSTRAINT pk_goodput_node_states PRIMARY KEY (partition_start, region, node_id, sku, driver_version, state)
-);
-
 CREATE TABLE goodput_states (
 	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
 	region TEXT NOT NULL, 
@@ -210,37 +184,6 @@ CREATE TABLE job_failures (
 	CONSTRAINT pk_job_failures PRIMARY KEY (partition_start, job_id)
 );
 
-CREATE TABLE job_metadata (
-	job_id TEXT NOT NULL, 
-	submitted_at TIMESTAMP WITH TIME ZONE NOT NULL, 
-	team TEXT NOT NULL, 
-	model_type TEXT NOT NULL, 
-	workload_class TEXT NOT NULL, 
-	dataset TEXT NOT NULL, 
-	requested_gpus BIGINT NOT NULL, 
-	requested_mem_gb FLOAT NOT NULL, 
-	container_image TEXT NOT NULL, 
-	framework_version TEXT NOT NULL, 
-	sla_deadline TIMESTAMP WITH TIME ZONE, 
-	CONSTRAINT pk_job_metadata PRIMARY KEY (submitted_at, job_id)
-);
-
-CREATE TABLE kpi_baselines (
-	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
-	series TEXT NOT NULL, 
-	region TEXT NOT NULL, 
-	sku TEXT NOT NULL, 
-	workload_class TEXT NOT NULL, 
-	team TEXT NOT NULL, 
-	expected FLOAT, 
-	mad FLOAT, 
-	q10 FLOAT, 
-	q90 FLOAT, 
-	n_samples BIGINT NOT NULL, 
-	method TEXT NOT NULL, 
-	CONSTRAINT pk_kpi_baselines PRIMARY KEY (partition_start, series, region, sku, workload_class, team)
-);
-
 CREATE TABLE kpi_values (
 	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
 	kpi TEXT NOT NULL, 
@@ -266,17 +209,6 @@ CREATE TABLE maintenance_windows (
 	CONSTRAINT pk_maintenance_windows PRIMARY KEY (window_id)
 );
 
-CREATE TABLE node_inventory (
-	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
-	region TEXT NOT NULL, 
-	node_id TEXT NOT NULL, 
-	sku TEXT NOT NULL, 
-	gpus_seen BIGINT NOT NULL, 
-	driver_version TEXT NOT NULL, 
-	fatal_gpus BIGINT NOT NULL, 
-	CONSTRAINT pk_node_inventory PRIMARY KEY (partition_start, node_id)
-);
-
 CREATE TABLE rack_facility (
 	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
 	region TEXT NOT NULL, 
@@ -293,21 +225,6 @@ CREATE TABLE rack_facility (
 	gpus_throttled_power BIGINT, 
 	gpus_throttled_thermal BIGINT, 
 	CONSTRAINT pk_rack_facility PRIMARY KEY (partition_start, region, rack_id)
-);
-
-CREATE TABLE scheduler_events (
-	event_id TEXT NOT NULL, 
-	ts TIMESTAMP WITH TIME ZONE NOT NULL, 
-	job_id TEXT NOT NULL, 
-	event TEXT NOT NULL, 
-	scheduler TEXT NOT NULL, 
-	queue TEXT NOT NULL, 
-	priority BIGINT NOT NULL, 
-	gpus BIGINT NOT NULL, 
-	node_ids TEXT, 
-	exit_state TEXT, 
-	reason TEXT, 
-	CONSTRAINT pk_scheduler_events PRIMARY KEY (ts, event_id)
 );
 
 CREATE TABLE serving_slis (
@@ -376,19 +293,6 @@ CREATE TABLE source_rejects (
 );
 CREATE INDEX ix_source_rejects_source_partition ON source_rejects (source, partition_start);
 
-CREATE TABLE step_time_baselines (
-	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
-	model_type TEXT NOT NULL, 
-	sku TEXT NOT NULL, 
-	gpus BIGINT NOT NULL, 
-	step_time_s FLOAT NOT NULL, 
-	data_loader_time_s FLOAT, 
-	grad_sync_time_s FLOAT, 
-	history_minutes FLOAT NOT NULL, 
-	baseline_source TEXT NOT NULL, 
-	CONSTRAINT pk_step_time_baselines PRIMARY KEY (partition_start, model_type, sku, gpus)
-);
-
 CREATE TABLE wasted_spend (
 	date DATE NOT NULL, 
 	region TEXT NOT NULL, 
@@ -400,16 +304,4 @@ CREATE TABLE wasted_spend (
 	blended_gpu_hour_usd FLOAT NOT NULL, 
 	usd FLOAT NOT NULL, 
 	CONSTRAINT pk_wasted_spend PRIMARY KEY (date, region, sku, state, team)
-);
-
-CREATE TABLE workload_step_stats (
-	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
-	model_type TEXT NOT NULL, 
-	sku TEXT NOT NULL, 
-	gpus BIGINT NOT NULL, 
-	healthy_minutes BIGINT NOT NULL, 
-	step_time_s FLOAT NOT NULL, 
-	data_loader_time_s FLOAT, 
-	grad_sync_time_s FLOAT, 
-	CONSTRAINT pk_workload_step_stats PRIMARY KEY (partition_start, model_type, sku, gpus)
 );

@@ -116,9 +116,9 @@ if _undeclared:  # pragma: no cover - a declaration error
     raise ValueError(f"schema: tables not both in the catalogue and the schema: {sorted(_undeclared)}")
 
 
-def sql_tables() -> list[sa.Table]:
+def sql_tables(columnar: frozenset[str] = COLUMNAR_TABLES) -> list[sa.Table]:
     """The tables the SQL warehouse creates: every declared table but the columnar ones, in dependency order."""
-    return [t for t in metadata.sorted_tables if t.name not in COLUMNAR_TABLES]
+    return [t for t in metadata.sorted_tables if t.name not in columnar]
 
 
 def _arrow_type(col: sa.Column) -> pyarrow.DataType:
@@ -166,7 +166,8 @@ def render_sql(dialect_name: str = "postgresql") -> str:
     out = ["-- Generated from gpu_health/storage/schema.py by `python -m gpu_health.storage.schema`.",
            "-- Do not edit by hand: a test fails when this file and the module drift.",
            "--",
-           "-- Not in SQL: the minute-grain telemetry tables " + ", ".join(sorted(COLUMNAR_TABLES)) + " are stored",
+           "-- Not in SQL (the catalogue's columnar tables: minute-grain telemetry, event sources, per-node loss tree,",
+           "-- inventory, per-partition baselines): " + ", ".join(sorted(COLUMNAR_TABLES)) + " are stored",
            "-- as Parquet in the telemetry store, <telemetry_dir>/<table>/date=YYYY-MM-DD/<HH>.parquet (a complete hour) or <HHMM>.parquet (README).", ""]
     for table in sql_tables():
         out.append(str(CreateTable(table).compile(dialect=dialect)).strip() + ";")

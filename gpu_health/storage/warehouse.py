@@ -1,10 +1,11 @@
 """Reads and idempotent partition writes against the warehouse (SQLite or PostgreSQL + the telemetry store).
 
-The minute-grain telemetry tables (``schema.COLUMNAR_TABLES``) are not SQL rows: the warehouse routes them to its
-columnar :class:`~gpu_health.storage.telemetry_store.TelemetryStore` (Parquet, one file per 5-minute partition,
-``telemetry_dir``) behind the same ``replace_window`` / ``read_window`` / ``count`` calls, so no caller knows where
-a table lives. Every other table (sources per event or per job, the loss tree, KPIs, alerts, finance) stays in SQL,
-where finance's views and roles read it.
+The tables the catalogue stores columnar (``schema.COLUMNAR_TABLES``: the minute-grain telemetry, the event sources,
+the per-node facts of the loss tree, the node inventory and the per-partition baselines) are not SQL rows: the
+warehouse routes them to its columnar :class:`~gpu_health.storage.telemetry_store.TelemetryStore` (Parquet,
+``telemetry_dir``) behind the same ``replace_window`` / ``replace_windows`` / ``read_window`` / ``count`` calls, so
+no caller knows where a table lives. Every other table (the KPIs, the loss tree at the grain finance reads, alerts,
+finance and capacity, the small sources) stays in SQL, where finance's views and roles read it.
 
 A partition write deletes the window's rows and inserts the new ones in one
 transaction, under a lock on (table, window): re-running a partition, or two
@@ -119,9 +120,16 @@ class Warehouse:
     :func:`~gpu_health.storage.telemetry_store.default_telemetry_dir`, beside a SQLite file); SQL tables are created
     on first use, the store's folders on first write."""
 
-    def __init__(self, url: str, telemetry_dir: str | Path | None = None, *, cache: FrameCache | None = None):
+    def __init__(self, url: str, telemetry_dir: str | Path | None = None, *, cache: FrameCache | None = None,
+                 columnar: frozenset[str] | None = None):
+        """``columnar``: the tables this warehouse routes to its telemetry store (default: the catalogue's,
+        ``schema.COLUMNAR_TABLES``); a subset reads and writes the others as SQL rows, which is how a warehouse
+        of an earlier layout is read (``storage/relayout.py``, and the test that both layouts read back equal)."""
         self.url = url
         self.cache = cache
+        self.columnar = COLUMNAR_TABLES if columnar is None else frozenset(columnar)
+        if not self.columnar <= COLUMNAR_TABLES:
+            raise ValueError(f"not columnar in the catalogue: {sorted(self.columnar - COLUMNAR_TABLES)}")
         self.engine = engine_for(url)
         self.is_sqlite = self.engine.dialect.name == "sqlite"
         self.telemetry = TelemetryStore(telemetry_dir or default_telemetry_dir(url))
@@ -143,7 +151,7 @@ class Warehouse:
             with self.engine.begin() as conn:
                 if not self.is_sqlite:
                     conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _DDL_LOCK_KEY})
-                metadata.create_all(conn, tables=sql_tables())
+                metadata.create_all(conn, tables=sql_tables(self.columnar))
                 create_views(conn)
             self._created = True
 
@@ -159,7 +167,7 @@ class Warehouse:
         ``where`` narrows the delete further (e.g. ``{"source": "gpu_telemetry"}``
         for the shared rejects table; the columnar tables refuse it: their windows are replaced whole).
         """
-        if name in COLUMNAR_TABLES:
+        if name in self.columnar:
             self.create_all()
             order: list = []
             written = self.telemetry.replace_window(name, frame, start, end, column=column, where=where, order_out=order)
@@ -200,27 +208,42 @@ class Warehouse:
         re-derived after a re-run) waits for them instead of racing them.
         """
         where = where or {}
-        tables = {name: self.table(name) for name in sorted(frames)}
+        columnar = [name for name in frames if name in self.columnar]
+        tables = {name: self.table(name) for name in sorted(frames) if name not in self.columnar}
         columns = {name: partition_column(name) for name in tables}
         framed = {name: (frames[name][[c.name for c in t.columns]] if not frames[name].empty else frames[name])
                   for name, t in tables.items()}
-        with self.engine.begin() as conn:
-            for name, table in tables.items():
-                self._lock(conn, name, start, where.get(name))
-                if lock_partitions is not None and start is not None:
-                    for p in pd.date_range(pd.Timestamp(start), pd.Timestamp(end), freq=lock_partitions, inclusive="left")[1:]:
-                        self._lock(conn, name, p, where.get(name))
-                cond = []
-                if columns[name] is not None and start is not None:
-                    col = table.c[columns[name]]
-                    cond += [col >= self._bound(start, col), col < self._bound(end, col, upper=True)]
-                for k, v in (where.get(name) or {}).items():
-                    cond.append(table.c[k] == v)
-                conn.execute(table.delete().where(*cond) if cond else table.delete())
-                self._insert(conn, table, framed[name])
+        orders: list = []
+        for name in columnar:
+            if where.get(name):
+                raise ValueError(f"{name} is stored columnar: replace whole windows (where={where[name]!r})")
+        # the columnar tables' files are staged first, published inside the SQL transaction right before it commits
+        # and put back if the commit fails (TelemetryStore.staged): the step's tables commit together
+        with self.telemetry.staged({name: frames[name] for name in columnar}, start, end, order_out=orders) as staged:
+            with self.engine.begin() as conn:
+                for name, table in tables.items():
+                    self._lock(conn, name, start, where.get(name))
+                    if lock_partitions is not None and start is not None:
+                        for p in pd.date_range(pd.Timestamp(start), pd.Timestamp(end), freq=lock_partitions,
+                                               inclusive="left")[1:]:
+                            self._lock(conn, name, p, where.get(name))
+                    cond = []
+                    if columns[name] is not None and start is not None:
+                        col = table.c[columns[name]]
+                        cond += [col >= self._bound(start, col), col < self._bound(end, col, upper=True)]
+                    for k, v in (where.get(name) or {}).items():
+                        cond.append(table.c[k] == v)
+                    conn.execute(table.delete().where(*cond) if cond else table.delete())
+                    self._insert(conn, table, framed[name])
+                staged.publish()
+        for name, order in zip(columnar, orders):
+            frame = frames[name]
+            if self.cache is not None and not frame.empty:  # cached in the order the store returns the rows
+                frame = frame.iloc[order][list(metadata.tables[name].c.keys())].reset_index(drop=True)
+            self._cache_put(name, frame, start, end, partition_column(name), None)
         for name, frame in framed.items():
             self._cache_put(name, frame, start, end, columns[name], where.get(name))
-        return {name: len(frame) for name, frame in framed.items()}
+        return {name: len(frames[name]) for name in frames}
 
     # --- the write-through cache -------------------------------------------------------------
     def _cache_put(self, name, frame, start, end, column, where) -> None:
@@ -285,7 +308,7 @@ class Warehouse:
     # --- reads ----------------------------------------------------------------------------
     def read_window(self, name: str, start=None, end=None, *, column: str | None = None,
                     columns: list[str] | None = None, where: dict | None = None) -> pd.DataFrame:
-        if name in COLUMNAR_TABLES:
+        if name in self.columnar:
             self.create_all()
             cached = self._cache_get(name, start, end, column or partition_column(name), columns, where)
             return cached if cached is not None else self.telemetry.read_window(
@@ -321,7 +344,7 @@ class Warehouse:
         """``by`` -> the latest ``column`` (the partition column) of its rows in ``[start, end)`` (only rows whose
         ``positive`` column is > 0, if given), aggregated in the database (one row per group comes back, however
         many rows the window holds)."""
-        if name in COLUMNAR_TABLES:
+        if name in self.columnar:
             col = column or partition_column(name)
             rows = self.telemetry.read_window(name, start, end, column=col, columns=[by, col, *([positive] if positive else [])])
             if positive is not None:
@@ -338,7 +361,7 @@ class Warehouse:
         return frame.set_index(pd.Index(frame[by].astype(object), name=by))[col.name]
 
     def count(self, name: str) -> int:
-        if name in COLUMNAR_TABLES:
+        if name in self.columnar:
             return self.telemetry.count(name)
         table = self.table(name)
         with self.engine.connect() as conn:
