@@ -527,20 +527,34 @@ def alerts_after_rerun(wh: Warehouse, start, end, frame: pd.DataFrame, *,
     return rows, stop, meta
 
 
+# the columns gpu_health.metrics.kpis reads of the big sources and of job metadata (a day of GPU rows is 1.7 M: the
+# columns no KPI reads cost a copy out of the run cache, and the 4 days of job metadata a fetch from the database)
+KPI_COLUMNS = {
+    "gpu_telemetry": ["ts", "region", "node_id", "sku", "job_id", "gpu_util_pct", "sm_active", "tensor_active",
+                      "power_w", "throttle_reasons", "ecc_dbe_delta", "xid"],
+    "node_telemetry": ["ts", "region", "node_id", "sku", "health"],
+    "network_telemetry": ["ts", "region", "node_id", "packet_loss_pct", "retransmits", "link_up"],
+    "job_runtime_metrics": ["ts", "job_id", "steps", "step_time_s", "data_loader_time_s", "grad_sync_time_s",
+                            "checkpoint_time_s"],
+    "job_metadata": ["job_id", "submitted_at", "team", "model_type", "workload_class", "requested_gpus", "sla_deadline"],
+}
+
+
 def kpi_values(wh: Warehouse, start, end) -> pd.DataFrame:
     """The KPI catalog's values for every partition of [start, end) (gpu_health.metrics.kpis)."""
     from gpu_health.metrics.kpis import compute_kpis
 
     start, end = pd.Timestamp(start), pd.Timestamp(end)
-    tables = ["gpu_telemetry", "node_telemetry", "network_telemetry", "job_runtime_metrics", "job_metadata", "change_events",
-              "facility_telemetry"]
-    frames = read_sources(wh, start, end, tables)
+    frames = {t: wh.read_window(t, start, end, columns=KPI_COLUMNS.get(t))
+              for t in ("gpu_telemetry", "node_telemetry", "network_telemetry", "job_runtime_metrics", "job_metadata",
+                        "change_events", "facility_telemetry")}
     # six hours of scheduler events show every job still waiting at the window's start
     frames["scheduler_events"] = wh.read_window("scheduler_events", start - SCHED_LOOKBACK, end)
     return compute_kpis(
         frames, wh.read_window("goodput_states", start, end), start=start, end=end,
         cost=wh.read_window("cost_capacity", start.normalize(), end),
-        job_metadata_lookup=wh.read_window("job_metadata", start - META_LOOKBACK, start),
+        job_metadata_lookup=wh.read_window("job_metadata", start - META_LOOKBACK, start,
+                                           columns=KPI_COLUMNS["job_metadata"]),
         step_baseline=wh.read_window("step_time_baselines", start, end),
         pending=pd.DataFrame(columns=["job_id", "submitted_at", "gpus"]),
     )
