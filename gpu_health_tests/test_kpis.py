@@ -18,7 +18,7 @@ from gpu_health.contracts.models import CONTRACTS, columns, conform
 from gpu_health.metrics import kpi_docs
 from gpu_health.metrics.baselines import step_baseline, workload_step_stats
 from gpu_health.metrics.kpi_catalog import ALERT_INTENTS, CATALOG, DIMENSIONS, FACILITY_KPIS, KINDS, OWNERS, SUPPORTING
-from gpu_health.metrics.kpis import PENDING_GRACE, KpiValues, compute_kpis, pending_jobs
+from gpu_health.metrics.kpis import PENDING_GRACE, KpiValues, _group_quantile, compute_kpis, pending_jobs
 from gpu_health.sim.scenario import load_scenario
 from gpu_health.sim.telemetry import Window
 
@@ -239,6 +239,23 @@ def test_queue_wait_p95_exact_with_backlog_lookup_and_requeue():
     assert batch["denominator"] == 20 and np.isnan(batch["numerator"])
     assert batch["value"] == pytest.approx(np.percentile(waits, 95))  # b19 waits 200 s from its requeue
     assert row(out, "queue_wait_p95", workload_class="interactive")["value"] == 7.0
+
+
+def test_group_quantile_equals_series_quantile_bit_for_bit():
+    """queue_wait_p95 takes every group's quantile in one sort: it must return Series.quantile's floats exactly
+    (ties, NaN waits, single-value and all-NaN groups, values of very different magnitudes)."""
+    rng = np.random.default_rng(3)
+    for trial in range(60):
+        groups, rows = int(rng.integers(1, 25)), int(rng.integers(1, 300))
+        codes = rng.integers(0, groups, rows)
+        values = rng.exponential(100.0, rows) * rng.choice([1.0, 1e-3, 1e5], rows)
+        values[rng.random(rows) < 0.15] = np.nan
+        if trial % 3 == 0:
+            values = np.round(values)  # ties
+        expected = (pd.Series(values).groupby(codes)
+                    .agg(lambda w: w.quantile(0.95) if w.notna().any() else np.nan).reindex(range(groups)).to_numpy())
+        got = _group_quantile(codes, values, groups, 0.95)
+        assert np.array_equal(got, expected, equal_nan=True)
 
 
 def test_sla_attainment_counts_each_outcome_once():

@@ -200,10 +200,9 @@ def _grouped_weighted_medians(frame: pd.DataFrame, keys: list[str]) -> pd.DataFr
     f = frame.dropna(subset=keys)
     if f.empty:
         return pd.DataFrame(columns=[*keys, *_VALUES, "history_minutes"])
-    codes, uniq = pd.MultiIndex.from_frame(f[keys]).factorize(sort=True)
-    G = len(uniq)
+    codes, out = _sorted_groups(f, keys)
+    G = len(out[keys[0]])
     w = f["healthy_minutes"].to_numpy(dtype=float)
-    out = {k: uniq.get_level_values(i) for i, k in enumerate(keys)}
     for col in _VALUES:
         v = f[col].to_numpy(dtype=float)
         ok = ~np.isnan(v)
@@ -227,6 +226,24 @@ def _grouped_weighted_medians(frame: pd.DataFrame, keys: list[str]) -> pd.DataFr
         out[col] = res
     out["history_minutes"] = np.bincount(codes, weights=w, minlength=G)
     return pd.DataFrame(out)
+
+
+def _sorted_groups(frame: pd.DataFrame, keys: list[str]) -> tuple[np.ndarray, dict]:
+    """The group of each row of ``frame`` over ``keys`` (no nulls) and the groups' key values, groups numbered in
+    sorted key order -- what ``MultiIndex.from_frame(frame[keys]).factorize(sort=True)`` gives, from one sorted
+    factorization per column combined into an integer key (the MultiIndex builds a tuple per row: 10x slower)."""
+    combined = np.zeros(len(frame), dtype=np.int64)
+    labels = []
+    for k in keys:
+        code, uniq = pd.factorize(frame[k], sort=True)
+        combined = combined * len(uniq) + code
+        labels.append(uniq)
+    cells, inverse = np.unique(combined, return_inverse=True)
+    out = {}
+    for k, uniq in zip(reversed(keys), reversed(labels)):
+        cells, code = np.divmod(cells, len(uniq))
+        out[k] = uniq[code]
+    return inverse.ravel(), {k: out[k] for k in keys}
 
 
 def step_baselines_range(history: pd.DataFrame, current: pd.DataFrame, start, end) -> pd.DataFrame:

@@ -126,10 +126,12 @@ def rack_facility(facility: pd.DataFrame, gpu: pd.DataFrame, start, end) -> pd.D
 
 # --- KPI rows (raw: p, kpi, dims, numerator, denominator, n, covered) ----------------------------------------------
 
-def kpi_rows(facility: pd.DataFrame | None, gpu: pd.DataFrame, start, end) -> list[pd.DataFrame]:
-    """The raw rows of ``pue`` and ``rack_power_headroom`` (per region) and ``gpus_throttled.{power,thermal}``
-    (per region x sku) for :func:`gpu_health.metrics.kpis.compute_kpis`. Without facility rows there are none
-    (the KPIs then read no_data); gpus_throttled needs only gpu_telemetry."""
+def kpi_rows(facility: pd.DataFrame | None, start, end) -> list[pd.DataFrame]:
+    """The raw rows of ``pue`` and ``rack_power_headroom`` (per region) for
+    :func:`gpu_health.metrics.kpis.compute_kpis`. Without facility rows there are none (the KPIs then read
+    no_data). ``gpus_throttled.{power,thermal}`` (per region x sku, from gpu_telemetry alone with this module's
+    POWER_BITS / THERMAL_BITS) are counted in kpis with the other region x SKU KPIs of the GPU rows, in one
+    grouping of them."""
     out = []
     if facility is not None and len(facility):
         f = facility[(facility["ts"] >= start) & (facility["ts"] < end)]
@@ -148,18 +150,4 @@ def kpi_rows(facility: pd.DataFrame | None, gpu: pd.DataFrame, start, end) -> li
             head = pd.DataFrame({"p": rf["partition_start"], "region": rf["region"].astype(object),
                                  "numerator": rf["headroom_kw"], "denominator": limit, "n": 1.0})
             out.append(head.groupby(["p", "region"], sort=False).sum().reset_index().assign(kpi="rack_power_headroom"))
-    if gpu is not None and len(gpu):
-        g = gpu[(gpu["ts"] >= start) & (gpu["ts"] < end)]
-        thr = g["throttle_reasons"].to_numpy(dtype=float, na_value=np.nan)
-        known = ~np.isnan(thr)
-        bits = np.nan_to_num(thr).astype(np.int64)
-        d = pd.DataFrame({"p": g["ts"].dt.floor(PARTITION_FREQ).to_numpy(), "region": g["region"].astype(object).to_numpy(),
-                          "sku": g["sku"].astype(object).to_numpy(), "known": known.astype(float),
-                          "pw": (known & ((bits & POWER_BITS) > 0)).astype(float),
-                          "th": (known & ((bits & THERMAL_BITS) > 0)).astype(float)})
-        agg = d.groupby(["p", "region", "sku"], sort=False).agg(n=("known", "size"), known=("known", "sum"),
-                                                               pw=("pw", "sum"), th=("th", "sum")).reset_index()
-        keys = agg[["p", "region", "sku", "n"]]
-        out.append(keys.assign(kpi="gpus_throttled.power", numerator=agg["pw"], denominator=agg["known"], covered=agg["known"]))
-        out.append(keys.assign(kpi="gpus_throttled.thermal", numerator=agg["th"], denominator=agg["known"], covered=agg["known"]))
     return out

@@ -48,6 +48,7 @@ from pandera.typing import Series
 from gpu_health.contracts.models import WORKLOAD_CLASSES, ContractModel, empty_frame
 from gpu_health.metrics.goodput import BLOCKED_WAIT
 from gpu_health.metrics.device import BUSY_UTIL_PCT, IDLE_SM, IDLE_TENSOR, LOW_POWER_SHARE, device_idle, reference_power
+from gpu_health.metrics.facility import POWER_BITS, THERMAL_BITS
 from gpu_health.metrics.facility import kpi_rows as facility_kpi_rows
 from gpu_health.metrics.kpi_catalog import CATALOG, DIMENSIONS, by_name, series_units
 
@@ -165,7 +166,8 @@ def compute_kpis(
         _fragmentation(ctx),
         _cost_per_productive_gpu_hour(ctx),
         _gaming_guardrails(ctx),
-        *facility_kpi_rows(frames.get("facility_telemetry"), frames.get("gpu_telemetry"), start, end),
+        _gpus_throttled(ctx),
+        *facility_kpi_rows(frames.get("facility_telemetry"), start, end),
     ]
     return _finish([r for r in raw if len(r)], ctx)
 
@@ -184,7 +186,8 @@ def _utc_values(ts: pd.Series) -> pd.DatetimeIndex:
 
 
 def _obj(s: pd.Series) -> pd.Series:
-    return s.astype(object).where(s.notna(), None)
+    """``s`` as Python objects, None where missing (one pass: to_numpy's na_value, not astype then where)."""
+    return pd.Series(s.to_numpy(dtype=object, na_value=None), index=s.index, name=s.name)
 
 
 class _Context:
@@ -256,21 +259,31 @@ class _Context:
         # region, sku and the GPUs of the signature (most GPUs held in a minute)
         self.placement = _placement(g, alloc, ts_ns, j_codes, j_uni)
         self.gpu = g
+        # integer codes of the rows' partition, region and SKU (-1: no region / SKU): the region x SKU KPIs are
+        # sums over one grouping of them (_region_sku_sums), not one group-by of 1.7 M strings a day each
+        self.p_codes, self.p_uni = pd.factorize(g["p"].to_numpy(dtype="datetime64[ns]").view("int64"))
+        self.region_codes, self.region_uni = pd.factorize(g["region"].to_numpy())
+        self.sku_codes, self.sku_uni = pd.factorize(g["sku"].to_numpy())
+        self.region_sku = None  # built on first use
         self.node = nw
         self.network = self.window(f["network_telemetry"])
         self.runtime = self.window(f["job_runtime_metrics"])
-        self.inventory = self._inventory(g, nw)
+        self.inventory = self._inventory(nw)
         self.job_minutes = None  # built on first use
 
     def window(self, df: pd.DataFrame, col: str = "ts") -> pd.DataFrame:
         inside = ((df[col] >= self.start) & (df[col] < self.end)).to_numpy()
         return df if inside.all() else df[inside]
 
-    def _inventory(self, g, node) -> set:
-        pairs = set()
-        for frame in (g, node):
-            seen = frame[["region", "sku"]].drop_duplicates()
-            pairs |= set(zip(_obj(seen["region"]), _obj(seen["sku"])))
+    def _inventory(self, node) -> set:
+        # the GPU rows' region x SKU pairs from their codes (a missing region or SKU is None, as in the rows)
+        ns = len(self.sku_uni)
+        pair = np.unique((self.region_codes.astype(np.int64) + 1) * (ns + 1) + (self.sku_codes + 1))
+        regions = np.concatenate([[None], np.asarray(self.region_uni, dtype=object)])
+        skus = np.concatenate([[None], np.asarray(self.sku_uni, dtype=object)])
+        pairs = set(zip(regions[pair // (ns + 1)], skus[pair % (ns + 1)]))
+        seen = node[["region", "sku"]].drop_duplicates()
+        pairs |= set(zip(_obj(seen["region"]), _obj(seen["sku"])))
         if self.cost is not None and len(self.cost):
             days = {d.date() for d in self.partitions}
             c = self.cost[pd.to_datetime(self.cost["date"]).dt.date.isin(days)]
@@ -378,12 +391,65 @@ def _raw(df: pd.DataFrame, kpi: str, dims: list[str], **aggs) -> pd.DataFrame:
     return out
 
 
-def _allocation_rate(ctx: _Context) -> pd.DataFrame:
+def _region_sku_sums(ctx: _Context) -> pd.DataFrame:
+    """One row per partition x region x SKU of the window's GPU rows: ``n`` (its rows) and the count of rows with
+    each property the region x SKU KPIs of gpu_telemetry take a ratio of (allocated and schedulable, an Xid, a
+    double-bit ECC error, a slowdown / power / thermal throttle bit, and whether each optional field is reported).
+
+    Rows without a region or SKU are left out, as a group-by on them leaves them out. One grouping serves
+    allocation_rate, hw_fault_rate and gpus_throttled: the same groups, counted once (counts are exact in
+    floating point, so the sums equal the per-KPI group-bys')."""
+    if ctx.region_sku is not None:
+        return ctx.region_sku
     g = ctx.gpu
-    d = pd.DataFrame({"p": g["p"], "region": g["region"], "sku": g["sku"],
-                      "num": g["allocated"] & g["schedulable"], "den": g["schedulable"]})
-    return _raw(d, "allocation_rate", ["region", "sku"], numerator=("num", "sum"), denominator=("den", "sum"),
-                n=("den", "size"))
+    rc, sc = ctx.region_codes, ctx.sku_codes
+    keep = (rc >= 0) & (sc >= 0)
+    nr, ns = len(ctx.region_uni), len(ctx.sku_uni)
+    key = (ctx.p_codes[keep].astype(np.int64) * nr + rc[keep]) * ns + sc[keep]
+    cells, inv = np.unique(key, return_inverse=True)
+    inv = inv.ravel()
+    thr = g["throttle"].to_numpy()
+    thr_known = ~np.isnan(thr)
+    bits = np.nan_to_num(thr).astype(np.int64)
+    dbe = g["dbe"].to_numpy()
+    dbe_known = ~np.isnan(dbe)
+    schedulable = g["schedulable"].to_numpy(dtype=bool)
+    counts = {
+        "alloc": g["allocated"].to_numpy(dtype=bool) & schedulable, "schedulable": schedulable,
+        "xid": g["xid"].to_numpy() != 0,
+        "dbe": dbe_known & (np.nan_to_num(dbe) > 0), "dbe_known": dbe_known,
+        "thr": thr_known & ((bits & SLOW_THROTTLE_BITS) != 0), "thr_known": thr_known,
+        "pw": thr_known & ((bits & POWER_BITS) > 0), "th": thr_known & ((bits & THERMAL_BITS) > 0),
+    }
+    pr, sku = np.divmod(cells, ns)
+    p, region = np.divmod(pr, nr)
+    out = pd.DataFrame({"p": pd.DatetimeIndex(np.asarray(ctx.p_uni)[p].view("datetime64[ns]")).tz_localize("UTC"),
+                        "region": np.asarray(ctx.region_uni, dtype=object)[region],
+                        "sku": np.asarray(ctx.sku_uni, dtype=object)[sku],
+                        "n": np.bincount(inv, minlength=len(cells))})
+    for name, flag in counts.items():
+        out[name] = np.bincount(inv, weights=flag[keep], minlength=len(cells))
+    ctx.region_sku = out
+    return out
+
+
+def _allocation_rate(ctx: _Context) -> pd.DataFrame:
+    agg = _region_sku_sums(ctx)
+    return agg[["p", "region", "sku", "n"]].assign(kpi="allocation_rate", numerator=agg["alloc"],
+                                                   denominator=agg["schedulable"])
+
+
+def _gpus_throttled(ctx: _Context) -> pd.DataFrame:
+    """gpus_throttled.{power,thermal} per region x SKU: GPU-minutes with a power / thermal clock-event bit
+    (gpu_health.metrics.facility's bits) over those reporting clock events."""
+    agg = _region_sku_sums(ctx)
+    keys = agg[["p", "region", "sku", "n"]]
+    return pd.concat([
+        keys.assign(kpi="gpus_throttled.power", numerator=agg["pw"], denominator=agg["thr_known"],
+                    covered=agg["thr_known"]),
+        keys.assign(kpi="gpus_throttled.thermal", numerator=agg["th"], denominator=agg["thr_known"],
+                    covered=agg["thr_known"]),
+    ], ignore_index=True)
 
 
 def _reason_class(exit_state: pd.Series, reason: pd.Series) -> np.ndarray:
@@ -444,12 +510,43 @@ def _queue_wait_p95(ctx: _Context) -> pd.DataFrame:
     wait = ((s["ts"] - s["open"]).dt.total_seconds()).clip(lower=0)
     d = pd.DataFrame({"p": s["ts"].dt.floor("5min"), "workload_class": ctx.job_attr(s["job_id"], "workload_class"),
                       "wait": wait})
-    out = d.groupby(["p", "workload_class"], sort=False).agg(
-        value=("wait", lambda w: w.quantile(QUANTILE) if w.notna().any() else np.nan),
-        denominator=("wait", "count"), n=("wait", "size")).reset_index()
+    grouped = d.groupby(["p", "workload_class"], sort=False)
+    out = grouped.agg(denominator=("wait", "count"), n=("wait", "size")).reset_index()
+    # every group's quantile in one sort, not one Series.quantile call per group (group codes follow out's rows)
+    out["value"] = _group_quantile(grouped.ngroup().to_numpy(), d["wait"].to_numpy(dtype=float), len(out), QUANTILE)
     out["covered"] = out["denominator"]
     out["numerator"] = np.nan
     out["kpi"] = "queue_wait_p95"
+    return out
+
+
+def _group_quantile(codes: np.ndarray, values: np.ndarray, groups: int, q: float) -> np.ndarray:
+    """Per group code 0..groups-1: the ``q`` quantile of its non-NaN ``values`` (NaN when it has none), computed
+    exactly as ``Series.quantile(q)`` computes it (numpy's linear method: virtual index (n - 1) * q between the
+    sorted neighbours, numpy's lerp), so that one sort of all groups returns the same floats bit for bit."""
+    out = np.full(groups, np.nan)
+    keep = ~np.isnan(values) & (codes >= 0)  # (-1: a row no group holds)
+    codes, values = codes[keep], values[keep]
+    if not len(values):
+        return out
+    order = np.lexsort((values, codes))
+    codes, values = codes[order], values[order]
+    n = np.bincount(codes, minlength=groups)
+    first = np.concatenate([[0], np.cumsum(n)[:-1]])
+    has = n > 0
+    qq = np.true_divide(np.asarray([q]) * 100.0, 100)[0]  # pandas passes q as a percentile, numpy divides it back
+    virtual = (n[has] - 1) * qq
+    prev = np.floor(virtual)
+    nxt = prev + 1
+    top = virtual >= n[has] - 1  # at or past the last value: the last value
+    prev_i = np.where(top, n[has] - 1, prev).astype(np.int64) + first[has]
+    next_i = np.where(top, n[has] - 1, nxt).astype(np.int64) + first[has]
+    a, b = values[prev_i], values[next_i]
+    gamma = virtual - np.where(top, -1.0, prev)  # (numpy's gamma; a == b there, so it does not matter)
+    diff = b - a
+    lerp = a + diff * gamma
+    lerp = np.where(gamma >= 0.5, b - diff * (1 - gamma), lerp)
+    out[has] = lerp
     return out
 
 
@@ -589,20 +686,9 @@ def _step_time_inflation(ctx: _Context) -> pd.DataFrame:
 
 
 def _hw_fault_rate(ctx: _Context) -> pd.DataFrame:
-    g = ctx.gpu
-    thr = g["throttle"].to_numpy()
-    thr_known = ~np.isnan(thr)
-    dbe = g["dbe"].to_numpy()
-    dbe_known = ~np.isnan(dbe)
-    d = pd.DataFrame({
-        "p": g["p"], "region": g["region"], "sku": g["sku"],
-        "xid": g["xid"].to_numpy() != 0,
-        "dbe": dbe_known & (np.nan_to_num(dbe) > 0), "dbe_known": dbe_known,
-        "thr": thr_known & ((np.nan_to_num(thr).astype(np.int64) & SLOW_THROTTLE_BITS) != 0), "thr_known": thr_known,
-    })
-    agg = d.groupby(["p", "region", "sku"], sort=False, observed=True).agg(
-        n=("xid", "size"), xid=("xid", "sum"), dbe=("dbe", "sum"), dbe_known=("dbe_known", "sum"),
-        thr=("thr", "sum"), thr_known=("thr_known", "sum")).reset_index()
+    agg = _region_sku_sums(ctx)
+    if agg.empty:
+        return pd.DataFrame()
     keys = agg[["p", "region", "sku", "n"]]
     return pd.concat([
         keys.assign(kpi="hw_fault_rate.xid", numerator=agg["xid"], denominator=agg["n"], covered=agg["n"]),
@@ -784,20 +870,11 @@ def _gaming_guardrails(ctx: _Context) -> pd.DataFrame:
     power = g["power"].to_numpy()[rows]
     idle, dev_known = device_idle(g["sm"].to_numpy()[rows], g["tensor"].to_numpy()[rows])
     known = dev_known & ~np.isnan(power)  # a collector without power cannot tell low power
-    ref = _reference_power(g)
-    # the reference of each busy row's partition x SKU
-    p_ns = g["p"].to_numpy(dtype="datetime64[ns]").view("int64")[rows]
-    sku = g["sku"].to_numpy()[rows]
-    if len(ref):
-        r_p = pd.DatetimeIndex(ref.index.get_level_values(0)).as_unit("ns").asi8
-        kp, kp_uni = pd.factorize(np.concatenate([p_ns, r_p]))
-        ks, ks_uni = pd.factorize(np.concatenate([sku, np.asarray(ref.index.get_level_values(1), dtype=object)]))
-        rk = kp.astype(np.int64) * (len(ks_uni) + 1) + ks
-        n = len(rows)
-        at = pd.Index(rk[n:]).get_indexer(np.where((kp[:n] >= 0) & (ks[:n] >= 0), rk[:n], -1))
-        ref_row = np.where(at >= 0, ref.to_numpy(dtype=float)[np.clip(at, 0, None)], np.nan)
-    else:
-        ref_row = np.full(len(rows), np.nan)
+    # the reference of each busy row's partition x SKU (none without a SKU)
+    key = _p_sku_key(ctx)
+    ref = _reference_power(g, key)
+    ref_row = ref.reindex(key[rows]).to_numpy(dtype=float) if len(ref) else np.full(len(rows), np.nan)
+    ref_row = np.where(key[rows] >= 0, ref_row, np.nan)
     low_power = power < LOW_POWER_SHARE * ref_row
     d = pd.DataFrame({
         "p": g["p"].iloc[rows].reset_index(drop=True), "team": g["team"].to_numpy()[rows],
@@ -813,12 +890,21 @@ def _gaming_guardrails(ctx: _Context) -> pd.DataFrame:
     return pd.concat([bwp[bwp["n"] > 0], div], ignore_index=True)
 
 
-def _reference_power(g: pd.DataFrame) -> pd.Series:
-    """Per partition x SKU: the reference power of gpu_health.metrics.device (p95 of working GPUs)."""
-    frame = pd.DataFrame({"p": g["p"], "sku": g["sku"], "gpu_util_pct": g["util"], "sm_active": g["sm"],
+def _p_sku_key(ctx: _Context) -> np.ndarray:
+    """Per GPU row: an integer code of its partition x SKU (-1 without a SKU)."""
+    return np.where(ctx.sku_codes >= 0, ctx.p_codes.astype(np.int64) * len(ctx.sku_uni) + ctx.sku_codes, -1)
+
+
+def _reference_power(g: pd.DataFrame, key: np.ndarray) -> pd.Series:
+    """Per partition x SKU code (:func:`_p_sku_key`): the reference power of gpu_health.metrics.device (p95 of
+    working GPUs). Grouped on the integer code, not on the timestamps and SKU strings (5x faster); rows without
+    a SKU have no group, as a group-by on a missing SKU leaves them out."""
+    frame = pd.DataFrame({"k": np.where(key >= 0, key, np.nan), "gpu_util_pct": g["util"], "sm_active": g["sm"],
                           "tensor_active": g["tensor"], "power_w": g["power"],
                           "job_id": np.where(g["allocated"].to_numpy(), 1.0, np.nan)})  # (only its presence counts)
-    return reference_power(frame, ["p", "sku"])
+    ref = reference_power(frame, ["k"])
+    ref.index = ref.index.astype(np.int64)
+    return ref
 
 
 # --- assembly: every slice in every partition, status and value ------------------------------
