@@ -577,15 +577,6 @@ def test_one_leaf_set_drills_several_measures_as_fresh_sets_would():
         assert_same_causes(drill_down_codes(leaf_set, frame[a].to_numpy(), frame[e].to_numpy(), **kw), fresh)
 
 
-def test_shuffled_noise_is_the_same_whatever_the_block_size(monkeypatch):
-    frame = cluster_leaves(seed=5)
-    frame = scale(frame, frame["driver_version"] == "550.1", 1.3)
-    whole = drill_down(frame, DIMS)
-    assert [c.label() for c in whole] == ["driver_version=550.1"]
-    monkeypatch.setattr(drilldown, "_SHUFFLE_BLOCK", 1)  # one cuboid per bincount
-    assert_same_causes(drill_down(frame, DIMS), whole)
-
-
 @pytest.mark.parametrize("n, groups", [(5, 1), (40, 2), (163, 8), (160, 8), (21, 1)])
 def test_group_medians_are_the_medians_of_array_split(n, groups):
     z = np.random.default_rng(n).normal(size=(3, n))

@@ -84,6 +84,7 @@ from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
+from scipy.sparse import csr_matrix
 from scipy.special import ndtri
 
 UNKNOWN = "unknown"
@@ -759,9 +760,13 @@ def _tempered(dev: np.ndarray, variance: np.ndarray, informative: np.ndarray) ->
 @dataclass
 class _Lattice:
     """Each cuboid's cell of every leaf (grouped once), numbered across cuboids: cuboid ``i``'s cells are
-    ``offsets[i]..offsets[i+1]-1`` in the order :func:`_group` numbers them, so that one ``bincount`` over
-    ``cell`` scores every cell of every cuboid (a frame of a few hundred leaves has tens of cuboids: one
-    pass over them all costs what one pass per cuboid costs in call overhead alone)."""
+    ``offsets[i]..offsets[i+1]-1`` in the order :func:`_group` numbers them, and ``members`` is the
+    cells x leaves 0/1 matrix, so that one product scores every cell of every cuboid (a frame of a few hundred
+    leaves has tens of cuboids: one pass over them all costs what one pass per cuboid costs in call overhead).
+
+    The product sums each cell's leaves one after the other in leaf order, as a ``bincount`` per cuboid does
+    (``csr_matvecs``: ``y += 1.0 * x`` per stored entry, entries sorted by leaf): the same floats.
+    """
 
     cuboids: list[tuple[int, ...]]
     inverse: list[np.ndarray]  # per cuboid: the leaf's cell within the cuboid
@@ -769,6 +774,7 @@ class _Lattice:
     offsets: np.ndarray  # (cuboids + 1,): first global cell of each cuboid
     cell: np.ndarray  # (cuboids, leaves): the leaf's global cell in each cuboid
     cuboid_of: np.ndarray  # per global cell: its cuboid
+    members: csr_matrix  # (cells, leaves): 1 where the leaf is in the cell
 
 
 def _lattice(leaves: _Leaves, cuboids: list[tuple[int, ...]]) -> _Lattice:
@@ -782,7 +788,9 @@ def _lattice(leaves: _Leaves, cuboids: list[tuple[int, ...]]) -> _Lattice:
     n = leaves.codes.shape[0]
     cell = (np.stack(inverse) + offsets[:-1, None]) if cuboids else np.zeros((0, n), dtype=np.int64)
     cuboid_of = np.repeat(np.arange(len(cuboids)), sizes)
-    return _Lattice(cuboids, inverse, codes, offsets, cell, cuboid_of)
+    members = csr_matrix((np.ones(cell.size), (cell.ravel(), np.tile(np.arange(n), len(cuboids)))),
+                         shape=(int(offsets[-1]), n))
+    return _Lattice(cuboids, inverse, codes, offsets, cell, cuboid_of, members)
 
 
 def _score_cells(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray) -> _Cells | None:
@@ -792,26 +800,12 @@ def _score_cells(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray) -> _Ce
     use = (alive & stats.informative).astype(float)
     if not use.any():
         return None
-    x = stats.x * use
-    h = stats.h * use
-    d = stats.d * use
-    cells = int(lattice.offsets[-1])
-    k = len(lattice.cuboids)
-    flat = lattice.cell.ravel()
-
-    def total(w):
-        return np.bincount(flat, weights=np.tile(w, k), minlength=cells)
-
-    sx, sh = total(x), total(h)
+    sums = lattice.members @ np.column_stack([stats.x * use, stats.h * use, use, stats.d * use])
+    sx, sh = sums[:, 0], sums[:, 1]
     with np.errstate(divide="ignore", invalid="ignore"):
         g = np.where(sh > 0, sx**2 / sh, 0.0)
         move = np.where(sh > 0, sx / sh, 0.0)
-    return _Cells(g, move, total(use), total(d))
-
-
-# _shuffled_max: at most this many (shuffle, cuboid, leaf) triples in one bincount (bounds its memory to a
-# few tens of MB whatever the frame; a frame of hundreds of leaves takes one pass)
-_SHUFFLE_BLOCK = 2_000_000
+    return _Cells(g, move, sums[:, 2], sums[:, 3])
 
 
 def _shuffled_max(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, round_: int) -> float:
@@ -838,24 +832,16 @@ def _shuffled_max(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, round
     k = _SHUFFLES
     order = np.argsort(rng.random((k, u.size)), axis=1)  # k independent permutations
     signs = rng.integers(0, 2, size=(k, u.size)) * 2.0 - 1.0
-    x = u[order] * signs * root_h  # (k, rows)
-    best = 0.0
-    n_cuboids = len(lattice.cuboids)
-    step = max(1, _SHUFFLE_BLOCK // (k * rows.size))
-    for c0 in range(0, n_cuboids, step):  # blocks of cuboids: their cells are one contiguous range
-        c1 = min(c0 + step, n_cuboids)
-        lo, hi = int(lattice.offsets[c0]), int(lattice.offsets[c1])
-        cells = hi - lo
-        inv = lattice.cell[c0:c1, rows] - lo  # (cuboids, rows)
-        sh = np.bincount(inv.ravel(), weights=np.tile(h, c1 - c0), minlength=cells)
-        # per (shuffle, cell): its leaves' shuffled deviations, summed in leaf order
-        idx = (np.arange(k)[:, None, None] * cells + inv[None, :, :]).ravel()
-        sx = np.bincount(idx, weights=np.broadcast_to(x[:, None, :], (k, c1 - c0, rows.size)).ravel(),
-                         minlength=k * cells)
-        sx2 = sx.reshape(k, cells) ** 2
-        present = sh > 0
-        best = max(best, float((sx2[:, present] / sh[present]).max()))
-    return float(np.sqrt(best))
+    # every cell's sums over the leaves not attributed yet (the others count 0: adding 0.0 changes no sum)
+    n = len(stats.h)
+    shuffled = np.zeros((n, k))
+    shuffled[rows] = (u[order] * signs * root_h).T
+    weight = np.zeros(n)
+    weight[rows] = h
+    sx2 = (lattice.members @ shuffled) ** 2  # (cells, shuffles)
+    sh = lattice.members @ weight
+    present = sh > 0
+    return float(np.sqrt(max(0.0, float((sx2[present] / sh[present, None]).max()))))
 
 
 def _select(
