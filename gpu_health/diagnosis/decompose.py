@@ -310,30 +310,31 @@ def decompose_range(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame, 
     p_all = np.concatenate([ia[ia >= 0], ie[ie >= 0]])
     side_all = np.concatenate([np.zeros(int((ia >= 0).sum()), np.int64), np.ones(int((ie >= 0).sum()), np.int64)])
     order = np.lexsort((side_all, p_all))
-    cols = [*dims, "state", "gpu_minutes"]
-    both = pd.concat([actual_leaves.loc[ia >= 0, cols], expected_leaves.loc[ie >= 0, cols]], ignore_index=True)
-    both = both.take(order).reset_index(drop=True)
+    in_a, in_e = ia >= 0, ie >= 0
+
+    def column(c):  # one column of those rows (a column at a time: no frame of every column is copied twice)
+        return pd.concat([actual_leaves[c][in_a], expected_leaves[c][in_e]], ignore_index=True).to_numpy()[order]
+
     p_row = p_all[order]
     side = side_all[order]
-    state = both["state"].astype(object).to_numpy()
+    state = column("state").astype(object)
+    minutes_col = column("gpu_minutes")
     P = len(parts)
 
     # GPU-minutes per partition x state and side (groupby sums the rows in the same order as per partition)
     bad_parts = set(p_row[~pd.Index(state).isin(STATES)].tolist())  # _by_state refuses unknown states
-    sums = (pd.DataFrame({"_p": p_row, "_side": side, "state": state, "gpu_minutes": both["gpu_minutes"].to_numpy()})
+    sums = (pd.DataFrame({"_p": p_row, "_side": side, "state": state, "gpu_minutes": minutes_col})
             .groupby(["_p", "_side", "state"], sort=False)["gpu_minutes"].sum())
     by_side = {}
     for sd in (0, 1):
         m = sums.xs(sd, level="_side").unstack("state").reindex(index=range(P), columns=STATES)
         by_side[sd] = m.fillna(0.0).to_numpy(dtype=float)
 
-    keyed = both[dims]
-    if keyed.isna().any().any():
-        keyed = keyed.astype(object).fillna("unknown")
-    leaf, first_row, starts, big, values = _leaf_codes_by_partition(keyed, dims, p_row, P)
+    values = {c: _factorize_known(column(c)) for c in dims}
+    leaf, first_row, starts, big = _leaf_codes_by_partition(values, dims, p_row, P)
     # each leaf's value of each dimension, as a code into the dimension's distinct values over the range
     universe = {c: (values[c][0][first_row], values[c][1]) for c in dims}
-    minutes_raw = both["gpu_minutes"].to_numpy(dtype=float)
+    minutes_raw = np.asarray(minutes_col, dtype=float)
     state_code = pd.Index(STATES).get_indexer(state)
     row_starts = np.searchsorted(p_row, np.arange(P + 1), side="left")
 
@@ -423,23 +424,36 @@ def _first_appearance(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rank[inverse.ravel()], uniq[by_first]
 
 
-def _leaf_codes_by_partition(frame: pd.DataFrame, cols: list[str], p_row: np.ndarray, P: int):
-    """:func:`_leaf_codes` of each partition's rows at once (rows sorted by partition).
+def _factorize_known(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize`` of ``values`` with every null read as ``"unknown"`` (as :class:`_LeafTable` and
+    ``drill_down`` read it): codes in order of first appearance and the distinct values (an object array).
 
-    Returns ``(leaf, first_row, starts, big, values)``: a global leaf number per row (partition ``i``'s leaves
+    Nulls are looked for among the distinct values only, and the values refilled and factorized again only when
+    there is one: a scan of every row for nulls costs as much as the factorization itself."""
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    uniques = np.asarray(uniques, dtype=object)
+    if len(uniques) and pd.isna(uniques).any():
+        values = np.asarray(values, dtype=object)
+        codes, uniques = pd.factorize(np.where(pd.isna(values), "unknown", values), use_na_sentinel=False)
+        uniques = np.asarray(uniques, dtype=object)
+    return codes, uniques
+
+
+def _leaf_codes_by_partition(values: dict, cols: list[str], p_row: np.ndarray, P: int):
+    """:func:`_leaf_codes` of each partition's rows at once (rows sorted by partition), from ``values``: per
+    column ``(code of each row, distinct values)`` as :func:`_factorize_known` gives them over all rows.
+
+    Returns ``(leaf, first_row, starts, big)``: a global leaf number per row (partition ``i``'s leaves
     are ``starts[i]..starts[i+1]-1``, numbered within it exactly as :func:`_leaf_codes` numbers them on the
-    partition alone), the first row of each leaf, the partitions whose packed key would outgrow the
-    exact numbering (left to the per-partition path), and per column ``(code of each row, distinct values)``
-    (``pd.factorize`` over all rows).
+    partition alone), the first row of each leaf, and the partitions whose packed key would outgrow the
+    exact numbering (left to the per-partition path).
     """
-    n = len(frame)
+    n = len(p_row)
     key = np.zeros(n, dtype=np.int64)
     card = np.ones(P, dtype=np.float64)
     pos = np.arange(n)
-    values = {}
     for c in cols:
-        g, uniques = pd.factorize(frame[c], use_na_sentinel=False)
-        values[c] = g, np.asarray(uniques, dtype=object)
+        g = values[c][0]
         # per partition: values numbered in order of first appearance (pd.factorize on the partition's rows)
         pk = p_row.astype(np.int64) * (int(g.max()) + 1) + g
         uk, first, inv = np.unique(pk, return_index=True, return_inverse=True)
@@ -462,7 +476,7 @@ def _leaf_codes_by_partition(frame: pd.DataFrame, cols: list[str], p_row: np.nda
     leaf[order] = leaf_sorted
     first_row = order[new]
     starts = np.searchsorted(ps[new], np.arange(P + 1), side="left")
-    return leaf, first_row, starts, big, values
+    return leaf, first_row, starts, big
 
 
 def expected_leaves_from_history(history_leaves: pd.DataFrame, partitions, *,
