@@ -1,12 +1,14 @@
 """drill_down / adtributor: plain function tests on small leaf frames and on RCA benchmark cases."""
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_health.diagnosis.drilldown import UNKNOWN, Cause, adtributor, drill_down
+from gpu_health.diagnosis import drilldown
+from gpu_health.diagnosis.drilldown import UNKNOWN, Cause, LeafSet, adtributor, drill_down, drill_down_codes
 from gpu_health_tests import rca_benchmark as rca
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rca"
@@ -533,3 +535,50 @@ def test_robustspot_layout_is_read_as_numerator_and_denominator(tmp_path):
     row = frame[(frame["cdn"] == "1") & (frame["bitrate"] == "2000")].iloc[0]
     assert (row["real_a"], row["real_b"], row["predict_a"], row["predict_b"]) == (60, 100, 98, 100)
     assert row["real"] == pytest.approx(0.6) and row["predict"] == pytest.approx(0.98)
+
+
+# ------------------------------------------------------------------ the coded entry point and its internals
+
+
+def assert_same_causes(got: list[Cause], want: list[Cause]) -> None:
+    """Every field equal, floats bit for bit (NaN equal to NaN)."""
+    np.testing.assert_equal([dataclasses.asdict(c) for c in got], [dataclasses.asdict(c) for c in want])
+
+
+def _leaf_set_of(frame: pd.DataFrame, dims: list[str]) -> LeafSet:
+    factorized = [pd.factorize(frame[d]) for d in dims]
+    return LeafSet(dims, np.column_stack([codes for codes, _ in factorized]),
+                   [np.asarray(values, dtype=object) for _, values in factorized])
+
+
+def test_drill_down_codes_finds_exactly_what_drill_down_finds():
+    frame = cluster_leaves(seed=3)
+    frame = scale(frame, (frame["region"] == "us-east") & (frame["team"] == "risk"), 1.6)
+    frame = scale(frame, frame["node"] == "n31", 0.2)
+    frame = frame.sample(frac=1.0, random_state=1).reset_index(drop=True)  # codes in first-appearance order
+    expected_causes = drill_down(frame, DIMS)
+    assert len(expected_causes) == 2
+    causes = drill_down_codes(_leaf_set_of(frame, DIMS), frame["actual"].to_numpy(), frame["expected"].to_numpy())
+    assert_same_causes(causes, expected_causes)
+
+
+def test_one_leaf_set_drills_several_measures_as_fresh_sets_would():
+    frame = ratio_leaves()
+    broken = frame["driver_version"] == "550.1"
+    frame.loc[broken, "success"] = np.round(frame.loc[broken, "success"] * 0.6)
+    leaf_set = _leaf_set_of(frame, DIMS)
+    assert drill_down(frame, DIMS, "success", "success_expected", actual_base="sessions",
+                      expected_base="sessions_expected")  # (a cause to find)
+    measures = [("success", "success_expected", "sessions", "sessions_expected"),
+                ("sessions", "sessions_expected", None, None)]
+    for a, e, ab, eb in measures + measures:  # the lattice built for the first measure serves the others
+        kw = {"actual_base": frame[ab].to_numpy(), "expected_base": frame[eb].to_numpy()} if ab else {}
+        fresh = drill_down(frame, DIMS, a, e, **({"actual_base": ab, "expected_base": eb} if ab else {}))
+        assert_same_causes(drill_down_codes(leaf_set, frame[a].to_numpy(), frame[e].to_numpy(), **kw), fresh)
+
+
+@pytest.mark.parametrize("n, groups", [(5, 1), (40, 2), (163, 8), (160, 8), (21, 1)])
+def test_group_medians_are_the_medians_of_array_split(n, groups):
+    z = np.random.default_rng(n).normal(size=(3, n))
+    expected = [[np.median(row[p]) for p in np.array_split(np.arange(n), groups)] for row in z]
+    np.testing.assert_array_equal(drilldown._group_medians(z, groups), np.array(expected))

@@ -460,3 +460,32 @@ def test_job_failures_of_a_range_equal_its_partitions(range_and_partitions):
     b = by_parts[cols].sort_values("job_id").reset_index(drop=True)
     pd.testing.assert_frame_equal(a, b, check_dtype=False)
     assert (a[["region", "sku", "team", "workload_class"]] != "unknown").all().all()
+
+
+def test_a_queue_maps_to_the_region_of_at_least_95_percent_of_its_placements():
+    # q1: 19 of 20 placements in us-east (95 %); q2: 18 of 20 (90 %: shared); q3: one unknown node, rest us-west
+    queue = pd.Series(["q1"] * 20 + ["q2"] * 20 + ["q3"] * 3 + [None])
+    nodes = pd.Series(["e1"] * 19 + ["w1"] + ["e2"] * 18 + ["w1"] * 2 + ["zz", "w2", "w2"] + ["e1"])
+    node_region = {"e1": "us-east", "e2": "us-east", "w1": "us-west", "w2": "us-west"}
+    assert G._queue_regions_of(queue, nodes, node_region) == {"q1": "us-east", "q3": "us-west"}
+    # the same answer as the crosstab definition of the share
+    share = pd.crosstab(queue.astype(object), nodes.map(node_region).astype(object), normalize="index")
+    best = share.idxmax(axis=1)
+    assert G._queue_regions_of(queue, nodes, node_region) == {q: r for q, r in best.items() if share.loc[q, r] >= 0.95}
+    assert G._queue_regions_of(pd.Series(["q1"]), pd.Series(["zz"]), node_region) == {}
+
+
+def test_sched_history_lookup_of_some_jobs_is_the_whole_lookup_reindexed():
+    t0 = pd.Timestamp("2026-11-03T10:00:00Z")
+    sched = pd.DataFrame({
+        "ts": [t0, t0 + pd.Timedelta(minutes=1), t0 + pd.Timedelta(minutes=30)],
+        "job_id": ["a", "a", "b"], "event": ["submitted", "started", "submitted"], "queue": ["qa", "qa", "qb"],
+        "gpus": [8, 8, 16], "node_ids": [None, "n1", None], "exit_state": [None, None, None], "reason": [None] * 3,
+    })
+    meta = pd.DataFrame({"job_id": ["a", "c"], "team": ["t1", "t2"], "workload_class": ["batch", "batch"],
+                         "model_type": ["llm", "cv"], "framework_version": ["1", "2"]})
+    history = G._SchedHistory(meta, sched)
+    jobs = pd.Index(["b", "zz", "a"])
+    for end in (t0 + pd.Timedelta(minutes=10), t0 + pd.Timedelta(hours=1)):  # b's submission late, then not
+        pd.testing.assert_frame_equal(history.job_lookup(end, jobs), history.job_lookup(end).reindex(jobs))
+    assert history.job_lookup(t0 + pd.Timedelta(minutes=10), jobs).loc["b", "queue"] == "unknown"

@@ -65,7 +65,7 @@ import pandera.pandas as pa
 from pandera.typing import Series
 
 from gpu_health.contracts.models import ContractModel
-from gpu_health.diagnosis.drilldown import drill_down
+from gpu_health.diagnosis.drilldown import LeafSet, drill_down, drill_down_codes
 from gpu_health.metrics.goodput import LEAF_DIMS, STATE_FAMILY, STATES
 
 DIMENSIONS = ("region", "node_id", "sku", "driver_version", "framework_version", "queue", "team", "model_type")
@@ -189,19 +189,24 @@ def decompose(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame, *, dim
         by_a, by_e = _by_state(actual_leaves), _by_state(expected_leaves)
     except ValueError:
         return _empty()
-    return _ranked_causes(by_a, by_e, lambda scale: _LeafTable(actual_leaves, expected_leaves, dims, scale).frame,
-                          dims, max_causes, min_state_growth, start, end)
+    def drill_of(scale: float):
+        table = _LeafTable(actual_leaves, expected_leaves, dims, scale)
+        return lambda state: drill_down(table.frame(state), dims, "actual", "expected", max_causes=max_causes,
+                                        actual_base="paid_actual", expected_base="paid_expected")
+
+    return _ranked_causes(by_a, by_e, drill_of, dims, max_causes, min_state_growth, start, end)
 
 
-def _ranked_causes(by_a: pd.Series, by_e: pd.Series, leaf_table, dims: list[str], max_causes: int,
+def _ranked_causes(by_a: pd.Series, by_e: pd.Series, drill_of, dims: list[str], max_causes: int,
                    min_state_growth: float, start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame:
     """The body of :func:`decompose` for one window, given its GPU-minutes per state (actual, expected) and
-    ``leaf_table(scale)`` -> a function state -> the state's leaves (:meth:`_LeafTable.frame`)."""
-    causes = _window_causes(by_a, by_e, leaf_table, dims, max_causes, min_state_growth, start, end)
+    ``drill_of(scale)`` -> a function state -> the drill-down of the state's leaves (:meth:`_LeafTable.frame`)
+    with the expected side scaled by ``scale``."""
+    causes = _window_causes(by_a, by_e, drill_of, dims, max_causes, min_state_growth, start, end)
     return _assemble([causes]) if causes is not None else _empty()
 
 
-def _window_causes(by_a, by_e, leaf_table, dims, max_causes, min_state_growth, start, end):
+def _window_causes(by_a, by_e, drill_of, dims, max_causes, min_state_growth, start, end):
     """The cause rows of one window before ranking: ``(rows, drop, has_drop, start, end)``, or None when there is
     nothing to decompose or no state grew."""
     # state_deltas in arrays (STATES order; the same arithmetic as the frame it returns)
@@ -226,7 +231,7 @@ def _window_causes(by_a, by_e, leaf_table, dims, max_causes, min_state_growth, s
     floor = min_state_growth * paid
 
     rows = []
-    state_frame = None
+    drill = None
     for k in _LOSS_INDEX:
         if not (a[k] - e[k] > floor):
             continue
@@ -235,9 +240,8 @@ def _window_causes(by_a, by_e, leaf_table, dims, max_causes, min_state_growth, s
         growth = float(d["actual_gpu_minutes"] - d["expected_gpu_minutes"])
         state_text = (f"{state} {d['delta_share'] * 100:+.2f} pp of paid GPU-minutes ({growth:+,.0f} GPU-min: "
                       f"{d['actual_gpu_minutes']:,.0f} vs {d['expected_gpu_minutes']:,.0f} expected)")
-        state_frame = state_frame or leaf_table(scale)
-        causes = drill_down(state_frame(state), dims, "actual", "expected", max_causes=max_causes,
-                            actual_base="paid_actual", expected_base="paid_expected")
+        drill = drill or drill_of(scale)
+        causes = drill(state)
         for c in causes:
             rows.append({
                 "state": state, "cause_family": cause_family(state, c.elements), "elements": json.dumps(c.elements),
@@ -306,29 +310,31 @@ def decompose_range(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame, 
     p_all = np.concatenate([ia[ia >= 0], ie[ie >= 0]])
     side_all = np.concatenate([np.zeros(int((ia >= 0).sum()), np.int64), np.ones(int((ie >= 0).sum()), np.int64)])
     order = np.lexsort((side_all, p_all))
-    cols = [*dims, "state", "gpu_minutes"]
-    both = pd.concat([actual_leaves.loc[ia >= 0, cols], expected_leaves.loc[ie >= 0, cols]], ignore_index=True)
-    both = both.take(order).reset_index(drop=True)
+    in_a, in_e = ia >= 0, ie >= 0
+
+    def column(c):  # one column of those rows (a column at a time: no frame of every column is copied twice)
+        return pd.concat([actual_leaves[c][in_a], expected_leaves[c][in_e]], ignore_index=True).to_numpy()[order]
+
     p_row = p_all[order]
     side = side_all[order]
-    state = both["state"].astype(object).to_numpy()
+    state = column("state").astype(object)
+    minutes_col = column("gpu_minutes")
     P = len(parts)
 
     # GPU-minutes per partition x state and side (groupby sums the rows in the same order as per partition)
     bad_parts = set(p_row[~pd.Index(state).isin(STATES)].tolist())  # _by_state refuses unknown states
-    sums = (pd.DataFrame({"_p": p_row, "_side": side, "state": state, "gpu_minutes": both["gpu_minutes"].to_numpy()})
+    sums = (pd.DataFrame({"_p": p_row, "_side": side, "state": state, "gpu_minutes": minutes_col})
             .groupby(["_p", "_side", "state"], sort=False)["gpu_minutes"].sum())
     by_side = {}
     for sd in (0, 1):
         m = sums.xs(sd, level="_side").unstack("state").reindex(index=range(P), columns=STATES)
         by_side[sd] = m.fillna(0.0).to_numpy(dtype=float)
 
-    keyed = both[dims]
-    if keyed.isna().any().any():
-        keyed = keyed.astype(object).fillna("unknown")
-    leaf, first_row, starts, big = _leaf_codes_by_partition(keyed, dims, p_row, P)
-    universe = {c: keyed[c].to_numpy(dtype=object)[first_row] for c in dims}  # (columns of _LeafTable.universe)
-    minutes_raw = both["gpu_minutes"].to_numpy(dtype=float)
+    values = {c: _factorize_known(column(c)) for c in dims}
+    leaf, first_row, starts, big = _leaf_codes_by_partition(values, dims, p_row, P)
+    # each leaf's value of each dimension, as a code into the dimension's distinct values over the range
+    universe = {c: (values[c][0][first_row], values[c][1]) for c in dims}
+    minutes_raw = np.asarray(minutes_col, dtype=float)
     state_code = pd.Index(STATES).get_indexer(state)
     row_starts = np.searchsorted(p_row, np.arange(P + 1), side="left")
 
@@ -345,8 +351,8 @@ def decompose_range(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame, 
         else:
             by_a = pd.Series(by_side[0][i], index=pd.Index(STATES, name="state"), name="gpu_minutes")
             by_e = pd.Series(by_side[1][i], index=pd.Index(STATES, name="state"), name="gpu_minutes")
-            causes = _window_causes(by_a, by_e, _range_leaf_table(i, starts, leaf, row_starts, side, state_code,
-                                                                  minutes_raw, universe),
+            causes = _window_causes(by_a, by_e, _range_drill(i, starts, leaf, row_starts, side, state_code,
+                                                             minutes_raw, universe, dims, max_causes),
                                     dims, max_causes, min_state_growth, start, end)
             res = causes
         if res is not None and len(res):
@@ -366,9 +372,11 @@ def decompose_range(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame, 
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def _range_leaf_table(i, starts, leaf, row_starts, side, state_code, minutes_raw, universe):
-    """``scale`` -> the state -> leaves function of partition ``i`` (:meth:`_LeafTable.frame`) over the shared
-    leaf numbering (rows sorted by partition: partition ``i``'s rows are ``row_starts[i]..row_starts[i+1]-1``)."""
+def _range_drill(i, starts, leaf, row_starts, side, state_code, minutes_raw, universe, dims, max_causes):
+    """``scale`` -> the state -> drill-down function of partition ``i`` over the shared leaf numbering (rows
+    sorted by partition: partition ``i``'s rows are ``row_starts[i]..row_starts[i+1]-1``): the causes
+    ``drill_down`` finds in :meth:`_LeafTable.frame` of the partition, from integer codes (no frame of strings
+    is built and hashed again per state)."""
     lo, hi = int(starts[i]), int(starts[i + 1])
     r0, r1 = int(row_starts[i]), int(row_starts[i + 1])
 
@@ -376,40 +384,76 @@ def _range_leaf_table(i, starts, leaf, row_starts, side, state_code, minutes_raw
         lf, st, sd = leaf[r0:r1] - lo, state_code[r0:r1], side[r0:r1]
         mins = minutes_raw[r0:r1] * np.where(sd == 1, scale, 1.0)
         n = hi - lo
-        uni = {c: v[lo:hi] for c, v in universe.items()}
         paid = {sv: np.bincount(lf[sd == sv], weights=mins[sd == sv], minlength=n) for sv in (0, 1)}
+        by_kind = {}  # the states of one kind drill the same leaves: codes and lattice derived once per window
 
-        def frame(name: str) -> pd.DataFrame:
-            kind = STATE_KIND[name]
-            same_kind = [STATES.index(s) for s in STATES if kind == "any" or STATE_KIND[s] in (kind, "any")]
-            seen = np.bincount(lf[np.isin(st, same_kind)], minlength=n) > 0
+        def leaves_of(kind: str):
+            if kind not in by_kind:
+                same_kind = [STATES.index(s) for s in STATES if kind == "any" or STATE_KIND[s] in (kind, "any")]
+                seen = np.bincount(lf[np.isin(st, same_kind)], minlength=n) > 0
+                codes, labels = [], []
+                for c in dims:
+                    code, values = _first_appearance(universe[c][0][lo:hi][seen])
+                    codes.append(code)
+                    labels.append(universe[c][1][values])
+                by_kind[kind] = seen, LeafSet(dims, np.column_stack(codes), labels)
+            return by_kind[kind]
+
+        def drill(name: str):
+            seen, leaf_set = leaves_of(STATE_KIND[name])
             sel_state = st == STATES.index(name)
-            out = {c: v[seen] for c, v in uni.items()}
+            measure = {}
             for col, sv in (("actual", 0), ("expected", 1)):
                 sel = sel_state & (sd == sv)
-                out[col] = np.bincount(lf[sel], weights=mins[sel], minlength=n)[seen]
-                out[f"paid_{col}"] = paid[sv][seen]
-            return pd.DataFrame(out)
+                measure[col] = np.bincount(lf[sel], weights=mins[sel], minlength=n)[seen]
+            return drill_down_codes(leaf_set, measure["actual"], measure["expected"],
+                                    actual_base=paid[0][seen], expected_base=paid[1][seen], max_causes=max_causes)
 
-        return frame
+        return drill
 
     return make
 
 
-def _leaf_codes_by_partition(frame: pd.DataFrame, cols: list[str], p_row: np.ndarray, P: int):
-    """:func:`_leaf_codes` of each partition's rows at once (rows sorted by partition).
+def _first_appearance(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``codes`` renumbered 0.. in order of first appearance (as ``pd.factorize`` numbers values), and the
+    original code of each new one."""
+    uniq, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    by_first = np.argsort(first, kind="stable")
+    rank = np.empty(len(uniq), dtype=np.int64)
+    rank[by_first] = np.arange(len(uniq))
+    return rank[inverse.ravel()], uniq[by_first]
 
-    Returns ``(leaf, first_row, starts, big)``: a global leaf number per row (partition ``i``'s leaves are
-    ``starts[i]..starts[i+1]-1``, numbered within it exactly as :func:`_leaf_codes` numbers them on the
+
+def _factorize_known(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize`` of ``values`` with every null read as ``"unknown"`` (as :class:`_LeafTable` and
+    ``drill_down`` read it): codes in order of first appearance and the distinct values (an object array).
+
+    Nulls are looked for among the distinct values only, and the values refilled and factorized again only when
+    there is one: a scan of every row for nulls costs as much as the factorization itself."""
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    uniques = np.asarray(uniques, dtype=object)
+    if len(uniques) and pd.isna(uniques).any():
+        values = np.asarray(values, dtype=object)
+        codes, uniques = pd.factorize(np.where(pd.isna(values), "unknown", values), use_na_sentinel=False)
+        uniques = np.asarray(uniques, dtype=object)
+    return codes, uniques
+
+
+def _leaf_codes_by_partition(values: dict, cols: list[str], p_row: np.ndarray, P: int):
+    """:func:`_leaf_codes` of each partition's rows at once (rows sorted by partition), from ``values``: per
+    column ``(code of each row, distinct values)`` as :func:`_factorize_known` gives them over all rows.
+
+    Returns ``(leaf, first_row, starts, big)``: a global leaf number per row (partition ``i``'s leaves
+    are ``starts[i]..starts[i+1]-1``, numbered within it exactly as :func:`_leaf_codes` numbers them on the
     partition alone), the first row of each leaf, and the partitions whose packed key would outgrow the
     exact numbering (left to the per-partition path).
     """
-    n = len(frame)
+    n = len(p_row)
     key = np.zeros(n, dtype=np.int64)
     card = np.ones(P, dtype=np.float64)
     pos = np.arange(n)
     for c in cols:
-        g, _ = pd.factorize(frame[c], use_na_sentinel=False)
+        g = values[c][0]
         # per partition: values numbered in order of first appearance (pd.factorize on the partition's rows)
         pk = p_row.astype(np.int64) * (int(g.max()) + 1) + g
         uk, first, inv = np.unique(pk, return_index=True, return_inverse=True)

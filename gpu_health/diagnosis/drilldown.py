@@ -84,6 +84,7 @@ from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
+from scipy.sparse import csr_matrix
 from scipy.special import ndtri
 
 UNKNOWN = "unknown"
@@ -269,13 +270,89 @@ def drill_down(
     ``combination_penalty`` = 0.1 as before. The same set scores Squeeze's B0
     and RobustSpot's RS in ``bench/bench_rca.py`` (README.md).
     """
+    _check_parameters(max_causes, max_combination, combination_penalty, actual_base, expected_base)
+    leaves = _prepare(frame, dimensions, actual, expected, actual_base, expected_base)
+    return _drill(leaves, max_causes=max_causes, max_combination=max_combination,
+                  min_explanatory_power=min_explanatory_power, min_excess=min_excess,
+                  combination_penalty=combination_penalty, alpha=alpha, smoothing=smoothing, min_leaf_z=min_leaf_z)
+
+
+class LeafSet:
+    """Leaves given as integer codes, grouped once, for drilling several measures over the same leaves
+    (:func:`drill_down_codes`; decompose drills every state of one kind in a partition over one set).
+
+    ``codes[:, j]`` numbers dimension ``j``'s values (``labels[j]``) in order of first appearance over the rows,
+    as ``pd.factorize`` numbers them (which fixes the order of the leaves and so of every sum); no label may be
+    null (``drill_down`` reads a null as ``"unknown"``). Rows with the same codes are one leaf. The cuboid
+    lattice of the leaves is built on first use and kept with the set (it depends on the codes only).
+    """
+
+    def __init__(self, dimensions: list[str], codes: np.ndarray, labels: list[np.ndarray]):
+        if not dimensions:
+            raise ValueError("drill-down needs at least one dimension")
+        self.dimensions = list(dimensions)
+        self.labels = list(labels)
+        self.cards = [max(len(v), 1) for v in labels]
+        codes = np.asarray(codes, dtype=np.int64).reshape(-1, len(self.dimensions))
+        self.rows = len(codes)
+        self.inverse, self.codes = _group(codes, self.cards) if len(codes) else (np.zeros(0, dtype=np.int64), codes)
+        self._lattices: dict[int, _Lattice] = {}
+
+    def leaves(self, measures: np.ndarray, ratio: bool) -> _Leaves:
+        return _leaves_of(self.dimensions, self.codes, self.labels, self.cards, self.inverse, measures, ratio)
+
+    def lattice(self, leaves: _Leaves, max_combination: int) -> _Lattice:
+        if max_combination not in self._lattices:
+            self._lattices[max_combination] = _lattice(leaves, _cuboids(leaves, max_combination))
+        return self._lattices[max_combination]
+
+
+def drill_down_codes(
+    leaf_set: LeafSet,
+    actual: np.ndarray,
+    expected: np.ndarray,
+    *,
+    actual_base: np.ndarray | None = None,
+    expected_base: np.ndarray | None = None,
+    max_causes: int = MAX_CAUSES,
+    max_combination: int = 3,
+    min_explanatory_power: float = 0.0,
+    min_excess: float = 0.0,
+    combination_penalty: float = 0.1,
+    alpha: float = 0.05,
+    smoothing: float = 0.01,
+    min_leaf_z: float = MIN_LEAF_Z,
+) -> list[Cause]:
+    """:func:`drill_down` of the leaves of ``leaf_set`` with these measures (one value per row of its codes):
+    the causes ``drill_down`` finds in the frame whose column ``dimensions[j]`` holds ``labels[j][codes[:, j]]``
+    beside the measure columns. A caller drilling many frames cut from one table (decompose: every state of
+    every partition) factorizes the table once and derives each frame's codes with integer operations, instead
+    of hashing its strings again per frame.
+    """
+    _check_parameters(max_causes, max_combination, combination_penalty, actual_base, expected_base)
+    measures = [np.nan_to_num(np.asarray(m, dtype=float), nan=0.0, posinf=0.0, neginf=0.0)
+                for m in (actual, expected, *(b for b in (actual_base, expected_base) if b is not None))]
+    leaves = leaf_set.leaves(np.column_stack(measures), actual_base is not None)
+    return _drill(leaves, max_causes=max_causes, max_combination=max_combination,
+                  min_explanatory_power=min_explanatory_power, min_excess=min_excess,
+                  combination_penalty=combination_penalty, alpha=alpha, smoothing=smoothing, min_leaf_z=min_leaf_z,
+                  lattice=lambda: leaf_set.lattice(leaves, max_combination))
+
+
+def _check_parameters(max_causes, max_combination, combination_penalty, actual_base, expected_base) -> None:
     if max_causes < 1 or max_combination < 1:
         raise ValueError("max_causes and max_combination must be at least 1")
     if not 0 <= combination_penalty < 1:
         raise ValueError("combination_penalty must be in [0, 1)")
     if (actual_base is None) != (expected_base is None):
         raise ValueError("a ratio needs both actual_base and expected_base (or neither)")
-    leaves = _prepare(frame, dimensions, actual, expected, actual_base, expected_base)
+
+
+def _drill(leaves: _Leaves, *, max_causes: int, max_combination: int, min_explanatory_power: float,
+           min_excess: float, combination_penalty: float, alpha: float, smoothing: float,
+           min_leaf_z: float, lattice=None) -> list[Cause]:
+    """The search of :func:`drill_down` (module docstring, steps 1-6) on prepared leaves (``lattice``: a
+    function giving their lattice, when it is kept with them; else built here)."""
     n = len(leaves.actual)
     if n == 0:
         return []
@@ -312,18 +389,18 @@ def drill_down(
     score_h = weight * level**2
     stats = _LeafStats(d=d, dev=dev, x=score_x, h=score_h, informative=informative)
 
-    lattice = _lattice(leaves, _cuboids(leaves, max_combination))
+    lattice = lattice() if lattice is not None else _lattice(leaves, _cuboids(leaves, max_combination))
     alive = np.ones(n, dtype=bool)
     bonferroni = None
     causes: list[Cause] = []
     for round_ in range(max_causes):
         cells = _score_cells(lattice, stats, alive)
         if bonferroni is None:
-            hypotheses = sum(int((c.count > 0).sum()) for c in cells)
+            hypotheses = int((cells.count > 0).sum()) if cells is not None else 0
             bonferroni = NormalDist().inv_cdf(1 - alpha / max(hypotheses, 1)) if alpha > 0 else 0.0
         found = _select(
-            leaves, stats, alive, cells, total, bonferroni, min_leaf_z, min_excess,
-            min_explanatory_power, combination_penalty, (lattice, round_) if alpha > 0 else None,
+            leaves, stats, alive, lattice, cells, total, bonferroni, min_leaf_z, min_excess,
+            min_explanatory_power, combination_penalty, round_ if alpha > 0 else None,
         )
         if found is None:
             break
@@ -436,6 +513,13 @@ def _prepare(
     measures = np.column_stack([_numbers(frame, c) for c in (actual, expected, *bases)])
     # one row per leaf: duplicate rows of a leaf (partitions, halves) are summed
     inverse, codes = _group(codes, cards) if len(codes) else (np.zeros(0, dtype=np.int64), codes)
+    return _leaves_of(list(dimensions), codes, labels, cards, inverse, measures, bool(bases))
+
+
+def _leaves_of(dimensions: list[str], codes: np.ndarray, labels: list[np.ndarray], cards: list[int],
+               inverse: np.ndarray, measures: np.ndarray, ratio: bool) -> _Leaves:
+    """The leaves ``codes`` (distinct code tuples, sorted; ``inverse``: the leaf of each row) with the rows'
+    measures (columns: actual, expected, and for a ratio actual_base, expected_base) summed per leaf."""
     if len(codes) < len(inverse):
         measures = np.column_stack(
             [np.bincount(inverse, weights=measures[:, j], minlength=len(codes)) for j in range(measures.shape[1])]
@@ -448,7 +532,7 @@ def _prepare(
         dimensions=list(dimensions), codes=codes, labels=labels, cards=cards,
         actual=measures[:, 0], expected=measures[:, 1],
     )
-    if bases:
+    if ratio:
         leaves.base_actual, leaves.base_expected = measures[:, 2], measures[:, 3]
         leaves.history = measures[:, 1]
         leaves.expected, leaves.sampling, leaves.volume = _expected_at_actual_volume(
@@ -547,8 +631,8 @@ class _LeafStats:
 
 @dataclass
 class _Cells:
-    cuboid: tuple[int, ...]
-    codes: np.ndarray  # (cells, len(cuboid)) code tuples
+    """Every cell of every cuboid (numbered as :class:`_Lattice` numbers them), scored."""
+
     g: np.ndarray  # score: squared z of the cell's common move
     move: np.ndarray  # the common move (deviation-score units)
     count: np.ndarray  # informative leaves
@@ -616,16 +700,17 @@ def _noise_variance(dev: np.ndarray, level: np.ndarray, informative: np.ndarray)
         order = order[:: order.size // _NOISE_SAMPLE + 1]
     lv, dv = lv[order], dv[order]
     buckets = max(1, min(_NOISE_BUCKETS, len(lv) // _NOISE_BUCKET_LEAVES))
-    parts = np.array_split(np.arange(len(lv)), buckets)
     typical = float(np.median(lv))
+    kappas = [0.0, *(typical * f for f in _KAPPA_GRID), np.inf]
+    z = np.stack([dv / (np.sqrt(lv) if np.isinf(kappa) else np.sqrt(lv**2 + kappa * lv)) for kappa in kappas])
+    # the medians of every kappa at once (one call per shape, not one per kappa and group: the same values)
+    spreads = 1.4826 * np.median(z, axis=1)
+    locals_ = 1.4826 * _group_medians(z, buckets)
     best = None
-    for kappa in [0.0, *(typical * f for f in _KAPPA_GRID), np.inf]:
-        base = np.sqrt(lv) if np.isinf(kappa) else np.sqrt(lv**2 + kappa * lv)
-        z = dv / base
-        spread = 1.4826 * float(np.median(z))
+    for kappa, spread, local in zip(kappas, spreads, locals_):
+        spread = float(spread)
         if spread <= 0:
             continue
-        local = np.array([1.4826 * float(np.median(z[p])) for p in parts])
         local = np.where(local > 0, local, spread)
         dispersion = float(((np.log(local / spread)) ** 2).sum())
         if best is None or dispersion < best[0] - 1e-12:
@@ -635,6 +720,20 @@ def _noise_variance(dev: np.ndarray, level: np.ndarray, informative: np.ndarray)
     _, kappa, spread = best
     base2 = level if np.isinf(kappa) else level**2 + kappa * level
     return spread**2 * base2 + (_NOISE_FLOOR * level) ** 2 + np.finfo(float).tiny
+
+
+def _group_medians(z: np.ndarray, groups: int) -> np.ndarray:
+    """Per row of ``z``, the median of each of ``groups`` consecutive groups of its columns, cut as
+    ``np.array_split`` cuts them (the first ``columns % groups`` groups one longer)."""
+    n = z.shape[1]
+    size, longer = divmod(n, groups)
+    cut = longer * (size + 1)
+    parts = []
+    if longer:
+        parts.append(np.median(z[:, :cut].reshape(len(z), longer, size + 1), axis=2))
+    if groups > longer:
+        parts.append(np.median(z[:, cut:].reshape(len(z), groups - longer, size), axis=2))
+    return np.concatenate(parts, axis=1)
 
 
 def _tempered(dev: np.ndarray, variance: np.ndarray, informative: np.ndarray) -> np.ndarray:
@@ -660,11 +759,22 @@ def _tempered(dev: np.ndarray, variance: np.ndarray, informative: np.ndarray) ->
 
 @dataclass
 class _Lattice:
-    """Each cuboid's cell of every leaf (grouped once) and the cells' code tuples."""
+    """Each cuboid's cell of every leaf (grouped once), numbered across cuboids: cuboid ``i``'s cells are
+    ``offsets[i]..offsets[i+1]-1`` in the order :func:`_group` numbers them, and ``members`` is the
+    cells x leaves 0/1 matrix, so that one product scores every cell of every cuboid (a frame of a few hundred
+    leaves has tens of cuboids: one pass over them all costs what one pass per cuboid costs in call overhead).
+
+    The product sums each cell's leaves one after the other in leaf order, as a ``bincount`` per cuboid does
+    (``csr_matvecs``: ``y += 1.0 * x`` per stored entry, entries sorted by leaf): the same floats.
+    """
 
     cuboids: list[tuple[int, ...]]
-    inverse: list[np.ndarray]
-    codes: list[np.ndarray]
+    inverse: list[np.ndarray]  # per cuboid: the leaf's cell within the cuboid
+    codes: list[np.ndarray]  # per cuboid: (cells, len(cuboid)) code tuples
+    offsets: np.ndarray  # (cuboids + 1,): first global cell of each cuboid
+    cell: np.ndarray  # (cuboids, leaves): the leaf's global cell in each cuboid
+    cuboid_of: np.ndarray  # per global cell: its cuboid
+    members: csr_matrix  # (cells, leaves): 1 where the leaf is in the cell
 
 
 def _lattice(leaves: _Leaves, cuboids: list[tuple[int, ...]]) -> _Lattice:
@@ -673,37 +783,29 @@ def _lattice(leaves: _Leaves, cuboids: list[tuple[int, ...]]) -> _Lattice:
         inv, cell_codes = _group(leaves.codes[:, list(cuboid)], [leaves.cards[j] for j in cuboid])
         inverse.append(inv)
         codes.append(cell_codes)
-    return _Lattice(cuboids, inverse, codes)
+    sizes = np.array([len(c) for c in codes], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n = leaves.codes.shape[0]
+    cell = (np.stack(inverse) + offsets[:-1, None]) if cuboids else np.zeros((0, n), dtype=np.int64)
+    cuboid_of = np.repeat(np.arange(len(cuboids)), sizes)
+    members = csr_matrix((np.ones(cell.size), (cell.ravel(), np.tile(np.arange(n), len(cuboids)))),
+                         shape=(int(offsets[-1]), n))
+    return _Lattice(cuboids, inverse, codes, offsets, cell, cuboid_of, members)
 
 
-def _score_cells(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, x: np.ndarray | None = None) -> list[_Cells]:
-    """Every cell of every cuboid on the leaves not attributed yet, with its score.
+def _score_cells(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray) -> _Cells | None:
+    """Every cell of every cuboid on the leaves not attributed yet, with its score (None: no such leaf).
 
-    ``x``: other per-leaf scores (a shuffle); then only the scores ``g`` are filled.
-    """
-    null = x is not None
+    Each cell's sums run over its leaves in leaf order, as a bincount per cuboid would sum them."""
     use = (alive & stats.informative).astype(float)
     if not use.any():
-        return []
-    x = (stats.x if x is None else x) * use
-    h = stats.h * use
-    d = stats.d * use
-    out = []
-    for cuboid, inverse, cell_codes in zip(lattice.cuboids, lattice.inverse, lattice.codes):
-        cells = len(cell_codes)
-        sx = np.bincount(inverse, weights=x, minlength=cells)
-        sh = np.bincount(inverse, weights=h, minlength=cells)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            g = np.where(sh > 0, sx**2 / sh, 0.0)
-        if null:
-            out.append(_Cells(cuboid, cell_codes, g, g, g, g))
-            continue
-        count = np.bincount(inverse, weights=use, minlength=cells)
-        change = np.bincount(inverse, weights=d, minlength=cells)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            move = np.where(sh > 0, sx / sh, 0.0)
-        out.append(_Cells(cuboid, cell_codes, g, move, count, change))
-    return out
+        return None
+    sums = lattice.members @ np.column_stack([stats.x * use, stats.h * use, use, stats.d * use])
+    sx, sh = sums[:, 0], sums[:, 1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g = np.where(sh > 0, sx**2 / sh, 0.0)
+        move = np.where(sh > 0, sx / sh, 0.0)
+    return _Cells(g, move, sums[:, 2], sums[:, 3])
 
 
 def _shuffled_max(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, round_: int) -> float:
@@ -730,89 +832,108 @@ def _shuffled_max(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, round
     k = _SHUFFLES
     order = np.argsort(rng.random((k, u.size)), axis=1)  # k independent permutations
     signs = rng.integers(0, 2, size=(k, u.size)) * 2.0 - 1.0
-    x = (u[order] * signs * root_h).ravel()
-    offsets = np.arange(k)[:, None]
-    best = 0.0
-    for inverse, cell_codes in zip(lattice.inverse, lattice.codes):
-        cells = len(cell_codes)
-        inv = inverse[rows]
-        sh = np.bincount(inv, weights=h, minlength=cells)
-        sx = np.bincount((offsets * cells + inv).ravel(), weights=x, minlength=k * cells)
-        sx2 = sx.reshape(k, cells) ** 2
-        present = sh > 0
-        best = max(best, float((sx2[:, present] / sh[present]).max()))
-    return float(np.sqrt(best))
+    # every cell's sums over the leaves not attributed yet (the others count 0: adding 0.0 changes no sum)
+    n = len(stats.h)
+    shuffled = np.zeros((n, k))
+    shuffled[rows] = (u[order] * signs * root_h).T
+    weight = np.zeros(n)
+    weight[rows] = h
+    sx2 = (lattice.members @ shuffled) ** 2  # (cells, shuffles)
+    sh = lattice.members @ weight
+    present = sh > 0
+    return float(np.sqrt(max(0.0, float((sx2[present] / sh[present, None]).max()))))
 
 
 def _select(
     leaves: _Leaves,
     stats: _LeafStats,
     alive: np.ndarray,
-    cells: list[_Cells],
+    lattice: _Lattice,
+    cells: _Cells | None,
     total: float,
     min_z: float,
     min_leaf_z: float,
     min_excess: float,
     min_ep: float,
     penalty: float,
-    null: tuple[_Lattice, int] | None,
+    null_round: int | None,
 ) -> tuple[tuple[int, ...], tuple[int, ...], float, np.ndarray] | None:
     """The best eligible cell that moved as one and beats its siblings' noise.
 
     Candidates, best score first, must move as one (:func:`_moves_as_one`;
     then widened by :func:`_widest`) and score above what the leaves outside
     all the leaves not attributed yet reach when shuffled (:func:`_shuffled_max`;
-    ``null``: the lattice and the round, or None to skip) -- unless the
+    ``null_round``: the search round, or None to skip) -- unless the
     leaves outside it show no deviation at all. After ``_NULL_CHECKS``
     candidates fail that, what is left is taken for noise.
     """
+    if cells is None:
+        return None
     scale = abs(total) if total != 0 else np.inf
-    picks, scores = [], []
-    for i, c in enumerate(cells):
-        per_leaf = c.g / np.maximum(c.count, 1)
-        ok = (
-            (c.g >= min_z**2)
-            & (per_leaf >= min_leaf_z**2)
-            & (np.abs(c.move) >= min_excess)
-            & (np.abs(c.change) >= min_ep * scale)
-        )
-        eligible = np.flatnonzero(ok)
-        picks.append(np.column_stack([np.full(eligible.size, i), eligible]))
-        scores.append(c.g[eligible] * (1.0 - penalty) ** (len(c.cuboid) - 1))
-    if not picks:
+    count = np.maximum(cells.count, 1)
+    per_leaf = cells.g / count
+    ok = (
+        (cells.g >= min_z**2)
+        & (per_leaf >= min_leaf_z**2)
+        & (np.abs(cells.move) >= min_excess)
+        & (np.abs(cells.change) >= min_ep * scale)
+    )
+    eligible = np.flatnonzero(ok)
+    if eligible.size == 0:
         return None
-    picks_all, scores_all = np.concatenate(picks), np.concatenate(scores)
-    if scores_all.size == 0:
-        return None
+    # Occam: the score discounted per extra dimension (one factor per cuboid, as a Python float)
+    discount = np.array([(1.0 - penalty) ** (len(c) - 1) for c in lattice.cuboids])
+    scores_all = cells.g[eligible] * discount[lattice.cuboid_of[eligible]]
     top = np.argsort(-scores_all, kind="stable")[:_MAX_CHECKS]
-    ranked = []
-    for t in top:
-        i, k = int(picks_all[t, 0]), int(picks_all[t, 1])
-        c = cells[i]
-        cell = tuple(int(v) for v in c.codes[k])
-        labels = tuple(str(leaves.labels[j][v]) for j, v in zip(c.cuboid, cell))
-        ranked.append((-float(f"{float(scores_all[t]):.9g}"), len(c.cuboid), c.cuboid, labels, cell,
-                       float(c.g[k]), float(c.move[k])))
-    ranked.sort(key=lambda r: r[:4])
     tested, bar = 0, None
-    for _, _, cuboid, _, cell, g, move in ranked[:_MAX_CHECKS]:
-        in_set = alive & np.all(leaves.codes[:, list(cuboid)] == np.asarray(cell), axis=1)
+    for cuboid_i, k, g, move in _ranked(leaves, lattice, cells, eligible[top], scores_all[top]):
+        cuboid = lattice.cuboids[cuboid_i]
+        cell = tuple(int(v) for v in lattice.codes[cuboid_i][k])
+        in_set = alive & (lattice.inverse[cuboid_i] == k)
         if not _moves_as_one(leaves, stats, in_set, cuboid, move, min_z, min_leaf_z):
             continue
         found = _widest(leaves, stats, alive, cuboid, cell, g, move, min_z, min_leaf_z)
-        if null is None:
+        if null_round is None:
             return found
         # noise: what the leaves not attributed yet reach when shuffled; a set
         # whose siblings show no deviation at all is beyond any noise
         if bar is None:
-            lattice, round_ = null
-            bar = _shuffled_max(lattice, stats, alive, round_)
+            bar = _shuffled_max(lattice, stats, alive, null_round)
         if found[2] > bar**2 or not stats.x[alive & ~found[3]].any():
             return found
         tested += 1
         if tested >= _NULL_CHECKS:
             break
     return None
+
+
+def _ranked(leaves: _Leaves, lattice: _Lattice, cells: _Cells, top: np.ndarray, scores: np.ndarray):
+    """The candidates ``top`` (global cells, best raw score first) in the order the search tries them: by score
+    rounded to 9 significant digits (descending), then fewer dimensions, the cuboid, the values' text.
+
+    Yields ``(cuboid index, cell within it, g, move)``, one run of equal rounded scores at a time: rounding is
+    monotone, so a run is contiguous in ``top`` and only a run of ties needs its labels (most searches stop at
+    the first candidate, so the labels of the rest are never built).
+    """
+    rounded = [float(f"{float(s):.9g}") for s in scores]
+    i = 0
+    while i < len(top):
+        j = i + 1
+        while j < len(top) and rounded[j] == rounded[i]:
+            j += 1
+        run = []
+        for t in range(i, j):
+            cell = int(top[t])
+            ci = int(lattice.cuboid_of[cell])
+            k = cell - int(lattice.offsets[ci])
+            cuboid = lattice.cuboids[ci]
+            labels = (tuple(str(leaves.labels[d][v]) for d, v in zip(cuboid, lattice.codes[ci][k]))
+                      if j - i > 1 else ())
+            run.append(((len(cuboid), cuboid, labels), ci, k, float(cells.g[cell]), float(cells.move[cell])))
+        run.sort(key=lambda r: r[0])  # stable: equal keys keep the raw-score order
+        for _, ci, k, g, move in run:
+            yield ci, k, g, move
+        i = j
 
 
 def _widest(

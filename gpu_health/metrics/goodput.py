@@ -193,9 +193,14 @@ def queue_regions(sched: pd.DataFrame, node_region: dict) -> dict:
 def _queue_regions_of(queue: pd.Series, first_node: pd.Series, node_region: dict) -> dict:
     """:func:`queue_regions` given each placement's queue and first node."""
     first = first_node.map(node_region)
-    share = pd.crosstab(queue.astype(object), first.astype(object), normalize="index")
-    best = share.idxmax(axis=1)
-    return {q: r for q, r in best.items() if share.loc[q, r] >= 0.95}
+    # a share of 0.95 or more is the queue's largest: counts per (queue, region) over the queue's total (what
+    # pd.crosstab(normalize="index") divides, without building the table; pairs with a null are not counted)
+    pairs = pd.DataFrame({"q": np.asarray(queue, dtype=object), "r": np.asarray(first, dtype=object)})
+    counts = pairs.groupby(["q", "r"]).size()
+    if counts.empty:
+        return {}
+    share = counts / counts.groupby(level="q").transform("sum")
+    return {q: r for (q, r), v in share.items() if v >= 0.95}
 
 
 def placements(sched: pd.DataFrame) -> pd.DataFrame:
@@ -325,7 +330,10 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     g_job = np.full(n, -1, dtype=np.int64)
     if n and has_job.any():
         g_job[has_job] = _codes(gpu.loc[has_job, "job_id"], job_uni)
-    lookup = history.job_lookup(end) if history is not None else job_lookup(meta, sched_history)
+    if history is not None:
+        lookup = history.job_lookup(end, job_uni if len(job_uni) else None)
+    else:
+        lookup = job_lookup(meta, sched_history)
     lookup = lookup.reindex(job_uni).astype(object).fillna("unknown") if len(job_uni) else lookup.iloc[0:0]
     attr_cols = ["team", "workload_class", "model_type", "framework_version", "queue"]
     if len(job_uni):
@@ -600,15 +608,17 @@ class _SchedHistory:
         q = pd.Series(self.queue[row[has]], index=pd.Index(self.jobs[has], name="job_id"), dtype=object)
         return q.map(qmap)
 
-    def job_lookup(self, end) -> pd.DataFrame:
+    def job_lookup(self, end, jobs: pd.Index | None = None) -> pd.DataFrame:
         """job_lookup(meta, sched[ts < end]): a job whose first submitted / started event is at or after
-        ``end`` has no queue yet."""
+        ``end`` has no queue yet. ``jobs``: only these rows (``reindex(jobs)``: NaN for a job never seen), so
+        that a chunk copies the rows of its own jobs, not of every job of the look-back."""
+        out = self.lookup if jobs is None else self.lookup.reindex(jobs)
         if self.first_event is None:
-            return self.lookup
+            return out
         late = self.first_event[self.first_event >= end].index
         if not len(late):
-            return self.lookup
-        out = self.lookup.copy()
+            return out
+        out = out.copy()
         out.loc[out.index.isin(late), "queue"] = "unknown"
         return out
 
@@ -914,7 +924,9 @@ def _failures(sched: pd.DataFrame, runtime: pd.DataFrame, g: pd.DataFrame, start
     ended = ended.drop_duplicates("job_id", keep="last").set_index("job_id")
     failed_at = ended["ts"].dt.floor("1min")
     events = history if history is not None and len(history) else sched
-    starts = events[events["event"] == "started"].groupby("job_id")["ts"].max().reindex(ended.index)
+    # (only the ended jobs' events are grouped: the look-back holds every job's)
+    started = events[(events["event"] == "started").to_numpy() & events["job_id"].isin(ended.index).to_numpy()]
+    starts = started.groupby("job_id")["ts"].max().reindex(ended.index)
     rt = runtime[runtime["job_id"].isin(ended.index)]
     rt = rt[rt["ts"] >= rt["job_id"].map(failed_at - FAILURE_LOOKBACK)]
     last = (rt.sort_values("ts").groupby("job_id")

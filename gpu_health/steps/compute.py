@@ -611,6 +611,29 @@ KPI_HISTORY_COLUMNS = ["partition_start", "kpi", "region", "sku", "workload_clas
 STATE_HISTORY_COLUMNS = ["partition_start", "region", "sku", "workload_class", "state", "gpu_minutes"]
 
 
+def _read_disjoint(wh: Warehouse, table: str, slices) -> pd.DataFrame:
+    """:func:`_read_slices` of a table whose rows are unique (a primary key): each slice reads only what the
+    slices before it did not cover, so no row is read twice and none needs dropping -- the same rows in the
+    same order (a day's trailing two hours are inside the day before it: a read and a duplicate scan of ~300,000
+    rows saved)."""
+    parts, covered = [], []
+    for a, b in slices:
+        for lo, hi in _uncovered(a, b, covered):
+            part = wh.read_window(table, lo, hi)
+            if len(part):
+                parts.append(part)
+        covered.append((a, b))
+    return pd.concat(parts, ignore_index=True) if parts else wh.read_window(table, slices[-1][1], slices[-1][1])
+
+
+def _uncovered(a, b, covered) -> list[tuple[pd.Timestamp, pd.Timestamp]]:
+    """The parts of [a, b) outside every interval of ``covered``, in time order."""
+    pieces = [(a, b)]
+    for c0, c1 in covered:
+        pieces = [q for lo, hi in pieces for q in ((lo, min(hi, c0)), (max(lo, c1), hi)) if q[0] < q[1]]
+    return sorted(pieces)
+
+
 def kpi_baselines(wh: Warehouse, start, end) -> pd.DataFrame:
     """Expected value of every KPI series and loss-state share per partition (gpu_health.metrics.kpi_baselines):
     only the slices its rules use are read (the same +-30 min on each of the previous 14 days, the trailing 2 h),
@@ -633,7 +656,7 @@ def actual_and_expected_leaves(wh: Warehouse, start, end) -> tuple[pd.DataFrame,
 
     start, end = pd.Timestamp(start), pd.Timestamp(end)
     actual = wh.read_window("goodput_leaves", start, end)
-    history = _read_slices(wh, "goodput_leaves", _slices(start, end, 3, pd.Timedelta(0)))
+    history = _read_disjoint(wh, "goodput_leaves", _slices(start, end, 3, pd.Timedelta(0)))
     history = history[history["partition_start"] < start]
     exclude = _paged_partitions(wh, start - pd.Timedelta(days=4), start)
     parts = pd.date_range(start, end, freq=PARTITION_FREQ, inclusive="left")
