@@ -161,6 +161,9 @@ class RangePrep:
     windows: dict = field(default_factory=dict, repr=False)  # name -> (frame, ts as int64 ns, ts sorted)
     per_inventory: dict = field(default_factory=dict, repr=False)  # name -> (inventory frame, derived value)
     rollouts: dict = field(default_factory=dict, repr=False)  # change events -> (inventory, _rollout_groups())
+    # job_runtime_metrics of the convergence look-back of the whole range as convergence.LossArrays: a context
+    # carrying it reads its loss window (CONVERGENCE_LOOKBACK up to its end) from it, not from loss_history
+    loss: "object | None" = field(default=None, repr=False)
 
     def jobs_between(self, lo: pd.Timestamp, hi: pd.Timestamp) -> dict:
         """The jobs submitted in [lo, hi), a job that left the queue at hi or later still waiting (the table
@@ -198,7 +201,7 @@ class RangePrep:
 
 
 def prepare_range(jobs: pd.DataFrame, meta: pd.DataFrame, *, job_lookback: pd.Timedelta,
-                  windows: dict | None = None) -> RangePrep:
+                  windows: dict | None = None, loss_history: pd.DataFrame | None = None) -> RangePrep:
     """The per-range structures of a run of partitions (PartitionContext.prepared).
 
     ``jobs``: job_table() of the range's scheduler events (with the lookback before it); ``job_lookback``:
@@ -206,7 +209,9 @@ def prepare_range(jobs: pd.DataFrame, meta: pd.DataFrame, *, job_lookback: pd.Ti
     the job_metadata lookup of the range, the same frame the contexts carry as ``meta``. A context carrying
     them needs no ``jobs`` of its own. ``windows``: name -> a frame with a ``ts`` column that the caller cuts
     into per-partition time windows (RangePrep.between: job_runtime_metrics, scheduler_events,
-    change_events), instead of comparing every row for every partition.
+    change_events), instead of comparing every row for every partition. ``loss_history``: the
+    job_runtime_metrics (loss, checkpoints) of the range and its CONVERGENCE_LOOKBACK before it, the frame
+    the contexts' ``loss_history`` windows are cut from (the convergence detectors then slice arrays).
     """
     arrays = _job_arrays(jobs)
     order = np.argsort(arrays["sub"], kind="stable")
@@ -219,8 +224,12 @@ def prepare_range(jobs: pd.DataFrame, meta: pd.DataFrame, *, job_lookback: pd.Ti
     for name, frame in (windows or {}).items():
         ts = _ns(frame["ts"]) if len(frame) else np.zeros(0, dtype=np.int64)
         cut[name] = (frame, ts, bool(len(ts) == 0 or (ts[0] != _NAT and not np.any(ts[1:] < ts[:-1]))))
+    loss = None
+    if loss_history is not None and len(loss_history):
+        from gpu_health.diagnosis.convergence import loss_arrays
+        loss = loss_arrays(loss_history)
     return RangePrep(job_lookback=pd.Timedelta(job_lookback), jobs=arrays, meta_first=meta_first,
-                     meta=meta if meta is not None else pd.DataFrame(columns=["job_id"]), windows=cut)
+                     meta=meta if meta is not None else pd.DataFrame(columns=["job_id"]), windows=cut, loss=loss)
 
 
 @dataclass

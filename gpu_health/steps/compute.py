@@ -377,7 +377,7 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
     jobs = job_table(sched, inventory_union(segments))  # node -> region only: where each queue's jobs run
     placed = G.placements(sched)
     prep = prepare_range(jobs, meta, job_lookback=SCHED_LOOKBACK,
-                         windows={"runtime": runtime, "sched": sched, "changes": changes})
+                         windows={"runtime": runtime, "sched": sched, "changes": changes}, loss_history=loss_hist)
 
     def by_partition(frame, col="ts"):
         return dict(tuple(frame.groupby(frame[col].dt.floor(PARTITION_FREQ)))) if len(frame) else {}
