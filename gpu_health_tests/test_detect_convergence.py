@@ -238,3 +238,18 @@ def test_a_diverging_job_is_found_through_the_prepared_range():
     ctx = dataclasses.replace(context(own), prepared=SimpleNamespace(loss=C.loss_arrays(later)))
     [f] = detect_convergence(ctx)
     assert (f.detector, f.region) == ("training_divergence", "us-east")
+
+
+def test_segment_medians_are_numpys_median_bit_for_bit():
+    from gpu_health.diagnosis.convergence import _medians
+
+    rng = np.random.default_rng(7)
+    values = rng.standard_normal(5000) * 10 ** rng.uniform(-6, 3, 5000)
+    values[rng.random(5000) < 0.002] = np.nan
+    values[rng.random(5000) < 0.002] = np.inf
+    first = rng.integers(0, 4800, 400)
+    count = rng.integers(1, 150, 400).clip(max=5000 - first)
+    got = _medians(values, first, count)
+    want = np.array([np.median(values[f:f + n]) for f, n in zip(first, count)])
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.isnan(want).any() and (count % 2 == 0).any() and (count % 2 == 1).any()

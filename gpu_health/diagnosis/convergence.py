@@ -106,30 +106,40 @@ def _by_job(job: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _medians(values: np.ndarray, first: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """np.median of values[first[k]:first[k] + count[k]] for every k: one np.median(axis=1) per distinct count
-    (a window's jobs mostly share their row count), so each median is numpy's own."""
-    out = np.empty(len(first))
-    for n in np.unique(count):
-        sel = np.flatnonzero(count == n)
-        out[sel] = np.median(values[first[sel, None] + np.arange(n)], axis=1)
-    return out
+    """np.median of values[first[k]:first[k] + count[k]] for every k (count >= 1), bit for bit: the segments
+    sorted as rows of one matrix padded with +inf, then numpy's rule -- the middle value, or the mean of the two
+    middle ones ((a + b) / 2), NaN when the segment holds a NaN. (One sort of a small matrix: a window's jobs
+    have different row counts, and one np.median per count cost a millisecond a partition.)"""
+    if not len(first):
+        return np.zeros(0)
+    width = int(count.max())
+    col = np.arange(width)
+    inside = col[None, :] < count[:, None]
+    rows = np.where(inside, values[np.minimum(first[:, None] + col, len(values) - 1)], np.inf)
+    has_nan = np.isnan(rows).any(axis=1)
+    rows.sort(axis=1)
+    k = np.arange(len(first))
+    hi, lo = rows[k, count // 2], rows[k, (count - 1) // 2]
+    out = np.where(count % 2 == 1, hi, (lo + hi) / 2.0)
+    return np.where(has_nan, np.nan, out)
 
 
 _DIVERGENCE_COLUMNS = ["job_id", "before", "recent", "sigma", "z", "rise", "steps", "diverging", "frozen"]
 _CHECKPOINT_COLUMNS = ["job_id", "attempts", "durable_step", "since"]
 
 
-def _divergence(a: LossArrays, start: pd.Timestamp) -> pd.DataFrame:
-    """divergence() of the rows of ``a`` (the window up to the partition's end, all of them)."""
+def _divergence_values(a: LossArrays, start: pd.Timestamp) -> dict | None:
+    """divergence()'s columns (arrays) for the rows of ``a`` (the window up to the partition's end, all of
+    them); None when no job is judged."""
     reported = ~np.isnan(a.loss)
     ts, job, loss = a.ts[reported], a.job[reported], a.loss[reported]
     if not len(ts):
-        return pd.DataFrame(columns=_DIVERGENCE_COLUMNS)
+        return None
     order, starts, stops = _by_job(job)
     # too short, or no loss in the partition (rows are in time order: a job's last row is its newest)
     keep = ((stops - starts) >= 2 * DIVERGE_MINUTES + REFERENCE_MINUTES) & (ts[order[stops - 1]] >= pd.Timestamp(start).value)
     if not keep.any():
-        return pd.DataFrame(columns=_DIVERGENCE_COLUMNS)
+        return None
     i0, i1 = starts[keep], stops[keep]
     loss = loss[order]
     recent = loss[(i1 - DIVERGE_MINUTES)[:, None] + np.arange(DIVERGE_MINUTES)]
@@ -150,10 +160,22 @@ def _divergence(a: LossArrays, start: pd.Timestamp) -> pd.DataFrame:
         steps = last_steps.sum(axis=1).astype(np.int64)
     else:
         stepping, steps = np.zeros(len(i0), dtype=bool), np.zeros(len(i0), dtype=np.int64)
-    return pd.DataFrame({"job_id": a.job_ids[job[order[i0]]], "before": m_before, "recent": m_recent,
-                         "sigma": sigma, "z": z, "rise": rise, "steps": steps,
-                         "diverging": (z >= DIVERGE_Z) & (rise >= DIVERGE_MIN_RISE * level),
-                         "frozen": stepping & (sigma > 0) & (np.ptp(recent, axis=1) == 0)}, columns=_DIVERGENCE_COLUMNS)
+    return {"job_id": a.job_ids[job[order[i0]]], "before": m_before, "recent": m_recent, "sigma": sigma, "z": z,
+            "rise": rise, "steps": steps, "diverging": (z >= DIVERGE_Z) & (rise >= DIVERGE_MIN_RISE * level),
+            "frozen": stepping & (sigma > 0) & (np.ptp(recent, axis=1) == 0)}
+
+
+def _frame(values: dict | None, columns: list[str], rows: np.ndarray | None = None) -> pd.DataFrame:
+    """The frame of ``values`` (column -> array), only ``rows`` when given; the empty frame of ``columns``
+    (object columns, as before any row) when there is none."""
+    if values is None or (rows is not None and not rows.any()):
+        return pd.DataFrame(columns=columns)
+    return pd.DataFrame({c: values[c] if rows is None else values[c][rows] for c in columns}, columns=columns)
+
+
+def _divergence(a: LossArrays, start: pd.Timestamp) -> pd.DataFrame:
+    """divergence() of the rows of ``a`` (the window up to the partition's end, all of them)."""
+    return _frame(_divergence_values(a, start), _DIVERGENCE_COLUMNS)
 
 
 def divergence(history: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame:
@@ -167,15 +189,16 @@ def divergence(history: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) ->
     return _divergence(loss_arrays(history).window(None, end), start)
 
 
-def _checkpoint_failures(a: LossArrays, start: pd.Timestamp) -> pd.DataFrame:
-    """checkpoint_failures() of the rows of ``a`` (the window up to the partition's end, all of them)."""
+def _checkpoint_values(a: LossArrays, start: pd.Timestamp) -> dict | None:
+    """checkpoint_failures()'s columns (arrays) for the rows of ``a`` (the window up to the partition's end, all
+    of them); None when no job is judged."""
     start_ns = pd.Timestamp(start).value
     known = ~np.isnan(a.durable)
     live = np.zeros(len(a.job_ids), dtype=bool)
     live[a.job[(a.ts >= start_ns) & known]] = True
     rows = np.flatnonzero(live[a.job])
     if not len(rows):
-        return pd.DataFrame(columns=_CHECKPOINT_COLUMNS)
+        return None
     order, starts, stops = _by_job(a.job[rows])
     rows = rows[order]
     ts, durable, job = a.ts[rows], a.durable[rows], a.job[rows]
@@ -200,8 +223,12 @@ def _checkpoint_failures(a: LossArrays, start: pd.Timestamp) -> pd.DataFrame:
     attempts = np.bincount(at_key[separate], minlength=len(starts)).astype(int)
     since = pd.DatetimeIndex(after.view("datetime64[ns]"))
     since = since.tz_localize("UTC").tz_convert(a.tz) if a.tz is not None else since
-    return pd.DataFrame({"job_id": a.job_ids[job[starts]], "attempts": attempts, "durable_step": filled[stops - 1],
-                         "since": since}, columns=_CHECKPOINT_COLUMNS)
+    return {"job_id": a.job_ids[job[starts]], "attempts": attempts, "durable_step": filled[stops - 1], "since": since}
+
+
+def _checkpoint_failures(a: LossArrays, start: pd.Timestamp) -> pd.DataFrame:
+    """checkpoint_failures() of the rows of ``a`` (the window up to the partition's end, all of them)."""
+    return _frame(_checkpoint_values(a, start), _CHECKPOINT_COLUMNS)
 
 
 def checkpoint_failures(history: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame:
@@ -238,10 +265,15 @@ def detect_convergence(ctx) -> list[Finding]:
         arrays = prepared.loss.window(ctx.end - CONVERGENCE_LOOKBACK, ctx.end)
     else:
         arrays = loss_arrays(history).window(None, ctx.end)
-    div = _divergence(arrays, ctx.start)
-    bad = div[div["diverging"] | div["frozen"]] if len(div) else div
-    ck = _checkpoint_failures(arrays, ctx.start)
-    failed = ck[ck["attempts"] >= CHECKPOINT_ATTEMPTS] if len(ck) else ck
+    # frames of the flagged jobs only (a partition judges a hundred jobs and flags none on a healthy cluster)
+    div = _divergence_values(arrays, ctx.start)
+    flag_div = None if div is None else div["diverging"] | div["frozen"]
+    ck = _checkpoint_values(arrays, ctx.start)
+    flag_ck = None if ck is None else ck["attempts"] >= CHECKPOINT_ATTEMPTS
+    if not (flag_div is not None and flag_div.any()) and not (flag_ck is not None and flag_ck.any()):
+        return out  # (no frame at all: even an empty one costs a millisecond, and most partitions flag nothing)
+    bad = _frame(div, _DIVERGENCE_COLUMNS, flag_div)
+    failed = _frame(ck, _CHECKPOINT_COLUMNS, flag_ck)
     where = _region_of(ctx, set(bad["job_id"]) | set(failed["job_id"]))
     for det, frame in (("training_divergence", bad), ("checkpoint_failure", failed)):
         by_region: dict = {}

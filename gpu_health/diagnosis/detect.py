@@ -159,7 +159,7 @@ class RangePrep:
     lookups: dict = field(default_factory=dict, repr=False)  # column -> {job_id: value} of meta_first
     meta_index: dict | None = field(default=None, repr=False)  # job_id -> positions of its rows in meta
     windows: dict = field(default_factory=dict, repr=False)  # name -> (frame, ts as int64 ns, ts sorted)
-    per_inventory: dict = field(default_factory=dict, repr=False)  # name -> (inventory frame, derived value)
+    per_inventory: dict = field(default_factory=dict, repr=False)  # name -> (shared frame, derived value): _per_frame
     rollouts: dict = field(default_factory=dict, repr=False)  # change events -> (inventory, _rollout_groups())
     # job_runtime_metrics of the convergence look-back of the whole range as convergence.LossArrays: a context
     # carrying it reads its loss window (CONVERGENCE_LOOKBACK up to its end) from it, not from loss_history
@@ -282,9 +282,12 @@ def _windows_now(ctx: PartitionContext) -> pd.DataFrame | None:
         w = ctx.maintenance
         hit = None
         if w is not None and len(w):
-            t = ctx.start + _MAINT_AT
-            hit = w[(w["start"] <= t) & (w["end"] > t)]
-        memo["windows"] = hit if hit is not None and len(hit) else None
+            # (the windows' bounds as int64 once per frame: a partition compares two small arrays, no pandas)
+            lo, hi = _per_frame(ctx, "maintenance_ns", w, lambda f: (_ns(f["start"]), _ns(f["end"])))
+            t = (ctx.start + _MAINT_AT).value
+            inside = (lo != _NAT) & (lo <= t) & (hi > t)  # a NaT bound covers nothing (as pandas compares it)
+            hit = w[inside] if inside.any() else None
+        memo["windows"] = hit
     return memo["windows"]
 
 
@@ -456,12 +459,22 @@ def _short_gpus(ctx: PartitionContext, expected: pd.Series) -> np.ndarray:
 def _per_inventory(ctx: PartitionContext, name: str, derive):
     """``derive(ctx.inventory)``, computed once per inventory frame of a prepared range (a range has a few
     inventory segments; its partitions share their frames), else once per partition."""
-    inv = ctx.inventory
+    return _per_frame(ctx, name, ctx.inventory, derive)
+
+
+def _per_frame(ctx: PartitionContext, name: str, frame: pd.DataFrame, derive):
+    """``derive(frame)`` for a frame the partitions of a prepared range share (the inventory segment, the
+    maintenance windows), computed once per frame object, else once per partition."""
     cache = ctx.prepared.per_inventory if ctx.prepared is not None else ctx.memo.setdefault("per_inventory", {})
     hit = cache.get(name)
-    if hit is None or hit[0] is not inv:  # the frame itself is kept with its result: identity is never reused
-        hit = cache[name] = (inv, derive(inv))
+    if hit is None or hit[0] is not frame:  # the frame itself is kept with its result: identity is never reused
+        hit = cache[name] = (frame, derive(frame))
     return hit[1]
+
+
+# hardware_evidence() of a partition without evidence, built once: most partitions have none, and a frame's
+# construction costs a millisecond where its copy costs a tenth of that
+_NO_EVIDENCE = pd.DataFrame(columns=["region", "node_id", "signals", "detail", "rollout", "lost"])
 
 
 def hardware_evidence(ctx: PartitionContext) -> pd.DataFrame:
@@ -508,12 +521,12 @@ def hardware_evidence(ctx: PartitionContext) -> pd.DataFrame:
         if n != "unseen" and v >= MIN_MISSING_MINUTES and HW_XID not in signals.get(n, set()):
             add(str(n), HW_PERSISTED, f"{v:.0f} GPU-minutes unavailable since an earlier fault or for 15+ minutes")
     if not signals:
-        return pd.DataFrame(columns=cols)
+        return _NO_EVIDENCE.copy()
     # rows gone alone is an exporter gap (missing data), and a job killed on a node alone is the scheduler's word
     # for one job (Slurm's NODE_FAIL follows network blips too): each corroborates, neither opens a finding
     keep = [n for n, s in signals.items() if s - {HW_GONE, HW_JOB_FAILED}]
     if not keep:
-        return pd.DataFrame(columns=cols)
+        return _NO_EVIDENCE.copy()
     region_of = dict(zip(inv["node_id"], inv["region"]))
     if len(gpu):  # a node's region as its GPU rows say (the last row's, as a dict of every row would keep)
         node_code, node_uni = _gpu_codes(ctx, "node_id")
@@ -649,7 +662,8 @@ def detect_deploys(ctx: PartitionContext) -> list[Finding]:
     if ctx.prepared is None:
         recent = _rollout_groups(window, ctx.inventory)
     else:  # the same change events and inventory give the same groups: a range computes them once per change
-        key = (tuple(window.columns), tuple(map(tuple, window.astype(object).itertuples(index=False))))
+        # (the rows' values as the key; one object array, not a namedtuple per row)
+        key = (tuple(window.columns), tuple(map(tuple, window.to_numpy(dtype=object))))
         hit = ctx.prepared.rollouts.get(key)
         if hit is None or hit[0] is not ctx.inventory:
             hit = ctx.prepared.rollouts[key] = (ctx.inventory, _rollout_groups(window, ctx.inventory))
@@ -1190,7 +1204,7 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
     lv = ctx.leaves
     blocked_leaf = None
     ch = ctx.changes
-    sched_cfg = ch[(ch["kind"] == "scheduler_config") & (ch["ts"] >= ctx.end - DEPLOY_LOOKBACK) & (ch["ts"] < ctx.end)] if len(ch) else ch
+    sched_cfg = None  # the scheduler changes of the look-back, once a region passes the first gate
     for r in ab:
         share = r.blocked_gpu_minutes / r.paid_gpu_minutes if r.paid_gpu_minutes else 0.0
         key = f"scheduling_blocked|{r.region}"
@@ -1199,6 +1213,8 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         if not (r.aged_jobs >= SCHED_MIN_JOBS - 1 and share >= _LOOSEST_TICKET) and not (
                 key in ctx.open_baselines and r.aged_jobs >= 1 and share >= _LOOSEST_TICKET / 2):
             continue
+        if sched_cfg is None:
+            sched_cfg = ch[(ch["kind"] == "scheduler_config") & (ch["ts"] >= ctx.end - DEPLOY_LOOKBACK) & (ch["ts"] < ctx.end)] if len(ch) else ch
         cfg = sched_cfg[sched_cfg["scope"].isin([r.region, "*"])] if len(sched_cfg) else sched_cfg
         page_bar, jobs = (SCHED_PAGE_SHARE_AFTER_CHANGE, SCHED_MIN_JOBS - 1) if len(cfg) else (SCHED_PAGE_SHARE, SCHED_MIN_JOBS)
         ticket_bar = min(SCHED_TICKET_SHARE, page_bar)
