@@ -160,7 +160,7 @@ class RangePrep:
     meta_index: dict | None = field(default=None, repr=False)  # job_id -> positions of its rows in meta
     windows: dict = field(default_factory=dict, repr=False)  # name -> (frame, ts as int64 ns, ts sorted)
     per_inventory: dict = field(default_factory=dict, repr=False)  # name -> (shared frame, derived value): _per_frame
-    rollouts: dict = field(default_factory=dict, repr=False)  # change events -> (inventory, _rollout_groups())
+    rollouts: dict = field(default_factory=dict, repr=False)  # change events -> (inventory, _rollout_groups() rows as tuples)
     # job_runtime_metrics of the convergence look-back of the whole range as convergence.LossArrays: a context
     # carrying it reads its loss window (CONVERGENCE_LOOKBACK up to its end) from it, not from loss_history
     loss: "object | None" = field(default=None, repr=False)
@@ -666,9 +666,11 @@ def detect_deploys(ctx: PartitionContext) -> list[Finding]:
         key = (tuple(window.columns), tuple(map(tuple, window.to_numpy(dtype=object))))
         hit = ctx.prepared.rollouts.get(key)
         if hit is None or hit[0] is not ctx.inventory:
-            hit = ctx.prepared.rollouts[key] = (ctx.inventory, _rollout_groups(window, ctx.inventory))
+            groups = _rollout_groups(window, ctx.inventory)
+            # (the groups' rows kept as the tuples the loop below reads: itertuples costs a millisecond a call)
+            hit = ctx.prepared.rollouts[key] = (ctx.inventory, list(groups.itertuples(index=False)))
         recent = hit[1]
-    for ev in recent.itertuples(index=False):
+    for ev in (recent.itertuples(index=False) if ctx.prepared is None else recent):
         since = max(ev.ts, ctx.end - DEPLOY_WINDOW)
         # a change is judged again every partition for DEPLOY_LOOKBACK: spend the false-alarm rate over those
         # looks (Bonferroni), so a benign deploy does not page by chance hours later; a real regression shows
@@ -1316,7 +1318,7 @@ def detect_no_progress(ctx: PartitionContext) -> list[Finding]:
     if not has_job.any():
         return out
     gpu = ctx.gpu
-    reporting = set(ctx.runtime["job_id"])
+    reporting = set(ctx.runtime["job_id"].unique())  # (the distinct ids: iterating every row boxes each value)
     job_code, job_uni = _gpu_codes(ctx, "job_id")
     reports = np.array([j in reporting for j in job_uni] + [False], dtype=bool)
     busy = has_job & (gpu["gpu_util_pct"].to_numpy(dtype=float, na_value=np.nan) >= BUSY_UTIL_PCT) & ~reports[job_code]

@@ -319,6 +319,8 @@ def detect_change_policy(ctx) -> list:
         return []
     ch = ch[(ch["ts"] >= ctx.start) & (ch["ts"] < ctx.end)]
     out = []
+    if ch.empty:
+        return out  # (most partitions hold no change: no lookup built, no empty itertuples)
     inv = ctx.inventory
     region_of = dict(zip(inv["node_id"].astype(object), inv["region"].astype(object))) if len(inv) else {}
     has_actor = "actor" in ch.columns
