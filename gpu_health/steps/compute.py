@@ -402,6 +402,8 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
     g_p, n_p, net_p = (by_partition(frames[t]) for t in ("gpu_telemetry", "node_telemetry", "network_telemetry"))
     leaves_p, base_p = by_partition(leaves, "partition_start"), by_partition(baselines, "partition_start")
     empty = {t: frames[t].iloc[0:0] for t in frames}
+    # (the time columns the loop cuts windows from, taken out of their frames once)
+    placed_ts, pods_ts, slo_ps, loss_ts = placed["ts"], kube_pods["ts"], slo_rows["partition_start"], loss_hist["ts"]
     out = []
     for p in pd.date_range(start, end, freq=PARTITION_FREQ, inclusive="left"):
         ctx = PartitionContext(
@@ -413,17 +415,17 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
             baselines=base_p.get(p, baselines.iloc[0:0]), meta=meta, inventory=inventory_at[p],
             region_history=hist[hist["partition_start"] < p], open_baselines=A.open_baselines(prev),
             prepared=prep,
-            placements=placed.iloc[placed["ts"].searchsorted(p + five - SCHED_LOOKBACK):placed["ts"].searchsorted(p + five)],
+            placements=placed.iloc[placed_ts.searchsorted(p + five - SCHED_LOOKBACK):placed_ts.searchsorted(p + five)],
             rejects=rejects_p.get(p), source_gaps=gaps_p.get(p),
-            slo_events=slo_rows.iloc[slo_rows["partition_start"].searchsorted(p + five - SLO_LOOKBACK):
-                                     slo_rows["partition_start"].searchsorted(p + five)] if len(slo_rows) else None,
+            slo_events=slo_rows.iloc[slo_ps.searchsorted(p + five - SLO_LOOKBACK):slo_ps.searchsorted(p + five)]
+            if len(slo_rows) else None,
             open_keys=frozenset(prev.loc[prev["status"] != "resolved", "key"]) if len(prev) else frozenset(),
             facility=fac_p.get(p),
-            kube_pods=kube_pods.iloc[kube_pods["ts"].searchsorted(p - RESTART_WINDOW):kube_pods["ts"].searchsorted(p + five)]
+            kube_pods=kube_pods.iloc[pods_ts.searchsorted(p - RESTART_WINDOW):pods_ts.searchsorted(p + five)]
             if len(kube_pods) else None,
             kube_nodes=kube_nodes_p.get(p),
-            loss_history=loss_hist.iloc[loss_hist["ts"].searchsorted(p + five - CONVERGENCE_LOOKBACK):
-                                        loss_hist["ts"].searchsorted(p + five)] if len(loss_hist) else None,
+            loss_history=loss_hist.iloc[loss_ts.searchsorted(p + five - CONVERGENCE_LOOKBACK):loss_ts.searchsorted(p + five)]
+            if len(loss_hist) else None,
         )
         snap = A.step(prev, detect(ctx), p, rates=rates, changes=ctx.changes)
         if len(snap):
