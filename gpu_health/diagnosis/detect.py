@@ -418,15 +418,14 @@ def _failed_on_fault(ctx: PartitionContext) -> dict[str, list[str]]:
     s = _ts_slice(s, ctx.start, ctx.end, ctx.memo)
     if s.empty:
         return {}
-    ended = s["event"].eq("ended").to_numpy(dtype=bool, na_value=False)  # (only ended jobs reach the loop)
-    if not ended.any():
+    # (a few hundred rows a partition: plain Python and re on each beat pandas' per-call overhead; the ended
+    # jobs' values taken as arrays, not a filtered copy of every column)
+    ended = np.flatnonzero(s["event"].eq("ended").to_numpy(dtype=bool, na_value=False))
+    if not len(ended):
         return {}
-    s = s[ended]
-    # (a few hundred rows a partition: plain Python and re on each beat pandas' per-call overhead)
     out: dict[str, list[str]] = {}
-    for event, nodes, reason, exit_state in zip(s["event"].to_numpy(dtype=object), s["node_ids"].to_numpy(dtype=object),
-                                                s["reason"].to_numpy(dtype=object), s["exit_state"].to_numpy(dtype=object)):
-        if event is pd.NA or event != "ended" or pd.isna(nodes):
+    for nodes, reason, exit_state in zip(*(s[c].to_numpy(dtype=object)[ended] for c in ("node_ids", "reason", "exit_state"))):
+        if pd.isna(nodes):
             continue
         why = "" if pd.isna(reason) else str(reason)
         dead = exit_state is not pd.NA and exit_state == "node_fail"
@@ -662,7 +661,7 @@ def detect_deploys(ctx: PartitionContext) -> list[Finding]:
     out = []
     if ch is None or ch.empty:
         return out
-    window = ch[(ch["ts"] >= ctx.end - DEPLOY_LOOKBACK) & (ch["ts"] < ctx.end)]
+    window = _ts_slice(ch, ctx.end - DEPLOY_LOOKBACK, ctx.end)  # (a slice of the time-sorted events, not a mask)
     if ctx.prepared is None:
         recent = _rollout_groups(window, ctx.inventory)
     else:  # the same change events and inventory give the same groups: a range computes them once per change
