@@ -1090,10 +1090,12 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
         blocked_m = np.zeros(len(minutes))
         frag_m = np.zeros(len(minutes))
         aged_jobs = 0
-        j = jobs["region"] == region
-        waiting = j & jobs["may_wait"]
-        for queue in sorted(set(jobs["queue"][waiting])):
-            q = waiting & (jobs["queue"] == queue)
+        # positions of the region's jobs that may wait, ascending (a queue's jobs are then compared among
+        # these few, not over the whole look-back's job table)
+        waiting = np.flatnonzero((jobs["region"] == region) & jobs["may_wait"])
+        w_queue = jobs["queue"][waiting]
+        for queue in sorted(set(w_queue)):
+            q = waiting[w_queue == queue]
             aged = ((jobs["sub"][q][:, None] <= (mid - AGED_WAIT.value)[None, :])
                     & (jobs["left"][q][:, None] > mid[None, :]))  # jobs x minutes
             if not aged.any():
