@@ -26,12 +26,12 @@ every partition identical to main's):
 
 | day | main: total / detect ms a partition | alerts: total / detect ms a partition | alerts.step | rest (reads, set-up) |
 |---|---|---|---|---|
-| 2026-11-03 | 18.31 s / 40.8 | 10.10 s / 10.5 | 0.2 ms | 24.3 ms |
-| 2026-11-04 (maintenance, kernel upgrade) | 20.02 s / 46.8 | 9.86 s / 12.0 | 0.2 ms | 22.1 ms |
+| 2026-11-03 | 18.31 s / 40.8 | 8.85 s / 9.4 | 0.2 ms | 21.1 ms |
+| 2026-11-04 (maintenance, kernel upgrade) | 20.02 s / 46.8 | 9.85 s / 10.4 | 0.2 ms | 23.6 ms |
 
 The alert state machine (alerts.step) costs 0.2 ms a partition (budget 20 ms). With the run's cache warm as in the
 bulk path (the day's sources already read), the step costs 6.3-7.2 CPU s a day (main: 14.8-15.4), of which the
-detectors 3.2-3.5 s and reads + per-range set-up about 3 s.
+detectors 3.0-3.2 s and reads + per-range set-up about 3-4 s.
 """
 
 from __future__ import annotations
