@@ -1,6 +1,8 @@
 """Training convergence (issue #17, application layer): diverging loss against the job's own scatter and failed
 checkpoints, on small frames; and the simulator's diverging_run leaves a loss the rule catches."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import pandas as pd
@@ -197,3 +199,57 @@ def test_the_vectorized_detectors_equal_the_per_job_definition(seed):
     for fast, ref in ((C.divergence, _reference_divergence), (C.checkpoint_failures, _reference_checkpoint_failures)):
         a, b = ref(h, start, end).reset_index(drop=True), fast(h, start, end).reset_index(drop=True)
         pd.testing.assert_frame_equal(a.astype(str), b.astype(str), obj=fast.__name__)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_prepared_range_judges_each_partition_on_its_own_window(seed):
+    # the alerts step converts a range's look-back once (loss_arrays) and slices each partition's window from it:
+    # the same verdicts as the partition's own frame, rows before the look-back and after the end ignored
+    from types import SimpleNamespace
+
+    from gpu_health.diagnosis import convergence as C
+
+    rng = np.random.default_rng(100 + seed)
+    t0 = pd.Timestamp("2026-11-03T10:00Z")
+    h = _random_history(rng, t0)
+    arrays = C.loss_arrays(h)
+    for minutes in (60, 125, 155, 200):
+        end = t0 + pd.Timedelta(minutes=minutes)
+        start = end - pd.Timedelta(minutes=5)
+        own = h[(h["ts"] >= end - C.CONVERGENCE_LOOKBACK) & (h["ts"] < end)]
+        window = arrays.window(end - C.CONVERGENCE_LOOKBACK, end)
+        pd.testing.assert_frame_equal(C.divergence(own, start, end), C._divergence(window, start))
+        pd.testing.assert_frame_equal(C.checkpoint_failures(own, start, end), C._checkpoint_failures(window, start))
+        gpu = pd.DataFrame({"job_id": sorted(set(h["job_id"].astype(object))), "region": "us-east", "node_id": "n1"})
+        ctx = dataclasses.replace(context(own, gpu=gpu), start=start, end=end)
+        assert detect_convergence(dataclasses.replace(ctx, prepared=SimpleNamespace(loss=arrays))) == detect_convergence(ctx)
+
+
+def test_a_diverging_job_is_found_through_the_prepared_range():
+    from types import SimpleNamespace
+
+    from gpu_health.diagnosis import convergence as C
+
+    loss = healthy(n=200, scatter=0.005)
+    loss[-15:] *= np.exp(np.log(2) * np.arange(1, 16) / 60)
+    later = loss_history(np.r_[loss, np.full(30, 50.0)])  # 30 more minutes after END: not the partition's
+    later["ts"] = later["ts"] + pd.Timedelta(minutes=30)
+    own = later[(later["ts"] >= END - C.CONVERGENCE_LOOKBACK) & (later["ts"] < END)]
+    ctx = dataclasses.replace(context(own), prepared=SimpleNamespace(loss=C.loss_arrays(later)))
+    [f] = detect_convergence(ctx)
+    assert (f.detector, f.region) == ("training_divergence", "us-east")
+
+
+def test_segment_medians_are_numpys_median_bit_for_bit():
+    from gpu_health.diagnosis.convergence import _medians
+
+    rng = np.random.default_rng(7)
+    values = rng.standard_normal(5000) * 10 ** rng.uniform(-6, 3, 5000)
+    values[rng.random(5000) < 0.002] = np.nan
+    values[rng.random(5000) < 0.002] = np.inf
+    first = rng.integers(0, 4800, 400)
+    count = rng.integers(1, 150, 400).clip(max=5000 - first)
+    got = _medians(values, first, count)
+    want = np.array([np.median(values[f:f + n]) for f, n in zip(first, count)])
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.isnan(want).any() and (count % 2 == 0).any() and (count % 2 == 1).any()

@@ -311,3 +311,19 @@ def test_the_queue_of_a_maintenance_window_is_a_ticket_while_it_lasts():
     assert [f.severity for f in detect_scheduling(ctx)] == ["page"]
     ctx.maintenance = ctx.maintenance.assign(region="r2", end=START + pd.Timedelta(minutes=30))  # another region's
     assert [f.severity for f in detect_scheduling(ctx)] == ["page"]
+
+
+def test_idle_cells_are_counted_as_np_unique_along_an_axis_counts_them():
+    from gpu_health.diagnosis.detect import _count_cells
+
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        n = int(rng.integers(0, 400))
+        region = rng.integers(0, rng.integers(1, 4), n).astype(np.int64)
+        node = rng.integers(0, rng.integers(1, 200), n).astype(np.int64)
+        # minutes of a partition, some off the minute grid (each distinct timestamp is its own cell)
+        ts = (1_790_000_000_000_000_000 + rng.integers(0, 6, n) * 60_000_000_000 + rng.integers(0, 2, n) * 7).astype(np.int64)
+        got = _count_cells(region, node, ts)
+        cell, counts = np.unique(np.stack([region, node, ts]), axis=1, return_counts=True)
+        for a, b in zip(got, (cell[0], cell[1], cell[2], counts)):
+            assert np.array_equal(a, b)

@@ -28,6 +28,8 @@ sigma / sqrt(n); the difference of two such medians sqrt(2) times that. DIVERGE_
 p ~ 1e-9 per look under Gaussian noise: with 288 looks a day over 1,000 jobs, ~3e-4 false tickets a day.
 """
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -51,50 +53,182 @@ CONVERGENCE_LOOKBACK = pd.Timedelta(hours=2)
 # two attempts without the durable step advancing: one may still be uploading (asynchronous checkpointing
 # publishes the step minutes later); the second attempt finds the first never landed
 CHECKPOINT_ATTEMPTS = 2
+_NAT = np.iinfo(np.int64).min  # NaT as int64 nanoseconds
 
 
-def _sorted_jobs(h: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
-    """``h`` sorted by job and time, and each job's first and one-past-last row."""
-    h = h.assign(job_id=h["job_id"].astype(object)).sort_values(["job_id", "ts"]).reset_index(drop=True)
-    job = h["job_id"].to_numpy()
-    starts = np.flatnonzero(np.r_[True, job[1:] != job[:-1]]) if len(h) else np.array([], dtype=np.int64)
-    return h, starts, np.r_[starts[1:], len(h)].astype(np.int64)
+@dataclass
+class LossArrays:
+    """job_runtime_metrics as numpy arrays in time order (``loss_arrays``): a range of partitions converts and
+    factorizes its look-back once, and each partition's window is one slice of it (``window``), where the
+    frame would be filtered, cast and sorted again for every partition."""
+
+    ts: np.ndarray        # int64 nanoseconds, ascending
+    job: np.ndarray       # int64 code of the job: its position in ``job_ids``
+    job_ids: np.ndarray   # the distinct job ids (objects), sorted: code order is job-id order
+    loss: np.ndarray      # float64, NaN where the trainer reported no loss
+    steps: np.ndarray | None  # the ``steps`` column as numpy (None: the frame has none)
+    durable: np.ndarray   # last_checkpoint_step as float64, NaN where not reported (exact below 2**53 steps)
+    checkpointing: np.ndarray  # bool: checkpoint_time_s > 0 (a missing time is 0)
+    tz: object            # the timezone of ``ts`` (the ``since`` column of checkpoint_failures carries it)
+
+    def window(self, lo: pd.Timestamp | None, hi: pd.Timestamp) -> "LossArrays":
+        """The rows with lo <= ts < hi (no lower bound for lo=None): views, no copy."""
+        lo_ns = _NAT + 1 if lo is None else pd.Timestamp(lo).value  # (NaT sorts first and is never inside)
+        i = int(np.searchsorted(self.ts, lo_ns, "left"))
+        k = int(np.searchsorted(self.ts, pd.Timestamp(hi).value, "left"))
+        return LossArrays(self.ts[i:k], self.job[i:k], self.job_ids, self.loss[i:k],
+                          None if self.steps is None else self.steps[i:k], self.durable[i:k], self.checkpointing[i:k],
+                          self.tz)
+
+
+def loss_arrays(history: pd.DataFrame) -> LossArrays:
+    """``history`` (job_runtime_metrics: ts, job_id, loss, steps, checkpoint_time_s, last_checkpoint_step) as
+    LossArrays, its rows stably sorted by time (rows of one job and minute keep their order)."""
+    ts = pd.DatetimeIndex(history["ts"]).as_unit("ns")
+    ns = ts.asi8  # (UTC nanoseconds; NaT is the int64 minimum)
+    order = np.argsort(ns, kind="stable")
+    code, uniques = pd.factorize(history["job_id"].astype(object).to_numpy()[order], sort=True, use_na_sentinel=False)
+    durable = history["last_checkpoint_step"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)
+    ck = history["checkpoint_time_s"].fillna(0).to_numpy(dtype=float) > 0
+    return LossArrays(ns[order], code.astype(np.int64), np.asarray(uniques, dtype=object),
+                      history["loss"].to_numpy(dtype=float, na_value=np.nan)[order],
+                      history["steps"].to_numpy()[order] if "steps" in history else None,
+                      durable[order], ck[order], ts.tz)
+
+
+def _by_job(job: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The stable order that groups rows by job code (time order kept inside a job), and each job's first and
+    one-past-last position in it."""
+    order = np.argsort(job, kind="stable")
+    j = job[order]
+    starts = np.flatnonzero(np.r_[True, j[1:] != j[:-1]]) if len(j) else np.zeros(0, dtype=np.int64)
+    return order, starts, np.r_[starts[1:], len(j)].astype(np.int64)
+
+
+def _medians(values: np.ndarray, first: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """np.median of values[first[k]:first[k] + count[k]] for every k (count >= 1), bit for bit: the segments
+    sorted as rows of one matrix padded with +inf, then numpy's rule -- the middle value, or the mean of the two
+    middle ones ((a + b) / 2), NaN when the segment holds a NaN. (One sort of a small matrix: a window's jobs
+    have different row counts, and one np.median per count cost a millisecond a partition.)"""
+    if not len(first):
+        return np.zeros(0)
+    width = int(count.max())
+    col = np.arange(width)
+    inside = col[None, :] < count[:, None]
+    rows = np.where(inside, values[np.minimum(first[:, None] + col, len(values) - 1)], np.inf)
+    has_nan = np.isnan(rows).any(axis=1)
+    rows.sort(axis=1)
+    k = np.arange(len(first))
+    hi, lo = rows[k, count // 2], rows[k, (count - 1) // 2]
+    out = np.where(count % 2 == 1, hi, (lo + hi) / 2.0)
+    return np.where(has_nan, np.nan, out)
+
+
+_DIVERGENCE_COLUMNS = ["job_id", "before", "recent", "sigma", "z", "rise", "steps", "diverging", "frozen"]
+_CHECKPOINT_COLUMNS = ["job_id", "attempts", "durable_step", "since"]
+
+
+def _divergence_values(a: LossArrays, start: pd.Timestamp) -> dict | None:
+    """divergence()'s columns (arrays) for the rows of ``a`` (the window up to the partition's end, all of
+    them); None when no job is judged."""
+    reported = ~np.isnan(a.loss)
+    ts, job, loss = a.ts[reported], a.job[reported], a.loss[reported]
+    if not len(ts):
+        return None
+    order, starts, stops = _by_job(job)
+    # too short, or no loss in the partition (rows are in time order: a job's last row is its newest)
+    keep = ((stops - starts) >= 2 * DIVERGE_MINUTES + REFERENCE_MINUTES) & (ts[order[stops - 1]] >= pd.Timestamp(start).value)
+    if not keep.any():
+        return None
+    i0, i1 = starts[keep], stops[keep]
+    loss = loss[order]
+    recent = loss[(i1 - DIVERGE_MINUTES)[:, None] + np.arange(DIVERGE_MINUTES)]
+    before = loss[(i1 - 2 * DIVERGE_MINUTES)[:, None] + np.arange(DIVERGE_MINUTES)]
+    # the reference's first differences: |loss[k+1] - loss[k]| for k in [i0, i1 - 2 * DIVERGE_MINUTES - 1)
+    diffs = np.abs(np.diff(loss))
+    sigma = MAD_TO_SIGMA * _medians(diffs, i0, i1 - i0 - 2 * DIVERGE_MINUTES - 1) / np.sqrt(2)
+    se = np.sqrt(2) * MEDIAN_SE * sigma / np.sqrt(DIVERGE_MINUTES)
+    m_recent, m_before = np.median(recent, axis=1), np.median(before, axis=1)
+    rise = m_recent - m_before
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(se > 0, rise / se, np.where(rise > 0, np.inf, 0.0))
+    level = np.abs(m_before)
+    level = np.where(level == 0, 1.0, level)  # (abs(x) or 1.0: a NaN level stays NaN)
+    if a.steps is not None:
+        last_steps = a.steps[reported][order][(i1 - DIVERGE_MINUTES)[:, None] + np.arange(DIVERGE_MINUTES)]
+        stepping = (last_steps > 0).all(axis=1)
+        steps = last_steps.sum(axis=1).astype(np.int64)
+    else:
+        stepping, steps = np.zeros(len(i0), dtype=bool), np.zeros(len(i0), dtype=np.int64)
+    return {"job_id": a.job_ids[job[order[i0]]], "before": m_before, "recent": m_recent, "sigma": sigma, "z": z,
+            "rise": rise, "steps": steps, "diverging": (z >= DIVERGE_Z) & (rise >= DIVERGE_MIN_RISE * level),
+            "frozen": stepping & (sigma > 0) & (np.ptp(recent, axis=1) == 0)}
+
+
+def _frame(values: dict | None, columns: list[str], rows: np.ndarray | None = None) -> pd.DataFrame:
+    """The frame of ``values`` (column -> array), only ``rows`` when given; the empty frame of ``columns``
+    (object columns, as before any row) when there is none."""
+    if values is None or (rows is not None and not rows.any()):
+        return pd.DataFrame(columns=columns)
+    return pd.DataFrame({c: values[c] if rows is None else values[c][rows] for c in columns}, columns=columns)
+
+
+def _divergence(a: LossArrays, start: pd.Timestamp) -> pd.DataFrame:
+    """divergence() of the rows of ``a`` (the window up to the partition's end, all of them)."""
+    return _frame(_divergence_values(a, start), _DIVERGENCE_COLUMNS)
 
 
 def divergence(history: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame:
     """Per job with a loss reported in ``[start, end)``: the two windows' medians, the job's noise (sigma), the z of
     the rise and whether it diverges or is frozen flat (columns job_id, before, recent, sigma, z, rise, steps,
-    diverging, frozen)."""
-    cols = ["job_id", "before", "recent", "sigma", "z", "rise", "steps", "diverging", "frozen"]
-    h = history[(history["ts"] < end) & history["loss"].notna()]
-    h, starts, stops = _sorted_jobs(h.assign(loss=h["loss"].astype(float)))
-    if not len(h):
-        return pd.DataFrame(columns=cols)
-    loss_all = h["loss"].to_numpy(dtype=float)
-    steps_all = h["steps"].to_numpy() if "steps" in h else None
-    job = h["job_id"].to_numpy()
-    start64 = np.datetime64(pd.Timestamp(start).tz_convert("UTC").tz_localize(None), "ns")
-    ts64 = h["ts"].dt.tz_convert("UTC").dt.tz_localize(None).to_numpy("datetime64[ns]")
-    rows = []
-    for i0, i1 in zip(starts, stops):
-        if i1 - i0 < 2 * DIVERGE_MINUTES + REFERENCE_MINUTES or ts64[i1 - 1] < start64:
-            continue  # too short, or no loss in the window (rows are sorted by time: the last is the newest)
-        loss = loss_all[i0:i1]
-        recent, before = loss[-DIVERGE_MINUTES:], loss[-2 * DIVERGE_MINUTES:-DIVERGE_MINUTES]
-        ref = loss[:-2 * DIVERGE_MINUTES]
-        sigma = MAD_TO_SIGMA * np.median(np.abs(np.diff(ref))) / np.sqrt(2)
-        se = np.sqrt(2) * MEDIAN_SE * sigma / np.sqrt(DIVERGE_MINUTES)
-        rise = float(np.median(recent) - np.median(before))
-        z = rise / se if se > 0 else (np.inf if rise > 0 else 0.0)
-        level = abs(float(np.median(before))) or 1.0
-        last_steps = steps_all[i1 - DIVERGE_MINUTES:i1] if steps_all is not None else None
-        stepping = bool((last_steps > 0).all()) if last_steps is not None else False
-        rows.append({"job_id": job[i0], "before": float(np.median(before)), "recent": float(np.median(recent)),
-                     "sigma": float(sigma), "z": float(z), "rise": rise,
-                     "steps": int(last_steps.sum()) if last_steps is not None else 0,
-                     "diverging": bool(z >= DIVERGE_Z and rise >= DIVERGE_MIN_RISE * level),
-                     "frozen": bool(stepping and sigma > 0 and np.ptp(recent) == 0)})
-    return pd.DataFrame(rows, columns=cols)
+    diverging, frozen), one row per job in job-id order. A job is judged on its rows before ``end`` with a loss:
+    the last DIVERGE_MINUTES of them (recent), the DIVERGE_MINUTES before (before) and all earlier ones (the
+    reference, at least REFERENCE_MINUTES)."""
+    if not len(history):
+        return pd.DataFrame(columns=_DIVERGENCE_COLUMNS)
+    return _divergence(loss_arrays(history).window(None, end), start)
+
+
+def _checkpoint_values(a: LossArrays, start: pd.Timestamp) -> dict | None:
+    """checkpoint_failures()'s columns (arrays) for the rows of ``a`` (the window up to the partition's end, all
+    of them); None when no job is judged."""
+    start_ns = pd.Timestamp(start).value
+    known = ~np.isnan(a.durable)
+    live = np.zeros(len(a.job_ids), dtype=bool)
+    live[a.job[(a.ts >= start_ns) & known]] = True
+    rows = np.flatnonzero(live[a.job])
+    if not len(rows):
+        return None
+    order, starts, stops = _by_job(a.job[rows])
+    rows = rows[order]
+    ts, durable, job = a.ts[rows], a.durable[rows], a.job[rows]
+    key = np.repeat(np.arange(len(starts)), stops - starts)
+    first = starts[key]  # each row's job's first position
+    # forward-fill the durable step inside each job: the latest reported position at or before the row
+    at = np.maximum.accumulate(np.where(~np.isnan(durable), np.arange(len(rows)), -1))
+    filled = np.where(at >= first, durable[np.maximum(at, 0)], np.nan)
+    prev = np.r_[np.nan, filled[:-1]]
+    prev[starts] = np.nan
+    with np.errstate(invalid="ignore"):
+        advanced = ~np.isnan(filled) & (np.isnan(prev) | (filled > prev))
+    advanced[starts] = False
+    # the last advance (rows are in time order inside a job), else one minute before the job's first row
+    last_adv = np.full(len(starts), np.iinfo(np.int64).min)
+    np.maximum.at(last_adv, key[advanced], ts[advanced])
+    after = np.where(last_adv == np.iinfo(np.int64).min, ts[starts] - MINUTE.value, last_adv)
+    attempt = (ts > after[key]) & a.checkpointing[rows]
+    at_key, at_ts = key[attempt], ts[attempt]
+    # separate attempts: not the minute after the job's previous attempt (a job's first attempt counts)
+    separate = np.r_[True, (at_key[1:] != at_key[:-1]) | (np.diff(at_ts) != MINUTE.value)] if len(at_key) else at_key > 0
+    attempts = np.bincount(at_key[separate], minlength=len(starts)).astype(int)
+    since = pd.DatetimeIndex(after.view("datetime64[ns]"))
+    since = since.tz_localize("UTC").tz_convert(a.tz) if a.tz is not None else since
+    return {"job_id": a.job_ids[job[starts]], "attempts": attempts, "durable_step": filled[stops - 1], "since": since}
+
+
+def _checkpoint_failures(a: LossArrays, start: pd.Timestamp) -> pd.DataFrame:
+    """checkpoint_failures() of the rows of ``a`` (the window up to the partition's end, all of them)."""
+    return _frame(_checkpoint_values(a, start), _CHECKPOINT_COLUMNS)
 
 
 def checkpoint_failures(history: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame:
@@ -104,27 +238,9 @@ def checkpoint_failures(history: pd.DataFrame, start: pd.Timestamp, end: pd.Time
     A job's durable step advances where it rises or first appears (its first checkpoint landed), never on the
     job's first row of the look-back (that value was durable before it); its attempts are its checkpointing
     minutes after the last advance (after its first row when none), counted as runs of adjacent minutes."""
-    cols = ["job_id", "attempts", "durable_step", "since"]
-    h = history[history["ts"] < end]
-    live = set(h.loc[(h["ts"] >= start) & h["last_checkpoint_step"].notna(), "job_id"].astype(object))
-    h, starts, stops = _sorted_jobs(h[h["job_id"].astype(object).isin(live)])
-    if not len(h):
-        return pd.DataFrame(columns=cols)
-    key = np.repeat(np.arange(len(starts)), stops - starts)
-    durable = h["last_checkpoint_step"].astype("Float64").groupby(key).ffill()
-    prev = durable.groupby(key).shift(1)
-    advanced = (durable.notna() & (prev.isna() | (durable > prev))).fillna(False).to_numpy(bool)
-    advanced[starts] = False
-    ts = h["ts"]
-    last_adv = ts.where(advanced).groupby(key).max()
-    after = last_adv.fillna(ts.groupby(key).min() - MINUTE)
-    after_row = after.to_numpy()[key]
-    attempt = (ts.to_numpy() > after_row) & (h["checkpoint_time_s"].fillna(0).to_numpy(dtype=float) > 0)
-    at_key, at_ts = key[attempt], ts[attempt]
-    separate = at_ts.groupby(at_key).diff() != MINUTE  # (a job's first attempt: NaT, counted)
-    n = separate.groupby(at_key).sum().reindex(range(len(starts)), fill_value=0)
-    return pd.DataFrame({"job_id": h["job_id"].to_numpy()[starts], "attempts": n.to_numpy(dtype=int),
-                         "durable_step": durable.to_numpy()[stops - 1], "since": after.reset_index(drop=True)}, columns=cols)
+    if not len(history):
+        return pd.DataFrame(columns=_CHECKPOINT_COLUMNS)
+    return _checkpoint_failures(loss_arrays(history).window(None, end), start)
 
 
 def _region_of(ctx, jobs) -> dict:
@@ -143,10 +259,21 @@ def detect_convergence(ctx) -> list[Finding]:
     if history is None or history.empty:
         return []
     out = []
-    div = divergence(history, ctx.start, ctx.end)
-    bad = div[div["diverging"] | div["frozen"]] if len(div) else div
-    ck = checkpoint_failures(history, ctx.start, ctx.end)
-    failed = ck[ck["attempts"] >= CHECKPOINT_ATTEMPTS] if len(ck) else ck
+    prepared = getattr(ctx, "prepared", None)
+    if prepared is not None and getattr(prepared, "loss", None) is not None:
+        # a range's look-back converted once (prepare_range): this partition's window is a slice of it
+        arrays = prepared.loss.window(ctx.end - CONVERGENCE_LOOKBACK, ctx.end)
+    else:
+        arrays = loss_arrays(history).window(None, ctx.end)
+    # frames of the flagged jobs only (a partition judges a hundred jobs and flags none on a healthy cluster)
+    div = _divergence_values(arrays, ctx.start)
+    flag_div = None if div is None else div["diverging"] | div["frozen"]
+    ck = _checkpoint_values(arrays, ctx.start)
+    flag_ck = None if ck is None else ck["attempts"] >= CHECKPOINT_ATTEMPTS
+    if not (flag_div is not None and flag_div.any()) and not (flag_ck is not None and flag_ck.any()):
+        return out  # (no frame at all: even an empty one costs a millisecond, and most partitions flag nothing)
+    bad = _frame(div, _DIVERGENCE_COLUMNS, flag_div)
+    failed = _frame(ck, _CHECKPOINT_COLUMNS, flag_ck)
     where = _region_of(ctx, set(bad["job_id"]) | set(failed["job_id"]))
     for det, frame in (("training_divergence", bad), ("checkpoint_failure", failed)):
         by_region: dict = {}

@@ -159,8 +159,11 @@ class RangePrep:
     lookups: dict = field(default_factory=dict, repr=False)  # column -> {job_id: value} of meta_first
     meta_index: dict | None = field(default=None, repr=False)  # job_id -> positions of its rows in meta
     windows: dict = field(default_factory=dict, repr=False)  # name -> (frame, ts as int64 ns, ts sorted)
-    per_inventory: dict = field(default_factory=dict, repr=False)  # name -> (inventory frame, derived value)
-    rollouts: dict = field(default_factory=dict, repr=False)  # change events -> (inventory, _rollout_groups())
+    per_inventory: dict = field(default_factory=dict, repr=False)  # name -> (shared frame, derived value): _per_frame
+    rollouts: dict = field(default_factory=dict, repr=False)  # change events -> (inventory, _rollout_groups() rows as tuples)
+    # job_runtime_metrics of the convergence look-back of the whole range as convergence.LossArrays: a context
+    # carrying it reads its loss window (CONVERGENCE_LOOKBACK up to its end) from it, not from loss_history
+    loss: "object | None" = field(default=None, repr=False)
 
     def jobs_between(self, lo: pd.Timestamp, hi: pd.Timestamp) -> dict:
         """The jobs submitted in [lo, hi), a job that left the queue at hi or later still waiting (the table
@@ -198,7 +201,7 @@ class RangePrep:
 
 
 def prepare_range(jobs: pd.DataFrame, meta: pd.DataFrame, *, job_lookback: pd.Timedelta,
-                  windows: dict | None = None) -> RangePrep:
+                  windows: dict | None = None, loss_history: pd.DataFrame | None = None) -> RangePrep:
     """The per-range structures of a run of partitions (PartitionContext.prepared).
 
     ``jobs``: job_table() of the range's scheduler events (with the lookback before it); ``job_lookback``:
@@ -206,7 +209,9 @@ def prepare_range(jobs: pd.DataFrame, meta: pd.DataFrame, *, job_lookback: pd.Ti
     the job_metadata lookup of the range, the same frame the contexts carry as ``meta``. A context carrying
     them needs no ``jobs`` of its own. ``windows``: name -> a frame with a ``ts`` column that the caller cuts
     into per-partition time windows (RangePrep.between: job_runtime_metrics, scheduler_events,
-    change_events), instead of comparing every row for every partition.
+    change_events), instead of comparing every row for every partition. ``loss_history``: the
+    job_runtime_metrics (loss, checkpoints) of the range and its CONVERGENCE_LOOKBACK before it, the frame
+    the contexts' ``loss_history`` windows are cut from (the convergence detectors then slice arrays).
     """
     arrays = _job_arrays(jobs)
     order = np.argsort(arrays["sub"], kind="stable")
@@ -219,8 +224,12 @@ def prepare_range(jobs: pd.DataFrame, meta: pd.DataFrame, *, job_lookback: pd.Ti
     for name, frame in (windows or {}).items():
         ts = _ns(frame["ts"]) if len(frame) else np.zeros(0, dtype=np.int64)
         cut[name] = (frame, ts, bool(len(ts) == 0 or (ts[0] != _NAT and not np.any(ts[1:] < ts[:-1]))))
+    loss = None
+    if loss_history is not None and len(loss_history):
+        from gpu_health.diagnosis.convergence import loss_arrays
+        loss = loss_arrays(loss_history)
     return RangePrep(job_lookback=pd.Timedelta(job_lookback), jobs=arrays, meta_first=meta_first,
-                     meta=meta if meta is not None else pd.DataFrame(columns=["job_id"]), windows=cut)
+                     meta=meta if meta is not None else pd.DataFrame(columns=["job_id"]), windows=cut, loss=loss)
 
 
 @dataclass
@@ -274,9 +283,12 @@ def _windows_now(ctx: PartitionContext) -> pd.DataFrame | None:
         w = ctx.maintenance
         hit = None
         if w is not None and len(w):
-            t = ctx.start + _MAINT_AT
-            hit = w[(w["start"] <= t) & (w["end"] > t)]
-        memo["windows"] = hit if hit is not None and len(hit) else None
+            # (the windows' bounds as int64 once per frame: a partition compares two small arrays, no pandas)
+            lo, hi = _per_frame(ctx, "maintenance_ns", w, lambda f: (_ns(f["start"]), _ns(f["end"])))
+            t = (ctx.start + _MAINT_AT).value
+            inside = (lo != _NAT) & (lo <= t) & (hi > t)  # a NaT bound covers nothing (as pandas compares it)
+            hit = w[inside] if inside.any() else None
+        memo["windows"] = hit
     return memo["windows"]
 
 
@@ -407,11 +419,14 @@ def _failed_on_fault(ctx: PartitionContext) -> dict[str, list[str]]:
     s = _ts_slice(s, ctx.start, ctx.end, ctx.memo)
     if s.empty:
         return {}
-    # (a few hundred rows a partition: plain Python and re on each beat pandas' per-call overhead)
+    # (a few hundred rows a partition: plain Python and re on each beat pandas' per-call overhead; the ended
+    # jobs' values taken as arrays, not a filtered copy of every column)
+    ended = np.flatnonzero(s["event"].eq("ended").to_numpy(dtype=bool, na_value=False))
+    if not len(ended):
+        return {}
     out: dict[str, list[str]] = {}
-    for event, nodes, reason, exit_state in zip(s["event"].to_numpy(dtype=object), s["node_ids"].to_numpy(dtype=object),
-                                                s["reason"].to_numpy(dtype=object), s["exit_state"].to_numpy(dtype=object)):
-        if event is pd.NA or event != "ended" or pd.isna(nodes):
+    for nodes, reason, exit_state in zip(*(s[c].to_numpy(dtype=object)[ended] for c in ("node_ids", "reason", "exit_state"))):
+        if pd.isna(nodes):
             continue
         why = "" if pd.isna(reason) else str(reason)
         dead = exit_state is not pd.NA and exit_state == "node_fail"
@@ -448,12 +463,22 @@ def _short_gpus(ctx: PartitionContext, expected: pd.Series) -> np.ndarray:
 def _per_inventory(ctx: PartitionContext, name: str, derive):
     """``derive(ctx.inventory)``, computed once per inventory frame of a prepared range (a range has a few
     inventory segments; its partitions share their frames), else once per partition."""
-    inv = ctx.inventory
+    return _per_frame(ctx, name, ctx.inventory, derive)
+
+
+def _per_frame(ctx: PartitionContext, name: str, frame: pd.DataFrame, derive):
+    """``derive(frame)`` for a frame the partitions of a prepared range share (the inventory segment, the
+    maintenance windows), computed once per frame object, else once per partition."""
     cache = ctx.prepared.per_inventory if ctx.prepared is not None else ctx.memo.setdefault("per_inventory", {})
     hit = cache.get(name)
-    if hit is None or hit[0] is not inv:  # the frame itself is kept with its result: identity is never reused
-        hit = cache[name] = (inv, derive(inv))
+    if hit is None or hit[0] is not frame:  # the frame itself is kept with its result: identity is never reused
+        hit = cache[name] = (frame, derive(frame))
     return hit[1]
+
+
+# hardware_evidence() of a partition without evidence, built once: most partitions have none, and a frame's
+# construction costs a millisecond where its copy costs a tenth of that
+_NO_EVIDENCE = pd.DataFrame(columns=["region", "node_id", "signals", "detail", "rollout", "lost"])
 
 
 def hardware_evidence(ctx: PartitionContext) -> pd.DataFrame:
@@ -500,12 +525,12 @@ def hardware_evidence(ctx: PartitionContext) -> pd.DataFrame:
         if n != "unseen" and v >= MIN_MISSING_MINUTES and HW_XID not in signals.get(n, set()):
             add(str(n), HW_PERSISTED, f"{v:.0f} GPU-minutes unavailable since an earlier fault or for 15+ minutes")
     if not signals:
-        return pd.DataFrame(columns=cols)
+        return _NO_EVIDENCE.copy()
     # rows gone alone is an exporter gap (missing data), and a job killed on a node alone is the scheduler's word
     # for one job (Slurm's NODE_FAIL follows network blips too): each corroborates, neither opens a finding
     keep = [n for n, s in signals.items() if s - {HW_GONE, HW_JOB_FAILED}]
     if not keep:
-        return pd.DataFrame(columns=cols)
+        return _NO_EVIDENCE.copy()
     region_of = dict(zip(inv["node_id"], inv["region"]))
     if len(gpu):  # a node's region as its GPU rows say (the last row's, as a dict of every row would keep)
         node_code, node_uni = _gpu_codes(ctx, "node_id")
@@ -637,16 +662,19 @@ def detect_deploys(ctx: PartitionContext) -> list[Finding]:
     out = []
     if ch is None or ch.empty:
         return out
-    window = ch[(ch["ts"] >= ctx.end - DEPLOY_LOOKBACK) & (ch["ts"] < ctx.end)]
+    window = _ts_slice(ch, ctx.end - DEPLOY_LOOKBACK, ctx.end)  # (a slice of the time-sorted events, not a mask)
     if ctx.prepared is None:
         recent = _rollout_groups(window, ctx.inventory)
     else:  # the same change events and inventory give the same groups: a range computes them once per change
-        key = (tuple(window.columns), tuple(map(tuple, window.astype(object).itertuples(index=False))))
+        # (the rows' values as the key; one object array, not a namedtuple per row)
+        key = (tuple(window.columns), tuple(map(tuple, window.to_numpy(dtype=object))))
         hit = ctx.prepared.rollouts.get(key)
         if hit is None or hit[0] is not ctx.inventory:
-            hit = ctx.prepared.rollouts[key] = (ctx.inventory, _rollout_groups(window, ctx.inventory))
+            groups = _rollout_groups(window, ctx.inventory)
+            # (the groups' rows kept as the tuples the loop below reads: itertuples costs a millisecond a call)
+            hit = ctx.prepared.rollouts[key] = (ctx.inventory, list(groups.itertuples(index=False)))
         recent = hit[1]
-    for ev in recent.itertuples(index=False):
+    for ev in (recent.itertuples(index=False) if ctx.prepared is None else recent):
         since = max(ev.ts, ctx.end - DEPLOY_WINDOW)
         # a change is judged again every partition for DEPLOY_LOOKBACK: spend the false-alarm rate over those
         # looks (Bonferroni), so a benign deploy does not page by chance hours later; a real regression shows
@@ -1000,6 +1028,20 @@ _AgedRow = namedtuple("_AgedRow", ["region", "blocked_gpu_minutes", "paid_gpu_mi
                                    "fragmented_gpu_minutes"])
 
 
+def _count_cells(region: np.ndarray, node: np.ndarray, ts: np.ndarray) -> tuple:
+    """The distinct (region, node, ts) triples (codes >= 0) in lexicographic order and the rows of each, as
+    np.unique(np.stack([region, node, ts]), axis=1, return_counts=True) gives them: the triple packed into
+    one int64 key (ts by its rank, so the order is the same), because np.unique along an axis sorts rows of
+    a structured view, several times slower than one sort of integers."""
+    if not len(ts):
+        return region[:0], node[:0], ts[:0], np.zeros(0, dtype=np.int64)
+    t_uni, t_code = np.unique(ts, return_inverse=True)
+    n_nodes, n_ts = int(node.max()) + 1, len(t_uni)
+    keys, counts = np.unique((region * n_nodes + node) * n_ts + t_code.reshape(-1), return_counts=True)
+    pair = keys // n_ts
+    return pair // n_nodes, pair % n_nodes, t_uni[keys % n_ts], counts
+
+
 def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
     """aged_blocked()'s rows (_AgedRow), one per region of the inventory (wait_p95_min None unless ``waits``)."""
     minutes = pd.date_range(ctx.start, ctx.end, freq="1min", inclusive="left")
@@ -1033,10 +1075,9 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
         settled &= (minute < k) | np.isin(gpu_minute - k, gpu_minute)
     keep = settled & (node_i >= 0) & (region_i >= 0)
     # idle GPUs per (region, node, minute), with the node's size
-    cell, free = np.unique(np.stack([region_i[keep], node_i[keep], ts[keep]]), axis=1, return_counts=True)
+    f_region, f_node, f_ts, free = _count_cells(region_i[keep], node_i[keep], ts[keep])
     free = free.astype(float)
-    f_region, f_node = cell[0], cell[1]
-    f_minute = ((cell[2] - ctx.start.value) // one_min).astype(int)
+    f_minute = ((f_ts - ctx.start.value) // one_min).astype(int)
     node_size = dict(zip(inv["node_id"], inv["gpus"]))
     size_of = pd.Series([node_size.get(n) for n in node_uni], dtype=float).fillna(0).to_numpy(dtype=float)
     f_size = size_of[f_node] if len(f_node) else np.zeros(0)
@@ -1050,10 +1091,12 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
         blocked_m = np.zeros(len(minutes))
         frag_m = np.zeros(len(minutes))
         aged_jobs = 0
-        j = jobs["region"] == region
-        waiting = j & jobs["may_wait"]
-        for queue in sorted(set(jobs["queue"][waiting])):
-            q = waiting & (jobs["queue"] == queue)
+        # positions of the region's jobs that may wait, ascending (a queue's jobs are then compared among
+        # these few, not over the whole look-back's job table)
+        waiting = np.flatnonzero((jobs["region"] == region) & jobs["may_wait"])
+        w_queue = jobs["queue"][waiting]
+        for queue in sorted(set(w_queue)):
+            q = waiting[w_queue == queue]
             aged = ((jobs["sub"][q][:, None] <= (mid - AGED_WAIT.value)[None, :])
                     & (jobs["left"][q][:, None] > mid[None, :]))  # jobs x minutes
             if not aged.any():
@@ -1182,7 +1225,7 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
     lv = ctx.leaves
     blocked_leaf = None
     ch = ctx.changes
-    sched_cfg = ch[(ch["kind"] == "scheduler_config") & (ch["ts"] >= ctx.end - DEPLOY_LOOKBACK) & (ch["ts"] < ctx.end)] if len(ch) else ch
+    sched_cfg = None  # the scheduler changes of the look-back, once a region passes the first gate
     for r in ab:
         share = r.blocked_gpu_minutes / r.paid_gpu_minutes if r.paid_gpu_minutes else 0.0
         key = f"scheduling_blocked|{r.region}"
@@ -1191,6 +1234,8 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         if not (r.aged_jobs >= SCHED_MIN_JOBS - 1 and share >= _LOOSEST_TICKET) and not (
                 key in ctx.open_baselines and r.aged_jobs >= 1 and share >= _LOOSEST_TICKET / 2):
             continue
+        if sched_cfg is None:
+            sched_cfg = ch[(ch["kind"] == "scheduler_config") & (ch["ts"] >= ctx.end - DEPLOY_LOOKBACK) & (ch["ts"] < ctx.end)] if len(ch) else ch
         cfg = sched_cfg[sched_cfg["scope"].isin([r.region, "*"])] if len(sched_cfg) else sched_cfg
         page_bar, jobs = (SCHED_PAGE_SHARE_AFTER_CHANGE, SCHED_MIN_JOBS - 1) if len(cfg) else (SCHED_PAGE_SHARE, SCHED_MIN_JOBS)
         ticket_bar = min(SCHED_TICKET_SHARE, page_bar)
@@ -1292,7 +1337,7 @@ def detect_no_progress(ctx: PartitionContext) -> list[Finding]:
     if not has_job.any():
         return out
     gpu = ctx.gpu
-    reporting = set(ctx.runtime["job_id"])
+    reporting = set(ctx.runtime["job_id"].unique())  # (the distinct ids: iterating every row boxes each value)
     job_code, job_uni = _gpu_codes(ctx, "job_id")
     reports = np.array([j in reporting for j in job_uni] + [False], dtype=bool)
     busy = has_job & (gpu["gpu_util_pct"].to_numpy(dtype=float, na_value=np.nan) >= BUSY_UTIL_PCT) & ~reports[job_code]

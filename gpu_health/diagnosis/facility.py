@@ -90,15 +90,20 @@ def _partition_rows(ctx) -> pd.DataFrame | None:
     return f if len(f) else None
 
 
+# hot_racks() of a partition with no hot rack, built once (a copy costs a tenth of a new frame; most partitions
+# of most clusters have none, or no facility data at all)
+_NO_HOT_RACKS = pd.DataFrame(columns=["region", "rack_id", "minutes", "inlet_max"])
+
+
 def hot_racks(ctx) -> pd.DataFrame:
     """Racks whose inlet was above INLET_MAX_C for MIN_MINUTES of the partition: region, rack_id, minutes, inlet_max."""
     f = _partition_rows(ctx)
     if f is None:
-        return pd.DataFrame(columns=["region", "rack_id", "minutes", "inlet_max"])
+        return _NO_HOT_RACKS.copy()
     inlet = f["inlet_temp_c"].to_numpy(dtype=float, na_value=np.nan)
     hot = f[inlet > INLET_MAX_C]  # null inlet: not exported, never hot
     if hot.empty:
-        return pd.DataFrame(columns=["region", "rack_id", "minutes", "inlet_max"])
+        return _NO_HOT_RACKS.copy()
     agg = hot.groupby([hot["region"].astype(object), hot["rack_id"].astype(object)]).agg(
         minutes=("ts", "nunique"), inlet_max=("inlet_temp_c", "max")).reset_index()
     return agg[agg["minutes"] >= MIN_MINUTES].reset_index(drop=True)
@@ -314,6 +319,8 @@ def detect_change_policy(ctx) -> list:
         return []
     ch = ch[(ch["ts"] >= ctx.start) & (ch["ts"] < ctx.end)]
     out = []
+    if ch.empty:
+        return out  # (most partitions hold no change: no lookup built, no empty itertuples)
     inv = ctx.inventory
     region_of = dict(zip(inv["node_id"].astype(object), inv["region"].astype(object))) if len(inv) else {}
     has_actor = "actor" in ch.columns

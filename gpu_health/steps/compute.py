@@ -325,6 +325,23 @@ def _forget_paged(hist: pd.DataFrame, alerts: pd.DataFrame) -> pd.DataFrame:
     return hist
 
 
+def _by_partition(frame: pd.DataFrame, col: str, start: pd.Timestamp, end: pd.Timestamp) -> dict:
+    """partition start -> the rows of ``frame`` whose ``col`` falls in that partition of [start, end) (partitions
+    without rows absent), each in the frame's order with its index: what a group-by on the floored column gives.
+    A frame sorted by ``col`` (the stores return telemetry in time order) is cut into slices at the partition
+    bounds, where a group-by would hash and copy every row; any other frame is grouped."""
+    if not len(frame):
+        return {}
+    ts = pd.DatetimeIndex(frame[col])
+    ns = ts.as_unit("ns").asi8
+    if ts.tz is None or ns[0] == np.iinfo(np.int64).min or np.any(ns[1:] < ns[:-1]) or start != start.floor(PARTITION_FREQ):
+        return {p: part for p, part in frame.groupby(frame[col].dt.floor(PARTITION_FREQ))}
+    parts = pd.date_range(start, end, freq=PARTITION_FREQ, inclusive="left")
+    lo = np.searchsorted(ns, parts.as_unit("ns").asi8, "left")
+    hi = np.searchsorted(ns, (parts + PARTITION).as_unit("ns").asi8, "left")
+    return {p: frame.iloc[a:b] for p, a, b in zip(parts, lo, hi) if b > a}
+
+
 def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFrame] | None = None) -> pd.DataFrame:
     """Alert snapshots of every partition in [start, end), carrying the open alerts forward.
 
@@ -339,7 +356,7 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
     five = PARTITION
     frames = read_sources(wh, start, end, ["gpu_telemetry", "node_telemetry", "network_telemetry"])
     facility = wh.read_window("facility_telemetry", start, end)  # optional source: empty without facility data
-    fac_p = dict(tuple(facility.groupby(facility["ts"].dt.floor(PARTITION_FREQ)))) if len(facility) else {}
+    fac_p = _by_partition(facility, "ts", start, end)
     runtime = wh.read_window("job_runtime_metrics", start - five, end)
     sched = wh.read_window("scheduler_events", start - SCHED_LOOKBACK, end)
     changes = wh.read_window("change_events", start - DEPLOY_LOOKBACK, end)
@@ -381,7 +398,7 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
     kube_pods = wh.read_window("kube_pods", start - RESTART_WINDOW, end)  # optional sources: empty when not exported
     kube_pods = kube_pods.sort_values("ts", kind="stable").reset_index(drop=True)
     kube_nodes = wh.read_window("kube_nodes", start, end)
-    kube_nodes_p = dict(tuple(kube_nodes.groupby(kube_nodes["ts"].dt.floor(PARTITION_FREQ)))) if len(kube_nodes) else {}
+    kube_nodes_p = _by_partition(kube_nodes, "ts", start, end)
     from gpu_health.diagnosis.convergence import CONVERGENCE_LOOKBACK
     loss_hist = wh.read_window("job_runtime_metrics", start - CONVERGENCE_LOOKBACK, end,
                                columns=["ts", "job_id", "steps", "loss", "checkpoint_time_s", "last_checkpoint_step"])
@@ -389,14 +406,17 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
     jobs = job_table(sched, inventory_union(segments))  # node -> region only: where each queue's jobs run
     placed = G.placements(sched)
     prep = prepare_range(jobs, meta, job_lookback=SCHED_LOOKBACK,
-                         windows={"runtime": runtime, "sched": sched, "changes": changes})
+                         windows={"runtime": runtime, "sched": sched, "changes": changes}, loss_history=loss_hist)
 
     def by_partition(frame, col="ts"):
-        return dict(tuple(frame.groupby(frame[col].dt.floor(PARTITION_FREQ)))) if len(frame) else {}
+        return _by_partition(frame, col, start, end)
 
     g_p, n_p, net_p = (by_partition(frames[t]) for t in ("gpu_telemetry", "node_telemetry", "network_telemetry"))
     leaves_p, base_p = by_partition(leaves, "partition_start"), by_partition(baselines, "partition_start")
     empty = {t: frames[t].iloc[0:0] for t in frames}
+    # (the time columns the loop cuts windows from, taken out of their frames once)
+    placed_ts, pods_ts, slo_ps, loss_ts = placed["ts"], kube_pods["ts"], slo_rows["partition_start"], loss_hist["ts"]
+    release_ps = release_rows["partition_start"]
     out = []
     for p in pd.date_range(start, end, freq=PARTITION_FREQ, inclusive="left"):
         ctx = PartitionContext(
@@ -408,20 +428,19 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
             baselines=base_p.get(p, baselines.iloc[0:0]), meta=meta, inventory=inventory_at[p],
             region_history=hist[hist["partition_start"] < p], open_baselines=A.open_baselines(prev),
             prepared=prep,
-            placements=placed.iloc[placed["ts"].searchsorted(p + five - SCHED_LOOKBACK):placed["ts"].searchsorted(p + five)],
+            placements=placed.iloc[placed_ts.searchsorted(p + five - SCHED_LOOKBACK):placed_ts.searchsorted(p + five)],
             rejects=rejects_p.get(p), source_gaps=gaps_p.get(p),
-            slo_events=slo_rows.iloc[slo_rows["partition_start"].searchsorted(p + five - SLO_LOOKBACK):
-                                     slo_rows["partition_start"].searchsorted(p + five)] if len(slo_rows) else None,
-            slo_versions=release_rows.iloc[release_rows["partition_start"].searchsorted(p + five - RELEASE_LOOKBACK):
-                                            release_rows["partition_start"].searchsorted(p + five)]
+            slo_events=slo_rows.iloc[slo_ps.searchsorted(p + five - SLO_LOOKBACK):slo_ps.searchsorted(p + five)]
+            if len(slo_rows) else None,
+            slo_versions=release_rows.iloc[release_ps.searchsorted(p + five - RELEASE_LOOKBACK):release_ps.searchsorted(p + five)]
             if len(release_rows) else None,
             open_keys=frozenset(prev.loc[prev["status"] != "resolved", "key"]) if len(prev) else frozenset(),
             facility=fac_p.get(p),
-            kube_pods=kube_pods.iloc[kube_pods["ts"].searchsorted(p - RESTART_WINDOW):kube_pods["ts"].searchsorted(p + five)]
+            kube_pods=kube_pods.iloc[pods_ts.searchsorted(p - RESTART_WINDOW):pods_ts.searchsorted(p + five)]
             if len(kube_pods) else None,
             kube_nodes=kube_nodes_p.get(p),
-            loss_history=loss_hist.iloc[loss_hist["ts"].searchsorted(p + five - CONVERGENCE_LOOKBACK):
-                                        loss_hist["ts"].searchsorted(p + five)] if len(loss_hist) else None,
+            loss_history=loss_hist.iloc[loss_ts.searchsorted(p + five - CONVERGENCE_LOOKBACK):loss_ts.searchsorted(p + five)]
+            if len(loss_hist) else None,
         )
         snap = A.step(prev, detect(ctx), p, rates=rates, changes=ctx.changes)
         if len(snap):
