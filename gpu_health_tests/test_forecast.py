@@ -161,3 +161,5 @@ def test_helios_daily_demand_and_a_missing_day_is_unknown():
     assert d.loc["2020-05-01", "allocated_gpu_hours"] == pytest.approx(2 * 59 / 60)
     assert d.loc["2020-05-03", "demand_gpu_hours"] == pytest.approx(2 * 38 / 60)
     assert np.isnan(d.loc["2020-05-02", "demand_gpu_hours"])  # no minute at all: unknown, never zero demand
+    # 2020-05-10: the trace has its minutes, but not one job in any VC, running or queued (a recording gap)
+    assert np.isnan(d.loc["2020-05-10", "demand_gpu_hours"])

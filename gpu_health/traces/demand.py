@@ -10,7 +10,8 @@ Only whole days inside the trace's span are kept (a partial first or last day is
 * ``openb``: Alibaba's openb pod list (gpu-v2023, ~149 days): GPUs = num_gpu x gpu_milli / 1000 (GPU sharing);
   pods still running at the trace's end run to its end.
 * ``helios``: SenseTime Helios Earth, per-VC per-minute scheduler state for May 2020 (31 days):
-  running_gpu_num (allocated) and pending_gpu_num (backlog) summed over the 16 VCs, GPU-minutes / 60.
+  running_gpu_num (allocated) and pending_gpu_num (backlog) summed over the 16 VCs, GPU-minutes / 60; a day on which
+  no VC records a single job (2020-05-10) is a recording gap, missing.
 """
 
 from __future__ import annotations
@@ -52,12 +53,16 @@ def helios_daily(data_dir: str | Path | None = None) -> pd.DataFrame:
     base = Path(data_dir or default_data_dir()) / "helios" / "earth_vc_sequence"
     total = None
     for f in sorted(base.glob("*.csv")):
-        v = pd.read_csv(f, usecols=["time", "running_gpu_num", "pending_gpu_num"], parse_dates=["time"])
+        v = pd.read_csv(f, usecols=["time", "running_gpu_num", "pending_gpu_num", "total_job_num"], parse_dates=["time"])
         v = v.set_index("time")
         total = v if total is None else total.add(v, fill_value=0)
     total.index = total.index.tz_localize("UTC")  # HeliosArtifact's minute index (no zone given: read as UTC)
     # a day with no minute at all is missing (unknown), never a day of zero demand
     day = total.resample("D").sum(min_count=1) / 60.0
+    # a day with minutes but not one job in any VC, running or queued (2020-05-10: every VC's rows are zero) is a
+    # recording gap, not a day nobody asked for a GPU: a cluster with thousands of GPU-hours a day on either side
+    # does not empty its queue and every VC for 24 hours. Unknown, like a day without minutes.
+    day[day["total_job_num"] == 0] = float("nan")
     out = pd.DataFrame({"allocated_gpu_hours": day["running_gpu_num"], "backlog_gpu_hours": day["pending_gpu_num"]})
     out["demand_gpu_hours"] = out["allocated_gpu_hours"] + out["backlog_gpu_hours"]  # NaN stays NaN
     return out
