@@ -53,6 +53,7 @@ ASSET_KEYS = [
     "rack_facility",
     "serving_slis",
     "slo_error_budgets",
+    "slo_version_events",
     "step_time_baselines",
     "wasted_spend",
     "workload_step_stats",
