@@ -342,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     p_eval.add_argument("--out", required=True, help="JSON report path")
     p_eval.add_argument("--workers", type=int, default=1, help="scenarios evaluated in parallel (processes)")
     p_eval.add_argument("--pattern", default="*.yaml")
+    p_eval.add_argument("--resume", action="store_true",
+                        help="reuse the per-scenario results a previous run left in OUT.d/ (each is written as its "
+                             "scenario finishes) and run only the others")
     p_eval.add_argument("--static-rules", action="store_true",
                         help="score the seeds' static Prometheus rules (deploy/prometheus/seed_rules.yml) on the same "
                              "simulated telemetry instead, replayed by a real Prometheus")
@@ -405,7 +408,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 from gpu_health.evaluation.harness import evaluate
 
-                report = evaluate(args.scenarios, args.out, run=run, workers=args.workers, pattern=args.pattern)
+                report = evaluate(args.scenarios, args.out, run=run, workers=args.workers, pattern=args.pattern,
+                                  resume=args.resume)
             print(table(report))
             out = report["overall"]
         elif args.command == "serve-metrics":

@@ -128,3 +128,45 @@ def test_a_page_is_scored_on_the_scope_it_paged_with():
     page["opened_at"] = ticket["opened_at"].iloc[0]
     r = score(pd.concat([ticket, page], ignore_index=True), labels, None, pd.Timedelta(days=1))
     assert r["detection_rate"] == 1.0 and r["false_pages"] == 0
+
+
+def _failing_run(start, end, **kwargs):
+    """A pipeline runner that fails at once, and records which scenario it was asked to run."""
+    _failing_run.calls.append(kwargs["scenario"])
+    raise RuntimeError("pipeline down")
+
+
+_failing_run.calls = []
+
+
+def test_each_scenario_is_kept_as_it_finishes_and_resume_runs_only_the_rest(tmp_path):
+    """A suite killed half way keeps the scenarios it finished (OUT.d/NAME.json); --resume runs only the others,
+    and an error is never reused."""
+    from gpu_health.evaluation.harness import evaluate
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    for name in ("a_week", "b_week"):
+        (suite / f"{name}.yaml").write_text(yaml.safe_dump(
+            {"seed": 1, "start": "2026-11-03T10:00:00Z", "end": "2026-11-03T11:00:00Z", "incidents": []}))
+    out = tmp_path / "report.json"
+    _failing_run.calls.clear()
+    first = evaluate(str(suite), str(out), run=_failing_run)
+    assert first["overall"]["errors"] == ["a_week", "b_week"]
+    kept = json.loads((tmp_path / "report.json.d" / "a_week.json").read_text())
+    assert kept["error"].startswith("RuntimeError: pipeline down")
+
+    # a week finished by an earlier run: its result is reused, the errored one runs again
+    finished = {k: v for k, v in kept.items() if k != "error"} | {"seconds": 300.0}
+    (tmp_path / "report.json.d" / "a_week.json").write_text(json.dumps(finished))
+    _failing_run.calls.clear()
+    again = evaluate(str(suite), str(out), run=_failing_run, resume=True)
+    assert [c.rsplit("/", 1)[-1] for c in _failing_run.calls] == ["b_week.yaml"]
+    assert again["overall"]["errors"] == ["b_week"]
+    assert [r["scenario"] for r in again["scenarios"]] == ["a_week", "b_week"]
+    assert again["scenarios"][0]["seconds"] == 300.0
+
+    # without --resume everything runs again
+    _failing_run.calls.clear()
+    evaluate(str(suite), str(out), run=_failing_run)
+    assert len(_failing_run.calls) == 2

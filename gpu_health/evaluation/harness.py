@@ -19,7 +19,7 @@ import json
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from functools import partial
 from pathlib import Path
 
@@ -72,20 +72,52 @@ def scenario_profile(path) -> str:
     return "default"
 
 
-def evaluate(scenarios: str, out: str | None = None, *, run: Runner, workers: int = 1, pattern: str = "*.yaml") -> dict:
-    """``{"overall", "scenarios"}`` over every ``pattern`` file of ``scenarios``, ``workers`` processes at once."""
+def evaluate(scenarios: str, out: str | None = None, *, run: Runner, workers: int = 1, pattern: str = "*.yaml",
+             resume: bool = False) -> dict:
+    """``{"overall", "scenarios"}`` over every ``pattern`` file of ``scenarios``, ``workers`` processes at once.
+
+    With ``out``, each scenario's result is also written as it completes to ``OUT.d/NAME.json`` (a suite takes an
+    hour or more: a run killed half way keeps the weeks it finished), and ``resume`` reuses those files instead of
+    re-running their scenarios. A result that is an error is never reused.
+    """
     paths = sorted(str(p) for p in Path(scenarios).glob(pattern))
     if not paths:
         raise FileNotFoundError(f"no scenario {pattern} in {scenarios}")
-    if workers > 1:
+    parts = Path(f"{out}.d") if out else None
+    done: dict[str, dict] = {}
+    if parts is not None:
+        parts.mkdir(parents=True, exist_ok=True)
+        if resume:
+            done = {p: r for p in paths if (r := _finished(parts / f"{Path(p).stem}.json")) is not None}
+    todo = [p for p in paths if p not in done]
+
+    def keep(path: str, result: dict) -> None:
+        done[path] = result
+        if parts is not None:
+            (parts / f"{Path(path).stem}.json").write_text(json.dumps(result, indent=2, default=str))
+
+    if workers > 1 and len(todo) > 1:
         # a fresh process per scenario: a week's pipeline leaves ~1 GB of heap a worker would carry into the next
         # scenario (measured: two reused workers at 9-10 GB each after 4 weeks of the suite, on a 24 GB machine)
         with ProcessPoolExecutor(max_workers=workers, max_tasks_per_child=1) as pool:
-            results = list(pool.map(partial(evaluate_scenario, run=run), paths))
+            futures = {pool.submit(evaluate_scenario, p, run): p for p in todo}
+            for future in as_completed(futures):
+                keep(futures[future], future.result())
     else:
-        results = [evaluate_scenario(p, run) for p in paths]
+        for p in todo:
+            keep(p, evaluate_scenario(p, run))
+    results = [done[p] for p in paths]
     report = {"overall": overall(results), "scenarios": results}
     report["overall"]["errors"] = [r["scenario"] for r in results if r.get("error")]
     if out:
         Path(out).write_text(json.dumps(report, indent=2, default=str))
     return report
+
+
+def _finished(path: Path) -> dict | None:
+    """A scenario's earlier result from ``path``, or None if absent, unreadable or an error (then it runs again)."""
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return None if not isinstance(result, dict) or result.get("error") else result
