@@ -20,7 +20,7 @@ from gpu_health.contracts.validate import validate_frame
 from gpu_health.sim.scenario import load_scenario
 from gpu_health.sim.telemetry import Window, cost_capacity, maintenance_windows
 from gpu_health.storage.schema import COLUMNAR_TABLES, grain, metadata, render_sql
-from gpu_health.storage.warehouse import Warehouse
+from gpu_health.storage.warehouse import FrameCache, Warehouse
 from gpu_health_tests.services.postgres import fresh_database
 from gpu_health_tests.conftest import REPO, THERMAL_WEEK
 
@@ -288,9 +288,8 @@ def test_a_daily_table_read_for_a_window_gets_the_days_it_overlaps(warehouse_url
     assert wh.count("cost_capacity") == 2 * len(cost)
 
 
-def test_reads_from_the_write_through_cache_equal_database_reads(warehouse_url, frames, monkeypatch, telemetry_dir):
-    monkeypatch.setenv(CACHE_ENV, "1")
-    wh = Warehouse(warehouse_url, telemetry_dir)
+def test_reads_from_the_write_through_cache_equal_database_reads(warehouse_url, frames, telemetry_dir):
+    wh = Warehouse(warehouse_url, telemetry_dir, cache=FrameCache())
     wh.replace_window("gpu_telemetry", frames["gpu_telemetry"], T0, T1)
     wh.replace_window("cost_capacity", frames["cost_capacity"], DAY0, DAY1)
     minute = T0 + pd.Timedelta(minutes=2)
@@ -298,13 +297,36 @@ def test_reads_from_the_write_through_cache_equal_database_reads(warehouse_url, 
                ("gpu_telemetry", T0, T1, ("ts", "gpu_uuid", "throttle_reasons")),
                ("cost_capacity", DAY0, DAY1, None), ("cost_capacity", DAY0, T1, None), ("cost_capacity", T0, T1, None)]
     served = {w: wh.read_window(w[0], w[1], w[2], columns=list(w[3] or []) or None) for w in windows}
-    monkeypatch.setenv(CACHE_ENV, "0")
+    database = Warehouse(warehouse_url, telemetry_dir)  # no cache: every read goes to the database
     for w in windows:
-        stored = wh.read_window(w[0], w[1], w[2], columns=list(w[3] or []) or None)
+        stored = database.read_window(w[0], w[1], w[2], columns=list(w[3] or []) or None)
         key = [c for c in grain(CONTRACTS[w[0]], PARTITION_COLUMN[w[0]]) if c in stored.columns]
         pd.testing.assert_frame_equal(served[w].sort_values(key).reset_index(drop=True),
                                       stored.sort_values(key).reset_index(drop=True), obj=str(w[:3]))
         assert len(stored), w
+
+
+def test_a_cached_read_is_the_callers_own(warehouse_url, frames, telemetry_dir):
+    """What a read hands out from the cache is a copy with a RangeIndex, like a database read: a caller changing it
+    changes nothing the next read sees (whole window, part of it, some columns)."""
+    cache = FrameCache()
+    wh = Warehouse(warehouse_url, telemetry_dir, cache=cache)
+    gpu = frames["gpu_telemetry"].copy()
+    gpu.index = gpu.index + 1000  # a writer's frame need not have a RangeIndex
+    wh.replace_window("gpu_telemetry", gpu, T0, T1)
+    wh.replace_window("cost_capacity", frames["cost_capacity"].set_axis(range(7, 7 + len(frames["cost_capacity"]))),
+                      DAY0, DAY1)
+    minute = T0 + pd.Timedelta(minutes=2)
+    reads = [("gpu_telemetry", T0, T1, None), ("gpu_telemetry", minute, minute + pd.Timedelta(minutes=1), None),
+             ("gpu_telemetry", T0, T1, ["ts", "gpu_uuid", "sm_active"]),
+             ("gpu_telemetry", minute, T1, ["ts", "gpu_uuid", "sm_active"]), ("cost_capacity", DAY0, DAY1, None)]
+    for name, start, end, columns in reads:
+        first = wh.read_window(name, start, end, columns=columns)
+        assert len(first) and first.index.equals(pd.RangeIndex(len(first))), (name, start, end, columns)
+        before = first.copy()
+        first.iloc[:, 1:] = None  # the caller scribbles over what it read
+        pd.testing.assert_frame_equal(wh.read_window(name, start, end, columns=columns), before)
+    assert set(cache._entries) == {"gpu_telemetry", "cost_capacity"}  # (the reads above were the cache's)
 
 
 def test_read_window_is_half_open(warehouse_url, frames, telemetry_dir):
