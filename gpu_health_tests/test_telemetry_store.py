@@ -181,6 +181,28 @@ def test_a_bulk_write_stores_whole_hours_directly_and_the_rest_as_partitions(tmp
     assert len(store.read_window("gpu_telemetry")) == len(window)
 
 
+def test_files_hold_each_entitys_rows_together_and_order_out_is_the_read_order(tmp_path, frames):
+    """Whatever order a window is written in: each file holds its rows by the key with time last (each GPU's
+    readings of the hour together, in time order: what compresses), hour files and partition files alike, and
+    ``order_out`` gives the positions of the written rows in the order read_window returns them."""
+    store = TelemetryStore(tmp_path)
+    gpu = frames["gpu_telemetry"]
+    starts = [T0 + i * FIVE for i in range(14)]  # a whole hour and two partitions
+    window = pd.concat([shifted(gpu, s - T0) for s in starts], ignore_index=True).sample(frac=1, random_state=3)
+    window = window.reset_index(drop=True)
+    order: list = []
+    store.replace_window("gpu_telemetry", window, T0, T0 + HOUR + 2 * FIVE, order_out=order)
+    key = grain(CONTRACTS["gpu_telemetry"], "ts")  # ["ts", "gpu_uuid"]
+    for path in (store.hour_path("gpu_telemetry", T0), store.partition_path("gpu_telemetry", T0 + HOUR + FIVE)):
+        stored = pq.read_table(path).to_pandas()
+        assert len(stored) and stored[key[1:] + key[:1]].equals(
+            stored[key[1:] + key[:1]].sort_values(key[1:] + key[:1]).reset_index(drop=True)), path.name
+    back = store.read_window("gpu_telemetry", T0, T0 + HOUR + 2 * FIVE)
+    assert len(order) == 1 and sorted(order[0]) == list(range(len(window)))
+    pd.testing.assert_frame_equal(window.iloc[order[0]].reset_index(drop=True)[back.columns], back)
+    assert back[key].equals(back[key].sort_values(key).reset_index(drop=True))
+
+
 def test_an_empty_partition_gets_a_file_so_nothing_differs_from_never_written(tmp_path, frames):
     store = TelemetryStore(tmp_path)
     table = "job_runtime_metrics"
