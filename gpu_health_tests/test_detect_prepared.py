@@ -66,6 +66,32 @@ def test_a_job_submitted_after_the_partition_or_before_the_lookback_is_not_in_th
     assert (np.sort(a["sub"]) == np.sort(b["sub"])).all()
 
 
+def test_a_queues_region_comes_from_placements_before_the_partition_not_later_in_the_range():
+    """A queue first placed after the partition has no region yet in a run of that partition alone, so its
+    waiting jobs hold nothing back there; a range run reaching past the placement must judge the partition
+    alike (it did not: a week's range paged a Monday 04:10 scheduling incident no run of 04:10 alone saw)."""
+    ctx = SC.context({"b1": 8, "i1": 8, "i2": 8}, [("r1/new", f"w{i}", 1) for i in range(8)], filler=20)
+    later = pd.DataFrame([("e-n1", ctx.end + pd.Timedelta(hours=1), "n1", "submitted", "r1/new", 1, None),
+                          ("e-n2", ctx.end + pd.Timedelta(hours=1), "n1", "started", "r1/new", 1, "b2")],
+                         columns=ctx.sched.columns)
+    whole = pd.concat([ctx.sched, later], ignore_index=True)  # what a range run reaching 1 h further reads
+    node_region = dict(zip(ctx.inventory["node_id"], ctx.inventory["region"]))
+    own = dataclasses.replace(ctx, jobs=jobs_as_of(job_table(ctx.sched, ctx.inventory), ctx.end))
+    ranged = dataclasses.replace(ctx, jobs=None, prepared=prepare_range(
+        job_table(whole, ctx.inventory), ctx.meta, job_lookback=LOOKBACK, sched=whole, node_region=node_region))
+    assert aged_blocked(own)["blocked_gpu_minutes"].sum() == 0  # the new queue's jobs have no region yet
+    pd.testing.assert_frame_equal(aged_blocked(ranged), aged_blocked(own))
+    # once the placement is inside the partition's look-back the queue has its region, in both paths
+    moved = later.assign(ts=ctx.start - pd.Timedelta(minutes=30))
+    sched = pd.concat([ctx.sched, moved], ignore_index=True)
+    ctx2 = dataclasses.replace(ctx, sched=sched)
+    own2 = dataclasses.replace(ctx2, jobs=jobs_as_of(job_table(sched, ctx.inventory), ctx.end))
+    ranged2 = dataclasses.replace(ctx2, jobs=None, prepared=prepare_range(
+        job_table(sched, ctx.inventory), ctx.meta, job_lookback=LOOKBACK, sched=sched, node_region=node_region))
+    assert aged_blocked(own2)["blocked_gpu_minutes"].sum() > 0
+    pd.testing.assert_frame_equal(aged_blocked(ranged2), aged_blocked(own2))
+
+
 @pytest.mark.parametrize("ordered", [True, False])
 def test_between_cuts_like_a_mask(ordered):
     rng = np.random.default_rng(7)

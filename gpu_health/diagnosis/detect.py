@@ -164,6 +164,10 @@ class RangePrep:
     # job_runtime_metrics of the convergence look-back of the whole range as convergence.LossArrays: a context
     # carrying it reads its loss window (CONVERGENCE_LOOKBACK up to its end) from it, not from loss_history
     loss: "object | None" = field(default=None, repr=False)
+    # the placements queue_regions() learns from, as arrays sorted by time: (ts ns, queue code, region code, number
+    # of queues, region names); a partition's jobs take their queue's region from the placements it could have
+    # seen (regions_as_of; the jobs' queue codes are jobs["queue_code"])
+    placed: tuple | None = field(default=None, repr=False)
 
     def jobs_between(self, lo: pd.Timestamp, hi: pd.Timestamp) -> dict:
         """The jobs submitted in [lo, hi), a job that left the queue at hi or later still waiting (the table
@@ -173,6 +177,24 @@ class RangePrep:
         out = {c: v[i:k] for c, v in self.jobs.items()}
         out["left"] = np.where(out["left"] >= pd.Timestamp(hi).value, _NEVER, out["left"])
         return out
+
+    def regions_as_of(self, lo: pd.Timestamp, hi: pd.Timestamp, queue_codes: np.ndarray) -> np.ndarray | None:
+        """The region of each job (its ``queue_code``, jobs_between's) as queue_regions() reads it from the
+        placements in [lo, hi) (None where it names none); None when the range carries no placements (then
+        job_table's regions stand)."""
+        if self.placed is None:
+            return None
+        ts, q, r, n_queues, regions = self.placed
+        n_regions = max(len(regions), 1)
+        i, k = np.searchsorted(ts, pd.Timestamp(lo).value, "left"), np.searchsorted(ts, pd.Timestamp(hi).value, "left")
+        counts = np.bincount(q[i:k] * n_regions + r[i:k], minlength=n_queues * n_regions).reshape(n_queues, n_regions)
+        total = counts.sum(axis=1)
+        # queue_regions' rule: the region holding 95 % or more of the queue's placements
+        best = counts.argmax(axis=1)
+        named = (total > 0) & (counts.max(axis=1) >= 0.95 * total)
+        region_of = np.append(np.where(named, best, -1), -1)  # (a code of -1: a queue never placed in the range)
+        code = region_of[queue_codes]
+        return np.where(code >= 0, np.append(regions, None)[code], None)
 
     def between(self, name: str, lo: pd.Timestamp | None, hi: pd.Timestamp) -> pd.DataFrame:
         """The rows of the range frame ``name`` (prepare_range's ``windows``) with lo <= ts < hi (no lower bound
@@ -201,7 +223,8 @@ class RangePrep:
 
 
 def prepare_range(jobs: pd.DataFrame, meta: pd.DataFrame, *, job_lookback: pd.Timedelta,
-                  windows: dict | None = None, loss_history: pd.DataFrame | None = None) -> RangePrep:
+                  windows: dict | None = None, loss_history: pd.DataFrame | None = None,
+                  sched: pd.DataFrame | None = None, node_region: dict | None = None) -> RangePrep:
     """The per-range structures of a run of partitions (PartitionContext.prepared).
 
     ``jobs``: job_table() of the range's scheduler events (with the lookback before it); ``job_lookback``:
@@ -212,6 +235,9 @@ def prepare_range(jobs: pd.DataFrame, meta: pd.DataFrame, *, job_lookback: pd.Ti
     change_events), instead of comparing every row for every partition. ``loss_history``: the
     job_runtime_metrics (loss, checkpoints) of the range and its CONVERGENCE_LOOKBACK before it, the frame
     the contexts' ``loss_history`` windows are cut from (the convergence detectors then slice arrays).
+    ``sched`` and ``node_region``: the scheduler events ``jobs`` was built from and the node -> region map it
+    used; with them each partition's jobs take their queue's region from the placements of its own look-back
+    (what a run of that partition alone reads), not from placements later in the range.
     """
     arrays = _job_arrays(jobs)
     order = np.argsort(arrays["sub"], kind="stable")
@@ -228,8 +254,32 @@ def prepare_range(jobs: pd.DataFrame, meta: pd.DataFrame, *, job_lookback: pd.Ti
     if loss_history is not None and len(loss_history):
         from gpu_health.diagnosis.convergence import loss_arrays
         loss = loss_arrays(loss_history)
+    placed = None
+    if sched is not None:
+        placed, queues = _placement_arrays(sched, node_region)
+        arrays["queue_code"] = pd.Index(queues).get_indexer(arrays["queue"])  # -1: never placed in the range
     return RangePrep(job_lookback=pd.Timedelta(job_lookback), jobs=arrays, meta_first=meta_first,
-                     meta=meta if meta is not None else pd.DataFrame(columns=["job_id"]), windows=cut, loss=loss)
+                     meta=meta if meta is not None else pd.DataFrame(columns=["job_id"]), windows=cut, loss=loss,
+                     placed=placed)
+
+
+def _placement_arrays(sched: pd.DataFrame, node_region: dict | None) -> tuple[tuple, np.ndarray]:
+    """What queue_regions() counts, as arrays sorted by time -- each placement (a started or ended event with
+    nodes) as its ts (ns), queue code and the region code of its first node, with the number of queues and the
+    region names (RangePrep.placed) -- and the queue names. Placements whose queue or region is unknown are left
+    out, as queue_regions' group-by leaves them."""
+    placed = sched[sched["event"].isin(["started", "ended"]) & sched["node_ids"].notna()] if len(sched) else sched
+    if not len(placed):
+        none = np.zeros(0, dtype=np.int64)
+        return (none, none, none, 0, np.array([], dtype=object)), np.array([], dtype=object)
+    first = placed["node_ids"].astype(str).str.split(",", n=1).str[0].map(node_region or {})
+    q_code, queues = pd.factorize(placed["queue"].astype(object))
+    r_code, regions = pd.factorize(first.astype(object))
+    keep = (q_code >= 0) & (r_code >= 0)
+    ts = _ns(placed["ts"])[keep]
+    order = np.argsort(ts, kind="stable")
+    return ((ts[order], q_code[keep][order], r_code[keep][order], len(queues), np.asarray(regions, dtype=object)),
+            np.asarray(queues, dtype=object))
 
 
 @dataclass
@@ -1188,6 +1238,12 @@ def _jobs_now(ctx: PartitionContext) -> dict:
         return ctx.memo["jobs_now"]
     if ctx.prepared is not None:
         j = ctx.prepared.jobs_between(ctx.end - ctx.prepared.job_lookback, ctx.end)
+        # a queue's region as known then: from the placements a run of this partition alone reads (its look-back),
+        # never from placements later in the range (a queue first placed at 06:00 had no region at 04:10)
+        regions = (ctx.prepared.regions_as_of(ctx.start - ctx.prepared.job_lookback, ctx.end, j["queue_code"])
+                   if "queue_code" in j else None)
+        if regions is not None:
+            j["region"] = regions
     else:
         sub = ctx.jobs if ctx.jobs is not None else job_table(ctx.sched, ctx.inventory)
         j = _job_arrays(sub)

@@ -403,10 +403,12 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
     loss_hist = wh.read_window("job_runtime_metrics", start - CONVERGENCE_LOOKBACK, end,
                                columns=["ts", "job_id", "steps", "loss", "checkpoint_time_s", "last_checkpoint_step"])
     loss_hist = loss_hist.sort_values("ts", kind="stable").reset_index(drop=True)
-    jobs = job_table(sched, inventory_union(segments))  # node -> region only: where each queue's jobs run
+    union = inventory_union(segments)
+    jobs = job_table(sched, union)  # node -> region only: where each queue's jobs run
     placed = G.placements(sched)
     prep = prepare_range(jobs, meta, job_lookback=SCHED_LOOKBACK,
-                         windows={"runtime": runtime, "sched": sched, "changes": changes}, loss_history=loss_hist)
+                         windows={"runtime": runtime, "sched": sched, "changes": changes}, loss_history=loss_hist,
+                         sched=sched, node_region=dict(zip(union["node_id"], union["region"])))
 
     def by_partition(frame, col="ts"):
         return _by_partition(frame, col, start, end)
