@@ -37,6 +37,28 @@ def test_trend_model_beats_seasonal_naive_and_intervals_cover_80pct():
     assert F.choose_method(y.to_numpy(), 0) == "dow_trend"
 
 
+def test_intervals_widen_when_the_series_past_intervals_missed_and_hold_when_they_did_not():
+    """Adaptive conformal level: errors that triple half way (a level that starts jumping) push the miss level
+    well below 20 % (wider intervals); errors of one spread throughout keep it near 20 %."""
+    rng = np.random.default_rng(11)
+    calm = rng.normal(0, 1, (120, 14))
+    assert abs(F.adaptive_alpha(calm) - 0.2) < 0.06
+    shifted = np.vstack([rng.normal(0, 1, (60, 14)), rng.normal(0, 3, (60, 14))])
+    assert F.adaptive_alpha(shifted) < 0.1
+    lo_calm, hi_calm = F.interval_offsets(calm, 14)
+    lo_shift, hi_shift = F.interval_offsets(shifted, 14)
+    assert (hi_shift - lo_shift > 1.5 * (hi_calm - lo_calm)).all()
+
+
+def test_a_level_that_jumps_is_still_covered_about_80pct_on_rolling_origins():
+    """A weekly series whose level steps by a fifth every four weeks: the errors of its early, calm history
+    would give too narrow intervals; the adaptive level keeps the two-sided bar."""
+    y = _series(n=196, trend=0.0, noise=30.0, seed=5)
+    y = y + 200.0 * (np.arange(len(y)) // 28 % 2)
+    cover = F.backtest(y, F.AUTO, horizon=28, min_train=28, step=7).coverage
+    assert 0.72 <= cover <= 0.88, cover
+
+
 def test_seasonal_naive_exact_on_a_pure_weekly_pattern():
     y = _series(n=70, trend=0.0, noise=0.0)
     f = F.forecast(y, horizon=14, method="seasonal_naive")

@@ -45,6 +45,14 @@ FIT_DAYS = 56
 # the smallest / largest value or worse; below it the intervals widen to the largest error seen.
 MIN_ERRORS = 20
 INTERVAL = (0.10, 0.90)  # an 80 % central prediction interval, the issue's two-sided bar
+# The step of the adaptive conformal level (Gibbs & Candes 2021, "Adaptive conformal inference under distribution
+# shift"): replaying the series' own past forecasts in time order, the miss level alpha moves by
+# ACI_GAMMA x (target miss rate - the share of that origin's outcomes outside its interval). Whatever the series
+# does, the long-run miss rate is within (1 + gamma) / (gamma x T) of the target over T origins, so a demand
+# series whose level jumps (new teams, finished projects) widens its intervals instead of missing 40 % of
+# outcomes. 0.05: the paper's largest recommended step; our histories are tens of origins, not thousands, and
+# a smaller step would barely move from the start before the history ends.
+ACI_GAMMA = 0.05
 METHODS = ("seasonal_naive", "dow_level", "dow_trend")
 # the level-only model's window: 4 weekly cycles -- a level that has moved within a month is the trend model's case
 LEVEL_DAYS = 28
@@ -247,25 +255,57 @@ def past_errors(method: str, y: np.ndarray, h: int, dow0: int = 0, *, min_train:
 
 
 def interval_offsets(errors: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray]:
-    """p10 / p90 offsets for horizons 1..h from past errors: per horizon where at least :data:`MIN_ERRORS` errors
-    exist; beyond that the errors of all horizons seen, pooled in units of sqrt(horizon in weeks) (a forecast's
-    error grows like a random walk's, with the square root of the horizon), rescaled to the horizon asked."""
+    """Offsets of the 80 % interval for horizons 1..h from past errors: the alpha/2 and 1 - alpha/2 quantiles of
+    the horizon's own errors where at least :data:`MIN_ERRORS` exist; beyond that of the errors of all horizons,
+    pooled in units of sqrt(horizon in weeks) (a forecast's error grows like a random walk's, with the square
+    root of the horizon), rescaled to the horizon asked. alpha starts at 20 % and adapts to how the series'
+    own past intervals fared (:func:`adaptive_alpha`)."""
     lo, hi = np.full(h, np.nan), np.full(h, np.nan)
     if errors.size == 0:
         return lo, hi
     scale = np.sqrt(np.ceil(np.arange(1, errors.shape[1] + 1) / SEASON))
     z = errors / scale
     pooled = z[np.isfinite(z)]
+    alpha = adaptive_alpha(z)
+    q_lo, q_hi = alpha / 2, 1 - alpha / 2
     for k in range(h):
         e = errors[:, k][np.isfinite(errors[:, k])] if k < errors.shape[1] else np.empty(0)
         s = np.sqrt(np.ceil((k + 1) / SEASON))
         if len(e) >= MIN_ERRORS:
-            lo[k], hi[k] = np.quantile(e, INTERVAL[0]), np.quantile(e, INTERVAL[1])
+            lo[k], hi[k] = np.quantile(e, q_lo), np.quantile(e, q_hi)
         elif len(pooled) >= MIN_ERRORS:
-            lo[k], hi[k] = np.quantile(pooled, INTERVAL[0]) * s, np.quantile(pooled, INTERVAL[1]) * s
+            lo[k], hi[k] = np.quantile(pooled, q_lo) * s, np.quantile(pooled, q_hi) * s
         elif len(pooled):
             lo[k], hi[k] = min(pooled.min(), 0.0) * s, max(pooled.max(), 0.0) * s
     return lo, hi
+
+
+# alpha stays inside (0, 1): at 0 the interval would be the widest error ever seen (ACI's infinite interval),
+# which no quantile of a finite sample can express; 0.2 % of a few hundred errors is their extreme
+_ALPHA_RANGE = (0.002, 0.998)
+
+
+def adaptive_alpha(z: np.ndarray) -> float:
+    """The miss level of the next interval by adaptive conformal inference over ``z`` (origins x horizons, errors
+    in units of sqrt(horizon in weeks), origins in time order, NaN where unknown): at each origin, the interval
+    the pooled errors known by then give at the current level is checked against that origin's outcomes, and
+    the level moves by :data:`ACI_GAMMA` x (target - share missed). Errors of an origin count as known from the
+    day after their horizon. Only the series' own history enters; a stationary series stays near the target."""
+    target = INTERVAL[0] + (1 - INTERVAL[1])
+    alpha = target
+    finite = np.isfinite(z)
+    known_at = np.arange(z.shape[0])[:, None] + np.arange(1, z.shape[1] + 1)[None, :]  # origin + horizon
+    for t in range(z.shape[0]):
+        row = z[t][finite[t]]
+        if not row.size:
+            continue
+        cal = z[finite & (known_at <= t)]
+        if len(cal) < MIN_ERRORS:
+            continue
+        a = min(max(alpha, _ALPHA_RANGE[0]), _ALPHA_RANGE[1])
+        lo, hi = np.quantile(cal, [a / 2, 1 - a / 2])
+        alpha += ACI_GAMMA * (target - float(np.mean((row < lo) | (row > hi))))
+    return min(max(alpha, _ALPHA_RANGE[0]), _ALPHA_RANGE[1])
 
 
 AUTO = "auto"  # backtest the pipeline's rule: at each origin, the method choose_method picks on the data before it
@@ -331,8 +371,10 @@ def choose_method(y: np.ndarray, dow0: int = 0, *, horizon: int = 4 * SEASON) ->
 def forecast(y: pd.Series, *, horizon: int = HORIZON_DAYS, method: str | None = None) -> pd.DataFrame:
     """Forecast a daily series ``horizon`` days past its last day: date, horizon_days, method, p10, p50, p90.
 
-    p50 is the method's point forecast; p10 / p90 add the 10th / 90th percentiles of its past errors
-    (:func:`interval_offsets`, relative to the level then: :func:`past_errors`) times today's level. Demand is never negative: every quantile is clipped at 0.
+    p50 is the method's point forecast; p10 / p90 bound its 80 % interval: p50 plus the quantiles of its past
+    errors (:func:`interval_offsets`: the 10th / 90th on a series whose past intervals held, further out on one
+    whose did not; relative to the level then, :func:`past_errors`) times today's level. Demand is never
+    negative: every quantile is clipped at 0.
     """
     cols = ["date", "horizon_days", "method", "p10", "p50", "p90"]
     y = y.dropna()
