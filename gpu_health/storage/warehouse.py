@@ -172,7 +172,7 @@ class Warehouse:
             order: list = []
             written = self.telemetry.replace_window(name, frame, start, end, column=column, where=where, order_out=order)
             if self.cache is not None and not frame.empty:  # cached in the order the store returns the rows
-                frame = frame.iloc[order[0]][list(metadata.tables[name].c.keys())]
+                frame = _reordered(frame, order[0], list(metadata.tables[name].c.keys()))
             self._cache_put(name, frame.reset_index(drop=True), start, end, column or partition_column(name), where)
             return written
         table = self.table(name)
@@ -239,7 +239,7 @@ class Warehouse:
         for name, order in zip(columnar, orders):
             frame = frames[name]
             if self.cache is not None and not frame.empty:  # cached in the order the store returns the rows
-                frame = frame.iloc[order][list(metadata.tables[name].c.keys())].reset_index(drop=True)
+                frame = _reordered(frame, order, list(metadata.tables[name].c.keys()))
             self._cache_put(name, frame, start, end, partition_column(name), None)
         for name, frame in framed.items():
             self._cache_put(name, frame, start, end, columns[name], where.get(name))
@@ -374,6 +374,20 @@ class Warehouse:
         table = self.table(name)
         with self.engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
+
+
+def _reordered(frame: pd.DataFrame, rows: np.ndarray, columns: list[str]) -> pd.DataFrame:
+    """``frame.iloc[rows][columns]`` with a RangeIndex, in one copy (a day of gpu_telemetry copied twice cost
+    ~0.5 CPU s more on every write through the run cache)."""
+    if list(frame.columns) == columns:
+        out = frame.iloc[rows]
+    else:
+        where = frame.columns.get_indexer(columns)
+        if (where < 0).any():
+            raise KeyError(f"the frame lacks column(s) {[c for c, i in zip(columns, where) if i < 0]}")
+        out = frame.iloc[rows, where]
+    out.index = pd.RangeIndex(len(out))
+    return out
 
 
 def run_cache() -> FrameCache | None:
