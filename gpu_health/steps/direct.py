@@ -8,7 +8,8 @@ of a Dagster range run's time, and every process start.
 
 The order is the one ``gpu-health run`` gives Dagster: the calendar; each day's ``cost_capacity`` (the loss tree needs
 what Finance pays for); the 5-minute steps a day at a time (each day's range as one run, as a Dagster single-run
-backfill does); then each day's finance tables (a day's failures settle back into it up to a day later).
+backfill does); and each day's finance tables as soon as the 5-minute tables they read are final (a day's failures
+settle back into it up to a day later: once the range is done a day past it).
 """
 
 from __future__ import annotations
@@ -274,6 +275,18 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
                 run(step, day, day + DAY)
         summary["runs"] += 1
     chunks = list(day_chunks(start, end))
+    # a day's finance tables read the 5-minute tables up to ``settles`` after it (the longest ``after`` of
+    # their declared reads: a day's job failures settle a day later); once the range is done that far they
+    # are final, so a pipelined run computes them here while its stages work on the next days
+    settles = max((r.after for s in daily for r in s.reads), default=pd.Timedelta(0))
+    pending = list(days)
+
+    def finance(until):
+        while pending and (pending[0] + DAY + settles <= until):
+            day = pending.pop(0)
+            for step in daily:
+                run(step, day, day + DAY)
+            summary["runs"] += 1
 
     def on_chunk(i):
         c_start, c_end = chunks[i]
@@ -281,6 +294,7 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
         summary["partitions"] += int((c_end - c_start) / PARTITION)
         if progress is not None:
             progress(f"materialized {c_start:%Y-%m-%d %H:%M} .. {c_end:%Y-%m-%d %H:%M} ({time.time() - t_all:.0f}s)")
+        finance(c_end)
 
     if source_spec is not None and processes > 1 and len(chunks) > 1:
         _run_staged(wh, source_spec, chunks, processes, summary, seconds, on_chunk)
@@ -289,9 +303,6 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
             for step in steps_of(FIVE_MINUTE):
                 run(step, c_start, c_end)
             on_chunk(i)
-    for day in days:
-        for step in daily:
-            run(step, day, day + DAY)
-        summary["runs"] += 1
+    finance(pd.Timestamp.max.tz_localize("UTC"))  # the days whose settling time the range does not reach
     summary["step_seconds"] = {k: round(v, 1) for k, v in sorted(seconds.items(), key=lambda kv: -kv[1])}
     return summary
