@@ -130,7 +130,7 @@ SOURCE_FLAGS = {
 def run(start: str, end: str, *, scenario: str | None = None, landing: str | None = None, source: str | None = None,
         prometheus_url: str | None = None, warehouse: str | None = None, partition_start: str | None = None,
         quiet: bool = False, telemetry_dir: str | None = None, direct: bool = False, workers: int = 1,
-        **source_options: str | None) -> dict:
+        targets: list[str] | None = None, **source_options: str | None) -> dict:
     import dagster as dg
 
     from gpu_health.definitions import build_definitions, default_resources
@@ -153,6 +153,8 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
         raise SystemExit("error: --source prometheus needs --prometheus-url (or GPU_HEALTH_PROMETHEUS_URL)")
     url, tdir = _warehouse_location(warehouse, telemetry_dir)
     src = TelemetrySourceResource(kind=kind, scenario=scenario or "", landing_dir=landing or env.landing_dir, **fields)
+    if targets and not direct:
+        raise SystemExit("error: --only needs --direct (the Dagster path materializes every asset of its jobs)")
     if direct:  # the bulk path: the same steps, no Dagster runs (gpu_health.steps.direct)
         from gpu_health.steps.direct import run_range
         from gpu_health.storage.warehouse import Warehouse, run_cache
@@ -161,7 +163,8 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
         summary = {"warehouse": url, "source": kind, "path": "direct"}
         summary.update(run_range(Warehouse(url, tdir or None, cache=run_cache()), src.get(), start_ts, end_ts,
                                  progress=None if quiet else (lambda line: print(line, file=sys.stderr)),
-                                 source_spec=SourceSpec(src) if workers > 1 else None, processes=workers))
+                                 source_spec=SourceSpec(src) if workers > 1 else None, processes=workers,
+                                 targets=targets))
         for entry in summary.get("quarantined_files", []):
             print(f"warning: {entry['source']}: {entry['reason']}", file=sys.stderr)
         for table, cols in summary.get("dropped_columns", {}).items():
@@ -337,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="with --direct: pipeline the range over this many processes, a stage each (2: one reads "
                             "and stores each day's sources while the other computes the day before; 3: the diagnosis "
                             "steps of a day run beside the loss tree and KPIs of the next); same tables")
+    p_run.add_argument("--only", help="with --direct: compute only the steps these tables need (comma-separated, "
+                                      "e.g. alerts: the loss tree and the sources, not the KPIs, drill-down or finance)")
     p_eval = sub.add_parser("evaluate", help="score detection, attribution and false pages on a scenario suite")
     p_eval.add_argument("--scenarios", required=True, help="directory of scenario YAML files")
     p_eval.add_argument("--out", required=True, help="JSON report path")
@@ -424,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
             out = run(args.start, args.end, scenario=args.scenario, landing=args.landing, source=args.source,
                       warehouse=args.warehouse, partition_start=args.partition_start, quiet=args.quiet,
                       telemetry_dir=args.telemetry_dir, direct=args.direct, workers=args.workers,
+                      targets=[t.strip() for t in args.only.split(",") if t.strip()] if args.only else None,
                       **{name: getattr(args, name) for name in SOURCE_FLAGS})
     except (RuntimeError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -87,6 +87,37 @@ def test_the_bulk_path_writes_what_dagster_writes(zones, tmp_path):
         pd.testing.assert_frame_equal(dagster[name], staged[name], check_dtype=False, obj=f"{name} (staged)")
 
 
+def test_a_run_for_some_tables_computes_only_what_they_need_and_writes_them_alike(zones, tmp_path):
+    """``targets`` (``gpu-health run --direct --only``, what ``gpu-health evaluate`` runs): the steps feeding the
+    alerts and the capacity headroom, in one process or pipelined, write those tables (and every one upstream)
+    exactly as a full run does, and skip the rest (the KPIs, the drill-down, finance)."""
+    from gpu_health.evaluation.harness import SCORED
+    from gpu_health.steps.graph import feeding
+    from gpu_health.steps.registry import STEPS
+
+    landing = tmp_path / "landing"
+    shutil.copytree(zones[0], landing)
+    urls = {k: f"sqlite:///{tmp_path / k}.db" for k in ("full", "only", "only_staged")}
+    run(START, END, landing=str(landing), warehouse=urls["full"], quiet=True, direct=True)
+    run(START, END, landing=str(landing), warehouse=urls["only"], quiet=True, direct=True, targets=list(SCORED))
+    run(START, END, landing=str(landing), warehouse=urls["only_staged"], quiet=True, direct=True, workers=3,
+        targets=list(SCORED))
+    full, only, staged = (_tables(urls[k]) for k in ("full", "only", "only_staged"))
+    written = {t for s in feeding(SCORED, STEPS) for t in (*s.writes, *s.side_writes)}
+    assert {"alerts", "capacity_headroom", "goodput_leaves", "gpu_telemetry"} <= written
+    assert not {"kpi_values", "goodput_decomposition", "wasted_spend"} & written
+    assert (full["alerts"]["severity"] == "page").any()
+    for name in written:
+        pd.testing.assert_frame_equal(full[name], only[name], check_dtype=False, obj=name)
+        pd.testing.assert_frame_equal(full[name], staged[name], check_dtype=False, obj=f"{name} (staged)")
+    for name in ("kpi_values", "goodput_decomposition", "wasted_spend"):
+        assert len(full[name]) and not len(only[name]) and not len(staged[name]), name
+    with pytest.raises(ValueError, match="no step writes"):
+        feeding(["alert"], STEPS)
+    with pytest.raises(SystemExit, match="--only needs --direct"):
+        run(START, END, landing=str(landing), warehouse=urls["only"], quiet=True, targets=["alerts"])
+
+
 def test_the_pipeline_stages_never_wait_on_a_later_stage():
     """Every cut the bulk path runs is safe by the declared reads, and a cut that is not is refused."""
     from gpu_health.steps.direct import check_stages, stages

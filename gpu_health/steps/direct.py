@@ -93,10 +93,10 @@ def _inputs(step, source, window_end, range_end) -> dict:
 DIAGNOSIS_CUT = "alerts"
 
 
-def stages(processes: int) -> list[list]:
-    """The 5-minute steps cut into ``processes`` stages (1: one; 2: sources | derived; 3 or more: sources |
-    derived before the diagnosis | diagnosis), checked by :func:`check_stages`."""
-    five = steps_of(FIVE_MINUTE)
+def stages(processes: int, only: frozenset[str] | None = None) -> list[list]:
+    """The 5-minute steps (those named in ``only``, when given) cut into ``processes`` stages (1: one; 2: sources |
+    derived; 3 or more: sources | derived before the diagnosis | diagnosis), checked by :func:`check_stages`."""
+    five = [s for s in steps_of(FIVE_MINUTE) if only is None or s.name in only]
     sources = [s for s in five if _is_source(s)]
     derived = [s for s in five if not _is_source(s)]
     if processes <= 1:
@@ -104,7 +104,7 @@ def stages(processes: int) -> list[list]:
     elif processes == 2:
         cut = [sources, derived]
     else:
-        i = next(k for k, s in enumerate(derived) if s.name == DIAGNOSIS_CUT)
+        i = next((k for k, s in enumerate(derived) if s.name == DIAGNOSIS_CUT), len(derived))
         cut = [sources, derived[:i], derived[i:]]
     check_stages(cut)
     return cut
@@ -139,7 +139,7 @@ def _forwarded(cut: list[list], k: int) -> list[str]:
     return sorted(written & read)
 
 
-def _stage_days(k: int, url: str, telemetry_dir: str, cut_processes: int, chunks, source_spec,
+def _stage_days(k: int, url: str, telemetry_dir: str, cut_processes: int, only, chunks, source_spec,
                 inbox, outbox, reports) -> None:
     """Stage ``k`` of :func:`stages` over ``chunks``, in a process of its own: for each chunk, wait for the stage
     before to hand it over (``inbox``: (chunk index, cached frames)), run the stage's steps, hand the chunk to the
@@ -150,7 +150,7 @@ def _stage_days(k: int, url: str, telemetry_dir: str, cut_processes: int, chunks
     from gpu_health.storage.warehouse import FrameCache, Warehouse
 
     try:
-        cut = stages(cut_processes)
+        cut = stages(cut_processes, only)
         steps, forward = cut[k], _forwarded(cut, k)
         wh = Warehouse(url, telemetry_dir, cache=FrameCache())
         source = source_spec.get() if any(_is_source(s) for s in steps) else None
@@ -200,12 +200,13 @@ def _merge(summary: dict, fragment: dict) -> None:
         summary.setdefault("dropped_columns", {}).setdefault(table, {}).update(cols)
 
 
-def _run_staged(wh, source_spec, chunks, processes: int, summary: dict, seconds: dict, on_chunk) -> None:
-    """The 5-minute steps of ``chunks`` pipelined over :func:`stages` ``(processes)``, each stage a spawned
-    process; ``on_chunk(i)`` when the last stage finished chunk ``i``."""
+def _run_staged(wh, source_spec, chunks, processes: int, summary: dict, seconds: dict, on_chunk,
+                only: frozenset[str] | None = None) -> None:
+    """The 5-minute steps of ``chunks`` (those in ``only``, when given) pipelined over :func:`stages`
+    ``(processes)``, each stage a spawned process; ``on_chunk(i)`` when the last stage finished chunk ``i``."""
     import multiprocessing
 
-    cut = stages(processes)
+    cut = stages(processes, only)
     ctx = multiprocessing.get_context("spawn")
     reports = ctx.Queue()
     # one day waiting per hand-over at most: a stage that outruns the next (the sources do) blocks instead of
@@ -216,7 +217,7 @@ def _run_staged(wh, source_spec, chunks, processes: int, summary: dict, seconds:
         inbox = handovers[k - 1] if k > 0 else None
         outbox = handovers[k] if k < len(cut) - 1 else None
         workers.append(ctx.Process(target=_stage_days, daemon=True,
-                                   args=(k, wh.url, str(wh.telemetry.root), processes, chunks, source_spec,
+                                   args=(k, wh.url, str(wh.telemetry.root), processes, only, chunks, source_spec,
                                          inbox, outbox, reports)))
     for worker in workers:
         worker.start()
@@ -242,7 +243,7 @@ def _run_staged(wh, source_spec, chunks, processes: int, summary: dict, seconds:
 
 
 def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None = None,
-              source_spec=None, processes: int = 2) -> dict:
+              source_spec=None, processes: int = 2, targets=None) -> dict:
     """Every step over ``[start, end)`` (5-minute aligned) into ``wh`` from ``source``; returns the summary
     ``gpu-health run`` prints (partitions, seconds per step, failed checks, files quarantined).
 
@@ -252,7 +253,10 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
     steps (alerts, baselines, decomposition) of a day run beside the loss tree and KPIs of the next. A stage starts
     a day only once the stages before it finished it, and :func:`check_stages` proves from the declared reads that
     no stage reads what a later one writes, so the tables written are the same as in one process
-    (``test_direct_path.py``). On two cores, 3 stages keep both busy: the sources are the smallest."""
+    (``test_direct_path.py``). On two cores, 3 stages keep both busy: the sources are the smallest.
+
+    ``targets``: only the steps these tables need (:func:`~gpu_health.steps.graph.feeding`), e.g. ``gpu-health
+    evaluate``'s alerts and capacity headroom; the tables they write are the full run's."""
     start, end = pd.Timestamp(start), pd.Timestamp(end)
     summary: dict = {"runs": 0, "partitions": 0}
     seconds: dict[str, float] = {}
@@ -265,10 +269,20 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
         _findings(step, result, summary, s0, s1)
 
     days = pd.date_range(start.normalize(), end, freq="D", inclusive="left")
-    for step in steps_of(CALENDAR):
+    only = None
+    if targets is not None:
+        from gpu_health.steps.graph import feeding
+        from gpu_health.steps.registry import STEPS
+
+        only = frozenset(s.name for s in feeding(list(targets), STEPS))
+
+    def wanted(steps):
+        return [s for s in steps if only is None or s.name in only]
+
+    for step in wanted(steps_of(CALENDAR)):
         run(step, None, None)
     summary["runs"] += 1
-    daily = steps_of(DAILY)
+    daily = wanted(steps_of(DAILY))
     for day in days:
         for step in daily:
             if step.name == "cost_capacity":
@@ -297,10 +311,10 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
         finance(c_end)
 
     if source_spec is not None and processes > 1 and len(chunks) > 1:
-        _run_staged(wh, source_spec, chunks, processes, summary, seconds, on_chunk)
+        _run_staged(wh, source_spec, chunks, processes, summary, seconds, on_chunk, only)
     else:
         for i, (c_start, c_end) in enumerate(chunks):
-            for step in steps_of(FIVE_MINUTE):
+            for step in wanted(steps_of(FIVE_MINUTE)):
                 run(step, c_start, c_end)
             on_chunk(i)
     finance(pd.Timestamp.max.tz_localize("UTC"))  # the days whose settling time the range does not reach

@@ -101,6 +101,25 @@ def upstream_steps(step: Step, steps) -> list[Step]:
     return out
 
 
+def feeding(tables, steps) -> list[Step]:
+    """The steps that write ``tables`` and every step those depend on, transitively, in ``steps``' order: what a
+    run that only needs ``tables`` must compute (``gpu-health evaluate`` needs the alerts and the headroom, not
+    the KPIs or the drill-down). An unknown table raises."""
+    steps = list(steps)
+    by_table = writers(steps)
+    unknown = [t for t in tables if t not in by_table]
+    if unknown:
+        raise ValueError(f"no step writes {unknown}")
+    need: set[str] = set()
+    todo = [by_table[t] for t in tables]
+    while todo:
+        step = todo.pop()
+        if step.name not in need:
+            need.add(step.name)
+            todo += upstream_steps(step, steps)
+    return [s for s in steps if s.name in need]
+
+
 def order(steps) -> list[Step]:
     """The steps in dependency order (stable: declaration order among independent steps); a cycle raises."""
     steps = list(steps)
