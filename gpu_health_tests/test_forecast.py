@@ -59,6 +59,22 @@ def test_a_level_that_jumps_is_still_covered_about_80pct_on_rolling_origins():
     assert 0.72 <= cover <= 0.88, cover
 
 
+def test_growth_that_bends_is_forecast_best_by_the_mean_of_last_week_and_the_trend():
+    """Demand rising then levelling off: the trend over-reaches, the last week lags; their mean beats both on
+    rolling origins, and the rolling-origin choice picks it."""
+    n = 140
+    t = np.arange(n)
+    y = (1000 + 8 * t - 0.04 * t ** 2 + 1000 * (np.tile(WEEK, n // 7 + 1)[:n] - 1)
+         + np.random.default_rng(3).normal(0, 40, n))
+    y = pd.Series(y, index=pd.date_range("2026-01-05", periods=n, freq="D"))
+    mase = {m: F.backtest(y, m, horizon=28, step=7, intervals=False).mase for m in F.METHODS}
+    assert mase["snaive_trend_mean"] < 0.8 * min(v for m, v in mase.items() if m != "snaive_trend_mean")
+    assert F.choose_method(y.to_numpy(), 0) == "snaive_trend_mean"
+    arr = y.to_numpy()[:100]
+    np.testing.assert_allclose(F.point_forecast("snaive_trend_mean", arr, 14),
+                               (F.seasonal_naive(arr, 14) + F.dow_trend(arr, 14)) / 2)
+
+
 def test_seasonal_naive_exact_on_a_pure_weekly_pattern():
     y = _series(n=70, trend=0.0, noise=0.0)
     f = F.forecast(y, horizon=14, method="seasonal_naive")

@@ -296,7 +296,8 @@ class CapacityForecast(ContractModel):
     workload_class: Series[Str] = pa.Field(description="Workload class, or * for the region x SKU total.")
     horizon_days: Series[int] = pa.Field(ge=1, le=84, description="Days ahead (1 = the next day).")
     target_date: Series[pandas_engine.Date] = pa.Field(description="Day forecast.")
-    method: Series[Str] = pa.Field(isin=["seasonal_naive", "dow_level", "dow_trend"], description="Method chosen by backtest.")
+    method: Series[Str] = pa.Field(isin=["seasonal_naive", "dow_level", "dow_trend", "snaive_trend_mean"],
+                                   description="Method chosen by backtest.")
     history_days: Series[int] = pa.Field(ge=1, description="Days of history the forecast rests on.")
     p10_gpu_hours: Series[float] = pa.Field(ge=0, nullable=True, description="10th percentile of demand; null = no past errors to take it from (under two weeks of history).")
     p50_gpu_hours: Series[float] = pa.Field(ge=0, description="Median (point forecast).")
