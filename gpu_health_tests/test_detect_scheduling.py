@@ -300,17 +300,42 @@ def test_before_a_week_of_history_a_page_needs_twice_the_bar():
 
 def test_the_queue_of_a_maintenance_window_is_a_ticket_while_it_lasts():
     """Planned capacity makes jobs wait: maintenance never pages, and neither does the queue it causes while it
-    lasts; once the window is over a pile-up is judged like any other (a fault right after a window pages)."""
-    ctx = context(B2_IDLE, WAITING)
+    lasts, nor its backlog afterwards (the jobs submitted before it ended, for as long again as it lasted); jobs
+    submitted after it that pile up are judged like any other (a fault right after a window pages)."""
+    ctx = context(B2_IDLE, WAITING)  # the waiting jobs were submitted 20 minutes before the partition
     ctx.maintenance = pd.DataFrame({"window_id": ["mw-1"], "start": [START - pd.Timedelta(hours=2)],
                                     "end": [START + pd.Timedelta(minutes=30)], "region": ["r1"], "node_ids": ["i1"],
                                     "reason": ["firmware"]})
     (f,) = detect_scheduling(ctx)
     assert f.severity == "ticket" and "mw-1" in f.evidence
-    ctx.maintenance = ctx.maintenance.assign(end=START)  # the window ended as the partition began
+    ctx.maintenance = ctx.maintenance.assign(end=START)  # it ended as the partition began: its backlog is planned
+    assert detect_scheduling(ctx) == []
+    ctx.maintenance = ctx.maintenance.assign(end=START - pd.Timedelta(minutes=25))  # the jobs came after it
     assert [f.severity for f in detect_scheduling(ctx)] == ["page"]
-    ctx.maintenance = ctx.maintenance.assign(region="r2", end=START + pd.Timedelta(minutes=30))  # another region's
+    # a 15-minute window that ended 10 minutes ago: its backlog is still planned ...
+    ctx.maintenance = ctx.maintenance.assign(start=START - pd.Timedelta(minutes=25), end=START - pd.Timedelta(minutes=10))
+    assert detect_scheduling(ctx) == []
+    # ... a 10-minute one that ended 10 minutes ago is as long past as it lasted: its backlog is judged again
+    ctx.maintenance = ctx.maintenance.assign(start=START - pd.Timedelta(minutes=20))
     assert [f.severity for f in detect_scheduling(ctx)] == ["page"]
+    ctx.maintenance = ctx.maintenance.assign(region="r2", start=START - pd.Timedelta(hours=2),
+                                             end=START + pd.Timedelta(minutes=30))  # another region's
+    assert [f.severity for f in detect_scheduling(ctx)] == ["page"]
+
+
+def test_the_idle_gpus_of_nodes_back_from_a_window_are_not_held_back_capacity_for_as_long_again():
+    """A window's nodes come back to the pool one by one; while its backlog lasts their idle GPUs do not count.
+    The jobs here came after the window: only the nodes' idle GPUs are judged."""
+    ctx = context(B2_IDLE, WAITING)
+    assert blocked(ctx) > 0  # b2 idle beside the waiting batch jobs
+    ctx.maintenance = pd.DataFrame({"window_id": ["mw-1"], "start": [START - pd.Timedelta(minutes=70)],
+                                    "end": [START - pd.Timedelta(minutes=30)], "region": ["r1"], "node_ids": ["b2"],
+                                    "reason": ["firmware"]})
+    assert blocked(ctx) == 0  # b2 came back 30 minutes ago from a 40-minute window: still returning
+    ctx.maintenance = ctx.maintenance.assign(start=START - pd.Timedelta(minutes=55))  # a 25-minute one: back
+    assert blocked(ctx) > 0
+    ctx.maintenance = ctx.maintenance.assign(node_ids="i1", start=START - pd.Timedelta(minutes=70))  # another node
+    assert blocked(ctx) > 0
 
 
 def test_idle_cells_are_counted_as_np_unique_along_an_axis_counts_them():

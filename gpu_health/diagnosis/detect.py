@@ -1106,7 +1106,8 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
 
     g = ctx.gpu
     no_job = _gpu_codes(ctx, "job_id")[0] < 0
-    idle = np.flatnonzero(no_job & ~g["xid"].isin(XID_GPU_FAULT).to_numpy(dtype=bool) & ~_gpu_maint(ctx))
+    idle = np.flatnonzero(no_job & ~g["xid"].isin(XID_GPU_FAULT).to_numpy(dtype=bool) & ~_gpu_maint(ctx)
+                          & ~_gpu_returning(ctx))
     node_code, node_uni = _gpu_codes(ctx, "node_id")
     region_code, region_uni = _gpu_codes(ctx, "region")
     ts = _ns(g["ts"])[idle]
@@ -1133,6 +1134,7 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
     f_size = size_of[f_node] if len(f_node) else np.zeros(0)
     region_pos = {r: i for i, r in enumerate(region_uni)}
 
+    backlog = _window_backlog(ctx)
     rows = []
     for region in paid.index:
         in_r = f_region == region_pos.get(region, -2)
@@ -1144,6 +1146,9 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
         # positions of the region's jobs that may wait, ascending (a queue's jobs are then compared among
         # these few, not over the whole look-back's job table)
         waiting = np.flatnonzero((jobs["region"] == region) & jobs["may_wait"])
+        held_until = max(backlog.get(region, _NAT), backlog.get("*", _NAT))
+        if held_until != _NAT:  # a recent window's backlog is planned: only jobs submitted after it count
+            waiting = waiting[jobs["sub"][waiting] >= held_until]
         w_queue = jobs["queue"][waiting]
         for queue in sorted(set(w_queue)):
             q = waiting[w_queue == queue]
@@ -1331,11 +1336,49 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
     return out
 
 
+def _recent_windows(ctx: PartitionContext) -> pd.DataFrame:
+    """The maintenance windows that ended before this partition and no longer ago than they lasted: the
+    windows whose backlog the pool is still working through (see :func:`_window_backlog`)."""
+    w = ctx.maintenance
+    if w is None or w.empty:
+        return w.iloc[0:0] if w is not None else pd.DataFrame(columns=["start", "end", "region", "node_ids"])
+    start, end = pd.DatetimeIndex(w["start"]), pd.DatetimeIndex(w["end"])
+    return w[np.asarray((end <= ctx.start) & (ctx.start < end + (end - start)))]
+
+
+def _window_backlog(ctx: PartitionContext) -> dict:
+    """region (or '*') -> the end (int64 ns) of the latest window of :func:`_recent_windows` there.
+
+    A window drains capacity on purpose. The jobs submitted before it ended queued for what it took away, and
+    its nodes come back to the pool one by one (validated, resumed, refilled); until the pool has worked through
+    that, idle GPUs beside those jobs are the window's planned aftermath, not a scheduler holding work back.
+    For as long again as the window lasted (in a retrain wave the backlog takes about that long: measured, the
+    messy profile's Thursday window of 3 h left its 6 nodes half empty 40 minutes later), jobs submitted before
+    its end do not count as held back (:func:`_aged_rows`), nor do the idle GPUs of its nodes
+    (:func:`_gpu_returning`). A scheduling fault right after a window still pages: the jobs submitted after it pile
+    up beside the region's other idle GPUs like anywhere else."""
+    out: dict = {}
+    w = _recent_windows(ctx)
+    for region, e in zip(np.asarray(w["region"], dtype=object), pd.DatetimeIndex(w["end"])):
+        out[region] = max(out.get(region, _NAT), pd.Timestamp(e).value)
+    return out
+
+
+def _gpu_returning(ctx: PartitionContext) -> np.ndarray:
+    """Per GPU row: its node was drained by a window of :func:`_recent_windows` (capacity still coming back)."""
+    g = ctx.gpu
+    w = _recent_windows(ctx)
+    if not len(g) or w.empty or "node_ids" not in w.columns:
+        return np.zeros(len(g), dtype=bool)
+    nodes = {n for ids in w["node_ids"].dropna() for n in str(ids).split(",") if n}
+    return g["node_id"].astype(object).isin(nodes).to_numpy(dtype=bool)
+
+
 def _maintenance_in_region(ctx: PartitionContext, region: str) -> str | None:
     """The planned window draining part of the region in this partition: planned capacity makes jobs wait, and
-    maintenance never pages -- neither does the queue it causes while it lasts. Not after it: a scheduling fault
-    right after a window (the suite's Friday incidents start three minutes after one) must still page, so the
-    backlog a window leaves is judged like any other pile-up once the window is over."""
+    maintenance never pages -- neither does the queue it causes while it lasts. After it, its backlog and its
+    returning nodes are left out of the judgement (:func:`_window_backlog`), not the region: a scheduling fault
+    right after a window (the suite's Friday incidents start three minutes after one) must still page."""
     w = ctx.maintenance
     if w is None or w.empty:
         return None
