@@ -170,3 +170,21 @@ def test_each_scenario_is_kept_as_it_finishes_and_resume_runs_only_the_rest(tmp_
     _failing_run.calls.clear()
     evaluate(str(suite), str(out), run=_failing_run)
     assert len(_failing_run.calls) == 2
+
+
+@pytest.mark.parametrize("cluster, profile", [(None, "default"), ("messy", "messy"),
+                                              ({"gpus": 120, "serving": True}, "default"),
+                                              ({"profile": "messy", "serving": True}, "messy")])
+def test_a_scenarios_profile_is_the_one_the_simulator_runs(tmp_path, cluster, profile):
+    from gpu_health.evaluation.harness import scenario_profile
+    from gpu_health.sim.cluster import PROFILES
+    from gpu_health.sim.scenario import load_scenario
+
+    raw = {"seed": 1, "start": "2026-11-03T10:00:00Z", "end": "2026-11-03T11:00:00Z"}
+    if cluster is not None:
+        raw["cluster"] = cluster
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert scenario_profile(path) == profile
+    # the simulator's cluster: the profile's regions (the messy profile has other ones)
+    assert load_scenario(str(path)).cluster.spec.regions == PROFILES[profile].regions

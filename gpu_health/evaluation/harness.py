@@ -65,8 +65,9 @@ def evaluate_scenario(path: str, run: Runner, workdir: str | None = None) -> dic
 
 
 def scenario_profile(path) -> str:
-    """The cluster profile a scenario runs on: its ``cluster:`` preset name (``default`` when absent), the
-    ``profile`` key of a mapping, or ``custom``."""
+    """The cluster profile a scenario runs on: its ``cluster:`` profile name, or a mapping's ``profile`` key;
+    ``default`` when absent, as the simulator reads it (a mapping's other keys -- size, layers -- change the
+    cluster, not the profile whose behaviours it has)."""
     import yaml
 
     raw = yaml.safe_load(Path(path).read_text()) or {}
@@ -74,7 +75,7 @@ def scenario_profile(path) -> str:
     if isinstance(cluster, str):
         return cluster
     if isinstance(cluster, dict):
-        return str(cluster.get("profile") or cluster.get("preset") or "custom")
+        return str(cluster.get("profile") or "default")
     return "default"
 
 
@@ -93,8 +94,9 @@ def evaluate(scenarios: str, out: str | None = None, *, run: Runner, workers: in
     done: dict[str, dict] = {}
     if parts is not None:
         parts.mkdir(parents=True, exist_ok=True)
-        if resume:
-            done = {p: r for p in paths if (r := _finished(parts / f"{Path(p).stem}.json")) is not None}
+        if resume:  # (the profile label is the scenario's, read again: it is not a result)
+            done = {p: {**r, "profile": scenario_profile(p)} for p in paths
+                    if (r := _finished(parts / f"{Path(p).stem}.json")) is not None}
     todo = [p for p in paths if p not in done]
 
     def keep(path: str, result: dict) -> None:

@@ -24,8 +24,8 @@ Definitions (issue #5):
 * low-severity incidents: the share that got a ticket (or a page) in the same window;
 * **page precision** = pages matched to an incident / all pages (ByteDance's Minder publishes 0.904);
   false pages are also counted **per detector** (``false_pages_by_detector``), and the overall report
-  splits every figure **per cluster profile** (``by_profile``: the scenario's ``cluster:`` preset name,
-  ``custom`` for a mapping without one), so a detector's precision budget can be read per profile.
+  splits every figure **per cluster profile** (``by_profile``: the scenario's ``cluster:`` profile name,
+  ``default`` when it names none), so a detector's precision budget can be read per profile.
 """
 
 import json
