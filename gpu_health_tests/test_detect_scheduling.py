@@ -11,6 +11,7 @@ from gpu_health.diagnosis.detect import (
     AGED_WAIT,
     SCHED_COLD_START_FACTOR,
     SCHED_PAGE_SHARE,
+    SCHED_PAGE_SHARE_AFTER_CHANGE,
     SCHED_TICKET_SHARE,
     PartitionContext,
     aged_blocked,
@@ -171,9 +172,14 @@ def test_an_open_alert_stays_open_as_a_ticket_while_the_pile_up_thins():
 
 
 def test_after_a_scheduler_change_the_page_bar_is_lower():
+    """Lower, and still twice as high before a week of history (the contexts here have none): a change makes a
+    fault likelier, it does not make an unseen weekly wave known."""
     changes = pd.DataFrame([("c1", START - pd.Timedelta(minutes=30), "scheduler_config", "r1")],
                            columns=["event_id", "ts", "kind", "scope"])
-    between = filler_for((SCHED_TICKET_SHARE + SCHED_PAGE_SHARE) / 2, 40)
+    between = filler_for(SCHED_COLD_START_FACTOR * (SCHED_PAGE_SHARE_AFTER_CHANGE + SCHED_PAGE_SHARE) / 2, 40)
+    below = filler_for(SCHED_COLD_START_FACTOR * SCHED_PAGE_SHARE_AFTER_CHANGE * 0.9, 40)
+    assert [f.severity for f in detect_scheduling(context(B2_IDLE, WAITING, changes=changes, filler=below))] == [
+        "ticket"]
     assert [f.severity for f in detect_scheduling(context(B2_IDLE, WAITING, filler=between))] == ["ticket"]
     found = detect_scheduling(context(B2_IDLE, WAITING, changes=changes, filler=between))
     assert [(f.severity, f.change_event) for f in found] == [("page", "c1")]

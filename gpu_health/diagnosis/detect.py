@@ -99,7 +99,7 @@ _LOOSEST_TICKET = min(SCHED_TICKET_SHARE, SCHED_PAGE_SHARE, SCHED_PAGE_SHARE_AFT
 # usual share at this hour (same hour of the week, or of the previous days at cold start)
 SCHED_SEASONAL_MARGIN = 0.01
 WEEKLY = "same hour last week"  # the seasonal baseline once a week of history exists
-# cold start (under a week of history, no scheduler change in flight): the page bar is this many times the
+# cold start (under a week of history): the page bar (the lower one after a scheduler change too) is this many times the
 # impact floor -- the seasonality a week of history would show (a weekday retrain wave leaves 1-3 % of a
 # region's GPUs blocked beside queued work on the profiles measured) must not page before it can be known
 SCHED_COLD_START_FACTOR = 2.0
@@ -1312,9 +1312,10 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         base, base_from = _history_baseline(ctx.region_history, r.region, ctx.start)
         idle_blocked = blocked_leaf.get(r.region, 0.0) / r.paid_gpu_minutes if r.paid_gpu_minutes else 0.0
         unseasonal = idle_blocked >= base + SCHED_SEASONAL_MARGIN
-        if base_from != WEEKLY and not len(cfg):
+        if base_from != WEEKLY:
             # before a week of history the weekly pattern (retrain waves, cron) is not known yet: a page needs
-            # twice the impact floor
+            # twice the impact floor -- after a scheduler change too (twice its lower bar): a change makes a
+            # fault likelier, it does not make an unseen weekly wave known (nor does a revert of that change)
             page_bar = SCHED_COLD_START_FACTOR * page_bar
         planned = _maintenance_in_region(ctx, r.region)
         severity = "page" if piled_up and share >= page_bar and unseasonal and not planned else "ticket"
