@@ -88,6 +88,26 @@ def test_thermal_detector_judges_the_gpus_that_report_temperature():
     assert f.nodes == ["n1"] and "88 C" in f.evidence
 
 
+def test_without_clock_event_reasons_a_hot_gpu_whose_clock_stepped_down_is_throttled():
+    """A collector that does not export the clock-event reasons (null): temperature at the slowdown point and
+    the SM clock well under the same SKU's other busy GPUs are the two witnesses; a hot GPU at its peers' clock,
+    or a clock drop below the slowdown temperature, is not thermal throttling."""
+    gpu = gpu_rows(temp_c=70.0, throttle_reasons=None)
+    n1 = gpu["node_id"] == "n1"
+    gpu.loc[n1, "temp_c"] = 89.0
+    assert detect_thermal(context(gpu=gpu)) == []  # hot, but at its peers' clock
+    gpu.loc[n1, "sm_clock_mhz"] = 950.0  # stepped down by a fifth
+    (f,) = detect_thermal(context(gpu=gpu))
+    assert (f.severity, f.nodes) == ("page", ["n1"]) and "without clock-event reasons" in f.evidence
+    cool = gpu.copy()
+    cool.loc[n1, "temp_c"] = 75.0  # slow but not hot: not thermal
+    assert detect_thermal(context(gpu=cool)) == []
+    reported = gpu.copy()
+    reported["throttle_reasons"] = 0  # reasons exported and clear: the bits decide, not the clock
+    reported = reported.astype({"throttle_reasons": gpu["throttle_reasons"].dtype})
+    assert detect_thermal(context(gpu=reported)) == []
+
+
 # --- network: packet loss judges the links when retransmits and latency are not exposed ------------
 
 def test_network_detector_pages_on_packet_loss_without_retransmits_or_latency():

@@ -72,6 +72,11 @@ THERMAL_TEMP_C = 83.0
 # a throttled GPU for a whole partition (or several for part of it): one minute's bit is a transient DCGM
 # reports on any busy GPU
 MIN_THERMAL_GPU_MINUTES = 5
+# where a collector does not export the clock-event reasons (the field is null), a GPU at its slowdown temperature
+# whose SM clock is this far below the median of the same SKU's other busy GPUs in the partition shows the
+# slowdown itself: thermal slowdown steps the clock down by tens of percent, while load-dependent boost differs
+# by a few percent between busy GPUs of one SKU
+THERMAL_CLOCK_RATIO = 0.9
 # one missing minute is one lost scrape; two in a partition is a gap worth a look
 MIN_MISSING_MINUTES = 2
 # a component's excess over the workload's own healthy baseline on 10 % of a node's allocated (multi-node, for
@@ -678,8 +683,12 @@ def detect_thermal(ctx: PartitionContext) -> list[Finding]:
     out = []
     if not (g["temp_c"].to_numpy(dtype=float, na_value=np.nan) >= THERMAL_TEMP_C).any():
         return out  # no GPU at its slowdown temperature
-    hot = g[((g["throttle_reasons"].fillna(0).astype("int64") & THERMAL_BITS) > 0) & (g["temp_c"] >= THERMAL_TEMP_C)]
+    at_temp = (g["temp_c"] >= THERMAL_TEMP_C).to_numpy(dtype=bool, na_value=False)
+    bits = (g["throttle_reasons"].fillna(0).astype("int64") & THERMAL_BITS) > 0
+    by_clock = _clock_stepped_down(g, at_temp)
+    hot = g[(bits.to_numpy(dtype=bool) & at_temp) | by_clock]
     hot = hot[~_in_maintenance(ctx, hot["node_id"], hot["region"])]
+    no_bits = int(by_clock.sum())
     for region, grp in hot.groupby("region"):
         per_node = grp.groupby("node_id").size()
         per_node = per_node[per_node >= MIN_THERMAL_GPU_MINUTES]
@@ -693,10 +702,28 @@ def detect_thermal(ctx: PartitionContext) -> list[Finding]:
         out.append(Finding("thermal_throttle", "hardware", "page" if busy else "ticket", region, f"thermal_throttle|{region}",
                            nodes=nodes, lost_gpu_minutes=lost,
                            summary=f"Thermal throttling in {region} on {', '.join(nodes)}",
-                           evidence=f"{int(per_node.sum())} GPU-minutes with thermal clock-event bits at up to "
+                           evidence=f"{int(per_node.sum())} GPU-minutes thermally throttled at up to "
                                     f"{sub['temp_c'].max():.0f} C, SM clock median {sub['sm_clock_mhz'].median():.0f} MHz; "
-                                    f"{lost:.0f} GPU-minutes of compute slowdown"))
+                                    f"{lost:.0f} GPU-minutes of compute slowdown"
+                                    + (f" ({no_bits} of the GPU-minutes from a collector without clock-event reasons: "
+                                       f"slowdown temperature and an SM clock under {THERMAL_CLOCK_RATIO:.0%} of the "
+                                       "SKU's other busy GPUs)" if no_bits else "")))
     return out
+
+
+def _clock_stepped_down(g: pd.DataFrame, at_temp: np.ndarray) -> np.ndarray:
+    """Rows without clock-event reasons (not exported) at the slowdown temperature whose SM clock is under
+    THERMAL_CLOCK_RATIO of the median clock of the same SKU's busy GPUs below it in the partition."""
+    missing = g["throttle_reasons"].isna().to_numpy(dtype=bool)
+    cand = missing & at_temp & g["job_id"].notna().to_numpy(dtype=bool)
+    if not cand.any():
+        return np.zeros(len(g), dtype=bool)
+    clock = g["sm_clock_mhz"].to_numpy(dtype=float, na_value=np.nan)
+    sku = g["sku"].astype(object).to_numpy()
+    peers = g["job_id"].notna().to_numpy(dtype=bool) & ~at_temp & np.isfinite(clock)
+    ref = pd.Series(clock[peers]).groupby(sku[peers]).median()
+    ref_row = pd.Series(sku).map(ref).to_numpy(dtype=float, na_value=np.nan)
+    return cand & np.isfinite(ref_row) & (clock < THERMAL_CLOCK_RATIO * ref_row)
 
 
 def _scope_nodes(scope: str, inventory: pd.DataFrame) -> set[str]:
