@@ -58,7 +58,17 @@ from scipy.stats import fisher_exact
 
 from gpu_health.diagnosis.cohort import REGRESSION, judge_cohorts
 from gpu_health.metrics.device import BUSY_UTIL_PCT, device_idle, low_power, reference_power
-from gpu_health.metrics.goodput import BLOCKED_WAIT, BUSY_UTIL_PCT as ACTIVE_UTIL_PCT, maintenance_mask, placements, queue_nodes, queue_regions, queue_table
+from gpu_health.metrics.goodput import (
+    BLOCKED_WAIT,
+    BUSY_UTIL_PCT as ACTIVE_UTIL_PCT,
+    QUEUE_REGION_SHARE,
+    maintenance_mask,
+    placement_events,
+    placements,
+    queue_nodes,
+    queue_regions,
+    queue_table,
+)
 from gpu_health.sources.dcgm_fields import XID_GPU_FAULT
 from gpu_health.diagnosis import facility as F
 from gpu_health.diagnosis.finding import Finding  # noqa: F401  (re-exported: detectors and tests import it here)
@@ -194,9 +204,9 @@ class RangePrep:
         i, k = np.searchsorted(ts, pd.Timestamp(lo).value, "left"), np.searchsorted(ts, pd.Timestamp(hi).value, "left")
         counts = np.bincount(q[i:k] * n_regions + r[i:k], minlength=n_queues * n_regions).reshape(n_queues, n_regions)
         total = counts.sum(axis=1)
-        # queue_regions' rule: the region holding 95 % or more of the queue's placements
+        # queue_regions' rule: the region holding QUEUE_REGION_SHARE or more of the queue's placements
         best = counts.argmax(axis=1)
-        named = (total > 0) & (counts.max(axis=1) >= 0.95 * total)
+        named = (total > 0) & (counts.max(axis=1) >= QUEUE_REGION_SHARE * total)
         region_of = np.append(np.where(named, best, -1), -1)  # (a code of -1: a queue never placed in the range)
         code = region_of[queue_codes]
         return np.where(code >= 0, np.append(regions, None)[code], None)
@@ -273,11 +283,11 @@ def _placement_arrays(sched: pd.DataFrame, node_region: dict | None) -> tuple[tu
     nodes) as its ts (ns), queue code and the region code of its first node, with the number of queues and the
     region names (RangePrep.placed) -- and the queue names. Placements whose queue or region is unknown are left
     out, as queue_regions' group-by leaves them."""
-    placed = sched[sched["event"].isin(["started", "ended"]) & sched["node_ids"].notna()] if len(sched) else sched
+    placed, first = placement_events(sched) if len(sched) else (sched, None)
     if not len(placed):
         none = np.zeros(0, dtype=np.int64)
         return (none, none, none, 0, np.array([], dtype=object)), np.array([], dtype=object)
-    first = placed["node_ids"].astype(str).str.split(",", n=1).str[0].map(node_region or {})
+    first = first.map(node_region or {})
     q_code, queues = pd.factorize(placed["queue"].astype(object))
     r_code, regions = pd.factorize(first.astype(object))
     keep = (q_code >= 0) & (r_code >= 0)
@@ -1380,10 +1390,10 @@ def _window_backlog(ctx: PartitionContext) -> dict:
     A window drains capacity on purpose. The jobs submitted before it ended queued for what it took away, and
     its nodes come back to the pool one by one (validated, resumed, refilled); until the pool has worked through
     that, idle GPUs beside those jobs are the window's planned aftermath, not a scheduler holding work back.
-    For as long again as the window lasted (in a retrain wave the backlog takes about that long: measured, the
-    messy profile's Thursday window of 3 h left its 6 nodes half empty 40 minutes later), jobs submitted before
-    its end do not count as held back (:func:`_aged_rows`), nor do the idle GPUs of its nodes
-    (:func:`_gpu_returning`). A scheduling fault right after a window still pages: the jobs submitted after it pile
+    For as long again as the window lasted -- the queue built up over the window's length while its nodes were
+    out, and they are what it drains onto, so it drains in about that long; the window's own length, on any
+    cluster, not a constant -- jobs submitted before its end do not count as held back (:func:`_aged_rows`), nor
+    do the idle GPUs of its nodes (:func:`_gpu_returning`). A scheduling fault right after a window still pages: the jobs submitted after it pile
     up beside the region's other idle GPUs like anywhere else."""
     out: dict = {}
     w = _recent_windows(ctx)

@@ -180,27 +180,38 @@ def _pending_sweep(jobs: pd.DataFrame, minutes: pd.DatetimeIndex, groups: pd.Ser
     return out or {None: np.zeros(len(minutes))}
 
 
+# a queue belongs to a region when this share of its placements is there (a queue spread over regions has none)
+QUEUE_REGION_SHARE = 0.95
+
+
+def placement_events(sched: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
+    """The scheduler events that place a job (started or ended, with nodes) and each one's first node: what
+    :func:`queue_regions` learns a queue's region from."""
+    placed = sched[sched["event"].isin(["started", "ended"]) & sched["node_ids"].notna()]
+    return placed, placed["node_ids"].astype(str).str.split(",", n=1).str[0]
+
+
 def queue_regions(sched: pd.DataFrame, node_region: dict) -> dict:
     """queue -> region when (nearly) all of the queue's placements in the history are in one region."""
     if sched is None or sched.empty:
         return {}
-    placed = sched[sched["event"].isin(["started", "ended"]) & sched["node_ids"].notna()]
+    placed, first = placement_events(sched)
     if placed.empty:
         return {}
-    return _queue_regions_of(placed["queue"], placed["node_ids"].astype(str).str.split(",", n=1).str[0], node_region)
+    return _queue_regions_of(placed["queue"], first, node_region)
 
 
 def _queue_regions_of(queue: pd.Series, first_node: pd.Series, node_region: dict) -> dict:
     """:func:`queue_regions` given each placement's queue and first node."""
     first = first_node.map(node_region)
-    # a share of 0.95 or more is the queue's largest: counts per (queue, region) over the queue's total (what
+    # a share of QUEUE_REGION_SHARE or more is the queue's largest: counts per (queue, region) over its total (what
     # pd.crosstab(normalize="index") divides, without building the table; pairs with a null are not counted)
     pairs = pd.DataFrame({"q": np.asarray(queue, dtype=object), "r": np.asarray(first, dtype=object)})
     counts = pairs.groupby(["q", "r"]).size()
     if counts.empty:
         return {}
     share = counts / counts.groupby(level="q").transform("sum")
-    return {q: r for (q, r), v in share.items() if v >= 0.95}
+    return {q: r for (q, r), v in share.items() if v >= QUEUE_REGION_SHARE}
 
 
 def placements(sched: pd.DataFrame) -> pd.DataFrame:
@@ -536,10 +547,9 @@ class _SchedHistory:
         if sched is not None and len(sched):
             ev = sched[sched["event"].isin(["submitted", "started"])]
             self.first_event = ev.groupby("job_id")["ts"].min()  # the event job_lookup takes the queue from
-            placed = sched[sched["event"].isin(["started", "ended"]) & sched["node_ids"].notna()]
+            placed, self.placed_first = placement_events(sched)
             self.placed_ts = placed["ts"]
             self.placed_queue = placed["queue"]
-            self.placed_first = placed["node_ids"].astype(str).str.split(",", n=1).str[0]
             # per job (integer codes): first row, submitted span, most GPUs asked, first start / end
             n = len(sched)
             self.ts = sched["ts"].to_numpy(dtype="datetime64[ns]").view("int64")

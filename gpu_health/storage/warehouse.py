@@ -173,7 +173,7 @@ class Warehouse:
             written = self.telemetry.replace_window(name, frame, start, end, column=column, where=where, order_out=order)
             if self.cache is not None and not frame.empty:  # cached in the order the store returns the rows
                 frame = _reordered(frame, order[0], list(metadata.tables[name].c.keys()))
-            self._cache_put(name, frame.reset_index(drop=True), start, end, column or partition_column(name), where)
+            self._cache_put(name, frame, start, end, column or partition_column(name), where)
             return written
         table = self.table(name)
         column = column or partition_column(name)
