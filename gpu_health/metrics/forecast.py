@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from gpu_health.metrics.goodput import STATES
+from gpu_health.metrics.goodput import STATES, first_node
 
 # Every loss-tree state a job holds the GPU in (goodput.py rule 5): the GPU is allocated whether it computes,
 # hangs, slows down or throws its work away. no_data / maintenance / hw_unavailable are not demand (no job asked),
@@ -111,7 +111,7 @@ def job_places(sched: pd.DataFrame, node_sku: dict, node_region: dict, classes: 
         return pd.DataFrame(columns=cols, index=pd.Index([], name="job_id"))
     s = sched.sort_values("ts", kind="stable")
     placed = s[s["node_ids"].notna() & s["event"].isin(["started", "ended", "preempted", "requeued"])]
-    first = placed.drop_duplicates("job_id").set_index("job_id")["node_ids"].astype(str).str.split(",", n=1).str[0]
+    first = first_node(placed.drop_duplicates("job_id").set_index("job_id")["node_ids"])
     where = pd.DataFrame({"region": first.map(node_region), "sku": first.map(node_sku)})
     queue = s.drop_duplicates("job_id").set_index("job_id")["queue"].astype(object)
     known = where.dropna().join(queue)

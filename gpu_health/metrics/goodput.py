@@ -184,11 +184,23 @@ def _pending_sweep(jobs: pd.DataFrame, minutes: pd.DatetimeIndex, groups: pd.Ser
 QUEUE_REGION_SHARE = 0.95
 
 
+def first_node(node_ids: pd.Series, missing: str | None = None) -> pd.Series:
+    """The first node of each comma-separated placement (``node_ids``), on the same index; a null placement gives
+    ``missing``.
+
+    What ``node_ids.astype(str).str.split(",").str[0]`` gives, split once per distinct placement: a day's events
+    repeat a few thousand placements over hundreds of thousands of rows.
+    """
+    codes, uniques = pd.factorize(node_ids, use_na_sentinel=True)
+    firsts = np.array([str(u).split(",", 1)[0] for u in uniques] + [missing], dtype=object)
+    return pd.Series(firsts[codes], index=node_ids.index, name=node_ids.name, dtype=object)
+
+
 def placement_events(sched: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
     """The scheduler events that place a job (started or ended, with nodes) and each one's first node: what
     :func:`queue_regions` learns a queue's region from."""
     placed = sched[sched["event"].isin(["started", "ended"]) & sched["node_ids"].notna()]
-    return placed, placed["node_ids"].astype(str).str.split(",", n=1).str[0]
+    return placed, first_node(placed["node_ids"])
 
 
 def queue_regions(sched: pd.DataFrame, node_region: dict) -> dict:
@@ -220,8 +232,15 @@ def placements(sched: pd.DataFrame) -> pd.DataFrame:
     if sched is None or sched.empty:
         return pd.DataFrame(columns=cols)
     placed = sched[sched["event"].isin(["started", "ended"]) & sched["node_ids"].notna()]
-    out = pd.DataFrame({"ts": placed["ts"].to_numpy(), "queue": placed["queue"].astype(object).to_numpy(),
-                        "node_id": placed["node_ids"].astype(str).str.split(",").to_numpy()}).explode("node_id")
+    # one row per node of each placement, in the placement's order (what str.split + explode give), each distinct
+    # placement split once
+    codes, uniques = pd.factorize(placed["node_ids"].astype(str))
+    parts = [np.array(u.split(","), dtype=object) for u in uniques]
+    sizes = np.array([len(x) for x in parts], dtype=np.int64)[codes]
+    rows = np.repeat(np.arange(len(placed)), sizes)
+    nodes = np.concatenate([parts[c] for c in codes]) if len(codes) else np.array([], dtype=object)
+    out = pd.DataFrame({"ts": placed["ts"].to_numpy()[rows], "queue": placed["queue"].astype(object).to_numpy()[rows],
+                        "node_id": nodes})
     out = out.astype({"queue": "category", "node_id": "category"})
     return out.sort_values("ts", kind="stable").reset_index(drop=True)[cols]
 
@@ -976,7 +995,7 @@ def enrich_failures(failures: pd.DataFrame, gpu: pd.DataFrame, meta: pd.DataFram
     if inventory is not None and len(inventory):
         # a job that failed early in a partition may have no GPU rows in it: its 'ended' event names its nodes
         ended = sched[(sched["event"] == "ended") & sched["job_id"].isin(failures["job_id"]) & sched["node_ids"].notna()]
-        first = ended.drop_duplicates("job_id", keep="last").set_index("job_id")["node_ids"].astype(str).str.split(",").str[0]
+        first = first_node(ended.drop_duplicates("job_id", keep="last").set_index("job_id")["node_ids"])
         inv = inventory.drop_duplicates("node_id").set_index("node_id")
         by_event = pd.DataFrame({"region": first.map(inv["region"]), "sku": first.map(inv["sku"])})
         place = place.combine_first(by_event.dropna(how="all")) if len(place) else by_event

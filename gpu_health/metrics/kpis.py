@@ -46,7 +46,7 @@ import pandera.pandas as pa
 from pandera.typing import Series
 
 from gpu_health.contracts.models import WORKLOAD_CLASSES, ContractModel, empty_frame
-from gpu_health.metrics.goodput import BLOCKED_WAIT
+from gpu_health.metrics.goodput import BLOCKED_WAIT, first_node
 from gpu_health.metrics.device import BUSY_UTIL_PCT, IDLE_SM, IDLE_TENSOR, LOW_POWER_SHARE, device_idle, reference_power
 from gpu_health.metrics.facility import POWER_BITS, THERMAL_BITS
 from gpu_health.metrics.facility import kpi_rows as facility_kpi_rows
@@ -471,10 +471,10 @@ def _job_failure_rate(ctx: _Context) -> pd.DataFrame:
     ended = ev[(ev["event"] == "ended") & (ev["gpus"] > 0)]
     if ended.empty:
         return pd.DataFrame()
-    first_node = ended["node_ids"].astype(object).fillna("").str.split(",").str[0]
+    first = first_node(ended["node_ids"], missing="")
     d = pd.DataFrame({
         "p": ended["ts"].dt.floor("5min").reset_index(drop=True),
-        "region": first_node.map(ctx.node_region).fillna(UNKNOWN).to_numpy(),
+        "region": first.map(ctx.node_region).fillna(UNKNOWN).to_numpy(),
         "workload_class": ctx.job_attr(ended["job_id"].astype(object), "workload_class"),
     })
     failed = ended["exit_state"].isin(FAILED_EXITS).to_numpy()
