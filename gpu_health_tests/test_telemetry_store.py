@@ -505,3 +505,15 @@ def test_export_writes_any_table_for_a_range_to_parquet_and_csv(tmp_path, frames
     assert code == 1 and "unknown table" in out.err and not (tmp_path / "x.parquet").exists()
     code, out = export("node_telemetry", T0, T0 + FIVE, tmp_path / "x.json")
     assert code == 1 and ".parquet" in out.err and not list(tmp_path.glob("*x.json*"))
+
+
+@pytest.mark.parametrize("chunks", [[["b", "a", "c"], ["a", "b", "b", "d"]], [["x"] * 5], [], [["b", None, "a"], ["a"]]])
+def test_a_string_key_ranks_as_pyarrows_dense_rank(chunks):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from gpu_health.storage.telemetry_store import _dense_rank
+
+    arr = pa.chunked_array(chunks, type=pa.string())
+    want = pc.rank(arr, sort_keys="ascending", tiebreaker="dense").to_numpy()
+    assert _dense_rank(arr).tolist() == want.tolist()
