@@ -124,6 +124,7 @@ SOURCE_FLAGS = {
     "prometheus_ready_lag": "--prometheus-ready-lag", "absent_after": "--absent-after", "slurm_dir": "--slurm-dir",
     "ipmi_racks": "--ipmi-racks", "ipmi_hall_metric": "--ipmi-hall-metric",
     "prometheus_kube_state_metrics": "--prometheus-kube-state-metrics",
+    "prometheus_serving": "--prometheus-serving", "prometheus_serving_metrics": "--prometheus-serving-metrics",
 }
 
 
@@ -327,6 +328,12 @@ def main(argv: list[str] | None = None) -> int:
                                               "is written empty as missing data (default 10min)")
     p_run.add_argument("--prometheus-kube-state-metrics", action="store_const", const="true",
                        help="also read kube_pods / kube_nodes from kube-state-metrics series in the same Prometheus")
+    p_run.add_argument("--prometheus-serving", action="store_const", const="true",
+                       help="also read inference_requests / inference_latency_buckets from a model server's latency "
+                            "histograms in the same Prometheus")
+    p_run.add_argument("--prometheus-serving-metrics",
+                       help="the model server's metric families, e.g. latency=vllm:e2e_request_latency_seconds,"
+                            "ttft=vllm:time_to_first_token_seconds,queue_depth=vllm:num_requests_waiting")
     p_run.add_argument("--slurm-dir", help="directory of sacct / squeue --json dumps (scheduler_events, job_metadata)")
     p_run.add_argument("--ipmi-racks", help="rack inventory (CSV/YAML: rack_id, region, node_ids, power_budget_kw): read "
                                             "facility_telemetry from ipmi_exporter series in the --prometheus-url Prometheus")

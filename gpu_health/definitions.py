@@ -44,6 +44,8 @@ def default_resources() -> dict:
             ipmi_racks=dg.EnvVar("GPU_HEALTH_IPMI_RACKS").get_value(""),
             ipmi_hall_metric=dg.EnvVar("GPU_HEALTH_IPMI_HALL_METRIC").get_value(""),
             prometheus_kube_state_metrics=dg.EnvVar("GPU_HEALTH_PROMETHEUS_KUBE_STATE_METRICS").get_value("false"),
+            prometheus_serving=dg.EnvVar("GPU_HEALTH_PROMETHEUS_SERVING").get_value("false"),
+            prometheus_serving_metrics=dg.EnvVar("GPU_HEALTH_PROMETHEUS_SERVING_METRICS").get_value(""),
         ),
         "alertmanager": AlertmanagerResource(
             url=dg.EnvVar("GPU_HEALTH_ALERTMANAGER_URL").get_value(""),

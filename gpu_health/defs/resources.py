@@ -75,12 +75,17 @@ class TelemetrySourceResource(dg.ConfigurableResource):
     ipmi_hall_metric: str = ""
     # "true": read kube_pods / kube_nodes from kube-state-metrics series in the same Prometheus (optional sources)
     prometheus_kube_state_metrics: str = "false"
+    # "true": read inference_requests / inference_latency_buckets from a model server's histograms in the same
+    # Prometheus; prometheus_serving_metrics renames the families ("latency=vllm:e2e_request_latency_seconds,...")
+    prometheus_serving: str = "false"
+    prometheus_serving_metrics: str = ""
 
     def _key(self) -> tuple:
         return (self.kind, self.scenario, self.seed, self.live, self.landing_dir, self.prometheus_url,
                 self.prometheus_region, self.prometheus_region_label, self.prometheus_selector,
                 self.prometheus_labels, self.prometheus_step, self.prometheus_ready_lag, self.absent_after,
-                self.slurm_dir, self.ipmi_racks, self.ipmi_hall_metric, self.prometheus_kube_state_metrics)
+                self.slurm_dir, self.ipmi_racks, self.ipmi_hall_metric, self.prometheus_kube_state_metrics,
+                self.prometheus_serving, self.prometheus_serving_metrics)
 
     def get(self):
         with _SOURCES_LOCK:
@@ -105,7 +110,9 @@ class TelemetrySourceResource(dg.ConfigurableResource):
                 region_label=self.prometheus_region_label, selector=self.prometheus_selector,
                 labels=self.prometheus_labels, step=self.prometheus_step, ready_lag=self.prometheus_ready_lag,
                 absent_after=self.absent_after,
-                kube_state_metrics=self.prometheus_kube_state_metrics.strip().lower() in ("true", "1", "yes")))
+                kube_state_metrics=self.prometheus_kube_state_metrics.strip().lower() in ("true", "1", "yes"),
+                serving=self.prometheus_serving.strip().lower() in ("true", "1", "yes"),
+                serving_metrics=self.prometheus_serving_metrics or None))
             if self.ipmi_racks:
                 parts.insert(0, make_source(
                     "ipmi", self.prometheus_url, self.ipmi_racks, hall_metric=self.ipmi_hall_metric or None,

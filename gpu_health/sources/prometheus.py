@@ -267,6 +267,8 @@ class PrometheusSource:
         clock: Callable[[], pd.Timestamp] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         kube_state_metrics: bool = False,
+        serving: bool = False,
+        serving_metrics: Mapping[str, str] | str | None = None,
     ):
         if pd.Timedelta(step) != MINUTE:
             raise ValueError(f"step must be 60s: the contract's grain is the minute (got {step!r})")
@@ -303,17 +305,29 @@ class PrometheusSource:
         # kube_pods / kube_nodes from kube-state-metrics (gpu_health.sources.kube_state_metrics): optional sources,
         # provided only when asked for, and read as they are (never judged late: an optional source never waits)
         self.kube_state_metrics = kube_state_metrics
+        # inference_requests / inference_latency_buckets from a model server's histograms
+        # (gpu_health.sources.serving_metrics): optional sources too, with the metric families it exports
+        from gpu_health.sources.serving_metrics import parse_families
+        self.serving = serving
+        self.serving_families = parse_families(serving_metrics)
 
     # --- Source protocol -------------------------------------------------------------
     def tables(self) -> frozenset[str]:
         from gpu_health.sources.kube_state_metrics import KUBE_TABLES
-        return TABLES | KUBE_TABLES if self.kube_state_metrics else TABLES
+        from gpu_health.sources.serving_metrics import SERVING_TABLES
+        return (TABLES | (KUBE_TABLES if self.kube_state_metrics else frozenset())
+                | (SERVING_TABLES if self.serving else frozenset()))
 
     def read(self, table: str, start: pd.Timestamp, end: pd.Timestamp) -> Fetched:
         if self.kube_state_metrics and table in ("kube_pods", "kube_nodes"):
             from gpu_health.sources.kube_state_metrics import read_kube
             start, end = pd.Timestamp(start).tz_convert("UTC"), pd.Timestamp(end).tz_convert("UTC")
             return Fetched(frame=read_kube(self, table, _Window(start, end)),
+                           origin=f"{self.url} ({table} {start.isoformat()}..{end.isoformat()})")
+        if self.serving and table in ("inference_requests", "inference_latency_buckets"):
+            from gpu_health.sources.serving_metrics import read_serving
+            start, end = pd.Timestamp(start).tz_convert("UTC"), pd.Timestamp(end).tz_convert("UTC")
+            return Fetched(frame=read_serving(self, table, _Window(start, end), self.serving_families),
                            origin=f"{self.url} ({table} {start.isoformat()}..{end.isoformat()})")
         if table not in TABLES:
             raise ValueError(f"{self.name} does not provide {table!r}; it provides {sorted(TABLES)}")
