@@ -48,8 +48,11 @@ def node_inventory(frames: dict) -> pd.DataFrame:
     cols = ["partition_start", "region", "node_id", "sku", "gpus_seen", "driver_version", "fatal_gpus"]
     if gpu.empty and node.empty:
         return pd.DataFrame(columns=cols)
-    g = gpu.assign(partition_start=gpu["ts"].dt.floor(PARTITION_FREQ),
-                   fault_uuid=gpu["gpu_uuid"].where(gpu["xid"].isin(FATAL_XIDS) | (gpu["ecc_dbe_delta"].fillna(0) > 0)))
+    # only the columns the group-by reads (gpu.assign would copy every column of a day's GPU telemetry)
+    fault = gpu["xid"].isin(FATAL_XIDS).to_numpy() | (gpu["ecc_dbe_delta"].fillna(0) > 0).to_numpy()
+    g = pd.DataFrame({"partition_start": gpu["ts"].dt.floor(PARTITION_FREQ), "node_id": gpu["node_id"],
+                      "region": gpu["region"], "sku": gpu["sku"], "gpu_uuid": gpu["gpu_uuid"],
+                      "fault_uuid": gpu["gpu_uuid"].where(fault)}, copy=False)
     seen = g.groupby(["partition_start", "node_id"], observed=True).agg(
         region=("region", "first"), sku=("sku", "first"), gpus_seen=("gpu_uuid", "nunique"),
         fatal_gpus=("fault_uuid", "nunique")).reset_index()
