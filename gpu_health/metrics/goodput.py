@@ -239,8 +239,9 @@ def placements(sched: pd.DataFrame) -> pd.DataFrame:
     sizes = np.array([len(x) for x in parts], dtype=np.int64)[codes]
     rows = np.repeat(np.arange(len(placed)), sizes)
     nodes = np.concatenate([parts[c] for c in codes]) if len(codes) else np.array([], dtype=object)
-    out = pd.DataFrame({"ts": placed["ts"].to_numpy()[rows], "queue": placed["queue"].astype(object).to_numpy()[rows],
-                        "node_id": nodes})
+    # (the times as datetimes: to_numpy() of a tz-aware column boxes every value into a Timestamp)
+    ts = pd.DatetimeIndex(placed["ts"].array.take(rows)).as_unit("ns")
+    out = pd.DataFrame({"ts": ts, "queue": placed["queue"].astype(object).to_numpy()[rows], "node_id": nodes})
     out = out.astype({"queue": "category", "node_id": "category"})
     return out.sort_values("ts", kind="stable").reset_index(drop=True)[cols]
 

@@ -508,8 +508,8 @@ def to_arrow(frame: pd.DataFrame, schema: pa.Schema, table: str) -> pa.Table:
         s = frame[field.name]
         if isinstance(s.dtype, pd.CategoricalDtype):
             s = s.astype(object)
-        if pa.types.is_timestamp(field.type):
-            s = pd.to_datetime(s, utc=True)
+        if pa.types.is_timestamp(field.type) and not (isinstance(s.dtype, pd.DatetimeTZDtype) and str(s.dtype.tz) == "UTC"):
+            s = pd.to_datetime(s, utc=True)  # (a UTC datetime column already is what this gives)
         cols[field.name] = s
     # safe=True: a value the type cannot hold exactly (a nanosecond, a fractional int) raises instead of being cut;
     # a null in a column the catalogue declares NOT NULL raises too (pyarrow checks non-nullable fields)
