@@ -368,3 +368,39 @@ def test_idle_cells_are_counted_as_np_unique_along_an_axis_counts_them():
         cell, counts = np.unique(np.stack([region, node, ts]), axis=1, return_counts=True)
         for a, b in zip(got, (cell[0], cell[1], cell[2], counts)):
             assert np.array_equal(a, b)
+
+
+def test_a_scheduler_change_is_the_cause_only_of_a_pile_up_that_followed_it():
+    """Before a week of history a change in flight is a pile-up's cause in evidence -- unless the region was piled
+    up as high in the hour before it (a revert after an incident, a change in the middle of a retrain wave)."""
+    paid = 4 * 8 * 5
+    now = 40 / paid  # B2_IDLE's idle share
+    change_at = START - pd.Timedelta(minutes=30)
+    changes = pd.DataFrame([("c1", change_at, "scheduler_config", "r1")], columns=["event_id", "ts", "kind", "scope"])
+    quiet_days = _days_history(START, {})  # three earlier days, quiet at this hour: the level now is unseasonal
+
+    def with_hour_before(share):
+        hist = quiet_days.copy()
+        hour = (hist["partition_start"] >= change_at - pd.Timedelta(hours=1)) & (hist["partition_start"] < change_at)
+        hist.loc[hour, "share_idle_blocked"] = share
+        return hist
+
+    ctx = context(B2_IDLE, SINGLE, changes=changes)
+    ctx.region_history = with_hour_before(0.0)
+    found = detect_scheduling(ctx)
+    assert [(f.severity, f.change_event) for f in found] == [("page", "c1")]
+    ctx = context(B2_IDLE, SINGLE, changes=changes)
+    ctx.region_history = with_hour_before(now)
+    found = detect_scheduling(ctx)
+    assert [f.severity for f in found] == ["ticket"] and "the pile-up predates it" in found[0].evidence
+    # the hour before it held by a paged incident (forgotten by the history): the pile-up predates it too
+    ctx = context(B2_IDLE, SINGLE, changes=changes)
+    hist = quiet_days.copy()
+    ctx.region_history = hist[~((hist["partition_start"] >= change_at - pd.Timedelta(hours=1))
+                                & (hist["partition_start"] < change_at))]
+    assert [f.severity for f in detect_scheduling(ctx)] == ["ticket"]
+    # multi-GPU requests only: the shape is a cause of its own, whatever preceded the change
+    ctx = context(B2_IDLE, WAITING, changes=changes)
+    ctx.region_history = with_hour_before(now)
+    assert [f.severity for f in detect_scheduling(ctx)] == ["page"]
+

@@ -116,8 +116,9 @@ SCHED_SEASONAL_MARGIN = 0.01
 WEEKLY = "same hour last week"  # the seasonal baseline once a week of history exists
 # before a week of history (cold start) a weekday's pattern (a retrain wave, a cron surge held by quotas and fair
 # share) cannot be told from a fault by the level of the pile-up: it pages only with its cause in the evidence --
-# a scheduler change in flight, or a pile-up of multi-GPU requests while single-GPU requests are not held (fewer
-# than SCHED_MIN_JOBS of them: no pile-up of their own). A single free GPU fits a single-GPU request, so
+# a scheduler change in flight that the pile-up followed, or a pile-up of multi-GPU requests while single-GPU
+# requests are not held (fewer than SCHED_MIN_JOBS of them: no pile-up of their own). A single free GPU fits a
+# single-GPU request, so
 # capacity in the wrong shape (fragmentation, a packing or gang-placement fault) holds back only larger requests;
 # demand, quotas and priorities hold back every size. Both are definitions, not levels, and hold on any cluster.
 NO_HISTORY = "no history yet"  # the seasonal baseline before any partition of the region was recorded
@@ -1327,8 +1328,9 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
     the scheduler's events (the waits) and the GPU telemetry (the idle GPUs) are the two witnesses -- above the
     region's own share at this hour (SCHED_SEASONAL_MARGIN over its history), outside a maintenance window. Before
     a week of history the weekly pattern is not known, so a page also needs its cause in the evidence: a
-    scheduler change in flight, or only multi-GPU requests held (capacity in the wrong shape); otherwise it is a
-    ticket saying so. Ticket: the same between the ticket and page bars, seasonal, planned, or with no cause
+    scheduler change in flight that the pile-up followed (it stands SCHED_SEASONAL_MARGIN above the region's level
+    in the hour before the change: :func:`_level_before`), or only multi-GPU requests held (capacity in the wrong
+    shape); otherwise it is a ticket saying so. Ticket: the same between the ticket and page bars, seasonal, planned, or with no cause
     before a week of history. Never: a queue built by a maintenance window (while it lasts and its backlog after).
     """
     out = []
@@ -1367,11 +1369,16 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         # before a week of history the weekly pattern (retrain waves, cron) is not known yet: a pile-up pages only
         # with its cause in evidence (see the constants above SCHED_MIN_JOBS)
         shaped = r.aged_jobs - r.aged_single_gpu_jobs >= jobs and r.aged_single_gpu_jobs < SCHED_MIN_JOBS
-        uncaused = base_from != WEEKLY and not len(cfg) and not shaped
+        before = _level_before(ctx.region_history, r.region, cfg.iloc[-1]["ts"]) if len(cfg) else None
+        change_caused = len(cfg) and (before is None or idle_blocked >= before + SCHED_SEASONAL_MARGIN)
+        uncaused = base_from != WEEKLY and not change_caused and not shaped
         planned = _maintenance_in_region(ctx, r.region)
         severity = "page" if piled_up and share >= page_bar and unseasonal and not planned and not uncaused else "ticket"
         base_text = base_from if base_from == NO_HISTORY else f"{base_from} {base:.1%}"
         cfg_text = f"; follows scheduler change {cfg.iloc[-1]['event_id']} at {cfg.iloc[-1]['ts']:%H:%M}" if len(cfg) else ""
+        if len(cfg) and not change_caused:
+            cfg_text += (f" (the pile-up predates it: idle_blocked {before:.1%} in the hour before it)" if before == before
+                         else " (the hour before it was held by a paged incident: the pile-up predates it)")
         out.append(Finding("scheduling_blocked", "scheduling", severity, r.region, key,
                            lost_gpu_minutes=float(r.blocked_gpu_minutes), baseline=0.0, value=share,
                            change_event=cfg.iloc[-1]["event_id"] if len(cfg) else None,
@@ -1444,6 +1451,21 @@ def _maintenance_in_region(ctx: PartitionContext, region: str) -> str | None:
         return None
     first = hit.sort_values("start").iloc[0]
     return f"maintenance window {first['window_id']} ({first['start']:%H:%M}-{first['end']:%H:%M})"
+
+
+def _level_before(hist: pd.DataFrame, region: str, change_ts: pd.Timestamp) -> float | None:
+    """The region's idle_blocked share in the hour before a change (the median of its partitions there): a change
+    is the cause of a pile-up that rose above this level after it, not of one already there (a revert after an
+    incident, a change during a retrain wave). None: the region has no history before the change at all (nothing
+    says the pile-up predates it); NaN: it has, but none of that hour -- those partitions were held as a paged
+    incident (:func:`_history_baseline`'s caller forgets them), so the region was piled up already."""
+    if hist is None or hist.empty:
+        return None
+    h = hist[(hist["region"] == region) & hist["share_idle_blocked"].notna() & (hist["partition_start"] < change_ts)]
+    if h.empty:
+        return None
+    hour = h[h["partition_start"] >= change_ts - pd.Timedelta(hours=1)]["share_idle_blocked"]
+    return float(hour.median()) if len(hour) else float("nan")
 
 
 def _history_baseline(hist: pd.DataFrame, region: str, start: pd.Timestamp) -> tuple[float, str]:
