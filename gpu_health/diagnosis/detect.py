@@ -118,9 +118,9 @@ WEEKLY = "same hour last week"  # the seasonal baseline once a week of history e
 # share) cannot be told from a fault by the level of the pile-up: it pages only with its cause in the evidence --
 # a scheduler change in flight that the pile-up followed, or a pile-up of multi-GPU requests while single-GPU
 # requests are not held (fewer than SCHED_MIN_JOBS of them: no pile-up of their own). A single free GPU fits a
-# single-GPU request, so
-# capacity in the wrong shape (fragmentation, a packing or gang-placement fault) holds back only larger requests;
-# demand, quotas and priorities hold back every size. Both are definitions, not levels, and hold on any cluster.
+# single-GPU request, so capacity in the wrong shape (fragmentation, a packing or gang-placement fault) holds back
+# only larger requests; demand, quotas and priorities hold back every size. Both are definitions, not levels, and
+# hold on any cluster.
 NO_HISTORY = "no history yet"  # the seasonal baseline before any partition of the region was recorded
 # dummy load pages when a team holds a whole 8-GPU node's worth for the whole partition (8 x 5 GPU-minutes):
 # the smallest unit a DGX scheduler hands to a distributed job, and at ~$2-4 per GPU-hour the point where the
