@@ -1370,14 +1370,15 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         # with its cause in evidence (see the constants above SCHED_MIN_JOBS)
         shaped = r.aged_jobs - r.aged_single_gpu_jobs >= jobs and r.aged_single_gpu_jobs < SCHED_MIN_JOBS
         before = _level_before(ctx.region_history, r.region, cfg.iloc[-1]["ts"]) if len(cfg) else None
-        change_caused = len(cfg) and (before is None or idle_blocked >= before + SCHED_SEASONAL_MARGIN)
+        change_caused = len(cfg) and (before is None or idle_blocked >= before)
         uncaused = base_from != WEEKLY and not change_caused and not shaped
         planned = _maintenance_in_region(ctx, r.region)
         severity = "page" if piled_up and share >= page_bar and unseasonal and not planned and not uncaused else "ticket"
         base_text = base_from if base_from == NO_HISTORY else f"{base_from} {base:.1%}"
         cfg_text = f"; follows scheduler change {cfg.iloc[-1]['event_id']} at {cfg.iloc[-1]['ts']:%H:%M}" if len(cfg) else ""
         if len(cfg) and not change_caused:
-            cfg_text += (f" (the pile-up predates it: idle_blocked {before:.1%} in the hour before it)" if before == before
+            cfg_text += (f" (not its cause: the pile-up did not rise above {before:.1%}, the hour before it and its "
+                         "scatter)" if before == before
                          else " (the hour before it was held by a paged incident: the pile-up predates it)")
         out.append(Finding("scheduling_blocked", "scheduling", severity, r.region, key,
                            lost_gpu_minutes=float(r.blocked_gpu_minutes), baseline=0.0, value=share,
@@ -1393,7 +1394,8 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
                                     + (f"; {planned}: planned capacity, not paged" if planned else "")
                                     + (f"; only multi-GPU requests held ({r.aged_single_gpu_jobs} single-GPU): free "
                                        "capacity in the wrong shape" if shaped else "")
-                                    + ("; under a week of history and no cause in evidence (no scheduler change; "
+                                    + ("; under a week of history and no cause in evidence (no scheduler change it "
+                                       "followed; "
                                        f"{r.aged_single_gpu_jobs} single-GPU requests held too: demand, quotas or "
                                        "priorities): not paged" if uncaused else "")
                                     + cfg_text))
@@ -1453,19 +1455,30 @@ def _maintenance_in_region(ctx: PartitionContext, region: str) -> str | None:
     return f"maintenance window {first['window_id']} ({first['start']:%H:%M}-{first['end']:%H:%M})"
 
 
+# a change caused a pile-up that rose this many robust standard deviations (MAD x 1.4826) of the region's own
+# partitions in the hour before it above their median (and by SCHED_SEASONAL_MARGIN at least): three sigmas, a
+# bound on the region's own scatter in that hour, so a wave's ups and downs after a change are not its effect
+CHANGE_RISE_SIGMAS = 3.0
+
+
 def _level_before(hist: pd.DataFrame, region: str, change_ts: pd.Timestamp) -> float | None:
-    """The region's idle_blocked share in the hour before a change (the median of its partitions there): a change
-    is the cause of a pile-up that rose above this level after it, not of one already there (a revert after an
-    incident, a change during a retrain wave). None: the region has no history before the change at all (nothing
-    says the pile-up predates it); NaN: it has, but none of that hour -- those partitions were held as a paged
-    incident (:func:`_history_baseline`'s caller forgets them), so the region was piled up already."""
+    """The idle_blocked share a pile-up must reach to have followed a change: the median of the region's partitions
+    in the hour before the change, plus CHANGE_RISE_SIGMAS of their robust scatter (SCHED_SEASONAL_MARGIN at
+    least). A change is the cause of a pile-up that rose above it, not of one already there (a revert after an
+    incident, a change in the middle of a retrain wave). None: the region has no history before the change at all
+    (nothing says the pile-up predates it); NaN: it has, but none of that hour -- those partitions were held as a
+    paged incident (:func:`_history_baseline`'s caller forgets them), so the region was piled up already."""
     if hist is None or hist.empty:
         return None
     h = hist[(hist["region"] == region) & hist["share_idle_blocked"].notna() & (hist["partition_start"] < change_ts)]
     if h.empty:
         return None
-    hour = h[h["partition_start"] >= change_ts - pd.Timedelta(hours=1)]["share_idle_blocked"]
-    return float(hour.median()) if len(hour) else float("nan")
+    hour = h[h["partition_start"] >= change_ts - pd.Timedelta(hours=1)]["share_idle_blocked"].to_numpy(dtype=float)
+    if not len(hour):
+        return float("nan")
+    mid = float(np.median(hour))
+    sigma = 1.4826 * float(np.median(np.abs(hour - mid)))
+    return mid + max(SCHED_SEASONAL_MARGIN, CHANGE_RISE_SIGMAS * sigma)
 
 
 def _history_baseline(hist: pd.DataFrame, region: str, start: pd.Timestamp) -> tuple[float, str]:
