@@ -9,7 +9,7 @@ import pytest
 from gpu_health.diagnosis import alerts as A
 from gpu_health.diagnosis.detect import (
     AGED_WAIT,
-    SCHED_COLD_START_FACTOR,
+    SCHED_MIN_JOBS,
     SCHED_PAGE_SHARE,
     SCHED_PAGE_SHARE_AFTER_CHANGE,
     SCHED_TICKET_SHARE,
@@ -127,7 +127,8 @@ def filler_for(share: float, blocked_gpu_minutes: float) -> int:
 
 
 NO_CHANGES = pd.DataFrame(columns=["event_id", "ts", "scope"])
-WAITING = [("r1/batch", f"w{i}", 1) for i in range(8)]
+WAITING = [("r1/batch", f"w{i}", 2) for i in range(8)]  # two-GPU requests: b2's 8 idle GPUs fit four of them
+SINGLE = [("r1/batch", f"s{i}", 1) for i in range(8)]  # single-GPU requests: any idle GPU fits them
 B2_IDLE = {"b1": 8, "i1": 8, "i2": 8}  # 8 idle batch GPUs: 40 blocked GPU-minutes with 8 jobs waiting
 
 
@@ -136,7 +137,7 @@ def test_a_pile_up_between_the_ticket_and_page_bars_is_a_ticket_and_pages_when_i
     first = detect_scheduling(context(B2_IDLE, WAITING, filler=between))
     assert [(f.detector, f.family, f.severity) for f in first] == [("scheduling_blocked", "scheduling", "ticket")]
     snap = A.step(A.empty(), first, START, rates={"r1": 2.0}, changes=NO_CHANGES)
-    above = filler_for(SCHED_PAGE_SHARE * SCHED_COLD_START_FACTOR * 1.2, 40)  # no week of history: twice the bar
+    above = filler_for(SCHED_PAGE_SHARE * 1.2, 40)
     second = detect_scheduling(context(B2_IDLE, WAITING, start=START + FIVE, filler=above,
                                        open_baselines=A.open_baselines(snap)))
     assert [f.severity for f in second] == ["page"]
@@ -172,16 +173,17 @@ def test_an_open_alert_stays_open_as_a_ticket_while_the_pile_up_thins():
 
 
 def test_after_a_scheduler_change_the_page_bar_is_lower():
-    """Lower, and still twice as high before a week of history (the contexts here have none): a change makes a
-    fault likelier, it does not make an unseen weekly wave known."""
     changes = pd.DataFrame([("c1", START - pd.Timedelta(minutes=30), "scheduler_config", "r1")],
                            columns=["event_id", "ts", "kind", "scope"])
-    between = filler_for(SCHED_COLD_START_FACTOR * (SCHED_PAGE_SHARE_AFTER_CHANGE + SCHED_PAGE_SHARE) / 2, 40)
-    below = filler_for(SCHED_COLD_START_FACTOR * SCHED_PAGE_SHARE_AFTER_CHANGE * 0.9, 40)
+    between = filler_for((SCHED_PAGE_SHARE_AFTER_CHANGE + SCHED_PAGE_SHARE) / 2, 40)
+    below = filler_for(SCHED_PAGE_SHARE_AFTER_CHANGE * 0.9, 40)
     assert [f.severity for f in detect_scheduling(context(B2_IDLE, WAITING, changes=changes, filler=below))] == [
         "ticket"]
     assert [f.severity for f in detect_scheduling(context(B2_IDLE, WAITING, filler=between))] == ["ticket"]
     found = detect_scheduling(context(B2_IDLE, WAITING, changes=changes, filler=between))
+    assert [(f.severity, f.change_event) for f in found] == [("page", "c1")]
+    # the change is the cause in evidence before a week of history: single-GPU requests held after it page too
+    found = detect_scheduling(context(B2_IDLE, SINGLE, changes=changes, filler=between))
     assert [(f.severity, f.change_event) for f in found] == [("page", "c1")]
 
 
@@ -290,13 +292,21 @@ def test_paged_partitions_are_read_from_the_warehouse_by_severity_and_status(sql
     assert _paged_partitions(Warehouse(sqlite_url), START, START + 4 * FIVE) == {START, START + FIVE}
 
 
-def test_before_a_week_of_history_a_page_needs_twice_the_bar():
-    """A weekday retrain wave cannot be known as seasonal before a week of history: between the bar and twice
-    the bar a cold start tickets, and the same pile-up pages once the same hour last week is known."""
-    mid = filler_for(SCHED_PAGE_SHARE * 1.5, 40)
-    cold = detect_scheduling(context(B2_IDLE, WAITING, filler=mid, history_share=0.0))
-    assert [f.severity for f in cold] == ["ticket"] and "trailing two hours" in cold[0].evidence
-    ctx = context(B2_IDLE, WAITING, filler=mid)
+def test_before_a_week_of_history_a_page_needs_its_cause_in_evidence():
+    """A weekday retrain wave held by quotas cannot be told from a fault by its size before a week of history:
+    without a scheduler change, a pile-up that holds single-GPU requests (any free GPU fits them: demand, quotas or
+    priorities) is a ticket, one of multi-GPU requests only (capacity in the wrong shape) pages; once the same
+    hour last week is known, the level alone decides."""
+    cold = detect_scheduling(context(B2_IDLE, SINGLE, history_share=0.0))
+    assert [f.severity for f in cold] == ["ticket"] and "no cause in evidence" in cold[0].evidence
+    shaped = detect_scheduling(context(B2_IDLE, WAITING, history_share=0.0))
+    assert [f.severity for f in shaped] == ["page"] and "only multi-GPU requests held" in shaped[0].evidence
+    # a few single-GPU requests beside the multi-GPU pile-up are not a pile-up of their own: still the shape
+    mixed = WAITING + SINGLE[: SCHED_MIN_JOBS - 1]
+    assert [f.severity for f in detect_scheduling(context(B2_IDLE, mixed, history_share=0.0))] == ["page"]
+    mixed = WAITING + SINGLE[:SCHED_MIN_JOBS]
+    assert [f.severity for f in detect_scheduling(context(B2_IDLE, mixed, history_share=0.0))] == ["ticket"]
+    ctx = context(B2_IDLE, SINGLE)
     week = pd.date_range(START - pd.Timedelta(days=7, minutes=30), START - pd.Timedelta(days=6, hours=23, minutes=30),
                          freq="5min", inclusive="left")
     ctx.region_history = pd.DataFrame({"partition_start": week, "region": "r1", "share_idle_blocked": 0.0})
@@ -358,3 +368,47 @@ def test_idle_cells_are_counted_as_np_unique_along_an_axis_counts_them():
         cell, counts = np.unique(np.stack([region, node, ts]), axis=1, return_counts=True)
         for a, b in zip(got, (cell[0], cell[1], cell[2], counts)):
             assert np.array_equal(a, b)
+
+
+def test_a_scheduler_change_is_the_cause_only_of_a_pile_up_that_followed_it():
+    """Before a week of history a change in flight is a pile-up's cause in evidence -- unless the region was piled
+    up as high in the hour before it (a revert after an incident, a change in the middle of a retrain wave)."""
+    paid = 4 * 8 * 5
+    now = 40 / paid  # B2_IDLE's idle share
+    change_at = START - pd.Timedelta(minutes=30)
+    changes = pd.DataFrame([("c1", change_at, "scheduler_config", "r1")], columns=["event_id", "ts", "kind", "scope"])
+    quiet_days = _days_history(START, {})  # three earlier days, quiet at this hour: the level now is unseasonal
+
+    def with_hour_before(share):
+        hist = quiet_days.copy()
+        hour = (hist["partition_start"] >= change_at - pd.Timedelta(hours=1)) & (hist["partition_start"] < change_at)
+        hist.loc[hour, "share_idle_blocked"] = share
+        return hist
+
+    ctx = context(B2_IDLE, SINGLE, changes=changes)
+    ctx.region_history = with_hour_before(0.0)
+    found = detect_scheduling(ctx)
+    assert [(f.severity, f.change_event) for f in found] == [("page", "c1")]
+    ctx = context(B2_IDLE, SINGLE, changes=changes)
+    ctx.region_history = with_hour_before(now)
+    found = detect_scheduling(ctx)
+    assert [f.severity for f in found] == ["ticket"] and "not its cause" in found[0].evidence
+    # a pile-up that scattered around this level in the hour before (a wave going on): one point above its median
+    # is within its own scatter, not the change's effect
+    ctx = context(B2_IDLE, SINGLE, changes=changes)
+    hist = with_hour_before(now)
+    hour = (hist["partition_start"] >= change_at - pd.Timedelta(hours=1)) & (hist["partition_start"] < change_at)
+    hist.loc[hour, "share_idle_blocked"] = np.where(np.arange(int(hour.sum())) % 2, now, now - 0.04)
+    ctx.region_history = hist
+    assert [f.severity for f in detect_scheduling(ctx)] == ["ticket"]
+    # the hour before it held by a paged incident (forgotten by the history): the pile-up predates it too
+    ctx = context(B2_IDLE, SINGLE, changes=changes)
+    hist = quiet_days.copy()
+    ctx.region_history = hist[~((hist["partition_start"] >= change_at - pd.Timedelta(hours=1))
+                                & (hist["partition_start"] < change_at))]
+    assert [f.severity for f in detect_scheduling(ctx)] == ["ticket"]
+    # multi-GPU requests only: the shape is a cause of its own, whatever preceded the change
+    ctx = context(B2_IDLE, WAITING, changes=changes)
+    ctx.region_history = with_hour_before(now)
+    assert [f.severity for f in detect_scheduling(ctx)] == ["page"]
+

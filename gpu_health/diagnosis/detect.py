@@ -114,10 +114,13 @@ _LOOSEST_TICKET = min(SCHED_TICKET_SHARE, SCHED_PAGE_SHARE, SCHED_PAGE_SHARE_AFT
 # usual share at this hour (same hour of the week, or of the previous days at cold start)
 SCHED_SEASONAL_MARGIN = 0.01
 WEEKLY = "same hour last week"  # the seasonal baseline once a week of history exists
-# cold start (under a week of history): the page bar (the lower one after a scheduler change too) is this many times the
-# impact floor -- the seasonality a week of history would show (a weekday retrain wave leaves 1-3 % of a
-# region's GPUs blocked beside queued work on the profiles measured) must not page before it can be known
-SCHED_COLD_START_FACTOR = 2.0
+# before a week of history (cold start) a weekday's pattern (a retrain wave, a cron surge held by quotas and fair
+# share) cannot be told from a fault by the level of the pile-up: it pages only with its cause in the evidence --
+# a scheduler change in flight that the pile-up followed, or a pile-up of multi-GPU requests while single-GPU
+# requests are not held (fewer than SCHED_MIN_JOBS of them: no pile-up of their own). A single free GPU fits a
+# single-GPU request, so capacity in the wrong shape (fragmentation, a packing or gang-placement fault) holds back
+# only larger requests; demand, quotas and priorities hold back every size. Both are definitions, not levels, and
+# hold on any cluster.
 NO_HISTORY = "no history yet"  # the seasonal baseline before any partition of the region was recorded
 # dummy load pages when a team holds a whole 8-GPU node's worth for the whole partition (8 x 5 GPU-minutes):
 # the smallest unit a DGX scheduler hands to a distributed job, and at ~$2-4 per GPU-hour the point where the
@@ -1112,7 +1115,7 @@ def aged_blocked(ctx: PartitionContext) -> pd.DataFrame:
 
 
 _AgedRow = namedtuple("_AgedRow", ["region", "blocked_gpu_minutes", "paid_gpu_minutes", "aged_jobs", "wait_p95_min",
-                                   "fragmented_gpu_minutes"])
+                                   "fragmented_gpu_minutes", "aged_single_gpu_jobs"])
 
 
 def _count_cells(region: np.ndarray, node: np.ndarray, ts: np.ndarray) -> tuple:
@@ -1179,7 +1182,7 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
         idle_m = np.bincount(r_minute, weights=r_free, minlength=len(minutes)).astype(float)
         blocked_m = np.zeros(len(minutes))
         frag_m = np.zeros(len(minutes))
-        aged_jobs = 0
+        aged_jobs = aged_single = 0
         # positions of the region's jobs that may wait, ascending (a queue's jobs are then compared among
         # these few, not over the whole look-back's job table)
         waiting = np.flatnonzero((jobs["region"] == region) & jobs["may_wait"])
@@ -1214,12 +1217,14 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
             free_all = np.bincount(fm, weights=fr, minlength=len(minutes))
             scattered = (usable < smallest) & (free_all >= smallest) & np.isfinite(smallest)
             frag_m += np.where(scattered, np.minimum(free_all - usable, np.maximum(demand - usable, 0)), 0.0)
-            aged_jobs += int(aged.any(axis=1).sum())
+            held = aged.any(axis=1)
+            aged_jobs += int(held.sum())
+            aged_single += int((held & (jobs["gpus"][q] <= 1)).sum())
         blocked_m = np.minimum(blocked_m, idle_m)  # queues sharing nodes cannot both use one idle GPU
         frag = float(np.minimum(frag_m, idle_m - blocked_m).sum())
         blocked = float(blocked_m.sum()) + frag
         p95 = _wait_p95(ctx, region) if waits else None
-        rows.append(_AgedRow(region, blocked, float(paid[region]), aged_jobs, p95, frag))
+        rows.append(_AgedRow(region, blocked, float(paid[region]), aged_jobs, p95, frag, aged_single))
     return rows
 
 
@@ -1316,6 +1321,18 @@ def _job_arrays(sub: pd.DataFrame) -> dict:
 
 
 def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
+    """GPUs idle beside jobs that could use them (:func:`aged_blocked`), region by region.
+
+    Page: a pile-up (SCHED_MIN_JOBS jobs waited AGED_WAIT; one fewer after a scheduler change) beside idle GPUs of
+    their queues' nodes worth SCHED_PAGE_SHARE of the region's paid GPU-minutes (the lower bar after a change) --
+    the scheduler's events (the waits) and the GPU telemetry (the idle GPUs) are the two witnesses -- above the
+    region's own share at this hour (SCHED_SEASONAL_MARGIN over its history), outside a maintenance window. Before
+    a week of history the weekly pattern is not known, so a page also needs its cause in the evidence: a
+    scheduler change in flight that the pile-up followed (it stands SCHED_SEASONAL_MARGIN above the region's level
+    in the hour before the change: :func:`_level_before`), or only multi-GPU requests held (capacity in the wrong
+    shape); otherwise it is a ticket saying so. Ticket: the same between the ticket and page bars, seasonal, planned, or with no cause
+    before a week of history. Never: a queue built by a maintenance window (while it lasts and its backlog after).
+    """
     out = []
     if ctx.sched is None or ctx.sched.empty or ctx.inventory.empty or not _jobs_now(ctx)["may_wait"].any():
         return out  # no job can have waited AGED_WAIT in the partition: nothing is held back
@@ -1349,15 +1366,20 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         base, base_from = _history_baseline(ctx.region_history, r.region, ctx.start)
         idle_blocked = blocked_leaf.get(r.region, 0.0) / r.paid_gpu_minutes if r.paid_gpu_minutes else 0.0
         unseasonal = idle_blocked >= base + SCHED_SEASONAL_MARGIN
-        if base_from != WEEKLY:
-            # before a week of history the weekly pattern (retrain waves, cron) is not known yet: a page needs
-            # twice the impact floor -- after a scheduler change too (twice its lower bar): a change makes a
-            # fault likelier, it does not make an unseen weekly wave known (nor does a revert of that change)
-            page_bar = SCHED_COLD_START_FACTOR * page_bar
+        # before a week of history the weekly pattern (retrain waves, cron) is not known yet: a pile-up pages only
+        # with its cause in evidence (see the constants above SCHED_MIN_JOBS)
+        shaped = r.aged_jobs - r.aged_single_gpu_jobs >= jobs and r.aged_single_gpu_jobs < SCHED_MIN_JOBS
+        before = _level_before(ctx.region_history, r.region, cfg.iloc[-1]["ts"]) if len(cfg) else None
+        change_caused = len(cfg) and (before is None or idle_blocked >= before)
+        uncaused = base_from != WEEKLY and not change_caused and not shaped
         planned = _maintenance_in_region(ctx, r.region)
-        severity = "page" if piled_up and share >= page_bar and unseasonal and not planned else "ticket"
+        severity = "page" if piled_up and share >= page_bar and unseasonal and not planned and not uncaused else "ticket"
         base_text = base_from if base_from == NO_HISTORY else f"{base_from} {base:.1%}"
         cfg_text = f"; follows scheduler change {cfg.iloc[-1]['event_id']} at {cfg.iloc[-1]['ts']:%H:%M}" if len(cfg) else ""
+        if len(cfg) and not change_caused:
+            cfg_text += (f" (not its cause: the pile-up did not rise above {before:.1%}, the hour before it and its "
+                         "scatter)" if before == before
+                         else " (the hour before it was held by a paged incident: the pile-up predates it)")
         out.append(Finding("scheduling_blocked", "scheduling", severity, r.region, key,
                            lost_gpu_minutes=float(r.blocked_gpu_minutes), baseline=0.0, value=share,
                            change_event=cfg.iloc[-1]["event_id"] if len(cfg) else None,
@@ -1370,6 +1392,12 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
                                     f"{_wait_p95(ctx, r.region):.1f} min; idle_blocked {idle_blocked:.1%} ({base_text}"
                                     f"{'' if unseasonal else ': seasonal, not paged'})"
                                     + (f"; {planned}: planned capacity, not paged" if planned else "")
+                                    + (f"; only multi-GPU requests held ({r.aged_single_gpu_jobs} single-GPU): free "
+                                       "capacity in the wrong shape" if shaped else "")
+                                    + ("; under a week of history and no cause in evidence (no scheduler change it "
+                                       "followed; "
+                                       f"{r.aged_single_gpu_jobs} single-GPU requests held too: demand, quotas or "
+                                       "priorities): not paged" if uncaused else "")
                                     + cfg_text))
     return out
 
@@ -1425,6 +1453,32 @@ def _maintenance_in_region(ctx: PartitionContext, region: str) -> str | None:
         return None
     first = hit.sort_values("start").iloc[0]
     return f"maintenance window {first['window_id']} ({first['start']:%H:%M}-{first['end']:%H:%M})"
+
+
+# a change caused a pile-up that rose this many robust standard deviations (MAD x 1.4826) of the region's own
+# partitions in the hour before it above their median (and by SCHED_SEASONAL_MARGIN at least): three sigmas, a
+# bound on the region's own scatter in that hour, so a wave's ups and downs after a change are not its effect
+CHANGE_RISE_SIGMAS = 3.0
+
+
+def _level_before(hist: pd.DataFrame, region: str, change_ts: pd.Timestamp) -> float | None:
+    """The idle_blocked share a pile-up must reach to have followed a change: the median of the region's partitions
+    in the hour before the change, plus CHANGE_RISE_SIGMAS of their robust scatter (SCHED_SEASONAL_MARGIN at
+    least). A change is the cause of a pile-up that rose above it, not of one already there (a revert after an
+    incident, a change in the middle of a retrain wave). None: the region has no history before the change at all
+    (nothing says the pile-up predates it); NaN: it has, but none of that hour -- those partitions were held as a
+    paged incident (:func:`_history_baseline`'s caller forgets them), so the region was piled up already."""
+    if hist is None or hist.empty:
+        return None
+    h = hist[(hist["region"] == region) & hist["share_idle_blocked"].notna() & (hist["partition_start"] < change_ts)]
+    if h.empty:
+        return None
+    hour = h[h["partition_start"] >= change_ts - pd.Timedelta(hours=1)]["share_idle_blocked"].to_numpy(dtype=float)
+    if not len(hour):
+        return float("nan")
+    mid = float(np.median(hour))
+    sigma = 1.4826 * float(np.median(np.abs(hour - mid)))
+    return mid + max(SCHED_SEASONAL_MARGIN, CHANGE_RISE_SIGMAS * sigma)
 
 
 def _history_baseline(hist: pd.DataFrame, region: str, start: pd.Timestamp) -> tuple[float, str]:
