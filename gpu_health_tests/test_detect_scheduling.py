@@ -106,10 +106,15 @@ def test_scattered_free_gpus_that_could_host_a_larger_request_together_are_fragm
     assert blocked(context({"b1": 7, "b2": 7, "i1": 8, "i2": 8}, waiting)) == 0.0
 
 
-def test_a_request_larger_than_a_node_needs_whole_free_nodes():
+def test_a_request_larger_than_a_node_needs_whole_free_nodes_enough_at_once():
     waiting = [("r1/batch", "w16", 16)]
     assert blocked(context({"b1": 1, "b2": 1, "i1": 8, "i2": 8}, waiting)) == 0.0
-    assert blocked(context({"b1": 8, "i1": 8, "i2": 8}, waiting)) == 40.0
+    # both batch nodes free: the 16-GPU job fits, every idle GPU is held back from it
+    assert blocked(context({"i1": 8, "i2": 8}, waiting)) == 80.0
+    # one whole node free: a gang being assembled (a reservation draining nodes), not capacity the job can use
+    assert blocked(context({"b1": 8, "i1": 8, "i2": 8}, waiting)) == 0.0
+    # ... unless a smaller request waits beside it that the free node can host
+    assert blocked(context({"b1": 8, "i1": 8, "i2": 8}, waiting + [("r1/batch", "w8", 8)])) == 40.0
 
 
 def test_a_short_wait_is_not_blocking():

@@ -1206,10 +1206,13 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
             fm = r_minute[on]
             r = smallest[fm]
             size, fr = r_size[on], r_free[on]
-            # a node can host the smallest waiting job when it has that many GPUs free (a request larger than
-            # a node needs whole free nodes); scattered single GPUs do not block a 4-GPU job (that is
-            # fragmentation, its own KPI)
-            fits = np.where(r <= size, fr >= r, fr >= size)
+            # a node can host the smallest waiting job when it has that many GPUs free; scattered single GPUs do
+            # not block a 4-GPU job (that is fragmentation, its own KPI). A request larger than a node needs whole
+            # free nodes, enough of them at once: fewer whole free nodes than it needs are a gang being assembled
+            # (a scheduler's reservation drains nodes until the job fits), not capacity it could use now
+            whole = fr >= size
+            gang_ready = np.bincount(fm, weights=fr * whole, minlength=len(minutes)) >= smallest
+            fits = np.where(r <= size, fr >= r, whole & gang_ready[fm])
             usable = np.bincount(fm, weights=fr * fits, minlength=len(minutes))
             blocked_m += np.minimum(usable, demand)
             # fragmentation: no node can host the smallest waiting job, but the queue's free GPUs together could
