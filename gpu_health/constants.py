@@ -57,3 +57,8 @@ KERNEL_ACTIVE_SM = 0.05
 # own SM / tensor / power activity). Half the period separates a GPU that mostly runs kernels from one that mostly
 # waits (DCGM's profiling guide: ineffective use below SM activity 0.5), on any SKU.
 REPORTED_BUSY_UTIL_PCT = 50.0
+
+# --- robust scatter --------------------------------------------------------------------------------------------------
+# A Gaussian's standard deviation is 1.4826 x its median absolute deviation: the scale that turns a MAD into a sigma
+# wherever a threshold is a number of robust standard deviations of the cluster's own data.
+MAD_TO_SIGMA = 1.4826

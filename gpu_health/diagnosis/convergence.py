@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from gpu_health.constants import MAD_TO_SIGMA
 from gpu_health.diagnosis.finding import Finding
 
 MINUTE = pd.Timedelta(minutes=1)
@@ -43,7 +44,6 @@ DIVERGE_MINUTES = 10
 REFERENCE_MINUTES = 20
 DIVERGE_Z = 6.0
 MEDIAN_SE = 1.2533  # the standard error of a median of n Gaussian points is 1.2533 sigma / sqrt(n)
-MAD_TO_SIGMA = 1.4826  # a Gaussian's standard deviation is 1.4826 x its median absolute deviation
 # and the rise must matter: 5 % of the loss level, so a job whose loss is flat to four digits (a scatter near 0)
 # is not ticketed on a rounding step
 DIVERGE_MIN_RISE = 0.05

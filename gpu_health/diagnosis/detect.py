@@ -56,6 +56,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import fisher_exact
 
+from gpu_health.constants import MAD_TO_SIGMA
 from gpu_health.diagnosis.cohort import REGRESSION, judge_cohorts
 from gpu_health.metrics.device import BUSY_UTIL_PCT, device_idle, low_power, reference_power
 from gpu_health.metrics.goodput import (
@@ -1331,10 +1332,11 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
     the scheduler's events (the waits) and the GPU telemetry (the idle GPUs) are the two witnesses -- above the
     region's own share at this hour (SCHED_SEASONAL_MARGIN over its history), outside a maintenance window. Before
     a week of history the weekly pattern is not known, so a page also needs its cause in the evidence: a
-    scheduler change in flight that the pile-up followed (it stands SCHED_SEASONAL_MARGIN above the region's level
-    in the hour before the change: :func:`_level_before`), or only multi-GPU requests held (capacity in the wrong
-    shape); otherwise it is a ticket saying so. Ticket: the same between the ticket and page bars, seasonal, planned, or with no cause
-    before a week of history. Never: a queue built by a maintenance window (while it lasts and its backlog after).
+    scheduler change in flight that the pile-up followed (it rose above the region's hour before the change and
+    its scatter: :func:`_bar_after_change`), or only multi-GPU requests held (capacity in the wrong shape);
+    otherwise it is a ticket saying so. Ticket: the same between the ticket and page bars, seasonal, planned, or
+    with no cause before a week of history. Never: a queue built by a maintenance window (while it lasts and its
+    backlog after).
     """
     out = []
     if ctx.sched is None or ctx.sched.empty or ctx.inventory.empty or not _jobs_now(ctx)["may_wait"].any():
@@ -1372,7 +1374,7 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         # before a week of history the weekly pattern (retrain waves, cron) is not known yet: a pile-up pages only
         # with its cause in evidence (see the constants above SCHED_MIN_JOBS)
         shaped = r.aged_jobs - r.aged_single_gpu_jobs >= jobs and r.aged_single_gpu_jobs < SCHED_MIN_JOBS
-        before = _level_before(ctx.region_history, r.region, cfg.iloc[-1]["ts"]) if len(cfg) else None
+        before = _bar_after_change(ctx.region_history, r.region, cfg.iloc[-1]["ts"]) if len(cfg) else None
         change_caused = len(cfg) and (before is None or idle_blocked >= before)
         uncaused = base_from != WEEKLY and not change_caused and not shaped
         planned = _maintenance_in_region(ctx, r.region)
@@ -1424,8 +1426,8 @@ def _window_backlog(ctx: PartitionContext) -> dict:
     For as long again as the window lasted -- the queue built up over the window's length while its nodes were
     out, and they are what it drains onto, so it drains in about that long; the window's own length, on any
     cluster, not a constant -- jobs submitted before its end do not count as held back (:func:`_aged_rows`), nor
-    do the idle GPUs of its nodes (:func:`_gpu_returning`). A scheduling fault right after a window still pages: the jobs submitted after it pile
-    up beside the region's other idle GPUs like anywhere else."""
+    do the idle GPUs of its nodes (:func:`_gpu_returning`). A scheduling fault right after a window still pages:
+    the jobs submitted after it pile up beside the region's other idle GPUs like anywhere else."""
     out: dict = {}
     w = _recent_windows(ctx)
     for region, e in zip(np.asarray(w["region"], dtype=object), pd.DatetimeIndex(w["end"])):
@@ -1458,13 +1460,13 @@ def _maintenance_in_region(ctx: PartitionContext, region: str) -> str | None:
     return f"maintenance window {first['window_id']} ({first['start']:%H:%M}-{first['end']:%H:%M})"
 
 
-# a change caused a pile-up that rose this many robust standard deviations (MAD x 1.4826) of the region's own
+# a change caused a pile-up that rose this many robust standard deviations (MAD x MAD_TO_SIGMA) of the region's
 # partitions in the hour before it above their median (and by SCHED_SEASONAL_MARGIN at least): three sigmas, a
 # bound on the region's own scatter in that hour, so a wave's ups and downs after a change are not its effect
 CHANGE_RISE_SIGMAS = 3.0
 
 
-def _level_before(hist: pd.DataFrame, region: str, change_ts: pd.Timestamp) -> float | None:
+def _bar_after_change(hist: pd.DataFrame, region: str, change_ts: pd.Timestamp) -> float | None:
     """The idle_blocked share a pile-up must reach to have followed a change: the median of the region's partitions
     in the hour before the change, plus CHANGE_RISE_SIGMAS of their robust scatter (SCHED_SEASONAL_MARGIN at
     least). A change is the cause of a pile-up that rose above it, not of one already there (a revert after an
@@ -1480,7 +1482,7 @@ def _level_before(hist: pd.DataFrame, region: str, change_ts: pd.Timestamp) -> f
     if not len(hour):
         return float("nan")
     mid = float(np.median(hour))
-    sigma = 1.4826 * float(np.median(np.abs(hour - mid)))
+    sigma = MAD_TO_SIGMA * float(np.median(np.abs(hour - mid)))
     return mid + max(SCHED_SEASONAL_MARGIN, CHANGE_RISE_SIGMAS * sigma)
 
 

@@ -87,6 +87,8 @@ import pandas as pd
 from scipy.sparse import csr_matrix
 from scipy.special import ndtri
 
+from gpu_health.constants import MAD_TO_SIGMA
+
 UNKNOWN = "unknown"
 
 # Group cells through a dense bincount when the key space is at most this many
@@ -704,8 +706,8 @@ def _noise_variance(dev: np.ndarray, level: np.ndarray, informative: np.ndarray)
     kappas = [0.0, *(typical * f for f in _KAPPA_GRID), np.inf]
     z = np.stack([dv / (np.sqrt(lv) if np.isinf(kappa) else np.sqrt(lv**2 + kappa * lv)) for kappa in kappas])
     # the medians of every kappa at once (one call per shape, not one per kappa and group: the same values)
-    spreads = 1.4826 * np.median(z, axis=1)
-    locals_ = 1.4826 * _group_medians(z, buckets)
+    spreads = MAD_TO_SIGMA * np.median(z, axis=1)
+    locals_ = MAD_TO_SIGMA * _group_medians(z, buckets)
     best = None
     for kappa, spread, local in zip(kappas, spreads, locals_):
         spread = float(spread)

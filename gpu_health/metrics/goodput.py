@@ -196,10 +196,15 @@ def first_node(node_ids: pd.Series, missing: str | None = None) -> pd.Series:
     return pd.Series(firsts[codes], index=node_ids.index, name=node_ids.name, dtype=object)
 
 
+def _placing(sched: pd.DataFrame) -> pd.DataFrame:
+    """The scheduler events that place a job: started or ended, with nodes."""
+    return sched[sched["event"].isin(["started", "ended"]) & sched["node_ids"].notna()]
+
+
 def placement_events(sched: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
-    """The scheduler events that place a job (started or ended, with nodes) and each one's first node: what
+    """The scheduler events that place a job (:func:`_placing`) and each one's first node: what
     :func:`queue_regions` learns a queue's region from."""
-    placed = sched[sched["event"].isin(["started", "ended"]) & sched["node_ids"].notna()]
+    placed = _placing(sched)
     return placed, first_node(placed["node_ids"])
 
 
@@ -231,7 +236,7 @@ def placements(sched: pd.DataFrame) -> pd.DataFrame:
     cols = ["ts", "queue", "node_id"]
     if sched is None or sched.empty:
         return pd.DataFrame(columns=cols)
-    placed = sched[sched["event"].isin(["started", "ended"]) & sched["node_ids"].notna()]
+    placed = _placing(sched)
     # one row per node of each placement, in the placement's order (what str.split + explode give), each distinct
     # placement split once
     codes, uniques = pd.factorize(placed["node_ids"].astype(str))

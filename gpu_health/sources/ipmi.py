@@ -32,7 +32,8 @@ import pandas as pd
 
 from gpu_health.contracts import columns, conform, empty_frame
 from gpu_health.sources.base import Fetched
-from gpu_health.sources.prometheus import _K, _V, PrometheusSource, _coalesce_labels, _Window
+from gpu_health.sources.prom_frames import _K, _V, _coalesce_labels
+from gpu_health.sources.prometheus import PrometheusSource, _Window
 
 TABLE = "facility_telemetry"
 POWER = "ipmi_dcmi_power_consumption_current_watts"

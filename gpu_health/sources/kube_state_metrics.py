@@ -37,11 +37,11 @@ import numpy as np
 import pandas as pd
 
 from gpu_health.contracts import columns, conform, empty_frame
+from gpu_health.sources.prom_frames import _K, _V
 
 KUBE_TABLES = frozenset({"kube_pods", "kube_nodes"})
 GPU_RESOURCE_LABEL = "nvidia_com_gpu"  # kube-state-metrics sanitizes nvidia.com/gpu into a label value this way
 POD_KEY = ["namespace", "pod"]
-_K, _V = "__k", "__v"  # the Prometheus source's minute index and value columns (sources.prometheus._K / _V)
 
 
 def _ones(df: pd.DataFrame) -> pd.DataFrame:

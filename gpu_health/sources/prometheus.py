@@ -61,6 +61,7 @@ import requests
 from gpu_health.contracts import columns, empty_frame
 from gpu_health.sources import dcgm_fields as F
 from gpu_health.sources.base import DEFAULT_ABSENT_AFTER, DataNotReady, Fetched, SourceError
+from gpu_health.sources.prom_frames import _K, _V, _coalesce_labels, _increase
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,6 @@ LABEL_OVERRIDES = frozenset(F.GPU_LABELS)
 DECIDED_MAX = 20_000
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 MINUTE = pd.Timedelta(minutes=1)
-_K, _V = "__k", "__v"  # label names may not start with "__": no clash with labels
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 _MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*(,|\Z)')
 _UNESCAPE = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", '"': '"'}
@@ -174,31 +174,6 @@ def parse_label_overrides(text: str | Mapping[str, str] | None) -> dict[str, str
 
 
 # --- small frame helpers ---------------------------------------------------------
-def _coalesce_labels(df: pd.DataFrame, names: tuple[str, ...]) -> pd.Series:
-    """First non-empty value among the label columns ``names`` (None when none)."""
-    out = pd.Series(None, index=df.index, dtype="object")
-    for name in reversed(names):
-        if name in df.columns:
-            col = df[name]
-            out = col.where(col.notna() & (col != ""), out)
-    return out
-
-
-def _increase(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Per-minute counter increase from last-in-minute values (``keys + [_K, _V]``, one row each).
-
-    A drop is a restart: the increase is the new value. No sample in the
-    previous minute: unknown (NaN).
-    """
-    prev = df[keys + [_K, _V]].copy()
-    prev[_K] += 1
-    merged = df.merge(prev.rename(columns={_V: "__prev"}), on=keys + [_K], how="left")
-    cur, before = merged[_V], merged["__prev"]
-    merged["__inc"] = np.where(cur >= before, cur - before, cur)
-    merged.loc[cur.isna() | before.isna(), "__inc"] = np.nan
-    return merged.drop(columns="__prev")
-
-
 def _sum_strict(df: pd.DataFrame, keys: list[str], col: str) -> pd.Series:
     """Sum of ``col`` per group; NaN if any member is NaN (a partial sum would under-report)."""
     groups = [df[k] for k in keys]

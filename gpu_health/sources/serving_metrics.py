@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_health.contracts import columns, conform, empty_frame
+from gpu_health.sources.prom_frames import _K, _V, _coalesce_labels, _increase
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,6 @@ DEPLOYMENT = ["region", "model_name", "model_version"]
 _STATUS_LABELS = ("status", "outcome", "result")
 _CODE_LABELS = ("code", "status_code", "http_status")
 _FAILED_STATUS = re.compile(r"(?i)^(error|errors|fail|failed|failure|5\d\d)$")
-_K, _V = "__k", "__v"  # the Prometheus source's minute index and value columns (sources.prometheus._K / _V)
 
 
 def parse_families(text: str | dict | None) -> dict[str, str]:
@@ -78,38 +78,21 @@ def parse_families(text: str | dict | None) -> dict[str, str]:
     return out
 
 
-def _first_label(df: pd.DataFrame, names: tuple[str, ...]) -> pd.Series:
-    out = pd.Series(None, index=df.index, dtype=object)
-    for name in reversed(names):
-        if name in df.columns:
-            col = df[name]
-            out = col.where(col.notna() & (col != ""), out)
-    return out
-
-
 def _deployments(df: pd.DataFrame, region) -> pd.DataFrame:
     """The range frame with region, model_name and model_version columns (rows without a model are dropped)."""
     if df.empty:
         return df.assign(region=pd.Series(dtype=object), model_name=pd.Series(dtype=object),
                          model_version=pd.Series(dtype=object))
-    model = _first_label(df, MODEL_LABELS)
-    version = _first_label(df, VERSION_LABELS).fillna(UNVERSIONED)
+    model = _coalesce_labels(df, MODEL_LABELS)
+    version = _coalesce_labels(df, VERSION_LABELS).fillna(UNVERSIONED)
     df = df.assign(region=region(df).to_numpy(), model_name=model.to_numpy(), model_version=version.to_numpy())
     return df[df["model_name"].notna()]
 
 
 def _series_increase(df: pd.DataFrame) -> pd.DataFrame:
-    """Per series (all its labels) and minute, the counter's increase since the minute before: ``__inc``."""
-    labels = [c for c in df.columns if c not in (_K, _V)]
-    key = df[labels].astype(str).agg("\x1f".join, axis=1) if labels else pd.Series("", index=df.index)
-    d = pd.DataFrame({"__s": key.to_numpy(), _K: df[_K].to_numpy(), _V: df[_V].to_numpy()}, index=df.index)
-    d = d.sort_values(["__s", _K], kind="stable")
-    prev_v = d.groupby("__s", sort=False)[_V].shift(1)
-    prev_k = d.groupby("__s", sort=False)[_K].shift(1)
-    cur = d[_V]
-    inc = np.where(cur >= prev_v, cur - prev_v, cur)  # a drop is a counter reset: the new value is the increase
-    inc = np.where(prev_v.notna() & (prev_k == d[_K] - 1), inc, np.nan)  # no sample the minute before: unknown
-    return df.assign(__inc=pd.Series(inc, index=d.index).reindex(df.index).to_numpy())
+    """Per series (all its labels) and minute, the counter's increase since the minute before: ``__inc``
+    (the Prometheus source's rule, :func:`~gpu_health.sources.prom_frames._increase`)."""
+    return _increase(df, [c for c in df.columns if c not in (_K, _V)])
 
 
 def _summed(df: pd.DataFrame, by: list[str], name: str) -> pd.DataFrame:
@@ -122,8 +105,8 @@ def _summed(df: pd.DataFrame, by: list[str], name: str) -> pd.DataFrame:
 
 def _failed(df: pd.DataFrame) -> pd.Series:
     """Rows of ``_count`` series that count failed requests (a status or HTTP code label saying so)."""
-    status = _first_label(df, _STATUS_LABELS)
-    code = _first_label(df, _CODE_LABELS)
+    status = _coalesce_labels(df, _STATUS_LABELS)
+    code = _coalesce_labels(df, _CODE_LABELS)
     return (status.fillna("").astype(str).str.match(_FAILED_STATUS)
             | code.fillna("").astype(str).str.match(r"^5\d\d$"))
 
