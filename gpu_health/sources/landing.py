@@ -14,11 +14,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
-from pandas._libs import lib
 
+from gpu_health.arrow_text import text_values
 from gpu_health.contracts import CONTRACTS, FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES, empty_frame
 from gpu_health.contracts.validate import FileBatch
 from gpu_health.landing import DAILY_SOURCES, file_version, partition_path
@@ -267,7 +266,7 @@ def _to_pandas(table: pa.Table) -> tuple[pd.DataFrame, dict[str, np.ndarray], di
         return table.cast(plain).to_pandas(), {}, {}
     distinct, codes = {}, {}
     for name in text:
-        values, distinct[name], code = _text_values(table.column(name))
+        values, distinct[name], code = text_values(table.column(name))
         if code is not None:
             codes[name] = code
         rest.insert(names.index(name), name, values)
@@ -278,28 +277,6 @@ def _default_range(index: pd.Index) -> bool:
     return isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1
 
 
-def _text_values(column: pa.ChunkedArray) -> tuple[pd.arrays.StringArray, np.ndarray, tuple[np.ndarray, int] | None]:
-    """A text column (plain or dictionary) as pandas' ``string[python]`` array (nulls as ``pd.NA``), built
-    from its dictionary; the dictionary's values; each row's code and the code of a missing value (None
-    unless the dictionary holds each value once: only then are two rows' codes equal exactly when their
-    values are)."""
-    if pa.types.is_dictionary(column.type):
-        encoded = pa.Table.from_arrays([column], names=["v"]).unify_dictionaries().column(0).combine_chunks()
-    else:
-        encoded = pc.dictionary_encode(column).combine_chunks()
-    distinct = np.empty(len(encoded.dictionary) + 1, dtype=object)
-    distinct[:-1] = encoded.dictionary.to_pylist()
-    distinct[-1] = pd.NA
-    codes = encoded.indices.fill_null(len(distinct) - 1).to_numpy(zero_copy_only=False)
-    values = distinct.take(codes)
-    text = (pd.arrays.StringArray(values) if not lib.is_string_array(distinct[:-1], skipna=False)
-            # every value is a str or pd.NA, what StringArray's constructor checks one by one: wrap without it
-            else _TEXT_PROTOTYPE._from_backing_data(values))
-    each_once = len(set(distinct[:-1])) == len(distinct) - 1
-    return text, distinct[:-1], ((codes, len(distinct) - 1) if each_once else None)
-
-
-_TEXT_PROTOTYPE = pd.arrays.StringArray(np.array([""], dtype=object))
 
 
 def _diagnose(path: Path, err: Exception) -> str:

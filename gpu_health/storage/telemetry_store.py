@@ -63,6 +63,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
+from gpu_health.arrow_text import text_values
 from gpu_health.constants import PARTITION
 from gpu_health.storage.schema import COLUMNAR_TABLES, arrow_schema, grain, metadata, partition_column
 
@@ -129,14 +130,32 @@ class TelemetryStore:
             files = [p for p in found if _is_hour(p) or _start_of(p).floor(HOUR) not in hours]
             return [p for p in files if (lo is None or _start_of(p) + (HOUR if _is_hour(p) else PARTITION) > lo)
                     and (hi is None or _start_of(p) < hi)]
+        # each date folder is listed once and the names are matched as strings: a week's look-back is 168 hours and
+        # 2,016 partitions, which as a path built and stat-ed each cost ~3 % of a bulk run's CPU (most of them in
+        # look-backs reaching before the first written day, where a missing folder now answers for a whole day)
         files = []
-        for h in pd.date_range(lo.floor(HOUR), hi, freq=HOUR, inclusive="left"):
-            hour = self.hour_path(table, h)
-            if hour.exists():
-                files.append(hour)
-            else:
-                slots = (s for s in _slots(max(lo, h), min(hi, h + HOUR)))
-                files += [p for p in (self.partition_path(table, s) for s in slots) if p.exists()]
+        lo_us, hi_us = _us(lo), _us(hi)
+        day = lo.normalize()
+        while day < hi:
+            folder = self.root / table / f"date={day:%Y-%m-%d}"
+            try:
+                names = set(os.listdir(folder))
+            except FileNotFoundError:
+                names = set()
+            day_us = _us(day)
+            for h in range(24):
+                h_us = day_us + h * _HOUR_US
+                if h_us + _HOUR_US <= lo_us or h_us >= hi_us or not names:
+                    continue
+                if f"{h:02d}.parquet" in names:
+                    files.append(folder / f"{h:02d}.parquet")
+                    continue
+                for i in range(_PER_HOUR):  # the partitions of the hour overlapping [lo, hi)
+                    s_us = h_us + i * _PARTITION_US
+                    minute = (i * _PARTITION_US) // 60_000_000
+                    if s_us + _PARTITION_US > lo_us and s_us < hi_us and f"{h:02d}{minute:02d}.parquet" in names:
+                        files.append(folder / f"{h:02d}{minute:02d}.parquet")
+            day += pd.Timedelta(days=1)
         return files
 
     # --- writes -----------------------------------------------------------------------------
@@ -204,7 +223,7 @@ class TelemetryStore:
     def _sorted(self, table: str, frame: pd.DataFrame, start, end, order_out: list | None) -> pa.Table:
         """``frame`` as Arrow in key order, refusing rows outside ``[start, end)``."""
         col = partition_column(table)
-        data = to_arrow(frame, _schema(table), table)
+        data = to_arrow(frame, _schema(table), table, text_as_dictionary=True)
         ts = data.column(col).cast(pa.int64()).to_numpy(zero_copy_only=False)
         outside = (ts < _us(start)) | (ts >= _us(end))
         if outside.any():
@@ -221,7 +240,8 @@ class TelemetryStore:
                     hi_us: int) -> None:
         """Stage the replacement of the rows of ``[lo_us, hi_us)`` (inside ``hour``) with ``new`` (sorted by key)."""
         hour_file = self.hour_path(table, hour)
-        slot_files = [self.partition_path(table, hour + i * PARTITION) for i in range(_PER_HOUR)]
+        # the hour's partition files, named as partition_path names them (one strftime for the hour, not twelve)
+        slot_files = [hour_file.parent / f"{hour:%H}{(i * PARTITION).seconds // 60:02d}.parquet" for i in range(_PER_HOUR)]
         covered = {i for i in range(_PER_HOUR) if lo_us < _us(hour) + (i + 1) * _PARTITION_US and
                    _us(hour) + i * _PARTITION_US < hi_us}
         if len(covered) == _PER_HOUR and lo_us <= _us(hour) and _us(hour + HOUR) <= hi_us:  # the whole hour: no reads
@@ -230,7 +250,7 @@ class TelemetryStore:
             staged.write(hour_file, _spliced(_read(hour_file, table), new, table, lo_us, hi_us), table)
         elif all(i in covered or p.exists() for i, p in enumerate(slot_files)):  # this write completes the hour
             old = [_read(p, table) for p in slot_files if p.exists()]
-            old = pa.concat_tables(old) if old else _schema(table).empty_table()
+            old = pa.concat_tables(old) if old else _read_schema(table).empty_table()
             staged.write(hour_file, _spliced(old, new, table, lo_us, hi_us), table)
         else:
             ts = new.column(partition_column(table)).cast(pa.int64()).to_numpy(zero_copy_only=False)
@@ -285,7 +305,7 @@ class TelemetryStore:
             # (bench/bench_telemetry_store.py compares it with file-by-file reads and DuckDB's read_parquet)
             part = partition_column(table)
             try:
-                data = ds.dataset([str(f) for f in files], schema=schema, format="parquet").to_table(
+                data = ds.dataset([str(f) for f in files], schema=_read_schema(table), format=_read_format(table)).to_table(
                     columns=wanted + ([part] if part not in wanted else []), filter=cond)
             except OSError:
                 if all(f.exists() for f in files):
@@ -336,11 +356,6 @@ def _us(ts: pd.Timestamp) -> int:
     return ts.value // 1000
 
 
-def _slots(start: pd.Timestamp, end: pd.Timestamp) -> list[pd.Timestamp]:
-    """The 5-minute partitions overlapping ``[start, end)``."""
-    return list(pd.date_range(start.floor(PARTITION), end, freq=PARTITION, inclusive="left"))
-
-
 def _is_hour(path: Path) -> bool:
     return len(path.stem) == 2
 
@@ -352,7 +367,8 @@ def _start_of(path: Path) -> pd.Timestamp:
 
 
 def _read(path: Path, table: str) -> pa.Table:
-    return pq.read_table(path, schema=_schema(table))
+    """One file as the store's writes hold a table: text columns as dictionaries (:func:`_read_schema`)."""
+    return ds.dataset(str(path), schema=_read_schema(table), format=_read_format(table)).to_table()
 
 
 class Staged:
@@ -431,7 +447,7 @@ def _sort_keys(data: pa.Table, table: str) -> list[np.ndarray]:
     keys = []
     for name in grain(_model(table), partition_column(table)):
         arr = data.column(name)
-        if pa.types.is_string(arr.type):
+        if pa.types.is_string(arr.type) or (pa.types.is_dictionary(arr.type) and pa.types.is_string(arr.type.value_type)):
             keys.append(_dense_rank(arr))
         elif pa.types.is_timestamp(arr.type):
             keys.append(arr.cast(pa.int64()).to_numpy(zero_copy_only=False))
@@ -441,11 +457,14 @@ def _sort_keys(data: pa.Table, table: str) -> list[np.ndarray]:
 
 
 def _dense_rank(arr) -> np.ndarray:
-    """pc.rank(arr, "ascending", tiebreaker="dense") of a string column, ranking its distinct values only (a key
-    column repeats a few thousand names over millions of rows: hashing them is ~5x cheaper than sorting them)."""
+    """pc.rank(arr, "ascending", tiebreaker="dense") of a string column (plain or dictionary), ranking its distinct
+    values only (a key column repeats a few thousand names over millions of rows: hashing them is ~5x cheaper than
+    sorting them). Ties in a dictionary holding a value twice (files concatenated) rank alike, as they should."""
+    dictionary = pa.types.is_dictionary(arr.type)
     if arr.null_count:
-        return pc.rank(arr, sort_keys="ascending", tiebreaker="dense").to_numpy()
-    enc = arr.dictionary_encode()
+        return pc.rank(arr.cast(arr.type.value_type) if dictionary else arr, sort_keys="ascending",
+                       tiebreaker="dense").to_numpy()
+    enc = arr if dictionary else arr.dictionary_encode()
     enc = enc.combine_chunks() if isinstance(enc, pa.ChunkedArray) else enc
     ranks = pc.rank(enc.dictionary, sort_keys="ascending", tiebreaker="dense").to_numpy()
     return ranks[enc.indices.to_numpy(zero_copy_only=False)]
@@ -481,6 +500,23 @@ def _schema(table: str) -> pa.Schema:
     return arrow_schema(table, descriptions=False)
 
 
+# Reads decode the text columns as dictionaries (the files store them dictionary-encoded): the scan then never
+# builds a string per row, the key-order take moves 4-byte indices instead of strings, and the pandas strings are
+# made once per distinct value (_to_pandas, arrow_text.text_values). A day of GPU telemetry at 1,200 GPUs (1.7 M
+# rows, five text columns): scan 1.0 -> 0.22 s, key order 0.9 -> 0.2 s, text columns 0.5 -> 0.25 s. The values and
+# dtypes returned are the same.
+@functools.cache
+def _read_schema(table: str) -> pa.Schema:
+    schema = _schema(table)
+    return _as_dictionaries(schema, [f.name for f in schema if pa.types.is_string(f.type)])
+
+
+@functools.cache
+def _read_format(table: str) -> ds.ParquetFileFormat:
+    text = [f.name for f in _schema(table) if pa.types.is_string(f.type)]
+    return ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=text))
+
+
 def _write_parquet(data: pa.Table, where) -> None:
     # store_schema=False: no serialized Arrow schema in the footer (~1 KB a file); the Parquet logical types
     # (UTC-adjusted microsecond timestamps included) already say everything a reader needs. A table without rows
@@ -496,15 +532,22 @@ def _model(table: str):
     return entry(table).model
 
 
-def to_arrow(frame: pd.DataFrame, schema: pa.Schema, table: str) -> pa.Table:
-    """``frame`` as ``schema`` (its columns, in order; a frame without rows may lack them)."""
+def to_arrow(frame: pd.DataFrame, schema: pa.Schema, table: str, *, text_as_dictionary: bool = False) -> pa.Table:
+    """``frame`` as ``schema`` (its columns, in order; a frame without rows may lack them).
+
+    ``text_as_dictionary``: the text columns as dictionaries (each distinct value converted once, the store's
+    sorts and takes move 4-byte indices; Parquet stores them dictionary-encoded either way)."""
+    text = [f.name for f in schema if pa.types.is_string(f.type)] if text_as_dictionary else []
+    out_schema = _as_dictionaries(schema, text)
     if frame.empty:
-        return schema.empty_table()
+        return out_schema.empty_table()
     missing = [n for n in schema.names if n not in frame.columns]
     if missing:
         raise ValueError(f"{table}: the frame lacks column(s) {missing}")
     cols = {}
     for field in schema:
+        if field.name in text:
+            continue
         s = frame[field.name]
         if isinstance(s.dtype, pd.CategoricalDtype):
             s = s.astype(object)
@@ -513,7 +556,32 @@ def to_arrow(frame: pd.DataFrame, schema: pa.Schema, table: str) -> pa.Table:
         cols[field.name] = s
     # safe=True: a value the type cannot hold exactly (a nanosecond, a fractional int) raises instead of being cut;
     # a null in a column the catalogue declares NOT NULL raises too (pyarrow checks non-nullable fields)
-    return pa.Table.from_pandas(pd.DataFrame(cols), schema=schema, preserve_index=False, safe=True)
+    rest = pa.Table.from_pandas(pd.DataFrame(cols), schema=pa.schema([f for f in schema if f.name not in text]),
+                                preserve_index=False, safe=True)
+    if not text:
+        return rest
+    arrays = [_text_dictionary(frame[f.name], f) if f.name in text else rest.column(f.name) for f in schema]
+    return pa.Table.from_arrays(arrays, schema=out_schema)
+
+
+def _as_dictionaries(schema: pa.Schema, names: list[str]) -> pa.Schema:
+    return pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), pa.string()), f.nullable) if f.name in names else f
+                      for f in schema])
+
+
+def _text_dictionary(values: pd.Series, field: pa.Field) -> pa.DictionaryArray:
+    """A text column as a dictionary array (a missing value a null index); raises as pyarrow's own conversion
+    does on a value that is not text (ArrowTypeError) and on a null in a NOT NULL column (ValueError)."""
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        codes, uniques = values.cat.codes.to_numpy(), np.asarray(values.cat.categories, dtype=object)
+    else:
+        codes, uniques = pd.factorize(values)
+        uniques = np.asarray(uniques, dtype=object)
+    missing = codes < 0
+    if not field.nullable and missing.any():
+        raise ValueError(f"Field {field} was non-nullable but pandas column had {int(missing.sum())} null values")
+    return pa.DictionaryArray.from_arrays(pa.array(codes, type=pa.int32(), mask=missing),
+                                          pa.array(uniques, type=pa.string(), from_pandas=True))
 
 
 def _to_pandas(data: pa.Table, table: str) -> pd.DataFrame:
@@ -527,7 +595,7 @@ def _to_pandas(data: pa.Table, table: str) -> pd.DataFrame:
         elif isinstance(c.type, sa.BigInteger) and c.nullable:
             out[name] = arr.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
         elif isinstance(c.type, sa.Text):
-            out[name] = arr.to_pandas().astype("string")
+            out[name] = pd.Series(text_values(arr)[0], copy=False)
         else:
             out[name] = arr.to_pandas()
     return pd.DataFrame(out, columns=data.column_names)
