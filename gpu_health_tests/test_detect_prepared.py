@@ -216,3 +216,34 @@ def test_the_prepared_framework_cohort_finds_what_the_full_metadata_merge_finds(
     (fast,) = detect_deploys(prepared(ctx))
     assert slow == fast
     assert (fast.severity, fast.cohort, fast.team) == ("page", "framework torch-2.14.0", "fast-movers,x")
+
+
+def test_refactorize_is_factorize_of_the_slice():
+    """A partition's codes refactorized from the range's codes are pd.factorize of its own rows: numbered in order
+    of first appearance, -1 for a missing value, the uniques in that order (with a missing value first, last, in
+    between and absent, and an empty slice)."""
+    rng = np.random.default_rng(5)
+    names = np.array(["n1", "n2", None, "n3", "n4"], dtype=object)
+    for _ in range(200):
+        values = pd.Series(names[rng.integers(0, len(names), rng.integers(0, 30))]).astype("string")
+        codes, uniques = pd.factorize(values)
+        lo, hi = sorted(rng.integers(0, len(values) + 1, 2))
+        got_codes, got_uniques = D.refactorize(codes.astype(np.int64)[lo:hi], np.asarray(uniques, dtype=object))
+        want_codes, want_uniques = pd.factorize(values.iloc[lo:hi])
+        np.testing.assert_array_equal(got_codes, want_codes)
+        assert list(got_uniques) == list(np.asarray(want_uniques, dtype=object))
+
+
+def test_detectors_on_range_codes_find_what_the_partitions_own_codes_find():
+    """A context cut from a range frame (its GPU codes refactorized from the range's) raises the same findings as
+    the same rows factorized on their own: an Xid 79 GPU gone silent (the hardware evidence and short-GPU counts
+    read node, region, job and GPU codes), the range frame holding other nodes' rows, in another order, before it."""
+    ctx = prepared(EV.context(EV.xid79_and_gone()))
+    before = EV.gpu_rows(nodes=("n9", "n2", "n1"), job=lambda node, i: f"job-x{i}").assign(ts=lambda f: f["ts"] - 5 * EV.MIN)
+    whole = pd.concat([before, ctx.gpu], ignore_index=True)
+    prep = prepare_range(job_table(ctx.sched, ctx.inventory), ctx.meta, job_lookback=LOOKBACK, gpu=whole)
+    cut = dataclasses.replace(ctx, gpu=whole.iloc[len(before):], gpu_rows=slice(len(before), len(whole)), prepared=prep)
+    assert D._gpu_codes(cut, "node_id")[1].tolist() == D._gpu_codes(ctx, "node_id")[1].tolist()
+    own, ranged = D.detect(ctx), D.detect(cut)
+    assert any(f.family == "hardware" for f in own)
+    assert ranged == own

@@ -187,6 +187,10 @@ class RangePrep:
     # of queues, region names); a partition's jobs take their queue's region from the placements it could have
     # seen (regions_as_of; the jobs' queue codes are jobs["queue_code"])
     placed: tuple | None = field(default=None, repr=False)
+    # the range's GPU rows (the frame the contexts' ``gpu`` slices are cut from, with their ``gpu_rows``):
+    # column -> (pd.factorize codes of the whole frame, its uniques), so a partition refactorizes integers
+    # (_gpu_codes) instead of hashing its node, region, job and GPU names anew
+    gpu_codes: dict = field(default_factory=dict, repr=False)
 
     def jobs_between(self, lo: pd.Timestamp, hi: pd.Timestamp) -> dict:
         """The jobs submitted in [lo, hi), a job that left the queue at hi or later still waiting (the table
@@ -243,7 +247,8 @@ class RangePrep:
 
 def prepare_range(jobs: pd.DataFrame, meta: pd.DataFrame, *, job_lookback: pd.Timedelta,
                   windows: dict | None = None, loss_history: pd.DataFrame | None = None,
-                  sched: pd.DataFrame | None = None, node_region: dict | None = None) -> RangePrep:
+                  sched: pd.DataFrame | None = None, node_region: dict | None = None,
+                  gpu: pd.DataFrame | None = None) -> RangePrep:
     """The per-range structures of a run of partitions (PartitionContext.prepared).
 
     ``jobs``: job_table() of the range's scheduler events (with the lookback before it); ``job_lookback``:
@@ -256,7 +261,8 @@ def prepare_range(jobs: pd.DataFrame, meta: pd.DataFrame, *, job_lookback: pd.Ti
     the contexts' ``loss_history`` windows are cut from (the convergence detectors then slice arrays).
     ``sched`` and ``node_region``: the scheduler events ``jobs`` was built from and the node -> region map it
     used; with them each partition's jobs take their queue's region from the placements of its own look-back
-    (what a run of that partition alone reads), not from placements later in the range.
+    (what a run of that partition alone reads), not from placements later in the range. ``gpu``: the range's
+    GPU rows, whose contexts carry their slice of it as ``gpu`` and its positions as ``gpu_rows``.
     """
     arrays = _job_arrays(jobs)
     order = np.argsort(arrays["sub"], kind="stable")
@@ -277,9 +283,14 @@ def prepare_range(jobs: pd.DataFrame, meta: pd.DataFrame, *, job_lookback: pd.Ti
     if sched is not None:
         placed, queues = _placement_arrays(sched, node_region)
         arrays["queue_code"] = pd.Index(queues).get_indexer(arrays["queue"])  # -1: never placed in the range
+    gpu_codes = {}
+    for col in _GPU_CODED if gpu is not None else ():
+        if col in gpu.columns:
+            codes, uniques = pd.factorize(gpu[col])
+            gpu_codes[col] = (codes.astype(np.int64), np.asarray(uniques, dtype=object))
     return RangePrep(job_lookback=pd.Timedelta(job_lookback), jobs=arrays, meta_first=meta_first,
                      meta=meta if meta is not None else pd.DataFrame(columns=["job_id"]), windows=cut, loss=loss,
-                     placed=placed)
+                     placed=placed, gpu_codes=gpu_codes)
 
 
 def _placement_arrays(sched: pd.DataFrame, node_region: dict | None) -> tuple[tuple, np.ndarray]:
@@ -334,6 +345,8 @@ class PartitionContext:
     # per-range structures (prepare_range), computed once for all partitions of a range; None: each detector
     # derives what it needs from the frames above (the same results, slower)
     prepared: "RangePrep | None" = None
+    # the positions of ``gpu`` in the range frame ``prepared.gpu_codes`` factorized (None: not cut from it)
+    gpu_rows: slice | None = None
     # derived views of this partition's frames shared by the detectors (filled lazily; never an input, never
     # carried over by dataclasses.replace: a context with other frames starts with an empty one)
     memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -1253,13 +1266,33 @@ def _gpu_minute(ctx: PartitionContext) -> np.ndarray:
     return ctx.memo["gpu_minute"]
 
 
+# the columns of the GPU rows the detectors factorize (_gpu_codes), factorized once per range by prepare_range
+_GPU_CODED = ("node_id", "region", "job_id", "gpu_uuid")
+
+
 def _gpu_codes(ctx: PartitionContext, col: str) -> tuple[np.ndarray, np.ndarray]:
     """pd.factorize of a column of the partition's GPU rows (codes, -1 for missing; uniques as objects)."""
     key = ("gpu_codes", col)
     if key not in ctx.memo:
-        codes, uniques = pd.factorize(ctx.gpu[col])
-        ctx.memo[key] = (codes.astype(np.int64), np.asarray(uniques, dtype=object))
+        whole = ctx.prepared.gpu_codes.get(col) if ctx.prepared is not None and ctx.gpu_rows is not None else None
+        if whole is not None:
+            ctx.memo[key] = refactorize(whole[0][ctx.gpu_rows], whole[1])
+        else:
+            codes, uniques = pd.factorize(ctx.gpu[col])
+            ctx.memo[key] = (codes.astype(np.int64), np.asarray(uniques, dtype=object))
     return ctx.memo[key]
+
+
+def refactorize(codes: np.ndarray, uniques: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What pd.factorize gives for the values ``uniques[codes]`` (-1: missing), from the integer codes alone:
+    codes numbered in order of first appearance, -1 kept for missing, and the uniques in that order."""
+    sub, seen = pd.factorize(codes)
+    missing = np.flatnonzero(seen < 0)
+    if len(missing):  # -1 was numbered like a value: take it out, the codes after it move down one
+        j = int(missing[0])
+        sub = np.where(sub == j, -1, sub - (sub > j))
+        seen = np.delete(seen, j)
+    return sub.astype(np.int64), uniques[seen]
 
 
 def _queue_reach(placed: pd.DataFrame) -> dict:

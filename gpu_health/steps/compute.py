@@ -345,6 +345,16 @@ def _by_partition(frame: pd.DataFrame, col: str, start: pd.Timestamp, end: pd.Ti
     return {p: frame.iloc[a:b] for p, a, b in zip(parts, lo, hi) if b > a}
 
 
+def _rows_in(part: pd.DataFrame, frame: pd.DataFrame) -> slice | None:
+    """The positions of ``part`` in ``frame`` as a slice, where its index says them (``frame`` numbered 0..n-1
+    as reads give it, ``part`` a run of it), else None."""
+    whole, idx = frame.index, part.index
+    if (isinstance(whole, pd.RangeIndex) and whole.start == 0 and whole.step == 1
+            and isinstance(idx, pd.RangeIndex) and idx.step == 1):
+        return slice(idx.start, idx.stop)
+    return None
+
+
 def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFrame] | None = None) -> pd.DataFrame:
     """Alert snapshots of every partition in [start, end), carrying the open alerts forward.
 
@@ -411,7 +421,8 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
     placed = G.placements(sched)
     prep = prepare_range(jobs, meta, job_lookback=SCHED_LOOKBACK,
                          windows={"runtime": runtime, "sched": sched, "changes": changes}, loss_history=loss_hist,
-                         sched=sched, node_region=dict(zip(union["node_id"], union["region"])))
+                         sched=sched, node_region=dict(zip(union["node_id"], union["region"])),
+                         gpu=frames["gpu_telemetry"])
 
     def by_partition(frame, col="ts"):
         return _by_partition(frame, col, start, end)
@@ -424,8 +435,10 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
     release_ps = release_rows["partition_start"]
     out = []
     for p in pd.date_range(start, end, freq=PARTITION_FREQ, inclusive="left"):
+        gpu = g_p.get(p, empty["gpu_telemetry"])
         ctx = PartitionContext(
-            start=p, end=p + five, gpu=g_p.get(p, empty["gpu_telemetry"]), node=n_p.get(p, empty["node_telemetry"]),
+            start=p, end=p + five, gpu=gpu, gpu_rows=_rows_in(gpu, frames["gpu_telemetry"]),
+            node=n_p.get(p, empty["node_telemetry"]),
             network=net_p.get(p, empty["network_telemetry"]),
             runtime=prep.between("runtime", p - five, p + five),
             sched=prep.between("sched", p + five - SCHED_LOOKBACK, p + five),
