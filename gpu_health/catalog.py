@@ -125,7 +125,8 @@ _TABLES: tuple[Table, ...] = (
             "Submissions, starts, ends, preemptions and requeues from the scheduler."),
     _source("job_runtime_metrics", "minute", COLUMNAR, "ml_platform",
             "one row per running job per minute that reports training metrics",
-            "Training-loop progress reported by jobs: steps, step time, loader wait, gradient sync, checkpoints."),
+            "Training-loop progress reported by jobs: steps, step time, loader wait, gradient sync, checkpoints, "
+            "loss and (where logged) gradient norm."),
     _source("job_metadata", "event", COLUMNAR, "ml_platform", "one row per job, in the partition of its submission",
             "What each job is: team, model type, workload class, dataset, requested GPUs, image, framework, SLA."),
     _source("change_events", "event", SQL, "ml_platform", "one row per deploy or configuration change",

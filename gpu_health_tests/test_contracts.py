@@ -402,6 +402,7 @@ NEGATIVE_COUNTERS = [
     ("scheduler_events", "gpus", -2),
     ("job_runtime_metrics", "samples", -128),
     ("job_runtime_metrics", "last_step", -1),
+    ("job_runtime_metrics", "grad_norm", -0.25),  # a norm is never negative
     ("job_metadata", "requested_gpus", -8),
     ("cost_capacity", "reserved_gpus", -10),
     ("cost_capacity", "on_demand_gpu_hours", -0.5),
@@ -662,13 +663,24 @@ def test_maintenance_window_must_end_after_it_starts(frames):
     ("gpu_telemetry", "fb_used_mib", np.inf), ("node_telemetry", "disk_read_mbps", np.inf),
     ("network_telemetry", "latency_us", np.inf), ("job_runtime_metrics", "loss", -np.inf),
     ("job_metadata", "requested_mem_gb", np.inf), ("cost_capacity", "on_demand_gpu_hours", np.inf),
-    ("gpu_telemetry", "temp_c", -np.inf),
+    ("gpu_telemetry", "temp_c", -np.inf), ("job_runtime_metrics", "grad_norm", -np.inf),
 ])
 def test_infinite_float_rejects_the_row(frames, source, column, value):
     clean = sample(frames, source, where=(lambda d: d["steps"] > 0) if column == "step_time_s" else None)
     result = check(put(clean, 1, column, value), source)
     assert_rows_rejected(result, clean, [1], source, column, "infinite")
     assert result.rejects["value"].iloc[0] in ("inf", "-inf")
+
+
+def test_an_overflowed_gradient_norm_is_kept_and_an_unreported_one_is_null(frames):
+    # +inf is what a trainer's norm is when a gradient overflowed (the detector's evidence), never a broken reading
+    clean = sample(frames, "job_runtime_metrics", where=lambda d: d["grad_norm"].notna())
+    assert clean["grad_norm"].notna().any()  # the simulator reports it for a share of the jobs
+    df = clean.copy()
+    df.loc[[1, 3], "grad_norm"] = [np.inf, np.nan]
+    result = check(df, "job_runtime_metrics")
+    assert result.rejects.empty and len(result.valid) == len(clean)
+    assert np.isposinf(result.valid.at[1, "grad_norm"]) and pd.isna(result.valid.at[3, "grad_norm"])
 
 
 def test_infinite_float_in_a_float_dtype_column(frames):
@@ -777,6 +789,29 @@ def test_validate_files_quarantines_each_bad_file_whole_and_keeps_the_others(fra
     assert list(rows["origin"]) == ["n/1420.parquet"] and list(rows["row_index"]) == [0]
     assert rows["partition_start"].iloc[0] == T0 + pd.Timedelta(minutes=20)  # the file's partition, not the range's
     assert result.dropped_columns == {"firmware": ["n/1420.parquet"]}
+
+
+def test_landing_files_with_and_without_grad_norm_pass_the_contract(frames, tmp_path):
+    # grad_norm came after files were written: a file without it (an older exporter, a trainer that logs no norm)
+    # is valid and its rows read null (not reported, never 0); a file with it keeps its values
+    from gpu_health.landing import write_partition
+    from gpu_health.sources.landing import LandingSource
+    from gpu_health.sources.read import read_window
+
+    rt = frames["job_runtime_metrics"]
+    assert rt["grad_norm"].notna().any() and rt["grad_norm"].isna().any()
+    five = pd.Timedelta(minutes=5)
+    later = [rt.assign(ts=rt["ts"] + k * five) for k in range(4)]
+    for k, part in enumerate(later):  # two old files (one batch), two new ones (another)
+        write_partition(tmp_path, "job_runtime_metrics", T0 + k * five,
+                        part.drop(columns=["grad_norm"]) if k < 2 else part)
+    v, _ = read_window(LandingSource(tmp_path), "job_runtime_metrics", T0, T0 + 4 * five)
+    assert v.rejects.empty and v.files_quarantined.empty and not v.dropped_columns
+    assert list(v.valid.columns) == columns("job_runtime_metrics") and v.valid["grad_norm"].dtype == "float64"
+    old = v.valid["ts"] < T0 + 2 * five
+    assert old.sum() == 2 * len(rt) and v.valid.loc[old, "grad_norm"].isna().all()
+    new = v.valid[~old].reset_index(drop=True)
+    pd.testing.assert_series_equal(new["grad_norm"], pd.concat(later[2:], ignore_index=True)["grad_norm"])
 
 
 def test_a_file_of_another_table_is_named_as_such(frames):

@@ -9,10 +9,12 @@ import pandas as pd
 
 from gpu_health.diagnosis.convergence import (
     DIVERGE_MINUTES,
+    GRAD_NONFINITE_MINUTES,
     REFERENCE_MINUTES,
     checkpoint_failures,
     detect_convergence,
     divergence,
+    gradient_norm,
 )
 from gpu_health.diagnosis.detect import PartitionContext
 from gpu_health.sim.platform import fallback_jobs
@@ -24,12 +26,22 @@ START = END - pd.Timedelta(minutes=5)
 MIN = pd.Timedelta(minutes=1)
 
 
-def loss_history(loss, job="j1", checkpoint_minutes=(), durable=None) -> pd.DataFrame:
+def loss_history(loss, job="j1", checkpoint_minutes=(), durable=None, grad=None) -> pd.DataFrame:
     n = len(loss)
     ts = [END - (n - k) * MIN for k in range(n)]
-    return pd.DataFrame({"ts": ts, "job_id": job, "steps": 100, "loss": loss,
-                         "checkpoint_time_s": [8.0 if k in checkpoint_minutes else 0.0 for k in range(n)],
-                         "last_checkpoint_step": pd.array(durable if durable is not None else [pd.NA] * n, dtype="Int64")})
+    out = pd.DataFrame({"ts": ts, "job_id": job, "steps": 100, "loss": loss,
+                        "checkpoint_time_s": [8.0 if k in checkpoint_minutes else 0.0 for k in range(n)],
+                        "last_checkpoint_step": pd.array(durable if durable is not None else [pd.NA] * n, dtype="Int64")})
+    return out if grad is None else out.assign(grad_norm=grad)
+
+
+def healthy_grad(n=90, seed=1, level=1.0, scatter=0.15, spikes=0.01):
+    """A gradient norm as trainers log it: the job's own level, decaying slowly with the steps, multiplicative
+    minute-to-minute scatter and now and then a spike (a hard batch)."""
+    rng = np.random.default_rng(1000 + seed)
+    c = np.arange(n) * 100.0
+    spike = np.where(rng.random(n) < spikes, rng.uniform(1.5, 4.0, n), 1.0)
+    return level * (1 + c / 400.0) ** -0.25 * np.exp(scatter * rng.standard_normal(n)) * spike
 
 
 def healthy(n=90, seed=1, scatter=0.01):
@@ -61,6 +73,66 @@ def test_a_rising_loss_diverges_and_tickets():
     assert d["diverging"].tolist() == [True]
     [f] = detect_convergence(context(loss_history(loss)))
     assert (f.detector, f.family, f.severity, f.region, f.nodes) == ("training_divergence", "software", "ticket", "us-east", ["n1"])
+
+
+def test_a_healthy_decaying_noisy_gradient_norm_never_tickets():
+    # 200 jobs, each its own level (0.01 to 100), scatter (3 % to 40 %) and spikes: none ticketed
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        grad = healthy_grad(seed=seed, level=10 ** rng.uniform(-2, 2), scatter=rng.uniform(0.03, 0.4))
+        h = loss_history(healthy(seed=seed), grad=grad)
+        assert not gradient_norm(h, START, END)["exploding"].any(), seed
+        assert detect_convergence(context(h)) == [], seed
+
+
+def test_an_exploding_gradient_norm_tickets_on_its_own():
+    grad = healthy_grad()
+    grad[-12:] *= np.exp(np.log(16) * np.arange(1, 13) / 12)  # 16x over the last 12 minutes
+    h = loss_history(healthy(scatter=0.005), grad=grad)  # the loss not (yet) rising
+    assert not divergence(h, START, END)["diverging"].any()
+    g = gradient_norm(h, START, END)
+    assert g["exploding"].tolist() == [True] and not g["g_nonfinite"].any() and g["g_ratio"].iloc[0] >= 2
+    [f] = detect_convergence(context(h))
+    assert (f.detector, f.family, f.severity, f.region, f.nodes) == ("training_divergence", "software", "ticket", "us-east", ["n1"])
+    assert "gradient norm exploding" in f.summary and "loss" not in f.summary
+    assert "gradient_norm" in f.evidence and "the loss not (yet) rising" in f.evidence
+
+
+def test_a_gradient_norm_overflowing_minute_after_minute_tickets_and_one_overflow_does_not():
+    grad = healthy_grad(n=12)  # too young for the level rule: overflow needs no history
+    grad[-GRAD_NONFINITE_MINUTES:] = np.inf
+    [f] = detect_convergence(context(loss_history(healthy(n=12), grad=grad)))
+    assert f.severity == "ticket" and "non-finite" in f.evidence and f.value is None
+    # mixed precision overflows now and then by design (the loss scaler skips the step): one minute is no verdict
+    once = healthy_grad()
+    once[-2] = np.inf
+    h = loss_history(healthy(), grad=once)
+    assert not gradient_norm(h, START, END)["exploding"].any() and detect_convergence(context(h)) == []
+
+
+def test_a_job_without_grad_norm_is_judged_exactly_as_before():
+    rising = healthy(scatter=0.005)
+    rising[-15:] *= np.exp(np.log(2) * np.arange(1, 16) / 60)
+    frozen = healthy(scatter=0.005)
+    frozen[-DIVERGE_MINUTES:] = frozen[-DIVERGE_MINUTES - 1]
+    for loss in (healthy(), rising, frozen):
+        without = loss_history(loss)  # a frame without the column (an older store, a direct caller)
+        unreported = loss_history(loss, grad=np.full(len(loss), np.nan))  # the column, null: not reported
+        assert gradient_norm(without, START, END).empty and gradient_norm(unreported, START, END).empty
+        assert detect_convergence(context(unreported)) == detect_convergence(context(without))
+        pd.testing.assert_frame_equal(divergence(unreported, START, END), divergence(without, START, END))
+
+
+def test_a_rising_loss_with_an_exploding_gradient_norm_is_one_ticket_naming_both():
+    # the decision (convergence's docstring): both come from the trainer's own log, so they stay a ticket
+    loss = healthy(scatter=0.005)
+    loss[-15:] *= np.exp(np.log(2) * np.arange(1, 16) / 60)
+    grad = healthy_grad()
+    grad[-15:] *= np.exp(np.log(16) * np.arange(1, 16) / 15)  # 16x over the 15 minutes
+    [f] = detect_convergence(context(loss_history(loss, grad=grad)))
+    assert (f.detector, f.severity) == ("training_divergence", "ticket")
+    assert f.summary == "1 training job(s) in us-east not converging: loss rising and gradient norm exploding"
+    assert "median loss of the last" in f.evidence and "with the loss rising on j1" in f.evidence
 
 
 def test_too_little_history_is_not_judged():
@@ -98,6 +170,19 @@ def test_simulated_diverging_run_is_caught_and_its_neighbours_are_not():
     d = divergence(win.table("job_runtime_metrics"), t1 - pd.Timedelta(minutes=5), t1)
     assert targets and set(d.loc[d["diverging"], "job_id"]) == targets & set(d["job_id"])
     assert len(d) > len(targets)  # the healthy jobs were judged too
+
+
+def test_simulated_diverging_run_explodes_the_gradient_norm_of_the_jobs_that_report_it():
+    scen = load_scenario({"seed": 25, "start": "2026-11-03T09:00:00Z", "end": "2026-11-03T12:00:00Z",
+                          "cluster": {"gpus": 96, "grad_norm_share": 1.0},
+                          "incidents": [{"kind": "diverging_run", "start": "2026-11-03T11:07:00Z", "duration": "60m",
+                                         "severity": "low", "scope": {"region": "us-east", "nodes": 2, "pool": "distributed"}}]})
+    t1 = pd.Timestamp("2026-11-03T11:25:00Z")
+    win = Window(scen, t1 - pd.Timedelta(hours=2), t1)
+    targets = set(win.plan["job_id"].to_numpy()[fallback_jobs(scen, win.plan, scen.incidents[0])])
+    g = gradient_norm(win.table("job_runtime_metrics"), t1 - pd.Timedelta(minutes=5), t1)
+    assert targets and set(g.loc[g["exploding"], "job_id"]) == targets & set(g["job_id"])
+    assert g["g_sigma"].notna().sum() > len(targets)  # the healthy jobs were judged too
 
 
 def test_a_loss_frozen_at_one_value_while_stepping_tickets():
@@ -199,6 +284,78 @@ def test_the_vectorized_detectors_equal_the_per_job_definition(seed):
     for fast, ref in ((C.divergence, _reference_divergence), (C.checkpoint_failures, _reference_checkpoint_failures)):
         a, b = ref(h, start, end).reset_index(drop=True), fast(h, start, end).reset_index(drop=True)
         pd.testing.assert_frame_equal(a.astype(str), b.astype(str), obj=fast.__name__)
+
+
+def _reference_gradient_norm(history: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame:
+    """Per job with a grad_norm reported in ``[start, end)``, job by job: the median and MAD of the log norms of its
+    reported minutes before the last DIVERGE_MINUTES, the median of those minutes, the z and ratio of the rise, and
+    whether the last GRAD_NONFINITE_MINUTES all overflowed."""
+    from gpu_health.diagnosis.convergence import GRAD_MIN_RATIO
+
+    h = history[(history["ts"] < end) & history["grad_norm"].notna()]
+    h = h.assign(job_id=h["job_id"].astype(object)).sort_values(["job_id", "ts"], kind="stable")
+    live = set(h.loc[h["ts"] >= start, "job_id"])
+    rows = []
+    for job, g in h[h["job_id"].isin(live)].groupby("job_id", sort=True):
+        logs = np.log(np.maximum(g["grad_norm"].to_numpy(float), np.finfo(float).tiny))
+        n = len(logs)
+        nonfinite = bool(n >= GRAD_NONFINITE_MINUTES and np.isinf(logs[-GRAD_NONFINITE_MINUTES:]).all())
+        usual = recent = sigma = np.nan
+        if n >= 2 * DIVERGE_MINUTES + REFERENCE_MINUTES:
+            ref = logs[:-DIVERGE_MINUTES]
+            usual, recent = np.median(ref), np.median(logs[-DIVERGE_MINUTES:])
+            with np.errstate(invalid="ignore"):
+                sigma = MAD_TO_SIGMA * np.median(np.abs(ref - usual))
+        with np.errstate(invalid="ignore"):
+            rise = recent - usual
+            se = MEDIAN_SE * sigma * np.sqrt(1 / DIVERGE_MINUTES + 1 / max(n - DIVERGE_MINUTES, 1))
+            z = rise / se if se > 0 else (np.inf if rise > 0 else (np.nan if np.isnan(rise) else 0.0))
+            rising = bool(z >= DIVERGE_Z and rise >= np.log(GRAD_MIN_RATIO))
+        rows.append({"job_id": job, "g_usual": np.exp(usual), "g_recent": np.exp(recent), "g_sigma": sigma,
+                     "g_z": 0.0 if np.isnan(z) else z, "g_ratio": np.exp(rise), "g_nonfinite": nonfinite,
+                     "exploding": rising or nonfinite, "g_steps": int(g["steps"].to_numpy()[-DIVERGE_MINUTES:].sum())})
+    return pd.DataFrame(rows, columns=["job_id", "g_usual", "g_recent", "g_sigma", "g_z", "g_ratio", "g_nonfinite",
+                                       "exploding", "g_steps"])
+
+
+def _with_grad(h: pd.DataFrame, rng) -> pd.DataFrame:
+    """``h`` with a grad_norm: some jobs report none, some explode, some overflow, some skip minutes."""
+    grad = np.full(len(h), np.nan)
+    for job in h["job_id"].unique():
+        rows = np.flatnonzero((h["job_id"] == job).to_numpy())
+        rows = rows[np.argsort(h["ts"].to_numpy()[rows], kind="stable")]
+        if rng.random() < 0.3:
+            continue  # reports no gradient norm
+        g = 10 ** rng.uniform(-2, 2) * np.exp(rng.uniform(0.02, 0.4) * rng.standard_normal(len(rows)))
+        if rng.random() < 0.3:
+            g *= np.exp(np.linspace(0, rng.uniform(0, 5), len(rows)) ** 2)  # explodes (or not quite)
+        g[rng.random(len(rows)) < 0.05] = np.inf
+        if rng.random() < 0.15:
+            g[-rng.integers(1, 5):] = np.inf
+        g[rng.random(len(rows)) < 0.05] = np.nan
+        if rng.random() < 0.05:
+            g[:] = 0.0  # frozen weights
+        grad[rows] = g
+    return h.assign(grad_norm=grad)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_vectorized_gradient_rule_equals_the_per_job_definition(seed):
+    from gpu_health.diagnosis import convergence as C
+
+    rng = np.random.default_rng(seed)
+    t0 = pd.Timestamp("2026-11-03T10:00Z")
+    h = _with_grad(_random_history(rng, t0), np.random.default_rng(500 + seed))
+    for minutes in (60, 155, 200):
+        end = t0 + pd.Timedelta(minutes=minutes)
+        a = _reference_gradient_norm(h, end - pd.Timedelta(minutes=5), end)
+        b = C.gradient_norm(h, end - pd.Timedelta(minutes=5), end).reset_index(drop=True)
+        pd.testing.assert_frame_equal(a.astype(str), b.astype(str), obj=f"gradient_norm at {minutes}")
+        # and through a prepared range: the same verdicts as the partition's own frame
+        own = h[(h["ts"] >= end - C.CONVERGENCE_LOOKBACK) & (h["ts"] < end)]
+        pd.testing.assert_frame_equal(C.gradient_norm(own, end - pd.Timedelta(minutes=5), end),
+                                      C._gradient_norm(C.loss_arrays(h).window(end - C.CONVERGENCE_LOOKBACK, end),
+                                                       end - pd.Timedelta(minutes=5)))
 
 
 @pytest.mark.parametrize("seed", range(10))

@@ -944,3 +944,61 @@ def test_every_knob_is_a_yaml_field_of_the_cluster_mapping(tmp_path):
     assert g["ecc_sbe_delta"].isna().all() and 0.98 * len(scen.cluster.gpus) * 60 < len(g) < len(scen.cluster.gpus) * 60
     assert set(ev["queue"].dropna()) <= {f"{r}/{q}" for r in ("us-east", "eu-west") for q in ("alpha", "beta", "notebooks")}
     assert set(md.loc[md["model_type"] == "xgb-risk", "framework_version"]) == {"xgboost-2.1.1"}
+
+
+# --- the gradient norm (issue #17): a share of the jobs, its own draws -------------------------------------------------
+
+def test_a_share_of_jobs_report_a_slowly_decaying_noisy_gradient_norm(runs):
+    _, _, w = runs(None)
+    m = w.table("job_runtime_metrics")
+    stepping = m[m["steps"] > 0]
+    reports = stepping.groupby("job_id")["grad_norm"].agg(lambda s: s.notna().all())
+    never = stepping.groupby("job_id")["grad_norm"].agg(lambda s: s.isna().all())
+    assert (reports | never).all()  # a job logs it in every minute with a step, or never
+    assert 0.3 <= reports.mean() <= 0.5 and len(reports) > 100  # ClusterSpec.grad_norm_share = 0.4
+    assert m.loc[m["steps"] == 0, "grad_norm"].isna().all()  # no step, no norm
+    g = stepping["grad_norm"].dropna()
+    assert (g > 0).all() and np.isfinite(g).all() and g.min() < 0.3 < 1.5 < g.max()  # each job its own level
+    # jobs that trained through most of the window: young ones (their step count grew 3x) show the decay
+    long = stepping[stepping["job_id"].isin(reports[reports].index)].groupby("job_id").filter(lambda d: len(d) >= 100)
+    young = long.groupby("job_id").filter(lambda d: d["last_step"].iloc[-1] + 400 >= 3 * (d["last_step"].iloc[0] + 400))
+    assert long["job_id"].nunique() >= 5 and young["job_id"].nunique() >= 2
+    for job, d in long.groupby("job_id"):
+        lg = np.log(d["grad_norm"].to_numpy())
+        assert 0.05 < np.median(np.abs(np.diff(lg))) < 0.5  # scatters minute to minute
+        if job in set(young["job_id"]):
+            assert np.median(lg[-30:]) < np.median(lg[:30])  # and decays as training proceeds
+
+
+def test_the_gradient_norm_leaves_every_other_column_as_it_was():
+    # its draws are its own stream: no grad norm reported at all, the other columns are unchanged to the bit
+    with_norm = Window(scenario(), PI_START, PI_START + pd.Timedelta(minutes=10)).table("job_runtime_metrics")
+    without = Window(scenario(cluster={"grad_norm_share": 0.0}), PI_START,
+                     PI_START + pd.Timedelta(minutes=10)).table("job_runtime_metrics")
+    assert with_norm["grad_norm"].notna().any() and without["grad_norm"].isna().all()
+    pd.testing.assert_frame_equal(with_norm.drop(columns="grad_norm"), without.drop(columns="grad_norm"))
+
+
+def test_a_diverging_run_explodes_the_gradient_norm_ahead_of_its_loss():
+    from gpu_health.sim.platform import fallback_jobs
+
+    raw = {"seed": 25, "start": "2026-11-03T09:00:00Z", "end": "2026-11-03T12:00:00Z",
+           "cluster": {"gpus": 96, "grad_norm_share": 1.0}}
+    onset = pd.Timestamp("2026-11-03T11:00:00Z")
+    inc = {"kind": "diverging_run", "start": onset.isoformat(), "duration": "60m", "severity": "low",
+           "scope": {"region": "us-east", "nodes": 2, "pool": "distributed"}}
+    scen = load_scenario({**raw, "incidents": [inc]})
+    w = Window(scen, onset - pd.Timedelta(minutes=30), onset + pd.Timedelta(minutes=30))
+    calm = Window(load_scenario(raw), w.start, w.end).table("job_runtime_metrics")
+    m = w.table("job_runtime_metrics")
+    targets = set(w.plan["job_id"].to_numpy()[fallback_jobs(scen, w.plan, scen.incidents[0])])
+    assert targets
+    at = onset + pd.Timedelta(minutes=15)
+    for job in targets:
+        mine, base = m[m["job_id"] == job].set_index("ts"), calm[calm["job_id"] == job].set_index("ts")
+        grad, loss = mine["grad_norm"] / base["grad_norm"], mine["loss"] / base["loss"]
+        assert (grad[grad.index < onset] == 1).all()
+        assert grad[at] > 3 and loss[at] < 1.25  # the norm runs ahead of the loss
+    others = ~m["job_id"].isin(targets)
+    pd.testing.assert_frame_equal(m[others].reset_index(drop=True),
+                                  calm[~calm["job_id"].isin(targets)].reset_index(drop=True))

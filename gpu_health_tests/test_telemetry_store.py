@@ -101,6 +101,49 @@ def test_every_telemetry_table_round_trips_values_dtypes_nulls_and_utc(tmp_path,
     assert (~store.read_window("network_telemetry", T0, T0 + FIVE)["link_up"]).sum() == 8
 
 
+def test_files_written_before_grad_norm_read_it_as_null_and_keep_it_null_when_rewritten(tmp_path, frames):
+    """job_runtime_metrics gained grad_norm after stores were written: their files lack the column. The store's
+    reads (one dataset over the window's files, typed by the catalogue) give null for those rows -- not reported,
+    never 0 -- beside the values of newer files, and late data rewriting an old hour file keeps its rows null."""
+    store = TelemetryStore(tmp_path)
+    table = "job_runtime_metrics"
+    rt = frames[table]
+    assert rt["grad_norm"].notna().any()
+    old_schema = pa.schema([f for f in telemetry_store._schema(table) if f.name != "grad_norm"])
+
+    def write_old(path, frame):  # what the store wrote before the column existed
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(telemetry_store.to_arrow(frame, old_schema, table), path)
+
+    # an old 5-minute partition file beside a new one; an old complete hour the hour before
+    write_old(store.partition_path(table, T0), rt)
+    store.replace_window(table, shifted(rt, FIVE), T0 + FIVE, T0 + 2 * FIVE)
+    hour = pd.concat([shifted(rt, i * FIVE - HOUR) for i in range(12)], ignore_index=True)
+    write_old(store.hour_path(table, T0 - HOUR), hour)
+    assert "grad_norm" not in pq.read_schema(store.partition_path(table, T0)).names
+
+    back = store.read_window(table, T0 - HOUR, T0 + 2 * FIVE)
+    assert list(back.columns) == list(rt.columns) and back["grad_norm"].dtype == "float64"
+    old = back["ts"] < T0 + FIVE
+    assert old.sum() == len(hour) + len(rt) and back.loc[old, "grad_norm"].isna().all()
+    new = back[~old].reset_index(drop=True)
+    pd.testing.assert_frame_equal(new, by_key(shifted(rt, FIVE), table))
+    only = store.read_window(table, T0, T0 + 2 * FIVE, columns=["ts", "job_id", "grad_norm"])
+    assert only.loc[only["ts"] < T0 + FIVE, "grad_norm"].isna().all()
+    assert only["grad_norm"].notna().sum() == rt["grad_norm"].notna().sum()
+
+    # late data into the old hour: its other rows come back unchanged, grad_norm still null
+    late = shifted(rt, -HOUR + 3 * FIVE)
+    store.replace_window(table, late, T0 - HOUR + 3 * FIVE, T0 - HOUR + 4 * FIVE)
+    again = store.read_window(table, T0 - HOUR, T0)
+    assert "grad_norm" in pq.read_schema(store.hour_path(table, T0 - HOUR)).names
+    kept = again[(again["ts"] < T0 - HOUR + 3 * FIVE) | (again["ts"] >= T0 - HOUR + 4 * FIVE)]
+    assert len(kept) == 11 * len(rt) and kept["grad_norm"].isna().all()
+    pd.testing.assert_frame_equal(again[again["ts"].between(T0 - HOUR + 3 * FIVE, T0 - HOUR + 4 * FIVE,
+                                                            inclusive="left")].reset_index(drop=True),
+                                  by_key(late, table))
+
+
 def test_reads_select_columns_minutes_and_values_like_the_sql_warehouse(tmp_path, frames):
     store = TelemetryStore(tmp_path)
     gpu = frames["gpu_telemetry"]

@@ -62,10 +62,13 @@ MAX_NODE_LIST_CHARS = 1 << 20
 # a Kubernetes event ``message`` and a node's ``taints`` list are free text of the same kind (the API server caps an
 # event message at 1 KiB; a node carries at most a few dozen taints of <= 253 + 63 characters each)
 FREE_TEXT_COLUMNS = frozenset({"description", "reason", "message", "taints"})
-# The one infinity any table may hold: a Prometheus histogram's last bucket is ``le="+Inf"`` by definition (the
-# exposition format requires it), so ``+inf`` there is a bucket bound, not a reading. Only ``+inf``: ``-inf`` is no
-# bucket bound.
-POS_INF_ALLOWED_COLUMNS = frozenset({"le"})
+# The infinities a table may hold, each a value by definition, never a broken reading: a Prometheus histogram's last
+# bucket is ``le="+Inf"`` (the exposition format requires it), a bucket bound; and a trainer's gradient norm that
+# overflowed (``torch.nn.utils.clip_grad_norm_`` returns inf or NaN when a gradient does) is ``grad_norm = +inf``:
+# the norm was computed and is not finite, which is exactly what the convergence detector looks for (a NaN cannot
+# be carried: pandas reads a NaN in a float column as null, "not reported", so a producer writes a NaN norm as
+# +inf). Only ``+inf``: ``-inf`` is no bucket bound and no norm.
+POS_INF_ALLOWED_COLUMNS = frozenset({"le", "grad_norm"})
 NODE_LIST_COLUMNS = frozenset({"node_ids", "scope"})
 
 
@@ -216,6 +219,11 @@ class JobRuntimeMetrics(_MinuteGrain):
     checkpoint_time_s: Series[float] = pa.Field(ge=0, description="Seconds spent checkpointing in the minute.")
     loss: Series[float] = pa.Field(nullable=True, description="Training loss, last value.")
     last_checkpoint_step: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True, description="Step of the newest durable checkpoint.")
+    # added after files were written: optional in a file (OPTIONAL_COLUMNS), null = not reported, never a 0 reading
+    grad_norm: Series[float] = pa.Field(
+        ge=0, nullable=True,
+        description="L2 norm of the gradient at the minute's last step, before clipping; null = not reported; "
+                    "+inf = the norm overflowed (inf or NaN in the trainer).")
 
     class Config:
         unique = ["ts", "job_id"]
@@ -494,7 +502,9 @@ OPTIONAL_SOURCES = ["inference_requests", "inference_latency_buckets"]
 OPTIONAL_SOURCES += ["facility_telemetry"]
 # Columns added to a contract after files were written: an older file without them reads as null (validate.py
 # adds a missing optional column as nulls before judging the file).
-OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {"change_events": ("actor", "ticket")}
+OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {"change_events": ("actor", "ticket"),
+                                                 # issue #17: the trainer's gradient norm, logged only when asked
+                                                 "job_runtime_metrics": ("grad_norm",)}
 # The platform layer (kube-state-metrics) is optional the same way: a Slurm or bare-metal cluster has no Kubernetes
 # API, and its absence is missing data for the platform detectors (they stay silent), never a partition's wait.
 PLATFORM_SOURCES = ["kube_pods", "kube_nodes"]

@@ -1,5 +1,5 @@
-"""Training convergence from the trainer's own metrics (issue #17, application layer): diverging loss and failed
-checkpoints, judged per job against the job's own earlier minutes. Pure pandas.
+"""Training convergence from the trainer's own metrics (issue #17, application layer): diverging loss, an exploding
+gradient norm and failed checkpoints, judged per job against the job's own earlier minutes. Pure pandas.
 
 ======================  ========  ==================================================================================
 detector                family    tickets on (never a page: one witness, the trainer's own log)
@@ -11,13 +11,25 @@ training_divergence     software  (flat) the loss of a job that completed steps 
                                   the same value in all of them, while its earlier minutes scattered: a minibatch
                                   loss moves with every new batch, so a frozen one means no new data reaches the loss
                                   (a learning rate of 0, frozen weights and a cached batch, a logger stuck on a value)
+training_divergence     software  (gradient_norm, where the job reports ``grad_norm``) the median log norm of its last
+                                  DIVERGE_MINUTES reported minutes stands DIVERGE_Z robust standard errors above the
+                                  median of all its reported minutes before them (REFERENCE_MINUTES + DIVERGE_MINUTES
+                                  at least), the scatter the MAD of those minutes, and at least GRAD_MIN_RATIO times
+                                  it; or its last GRAD_NONFINITE_MINUTES reported norms all overflowed (+inf)
 checkpoint_failure      software  a job spent time checkpointing in CHECKPOINT_ATTEMPTS separate minutes while its
                                   newest durable checkpoint step (``last_checkpoint_step``) never advanced
 ======================  ========  ==================================================================================
 
-Both rest on one witness, the trainer's log, so they ticket; a page would need a second, independent one (a
-gradient-norm series or the storage's write errors, which no contract column carries yet). A job that reports no
-loss or no durable checkpoint step is not judged (absence is missing data).
+All of them rest on one witness, the trainer's log, so they ticket. A job whose loss rises while its gradient norm
+explodes is one ticket naming both (the norm makes the diagnosis surer and often comes first), still not a page,
+by decision: the runbooks' rule is that a page rests on two witnesses that fail independently (two collectors or
+subsystems), and the loss and the norm are one collector (the trainer's logger) measuring one model state -- what
+moves that state back or sideways moves both together without anything broken (a requeued job resuming from an
+older checkpoint under the same ``job_id``, a restarted warm-up, a harder data shard: a larger loss has larger
+gradients), and the action is the job owner's (lower the learning rate, resume), not an on-call's. A page would
+need a witness outside the trainer (none exists for divergence in the sources). A job that reports no loss, no
+gradient norm or no durable checkpoint step is not judged on it (absence is missing data, never a zero reading):
+a job without ``grad_norm`` is judged exactly as before the column existed.
 
 Why these bars hold on any job: a training loss decreases in expectation (that is what the optimiser does), so the
 later of two adjacent windows sits at or below the earlier one, and only noise can lift it. The noise is the job's
@@ -26,6 +38,16 @@ standard deviation: MAD x 1.4826 / sqrt(2)), so a noisy small-batch job and a sm
 their own scatter, never a constant tuned to a simulator. The median of n points has a standard error of ~1.2533
 sigma / sqrt(n); the difference of two such medians sqrt(2) times that. DIVERGE_Z = 6 standard errors is a one-sided
 p ~ 1e-9 per look under Gaussian noise: with 288 looks a day over 1,000 jobs, ~3e-4 false tickets a day.
+
+The gradient norm is judged the same way on log scale: norms span orders of magnitude between models (a job's own
+level, ~0.01 to ~100) and scatter multiplicatively (a minibatch gradient's norm moves with the batch by a share of
+itself), so log norms put every job's scatter in its own relative units, and an explosion, exponential by nature,
+is a shift. Past warm-up a healthy norm is level or drifts slowly (down with the loss, or up by percents an hour
+late in a schedule), so the job's reported minutes before the last DIVERGE_MINUTES are its usual level: their
+median, and their MAD x 1.4826 as the scatter (a level MAD, since the norm, unlike the loss, has no trend to take
+out by differencing; a slow drift only widens it, which errs towards silence). The recent median against that
+median has a standard error of 1.2533 sigma sqrt(1/DIVERGE_MINUTES + 1/n_reference), and the same DIVERGE_Z = 6
+bar. Medians and a MAD make a spike (a hard batch, a mixed-precision overflow) inside the ten minutes no verdict.
 """
 
 from dataclasses import dataclass
@@ -50,6 +72,14 @@ DIVERGE_MIN_RISE = 0.05
 # the look-back the alerts step reads: the two windows and the reference, and two checkpoint intervals of the
 # slowest checkpointing pool (30 minutes for distributed jobs; 60 minutes is common on real long runs)
 CONVERGENCE_LOOKBACK = pd.Timedelta(hours=2)
+# the gradient_norm condition: the rise must matter as well as stand out (the loss rule's DIVERGE_MIN_RISE): the
+# norm at least doubled, so a job whose norm is logged near-flat (a scatter near 0, rounded) is not ticketed on a
+# small step; an exploding norm grows by orders of magnitude within minutes, a healthy one drifts by percents an hour
+GRAD_MIN_RATIO = 2.0
+# and an overflowed norm (+inf) counts only when the job's last 3 reported minutes all overflowed: mixed-precision
+# training overflows now and then by design (the loss scaler skips that step and halves its scale), and only a
+# norm that overflows every time it is sampled is a diverged model (or a loss scale that collapsed)
+GRAD_NONFINITE_MINUTES = 3
 # two attempts without the durable step advancing: one may still be uploading (asynchronous checkpointing
 # publishes the step minutes later); the second attempt finds the first never landed
 CHECKPOINT_ATTEMPTS = 2
@@ -70,6 +100,7 @@ class LossArrays:
     durable: np.ndarray   # last_checkpoint_step as float64, NaN where not reported (exact below 2**53 steps)
     checkpointing: np.ndarray  # bool: checkpoint_time_s > 0 (a missing time is 0)
     tz: object            # the timezone of ``ts`` (the ``since`` column of checkpoint_failures carries it)
+    grad: np.ndarray | None = None  # grad_norm as float64, NaN where not reported (None: the frame has no column)
 
     def window(self, lo: pd.Timestamp | None, hi: pd.Timestamp) -> "LossArrays":
         """The rows with lo <= ts < hi (no lower bound for lo=None): views, no copy."""
@@ -78,12 +109,13 @@ class LossArrays:
         k = int(np.searchsorted(self.ts, pd.Timestamp(hi).value, "left"))
         return LossArrays(self.ts[i:k], self.job[i:k], self.job_ids, self.loss[i:k],
                           None if self.steps is None else self.steps[i:k], self.durable[i:k], self.checkpointing[i:k],
-                          self.tz)
+                          self.tz, None if self.grad is None else self.grad[i:k])
 
 
 def loss_arrays(history: pd.DataFrame) -> LossArrays:
-    """``history`` (job_runtime_metrics: ts, job_id, loss, steps, checkpoint_time_s, last_checkpoint_step) as
-    LossArrays, its rows stably sorted by time (rows of one job and minute keep their order)."""
+    """``history`` (job_runtime_metrics: ts, job_id, loss, steps, checkpoint_time_s, last_checkpoint_step and,
+    when the frame has it, grad_norm) as LossArrays, its rows stably sorted by time (rows of one job and minute
+    keep their order)."""
     ts = pd.DatetimeIndex(history["ts"]).as_unit("ns")
     ns = ts.asi8  # (UTC nanoseconds; NaT is the int64 minimum)
     order = np.argsort(ns, kind="stable")
@@ -93,7 +125,9 @@ def loss_arrays(history: pd.DataFrame) -> LossArrays:
     return LossArrays(ns[order], code.astype(np.int64), np.asarray(uniques, dtype=object),
                       history["loss"].to_numpy(dtype=float, na_value=np.nan)[order],
                       history["steps"].to_numpy()[order] if "steps" in history else None,
-                      durable[order], ck[order], ts.tz)
+                      durable[order], ck[order], ts.tz,
+                      history["grad_norm"].to_numpy(dtype=float, na_value=np.nan)[order] if "grad_norm" in history
+                      else None)
 
 
 def _by_job(job: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -125,6 +159,8 @@ def _medians(values: np.ndarray, first: np.ndarray, count: np.ndarray) -> np.nda
 
 
 _DIVERGENCE_COLUMNS = ["job_id", "before", "recent", "sigma", "z", "rise", "steps", "diverging", "frozen"]
+_GRADIENT_COLUMNS = ["job_id", "g_usual", "g_recent", "g_sigma", "g_z", "g_ratio", "g_nonfinite", "exploding",
+                     "g_steps"]
 _CHECKPOINT_COLUMNS = ["job_id", "attempts", "durable_step", "since"]
 
 
@@ -187,6 +223,77 @@ def divergence(history: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) ->
     if not len(history):
         return pd.DataFrame(columns=_DIVERGENCE_COLUMNS)
     return _divergence(loss_arrays(history).window(None, end), start)
+
+
+def _gradient_values(a: LossArrays, start: pd.Timestamp) -> dict | None:
+    """gradient_norm()'s columns (arrays) for the rows of ``a`` (the window up to the partition's end, all of
+    them); None when no job reports a gradient norm (a job that reports none is not judged: missing data)."""
+    if a.grad is None:
+        return None
+    reported = ~np.isnan(a.grad)
+    if not reported.any():
+        return None
+    ts, job, grad = a.ts[reported], a.job[reported], a.grad[reported]
+    order, starts, stops = _by_job(job)
+    # judged only with a norm in the partition (rows are in time order: a job's last row is its newest)
+    live = ts[order[stops - 1]] >= pd.Timestamp(start).value
+    if not live.any():
+        return None
+    starts, stops = starts[live], stops[live]
+    count = stops - starts
+    # log scale: a zero norm (frozen weights) is the smallest positive double, not -inf
+    logs = np.log(np.maximum(grad[order], np.finfo(float).tiny))
+    # overflowed: every one of the job's last GRAD_NONFINITE_MINUTES reported norms is +inf
+    k = GRAD_NONFINITE_MINUTES
+    tail = logs[np.minimum(np.maximum(stops - k, 0)[:, None] + np.arange(k), len(logs) - 1)]
+    nonfinite = (count >= k) & np.isinf(tail).all(axis=1)
+    # the level rule: the median of the last DIVERGE_MINUTES against the median and MAD of all reported minutes
+    # before them (REFERENCE_MINUTES + DIVERGE_MINUTES at least, the loss rule's history)
+    judged = count >= 2 * DIVERGE_MINUTES + REFERENCE_MINUTES
+    n_ref = np.maximum(count - DIVERGE_MINUTES, 1)
+    usual = np.full(len(starts), np.nan)
+    recent = np.full(len(starts), np.nan)
+    sigma = np.full(len(starts), np.nan)
+    if judged.any():
+        i0, i1, nr = starts[judged], stops[judged], n_ref[judged]
+        usual[judged] = _medians(logs, i0, nr)
+        recent[judged] = _medians(logs, i1 - DIVERGE_MINUTES, np.full(len(i0), DIVERGE_MINUTES))
+        # each reference row's absolute deviation from its job's reference median, the references packed end to end
+        first = np.r_[0, np.cumsum(nr)[:-1]].astype(np.int64)
+        rows = np.repeat(i0 - first, nr) + np.arange(int(nr.sum()))
+        with np.errstate(invalid="ignore"):  # (inf - inf: a reference mostly overflowed has no scatter: NaN)
+            dev = np.abs(logs[rows] - np.repeat(usual[judged], nr))
+        sigma[judged] = MAD_TO_SIGMA * _medians(dev, first, nr)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rise = recent - usual
+        se = MEDIAN_SE * sigma * np.sqrt(1.0 / DIVERGE_MINUTES + 1.0 / n_ref)
+        z = np.where(se > 0, rise / se, np.where(rise > 0, np.inf, 0.0))
+        rising = judged & (z >= DIVERGE_Z) & (rise >= np.log(GRAD_MIN_RATIO))
+    if a.steps is not None:  # steps completed in the last DIVERGE_MINUTES reported minutes (for the evidence)
+        csum = np.r_[0, np.cumsum(a.steps[reported][order])]
+        steps = (csum[stops] - csum[np.maximum(stops - DIVERGE_MINUTES, starts)]).astype(np.int64)
+    else:
+        steps = np.zeros(len(starts), dtype=np.int64)
+    return {"job_id": a.job_ids[job[order[starts]]], "g_usual": np.exp(usual), "g_recent": np.exp(recent),
+            "g_sigma": sigma, "g_z": np.where(np.isnan(z), 0.0, z), "g_ratio": np.exp(rise),
+            "g_nonfinite": nonfinite, "exploding": rising | nonfinite, "g_steps": steps}
+
+
+def _gradient_norm(a: LossArrays, start: pd.Timestamp) -> pd.DataFrame:
+    """gradient_norm() of the rows of ``a`` (the window up to the partition's end, all of them)."""
+    return _frame(_gradient_values(a, start), _GRADIENT_COLUMNS)
+
+
+def gradient_norm(history: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame:
+    """Per job with a gradient norm reported in ``[start, end)`` (columns job_id, g_usual, g_recent, g_sigma, g_z,
+    g_ratio, g_nonfinite, exploding, g_steps), one row per job in job-id order: the median norm of the job's
+    reported minutes before its last DIVERGE_MINUTES (g_usual) and of those minutes (g_recent), the job's own
+    scatter of log norms (g_sigma), the z and ratio of the rise, whether its last GRAD_NONFINITE_MINUTES reported
+    norms all overflowed, and whether it explodes (either). Jobs without a grad_norm (or a frame without the
+    column) have no row."""
+    if not len(history):
+        return pd.DataFrame(columns=_GRADIENT_COLUMNS)
+    return _gradient_norm(loss_arrays(history).window(None, end), start)
 
 
 def _checkpoint_values(a: LossArrays, start: pd.Timestamp) -> dict | None:
@@ -253,6 +360,51 @@ def _region_of(ctx, jobs) -> dict:
             for job, grp in g.groupby(g["job_id"].astype(object))}
 
 
+def _divergence_text(region: str, rows: list[dict]) -> tuple[str, str, float | None]:
+    """The summary, evidence and value (the largest z) of a region's training_divergence ticket: the jobs whose
+    loss rises, whose loss is frozen, and whose gradient norm explodes (a job in two of them is named in both:
+    a rising loss with an exploding norm is the same divergence seen from both sides of the step)."""
+    rising = [r for r in rows if r["diverging"]]
+    frozen = sorted(r["job_id"] for r in rows if r["frozen"] and not r["diverging"])
+    exploding = [r for r in rows if r["exploding"]]
+    parts = []
+    if rising:
+        worst = max(rising, key=lambda r: r["z"])
+        parts.append(f"median loss of the last {DIVERGE_MINUTES} minutes ({worst['steps']} steps) "
+                     f"{worst['recent']:.4g} against {worst['before']:.4g} in the {DIVERGE_MINUTES} before: "
+                     f"{worst['z']:.0f} standard errors of the job's own scatter (bar {DIVERGE_Z:g}) on "
+                     f"{', '.join(sorted(r['job_id'] for r in rising)[:5])}; check the learning-rate "
+                     f"schedule and the latest data shard, resume from the last checkpoint before the rise")
+    if frozen:
+        parts.append(f"loss frozen at one value through {DIVERGE_MINUTES} minutes of steps on "
+                     f"{', '.join(frozen[:5])}: no new data reaches the loss (learning rate 0, frozen "
+                     f"weights, a cached batch or a stuck logger)")
+    if exploding:
+        both = sorted(r["job_id"] for r in exploding if r["diverging"])
+        over = sorted(r["job_id"] for r in exploding if r["g_nonfinite"])
+        grown = [r for r in exploding if not r["g_nonfinite"]]
+        said = []
+        if over:
+            said.append(f"non-finite (overflowed) in each of the last {GRAD_NONFINITE_MINUTES} reported minutes on "
+                        f"{', '.join(over[:5])}")
+        if grown:
+            worst = max(grown, key=lambda r: r["g_z"])
+            said.append(f"median of the last {DIVERGE_MINUTES} minutes ({worst['g_steps']} steps) "
+                        f"{worst['g_recent']:.4g}, {worst['g_ratio']:.1f}x its usual {worst['g_usual']:.4g}: "
+                        f"{worst['g_z']:.0f} standard errors of the job's own scatter (bar {DIVERGE_Z:g}, and "
+                        f"{GRAD_MIN_RATIO:g}x) on {', '.join(sorted(r['job_id'] for r in grown)[:5])}")
+        parts.append("gradient norm (gradient_norm) " + "; ".join(said) +
+                     (f"; with the loss rising on {', '.join(both[:5])}" if both else "; the loss not (yet) rising") +
+                     ": check the learning rate, gradient clipping and mixed-precision loss scaling, resume from the "
+                     "last checkpoint before the rise")
+    what = ["rising"] if rising else (["frozen at one value"] if frozen else [])
+    summary = (f"{len(rows)} training job(s) in {region} not converging: " +
+               " and ".join((["loss " + what[0]] if what else []) + (["gradient norm exploding"] if exploding else [])))
+    zs = [float(r["z"]) for r in rows if r["diverging"] or r["frozen"]]
+    zs += [float(r["g_z"]) for r in exploding if not r["g_nonfinite"]]
+    return summary, "; ".join(parts), (max(zs) if zs else None)
+
+
 def detect_convergence(ctx) -> list[Finding]:
     """Tickets for diverging jobs and failed checkpoints (see the module docstring); nothing without history."""
     history = getattr(ctx, "loss_history", None)
@@ -268,11 +420,20 @@ def detect_convergence(ctx) -> list[Finding]:
     # frames of the flagged jobs only (a partition judges a hundred jobs and flags none on a healthy cluster)
     div = _divergence_values(arrays, ctx.start)
     flag_div = None if div is None else div["diverging"] | div["frozen"]
+    grad = _gradient_values(arrays, ctx.start)
+    flag_grad = None if grad is None else grad["exploding"]
     ck = _checkpoint_values(arrays, ctx.start)
     flag_ck = None if ck is None else ck["attempts"] >= CHECKPOINT_ATTEMPTS
-    if not (flag_div is not None and flag_div.any()) and not (flag_ck is not None and flag_ck.any()):
+    if not any(f is not None and f.any() for f in (flag_div, flag_grad, flag_ck)):
         return out  # (no frame at all: even an empty one costs a millisecond, and most partitions flag nothing)
     bad = _frame(div, _DIVERGENCE_COLUMNS, flag_div)
+    exploding = _frame(grad, _GRADIENT_COLUMNS, flag_grad)
+    if len(exploding):  # one row per job: its loss verdict (if flagged) beside its gradient norm's
+        bad = bad.merge(exploding, on="job_id", how="outer", sort=True)
+        for c in ("diverging", "frozen", "exploding"):
+            bad[c] = bad[c].map(lambda v: v is True or v is np.True_)  # (NaN: the job is not in that frame)
+    else:
+        bad = bad.assign(exploding=False)
     failed = _frame(ck, _CHECKPOINT_COLUMNS, flag_ck)
     where = _region_of(ctx, set(bad["job_id"]) | set(failed["job_id"]))
     for det, frame in (("training_divergence", bad), ("checkpoint_failure", failed)):
@@ -284,25 +445,7 @@ def detect_convergence(ctx) -> list[Finding]:
             jobs = sorted(r["job_id"] for r, _ in items)
             nodes = sorted({n for _, ns in items for n in ns})
             if det == "training_divergence":
-                rising = [r for r, _ in items if r["diverging"]]
-                frozen = sorted(r["job_id"] for r, _ in items if r["frozen"] and not r["diverging"])
-                parts = []
-                if rising:
-                    worst = max(rising, key=lambda r: r["z"])
-                    parts.append(f"median loss of the last {DIVERGE_MINUTES} minutes ({worst['steps']} steps) "
-                                 f"{worst['recent']:.4g} against {worst['before']:.4g} in the {DIVERGE_MINUTES} before: "
-                                 f"{worst['z']:.0f} standard errors of the job's own scatter (bar {DIVERGE_Z:g}) on "
-                                 f"{', '.join(sorted(r['job_id'] for r in rising)[:5])}; check the learning-rate "
-                                 f"schedule and the latest data shard, resume from the last checkpoint before the rise")
-                if frozen:
-                    parts.append(f"loss frozen at one value through {DIVERGE_MINUTES} minutes of steps on "
-                                 f"{', '.join(frozen[:5])}: no new data reaches the loss (learning rate 0, frozen "
-                                 f"weights, a cached batch or a stuck logger)")
-                summary = f"{len(jobs)} training job(s) in {region} not converging: loss " + \
-                    ("rising" if rising else "frozen at one value")
-                evidence = "; ".join(parts)
-                worst = max(items, key=lambda x: x[0]["z"])[0]
-                value = float(worst["z"])
+                summary, evidence, value = _divergence_text(region, [r for r, _ in items])
             else:
                 summary = f"{len(jobs)} training job(s) in {region} fail to write checkpoints"
                 evidence = (f"{max(r['attempts'] for r, _ in items)} checkpoint attempts without the durable "

@@ -102,6 +102,9 @@ class ClusterSpec:
     uninstrumented: tuple[tuple[str, float], ...] = ()  # pool -> share of its jobs that report no step metrics
     setup_median_s: float = 0.0             # median set-up before a training job's first step (0 = none)
     component_metrics_share: float = 1.0    # share of instrumented jobs reporting data-loader / grad-sync time
+    # share of instrumented jobs reporting their gradient norm (grad_norm; the others null): Megatron-LM and the
+    # HF Trainer (since transformers 4.38) log it by default, Lightning and hand-written loops only when asked
+    grad_norm_share: float = 0.4
     no_profiling_share: float = 0.0         # nodes exporting no DCGM_FI_PROF_* field (sm_active, tensor_active null)
     no_sm_active_share: float = 0.0         # nodes on dcgm-exporter's default counters: tensor_active, no sm_active
     no_ecc_share: float = 0.0               # nodes whose exporter has no ECC counters (null)

@@ -35,6 +35,8 @@ from gpu_health.sim.scenario import Scenario
  S_RTX, S_LAT, S_LOSSV, S_PCAP) = range(101, 118)
 # the messy profile's draws (issue #13)
 S_WEAK, S_WEAKM, S_WEAKN, S_IDLEFB, S_IDLEFBV, S_ROWLOSS, S_GAP, S_GAPAT, S_GAPLEN, S_SETUP = range(140, 150)
+# the gradient norm's own draws (issue #17): a stream of their own, so every other column keeps its values
+S_GNREP, S_GNLEVEL, S_GNNOISE, S_GNSPIKE, S_GNSPIKEV = range(180, 185)
 
 LINKS = [f"mlx5_{i}" for i in range(8)]
 THERMAL_BITS = 0x20 | 0x40
@@ -564,7 +566,28 @@ class Window:
             "last_checkpoint_step": pd.array(np.where(last_ck >= 0, last_ck, 0), dtype="Int64"),
         })
         df.loc[last_ck < 0, "last_checkpoint_step"] = pd.NA
+        df["grad_norm"] = self._grad_norm(ji, t, c_next, has_steps)
         return df
+
+    def _grad_norm(self, ji: np.ndarray, t: np.ndarray, c_next: np.ndarray, has_steps: np.ndarray) -> np.ndarray:
+        """The gradient norm of each (job, minute) row (NaN = not reported), from its own draws.
+
+        Reported by a ``grad_norm_share`` of the instrumented jobs (keyed by the job alone: a job logs it in every
+        minute with a step, or never), the others null. A job's norm starts at its own level (lognormal around 1:
+        norms span orders of magnitude between models) and decays slowly as training proceeds (the loss's schedule,
+        a gentler power: -0.25), with multiplicative minute-to-minute scatter (15 %: a minibatch gradient's norm
+        moves with the batch) and now and then a spike (a hard batch: 0.5 % of minutes, 1.5-4x), as real logs show.
+        A minute without a step reports no norm."""
+        spec, seed, plan = self.scen.cluster.spec, self.scen.seed, self.plan
+        lane, epoch, k = (plan[c].to_numpy()[ji] for c in ("lane", "epoch", "k"))
+        reports = H.uniform(seed, S_GNREP, lane, epoch, k) < spec.grad_norm_share
+        minute = t // 60
+        level = H.lognormal(seed, 1.0, 0.8, S_GNLEVEL, lane, epoch, k)
+        noise = np.exp(0.15 * H.normal(seed, S_GNNOISE, lane, epoch, k, minute))
+        spike = np.where(H.uniform(seed, S_GNSPIKE, lane, epoch, k, minute) < 0.005,
+                         1.5 + 2.5 * H.uniform(seed, S_GNSPIKEV, lane, epoch, k, minute), 1.0)
+        g = level * (1 + c_next / 400.0) ** -0.25 * noise * spike
+        return np.where(reports & has_steps, np.round(g, 5), np.nan)
 
     def _incidents_all(self, *kinds):
         for n, inc in enumerate(self.scen.incidents):

@@ -15,6 +15,7 @@ import pandas as pd
 from dataclasses import replace
 
 from gpu_health.contracts import OPTIONAL_COLUMNS, OPTIONAL_SOURCES, PARTITION_COLUMN, empty_frame
+from gpu_health.contracts.models import empty_frame_dtypes
 from gpu_health.contracts.validate import Validated, validate_files, validate_frame
 from gpu_health.landing import DAILY_SOURCES
 from gpu_health.sources.gaps import empty_gaps, missing_partitions
@@ -52,8 +53,9 @@ def read_window(source, table: str, start, end) -> tuple[Validated, pd.DataFrame
 
 def with_optional_columns(fetched, table: str):
     """``fetched`` with the contract's optional columns (contracts.models.OPTIONAL_COLUMNS) it lacks added as
-    nulls: columns added to a contract after files were written (change_events' actor and ticket) leave the
-    older files valid -- a change recorded without an actor is an unknown actor, never a rejected file."""
+    nulls of the contract's dtype: columns added to a contract after files were written (change_events' actor
+    and ticket, job_runtime_metrics' grad_norm) leave the older files valid -- a change recorded without an actor
+    is an unknown actor, a minute without a gradient norm a norm not reported (never 0), never a rejected file."""
     optional = OPTIONAL_COLUMNS.get(table, ())
     frame = getattr(fetched, "frame", None)
     if not optional or frame is None or getattr(fetched, "unreadable", None) or getattr(fetched, "ignored", None):
@@ -61,7 +63,8 @@ def with_optional_columns(fetched, table: str):
     lacking = [c for c in optional if c not in frame.columns]
     if not lacking:
         return fetched
-    return replace(fetched, frame=frame.assign(**{c: pd.Series([None] * len(frame), index=frame.index, dtype="object")
+    dtypes = empty_frame_dtypes(table)
+    return replace(fetched, frame=frame.assign(**{c: pd.Series([None] * len(frame), index=frame.index, dtype="object").astype(dtypes[c])
                                                   for c in lacking}))
 
 

@@ -414,7 +414,8 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
     kube_nodes_p = _by_partition(kube_nodes, "ts", start, end)
     from gpu_health.diagnosis.convergence import CONVERGENCE_LOOKBACK
     loss_hist = wh.read_window("job_runtime_metrics", start - CONVERGENCE_LOOKBACK, end,
-                               columns=["ts", "job_id", "steps", "loss", "checkpoint_time_s", "last_checkpoint_step"])
+                               columns=["ts", "job_id", "steps", "loss", "checkpoint_time_s", "last_checkpoint_step",
+                                        "grad_norm"])
     loss_hist = loss_hist.sort_values("ts", kind="stable").reset_index(drop=True)
     union = inventory_union(segments)
     jobs = job_table(sched, union)  # node -> region only: where each queue's jobs run
