@@ -75,6 +75,23 @@ def test_growth_that_bends_is_forecast_best_by_the_mean_of_last_week_and_the_tre
                                (F.seasonal_naive(arr, 14) + F.dow_trend(arr, 14)) / 2)
 
 
+def test_coverage_standard_error_is_over_origins():
+    """The backtest's coverage SE treats an origin as the unit (its outcomes share its errors): it is the spread of
+    the per-origin shares, each of which a one-origin backtest reproduces."""
+    y = _series(n=112, noise=40.0, seed=8)
+    bt = F.backtest(y, "dow_trend", horizon=14, step=7)
+    shares = []
+    for o in range(112 - 14, 4 * F.SEASON - 1, -7):  # the rolling origins, each scored alone
+        one = F.backtest(y.iloc[:o + 14], "dow_trend", horizon=14, min_train=o, step=7)
+        assert one.origins == 1 and np.isnan(one.coverage_se)
+        shares.append(one.coverage)
+    assert bt.origins == len(shares) == 11
+    assert bt.coverage == pytest.approx(np.mean(shares))  # every origin scores 14 outcomes
+    assert bt.coverage_se == pytest.approx(np.std(shares, ddof=1) / np.sqrt(len(shares)))
+    assert bt.coverage_se > 0
+    assert np.isnan(F.backtest(y, "dow_trend", horizon=14, step=7, intervals=False).coverage_se)
+
+
 def test_seasonal_naive_exact_on_a_pure_weekly_pattern():
     y = _series(n=70, trend=0.0, noise=0.0)
     f = F.forecast(y, horizon=14, method="seasonal_naive")
