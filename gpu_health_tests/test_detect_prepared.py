@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from gpu_health.codes import refactorize
 from gpu_health.diagnosis import alerts as A
 from gpu_health.diagnosis import detect as D
 from gpu_health.diagnosis.detect import (
@@ -228,7 +229,7 @@ def test_refactorize_is_factorize_of_the_slice():
         values = pd.Series(names[rng.integers(0, len(names), rng.integers(0, 30))]).astype("string")
         codes, uniques = pd.factorize(values)
         lo, hi = sorted(rng.integers(0, len(values) + 1, 2))
-        got_codes, got_uniques = D.refactorize(codes.astype(np.int64)[lo:hi], np.asarray(uniques, dtype=object))
+        got_codes, got_uniques = refactorize(codes.astype(np.int64)[lo:hi], np.asarray(uniques, dtype=object))
         want_codes, want_uniques = pd.factorize(values.iloc[lo:hi])
         np.testing.assert_array_equal(got_codes, want_codes)
         assert list(got_uniques) == list(np.asarray(want_uniques, dtype=object))

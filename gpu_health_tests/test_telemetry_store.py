@@ -224,6 +224,28 @@ def test_a_bulk_write_stores_whole_hours_directly_and_the_rest_as_partitions(tmp
     assert len(store.read_window("gpu_telemetry")) == len(window)
 
 
+def test_each_hour_file_holds_only_the_text_values_of_its_own_rows(tmp_path, frames):
+    """A bulk write converts the window's text once, as dictionaries; each hour's file keeps only the values its
+    rows use (a file holding the whole window's job ids would grow with the window: a day of scheduler events went
+    from 2.9 to 35 MB so). Two hours whose job ids differ: each file's job_id dictionary is its own hour's ids."""
+    store = TelemetryStore(tmp_path)
+    gpu = frames["gpu_telemetry"]
+    hours = []
+    for h in range(2):
+        for i in range(12):
+            part = shifted(gpu, h * HOUR + i * FIVE)
+            hours.append(part.assign(job_id=part["job_id"].astype("string") + f"-h{h}"))
+    window = pd.concat(hours, ignore_index=True)
+    store.replace_window("gpu_telemetry", window, T0, T0 + 2 * HOUR)
+    for h in range(2):
+        path = store.hour_path("gpu_telemetry", T0 + h * HOUR)
+        stored = pq.read_table(path, columns=["job_id"], read_dictionary=["job_id"]).column("job_id").combine_chunks()
+        own = window.loc[window["ts"].between(T0 + h * HOUR, T0 + (h + 1) * HOUR, inclusive="left"), "job_id"]
+        assert sorted(stored.dictionary.to_pylist()) == sorted(own.dropna().unique())
+    back = store.read_window("gpu_telemetry", T0, T0 + 2 * HOUR)
+    pd.testing.assert_frame_equal(back, by_key(window, "gpu_telemetry"))
+
+
 def test_files_hold_each_entitys_rows_together_and_order_out_is_the_read_order(tmp_path, frames):
     """Whatever order a window is written in: each file holds its rows by the key with time last (each GPU's
     readings of the hour together, in time order: what compresses), hour files and partition files alike, and

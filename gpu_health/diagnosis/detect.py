@@ -56,6 +56,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import fisher_exact
 
+from gpu_health.codes import refactorize
 from gpu_health.constants import MAD_TO_SIGMA
 from gpu_health.diagnosis.cohort import REGRESSION, judge_cohorts
 from gpu_health.metrics.device import BUSY_UTIL_PCT, device_idle, low_power, reference_power
@@ -1281,18 +1282,6 @@ def _gpu_codes(ctx: PartitionContext, col: str) -> tuple[np.ndarray, np.ndarray]
             codes, uniques = pd.factorize(ctx.gpu[col])
             ctx.memo[key] = (codes.astype(np.int64), np.asarray(uniques, dtype=object))
     return ctx.memo[key]
-
-
-def refactorize(codes: np.ndarray, uniques: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """What pd.factorize gives for the values ``uniques[codes]`` (-1: missing), from the integer codes alone:
-    codes numbered in order of first appearance, -1 kept for missing, and the uniques in that order."""
-    sub, seen = pd.factorize(codes)
-    missing = np.flatnonzero(seen < 0)
-    if len(missing):  # -1 was numbered like a value: take it out, the codes after it move down one
-        j = int(missing[0])
-        sub = np.where(sub == j, -1, sub - (sub > j))
-        seen = np.delete(seen, j)
-    return sub.astype(np.int64), uniques[seen]
 
 
 def _queue_reach(placed: pd.DataFrame) -> dict:

@@ -388,7 +388,7 @@ class Staged:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         self.pending.append((tmp, path))
-        _write_parquet(_in_file_order(data, table), tmp)
+        _write_parquet(_in_file_order(_compacted(data), table), tmp)
 
     def publish(self) -> None:
         """Rename every staged file into place (each rename atomic: a reader sees the old file or the new one)."""
@@ -515,6 +515,27 @@ def _read_schema(table: str) -> pa.Schema:
 def _read_format(table: str) -> ds.ParquetFileFormat:
     text = [f.name for f in _schema(table) if pa.types.is_string(f.type)]
     return ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=text))
+
+
+def _compacted(data: pa.Table) -> pa.Table:
+    """``data`` with each dictionary column's dictionary cut to the values its rows use (their order kept). A
+    write converts a whole window's text once (:func:`to_arrow`) and each hour's file takes a slice of it: left
+    whole, every file would carry every value of the window (a day's event ids in each hour of scheduler events:
+    2.9 -> 35 MB a day) and the file's key sort would rank them all again for each hour."""
+    for i, field in enumerate(data.schema):
+        if not pa.types.is_dictionary(field.type):
+            continue
+        col = data.column(i).combine_chunks()
+        indices = pc.fill_null(col.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        used = np.bincount(indices[indices >= 0], minlength=len(col.dictionary)) > 0
+        if used.all():
+            continue
+        renumber = np.append(np.cumsum(used) - 1, -1)  # old index -> new; a null (-1) stays null
+        codes = renumber[indices]
+        compact = pa.DictionaryArray.from_arrays(pa.array(codes, type=field.type.index_type, mask=codes < 0),
+                                                 col.dictionary.filter(pa.array(used)))
+        data = data.set_column(i, field, compact)
+    return data
 
 
 def _write_parquet(data: pa.Table, where) -> None:
