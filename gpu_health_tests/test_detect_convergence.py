@@ -159,27 +159,28 @@ def test_checkpoint_attempts_without_the_durable_step_advancing_ticket():
     assert checkpoint_failures(unknown, START, END).empty
 
 
-def test_simulated_diverging_run_is_caught_and_its_neighbours_are_not():
+def _diverging_run(t1: pd.Timestamp, **cluster) -> tuple[Window, set]:
+    """The two hours up to ``t1`` of a small cluster whose distributed jobs on two us-east nodes diverge from 11:07,
+    and those jobs' ids."""
     scen = load_scenario({"seed": 25, "start": "2026-11-03T09:00:00Z", "end": "2026-11-03T12:00:00Z",
-                          "cluster": {"gpus": 96},
+                          "cluster": {"gpus": 96, **cluster},
                           "incidents": [{"kind": "diverging_run", "start": "2026-11-03T11:07:00Z", "duration": "60m",
                                          "severity": "low", "scope": {"region": "us-east", "nodes": 2, "pool": "distributed"}}]})
-    t1 = pd.Timestamp("2026-11-03T11:20:00Z")
     win = Window(scen, t1 - pd.Timedelta(hours=2), t1)
-    targets = set(win.plan["job_id"].to_numpy()[fallback_jobs(scen, win.plan, scen.incidents[0])])
+    return win, set(win.plan["job_id"].to_numpy()[fallback_jobs(scen, win.plan, scen.incidents[0])])
+
+
+def test_simulated_diverging_run_is_caught_and_its_neighbours_are_not():
+    t1 = pd.Timestamp("2026-11-03T11:20:00Z")
+    win, targets = _diverging_run(t1)
     d = divergence(win.table("job_runtime_metrics"), t1 - pd.Timedelta(minutes=5), t1)
     assert targets and set(d.loc[d["diverging"], "job_id"]) == targets & set(d["job_id"])
     assert len(d) > len(targets)  # the healthy jobs were judged too
 
 
 def test_simulated_diverging_run_explodes_the_gradient_norm_of_the_jobs_that_report_it():
-    scen = load_scenario({"seed": 25, "start": "2026-11-03T09:00:00Z", "end": "2026-11-03T12:00:00Z",
-                          "cluster": {"gpus": 96, "grad_norm_share": 1.0},
-                          "incidents": [{"kind": "diverging_run", "start": "2026-11-03T11:07:00Z", "duration": "60m",
-                                         "severity": "low", "scope": {"region": "us-east", "nodes": 2, "pool": "distributed"}}]})
     t1 = pd.Timestamp("2026-11-03T11:25:00Z")
-    win = Window(scen, t1 - pd.Timedelta(hours=2), t1)
-    targets = set(win.plan["job_id"].to_numpy()[fallback_jobs(scen, win.plan, scen.incidents[0])])
+    win, targets = _diverging_run(t1, grad_norm_share=1.0)
     g = gradient_norm(win.table("job_runtime_metrics"), t1 - pd.Timedelta(minutes=5), t1)
     assert targets and set(g.loc[g["exploding"], "job_id"]) == targets & set(g["job_id"])
     assert g["g_sigma"].notna().sum() > len(targets)  # the healthy jobs were judged too

@@ -64,8 +64,7 @@ def with_optional_columns(fetched, table: str):
     if not lacking:
         return fetched
     dtypes = empty_frame_dtypes(table)
-    return replace(fetched, frame=frame.assign(**{c: pd.Series([None] * len(frame), index=frame.index, dtype="object").astype(dtypes[c])
-                                                  for c in lacking}))
+    return replace(fetched, frame=frame.assign(**{c: pd.Series(None, index=frame.index, dtype=dtypes[c]) for c in lacking}))
 
 
 def row_keys(frame: pd.DataFrame, table: str, start, end) -> tuple[np.ndarray | None, np.ndarray | None]:
