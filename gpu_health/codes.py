@@ -1,4 +1,7 @@
-"""Integer codes of categorical values (pd.factorize's), re-numbered without hashing the values again."""
+"""Integer codes of categorical values (pd.factorize's): text hashed once per distinct object, codes re-numbered
+without hashing the values again."""
+
+import ctypes
 
 import numpy as np
 import pandas as pd
@@ -14,3 +17,51 @@ def refactorize(codes: np.ndarray, uniques: np.ndarray) -> tuple[np.ndarray, np.
         sub = np.where(sub == j, -1, sub - (sub > j))
         seen = np.delete(seen, j)
     return sub.astype(np.int64), uniques[seen]
+
+
+def factorize(values, *, sort: bool = False, use_na_sentinel: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize(values, sort=..., use_na_sentinel=...)``: the same codes (as int64) and uniques (an object
+    array when ``values`` hold Python objects, else what pd.factorize returns), hashing each distinct *object* of
+    a text column once.
+
+    A text column read from the landing zone or the telemetry store (``arrow_text.text_values``) holds one Python
+    string per distinct value and every row points at it: 1.7 M rows of a day's GPU telemetry hold ~1,300 objects,
+    and pandas' operations (take, concat, filters) keep the rows pointing at them. Equal objects are equal values,
+    so the rows are grouped by the address of their object (integer hashing, 3-5x faster than hashing the strings)
+    and only one row of each object is factorized by value. Where most rows hold an object of their own (text read
+    from SQL) it hashes the values as pandas does."""
+    objects = _object_values(values)
+    if objects is None or len(objects) < 2:
+        codes, uniques = pd.factorize(values, sort=sort, use_na_sentinel=use_na_sentinel)
+        return codes.astype(np.int64, copy=False), uniques
+    by_object, addresses = pd.factorize(_addresses(objects))
+    if len(addresses) > len(objects) // 2:  # mostly one object per row: nothing to save
+        codes, uniques = pd.factorize(objects, sort=sort, use_na_sentinel=use_na_sentinel)
+        return codes.astype(np.int64, copy=False), uniques
+    first = np.full(len(addresses), len(objects), dtype=np.int64)
+    np.minimum.at(first, by_object, np.arange(len(objects), dtype=np.int64))  # each object's first row, ascending
+    codes, uniques = pd.factorize(objects[first], sort=sort, use_na_sentinel=use_na_sentinel)
+    return codes.astype(np.int64, copy=False)[by_object], uniques
+
+
+def _object_values(values) -> np.ndarray | None:
+    """The object array behind ``values`` (a Series, Index, pandas ``string[python]`` array or object ndarray),
+    C-contiguous; None for any other dtype."""
+    if isinstance(values, pd.Series | pd.Index):
+        values = values.array
+    if isinstance(values, pd.arrays.StringArray):
+        values = values._ndarray  # (the python-storage string array's object ndarray, pd.NA for missing)
+    elif isinstance(values, pd.arrays.NumpyExtensionArray):
+        values = values.to_numpy()
+    if not isinstance(values, np.ndarray) or values.dtype != object:
+        return None
+    return np.ascontiguousarray(values)
+
+
+def _addresses(objects: np.ndarray) -> np.ndarray:
+    """Each element's object address: the pointers a C-contiguous object array stores, read as integers."""
+    assert objects.flags.c_contiguous and objects.itemsize == ctypes.sizeof(ctypes.c_void_p)
+    pointers = (ctypes.c_uint64 * len(objects)).from_address(objects.ctypes.data)
+    return np.ctypeslib.as_array(pointers).copy()  # (a copy: nothing points into ``objects`` once it returns)
+
+

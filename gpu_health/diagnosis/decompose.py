@@ -64,6 +64,7 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
+from gpu_health.codes import factorize
 from gpu_health.contracts.models import ContractModel
 from gpu_health.diagnosis.drilldown import LeafSet, drill_down, drill_down_codes
 from gpu_health.metrics.goodput import LEAF_DIMS, STATE_FAMILY, STATES
@@ -313,7 +314,8 @@ def decompose_range(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame, 
     in_a, in_e = ia >= 0, ie >= 0
 
     def column(c):  # one column of those rows (a column at a time: no frame of every column is copied twice)
-        return pd.concat([actual_leaves[c][in_a], expected_leaves[c][in_e]], ignore_index=True).to_numpy()[order]
+        # (np.asarray: a text column's objects as they are; to_numpy would look for missing values first)
+        return np.asarray(pd.concat([actual_leaves[c][in_a], expected_leaves[c][in_e]], ignore_index=True))[order]
 
     p_row = p_all[order]
     side = side_all[order]
@@ -430,7 +432,7 @@ def _factorize_known(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     Nulls are looked for among the distinct values only, and the values refilled and factorized again only when
     there is one: a scan of every row for nulls costs as much as the factorization itself."""
-    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    codes, uniques = factorize(values, use_na_sentinel=False)
     uniques = np.asarray(uniques, dtype=object)
     if len(uniques) and pd.isna(uniques).any():
         values = np.asarray(values, dtype=object)

@@ -56,7 +56,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import fisher_exact
 
-from gpu_health.codes import refactorize
+from gpu_health.codes import factorize, refactorize
 from gpu_health.constants import MAD_TO_SIGMA
 from gpu_health.diagnosis.cohort import REGRESSION, judge_cohorts
 from gpu_health.metrics.device import BUSY_UTIL_PCT, device_idle, low_power, reference_power
@@ -287,7 +287,7 @@ def prepare_range(jobs: pd.DataFrame, meta: pd.DataFrame, *, job_lookback: pd.Ti
     gpu_codes = {}
     for col in _GPU_CODED if gpu is not None else ():
         if col in gpu.columns:
-            codes, uniques = pd.factorize(gpu[col])
+            codes, uniques = factorize(gpu[col])
             gpu_codes[col] = (codes.astype(np.int64), np.asarray(uniques, dtype=object))
     return RangePrep(job_lookback=pd.Timedelta(job_lookback), jobs=arrays, meta_first=meta_first,
                      meta=meta if meta is not None else pd.DataFrame(columns=["job_id"]), windows=cut, loss=loss,
@@ -1279,7 +1279,7 @@ def _gpu_codes(ctx: PartitionContext, col: str) -> tuple[np.ndarray, np.ndarray]
         if whole is not None:
             ctx.memo[key] = refactorize(whole[0][ctx.gpu_rows], whole[1])
         else:
-            codes, uniques = pd.factorize(ctx.gpu[col])
+            codes, uniques = factorize(ctx.gpu[col])
             ctx.memo[key] = (codes.astype(np.int64), np.asarray(uniques, dtype=object))
     return ctx.memo[key]
 
@@ -1575,7 +1575,7 @@ def detect_no_progress(ctx: PartitionContext) -> list[Finding]:
                                   g["tensor_active"].to_numpy(dtype=float, na_value=np.nan))
     low, pow_known = low_power(g, ref, ["sku"])
     if ctx.prepared is not None and ctx.prepared.meta is ctx.meta:
-        code, uniq = pd.factorize(g["job_id"].astype(object))
+        code, uniq = factorize(g["job_id"])
         team = np.array([ctx.prepared.team_of(j, "team") for j in uniq] + ["unknown"], dtype=object)[code]
         cls = np.array([ctx.prepared.team_of(j, "workload_class") for j in uniq] + ["unknown"], dtype=object)[code]
     else:
@@ -1646,7 +1646,7 @@ def detect_stalls(ctx: PartitionContext) -> list[Finding]:
              & (rt["checkpoint_time_s"].to_numpy(dtype=float, na_value=0.0) == 0))
     if maybe.sum() < STALL_MINUTES:
         return out
-    codes = pd.factorize(rt["job_id"].to_numpy(dtype=object)[maybe])[0]
+    codes = factorize(rt["job_id"].to_numpy(dtype=object)[maybe])[0]
     if not (codes >= 0).any() or np.bincount(codes[codes >= 0]).max() < STALL_MINUTES:
         return out
     zero = (rt["steps"] == 0) & (rt["checkpoint_time_s"].fillna(0) == 0)

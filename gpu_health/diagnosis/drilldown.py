@@ -87,6 +87,7 @@ import pandas as pd
 from scipy.sparse import csr_matrix
 from scipy.special import ndtri
 
+from gpu_health.codes import factorize
 from gpu_health.constants import MAD_TO_SIGMA
 
 UNKNOWN = "unknown"
@@ -499,7 +500,7 @@ def _prepare(
     codes = np.empty((len(frame), len(dimensions)), dtype=np.int64)
     labels, cards = [], []
     for j, dim in enumerate(dimensions):
-        col_codes, uniques = pd.factorize(frame[dim], use_na_sentinel=True)
+        col_codes, uniques = factorize(frame[dim], use_na_sentinel=True)
         values = np.asarray(uniques, dtype=object)
         if (col_codes < 0).any():
             known = np.flatnonzero(values == UNKNOWN)

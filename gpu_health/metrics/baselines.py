@@ -21,6 +21,7 @@ signature's jobs regress at once). The source is recorded per row
 import numpy as np
 import pandas as pd
 
+from gpu_health.codes import factorize
 from gpu_health.metrics.goodput import SLOW_THROTTLE_BITS, maintenance_mask
 from gpu_health.sources.dcgm_fields import XID_GPU_FAULT
 
@@ -49,7 +50,7 @@ def workload_step_stats(frames: dict, *, meta: pd.DataFrame | None, maintenance:
     g_ts = g["ts"].to_numpy(dtype="datetime64[ns]").view("int64")
     n_ts = node["ts"].to_numpy(dtype="datetime64[ns]").view("int64")
     ts_codes, ts_uni = pd.factorize(np.concatenate([g_ts, n_ts]))
-    node_codes, _ = pd.factorize(np.concatenate([np.asarray(g["node_id"], dtype=object),
+    node_codes, _ = factorize(np.concatenate([np.asarray(g["node_id"], dtype=object),
                                                  np.asarray(node["node_id"], dtype=object)]))
     Nn = int(node_codes.max()) + 1 if len(node_codes) else 1
     gk = ts_codes[:n] * Nn + node_codes[:n]
@@ -67,7 +68,7 @@ def workload_step_stats(frames: dict, *, meta: pd.DataFrame | None, maintenance:
     bad |= maintenance_mask(g["ts"], g["region"], g["node_id"], maintenance)
 
     # job-minutes: (minute, job) groups of the GPU rows
-    job_codes, job_uni = pd.factorize(np.concatenate([np.asarray(g["job_id"], dtype=object),
+    job_codes, job_uni = factorize(np.concatenate([np.asarray(g["job_id"], dtype=object),
                                                       np.asarray(rt["job_id"], dtype=object)]))
     Nj = len(job_uni) + 1
     rt_ts = rt["ts"].to_numpy(dtype="datetime64[ns]").view("int64")

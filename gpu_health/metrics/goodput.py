@@ -45,6 +45,7 @@ the inventory seen, if larger); the states sum to them exactly.
 import numpy as np
 import pandas as pd
 
+from gpu_health.codes import factorize
 from gpu_health.constants import FATAL_XIDS as XID_GPU_FAULT, KERNEL_ACTIVE_SM, KERNEL_ACTIVE_UTIL_PCT, MINUTE
 
 STATES = [
@@ -107,12 +108,12 @@ def maintenance_mask(ts: pd.Series, region: pd.Series, node: pd.Series, windows:
         inside = valid & (ts_ns >= lo_ns) & (ts_ns < hi_ns)
         if pd.notna(reg) and reg != "*":
             if r_codes is None:
-                r_codes, r_uni = pd.factorize(np.asarray(region, dtype=object))
+                r_codes, r_uni = factorize(np.asarray(region, dtype=object))
                 r_uni = pd.Index(r_uni, dtype=object)
             inside &= r_codes == (r_uni.get_loc(reg) if reg in r_uni else -2)
         if pd.notna(nodes) and nodes != "*":
             if n_codes is None:
-                n_codes, n_uni = pd.factorize(np.asarray(node, dtype=object))
+                n_codes, n_uni = factorize(np.asarray(node, dtype=object))
                 n_uni = pd.Index(n_uni, dtype=object)
             wanted = n_uni.get_indexer(pd.Index(str(nodes).split(","), dtype=object))
             inside &= np.isin(n_codes, wanted[wanted >= 0])
@@ -578,7 +579,7 @@ class _SchedHistory:
             # per job (integer codes): first row, submitted span, most GPUs asked, first start / end
             n = len(sched)
             self.ts = sched["ts"].to_numpy(dtype="datetime64[ns]").view("int64")
-            self.codes, uni = pd.factorize(np.asarray(sched["job_id"], dtype=object))
+            self.codes, uni = factorize(np.asarray(sched["job_id"], dtype=object))
             self.jobs = pd.Index(np.asarray(uni, dtype=object))
             J = len(uni)
             big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
@@ -716,7 +717,7 @@ def _blocked_fraction(idle, t_idx, row_region, minutes, sched_history, node_regi
     if not len(t_idx):
         return np.zeros(0)
     # regions sorted by name (as strings: np.unique(row_region.astype(str))), factorized once per distinct value
-    codes, uni = pd.factorize(np.asarray(row_region, dtype=object), use_na_sentinel=False)
+    codes, uni = factorize(np.asarray(row_region, dtype=object), use_na_sentinel=False)
     regions, uni_code = np.unique(np.asarray(uni, dtype=object).astype(str), return_inverse=True)
     r_code = uni_code.ravel()[codes]
     R = len(regions)
@@ -995,8 +996,10 @@ def enrich_failures(failures: pd.DataFrame, gpu: pd.DataFrame, meta: pd.DataFram
     """
     if failures.empty:
         return failures.assign(partition_start=pd.Series(dtype="datetime64[ns, UTC]"), region=[], sku=[], team=[], workload_class=[])
-    jobs = gpu["job_id"]
-    mine = gpu[jobs.notna().to_numpy() & jobs.isin(failures["job_id"]).to_numpy()]
+    # the GPU rows of failed jobs, judged per distinct job (the codes' -1, no job, indexes the appended False)
+    codes, jobs = factorize(gpu["job_id"])
+    failed = np.append(pd.Index(np.asarray(jobs, dtype=object)).isin(failures["job_id"]), False)
+    mine = gpu[failed[codes]]
     place = mine.sort_values("ts").groupby("job_id").agg(region=("region", "last"), sku=("sku", "last"))
     if inventory is not None and len(inventory):
         # a job that failed early in a partition may have no GPU rows in it: its 'ended' event names its nodes

@@ -67,6 +67,7 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
+from gpu_health.codes import factorize
 from gpu_health.contracts.models import ContractModel
 from gpu_health.metrics.goodput import STATES
 
@@ -341,7 +342,7 @@ def _factorize_rows(frame: pd.DataFrame, cols: list[str]) -> tuple[np.ndarray, p
     key = np.zeros(len(frame), dtype=np.int64)
     labels = []
     for c in cols:
-        code, uniq = pd.factorize(frame[c])
+        code, uniq = factorize(frame[c])
         key = key * len(uniq) + code
         labels.append(np.asarray(uniq, dtype=object))
     cells, inverse = np.unique(key, return_inverse=True)

@@ -43,8 +43,10 @@ partition, so silence shows as ``no_data`` rather than as a missing row.
 import numpy as np
 import pandas as pd
 import pandera.pandas as pa
+from pandas._libs import lib
 from pandera.typing import Series
 
+from gpu_health.codes import factorize
 from gpu_health.contracts.models import WORKLOAD_CLASSES, ContractModel, empty_frame
 from gpu_health.metrics.goodput import BLOCKED_WAIT, first_node
 from gpu_health.metrics.device import BUSY_UTIL_PCT, IDLE_SM, IDLE_TENSOR, LOW_POWER_SHARE, device_idle, reference_power
@@ -186,8 +188,12 @@ def _utc_values(ts: pd.Series) -> pd.DatetimeIndex:
 
 
 def _obj(s: pd.Series) -> pd.Series:
-    """``s`` as Python objects, None where missing (one pass: to_numpy's na_value, not astype then where)."""
-    return pd.Series(s.to_numpy(dtype=object, na_value=None), index=s.index, name=s.name)
+    """``s`` as Python objects, None where missing (one pass: to_numpy's na_value, not astype then where; a text
+    column with nothing missing is recognised in one C pass and taken as it is)."""
+    values = np.asarray(s)  # (a text column's own objects; to_numpy would look for missing values in Python first)
+    if not (values.dtype == object and lib.is_string_array(values, skipna=False)):
+        values = s.to_numpy(dtype=object, na_value=None)
+    return pd.Series(values, index=s.index, name=s.name)
 
 
 class _Context:
@@ -233,7 +239,7 @@ class _Context:
         nw = self.window(node)
         bad = nw.loc[nw["health"].isin(UNSCHEDULABLE), ["ts", "node_id"]].astype({"node_id": object})
         self.ts_codes, ts_uni = pd.factorize(ts_ns)
-        self.node_codes, self.node_uni = pd.factorize(g["node_id"].to_numpy(), use_na_sentinel=False)
+        self.node_codes, self.node_uni = factorize(g["node_id"].to_numpy(), use_na_sentinel=False)
         if len(bad):  # (minute, node) pairs whose node is drained or down
             b_ns = bad["ts"].to_numpy(dtype="datetime64[ns]").view("int64")
             bt = pd.Index(ts_uni).get_indexer(b_ns)
@@ -245,7 +251,7 @@ class _Context:
             g["schedulable"] = True
         # job -> team / class of allocated rows
         alloc = g["allocated"].to_numpy()
-        j_codes, j_uni = pd.factorize(g["job_id"].to_numpy())
+        j_codes, j_uni = factorize(g["job_id"].to_numpy())
         for col in ("team", "workload_class"):
             values = np.full(len(g), None, dtype=object)
             if len(self.jobs):
@@ -262,8 +268,8 @@ class _Context:
         # integer codes of the rows' partition, region and SKU (-1: no region / SKU): the region x SKU KPIs are
         # sums over one grouping of them (_region_sku_sums), not one group-by of 1.7 M strings a day each
         self.p_codes, self.p_uni = pd.factorize(g["p"].to_numpy(dtype="datetime64[ns]").view("int64"))
-        self.region_codes, self.region_uni = pd.factorize(g["region"].to_numpy())
-        self.sku_codes, self.sku_uni = pd.factorize(g["sku"].to_numpy())
+        self.region_codes, self.region_uni = factorize(g["region"].to_numpy())
+        self.sku_codes, self.sku_uni = factorize(g["sku"].to_numpy())
         self.region_sku = None  # built on first use
         self.node = nw
         self.network = self.window(f["network_telemetry"])
@@ -861,7 +867,7 @@ def _gaming_guardrails(ctx: _Context) -> pd.DataFrame:
     g_ns = g["ts"].to_numpy(dtype="datetime64[ns]").view("int64")[rows]
     r_ns = rt["ts"].to_numpy(dtype="datetime64[ns]").view("int64")[prog_rt]
     t_codes, t_uni = pd.factorize(np.concatenate([g_ns, r_ns]))
-    j_codes, j_uni = pd.factorize(np.concatenate([g["job_id"].to_numpy()[rows],
+    j_codes, j_uni = factorize(np.concatenate([g["job_id"].to_numpy()[rows],
                                                   rt["job_id"].astype(object).to_numpy()[prog_rt]]))
     pair = t_codes.astype(np.int64) * (len(j_uni) + 1) + j_codes
     progress = np.isin(pair[:len(rows)], pair[len(rows):][j_codes[len(rows):] >= 0])

@@ -64,6 +64,7 @@ import pyarrow.parquet as pq
 import sqlalchemy as sa
 
 from gpu_health.arrow_text import text_values
+from gpu_health.codes import factorize
 from gpu_health.constants import PARTITION
 from gpu_health.storage.schema import COLUMNAR_TABLES, arrow_schema, grain, metadata, partition_column
 
@@ -596,7 +597,7 @@ def _text_dictionary(values: pd.Series, field: pa.Field) -> pa.DictionaryArray:
     if isinstance(values.dtype, pd.CategoricalDtype):
         codes, uniques = values.cat.codes.to_numpy(), np.asarray(values.cat.categories, dtype=object)
     else:
-        codes, uniques = pd.factorize(values)
+        codes, uniques = factorize(values)
         uniques = np.asarray(uniques, dtype=object)
     missing = codes < 0
     if not field.nullable and missing.any():

@@ -1,0 +1,60 @@
+"""gpu_health.codes.factorize: pd.factorize's answer, whatever objects the text column holds."""
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from gpu_health.arrow_text import text_values
+from gpu_health.codes import factorize
+
+VALUES = ["node-b", "node-a", None, "node-c", "node-a", None, "node-b", "node-d", "node-a"]
+
+
+def _shared(values):
+    """A text column as the landing reader and the store build it: one object per distinct value."""
+    return pd.Series(text_values(pa.chunked_array([pa.array(values).dictionary_encode()]))[0])
+
+
+def _fresh(values):
+    """The same values, each row its own string object (as a SQL read gives them)."""
+    return pd.Series(["".join(list(v)) if v is not None else pd.NA for v in values], dtype="string")
+
+
+def _equal_uniques(a, b):
+    a, b = pd.Series(np.asarray(a, dtype=object)), pd.Series(np.asarray(b, dtype=object))
+    pd.testing.assert_series_equal(a.isna(), b.isna())
+    assert list(a[a.notna()]) == list(b[b.notna()])
+
+
+@pytest.mark.parametrize("build", [_shared, _fresh, lambda v: np.array(v, dtype=object),
+                                   lambda v: _shared(v * 50)])
+@pytest.mark.parametrize("kw", [{}, {"sort": True}, {"use_na_sentinel": False},
+                                {"sort": True, "use_na_sentinel": False}])
+def test_factorize_gives_what_pandas_gives(build, kw):
+    values = build(VALUES)
+    want_codes, want_uniques = pd.factorize(values, **kw)
+    codes, uniques = factorize(values, **kw)
+    assert codes.dtype == np.int64
+    np.testing.assert_array_equal(codes, want_codes)
+    _equal_uniques(uniques, want_uniques)
+
+
+def test_rows_that_share_objects_are_grouped_by_value_not_by_object():
+    # two distinct objects of one value, each shared by many rows: one code, as pandas gives
+    a, b = "".join(["gpu", "-1"]), "".join(["gpu-", "1"])
+    assert a == b and a is not b
+    values = np.array([a, b] * 20 + ["gpu-2"] * 10, dtype=object)
+    codes, uniques = factorize(values)
+    assert list(uniques) == ["gpu-1", "gpu-2"]
+    np.testing.assert_array_equal(codes, [0] * 40 + [1] * 10)
+
+
+def test_a_strided_slice_is_read_by_its_own_elements():
+    values = _shared(VALUES * 10).to_numpy()[::3]
+    np.testing.assert_array_equal(factorize(values)[0], pd.factorize(values)[0])
+
+
+@pytest.mark.parametrize("values", [pd.Series([3, 1, 3, 2]), pd.Series(pd.to_datetime(["2026-01-01", None]))])
+def test_other_dtypes_are_factorized_by_pandas(values):
+    np.testing.assert_array_equal(factorize(values)[0], pd.factorize(values)[0])
