@@ -5,6 +5,7 @@
 dev:
 	bash scripts/dev.sh
 
-# set up and pass the tests (pytest; what CI runs)
+# set up and pass the tests (pytest; what CI runs), a test file at a time per core (pytest-xdist; up to 4
+# processes: each may start its own PostgreSQL, Prometheus and Alertmanager)
 test:
-	bash scripts/test.sh -q
+	bash scripts/test.sh -q -n auto --maxprocesses 4 --dist loadfile

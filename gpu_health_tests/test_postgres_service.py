@@ -1,5 +1,6 @@
 """The PostgreSQL test service, and Dagster's instance on it (deploy/dagster.yaml)."""
 
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -42,10 +43,12 @@ def test_fixture_server_creates_inserts_selects(postgres_url):  # noqa: F811
 
 
 def test_start_postgres_is_loopback_only_and_stop_removes_everything():
-    base = Path("/tmp")  # must be traversable by the postgres user, unlike pytest's tmp_path
-    before = set(base.glob("gh-pg-*"))
+    # a folder of this test's own (another test process may start servers in /tmp meanwhile), which the postgres
+    # user can traverse, unlike pytest's tmp_path
+    base = Path(tempfile.mkdtemp(prefix="gh-pg-test-", dir="/tmp"))
+    base.chmod(0o755)
     url, stop = start_postgres(base)
-    created = set(base.glob("gh-pg-*")) - before
+    created = set(base.glob("gh-pg-*"))
     parsed = sa.make_url(url)
     try:
         assert parsed.host == "127.0.0.1" and parsed.database == "gpu_health"
@@ -59,6 +62,7 @@ def test_start_postgres_is_loopback_only_and_stop_removes_everything():
         stop()
     stop()  # idempotent
     assert not any(path.exists() for path in created)
+    base.rmdir()
     with pytest.raises(psycopg2.OperationalError):
         psycopg2.connect(host="127.0.0.1", port=parsed.port, user="postgres", dbname="postgres")
 
