@@ -31,7 +31,7 @@ def factorize(values, *, sort: bool = False, use_na_sentinel: bool = True) -> tu
     and only one row of each object is factorized by value. Where most rows hold an object of their own (text read
     from SQL) it hashes the values as pandas does."""
     objects = _object_values(values)
-    if objects is None or len(objects) < 2:
+    if objects is None:
         codes, uniques = pd.factorize(values, sort=sort, use_na_sentinel=use_na_sentinel)
         return codes.astype(np.int64, copy=False), uniques
     by_object, addresses = pd.factorize(_addresses(objects))
@@ -49,10 +49,8 @@ def _object_values(values) -> np.ndarray | None:
     C-contiguous; None for any other dtype."""
     if isinstance(values, pd.Series | pd.Index):
         values = values.array
-    if isinstance(values, pd.arrays.StringArray):
-        values = values._ndarray  # (the python-storage string array's object ndarray, pd.NA for missing)
-    elif isinstance(values, pd.arrays.NumpyExtensionArray):
-        values = values.to_numpy()
+    if isinstance(values, pd.arrays.NumpyExtensionArray):  # (``string[python]`` arrays are ones too)
+        values = values._ndarray  # its ndarray as is: to_numpy() would first look for missing values row by row
     if not isinstance(values, np.ndarray) or values.dtype != object:
         return None
     return np.ascontiguousarray(values)
@@ -61,6 +59,8 @@ def _object_values(values) -> np.ndarray | None:
 def _addresses(objects: np.ndarray) -> np.ndarray:
     """Each element's object address: the pointers a C-contiguous object array stores, read as integers."""
     assert objects.flags.c_contiguous and objects.itemsize == ctypes.sizeof(ctypes.c_void_p)
+    if not len(objects):
+        return np.zeros(0, dtype=np.uint64)
     pointers = (ctypes.c_uint64 * len(objects)).from_address(objects.ctypes.data)
     return np.ctypeslib.as_array(pointers).copy()  # (a copy: nothing points into ``objects`` once it returns)
 

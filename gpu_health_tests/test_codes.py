@@ -28,7 +28,7 @@ def _equal_uniques(a, b):
 
 
 @pytest.mark.parametrize("build", [_shared, _fresh, lambda v: np.array(v, dtype=object),
-                                   lambda v: _shared(v * 50)])
+                                   lambda v: pd.Series(_shared(v * 50), dtype=object), lambda v: _shared(v * 50)])
 @pytest.mark.parametrize("kw", [{}, {"sort": True}, {"use_na_sentinel": False},
                                 {"sort": True, "use_na_sentinel": False}])
 def test_factorize_gives_what_pandas_gives(build, kw):
@@ -58,3 +58,12 @@ def test_a_strided_slice_is_read_by_its_own_elements():
 @pytest.mark.parametrize("values", [pd.Series([3, 1, 3, 2]), pd.Series(pd.to_datetime(["2026-01-01", None]))])
 def test_other_dtypes_are_factorized_by_pandas(values):
     np.testing.assert_array_equal(factorize(values)[0], pd.factorize(values)[0])
+
+
+@pytest.mark.parametrize("values", [[], ["gpu-1"], [None]])
+def test_empty_and_single_text_columns(values):
+    for column in (_shared(values) if values else pd.Series([], dtype="string"), np.array(values, dtype=object)):
+        codes, uniques = factorize(column)
+        want_codes, want_uniques = pd.factorize(column)
+        np.testing.assert_array_equal(codes, want_codes)
+        _equal_uniques(uniques, want_uniques)
