@@ -10,7 +10,8 @@ written first by ``gpu-health simulate``, untimed, reported as ``simulate_second
 
 * ``week_bulk``: a simulated week (2,016 partitions) from the landing zone to alerts and finance through the bulk
   path (``gpu-health run --direct``). Target: <= 2 min, <= 4 GB on 2 cores.
-* ``week_dagster``: the same week through Dagster (``gpu-health run``: a run per day). Target: <= 15 min.
+* ``week_dagster``: the same week through Dagster (``gpu-health run``: a run per day, or with ``--workers`` > 1 a
+  run per day and pipeline stage, the stages in processes of their own). Target: <= 15 min.
 * ``store_size``: the warehouse (SQLite file) and the telemetry store (Parquet) per simulated day, after week_bulk.
   Target: <= 50 MB a day at 1,200 GPUs, all tables.
 * ``live_partition``: one partition from its files landing to its alerts written, through the run the sensor
@@ -75,9 +76,10 @@ def week(data: Path, gpus: int, direct: bool, workers: int = 2) -> dict:
     db = data / f"{name}.db"
     t = time.perf_counter()
     summary = run(*WEEK, landing=str(data / "landing"), warehouse=f"sqlite:///{db}", quiet=True, direct=direct,
-                  workers=workers if direct else 1)
-    out = {"seconds": round(time.perf_counter() - t, 1), "partitions": summary["partitions"],
-           **({"workers": workers} if direct else {})}
+                  workers=workers)
+    out = {"seconds": round(time.perf_counter() - t, 1), "partitions": summary["partitions"], "workers": workers}
+    if not direct and "stage_seconds" in summary:
+        out["stage_seconds"] = summary["stage_seconds"]
     if direct:
         out["step_seconds"] = summary.get("step_seconds")
         days = 7
@@ -174,7 +176,8 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=1200)
     ap.add_argument("--dagster", action="store_true", help="also the week through Dagster (about 10-20 minutes)")
     ap.add_argument("--workers", type=int, default=2,
-                    help="processes: of the suite evaluation, of the bulk path (2 = sources pipelined beside the rest)")
+                    help="processes: of the suite evaluation, of the week's runs, bulk and Dagster (2 = the sources "
+                         "pipelined beside the rest, 3 = and the diagnosis beside the loss tree)")
     ap.add_argument("--data", help="keep the landing zone and warehouses here (default: a temporary directory)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--live", action="store_true", help=argparse.SUPPRESS)

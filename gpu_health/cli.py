@@ -26,11 +26,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpu_health.contracts import FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES, PARTITION_COLUMN, PLATFORM_SOURCES, empty_frame
+from gpu_health.constants import day_chunks
+from gpu_health.contracts import FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES, PARTITION_COLUMN, empty_frame
 from gpu_health.landing import write_partition
-
-DAY = pd.Timedelta(days=1)
-FIVE = pd.Timedelta(minutes=5)
 
 
 def _ts(text: str) -> pd.Timestamp:
@@ -41,14 +39,6 @@ def _ts(text: str) -> pd.Timestamp:
     if ts != ts.floor("5min"):
         raise SystemExit(f"error: {text!r} is not on a 5-minute boundary")
     return ts
-
-
-def _days(start: pd.Timestamp, end: pd.Timestamp):
-    t = start
-    while t < end:
-        nxt = min((t + DAY).normalize(), end)
-        yield t, nxt
-        t = nxt
 
 
 # --- simulate ----------------------------------------------------------------------------
@@ -78,7 +68,7 @@ def simulate(scenario_path: str, landing: str, start: str | None, end: str | Non
     rows = dict.fromkeys(FIVE_MINUTE_SOURCES, 0)
     files = 0
     t0 = time.time()
-    for d_start, d_end in _days(start_ts, end_ts):
+    for d_start, d_end in day_chunks(start_ts, end_ts):
         win = Window(scen, d_start, d_end)
         starts = pd.date_range(d_start, d_end, freq="5min", inclusive="left")
         tables = FIVE_MINUTE_SOURCES + [t for t in OPTIONAL_SOURCES if _simulated(scen, t)]
@@ -132,12 +122,9 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
         prometheus_url: str | None = None, warehouse: str | None = None, partition_start: str | None = None,
         quiet: bool = False, telemetry_dir: str | None = None, direct: bool = False, workers: int = 1,
         targets: list[str] | None = None, **source_options: str | None) -> dict:
-    import dagster as dg
-
-    from gpu_health.definitions import build_definitions, default_resources
-    from gpu_health.defs.resources import SourceSpec, TelemetrySourceResource, WarehouseIOManager, WarehouseResource
+    from gpu_health.definitions import default_resources
+    from gpu_health.defs.resources import SourceSpec, TelemetrySourceResource
     from gpu_health.partitions import FIVE_MINUTE_FMT
-    from gpu_health.settings import Settings
 
     start_ts, end_ts = _ts(start), _ts(end)
     if end_ts <= start_ts:
@@ -156,85 +143,36 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
     src = TelemetrySourceResource(kind=kind, scenario=scenario or "", landing_dir=landing or env.landing_dir, **fields)
     if targets and not direct:
         raise SystemExit("error: --only needs --direct (the Dagster path materializes every asset of its jobs)")
+
+    def progress(line: str) -> None:
+        if not quiet:
+            print(line, file=sys.stderr)
+
+    t0 = time.time()
     if direct:  # the bulk path: the same steps, no Dagster runs (gpu_health.steps.direct)
         from gpu_health.steps.direct import run_range
         from gpu_health.storage.warehouse import Warehouse, run_cache
 
-        t0 = time.time()
         summary = {"warehouse": url, "source": kind, "path": "direct"}
         summary.update(run_range(Warehouse(url, tdir or None, cache=run_cache()), src.get(), start_ts, end_ts,
-                                 progress=None if quiet else (lambda line: print(line, file=sys.stderr)),
-                                 source_spec=SourceSpec(src) if workers > 1 else None, processes=workers,
-                                 targets=targets))
-        for entry in summary.get("quarantined_files", []):
-            print(f"warning: {entry['source']}: {entry['reason']}", file=sys.stderr)
-        for table, cols in summary.get("dropped_columns", {}).items():
-            for col, origins in cols.items():
-                print(f"warning: {table}: extra column '{col}' dropped (not in the contract) in {len(origins)} file(s), "
-                      f"e.g. {origins[0]}", file=sys.stderr)
-        summary["seconds"] = round(time.time() - t0, 1)
-        return summary
-    resources.update(warehouse=WarehouseResource(url=url, telemetry_dir=tdir),
-                     warehouse_io_manager=WarehouseIOManager(url=url, telemetry_dir=tdir), source=src)
-    # the code location's partitions must cover the range: by default they start on its first day
-    settings = Settings(partition_start=partition_start or start_ts.normalize().strftime(FIVE_MINUTE_FMT))
-    defs = build_definitions(settings, resources)
-    instance = dg.DagsterInstance.ephemeral()
-    summary = {"warehouse": url, "source": kind, "runs": 0, "partitions": 0}
-    t0 = time.time()
+                                 progress=progress, source_spec=SourceSpec(src) if workers > 1 else None,
+                                 processes=workers, targets=targets))
+    else:  # Dagster runs (gpu_health.defs.range_runs), the code location's partitions covering the range
+        from gpu_health.defs.range_runs import CodeLocation, run_range
 
-    quiet_logs = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-
-    def execute(job_name, **kw):
-        result = defs.resolve_job_def(job_name).execute_in_process(instance=instance, raise_on_error=False,
-                                                                   run_config=quiet_logs, **kw)
-        summary["runs"] += 1
-        if not result.success:
-            failures = [e for e in result.all_events if e.is_step_failure]
-            detail = "; ".join(f"{e.step_key}: {_root_message(e.event_specific_data.error)}" for e in failures) or "see logs"
-            raise RuntimeError(f"{job_name} {kw.get('partition_key') or kw.get('tags', {})} failed: {detail}")
-        for ev in result.get_asset_check_evaluations():
-            if not ev.passed:
-                summary.setdefault("failed_checks", []).append(f"{ev.asset_key.to_user_string()}:{ev.check_name}")
-            _report_contract_findings(ev, summary)
-        return result
-
-    execute("calendar_job")
-    days = pd.date_range(start_ts.normalize(), end_ts, freq="D", inclusive="left")
-    daily_job = defs.resolve_job_def("daily_job")
-    cost_only = [k for k in daily_job.asset_layer.executable_asset_keys if k.to_user_string() == "cost_capacity"]
-    for day in days:  # capacity first: the 5-minute loss tree needs what Finance pays for
-        execute("daily_job", partition_key=day.strftime("%Y-%m-%d"), asset_selection=cost_only)
-    for c_start, c_end in _days(start_ts, end_ts):
-        last = c_end - FIVE
-        execute("five_minute_job", tags={"dagster/asset_partition_range_start": c_start.strftime(FIVE_MINUTE_FMT),
-                                         "dagster/asset_partition_range_end": last.strftime(FIVE_MINUTE_FMT)})
-        summary["partitions"] += int((c_end - c_start) / FIVE)
-        if not quiet:
-            print(f"materialized {c_start:%Y-%m-%d %H:%M} .. {c_end:%Y-%m-%d %H:%M} ({time.time() - t0:.0f}s)", file=sys.stderr)
-    for day in days:  # then settle each day (failures of the next day settle back into it)
-        execute("daily_job", partition_key=day.strftime("%Y-%m-%d"))
+        location = CodeLocation(url=url, telemetry_dir=tdir, source=SourceSpec(src),
+                                partition_start=partition_start or start_ts.normalize().strftime(FIVE_MINUTE_FMT))
+        summary = {"warehouse": url, "source": kind}
+        summary.update(run_range(location, start_ts, end_ts, workers=workers, progress=progress))
+    # findings about the data, not progress: on stderr even with --quiet
+    for entry in summary.get("quarantined_files", []):
+        print(f"warning: {entry['source']}: {entry['reason']}", file=sys.stderr)
+    for table, cols in summary.get("dropped_columns", {}).items():
+        for col, origins in cols.items():
+            print(f"warning: {table}: extra column '{col}' dropped (not in the contract) in {len(origins)} file(s), "
+                  f"e.g. {origins[0]}", file=sys.stderr)
     summary["seconds"] = round(time.time() - t0, 1)
     return summary
-
-
-def _report_contract_findings(ev, summary: dict) -> None:
-    """Files quarantined whole and extra columns dropped, from a contract check: into the summary and, as
-    warnings, onto stderr (even with --quiet: they are findings about the data, not progress)."""
-    table = ev.asset_key.to_user_string()
-    meta = ev.metadata or {}
-    files = meta.get("quarantined_files")
-    for f in (files.value if files is not None else []) or []:
-        entry = {"source": table, **f}
-        if entry in summary.setdefault("quarantined_files", []):
-            continue  # a daily table is read again when its day settles
-        summary["quarantined_files"].append(entry)
-        print(f"warning: {table}: {f['reason']}", file=sys.stderr)
-    dropped = meta.get("dropped_columns")
-    for col, origins in ((dropped.value if dropped is not None else {}) or {}).items():
-        summary.setdefault("dropped_columns", {}).setdefault(table, {})[col] = origins
-        print(f"warning: {table}: extra column '{col}' dropped (not in the contract) in {len(origins)} file(s), "
-              f"e.g. {origins[0]}", file=sys.stderr)
 
 
 def report_window(start: str, end: str, *, warehouse: str | None = None, scenario: str | None = None,
@@ -294,14 +232,6 @@ def serve_metrics(warehouse: str | None, port: int, address: str, *, once: bool 
     return 0
 
 
-def _root_message(error) -> str:
-    """The innermost cause of a step failure: the user's exception (it names file and column), not
-    Dagster's "Error occurred while executing op" wrapper around it."""
-    while error.cause is not None:
-        error = error.cause
-    return error.message.strip()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpu-health", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -344,9 +274,10 @@ def main(argv: list[str] | None = None) -> int:
                        help="the bulk path: run the same steps over the range without Dagster runs (no run history "
                             "in a Dagster instance; the tables written are the same)")
     p_run.add_argument("--workers", type=int, default=1,
-                       help="with --direct: pipeline the range over this many processes, a stage each (2: one reads "
-                            "and stores each day's sources while the other computes the day before; 3: the diagnosis "
-                            "steps of a day run beside the loss tree and KPIs of the next); same tables")
+                       help="pipeline the range over this many processes, a stage each (2: one reads and stores each "
+                            "day's sources while the other computes the day before; 3: the diagnosis steps of a day "
+                            "run beside the loss tree and KPIs of the next); same tables. Without --direct each stage "
+                            "runs its assets of a day as one Dagster run")
     p_run.add_argument("--only", help="with --direct: compute only the steps these tables need (comma-separated, "
                                       "e.g. alerts: the loss tree and the sources, not the KPIs, drill-down or finance)")
     p_eval = sub.add_parser("evaluate", help="score detection, attribution and false pages on a scenario suite")

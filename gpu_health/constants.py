@@ -35,6 +35,16 @@ MINUTE = pd.Timedelta(minutes=1)
 if PARTITION != pd.Timedelta(PARTITION_FREQ) or PARTITION % MINUTE:  # pragma: no cover - a declaration error
     raise ValueError("constants: PARTITION, PARTITION_FREQ and MINUTE disagree")
 
+
+def day_chunks(start: pd.Timestamp, end: pd.Timestamp):
+    """``[start, end)`` cut at UTC midnights: the pieces a range is simulated, run and replayed in (a run covers at
+    most a day: the landing zone's date folders, a Dagster single-run backfill of a day's partitions)."""
+    t = start
+    while t < end:
+        nxt = min((t + pd.Timedelta(days=1)).normalize(), end)
+        yield t, nxt
+        t = nxt
+
 # --- Xids --------------------------------------------------------------------------------------------------------------
 # The GPU is unusable until a reset or an RMA and the cause is the hardware (NVIDIA's Xid catalogue): a GPU-minute
 # with one of these is hardware-unavailable in the loss tree and hardware evidence for the detectors. The one

@@ -1,5 +1,5 @@
 """The bulk path (``gpu-health run --direct``, in one process or pipelined over two or three) writes exactly the
-tables the Dagster path writes.
+tables the Dagster path writes, and so does the Dagster path pipelined over three processes.
 
 One landing zone, run both ways into two warehouses: a window across midnight (two day-runs, two finance days)
 with an ECC fault that pages, a maintenance window, a damaged file (rejects) and late data -- a partition's files
@@ -60,24 +60,27 @@ def _tables(url: str) -> dict[str, pd.DataFrame]:
 def _run_both_ways(zone, late, tmp_path):
     landing = tmp_path / "landing"
     shutil.copytree(zone, landing)
-    paths = {"dagster": 1, "direct": 1, "pipelined": 2, "staged": 3}
+    # pipelined: the sources in a second process; staged: and the diagnosis in a third; dagster_staged: the same
+    # stages as Dagster runs of their assets
+    paths = {"dagster": 1, "direct": 1, "pipelined": 2, "staged": 3, "dagster_staged": 3}
     urls = {path: f"sqlite:///{tmp_path / path}.db" for path in paths}
-    for path, url in urls.items():  # pipelined: the sources in a second process; staged: and the diagnosis in a third
-        run(START, END, landing=str(landing), warehouse=url, quiet=True, direct=path != "dagster",
+    for path, url in urls.items():
+        run(START, END, landing=str(landing), warehouse=url, quiet=True, direct=not path.startswith("dagster"),
             workers=paths[path])
     for source in FIVE_MINUTE:  # late data: the partition's files arrive again, corrected
         rel = f"{source}/{LATE:%Y-%m-%d}/{LATE:%H%M}.parquet"
         shutil.copy(late / rel, landing / rel)
     p0, p1 = LATE.isoformat(), (LATE + pd.Timedelta(minutes=5)).isoformat()
     for path, url in urls.items():
-        run(p0, p1, landing=str(landing), warehouse=url, quiet=True, direct=path != "dagster",
+        run(p0, p1, landing=str(landing), warehouse=url, quiet=True, direct=not path.startswith("dagster"),
             partition_start=START.replace("T", "-")[:16])
     return urls
 
 
 def test_the_bulk_path_writes_what_dagster_writes(zones, tmp_path):
     urls = _run_both_ways(*zones, tmp_path)
-    dagster, direct, pipelined, staged = (_tables(urls[p]) for p in ("dagster", "direct", "pipelined", "staged"))
+    dagster, direct, pipelined, staged, dagster_staged = (
+        _tables(urls[p]) for p in ("dagster", "direct", "pipelined", "staged", "dagster_staged"))
     assert len(dagster["alerts"]) and (dagster["alerts"]["severity"] == "page").any(), "the ECC fault pages"
     assert len(dagster["source_rejects"]), "the truncated file is quarantined"
     assert len(dagster["goodput_leaves"]) and len(dagster["wasted_spend"])
@@ -85,6 +88,8 @@ def test_the_bulk_path_writes_what_dagster_writes(zones, tmp_path):
         pd.testing.assert_frame_equal(dagster[name], direct[name], check_dtype=False, obj=name)
         pd.testing.assert_frame_equal(dagster[name], pipelined[name], check_dtype=False, obj=f"{name} (pipelined)")
         pd.testing.assert_frame_equal(dagster[name], staged[name], check_dtype=False, obj=f"{name} (staged)")
+        pd.testing.assert_frame_equal(dagster[name], dagster_staged[name], check_dtype=False,
+                                      obj=f"{name} (Dagster, staged)")
 
 
 def test_a_run_for_some_tables_computes_only_what_they_need_and_writes_them_alike(zones, tmp_path):
@@ -136,3 +141,23 @@ def test_the_pipeline_stages_never_wait_on_a_later_stage():
         from gpu_health.steps.graph import DAILY
         wasted = next(s for s in steps_of(DAILY) if s.name == "wasted_spend")
         check_stages([five[:goodput + 1], [wasted]])
+
+
+def test_a_day_failing_its_contract_fails_the_dagster_run_named_whether_staged_or_not(zones, tmp_path):
+    """A day whose GPU telemetry is more than ERROR_REJECT_SHARE rejected fails its blocking contract check: the
+    Dagster run stops with the check named, in one process and pipelined (the stage's error reaches the parent,
+    and no stage is left waiting for the failed one)."""
+    from gpu_health.defs.common import ERROR_REJECT_SHARE
+
+    landing = tmp_path / "landing"
+    shutil.copytree(zones[0], landing)
+    bad = landing / "gpu_telemetry" / "2026-11-04" / "0020.parquet"
+    frame = pd.read_parquet(bad)
+    frame["gpu_util_pct"] = 150.0  # every row of one of the day's 8 files: 1/8 of its rows > ERROR_REJECT_SHARE
+    frame.to_parquet(bad, index=False)
+    assert 1 / 8 > ERROR_REJECT_SHARE
+    for workers in (1, 3):
+        with pytest.raises(RuntimeError, match="gpu_telemetry: gpu_telemetry_contract") as failed:
+            run(START, END, landing=str(landing), warehouse=f"sqlite:///{tmp_path}/w{workers}.db", quiet=True,
+                workers=workers)
+        assert "five_minute_job" in str(failed.value)

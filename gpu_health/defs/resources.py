@@ -133,8 +133,11 @@ class SourceSpec:
     def __init__(self, resource: "TelemetrySourceResource"):
         self.fields = {name: getattr(resource, name) for name in type(resource).model_fields}
 
+    def resource(self) -> "TelemetrySourceResource":
+        return TelemetrySourceResource(**self.fields)
+
     def get(self):
-        return TelemetrySourceResource(**self.fields).get()
+        return self.resource().get()
 
 
 class WarehouseIOManager(dg.ConfigurableIOManager):

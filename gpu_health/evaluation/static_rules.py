@@ -92,7 +92,7 @@ import pandas as pd
 import requests
 import yaml
 
-from gpu_health.constants import PARTITION_FREQ
+from gpu_health.constants import PARTITION_FREQ, day_chunks
 from gpu_health.evaluation.prometheus import PrometheusProcess
 from gpu_health.evaluation.scorer import _metrics, overall, score, table
 from gpu_health.sim.labels import labels_frame
@@ -194,14 +194,6 @@ class ExportStats:
     job_nodes: dict = field(default_factory=dict)  # job_id -> (set of node_ids, region or None)
 
 
-def _days(start: pd.Timestamp, end: pd.Timestamp):
-    t = start
-    while t < end:
-        nxt = min(t.normalize() + pd.Timedelta(days=1), end)
-        yield t, nxt
-        t = nxt
-
-
 def _gpu_frame(gpu: pd.DataFrame) -> pd.DataFrame:
     """Only the columns the rules read; the others null, so the writer omits their families."""
     out = gpu[list(GPU_KEEP)].copy()
@@ -234,7 +226,7 @@ def export_scenario(scen, data_dir: Path, scratch: Path, *, parallel: int = 2, o
 
     stats = ExportStats()
     carried: dict[str, int] = {}
-    for d0, d1 in _days(scen.start, scen.end):
+    for d0, d1 in day_chunks(scen.start, scen.end):
         t0 = time.perf_counter()
         w = Window(scen, d0, d1)
         gpu = w.table("gpu_telemetry")

@@ -14,26 +14,17 @@ settle back into it up to a day later: once the range is done a day past it).
 
 from __future__ import annotations
 
-import queue
 import time
 from collections.abc import Callable
 
 import pandas as pd
 
-from gpu_health.constants import PARTITION
+from gpu_health.constants import PARTITION, day_chunks
 from gpu_health.steps.graph import CALENDAR, DAILY, FIVE_MINUTE
+from gpu_health.steps.pipeline import run_stages, stage_loop
 from gpu_health.steps.registry import steps_of
 
 DAY = pd.Timedelta(days=1)
-
-
-def day_chunks(start: pd.Timestamp, end: pd.Timestamp):
-    """``[start, end)`` cut at UTC midnights: the ranges one run covers."""
-    t = start
-    while t < end:
-        nxt = min((t + DAY).normalize(), end)
-        yield t, nxt
-        t = nxt
 
 
 def _findings(step, result, summary: dict, start, end) -> None:
@@ -139,107 +130,33 @@ def _forwarded(cut: list[list], k: int) -> list[str]:
     return sorted(written & read)
 
 
-def _stage_days(k: int, url: str, telemetry_dir: str, cut_processes: int, only, chunks, source_spec,
-                inbox, outbox, reports) -> None:
-    """Stage ``k`` of :func:`stages` over ``chunks``, in a process of its own: for each chunk, wait for the stage
-    before to hand it over (``inbox``: (chunk index, cached frames)), run the stage's steps, hand the chunk to the
-    next stage (``outbox``), and report (stage, chunk index, summary fragment, step seconds) on ``reports``; on an
-    error, report ("error", stage, text) and hand "error" on, so that no stage waits for ever."""
-    import traceback
+def _stage_days(k: int, url: str, telemetry_dir: str, cut_processes: int, only, source_spec,
+                chunks, inbox, outbox, reports) -> None:
+    """Stage ``k`` of :func:`stages` over ``chunks`` in a process of its own (:func:`~gpu_health.steps.pipeline.
+    stage_loop`): each day, adopt the frames the stage before handed over into the run's cache, run the stage's
+    steps, and hand on the day's frames of the tables later stages read (:func:`_forwarded`)."""
 
-    from gpu_health.storage.warehouse import FrameCache, Warehouse
+    def setup():
+        from gpu_health.storage.warehouse import FrameCache, Warehouse
 
-    try:
         cut = stages(cut_processes, only)
         steps, forward = cut[k], _forwarded(cut, k)
         wh = Warehouse(url, telemetry_dir, cache=FrameCache())
         source = source_spec.get() if any(_is_source(s) for s in steps) else None
-        for i, (c0, c1) in enumerate(chunks):
-            if inbox is not None:
-                got = inbox.get()
-                if got[0] == "error":
-                    return
-                wh.cache.adopt(got[1])
+
+        def work(i, c0, c1, handed):
+            if handed is not None:
+                wh.cache.adopt(handed)
             fragment, seconds = {}, {}
             for step in steps:
                 t0 = time.time()
                 result = step.run(wh, c0, c1, **_inputs(step, source, c1, chunks[-1][1]))
                 seconds[step.name] = time.time() - t0
                 _findings(step, result, fragment, c0, c1)
-            if outbox is not None:
-                outbox.put((i, wh.cache.window(forward, c0, c1)))
-            reports.put((k, i, fragment, seconds))
-    except Exception:  # noqa: BLE001 -- reported to the parent, which raises it
-        reports.put(("error", k, traceback.format_exc()))
-        if outbox is not None:
-            try:
-                outbox.put(("error", None), timeout=60)  # the next stage may be gone: the parent ends the run anyway
-            except queue.Full:  # nobody left to tell
-                pass
+            return fragment, seconds, wh.cache.window(forward, c0, c1) if outbox is not None else None
+        return work
 
-
-def _next(reports, workers):
-    """The stages' next report; an error when one died without reporting."""
-    while True:
-        try:
-            return reports.get(timeout=5)
-        except queue.Empty:
-            for k, worker in enumerate(workers):
-                if not worker.is_alive() and worker.exitcode != 0:
-                    return ("error", k, f"stage {k}'s process exited with code {worker.exitcode} without finishing")
-
-
-def _merge(summary: dict, fragment: dict) -> None:
-    for name in fragment.get("failed_checks", []):
-        if name not in summary.setdefault("failed_checks", []):
-            summary["failed_checks"].append(name)
-    for entry in fragment.get("quarantined_files", []):
-        if entry not in summary.setdefault("quarantined_files", []):
-            summary["quarantined_files"].append(entry)
-    for table, cols in fragment.get("dropped_columns", {}).items():
-        summary.setdefault("dropped_columns", {}).setdefault(table, {}).update(cols)
-
-
-def _run_staged(wh, source_spec, chunks, processes: int, summary: dict, seconds: dict, on_chunk,
-                only: frozenset[str] | None = None) -> None:
-    """The 5-minute steps of ``chunks`` (those in ``only``, when given) pipelined over :func:`stages`
-    ``(processes)``, each stage a spawned process; ``on_chunk(i)`` when the last stage finished chunk ``i``."""
-    import multiprocessing
-
-    cut = stages(processes, only)
-    ctx = multiprocessing.get_context("spawn")
-    reports = ctx.Queue()
-    # one day waiting per hand-over at most: a stage that outruns the next (the sources do) blocks instead of
-    # holding every day's frames (~0.3 GB a day at 1,200 GPUs) in its queue
-    handovers = [ctx.Queue(maxsize=1) for _ in cut[1:]]
-    workers = []
-    for k in range(len(cut)):
-        inbox = handovers[k - 1] if k > 0 else None
-        outbox = handovers[k] if k < len(cut) - 1 else None
-        workers.append(ctx.Process(target=_stage_days, daemon=True,
-                                   args=(k, wh.url, str(wh.telemetry.root), processes, only, chunks, source_spec,
-                                         inbox, outbox, reports)))
-    for worker in workers:
-        worker.start()
-    try:
-        last = len(cut) - 1
-        finished = 0
-        while finished < len(chunks):
-            got = _next(reports, workers)
-            if got[0] == "error":
-                raise RuntimeError(f"stage {got[1]} of the pipelined run failed:\n{got[2]}")
-            k, i, fragment, secs = got
-            _merge(summary, fragment)
-            for name, sec in secs.items():
-                seconds[name] = seconds.get(name, 0.0) + sec
-            if k == last:
-                finished += 1
-                on_chunk(i)
-    finally:
-        for worker in workers:
-            worker.join(timeout=60)
-            if worker.is_alive():
-                worker.terminate()
+    stage_loop(k, chunks, inbox, outbox, reports, setup)
 
 
 def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None = None,
@@ -311,7 +228,8 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
         finance(c_end)
 
     if source_spec is not None and processes > 1 and len(chunks) > 1:
-        _run_staged(wh, source_spec, chunks, processes, summary, seconds, on_chunk, only)
+        args = (wh.url, str(wh.telemetry.root), processes, only, source_spec)
+        run_stages(_stage_days, [args] * len(stages(processes, only)), chunks, summary, seconds, on_chunk)
     else:
         for i, (c_start, c_end) in enumerate(chunks):
             for step in wanted(steps_of(FIVE_MINUTE)):

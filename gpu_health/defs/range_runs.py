@@ -1,0 +1,181 @@
+"""A range through Dagster: the runs ``gpu-health run`` (without ``--direct``) launches, in one process or
+pipelined over several.
+
+The order is the calendar; each day's ``cost_capacity`` (the loss tree needs what Finance pays for); the 5-minute
+assets a day at a time, each day one run over its partition range (as a Dagster single-run backfill does); then
+each day's finance tables. Every run executes in process on an ephemeral instance (the run history of a CLI run
+is not kept; the tables are what it is for).
+
+With ``workers`` > 1 the 5-minute runs are pipelined as the bulk path's are (:func:`gpu_health.steps.direct.
+stages`): each stage -- the sources; the loss tree and KPIs; the diagnosis -- is a process with its own code
+location and instance, running its assets of each day as one run (``asset_selection``) once the stage before
+finished that day. :func:`~gpu_health.steps.direct.check_stages` proves from the declared reads that no stage
+reads what a later stage writes, nor an earlier stage's tables past its window, so the tables are those of one
+process (``test_direct_path.py``). Half of a Dagster range run's time is the framework's events (a planned and a
+materialization event per asset and partition, ~5 ms each on the in-memory instance); they are spread over the
+stages with the assets, so on two cores the week takes about half the time of one process.
+
+A day's run that is not the range's last carries :data:`~gpu_health.defs.common.JUDGED_LATER_TAG`: the next day's
+run follows it, so the alerts step does not re-derive the partitions after its window (the bulk path's
+``judged_later``); with stages this is required, since the loss tree of the next day may already be stored.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pandas as pd
+
+from gpu_health.constants import PARTITION
+from gpu_health.defs.common import JUDGED_LATER_TAG
+from gpu_health.steps.direct import day_chunks, stages
+from gpu_health.steps.pipeline import merge_findings, run_stages, stage_loop
+
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
+QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+@dataclass(frozen=True)
+class CodeLocation:
+    """What a process needs to build the code location a range runs in (picklable: a stage's process builds its
+    own). ``source``: a :class:`~gpu_health.defs.resources.SourceSpec`."""
+
+    url: str
+    telemetry_dir: str
+    source: object
+    partition_start: str
+
+    def definitions(self):
+        from gpu_health.definitions import build_definitions, default_resources
+        from gpu_health.defs.resources import WarehouseIOManager, WarehouseResource
+        from gpu_health.settings import Settings
+
+        resources = default_resources()
+        resources.update(warehouse=WarehouseResource(url=self.url, telemetry_dir=self.telemetry_dir),
+                         warehouse_io_manager=WarehouseIOManager(url=self.url, telemetry_dir=self.telemetry_dir),
+                         source=self.source.resource())
+        return build_definitions(Settings(partition_start=self.partition_start), resources)
+
+
+def _root_message(error) -> str:
+    """The innermost cause of a step failure: the user's exception (it names file and column), not
+    Dagster's "Error occurred while executing op" wrapper around it."""
+    while error.cause is not None:
+        error = error.cause
+    return error.message.strip()
+
+
+def _contract_findings(ev, fragment: dict) -> None:
+    """Files quarantined whole and extra columns dropped, from a contract check's metadata, into ``fragment``."""
+    table = ev.asset_key.to_user_string()
+    meta = ev.metadata or {}
+    files = meta.get("quarantined_files")
+    for f in (files.value if files is not None else []) or []:
+        entry = {"source": table, **f}
+        if entry not in fragment.setdefault("quarantined_files", []):  # a daily table is read again when it settles
+            fragment["quarantined_files"].append(entry)
+    dropped = meta.get("dropped_columns")
+    for col, origins in ((dropped.value if dropped is not None else {}) or {}).items():
+        fragment.setdefault("dropped_columns", {}).setdefault(table, {})[col] = origins
+
+
+class _Runs:
+    """The runs of one process: its code location and instance; each run's failed checks and contract findings
+    into ``fragment``; a failed run raises ``RuntimeError`` naming the step and the user's error."""
+
+    def __init__(self, location: CodeLocation):
+        import dagster as dg
+
+        self.defs = location.definitions()
+        self.instance = dg.DagsterInstance.ephemeral()
+        self.count = 0
+
+    def execute(self, job_name: str, fragment: dict, **kw):
+        result = self.defs.resolve_job_def(job_name).execute_in_process(
+            instance=self.instance, raise_on_error=False, run_config=QUIET_LOGS, **kw)
+        self.count += 1
+        if not result.success:
+            failures = [e for e in result.all_events if e.is_step_failure]
+            detail = "; ".join(f"{e.step_key}: {_root_message(e.event_specific_data.error)}" for e in failures) or "see logs"
+            raise RuntimeError(f"{job_name} {kw.get('partition_key') or kw.get('tags', {})} failed: {detail}")
+        for ev in result.get_asset_check_evaluations():
+            if not ev.passed:
+                name = f"{ev.asset_key.to_user_string()}:{ev.check_name}"
+                if name not in fragment.setdefault("failed_checks", []):
+                    fragment["failed_checks"].append(name)
+            _contract_findings(ev, fragment)
+        return result
+
+    def day_keys(self, job_name: str, names: set[str]) -> list:
+        return [k for k in self.defs.resolve_job_def(job_name).asset_layer.executable_asset_keys
+                if k.to_user_string() in names]
+
+
+def _range_tags(c_start: pd.Timestamp, c_end: pd.Timestamp, range_end: pd.Timestamp) -> dict:
+    from gpu_health.partitions import FIVE_MINUTE_FMT
+
+    tags = {RANGE_START_TAG: c_start.strftime(FIVE_MINUTE_FMT), RANGE_END_TAG: (c_end - PARTITION).strftime(FIVE_MINUTE_FMT)}
+    if c_end < range_end:  # the next day's run follows: nothing after this window is re-derived here
+        tags[JUDGED_LATER_TAG] = "true"
+    return tags
+
+
+def _stage_runs(k: int, location: CodeLocation, processes: int, chunks, inbox, outbox, reports) -> None:
+    """Stage ``k`` of :func:`~gpu_health.steps.direct.stages` in its process: each day, once the stage before
+    finished it, one run of the stage's 5-minute assets over the day's partitions."""
+
+    def setup():
+        runs = _Runs(location)
+        keys = runs.day_keys("five_minute_job", {t for step in stages(processes)[k] for t in step.writes})
+
+        def work(i, c0, c1, handed):
+            fragment = {}
+            t0 = time.time()
+            runs.execute("five_minute_job", fragment, asset_selection=keys, tags=_range_tags(c0, c1, chunks[-1][1]))
+            return fragment, {f"stage {k}": time.time() - t0}, None
+        return work
+
+    stage_loop(k, chunks, inbox, outbox, reports, setup)
+
+
+def run_range(location: CodeLocation, start: pd.Timestamp, end: pd.Timestamp, *, workers: int = 1,
+              progress: Callable[[str], None] | None = None) -> dict:
+    """Every asset over ``[start, end)`` through Dagster runs; returns the summary ``gpu-health run`` prints (runs,
+    partitions, failed checks, files quarantined, columns dropped; with stages, each stage's seconds)."""
+    runs = _Runs(location)
+    summary: dict = {"runs": 0, "partitions": 0}
+    fragment: dict = {}
+    t0 = time.time()
+    runs.execute("calendar_job", fragment)
+    days = pd.date_range(start.normalize(), end, freq="D", inclusive="left")
+    cost_only = runs.day_keys("daily_job", {"cost_capacity"})
+    for day in days:  # capacity first: the 5-minute loss tree needs what Finance pays for
+        runs.execute("daily_job", fragment, partition_key=day.strftime("%Y-%m-%d"), asset_selection=cost_only)
+    merge_findings(summary, fragment)
+    fragment = {}
+    chunks = list(day_chunks(start, end))
+
+    def on_chunk(i):
+        c_start, c_end = chunks[i]
+        summary["partitions"] += int((c_end - c_start) / PARTITION)
+        if progress is not None:
+            progress(f"materialized {c_start:%Y-%m-%d %H:%M} .. {c_end:%Y-%m-%d %H:%M} ({time.time() - t0:.0f}s)")
+
+    cut = stages(workers) if workers > 1 and len(chunks) > 1 else None
+    if cut is not None:
+        seconds: dict[str, float] = {}
+        run_stages(_stage_runs, [(location, workers)] * len(cut), chunks, summary, seconds, on_chunk)
+        summary["runs"] += len(cut) * len(chunks)
+        summary["stage_seconds"] = {k: round(v, 1) for k, v in seconds.items()}
+    else:
+        for i, (c_start, c_end) in enumerate(chunks):
+            runs.execute("five_minute_job", fragment, tags=_range_tags(c_start, c_end, end))
+            on_chunk(i)
+    for day in days:  # then settle each day (failures of the next day settle back into it)
+        runs.execute("daily_job", fragment, partition_key=day.strftime("%Y-%m-%d"))
+    merge_findings(summary, fragment)
+    summary["runs"] += runs.count
+    return summary
