@@ -151,11 +151,11 @@ def test_a_day_failing_its_contract_fails_the_dagster_run_named_whether_staged_o
 
     landing = tmp_path / "landing"
     shutil.copytree(zones[0], landing)
-    bad = landing / "gpu_telemetry" / "2026-11-04" / "0020.parquet"
+    bad = landing / "gpu_telemetry" / "2026-11-03" / "2330.parquet"
     frame = pd.read_parquet(bad)
-    frame["gpu_util_pct"] = 150.0  # every row of one of the day's 8 files: 1/8 of its rows > ERROR_REJECT_SHARE
+    frame["gpu_util_pct"] = 150.0  # every row of one of the first day's 12 files: 1/12 of its rows
     frame.to_parquet(bad, index=False)
-    assert 1 / 8 > ERROR_REJECT_SHARE
+    assert 1 / 12 > ERROR_REJECT_SHARE
     for workers in (1, 3):
         with pytest.raises(RuntimeError, match="gpu_telemetry: gpu_telemetry_contract") as failed:
             run(START, END, landing=str(landing), warehouse=f"sqlite:///{tmp_path}/w{workers}.db", quiet=True,

@@ -30,7 +30,8 @@ def stage_loop(k: int, chunks, inbox, outbox, reports, setup: Callable) -> None:
             handed = None
             if inbox is not None:
                 got = inbox.get()
-                if got[0] == "error":
+                if got[0] == "error":  # a stage before failed: tell the next one, which waits on this one
+                    _hand_on_error(outbox)
                     return
                 handed = got[1]
             fragment, seconds, forward = work(i, c0, c1, handed)
@@ -39,11 +40,17 @@ def stage_loop(k: int, chunks, inbox, outbox, reports, setup: Callable) -> None:
             reports.put((k, i, fragment, seconds))
     except Exception:  # noqa: BLE001 -- reported to the parent, which raises it
         reports.put(("error", k, traceback.format_exc()))
-        if outbox is not None:
-            try:
-                outbox.put(("error", None), timeout=60)  # the next stage may be gone: the parent ends the run anyway
-            except queue.Full:  # nobody left to tell
-                pass
+        _hand_on_error(outbox)
+
+
+def _hand_on_error(outbox) -> None:
+    """Tell the next stage that no more days come, so that it ends instead of waiting for ever."""
+    if outbox is None:
+        return
+    try:
+        outbox.put(("error", None), timeout=60)  # the next stage may be gone: the parent ends the run anyway
+    except queue.Full:  # nobody left to tell
+        pass
 
 
 def _next(reports, workers):
