@@ -852,3 +852,29 @@ def test_stray_files_in_a_day_folder_are_reported_under_their_partition(frames, 
     assert all(s.start == T0 and "not a partition file" in s.ignored for s in strays)
     # the day's first partition takes the names without a time; 09:00 is reported by the run covering it
     assert [s.origin.rsplit("/", 1)[-1] for s in LandingSource(tmp_path).strays("node_telemetry", DAY0, DAY0 + pd.Timedelta(minutes=5))] == ["notes.txt"]
+
+
+def test_a_frame_sources_rejects_are_keyed_by_each_rows_partition_and_its_number_within_it(frames):
+    # a source that returns one frame per window (the simulator, Prometheus): a bad row's reject names the 5-minute
+    # partition its timestamp falls in and its row number within that partition, as a partition-by-partition run
+    # of the same rows would
+    from gpu_health.sources.base import Fetched
+    from gpu_health.sources.read import read_window
+
+    five = pd.Timedelta(minutes=5)
+    gpu = frames["gpu_telemetry"]
+    parts = [gpu.assign(ts=gpu["ts"] + k * five) for k in range(3)]
+    frame = pd.concat(parts, ignore_index=True)
+    bad = len(gpu) * 2 + 3  # the fourth row of the third partition
+    frame.loc[bad, "gpu_util_pct"] = 150.0
+
+    class FrameSource:
+        name = "frames"
+
+        def read(self, table, start, end):
+            return Fetched(frame, "frames")
+
+    v, _ = read_window(FrameSource(), "gpu_telemetry", T0, T0 + 3 * five)
+    keys = v.rejects[["partition_start", "row_index"]].drop_duplicates()
+    assert keys.values.tolist() == [[T0 + 2 * five, 3]], v.rejects[["partition_start", "row_index", "check"]]
+    assert str(v.rejects["partition_start"].dtype) == "datetime64[ns, UTC]" and len(v.valid) == len(frame) - 1

@@ -897,8 +897,9 @@ def _rejects_frame(df: pd.DataFrame, failures: pd.DataFrame, source: str, origin
     rows = failures["row_index"].to_numpy(dtype=np.int64)
     out = pd.DataFrame({
         "source": source,
+        # the rejected rows' partitions only (a PerFile, or one value per row: Timestamps or UTC datetime64)
         "partition_start": (pd.to_datetime(pd.Series(partition[rows] if isinstance(partition, PerFile)
-                                                     else np.asarray(partition, dtype=object)[rows]), utc=True).values
+                                                     else np.asarray(partition)[rows]), utc=True).values
                             if partition is not None else (pd.Timestamp(start) if start is not None else pd.NaT)),
         "origin": origin[rows] if not isinstance(origin, str) else origin,
         "row_index": np.asarray(row_number, dtype=np.int64)[rows] if row_number is not None else rows,

@@ -69,7 +69,8 @@ def with_optional_columns(fetched, table: str):
 
 def row_keys(frame: pd.DataFrame, table: str, start, end) -> tuple[np.ndarray | None, np.ndarray | None]:
     """Each row's partition (its partition column floored to the grain, ``start`` when the value is
-    missing, unparseable or outside the window) and its number within that partition, in fetched order."""
+    missing, unparseable or outside the window; UTC ``datetime64`` values) and its number within that partition,
+    in fetched order."""
     col = PARTITION_COLUMN.get(table)
     if start is None or col is None or col not in frame.columns:
         return None, None
@@ -85,4 +86,6 @@ def row_keys(frame: pd.DataFrame, table: str, start, end) -> tuple[np.ndarray | 
     home = home.where((home >= start.normalize() if table in DAILY_SOURCES else home >= start) & (home < end), start)
     home = home.fillna(start).reset_index(drop=True)
     row_number = home.groupby(home, sort=False).cumcount().to_numpy(dtype=np.int64)
-    return home.to_numpy(dtype=object), row_number
+    # UTC datetime64 values, not a Timestamp object per row (a day of GPU telemetry is 1.7 M rows: building them
+    # was a fifth of a simulated scenario's evaluation)
+    return home.dt.tz_localize(None).to_numpy(), row_number
