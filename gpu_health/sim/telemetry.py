@@ -193,7 +193,13 @@ class Window:
         stalled = has & (stall_from >= 0) & (t >= stall_from)
         training = has & (pool != "interactive") & ~dummy & ~stalled
         interactive = has & (pool == "interactive")
-        u = lambda salt: H.uniform(seed, salt, gi, t // 60)  # noqa: E731
+        minute, draws = t // 60, {}
+
+        def u(salt):  # a GPU-minute's draw for ``salt``: a pure function of it, so computed once per salt
+            if salt not in draws:
+                draws[salt] = H.uniform(seed, salt, gi, minute)
+                draws[salt].flags.writeable = False  # shared by every use of the salt
+            return draws[salt]
         # notebooks are active ~40 % of their minutes
         nb_active = interactive & (u(S_ACT) < 0.4)
         util = np.zeros(n)
@@ -479,14 +485,15 @@ class Window:
         rep = plan[plan["reports_metrics"] & ~plan["dummy"] & (plan["start_s"] < hi) & (plan["end_s"] > lo)]
         if rep.empty:
             return _empty("job_runtime_metrics")
-        # one row per (job, minute) in which the job holds its lane at the minute's middle
-        M = len(self.m_s)
-        ji = np.repeat(rep.index.to_numpy(), M)
-        t = np.tile(self.m_s, len(rep))
-        # a job reports from its first step, after its set-up
-        st, en = plan["start_s"].to_numpy()[ji] + plan["setup_s"].to_numpy()[ji], plan["end_s"].to_numpy()[ji]
-        on = (st <= t + 30) & (en > t + 30)
-        ji, t, st, en = ji[on], t[on], st[on], en[on]
+        # one row per (job, minute) in which the job reports at the minute's middle: from its first step, after
+        # its set-up, to its end (st <= t + 30 < en), found per job in the window's sorted minutes
+        jobs = rep.index.to_numpy()
+        st_j = plan["start_s"].to_numpy()[jobs] + plan["setup_s"].to_numpy()[jobs]
+        en_j = plan["end_s"].to_numpy()[jobs]
+        first = np.searchsorted(self.m_s, st_j - 30, side="left")
+        count = np.clip(np.searchsorted(self.m_s, en_j - 30, side="left") - first, 0, None)
+        ji, st, en = np.repeat(jobs, count), np.repeat(st_j, count), np.repeat(en_j, count)
+        t = self.m_s[np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count) + np.repeat(first, count)]
         if not len(ji):
             return _empty("job_runtime_metrics")
         types = scen.cluster.spec.node_types
