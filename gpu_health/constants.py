@@ -45,6 +45,7 @@ def day_chunks(start: pd.Timestamp, end: pd.Timestamp):
         yield t, nxt
         t = nxt
 
+
 # --- Xids --------------------------------------------------------------------------------------------------------------
 # The GPU is unusable until a reset or an RMA and the cause is the hardware (NVIDIA's Xid catalogue): a GPU-minute
 # with one of these is hardware-unavailable in the loss tree and hardware evidence for the detectors. The one
