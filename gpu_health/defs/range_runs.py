@@ -28,10 +28,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from gpu_health.constants import PARTITION
+from gpu_health.constants import PARTITION, PARTITION_KEY_FMT, day_chunks
 from gpu_health.defs.common import JUDGED_LATER_TAG
-from gpu_health.steps.direct import day_chunks, stages
-from gpu_health.steps.pipeline import merge_findings, run_stages, stage_loop
+from gpu_health.steps.direct import stages
+from gpu_health.steps.pipeline import run_stages, stage_loop
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
@@ -84,7 +84,8 @@ def _contract_findings(ev, fragment: dict) -> None:
 
 class _Runs:
     """The runs of one process: its code location and instance; each run's failed checks and contract findings
-    into ``fragment``; a failed run raises ``RuntimeError`` naming the step and the user's error."""
+    into ``fragment`` (the run's summary, or a stage's report of a day), each once; a failed run raises
+    ``RuntimeError`` naming the step and the user's error."""
 
     def __init__(self, location: CodeLocation):
         import dagster as dg
@@ -115,9 +116,8 @@ class _Runs:
 
 
 def _range_tags(c_start: pd.Timestamp, c_end: pd.Timestamp, range_end: pd.Timestamp) -> dict:
-    from gpu_health.partitions import FIVE_MINUTE_FMT
-
-    tags = {RANGE_START_TAG: c_start.strftime(FIVE_MINUTE_FMT), RANGE_END_TAG: (c_end - PARTITION).strftime(FIVE_MINUTE_FMT)}
+    tags = {RANGE_START_TAG: c_start.strftime(PARTITION_KEY_FMT),
+            RANGE_END_TAG: (c_end - PARTITION).strftime(PARTITION_KEY_FMT)}
     if c_end < range_end:  # the next day's run follows: nothing after this window is re-derived here
         tags[JUDGED_LATER_TAG] = "true"
     return tags
@@ -147,15 +147,12 @@ def run_range(location: CodeLocation, start: pd.Timestamp, end: pd.Timestamp, *,
     partitions, failed checks, files quarantined, columns dropped; with stages, each stage's seconds)."""
     runs = _Runs(location)
     summary: dict = {"runs": 0, "partitions": 0}
-    fragment: dict = {}
     t0 = time.time()
-    runs.execute("calendar_job", fragment)
+    runs.execute("calendar_job", summary)
     days = pd.date_range(start.normalize(), end, freq="D", inclusive="left")
     cost_only = runs.day_keys("daily_job", {"cost_capacity"})
     for day in days:  # capacity first: the 5-minute loss tree needs what Finance pays for
-        runs.execute("daily_job", fragment, partition_key=day.strftime("%Y-%m-%d"), asset_selection=cost_only)
-    merge_findings(summary, fragment)
-    fragment = {}
+        runs.execute("daily_job", summary, partition_key=day.strftime("%Y-%m-%d"), asset_selection=cost_only)
     chunks = list(day_chunks(start, end))
 
     def on_chunk(i):
@@ -172,10 +169,9 @@ def run_range(location: CodeLocation, start: pd.Timestamp, end: pd.Timestamp, *,
         summary["stage_seconds"] = {k: round(v, 1) for k, v in seconds.items()}
     else:
         for i, (c_start, c_end) in enumerate(chunks):
-            runs.execute("five_minute_job", fragment, tags=_range_tags(c_start, c_end, end))
+            runs.execute("five_minute_job", summary, tags=_range_tags(c_start, c_end, end))
             on_chunk(i)
     for day in days:  # then settle each day (failures of the next day settle back into it)
-        runs.execute("daily_job", fragment, partition_key=day.strftime("%Y-%m-%d"))
-    merge_findings(summary, fragment)
+        runs.execute("daily_job", summary, partition_key=day.strftime("%Y-%m-%d"))
     summary["runs"] += runs.count
     return summary
