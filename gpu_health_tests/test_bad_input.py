@@ -435,8 +435,11 @@ def test_rejects_converge_on_reruns_and_a_fix_clears_them(quiet_zone, tmp_path, 
 
 
 @pytest.fixture
-def pg_database(postgres_url):
-    """A fresh database on the session's PostgreSQL server, dropped afterwards."""
+def pg_database(postgres_url, tmp_path, monkeypatch):
+    """A fresh database on the session's PostgreSQL server, dropped afterwards. The test runs in its own folder:
+    a PostgreSQL warehouse's default telemetry store is ``var/telemetry/`` of the working directory, which tests
+    running side by side (xdist) would otherwise share and overwrite."""
+    monkeypatch.chdir(tmp_path)
     with fresh_database(postgres_url, "bad") as url:
         yield url
 

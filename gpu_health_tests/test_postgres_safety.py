@@ -30,8 +30,11 @@ PLAIN_ATTRIBUTES = ("rolsuper", "rolcreaterole", "rolcreatedb", "rolreplication"
 
 
 @pytest.fixture
-def pg_db(postgres_url):
-    """A fresh database on the session's PostgreSQL; dropped afterwards with the roles a test made."""
+def pg_db(postgres_url, tmp_path, monkeypatch):
+    """A fresh database on the session's PostgreSQL; dropped afterwards with the roles a test made. The test runs
+    in its own folder, so the default telemetry store of a PostgreSQL warehouse (``var/telemetry/`` of the
+    working directory) is its own, not shared with tests running beside it."""
+    monkeypatch.chdir(tmp_path)
     url = sa.make_url(postgres_url)
     name = f"safe_{uuid.uuid4().hex[:10]}"
     roles: list[str] = []
