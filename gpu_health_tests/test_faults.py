@@ -1,4 +1,4 @@
-"""Transient faults retry a step (gpu_health.faults + defs.common.TRANSIENT_RETRY); other errors fail at once.
+"""Transient faults retry a step (gpu_health.faults + defs.retry.TRANSIENT_RETRY); other errors fail at once.
 
 The errors are real ones (a refused PostgreSQL connection, a locked SQLite file, an unknown table)
 and the runs are whole ``gpu-health run`` partitions of a small simulated cluster.
@@ -18,7 +18,7 @@ import requests
 import sqlalchemy as sa
 import yaml
 
-from gpu_health.defs import common
+from gpu_health.defs import retry
 from gpu_health.faults import is_transient
 from gpu_health.storage.warehouse import Warehouse, engine_for
 
@@ -108,7 +108,7 @@ def clean_states(tmp_path_factory):
 @pytest.fixture
 def small_cluster(tmp_path, monkeypatch):
     """The small scenario, a fresh SQLite warehouse, and retries without waiting."""
-    monkeypatch.setattr(common, "TRANSIENT_RETRY", dg.RetryPolicy(max_retries=3, delay=0.01))
+    monkeypatch.setattr(retry, "TRANSIENT_RETRY", dg.RetryPolicy(max_retries=3, delay=0.01))
     return _scenario(tmp_path), f"sqlite:///{tmp_path / 'wh.db'}"
 
 
@@ -236,7 +236,7 @@ def test_postgresql_cut_mid_run_is_retried_and_converges_to_the_clean_result(pos
 
     monkeypatch.chdir(tmp_path)  # files a warehouse keeps at its default place (var/...) are this test's own
 
-    monkeypatch.setattr(common, "TRANSIENT_RETRY", dg.RetryPolicy(max_retries=3, delay=1, backoff=dg.Backoff.EXPONENTIAL))
+    monkeypatch.setattr(retry, "TRANSIENT_RETRY", dg.RetryPolicy(max_retries=3, delay=1, backoff=dg.Backoff.EXPONENTIAL))
     u = sa.make_url(postgres_url)
     db = f"faults_{uuid.uuid4().hex[:8]}"
     admin = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")

@@ -29,7 +29,7 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
-from gpu_health.defs import common
+from gpu_health.defs import retry
 from gpu_health.storage.schema import metadata
 from gpu_health.storage.warehouse import Warehouse, engine_for
 from gpu_health_tests.services.postgres import _as_server_user, _bindir, start_postgres
@@ -159,7 +159,7 @@ def test_killed_mid_write_the_step_retries_and_converges(server, scenario, clean
     from gpu_health.cli import run
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(common, "TRANSIENT_RETRY", dg.RetryPolicy(max_retries=3, delay=2, backoff=dg.Backoff.EXPONENTIAL))
+    monkeypatch.setattr(retry, "TRANSIENT_RETRY", dg.RetryPolicy(max_retries=3, delay=2, backoff=dg.Backoff.EXPONENTIAL))
     url = server.database(f"retried_{table}")
 
     def back_in_2s():
@@ -182,7 +182,7 @@ def test_killed_past_the_retries_leaves_no_half_step_and_a_rerun_converges(serve
     from gpu_health.cli import run
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(common, "TRANSIENT_RETRY", dg.RetryPolicy(max_retries=0))
+    monkeypatch.setattr(retry, "TRANSIENT_RETRY", dg.RetryPolicy(max_retries=0))
     url = server.database("rerun")
     attempts = _kill_inside(monkeypatch, server, "goodput_states")
     try:

@@ -4,7 +4,7 @@ import dagster as dg
 import pandas as pd
 import pandera.pandas as pa
 
-from gpu_health.defs.retry import TRANSIENT_RETRY, retry_transient_errors, transient_retry  # noqa: F401  (re-exported)
+from gpu_health.defs.retry import retry_transient_errors, transient_retry  # noqa: F401  (re-exported)
 
 KINDS = {"pandas", "pandera", "sql"}
 OWNERS = {"infra": ["team:infra"], "ml_platform": ["team:ml-platform"], "finance": ["team:finance"]}
