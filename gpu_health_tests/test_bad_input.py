@@ -4,8 +4,9 @@ A quiet 30-minute landing zone (a small cluster, no incident: any page is a
 false page) is written once by ``gpu-health simulate``. Each case breaks the
 file(s) of ONE 5-minute partition ``BAD`` (14:10) -- or, for the misplaced-file
 cases, puts a file where it does not belong -- and runs the whole range through
-the real pipeline path (``gpu_health.cli.run``, what ``gpu-health run --landing``
-calls) on SQLite. It asserts:
+the bulk path (``gpu_health.cli.run``, what ``gpu-health run --direct --landing``
+calls: the steps the Dagster assets run, writing the same rows -- test_direct_path)
+on SQLite. It asserts:
 
 * the run completes (a range runs as one single-run range: before, one bad file
   failed every partition of it);
@@ -23,8 +24,9 @@ calls) on SQLite. It asserts:
   module's): they must page (strict), so the list shrinks as detectors learn that
   missing is not broken.
 
-A smaller parametrized subset runs the same cases on the real PostgreSQL the
-suite starts (COPY is its load path). ``python -m gpu_health_tests.test_bad_input``
+A smaller parametrized subset runs the same cases through Dagster on the real
+PostgreSQL the suite starts (COPY is its load path), as production's sensor runs
+do; so do the re-run test and the README's measurement table. ``python -m gpu_health_tests.test_bad_input``
 prints the measurement table of the README's reliability section.
 """
 
@@ -323,12 +325,13 @@ def stored_rows(wh: Warehouse) -> dict[tuple[str, pd.Timestamp], int]:
     return out
 
 
-def run_case(name: str, zone: Path, work: Path, url: str) -> dict:
-    """Break a copy of the zone with case ``name``, run the range, and measure what landed."""
+def run_case(name: str, zone: Path, work: Path, url: str, *, direct: bool) -> dict:
+    """Break a copy of the zone with case ``name``, run the range (through the bulk path when ``direct``, else
+    through Dagster), and measure what landed."""
     root = work / "landing"
     shutil.copytree(zone, root)
     expect = CASES[name](root)
-    summary = run(iso(START), iso(END), landing=str(root), warehouse=url, quiet=True)
+    summary = run(iso(START), iso(END), landing=str(root), warehouse=url, quiet=True, direct=direct)
     wh = Warehouse(url)
     rejects = wh.read_window("source_rejects")
     alerts = wh.read_window("alerts")
@@ -381,7 +384,7 @@ def assert_pages(name: str, pages: pd.DataFrame) -> None:
 @pytest.mark.parametrize("name", list(CASES))
 def test_bad_input_costs_only_its_own_partition_on_sqlite(name, quiet_zone, tmp_path, monkeypatch):
     monkeypatch.setenv("GPU_HEALTH_WAREHOUSE_CACHE", "0")
-    m = run_case(name, quiet_zone, tmp_path, f"sqlite:///{tmp_path / 'warehouse.db'}")
+    m = run_case(name, quiet_zone, tmp_path, f"sqlite:///{tmp_path / 'warehouse.db'}", direct=True)
     assert_case(name, m)
     assert_pages(name, m["pages"])
 
@@ -389,7 +392,7 @@ def test_bad_input_costs_only_its_own_partition_on_sqlite(name, quiet_zone, tmp_
 def test_the_clean_zone_lands_whole_and_pages_nothing(quiet_zone, tmp_path, monkeypatch):
     monkeypatch.setenv("GPU_HEALTH_WAREHOUSE_CACHE", "0")
     url = f"sqlite:///{tmp_path / 'warehouse.db'}"
-    run(iso(START), iso(END), landing=str(quiet_zone), warehouse=url, quiet=True)
+    run(iso(START), iso(END), landing=str(quiet_zone), warehouse=url, quiet=True, direct=True)
     wh = Warehouse(url)
     assert stored_rows(wh) == clean_rows(quiet_zone)
     assert sum(n for (t, _), n in clean_rows(quiet_zone).items() if t == "gpu_telemetry") == GPUS * 30
@@ -447,7 +450,7 @@ def pg_database(postgres_url, tmp_path, monkeypatch):
 @pytest.mark.parametrize("name", PG_CASES)
 def test_bad_input_costs_only_its_own_partition_on_postgres(name, quiet_zone, tmp_path, pg_database, monkeypatch):
     monkeypatch.setenv("GPU_HEALTH_WAREHOUSE_CACHE", "0")
-    m = run_case(name, quiet_zone, tmp_path, pg_database)
+    m = run_case(name, quiet_zone, tmp_path, pg_database, direct=False)
     assert_case(name, m)
     assert_pages(name, m["pages"])
 
@@ -468,7 +471,7 @@ def measure(names=None, url_for=None) -> list[dict]:
             work.mkdir()
             url = url_for(work) if url_for else f"sqlite:///{work / 'warehouse.db'}"
             try:
-                m = run_case(name, zone, work, url)
+                m = run_case(name, zone, work, url, direct=False)
             except Exception as err:  # noqa: BLE001  (a measurement: record the failure, go on)
                 out.append({"class": name, "handled": f"no: {str(err)[:120]}"})
                 continue

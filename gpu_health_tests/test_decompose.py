@@ -277,7 +277,8 @@ def thermal_hour(tmp_path_factory) -> tuple[pd.DataFrame, Path]:
     path = root / "thermal.yaml"
     path.write_text(SCENARIO)
     url = f"sqlite:///{root / 'warehouse.db'}"
-    run("2026-11-03T10:00:00Z", "2026-11-03T12:00:00Z", scenario=str(path), warehouse=url, quiet=True)
+    # the bulk path: it writes what the Dagster path writes (test_direct_path)
+    run("2026-11-03T10:00:00Z", "2026-11-03T12:00:00Z", scenario=str(path), warehouse=url, quiet=True, direct=True)
     return Warehouse(url).read_window("goodput_leaves"), path
 
 

@@ -1,7 +1,8 @@
 """CI precision guard (issue #13): a quiet day of the second cluster profile pages nothing.
 
-The day runs through the pipeline exactly as `gpu-health run --scenario` / `gpu-health evaluate` run it
-(the whole code location, in-process, into a fresh SQLite warehouse). The cluster is the ``messy`` profile
+The day runs through the pipeline exactly as `gpu-health evaluate` runs it (`gpu-health run --direct
+--scenario`: the bulk path, which writes what the Dagster path writes -- test_direct_path -- into a fresh SQLite
+warehouse, every step). The cluster is the ``messy`` profile
 at a fifth of its size -- same regions, SKUs, node names, teams, queues, cron retrains and collector quirks --
 so the day holds what real clusters hold and our default simulator never did:
 
@@ -51,7 +52,7 @@ def quiet_day(tmp_path_factory):
     path = tmp / "quiet_day_messy.yaml"
     path.write_text(yaml.safe_dump(QUIET_DAY, sort_keys=False))
     url = f"sqlite:///{tmp}/warehouse.db"
-    run(QUIET_DAY["start"], QUIET_DAY["end"], scenario=str(path), warehouse=url, quiet=True)
+    run(QUIET_DAY["start"], QUIET_DAY["end"], scenario=str(path), warehouse=url, quiet=True, direct=True)
     return Warehouse(url)
 
 
