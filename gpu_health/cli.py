@@ -13,8 +13,10 @@ range, in-process (single-run ranges of at most a day), and exits non-zero on fa
 ``export`` writes one table's rows for a range, from the SQL warehouse or the columnar telemetry store.
 
 Where the minute-grain telemetry lives: ``--telemetry-dir``; else, with an explicit ``--warehouse``, beside that
-warehouse (its own store: an evaluation's temporary warehouse never writes into the configured one); else
-``$GPU_HEALTH_TELEMETRY_DIR``, else beside the default warehouse (``var/telemetry/``).
+warehouse (its own store: an evaluation's temporary warehouse never writes into the configured one; a PostgreSQL
+database has no file to sit beside and gets ``var/telemetry/``); else ``$GPU_HEALTH_TELEMETRY_DIR``, else beside the
+default warehouse (``var/telemetry/``). A store serves the warehouse that wrote it first and refuses any other
+(``TelemetryStore``'s owner), so a second warehouse there fails with an error instead of mixing rows.
 """
 
 import argparse

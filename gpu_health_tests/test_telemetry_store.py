@@ -515,6 +515,50 @@ def test_the_store_sits_beside_its_sqlite_file_and_is_configurable(tmp_path, mon
     assert res["warehouse_io_manager"].telemetry_dir == str(tmp_path / "env")
 
 
+def test_a_store_serves_the_warehouse_that_first_wrote_it_and_refuses_any_other(tmp_path, frames, monkeypatch):
+    """Two warehouses given one store would overwrite each other's minute-grain rows and read them as their own:
+    the first write records its warehouse (.warehouse), and another warehouse's read or write is refused, naming
+    both; the same warehouse under another spelling of its URL is the same owner."""
+    gpu = frames["gpu_telemetry"]
+    store = tmp_path / "shared"
+    first = Warehouse(f"sqlite:///{tmp_path / 'a.db'}", store)
+    assert first.read_window("gpu_telemetry").empty and not store.exists()  # a read claims nothing
+    first.replace_window("gpu_telemetry", gpu, T0, T0 + FIVE)
+    assert (store / ".warehouse").read_text().strip() == "sqlite:../a.db"
+    other = Warehouse(f"sqlite:///{tmp_path / 'b.db'}", store)
+    for attempt in (lambda: other.replace_window("gpu_telemetry", shifted(gpu, FIVE), T0 + FIVE, T0 + 2 * FIVE),
+                    lambda: other.read_window("gpu_telemetry")):
+        with pytest.raises(telemetry_store.StoreOwnedElsewhere, match=r"belongs to the warehouse sqlite:\.\./a\.db"):
+            attempt()
+    assert first.telemetry.partitions("gpu_telemetry") == [T0]  # the other's write left nothing
+    monkeypatch.chdir(tmp_path)  # the same file by a relative URL: the same warehouse
+    assert len(Warehouse("sqlite:///a.db", "shared").read_window("gpu_telemetry")) == len(gpu)
+
+
+def test_a_store_from_before_owners_is_claimed_by_its_next_writer(tmp_path, frames):
+    gpu = frames["gpu_telemetry"]
+    TelemetryStore(tmp_path / "old").replace_window("gpu_telemetry", gpu, T0, T0 + FIVE)  # no owner recorded
+    assert not (tmp_path / "old" / ".warehouse").exists()
+    wh = Warehouse(f"sqlite:///{tmp_path / 'w.db'}", tmp_path / "old")
+    assert len(wh.read_window("gpu_telemetry")) == len(gpu)
+    wh.replace_window("gpu_telemetry", shifted(gpu, FIVE), T0 + FIVE, T0 + 2 * FIVE)
+    assert (tmp_path / "old" / ".warehouse").read_text().strip() == "sqlite:../w.db"
+
+
+def test_postgresql_databases_on_the_default_store_are_told_apart(tmp_path, frames):
+    """PostgreSQL has no file to sit beside: every database defaults to var/telemetry/, so the owner is what keeps
+    a second database (a scratch run beside production) from writing into the first's rows."""
+    identity = telemetry_store.warehouse_identity
+    prod = identity("postgresql+psycopg2://etl:secret@db.internal:5432/gpu_health", tmp_path)
+    assert prod == identity("postgresql://reader@db.internal/gpu_health", tmp_path) == "postgresql://db.internal:5432/gpu_health"
+    scratch = identity("postgresql://etl@db.internal:5432/scratch", tmp_path)
+    assert scratch != prod and identity("sqlite://", tmp_path) is None
+    gpu = frames["gpu_telemetry"]
+    TelemetryStore(tmp_path, owner=prod).replace_window("gpu_telemetry", gpu, T0, T0 + FIVE)
+    with pytest.raises(telemetry_store.StoreOwnedElsewhere, match="postgresql://db.internal:5432/gpu_health"):
+        TelemetryStore(tmp_path, owner=scratch).replace_window("gpu_telemetry", gpu, T0, T0 + FIVE)
+
+
 def test_duckdb_reads_the_layout_as_hive_partitions(tmp_path, frames):
     store = TelemetryStore(tmp_path)
     gpu = frames["gpu_telemetry"]

@@ -82,11 +82,62 @@ _READ_ATTEMPTS = 5
 COMPRESSION = "zstd"
 
 
-class TelemetryStore:
-    """The Parquet files of the columnar tables under ``root`` (created on first write)."""
+# The file at a store's root naming the warehouse whose store it is (TelemetryStore's ``owner``).
+OWNER_FILE = ".warehouse"
 
-    def __init__(self, root: str | Path):
+
+class StoreOwnedElsewhere(ValueError):
+    """The telemetry store belongs to another warehouse (a configuration error: never retried)."""
+
+
+class TelemetryStore:
+    """The Parquet files of the columnar tables under ``root`` (created on first write).
+
+    ``owner``: the warehouse this store belongs to (:func:`warehouse_identity`; None: not checked). Its first write
+    records the owner in ``<root>/.warehouse``; a store recorded for another warehouse refuses reads and writes
+    (:class:`StoreOwnedElsewhere`). Why: a warehouse's minute-grain tables live only here, so two warehouses given one
+    store (two PostgreSQL databases on the default ``var/telemetry/``, a scratch run beside production, a
+    ``--telemetry-dir`` copied between configurations) would silently overwrite each other's rows and read them as
+    their own. A store written before owners were recorded is claimed by its next writer.
+    """
+
+    def __init__(self, root: str | Path, *, owner: str | None = None):
         self.root = Path(root)
+        self.owner = owner
+        self._claimed = owner is None
+
+    def _claim(self, *, writing: bool) -> None:
+        """Check (and on a first write, record) that this store is ``owner``'s; once per instance."""
+        if self._claimed:
+            return
+        marker = self.root / OWNER_FILE
+        try:
+            held = marker.read_text().strip()
+        except FileNotFoundError:
+            if not writing:  # nothing written by anyone yet (or a store from before owners): nothing to mix up
+                return
+            held = self._record_owner(marker)
+        if held != self.owner:
+            raise StoreOwnedElsewhere(
+                f"the telemetry store {self.root} belongs to the warehouse {held} ({marker}), not to {self.owner}: two "
+                "warehouses sharing one store overwrite each other's minute-grain tables. Give this warehouse a store "
+                "of its own (--telemetry-dir, or GPU_HEALTH_TELEMETRY_DIR), or delete the file if that warehouse is "
+                "gone for good.")
+        self._claimed = True
+
+    def _record_owner(self, marker: Path) -> str:
+        """Write ``marker`` naming ``owner`` unless another writer got there first; the owner it then names.
+        Linked into place from a whole temporary file: a racing reader never sees it half written."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f"{OWNER_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
+        tmp.write_text(self.owner + "\n")
+        try:
+            os.link(tmp, marker)
+        except FileExistsError:
+            return marker.read_text().strip()
+        finally:
+            tmp.unlink()
+        return self.owner
 
     # --- layout -----------------------------------------------------------------------------
     def partition_path(self, table: str, start) -> Path:
@@ -114,6 +165,7 @@ class TelemetryStore:
         """The files holding the partitions overlapping ``[start, end)`` (either bound may be None), in time order:
         an hour's file if it has one, else its partition files. Listed until no hour file appeared while listing."""
         _known(table)
+        self._claim(writing=False)
         lo = _utc(start) if start is not None else None
         hi = _utc(end) if end is not None else None
         for _ in range(_READ_ATTEMPTS):
@@ -187,6 +239,7 @@ class TelemetryStore:
         if not names:  # nothing columnar in this write (the SQL tables of a step)
             yield Staged()
             return
+        self._claim(writing=True)
         for name in names:
             _known(name)
             col = partition_column(name)
@@ -333,13 +386,30 @@ def default_telemetry_dir(url: str) -> Path:
 
     Beside a SQLite file: ``var/warehouse.db`` -> ``var/telemetry/``; any other file name ``X.db`` ->
     ``X.telemetry/`` beside it, so two warehouses in one folder never share (and overwrite) one store. PostgreSQL
-    (or an in-memory SQLite): ``var/telemetry/``, like the embedded default's.
+    (or an in-memory SQLite): ``var/telemetry/``, like the embedded default's -- the store records which warehouse
+    wrote it first and refuses any other (:class:`TelemetryStore`'s ``owner``), so a second database there fails
+    with an error instead of mixing its rows into the first's.
     """
     parsed = sa.engine.make_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
         db = Path(parsed.database)
         return db.parent / ("telemetry" if db.name == "warehouse.db" else f"{db.stem}.telemetry")
     return Path("var") / "telemetry"
+
+
+def warehouse_identity(url: str, store_root: str | Path) -> str | None:
+    """The warehouse at ``url`` as its telemetry store at ``store_root`` records its owner: for PostgreSQL its
+    server and database (``postgresql://host:port/database``: no user or password, which change without the data
+    changing), for a SQLite file its path relative to the store (``sqlite:../warehouse.db``: a checkout or a volume
+    can move). None for an in-memory SQLite (nothing outlives it to be mixed up with)."""
+    parsed = sa.engine.make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        if not parsed.database or parsed.database == ":memory:":
+            return None
+        return f"sqlite:{os.path.relpath(Path(parsed.database).resolve(), Path(store_root).resolve())}"
+    port = parsed.port or {"postgresql": 5432}.get(backend, "")
+    return f"{backend}://{parsed.host or 'localhost'}:{port}/{parsed.database or ''}"
 
 
 def _known(table: str) -> str:

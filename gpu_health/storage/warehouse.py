@@ -26,7 +26,7 @@ import sqlalchemy as sa
 
 from gpu_health.sim.hashing import stable_id
 from gpu_health.storage.schema import COLUMNAR_TABLES, metadata, partition_column, sql_tables
-from gpu_health.storage.telemetry_store import TelemetryStore, default_telemetry_dir
+from gpu_health.storage.telemetry_store import TelemetryStore, default_telemetry_dir, warehouse_identity
 
 _ENGINES: dict[str, sa.Engine] = {}
 _LOCK = threading.Lock()
@@ -132,7 +132,8 @@ class Warehouse:
             raise ValueError(f"not columnar in the catalogue: {sorted(self.columnar - COLUMNAR_TABLES)}")
         self.engine = engine_for(url)
         self.is_sqlite = self.engine.dialect.name == "sqlite"
-        self.telemetry = TelemetryStore(telemetry_dir or default_telemetry_dir(url))
+        root = telemetry_dir or default_telemetry_dir(url)
+        self.telemetry = TelemetryStore(root, owner=warehouse_identity(url, root))
         self._created = False
 
     def create_all(self) -> None:
