@@ -18,7 +18,7 @@ from gpu_health import catalog
 from gpu_health.cli import run
 from gpu_health.storage.relayout import relayout, sql_held
 from gpu_health.storage.schema import COLUMNAR_TABLES, grain, partition_column
-from gpu_health.storage.telemetry_store import Staged
+from gpu_health.storage.telemetry_store import OWNER_FILE, Staged
 from gpu_health.storage.warehouse import Warehouse, engine_for
 from gpu_health_tests.services.postgres import fresh_database
 
@@ -140,4 +140,4 @@ def test_a_failed_step_write_leaves_both_stores_as_they_were(written, tmp_path, 
     wh.replace_windows(halved, start, end)
     for t in tables:
         assert (wh.read_window(t)["gpu_minutes"].sum() * 2) == pytest.approx(before[t]["gpu_minutes"].sum()), t
-    assert not [p for p in (tmp_path / "store").rglob(".*") if p.name != ".lock"]
+    assert not [p for p in (tmp_path / "store").rglob(".*") if p.name not in (".lock", OWNER_FILE)]
