@@ -493,7 +493,8 @@ class Window:
         first = np.searchsorted(self.m_s, st_j - 30, side="left")
         count = np.clip(np.searchsorted(self.m_s, en_j - 30, side="left") - first, 0, None)
         ji, st, en = np.repeat(jobs, count), np.repeat(st_j, count), np.repeat(en_j, count)
-        t = self.m_s[np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count) + np.repeat(first, count)]
+        nth = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)  # each row's place in its job
+        t = self.m_s[np.repeat(first, count) + nth]
         if not len(ji):
             return _empty("job_runtime_metrics")
         types = scen.cluster.spec.node_types
