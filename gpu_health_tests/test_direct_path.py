@@ -143,6 +143,23 @@ def test_the_pipeline_stages_never_wait_on_a_later_stage():
         check_stages([five[:goodput + 1], [wasted]])
 
 
+
+def test_a_run_caches_as_many_windows_as_its_steps_look_back():
+    """cache_depths: the day-long windows a read of ``[start - before, end)`` spans, per table, the longest read
+    winning; a read of a whole table keeps no windows. The KPI baselines' two weeks and 35 minutes span 16 days."""
+    from gpu_health.steps.direct import cache_depths
+    from gpu_health.steps.graph import FIVE_MINUTE, Read, Step
+    from gpu_health.steps.registry import STEPS
+
+    def step(*reads):
+        return Step(name="s", cadence=FIVE_MINUTE, writes=(), reads=reads, run=lambda *a: None)
+
+    hour, day = pd.Timedelta(hours=1), pd.Timedelta(days=1)
+    got = cache_depths([step(Read("a"), Read("b", before=hour)), step(Read("b", before=2 * day), Read("c", whole=True)),
+                        step(Read("d", before=hour, after=day))])
+    assert got == {"a": 1, "b": 3, "d": 2}  # (a run in order reads past its window only at its end)
+    assert cache_depths(STEPS)["kpi_values"] == 16
+
 def test_a_day_failing_its_contract_fails_the_dagster_run_named_whether_staged_or_not(zones, tmp_path):
     """A day whose GPU telemetry is more than ERROR_REJECT_SHARE rejected fails its blocking contract check: the
     Dagster run stops with the check named, in one process and pipelined (the stage's error reaches the parent,

@@ -306,6 +306,52 @@ def test_reads_from_the_write_through_cache_equal_database_reads(warehouse_url, 
         assert len(stored), w
 
 
+def _cluster_goodput(p: pd.Timestamp) -> pd.DataFrame:
+    """cluster_goodput rows of partition ``p`` with the dtypes a read gives, written out of key order (regions
+    descending), as the loss tree's rollup writes them."""
+    table = metadata.tables["cluster_goodput"]
+    rows = {c.name: [0.5, 0.25] for c in table.columns}
+    rows.update(partition_start=[p, p], region=pd.array(["us-east", "eu-west"], dtype="string"),
+                paid_gpu_minutes=[600.0, 480.0])
+    return pd.DataFrame(rows)
+
+
+def test_a_read_across_cached_windows_is_the_databases_read(warehouse_url, frames, telemetry_dir, monkeypatch):
+    """A run keeping several windows of a table (FrameCache ``depth``) serves a read spanning them -- a day's two
+    weeks of KPI history -- from the cached windows and database reads of the gaps between them: the rows and their
+    order are the database's own read (SQLite: a keyed table in key order, whatever order it was written in; the
+    telemetry store in key order). PostgreSQL returns a heap's order: never stitched, always its own read."""
+    parts = [T0 + k * FIVE_MIN for k in range(4)]
+    gpu = frames["gpu_telemetry"]
+    plain = Warehouse(warehouse_url, telemetry_dir)
+    for p in parts:  # every window in the database ...
+        plain.replace_window("gpu_telemetry", gpu.assign(ts=gpu["ts"] + (p - T0)), p, p + FIVE_MIN)
+        plain.replace_window("cluster_goodput", _cluster_goodput(p), p, p + FIVE_MIN)
+    wh = Warehouse(warehouse_url, telemetry_dir, cache=FrameCache(depth={"gpu_telemetry": 3, "cluster_goodput": 3}))
+    for p in parts[1::2]:  # ... and the second and fourth written again through the cache
+        wh.replace_window("gpu_telemetry", gpu.assign(ts=gpu["ts"] + (p - T0)), p, p + FIVE_MIN)
+        wh.replace_window("cluster_goodput", _cluster_goodput(p), p, p + FIVE_MIN)
+    uncached = []
+    read_uncached = Warehouse._read_uncached
+    monkeypatch.setattr(Warehouse, "_read_uncached",
+                        lambda self, name, a, b, *rest: uncached.append((name, a, b)) or read_uncached(self, name, a, b, *rest))
+    minute = T0 + pd.Timedelta(minutes=2)
+    for name, start, end, columns in [("gpu_telemetry", T0, parts[-1] + FIVE_MIN, None),
+                                      ("gpu_telemetry", minute, parts[-1] + (minute - T0), ["ts", "gpu_uuid", "power_w"]),
+                                      ("cluster_goodput", T0 - FIVE_MIN, parts[-1] + FIVE_MIN, None),
+                                      ("cluster_goodput", parts[1], parts[-1] + FIVE_MIN, ["region", "goodput"])]:
+        served = wh.read_window(name, start, end, columns=columns)
+        pd.testing.assert_frame_equal(served, plain.read_window(name, start, end, columns=columns), obj=f"{name} {start}")
+        assert served.index.equals(pd.RangeIndex(len(served)))
+    stitched = warehouse_url.startswith("sqlite")
+    assert [u for u in uncached if u[0] == "cluster_goodput"] == ([
+        ("cluster_goodput", T0 - FIVE_MIN, parts[1]), ("cluster_goodput", parts[2], parts[3]),
+        ("cluster_goodput", parts[2], parts[3])] if stitched else [])
+    assert [u for u in uncached if u[0] == "gpu_telemetry"] == [
+        ("gpu_telemetry", T0, parts[1]), ("gpu_telemetry", parts[2], parts[3]),
+        ("gpu_telemetry", minute, parts[1]), ("gpu_telemetry", parts[2], parts[3])]
+
+
 def test_a_cached_read_is_the_callers_own(warehouse_url, frames, telemetry_dir):
     """What a read hands out from the cache is a copy with a RangeIndex, like a database read: a caller changing it
     changes nothing the next read sees (whole window, part of it, some columns)."""

@@ -41,15 +41,29 @@ class FrameCache:
 
     It is an explicit argument of :class:`Warehouse` (``cache=``), owned by whoever runs the steps: the bulk path
     makes one per run, the Dagster ``WarehouseResource`` one per run's resource. A warehouse without one always
-    reads the database. Writes invalidate overlapping entries; only reads fully inside a cached window (and without
-    ``where``) are served, so a cache never answers differently from the database it writes through to.
+    reads the database. Writes invalidate overlapping entries, and a frame is cached in the order the database
+    returns its rows (:meth:`Warehouse._cache_put`), so a cache never answers differently from the database it
+    writes through to. Reads with ``where`` are never served. A read inside one cached window is served from it;
+    a read across several windows (a day's 14 days of KPI history in a run over weeks) is stitched from the
+    cached windows and database reads of the gaps between them, where the database orders rows by time first
+    (:meth:`Warehouse._time_ordered`).
     """
 
-    def __init__(self, entries_per_table: int = _CACHE_ENTRIES_PER_TABLE, max_rows: int = _CACHE_MAX_ROWS):
+    def __init__(self, entries_per_table: int = _CACHE_ENTRIES_PER_TABLE, max_rows: int = _CACHE_MAX_ROWS,
+                 depth: dict[str, int] | None = None):
+        """``depth``: table -> how many windows to keep, when more than ``entries_per_table`` (a run over many
+        windows keeps as many as its steps' look-backs reach: :func:`gpu_health.steps.direct.cache_depths`)."""
         self.entries_per_table = entries_per_table
         self.max_rows = max_rows
+        self.depth = dict(depth or {})
         self._entries: dict[str, list[tuple]] = {}
         self._lock = threading.Lock()
+
+    def deepen(self, depth: dict[str, int]) -> None:
+        """Keep at least ``depth[table]`` windows of each table named (see ``depth``)."""
+        with self._lock:
+            for name, n in depth.items():
+                self.depth[name] = max(self.depth.get(name, 0), n)
 
     def clear(self) -> None:
         with self._lock:
@@ -80,7 +94,7 @@ class FrameCache:
             entries = [e for e in entries if e[1] >= e0 or e[2] <= s0]
         if where is None and start is not None and column is not None and len(frame) <= self.max_rows:
             entries.append((column, pd.Timestamp(start), pd.Timestamp(end), frame))
-            entries = entries[-self.entries_per_table:]
+            entries = entries[-max(self.entries_per_table, self.depth.get(name, 0)):]
         self._entries[name] = entries
 # The advisory-lock key of the schema's DDL: one key for every process creating this project's
 # tables in a database (a positive 63-bit id, the range pg_advisory_xact_lock takes).
@@ -251,6 +265,11 @@ class Warehouse:
         cache = self.cache
         if cache is None:
             return
+        if name not in self.columnar and self.is_sqlite and not frame.empty and _without_rowid(name):
+            # SQLite reads a WITHOUT ROWID table in its key's order (columnar frames come here in the store's
+            # order): writers need not produce it, and the loss tree's region rollups and job failures do not
+            key = [c.name for c in metadata.tables[name].primary_key.columns]
+            frame = frame.sort_values(key, kind="stable", ignore_index=True)
         if not frame.index.equals(pd.RangeIndex(len(frame))):  # reads hand out a RangeIndex, as the database does
             frame = frame.reset_index(drop=True)
         with cache._lock:
@@ -266,18 +285,38 @@ class Warehouse:
         lo, hi = ((self._bound(s0, col_def), self._bound(e0, col_def, upper=True)) if isinstance(col_def.type, sa.Date)
                   else (s0, e0))
         with cache._lock:
-            for col, cs, ce, frame in reversed(cache._entries.get(name, [])):
-                if col == column and cs <= s0 and e0 <= ce:
-                    # one copy (the caller may change what it reads; the cache must not change): selecting
-                    # columns or rows copies already, and the cached frame has a RangeIndex (a day of
-                    # gpu_telemetry copied three times cost ~1.8 CPU s a day)
-                    if cs == s0 and ce == e0:
-                        return frame[columns] if columns else frame.copy()
-                    mask = ((frame[col] >= lo) & (frame[col] < hi)).to_numpy()
-                    part = frame.loc[mask, columns] if columns else frame[mask]
-                    part.index = pd.RangeIndex(len(part))
-                    return part
-        return None
+            entries = [e for e in cache._entries.get(name, []) if e[0] == column]
+        for col, cs, ce, frame in reversed(entries):
+            if cs <= s0 and e0 <= ce:
+                return _rows_between(frame, col, s0, e0, lo, hi, cs, ce, columns)
+        overlap = sorted((e for e in entries if e[1] < e0 and s0 < e[2]), key=lambda e: e[1])
+        if not overlap or isinstance(col_def.type, sa.Date) or not self._time_ordered(name):
+            return None
+        # stitched: the cached windows' rows and the database's rows of the gaps, in time order
+        parts, at = [], s0
+        for col, cs, ce, frame in overlap:
+            if at < cs:
+                parts.append(self._read_uncached(name, at, cs, column, columns))
+            a, b = max(cs, s0), min(ce, e0)
+            parts.append(_rows_between(frame, col, a, b, a, b, cs, ce, columns))
+            at = max(at, b)
+        if at < e0:
+            parts.append(self._read_uncached(name, at, e0, column, columns))
+        kept = [p for p in parts if len(p)] or parts[:1]
+        return pd.concat(kept, ignore_index=True) if len(kept) > 1 else kept[0]
+
+    def _read_uncached(self, name, start, end, column, columns) -> pd.DataFrame:
+        cache, self.cache = self.cache, None
+        try:
+            return self.read_window(name, start, end, column=column, columns=columns)
+        finally:
+            self.cache = cache
+
+    def _time_ordered(self, name: str) -> bool:
+        """Whether the database returns ``name``'s rows of a window in time order (so the rows of adjacent windows,
+        concatenated, are its rows of both): the telemetry store does (its key leads with the partition column), as
+        SQLite does for a WITHOUT ROWID table (its key too). PostgreSQL returns a heap's order: never stitched."""
+        return name in self.columnar or (self.is_sqlite and _without_rowid(name))
 
     def _bound(self, value, col, *, upper: bool = False):
         value = pd.Timestamp(value)
@@ -346,7 +385,15 @@ class Warehouse:
         if self.is_sqlite:  # bind as the text SQLAlchemy stores
             params = tuple(_sqlite_param(compiled.params[k]) for k in compiled.positiontup)
         with self.engine.connect() as conn:
-            return pd.DataFrame(conn.exec_driver_sql(str(compiled), params).fetchall(), columns=names)
+            # the driver's own cursor: its rows are plain tuples (a result's Row objects cost ~40 % of a large
+            # read: 0.55 of 1.4 CPU s for 300,000 rows of kpi_values)
+            cursor = conn.connection.dbapi_connection.cursor()
+            try:
+                cursor.execute(str(compiled), params)
+                rows = cursor.fetchall()
+            finally:
+                cursor.close()
+        return pd.DataFrame(rows, columns=names)
 
     def last_partition_by(self, name: str, by: str, start, end, *, column: str | None = None,
                           positive: str | None = None) -> pd.Series:
@@ -375,6 +422,24 @@ class Warehouse:
         table = self.table(name)
         with self.engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
+
+
+def _without_rowid(name: str) -> bool:
+    """A keyed SQL table (schema: ``sqlite_with_rowid=False``), whose key leads with its partition column."""
+    return metadata.tables[name].dialect_options["sqlite"].get("with_rowid") is False
+
+
+def _rows_between(frame: pd.DataFrame, col: str, s0, e0, lo, hi, cs, ce, columns) -> pd.DataFrame:
+    """The rows of a cached window ``[cs, ce)`` whose ``col`` lies in ``[lo, hi)`` (``[s0, e0)`` as the column's
+    type compares), in one copy: the caller may change what it reads and the cache must not change; selecting
+    columns or rows copies already, and the cached frame has a RangeIndex (a day of gpu_telemetry copied three
+    times cost ~1.8 CPU s a day)."""
+    if cs == s0 and ce == e0:
+        return frame[columns] if columns else frame.copy()
+    mask = ((frame[col] >= lo) & (frame[col] < hi)).to_numpy()
+    part = frame.loc[mask, columns] if columns else frame[mask]
+    part.index = pd.RangeIndex(len(part))
+    return part
 
 
 def _reordered(frame: pd.DataFrame, rows: np.ndarray, columns: list[str]) -> pd.DataFrame:
