@@ -65,3 +65,30 @@ def _addresses(objects: np.ndarray) -> np.ndarray:
     return np.ctypeslib.as_array(pointers).copy()  # (a copy: nothing points into ``objects`` once it returns)
 
 
+
+
+def unique_ints(keys: np.ndarray, *, return_index: bool = False, return_inverse: bool = False,
+                return_counts: bool = False):
+    """``np.unique(keys, return_index=..., return_inverse=..., return_counts=...)`` of a 1-D integer array -- the
+    same sorted values, first positions, inverse (1-D) and counts -- hashing the keys (``pd.factorize``) and sorting
+    only the distinct ones, where np.unique sorts every key: a day's 1.7 million (minute, job) or (partition, node,
+    GPU) keys of GPU telemetry hash in ~40 ms and sort in ~150."""
+    keys = np.asarray(keys)
+    if keys.ndim != 1 or keys.dtype.kind not in "iu":
+        raise TypeError(f"unique_ints takes a 1-D integer array, not {keys.dtype} of shape {keys.shape}")
+    codes, seen = pd.factorize(keys)  # codes in order of first appearance
+    order = np.argsort(seen, kind="stable")
+    rank = np.empty(len(seen), dtype=np.int64)
+    rank[order] = np.arange(len(seen))
+    out = [seen[order]]
+    if return_index:
+        # a code first appears where it exceeds every code before it (codes are numbered as they first appear)
+        new = np.ones(len(codes), dtype=bool)
+        if len(codes) > 1:
+            new[1:] = codes[1:] > np.maximum.accumulate(codes)[:-1]
+        out.append(np.flatnonzero(new)[order])
+    if return_inverse:
+        out.append(rank[codes])
+    if return_counts:
+        out.append(np.bincount(codes, minlength=len(seen))[order])
+    return out[0] if len(out) == 1 else tuple(out)

@@ -1,4 +1,4 @@
-"""gpu_health.codes.factorize: pd.factorize's answer, whatever objects the text column holds."""
+"""gpu_health.codes: factorize gives pd.factorize's answer, whatever objects the text column holds; unique_ints np.unique's."""
 
 import numpy as np
 import pandas as pd
@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from gpu_health.arrow_text import text_values
-from gpu_health.codes import factorize
+from gpu_health.codes import factorize, unique_ints
 
 VALUES = ["node-b", "node-a", None, "node-c", "node-a", None, "node-b", "node-d", "node-a"]
 
@@ -67,3 +67,27 @@ def test_empty_and_single_text_columns(values):
         want_codes, want_uniques = pd.factorize(column)
         np.testing.assert_array_equal(codes, want_codes)
         _equal_uniques(uniques, want_uniques)
+
+
+@pytest.mark.parametrize("keys", [np.zeros(0, np.int64), np.array([7]), np.array([3, -2, 3, 9, -2, 0, 3]),
+                                  np.random.default_rng(3).integers(-50, 50, 10_000),
+                                  np.random.default_rng(4).integers(0, 2**40, 5_000),  # mostly distinct
+                                  np.arange(20, 0, -1)[::-2], np.array([5, 5, 5], dtype=np.int32)])
+@pytest.mark.parametrize("flags", [(False, False, False), (True, True, True), (True, False, False),
+                                   (False, True, False), (False, False, True)])
+def test_unique_ints_gives_what_numpy_gives(keys, flags):
+    index, inverse, counts = flags
+    want = np.unique(keys, return_index=index, return_inverse=inverse, return_counts=counts)
+    got = unique_ints(keys, return_index=index, return_inverse=inverse, return_counts=counts)
+    want, got = (want, got) if any(flags) else ((want,), (got,))
+    assert len(want) == len(got)
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, np.ravel(w))
+        assert g.ndim == 1
+
+
+def test_unique_ints_refuses_what_it_cannot_hash_as_numpy_sorts():
+    with pytest.raises(TypeError, match="1-D integer"):
+        unique_ints(np.array([1.5, 0.5]))
+    with pytest.raises(TypeError, match="1-D integer"):
+        unique_ints(np.zeros((2, 2), dtype=np.int64))

@@ -64,7 +64,7 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
-from gpu_health.codes import factorize
+from gpu_health.codes import factorize, unique_ints
 from gpu_health.contracts.models import ContractModel
 from gpu_health.diagnosis.drilldown import LeafSet, drill_down, drill_down_codes
 from gpu_health.metrics.goodput import LEAF_DIMS, STATE_FAMILY, STATES
@@ -419,7 +419,7 @@ def _range_drill(i, starts, leaf, row_starts, side, state_code, minutes_raw, uni
 def _first_appearance(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``codes`` renumbered 0.. in order of first appearance (as ``pd.factorize`` numbers values), and the
     original code of each new one."""
-    uniq, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    uniq, first, inverse = unique_ints(codes, return_index=True, return_inverse=True)
     by_first = np.argsort(first, kind="stable")
     rank = np.empty(len(uniq), dtype=np.int64)
     rank[by_first] = np.arange(len(uniq))
@@ -458,7 +458,7 @@ def _leaf_codes_by_partition(values: dict, cols: list[str], p_row: np.ndarray, P
         g = values[c][0]
         # per partition: values numbered in order of first appearance (pd.factorize on the partition's rows)
         pk = p_row.astype(np.int64) * (int(g.max()) + 1) + g
-        uk, first, inv = np.unique(pk, return_index=True, return_inverse=True)
+        uk, first, inv = unique_ints(pk, return_index=True, return_inverse=True)
         inv = inv.ravel()
         up = uk // (int(g.max()) + 1)
         order = np.lexsort((first, up))
@@ -522,7 +522,7 @@ def expected_leaves_from_history(history_leaves: pd.DataFrame, partitions, *,
 
     # hour_of_day: per slot of the day, the sum over the days that have it / their number
     days = np.bincount(np.unique(slot) % DAY_SLOTS, minlength=DAY_SLOTS)
-    cells, inverse = np.unique(tod * n_leaves + leaf, return_inverse=True)
+    cells, inverse = unique_ints(tod * n_leaves + leaf, return_inverse=True)
     cell_sum = np.bincount(inverse, weights=minutes)
     cell_tod, cell_leaf = np.divmod(cells, n_leaves)
     cell_mean = cell_sum / days[cell_tod]
@@ -647,7 +647,7 @@ def _leaf_codes(frame: pd.DataFrame, cols: list[str]) -> tuple[np.ndarray, np.nd
         if card > 2**40:  # keep the packed key inside int64
             key = pd.factorize(key)[0].astype(np.int64)
             card = int(key.max()) + 1
-    _, first_row, codes = np.unique(key, return_index=True, return_inverse=True)
+    _, first_row, codes = unique_ints(key, return_index=True, return_inverse=True)
     return codes.ravel(), first_row
 
 

@@ -538,7 +538,7 @@ def _short_gpus(ctx: PartitionContext, expected: pd.Series) -> np.ndarray:
         uuid, uniques = _gpu_codes(ctx, "gpu_uuid")
         ok = (node >= 0) & (minute >= 0) & (uuid >= 0)
         cell = node[ok].astype(np.int64) * len(minutes) + minute[ok]
-        pairs = np.unique(cell * max(len(uniques), 1) + uuid[ok])  # one per distinct GPU and cell
+        pairs = pd.unique(cell * max(len(uniques), 1) + uuid[ok])  # one per distinct GPU and cell (hashed)
         seen = np.bincount(pairs // max(len(uniques), 1), minlength=seen.size).reshape(seen.shape).astype(float)
     return np.clip(expected.to_numpy(dtype=float)[:, None] - seen, 0, None)
 

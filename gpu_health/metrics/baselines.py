@@ -21,7 +21,7 @@ signature's jobs regress at once). The source is recorded per row
 import numpy as np
 import pandas as pd
 
-from gpu_health.codes import factorize
+from gpu_health.codes import factorize, unique_ints
 from gpu_health.metrics.goodput import SLOW_THROTTLE_BITS, maintenance_mask
 from gpu_health.sources.dcgm_fields import XID_GPU_FAULT
 
@@ -73,7 +73,7 @@ def workload_step_stats(frames: dict, *, meta: pd.DataFrame | None, maintenance:
     Nj = len(job_uni) + 1
     rt_ts = rt["ts"].to_numpy(dtype="datetime64[ns]").view("int64")
     key = ts_codes[:n].astype(np.int64) * Nj + job_codes[:n]
-    uk, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    uk, first, inv = unique_ints(key, return_index=True, return_inverse=True)
     inv = inv.ravel()
     gpus = np.bincount(inv, minlength=len(uk))
     any_bad = np.bincount(inv, weights=bad.astype(float), minlength=len(uk)) > 0
@@ -81,7 +81,7 @@ def workload_step_stats(frames: dict, *, meta: pd.DataFrame | None, maintenance:
     sku_known = pd.notna(sku)
     jm_sku = np.full(len(uk), None, dtype=object)
     if sku_known.any():  # groupby's 'first': the first non-null value of the group
-        kk, fi = np.unique(inv[sku_known], return_index=True)
+        kk, fi = unique_ints(inv[sku_known], return_index=True)
         jm_sku[kk] = sku[np.flatnonzero(sku_known)[fi]]
     jm_ts = g_ts[first]
     jm_job = job_codes[:n][first]
@@ -239,7 +239,7 @@ def _sorted_groups(frame: pd.DataFrame, keys: list[str]) -> tuple[np.ndarray, di
         code, uniq = pd.factorize(frame[k], sort=True)
         combined = combined * len(uniq) + code
         labels.append(uniq)
-    cells, inverse = np.unique(combined, return_inverse=True)
+    cells, inverse = unique_ints(combined, return_inverse=True)
     out = {}
     for k, uniq in zip(reversed(keys), reversed(labels)):
         cells, code = np.divmod(cells, len(uniq))

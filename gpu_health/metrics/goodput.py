@@ -45,7 +45,7 @@ the inventory seen, if larger); the states sum to them exactly.
 import numpy as np
 import pandas as pd
 
-from gpu_health.codes import factorize
+from gpu_health.codes import factorize, unique_ints
 from gpu_health.constants import FATAL_XIDS as XID_GPU_FAULT, KERNEL_ACTIVE_SM, KERNEL_ACTIVE_UTIL_PCT, MINUTE
 
 STATES = [
@@ -382,7 +382,7 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     jk = t_idx * Nj + jj  # (minute, job) key of each row
     row_gpus = np.zeros(n, np.int64)  # GPUs the row's job holds in the row's minute
     if n and has_job.any():
-        _, inv_g, cnt_g = np.unique(jk[has_job], return_inverse=True, return_counts=True)
+        _, inv_g, cnt_g = unique_ints(jk[has_job], return_inverse=True, return_counts=True)
         row_gpus[has_job] = cnt_g[inv_g.ravel()]
 
     # runtime metrics per (minute, job) key (sorted keys; a key's last runtime row, as an assignment keeps it)
@@ -394,7 +394,7 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
         rt_j = _codes(runtime["job_id"], job_uni)
         ok = (rt_t >= 0) & (rt_t < M) & (rt_j >= 0)
         kk = rt_t[ok] * Nj + rt_j[ok]
-        rt_keys, first_rev = np.unique(kk[::-1], return_index=True)
+        rt_keys, first_rev = unique_ints(kk[::-1], return_index=True)
         last = len(kk) - 1 - first_rev
         rt_vals["steps"] = runtime["steps"].to_numpy(dtype=float)[ok][last]
         for col in ("step_time_s", "data_loader_time_s", "grad_sync_time_s", "checkpoint_time_s"):
@@ -795,7 +795,7 @@ def _aggregate(key, W, start, Nn, ND, NA, node_uni, node_region, node_sku, drv_u
     cols = ["partition_start"] + LEAF_DIMS + ["state", "gpu_minutes"]
     if not len(key):
         return pd.DataFrame(columns=cols)
-    uk, inv = np.unique(key, return_inverse=True)
+    uk, inv = unique_ints(key, return_inverse=True)
     p_idx = uk // (Nn * ND * NA)
     rest = uk % (Nn * ND * NA)
     node_c = rest // (ND * NA)

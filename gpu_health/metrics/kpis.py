@@ -46,7 +46,7 @@ import pandera.pandas as pa
 from pandas._libs import lib
 from pandera.typing import Series
 
-from gpu_health.codes import factorize
+from gpu_health.codes import factorize, unique_ints
 from gpu_health.contracts.models import WORKLOAD_CLASSES, ContractModel, empty_frame
 from gpu_health.metrics.goodput import BLOCKED_WAIT, first_node
 from gpu_health.metrics.device import BUSY_UTIL_PCT, IDLE_SM, IDLE_TENSOR, LOW_POWER_SHARE, device_idle, reference_power
@@ -325,10 +325,10 @@ def _placement(g: pd.DataFrame, alloc: np.ndarray, ts_ns: np.ndarray, j_codes: n
     t_codes, t_uni = pd.factorize(ts_ns[rows])
     jc = j_codes[rows].astype(np.int64)
     pj = p_codes.astype(np.int64) * len(j_uni) + jc
-    uk, first, inv = np.unique(pj, return_index=True, return_inverse=True)
+    uk, first, inv = unique_ints(pj, return_index=True, return_inverse=True)
     inv = inv.ravel()
     minute = inv.astype(np.int64) * len(t_uni) + t_codes
-    um, per_minute = np.unique(minute, return_counts=True)
+    um, per_minute = unique_ints(minute, return_counts=True)
     gpus = np.zeros(len(uk), dtype=np.int64)
     np.maximum.at(gpus, um // len(t_uni), per_minute)
     idx = pd.MultiIndex.from_arrays(
@@ -412,7 +412,7 @@ def _region_sku_sums(ctx: _Context) -> pd.DataFrame:
     keep = (rc >= 0) & (sc >= 0)
     nr, ns = len(ctx.region_uni), len(ctx.sku_uni)
     key = (ctx.p_codes[keep].astype(np.int64) * nr + rc[keep]) * ns + sc[keep]
-    cells, inv = np.unique(key, return_inverse=True)
+    cells, inv = unique_ints(key, return_inverse=True)
     inv = inv.ravel()
     thr = g["throttle"].to_numpy()
     thr_known = ~np.isnan(thr)
@@ -807,7 +807,7 @@ def _node_minutes(g: pd.DataFrame, free: np.ndarray, ts_codes: np.ndarray, node_
         keep = g["node_id"].notna().to_numpy()
         g, free, ts_codes, node_codes = g[keep], free[keep], ts_codes[keep], node_codes[keep]
     key = ts_codes.astype(np.int64) * (nodes + 1) + node_codes
-    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    _, first, inv = unique_ints(key, return_index=True, return_inverse=True)
     inv = inv.ravel()
     G = len(first)
     out = {"ts": g["ts"].iloc[first].reset_index(drop=True), "p": g["p"].iloc[first].reset_index(drop=True)}
@@ -816,7 +816,7 @@ def _node_minutes(g: pd.DataFrame, free: np.ndarray, ts_codes: np.ndarray, node_
         known = pd.notna(v)
         pick = first.copy()
         if not known.all():  # groupby's 'first': the group's first non-null value (None when it has none)
-            kk, fi = np.unique(inv[known], return_index=True)
+            kk, fi = unique_ints(inv[known], return_index=True)
             pick = np.full(G, -1)
             pick[kk] = np.flatnonzero(known)[fi]
         out[col] = np.where(pick >= 0, v[np.clip(pick, 0, None)], None)
@@ -870,7 +870,7 @@ def _gaming_guardrails(ctx: _Context) -> pd.DataFrame:
     j_codes, j_uni = factorize(np.concatenate([g["job_id"].to_numpy()[rows],
                                                   rt["job_id"].astype(object).to_numpy()[prog_rt]]))
     pair = t_codes.astype(np.int64) * (len(j_uni) + 1) + j_codes
-    progress = np.isin(pair[:len(rows)], pair[len(rows):][j_codes[len(rows):] >= 0])
+    progress = pd.Index(pair[:len(rows)]).isin(pair[len(rows):][j_codes[len(rows):] >= 0])  # (hashed: np.isin sorts)
     training = g["workload_class"].to_numpy()[rows] != "interactive"
 
     power = g["power"].to_numpy()[rows]
