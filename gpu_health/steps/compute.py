@@ -83,7 +83,6 @@ def _gpus_seen(gpu: pd.DataFrame, fault: np.ndarray) -> pd.DataFrame:
     present = np.bincount(cell[rows], minlength=len(p_uni) * width) > 0
     groups = np.flatnonzero(present)
     group_of = np.cumsum(present) - 1  # cell -> its group's number (the groups in cell order: partition, node)
-    inverse = group_of[cell[rows]]
     n_groups = len(groups)
 
     def first(col: str):
