@@ -43,7 +43,9 @@ def _empty() -> pd.DataFrame:
     for c in ("usd_per_hour", "baseline_at_open", "lost_gpu_minutes"):
         frame[c] = pd.Series(dtype="float64")
     frame["clear_count"] = pd.Series(dtype="int64")
-    return frame
+    # consolidated once (a copy merges same-dtype blocks): a copy of the unconsolidated frame merged them again on
+    # every call, ~1.8 ms of the ~2 ms a partition without alerts spent here
+    return frame.copy()
 
 
 _EMPTY = _empty()

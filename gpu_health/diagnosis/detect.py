@@ -1431,12 +1431,20 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
 
 def _recent_windows(ctx: PartitionContext) -> pd.DataFrame:
     """The maintenance windows that ended before this partition and no longer ago than they lasted: the
-    windows whose backlog the pool is still working through (see :func:`_window_backlog`)."""
+    windows whose backlog the pool is still working through (see :func:`_window_backlog`). Once per partition,
+    from the windows' bounds as int64 once per frame (two detectors ask; each asking built two DatetimeIndexes)."""
     w = ctx.maintenance
-    if w is None or w.empty:
-        return w.iloc[0:0] if w is not None else pd.DataFrame(columns=["start", "end", "region", "node_ids"])
-    start, end = pd.DatetimeIndex(w["start"]), pd.DatetimeIndex(w["end"])
-    return w[np.asarray((end <= ctx.start) & (ctx.start < end + (end - start)))]
+    hit = ctx.memo.get("recent_windows")
+    if hit is None or hit[0] is not w:  # (kept with the frame it came from: a context given other windows asks anew)
+        if w is None or w.empty:
+            recent = w.iloc[0:0] if w is not None else pd.DataFrame(columns=["start", "end", "region", "node_ids"])
+        else:
+            lo, hi = _per_frame(ctx, "maintenance_ns", w, lambda f: (_ns(f["start"]), _ns(f["end"])))
+            t = ctx.start.value
+            # (a window missing either bound is recent never: pandas' comparisons with NaT are false)
+            recent = w[(lo != _NAT) & (hi != _NAT) & (hi <= t) & (t < hi + (hi - lo))]
+        hit = ctx.memo["recent_windows"] = (w, recent)
+    return hit[1]
 
 
 def _window_backlog(ctx: PartitionContext) -> dict:
