@@ -20,6 +20,7 @@ from gpu_health.contracts.validate import validate_frame
 from gpu_health.sim.scenario import load_scenario
 from gpu_health.sim.telemetry import Window, cost_capacity, maintenance_windows
 from gpu_health.storage.schema import COLUMNAR_TABLES, grain, metadata, render_sql
+from gpu_health.storage.telemetry_store import TelemetryStore
 from gpu_health.storage.warehouse import FrameCache, Warehouse
 from gpu_health_tests.services.postgres import fresh_database
 from gpu_health_tests.conftest import REPO, THERMAL_WEEK
@@ -350,6 +351,43 @@ def test_a_read_across_cached_windows_is_the_databases_read(warehouse_url, frame
     assert [u for u in uncached if u[0] == "gpu_telemetry"] == [
         ("gpu_telemetry", T0, parts[1]), ("gpu_telemetry", parts[2], parts[3]),
         ("gpu_telemetry", minute, parts[1]), ("gpu_telemetry", parts[2], parts[3])]
+
+
+def test_a_write_while_a_stitched_read_reads_a_gap_is_cached(warehouse_url, frames, telemetry_dir, monkeypatch):
+    """A stitched read's gaps are read beside the cache, not by switching the warehouse's cache off: a write
+    another thread makes meanwhile (a run's steps share one warehouse) still replaces its window's cached rows,
+    so no later read is served the rows it replaced."""
+    parts = [T0 + k * FIVE_MIN for k in range(4)]
+    gpu = frames["gpu_telemetry"]
+
+    def window(p, watts=None):
+        out = gpu.assign(ts=gpu["ts"] + (p - T0))
+        return out if watts is None else out.assign(power_w=watts)
+
+    wh = Warehouse(warehouse_url, telemetry_dir, cache=FrameCache(depth={"gpu_telemetry": 3}))
+    for p in parts:
+        wh.replace_window("gpu_telemetry", window(p), p, p + FIVE_MIN)
+    wh.cache.clear()
+    for p in parts[1::2]:
+        wh.replace_window("gpu_telemetry", window(p), p, p + FIVE_MIN)
+    read_store = TelemetryStore.read_window
+    written = []
+
+    def meanwhile(store, *args, **kw):
+        got = read_store(store, *args, **kw)
+        if not written:  # the other thread's write, while the first gap is being read
+            written.append(True)
+            wh.replace_window("gpu_telemetry", window(parts[3], 123.0), parts[3], parts[3] + FIVE_MIN)
+        return got
+
+    monkeypatch.setattr(TelemetryStore, "read_window", meanwhile)
+    wh.read_window("gpu_telemetry", T0, parts[-1] + FIVE_MIN)
+    assert written
+    monkeypatch.setattr(TelemetryStore, "read_window", read_store)
+    served = wh.read_window("gpu_telemetry", parts[3], parts[3] + FIVE_MIN)
+    assert (served["power_w"] == 123.0).all()
+    pd.testing.assert_frame_equal(served, Warehouse(warehouse_url, telemetry_dir).read_window(
+        "gpu_telemetry", parts[3], parts[3] + FIVE_MIN))
 
 
 def test_a_cached_read_is_the_callers_own(warehouse_url, frames, telemetry_dir):

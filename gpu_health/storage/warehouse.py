@@ -306,11 +306,8 @@ class Warehouse:
         return pd.concat(kept, ignore_index=True) if len(kept) > 1 else kept[0]
 
     def _read_uncached(self, name, start, end, column, columns) -> pd.DataFrame:
-        cache, self.cache = self.cache, None
-        try:
-            return self.read_window(name, start, end, column=column, columns=columns)
-        finally:
-            self.cache = cache
+        """A gap between cached windows of a stitched read, read from where the table is stored."""
+        return self._read_stored(name, start, end, column, columns)
 
     def _time_ordered(self, name: str) -> bool:
         """Whether the database returns ``name``'s rows of a window in time order (so the rows of adjacent windows,
@@ -358,14 +355,16 @@ class Warehouse:
                     columns: list[str] | None = None, where: dict | None = None) -> pd.DataFrame:
         if name in self.columnar:
             self.create_all()
-            cached = self._cache_get(name, start, end, column or partition_column(name), columns, where)
-            return cached if cached is not None else self.telemetry.read_window(
-                name, start, end, column=column, columns=columns, where=where)
+        cached = self._cache_get(name, start, end, column or partition_column(name), columns, where)
+        return cached if cached is not None else self._read_stored(name, start, end, column, columns, where)
+
+    def _read_stored(self, name: str, start, end, column: str | None, columns: list[str] | None,
+                     where: dict | None = None) -> pd.DataFrame:
+        """:meth:`read_window` from the database or the telemetry store, never the cache."""
+        if name in self.columnar:
+            return self.telemetry.read_window(name, start, end, column=column, columns=columns, where=where)
         table = self.table(name)
         column = column or partition_column(name)
-        cached = self._cache_get(name, start, end, column, columns, where)
-        if cached is not None:
-            return cached
         cols = [table.c[c] for c in columns] if columns else list(table.columns)
         q = sa.select(*cols)
         if column is not None and start is not None:
