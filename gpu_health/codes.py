@@ -65,8 +65,6 @@ def _addresses(objects: np.ndarray) -> np.ndarray:
     return np.ctypeslib.as_array(pointers).copy()  # (a copy: nothing points into ``objects`` once it returns)
 
 
-
-
 def unique_ints(keys: np.ndarray, *, return_index: bool = False, return_inverse: bool = False,
                 return_counts: bool = False):
     """``np.unique(keys, return_index=..., return_inverse=..., return_counts=...)`` of a 1-D integer array -- the
