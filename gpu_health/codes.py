@@ -90,3 +90,14 @@ def unique_ints(keys: np.ndarray, *, return_index: bool = False, return_inverse:
     if return_counts:
         out.append(np.bincount(codes, minlength=len(seen))[order])
     return out[0] if len(out) == 1 else tuple(out)
+
+
+def first_rows(groups: np.ndarray, valid: np.ndarray, n_groups: int) -> np.ndarray:
+    """Per group ``0..n_groups-1`` (``groups[i]``: the group of row ``i``): the position of its first row where
+    ``valid`` holds, -1 where none does -- the row a group-by's ``first`` takes its value from (the first
+    non-null one)."""
+    rows = np.flatnonzero(valid)
+    got, at = unique_ints(groups[rows], return_index=True)
+    out = np.full(n_groups, -1, dtype=np.int64)
+    out[got] = rows[at]
+    return out

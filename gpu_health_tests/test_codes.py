@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from gpu_health.arrow_text import text_values
-from gpu_health.codes import factorize, unique_ints
+from gpu_health.codes import factorize, first_rows, unique_ints
 
 VALUES = ["node-b", "node-a", None, "node-c", "node-a", None, "node-b", "node-d", "node-a"]
 
@@ -91,3 +91,15 @@ def test_unique_ints_refuses_what_it_cannot_hash_as_numpy_sorts():
         unique_ints(np.array([1.5, 0.5]))
     with pytest.raises(TypeError, match="1-D integer"):
         unique_ints(np.zeros((2, 2), dtype=np.int64))
+
+
+def test_first_rows_are_the_rows_a_group_bys_first_takes():
+    rng = np.random.default_rng(5)
+    groups = rng.integers(0, 40, 2_000)
+    values = pd.Series(np.where(rng.random(2_000) < 0.7, rng.integers(0, 9, 2_000).astype(str), None), dtype=object)
+    picked = first_rows(groups, values.notna().to_numpy(), 45)  # groups 40-44 have no rows at all
+    want = values.groupby(groups).first().reindex(range(45))
+    got = pd.Series([values[p] if p >= 0 else None for p in picked], dtype=object)
+    pd.testing.assert_series_equal(got, want.astype(object), check_names=False, check_index=False)
+    assert (picked[40:] == -1).all()
+    assert (first_rows(groups, np.zeros(len(groups), dtype=bool), 40) == -1).all()

@@ -21,7 +21,7 @@ signature's jobs regress at once). The source is recorded per row
 import numpy as np
 import pandas as pd
 
-from gpu_health.codes import factorize, unique_ints
+from gpu_health.codes import factorize, first_rows, unique_ints
 from gpu_health.metrics.goodput import SLOW_THROTTLE_BITS, maintenance_mask
 from gpu_health.sources.dcgm_fields import XID_GPU_FAULT
 
@@ -80,9 +80,8 @@ def workload_step_stats(frames: dict, *, meta: pd.DataFrame | None, maintenance:
     sku = np.asarray(g["sku"], dtype=object)
     sku_known = pd.notna(sku)
     jm_sku = np.full(len(uk), None, dtype=object)
-    if sku_known.any():  # groupby's 'first': the first non-null value of the group
-        kk, fi = unique_ints(inv[sku_known], return_index=True)
-        jm_sku[kk] = sku[np.flatnonzero(sku_known)[fi]]
+    pick = first_rows(inv, sku_known, len(uk))  # groupby's 'first': the first non-null value of the group
+    jm_sku[pick >= 0] = sku[pick[pick >= 0]]
     jm_ts = g_ts[first]
     jm_job = job_codes[:n][first]
 

@@ -46,7 +46,7 @@ import pandera.pandas as pa
 from pandas._libs import lib
 from pandera.typing import Series
 
-from gpu_health.codes import factorize, unique_ints
+from gpu_health.codes import factorize, first_rows, unique_ints
 from gpu_health.contracts.models import WORKLOAD_CLASSES, ContractModel, empty_frame
 from gpu_health.metrics.goodput import BLOCKED_WAIT, first_node
 from gpu_health.metrics.device import BUSY_UTIL_PCT, IDLE_SM, IDLE_TENSOR, LOW_POWER_SHARE, device_idle, reference_power
@@ -814,11 +814,8 @@ def _node_minutes(g: pd.DataFrame, free: np.ndarray, ts_codes: np.ndarray, node_
     for col in ("region", "sku"):
         v = g[col].to_numpy()
         known = pd.notna(v)
-        pick = first.copy()
-        if not known.all():  # groupby's 'first': the group's first non-null value (None when it has none)
-            kk, fi = unique_ints(inv[known], return_index=True)
-            pick = np.full(G, -1)
-            pick[kk] = np.flatnonzero(known)[fi]
+        # groupby's 'first': the group's first non-null value (None when it has none)
+        pick = first if known.all() else first_rows(inv, known, G)
         out[col] = np.where(pick >= 0, v[np.clip(pick, 0, None)], None)
     out["size"] = np.bincount(inv, minlength=G)
     out["free"] = np.bincount(inv, weights=free, minlength=G)

@@ -16,7 +16,7 @@ and 7 days of workload step statistics (baselines).
 import numpy as np
 import pandas as pd
 
-from gpu_health.codes import factorize
+from gpu_health.codes import factorize, first_rows
 from gpu_health.constants import FATAL_XIDS, PARTITION, PARTITION_FREQ
 from gpu_health.contracts import conform
 from gpu_health.metrics import baselines as B
@@ -87,12 +87,10 @@ def _gpus_seen(gpu: pd.DataFrame, fault: np.ndarray) -> pd.DataFrame:
 
     def first(col: str):
         values = gpu[col]
-        valid = rows[factorize(values)[0][rows] >= 0]
-        at = np.full(n_groups, n, dtype=np.int64)
-        np.minimum.at(at, group_of[cell[valid]], valid)  # each group's first row with a value
+        at = first_rows(group_of[cell[rows]], factorize(values)[0][rows] >= 0, n_groups)  # each group's first value
         out = pd.array(np.full(n_groups, None, dtype=object), dtype=values.dtype)
-        found = at < n
-        out[found] = values.array[at[found]]
+        found = at >= 0
+        out[found] = values.array[rows[at[found]]]
         return out
 
     uuid, uniques = factorize(gpu["gpu_uuid"])
