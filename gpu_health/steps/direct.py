@@ -20,6 +20,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from gpu_health.allocator import keep_freed_memory
 from gpu_health.constants import PARTITION, day_chunks
 from gpu_health.steps.graph import CALENDAR, DAILY, FIVE_MINUTE
 from gpu_health.steps.pipeline import run_stages, stage_loop
@@ -189,7 +190,11 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
     (``test_direct_path.py``). On two cores, 3 stages keep both busy: the sources are the smallest.
 
     ``targets``: only the steps these tables need (:func:`~gpu_health.steps.graph.feeding`), e.g. ``gpu-health
-    evaluate``'s alerts and capacity headroom; the tables they write are the full run's."""
+    evaluate``'s alerts and capacity headroom; the tables they write are the full run's.
+
+    The process (and each stage's) keeps the memory its steps free for the next day's arrays (:mod:`gpu_health.
+    allocator`)."""
+    keep_freed_memory()
     start, end = pd.Timestamp(start), pd.Timestamp(end)
     summary: dict = {"runs": 0, "partitions": 0}
     seconds: dict[str, float] = {}

@@ -17,6 +17,8 @@ import queue
 import traceback
 from collections.abc import Callable
 
+from gpu_health.allocator import keep_freed_memory
+
 
 def stage_loop(k: int, chunks, inbox, outbox, reports, setup: Callable) -> None:
     """Stage ``k`` over ``chunks`` in its process. ``setup()`` builds the stage's worker ``work(i, start, end,
@@ -24,6 +26,7 @@ def stage_loop(k: int, chunks, inbox, outbox, reports, setup: Callable) -> None:
     before to hand it over (``inbox``: (chunk index, what it handed)), work, hand the chunk on (``outbox``) and
     report (stage, chunk index, fragment, seconds) on ``reports``. On an error: report ("error", stage, text) and
     hand "error" on."""
+    keep_freed_memory()
     try:
         work = setup()
         for i, (c0, c1) in enumerate(chunks):

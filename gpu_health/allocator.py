@@ -1,0 +1,42 @@
+"""The C allocator of a process that runs steps over ranges: freed memory kept for the next day's arrays.
+
+A step over a day allocates and frees the same large arrays again and again (1.7 million GPU rows: a float column
+is 14 MB, a frame's block of ten of them 140 MB). glibc's malloc serves a request above its mmap threshold (128 KB,
+rising by itself to 32 MB at most) with fresh pages from the kernel and gives them back when freed, and gives back
+the top of its heap above its trim threshold; every such page is faulted in and zeroed by the kernel again on the
+next use. In the pipelined bulk week that was 37 s of system time out of 259 s of CPU on 2 cores.
+
+:func:`keep_freed_memory` raises both thresholds, so that freed arrays stay in the heap and are reused: the bulk week
+on 2 cores (``bench/run.py --only week_bulk``, the same machine back to back) 145.7 -> 139.9 s, system time 37.1
+-> 25.6 s, the largest process's peak 2.85 -> 3.07 GB (freed memory up to the trim threshold stays the process's).
+Only for processes that run range steps (the bulk path, its stage processes, the Dagster path's stage processes):
+not for a long-lived server.
+"""
+
+import ctypes
+import ctypes.util
+import functools
+
+# mallopt(3) parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+# Requests at least this large still get pages of their own (returned when freed): larger than any array a step
+# over a day allocates at 1,200 GPUs, and a bound on what one freed array keeps from the rest of the machine.
+MMAP_THRESHOLD = 256 * 2**20
+# The top of the heap is given back once this much of it is free: a day's working set, kept for the next day.
+TRIM_THRESHOLD = 1024 * 2**20
+
+
+@functools.cache
+def keep_freed_memory() -> bool:
+    """Tune this process's malloc (glibc only; elsewhere nothing happens) as the module says; True when it did.
+    Once per process: mallopt applies to every later allocation."""
+    name = ctypes.util.find_library("c")
+    if not name:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt), or no C library to load
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
