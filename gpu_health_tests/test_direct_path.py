@@ -123,6 +123,30 @@ def test_a_run_for_some_tables_computes_only_what_they_need_and_writes_them_alik
         run(START, END, landing=str(landing), warehouse=urls["only"], quiet=True, targets=["alerts"])
 
 
+def test_a_pipelined_run_settles_its_finance_days_before_its_diagnosis_stage_ends(zones, tmp_path):
+    """The finance days read only what the sources and the loss tree write: a run over three processes computes
+    them once that stage has finished the range, while the diagnosis stage still works on its last day (not after
+    it, with every core but one idle). When the last stage reports its last day, they are written."""
+    from gpu_health.defs.resources import SourceSpec, TelemetrySourceResource
+    from gpu_health.steps.direct import feeding_stage, run_range, stages
+    from gpu_health.steps.graph import DAILY
+    from gpu_health.steps.registry import steps_of
+
+    assert feeding_stage(stages(3), steps_of(DAILY)) == 1  # the loss tree's stage, before the diagnosis
+    landing = tmp_path / "landing"
+    shutil.copytree(zones[0], landing)
+    wh = Warehouse(f"sqlite:///{tmp_path / 'w.db'}")
+    src = TelemetrySourceResource(kind="landing", landing_dir=str(landing))
+    finance_days = []
+
+    def progress(line):  # the last stage finished a day: which finance days are written by now
+        finance_days.append(set(wh.read_window("wasted_spend")["date"].astype(str)))
+
+    run_range(wh, src.get(), pd.Timestamp(START), pd.Timestamp(END), progress=progress, source_spec=SourceSpec(src),
+              processes=3)
+    assert finance_days[-1] == set(wh.read_window("wasted_spend")["date"].astype(str)) and len(finance_days[-1]) == 2
+
+
 def test_the_pipeline_stages_never_wait_on_a_later_stage():
     """Every cut the bulk path runs is safe by the declared reads, and a cut that is not is refused."""
     from gpu_health.steps.direct import check_stages, stages

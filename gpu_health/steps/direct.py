@@ -122,6 +122,13 @@ def check_stages(cut: list[list]) -> None:
                                      f"stage {j} writing it may be a day ahead")
 
 
+def feeding_stage(cut: list[list], daily) -> int:
+    """The stage of ``cut`` after which every table the ``daily`` steps read is written for a day: the last stage
+    writing one of them (0 when none does). Once it finished a day, so has every stage before it."""
+    read = {r.table for s in daily for r in s.reads}
+    return max((k for k, stage in enumerate(cut) for s in stage if read & {*s.writes, *s.side_writes}), default=0)
+
+
 def cache_depths(steps, chunk: pd.Timedelta = DAY) -> dict[str, int]:
     """table -> how many ``chunk``-long windows a run's cache keeps so that each read of ``steps`` (a chunk at a
     time, in time order) finds the run's earlier windows it looks back to in it: the chunks its declared
@@ -249,11 +256,20 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
         summary["partitions"] += int((c_end - c_start) / PARTITION)
         if progress is not None:
             progress(f"materialized {c_start:%Y-%m-%d %H:%M} .. {c_end:%Y-%m-%d %H:%M} ({time.time() - t_all:.0f}s)")
-        finance(c_end)
+        finance(c_end)  # (a pipelined run has settled them already: see on_stage)
 
     if source_spec is not None and processes > 1 and len(chunks) > 1:
         args = (wh.url, str(wh.telemetry.root), processes, only, source_spec)
-        run_stages(_stage_days, [args] * len(stages(processes, only)), chunks, summary, seconds, on_chunk)
+        cut = stages(processes, only)
+        feeds = feeding_stage(cut, daily)
+
+        def on_stage(k, i):
+            # the finance days settle once the stages writing what they read are done: here while the later
+            # stages work (the last day's diagnosis, alone on its core, beside the last days' finance)
+            if k == feeds:
+                finance(chunks[i][1] if i < len(chunks) - 1 else pd.Timestamp.max.tz_localize("UTC"))
+
+        run_stages(_stage_days, [args] * len(cut), chunks, summary, seconds, on_chunk, on_stage)
     else:
         for i, (c_start, c_end) in enumerate(chunks):
             for step in wanted(steps_of(FIVE_MINUTE)):

@@ -81,11 +81,12 @@ def merge_findings(summary: dict, fragment: dict) -> None:
 
 
 def run_stages(target: Callable, stage_args: list[tuple], chunks, summary: dict, seconds: dict,
-               on_chunk: Callable[[int], None]) -> None:
+               on_chunk: Callable[[int], None], on_stage: Callable[[int, int], None] | None = None) -> None:
     """One spawned process per stage, ``target(k, *stage_args[k], chunks, inbox, outbox, reports)`` (a module-level
     function calling :func:`stage_loop`), joined by hand-overs that hold one day at most; each report's findings
-    merged into ``summary`` and its step seconds added to ``seconds``; ``on_chunk(i)`` when the last stage
-    finished chunk ``i``. Raises ``RuntimeError`` with a stage's traceback when one fails."""
+    merged into ``summary`` and its step seconds added to ``seconds``; ``on_stage(k, i)`` when stage ``k`` finished
+    chunk ``i`` (every stage before it has finished it too), then ``on_chunk(i)`` when the last stage finished chunk
+    ``i``. Raises ``RuntimeError`` with a stage's traceback when one fails."""
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
@@ -110,6 +111,8 @@ def run_stages(target: Callable, stage_args: list[tuple], chunks, summary: dict,
             merge_findings(summary, fragment)
             for name, sec in secs.items():
                 seconds[name] = seconds.get(name, 0.0) + sec
+            if on_stage is not None:
+                on_stage(k, i)
             if k == last:
                 finished += 1
                 on_chunk(i)
