@@ -340,6 +340,19 @@ NULL_IN_REQUIRED = [
 ]
 
 
+def test_a_duplicate_key_is_found_by_value_whichever_string_objects_hold_it(frames):
+    """A frame handed over in memory has its text factorized by string object first (validate_frame's codes): a
+    copy of a key held by another object with the same characters is the same key."""
+    clean = sample(frames, "gpu_telemetry", n=12)
+    copy = clean.iloc[[1]].copy()
+    copy["gpu_uuid"] = pd.array(["".join(list(v)) for v in copy["gpu_uuid"]], dtype=clean["gpu_uuid"].dtype)
+    assert copy["gpu_uuid"].iloc[0] is not clean["gpu_uuid"].iloc[1]  # the premise: another object, equal
+    df = pd.concat([clean, copy], ignore_index=True)
+    result = check(df, "gpu_telemetry")
+    assert_rows_rejected(result, df, [len(clean)], "gpu_telemetry", None, "duplicate key (ts, gpu_uuid)")
+    assert_same_rows(result.valid, clean)
+
+
 @pytest.mark.parametrize("source, column, value", NULL_IN_REQUIRED)
 def test_null_in_required_field_rejects_the_row(frames, source, column, value):
     clean = sample(frames, source)

@@ -470,6 +470,28 @@ def _distinct_text(s: pd.Series) -> np.ndarray:
     return pd.unique(s.dropna().astype(str))
 
 
+def _text_codes(df: pd.DataFrame, distinct: dict | None, codes: dict | None) -> tuple[dict, dict]:
+    """``distinct`` and ``codes`` (see :func:`passes_contract`) completed for every text column of ``df`` the caller
+    gave none for, from one :func:`gpu_health.codes.factorize` of it: its distinct values and a code per row (-1
+    missing). A frame handed over in memory (the simulator's, a test's) has no Parquet dictionary to take them from;
+    its rows share a string object per value, so factorizing by object costs a fraction of hashing every value for
+    the text rules and again for the missing values and duplicate keys (half a simulated day of the six sources at
+    1,200 GPUs: 0.91 -> 0.46 CPU s; its 864,000 GPU rows 0.52 -> 0.23)."""
+    from gpu_health.codes import factorize
+
+    distinct, codes = dict(distinct or {}), dict(codes or {})
+    for name in df.columns:
+        s = df[name]
+        if not (isinstance(s.dtype, pd.StringDtype) and s.dtype.storage == "python"):
+            continue
+        if name in distinct and name in codes:
+            continue
+        row_codes, uniques = factorize(s)
+        distinct.setdefault(name, np.asarray(uniques, dtype=object))
+        codes.setdefault(name, (row_codes, -1))
+    return distinct, codes
+
+
 def passes_contract(df: pd.DataFrame, schema: pa.DataFrameSchema, distinct: dict | None = None,
                     codes: dict | None = None) -> bool:
     """True only when ``schema.validate(df, lazy=True)`` would pass and return ``df``'s values unchanged.
@@ -644,6 +666,7 @@ def validate_frame(df: pd.DataFrame, source: str, *, start=None, end=None, origi
     origin = origins if per_row else origin
     df, nulled, sentinel_rejects = _null_sentinels(df, source)
     df, type_rejects = _check_types(df, schema, source, label)
+    distinct, codes = _text_codes(df, distinct, codes)
     value_rejects = _check_values(df, schema, distinct)
     # rows already condemned stay out of pandera: their values would break its coercion
     marked = [m for m in (sentinel_rejects, type_rejects, value_rejects) if not m.empty]
