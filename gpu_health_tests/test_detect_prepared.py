@@ -248,3 +248,58 @@ def test_detectors_on_range_codes_find_what_the_partitions_own_codes_find():
     own, ranged = D.detect(ctx), D.detect(cut)
     assert any(f.family == "hardware" for f in own)
     assert ranged == own
+
+
+def test_reporting_gpus_counted_once_per_range_are_each_partitions_own_counts():
+    """_short_gpus of a context cut from a range frame (the range's cells counted once, _range_presence) equals the
+    count over the partition's rows alone: a GPU reported twice in a minute, a node outside the inventory, a row off
+    the minute grid, a GPU without a UUID, the range holding the partitions before and after it."""
+    gpu = EV.gpu_rows(skip={("n1", 3, m) for m in range(1, 5)} | {("n2", i, 4) for i in range(8)})
+    dup = gpu[(gpu["node_id"] == "n1") & (gpu["gpu_index"] == 0)]
+    stray = gpu.head(8).assign(node_id="not-in-inventory")
+    off_grid = gpu.head(2).assign(ts=EV.T0 + pd.Timedelta(seconds=90), gpu_uuid=["GPU-late-0", "GPU-late-1"])
+    no_uuid = gpu.head(1).assign(gpu_uuid=pd.array([pd.NA], dtype=gpu["gpu_uuid"].dtype))
+    part = pd.concat([gpu, dup, stray, off_grid, no_uuid], ignore_index=True)
+    before = EV.gpu_rows(nodes=("n1", "n9")).assign(ts=lambda f: f["ts"] - 5 * EV.MIN)
+    after = EV.gpu_rows(skip={("n2", 1, m) for m in range(5)}).assign(ts=lambda f: f["ts"] + 5 * EV.MIN)
+    ctx = EV.context(part)
+    expected = ctx.inventory.set_index("node_id")["gpus"].astype(float)
+    whole = pd.concat([before, part, after], ignore_index=True)
+    prep = prepare_range(job_table(ctx.sched, ctx.inventory), ctx.meta, job_lookback=LOOKBACK, gpu=whole)
+    a, b = len(before), len(before) + len(part)
+    cut = dataclasses.replace(ctx, gpu=whole.iloc[a:b], gpu_rows=slice(a, b), prepared=prep)
+    own = D._short_gpus(ctx, expected)
+    assert own[0].tolist() == [0, 1, 1, 1, 1] and own[1].tolist() == [0, 0, 0, 0, 8]
+    assert (D._short_gpus(cut, expected) == own).all()
+    assert "presence" in prep.derived  # (the range path was the one taken)
+    later = dataclasses.replace(EV.context(after), start=EV.T0 + 5 * EV.MIN, end=EV.T0 + 10 * EV.MIN)
+    cut_later = dataclasses.replace(later, gpu=whole.iloc[b:], gpu_rows=slice(b, len(whole)), prepared=prep)
+    assert D._short_gpus(later, expected)[1].tolist() == [1, 1, 1, 1, 1]
+    assert (D._short_gpus(cut_later, expected) == D._short_gpus(later, expected)).all()
+
+
+def test_jobs_killed_by_their_node_are_found_once_per_range_as_each_partition_finds_them():
+    """_failed_on_fault through a prepared range (the range's ended jobs judged once, _range_fault_ends) names what
+    the partition's own scheduler events name: only jobs ending inside the partition, by exit state or reason
+    (ECC, Xid 79; not an application Xid 13), every node of a multi-node job, reasons in event order."""
+    def ended(i, minute, nodes, exit_state, reason):
+        return {"event_id": f"e{i}", "ts": EV.T0 + minute * EV.MIN, "job_id": f"job-{i}", "event": "ended",
+                "scheduler": "slurm", "queue": "batch", "priority": 1, "gpus": 8, "node_ids": nodes,
+                "exit_state": exit_state, "reason": reason}
+    sched = pd.DataFrame([
+        ended(1, -3, "n1", "node_fail", "NODE_FAIL"),                      # before the partition
+        ended(2, 1, "n1,n2", "failed", "Xid 79: GPU has fallen off the bus"),
+        ended(3, 2, "n2", "failed", "Xid 13: graphics engine exception"),  # the application's own
+        ended(4, 3, "n1", "node_fail", None),
+        ended(5, 4, None, "node_fail", "NODE_FAIL"),                      # no nodes named
+        ended(6, 6, "n2", "failed", "uncorrectable ECC error"),           # after it
+    ])
+    from gpu_health.contracts.models import conform
+
+    sched = conform(sched.assign(ts=pd.to_datetime(sched["ts"], utc=True)), "scheduler_events")
+    ctx = EV.context(EV.gpu_rows(), sched=sched[(sched["ts"] >= EV.T0 - 6 * EV.MIN) & (sched["ts"] < EV.T0 + 5 * EV.MIN)])
+    prep = prepare_range(job_table(sched, ctx.inventory), ctx.meta, job_lookback=LOOKBACK, windows={"sched": sched})
+    own = D._failed_on_fault(ctx)
+    assert own == {"n1": ["Xid 79: GPU has fallen off the bus", "node_fail"], "n2": ["Xid 79: GPU has fallen off the bus"]}
+    assert D._failed_on_fault(dataclasses.replace(ctx, prepared=prep)) == own
+    assert "fault_ends" in prep.derived

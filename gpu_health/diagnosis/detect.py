@@ -56,7 +56,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import fisher_exact
 
-from gpu_health.codes import factorize, refactorize
+from gpu_health.codes import factorize, refactorize, unique_ints
 from gpu_health.constants import MAD_TO_SIGMA
 from gpu_health.diagnosis.cohort import REGRESSION, judge_cohorts
 from gpu_health.metrics.device import BUSY_UTIL_PCT, device_idle, low_power, reference_power
@@ -192,6 +192,10 @@ class RangePrep:
     # column -> (pd.factorize codes of the whole frame, its uniques), so a partition refactorizes integers
     # (_gpu_codes) instead of hashing its node, region, job and GPU names anew
     gpu_codes: dict = field(default_factory=dict, repr=False)
+    # the range's GPU rows' timestamps (int64 ns; None: no GPU rows given) and what is derived from the whole range
+    # once, not per partition (_range_presence, _range_fault_ends)
+    gpu_ts: np.ndarray | None = field(default=None, repr=False)
+    derived: dict = field(default_factory=dict, repr=False)
 
     def jobs_between(self, lo: pd.Timestamp, hi: pd.Timestamp) -> dict:
         """The jobs submitted in [lo, hi), a job that left the queue at hi or later still waiting (the table
@@ -291,7 +295,8 @@ def prepare_range(jobs: pd.DataFrame, meta: pd.DataFrame, *, job_lookback: pd.Ti
             gpu_codes[col] = (codes.astype(np.int64), np.asarray(uniques, dtype=object))
     return RangePrep(job_lookback=pd.Timedelta(job_lookback), jobs=arrays, meta_first=meta_first,
                      meta=meta if meta is not None else pd.DataFrame(columns=["job_id"]), windows=cut, loss=loss,
-                     placed=placed, gpu_codes=gpu_codes)
+                     placed=placed, gpu_codes=gpu_codes,
+                     gpu_ts=_ns(gpu["ts"]) if gpu is not None and len(gpu) else None)
 
 
 def _placement_arrays(sched: pd.DataFrame, node_region: dict | None) -> tuple[tuple, np.ndarray]:
@@ -495,30 +500,59 @@ def _ts_slice(frame: pd.DataFrame, lo: pd.Timestamp, hi: pd.Timestamp, memo: dic
 
 def _failed_on_fault(ctx: PartitionContext) -> dict[str, list[str]]:
     """node -> reasons of jobs placed on it that ended in the partition killed by their GPU or node."""
+    prep = ctx.prepared
+    if prep is not None and "sched" in prep.windows:  # the range's fault ends, judged once: this partition's
+        ts, nodes, why = _range_fault_ends(prep)
+        rows = np.flatnonzero((ts >= ctx.start.value) & (ts < ctx.end.value)) if len(ts) else ()
+        out: dict[str, list[str]] = {}
+        for i in rows:
+            for n in nodes[i]:
+                out.setdefault(n, []).append(why[i])
+        return out
     s = ctx.sched
     if s is None or s.empty:
         return {}
     # the partition's rows first (a cheap comparison of timestamps), then the string tests on those few
     s = _ts_slice(s, ctx.start, ctx.end, ctx.memo)
-    if s.empty:
-        return {}
-    # (a few hundred rows a partition: plain Python and re on each beat pandas' per-call overhead; the ended
-    # jobs' values taken as arrays, not a filtered copy of every column)
+    ts, nodes, why = _fault_ends(s)
+    out = {}
+    for i in range(len(ts)):
+        for n in nodes[i]:
+            out.setdefault(n, []).append(why[i])
+    return out
+
+
+def _fault_ends(s: pd.DataFrame) -> tuple[np.ndarray, list, list]:
+    """The scheduler events of ``s`` (in its order) that end a job killed by its GPU or node: their times (int64 ns),
+    the nodes each names and the reason (the scheduler's text, else "node_fail")."""
+    if s is None or s.empty:
+        return np.zeros(0, dtype=np.int64), [], []
+    # (plain Python and re on the ended jobs' values taken as arrays, not a filtered copy of every column)
     ended = np.flatnonzero(s["event"].eq("ended").to_numpy(dtype=bool, na_value=False))
     if not len(ended):
-        return {}
-    out: dict[str, list[str]] = {}
-    for nodes, reason, exit_state in zip(*(s[c].to_numpy(dtype=object)[ended] for c in ("node_ids", "reason", "exit_state"))):
+        return np.zeros(0, dtype=np.int64), [], []
+    hit, nodes_of, why_of = [], [], []
+    for k, nodes, reason, exit_state in zip(ended, *(s[c].to_numpy(dtype=object)[ended]
+                                                      for c in ("node_ids", "reason", "exit_state"))):
         if pd.isna(nodes):
             continue
         why = "" if pd.isna(reason) else str(reason)
         dead = exit_state is not pd.NA and exit_state == "node_fail"
-        nodes = str(nodes)
         code = _XID_RE.search(why)
         if dead or _FAULT_RE.search(why) or (code is not None and int(code.group(1)) in _XID_FAULTS):
-            for n in nodes.split(","):
-                out.setdefault(n, []).append(why or "node_fail")
-    return out
+            hit.append(k)
+            nodes_of.append(str(nodes).split(","))
+            why_of.append(why or "node_fail")
+    return _ns(s["ts"].iloc[hit]) if hit else np.zeros(0, dtype=np.int64), nodes_of, why_of
+
+
+def _range_fault_ends(prep: "RangePrep") -> tuple[np.ndarray, list, list]:
+    """:func:`_fault_ends` of the range's scheduler events (``prep.windows["sched"]``), once per range: a partition
+    takes those of its own five minutes (a few hundred ended jobs a day, nearly all of them clean; judged per
+    partition, the ended rows were found and tested again for each of the day's 288)."""
+    if "fault_ends" not in prep.derived:
+        prep.derived["fault_ends"] = _fault_ends(prep.windows["sched"][0])
+    return prep.derived["fault_ends"]
 
 
 def _short_gpus(ctx: PartitionContext, expected: pd.Series) -> np.ndarray:
@@ -531,6 +565,19 @@ def _short_gpus(ctx: PartitionContext, expected: pd.Series) -> np.ndarray:
         per_min = per_min.reindex(index=expected.index, columns=minutes, fill_value=0)
         return per_min.rsub(expected, axis=0).clip(lower=0).to_numpy(dtype=float)
     seen = np.zeros((len(expected), len(minutes)))
+    prep = ctx.prepared
+    if len(gpu) and prep is not None and isinstance(ctx.gpu_rows, slice) and prep.gpu_ts is not None \
+            and {"node_id", "gpu_uuid"} <= set(prep.gpu_codes):
+        # the range's (minute, node) cells and their distinct GPUs, counted once: this partition's five minutes
+        minute, node, count = _range_presence(prep)
+        first = (ctx.start.value - prep.derived["presence_t0"]) // _MINUTE_NS
+        i, k = np.searchsorted(minute, [first, first + len(minutes)])
+        row = _per_inventory(ctx, "presence_rows", lambda inv: np.append(
+            pd.Index(expected.index).get_indexer(prep.gpu_codes["node_id"][1]), -1))[node[i:k]]
+        ok = row >= 0
+        cell = row[ok] * len(minutes) + (minute[i:k][ok] - first)
+        seen = np.bincount(cell, weights=count[i:k][ok], minlength=seen.size).reshape(seen.shape)
+        return np.clip(expected.to_numpy(dtype=float)[:, None] - seen, 0, None)
     if len(gpu):
         node_code, node_uni = _gpu_codes(ctx, "node_id")
         node = np.append(pd.Index(expected.index).get_indexer(node_uni), -1)[node_code]
@@ -541,6 +588,30 @@ def _short_gpus(ctx: PartitionContext, expected: pd.Series) -> np.ndarray:
         pairs = pd.unique(cell * max(len(uniques), 1) + uuid[ok])  # one per distinct GPU and cell (hashed)
         seen = np.bincount(pairs // max(len(uniques), 1), minlength=seen.size).reshape(seen.shape).astype(float)
     return np.clip(expected.to_numpy(dtype=float)[:, None] - seen, 0, None)
+
+
+_MINUTE_NS = pd.Timedelta(minutes=1).value
+
+
+def _range_presence(prep: "RangePrep") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The range's GPU rows as (minute, node) cells, once per range: each cell's minute (counted from
+    ``prep.derived["presence_t0"]``), node (its ``prep.gpu_codes`` code) and number of distinct GPUs that reported
+    in it, sorted by minute; rows off the minute grid or without node or GPU count nowhere (as _gpu_minute and
+    _short_gpus read a partition's rows). A partition's cells are one slice of them."""
+    if "presence" not in prep.derived:
+        ts = prep.gpu_ts
+        node, uuid = prep.gpu_codes["node_id"][0], prep.gpu_codes["gpu_uuid"][0]
+        ok = (ts != _NAT) & (node >= 0) & (uuid >= 0)
+        t0 = int(ts[ok].min()) // _MINUTE_NS * _MINUTE_NS if ok.any() else 0
+        ok &= (ts - t0) % _MINUTE_NS == 0
+        minute = (ts[ok] - t0) // _MINUTE_NS
+        n_nodes, n_gpus = int(node.max()) + 1, int(uuid.max()) + 1
+        cell = minute * n_nodes + node[ok]
+        pairs = unique_ints(cell * n_gpus + uuid[ok])  # one per distinct GPU and cell
+        cells, count = unique_ints(pairs // n_gpus, return_counts=True)
+        prep.derived["presence_t0"] = t0
+        prep.derived["presence"] = (cells // n_nodes, cells % n_nodes, count.astype(float))
+    return prep.derived["presence"]
 
 
 def _per_inventory(ctx: PartitionContext, name: str, derive):
