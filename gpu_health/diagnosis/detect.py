@@ -569,14 +569,14 @@ def _short_gpus(ctx: PartitionContext, expected: pd.Series) -> np.ndarray:
     if len(gpu) and prep is not None and isinstance(ctx.gpu_rows, slice) and prep.gpu_ts is not None \
             and {"node_id", "gpu_uuid"} <= set(prep.gpu_codes):
         # the range's (minute, node) cells and their distinct GPUs, counted once: this partition's five minutes
-        minute, node, count = _range_presence(prep)
+        cells = _range_presence(prep)
         first = (ctx.start.value - prep.derived["presence_t0"]) // _MINUTE_NS
-        i, k = np.searchsorted(minute, [first, first + len(minutes)])
-        row = _per_inventory(ctx, "presence_rows", lambda inv: np.append(
-            pd.Index(expected.index).get_indexer(prep.gpu_codes["node_id"][1]), -1))[node[i:k]]
-        ok = row >= 0
-        cell = row[ok] * len(minutes) + (minute[i:k][ok] - first)
-        seen = np.bincount(cell, weights=count[i:k][ok], minlength=seen.size).reshape(seen.shape)
+        lo, hi = min(max(first, 0), len(cells)), min(max(first + len(minutes), 0), len(cells))
+        row = _per_inventory(ctx, "presence_rows", lambda inv: pd.Index(expected.index).get_indexer(
+            prep.gpu_codes["node_id"][1]))  # each range node's row of ``expected`` (-1: not in the inventory)
+        on = row >= 0
+        if hi > lo:
+            seen[row[on], lo - first:hi - first] = cells[lo:hi, on].T
         return np.clip(expected.to_numpy(dtype=float)[:, None] - seen, 0, None)
     if len(gpu):
         node_code, node_uni = _gpu_codes(ctx, "node_id")
@@ -593,11 +593,13 @@ def _short_gpus(ctx: PartitionContext, expected: pd.Series) -> np.ndarray:
 _MINUTE_NS = pd.Timedelta(minutes=1).value
 
 
-def _range_presence(prep: "RangePrep") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The range's GPU rows as (minute, node) cells, once per range: each cell's minute (counted from
-    ``prep.derived["presence_t0"]``), node (its ``prep.gpu_codes`` code) and number of distinct GPUs that reported
-    in it, sorted by minute; rows off the minute grid or without node or GPU count nowhere (as _gpu_minute and
-    _short_gpus read a partition's rows). A partition's cells are one slice of them."""
+def _range_presence(prep: "RangePrep") -> np.ndarray:
+    """The number of distinct GPUs that reported in each (minute, node) cell of the range, counted once per range:
+    a (minutes x nodes) array, minutes counted from ``prep.derived["presence_t0"]``, nodes by their ``prep.gpu_codes``
+    code; rows off the minute grid or without node or GPU count nowhere (as _gpu_minute and _short_gpus read a
+    partition's rows). A partition's cells are five rows of it. (The distinct (cell, GPU) pairs by one sort of
+    their packed keys: a day's 1.7 million are nearly all distinct, which numpy's sort handles ~5x faster than a
+    hash table, 0.03 s against 0.16.)"""
     if "presence" not in prep.derived:
         ts = prep.gpu_ts
         node, uuid = prep.gpu_codes["node_id"][0], prep.gpu_codes["gpu_uuid"][0]
@@ -606,11 +608,11 @@ def _range_presence(prep: "RangePrep") -> tuple[np.ndarray, np.ndarray, np.ndarr
         ok &= (ts - t0) % _MINUTE_NS == 0
         minute = (ts[ok] - t0) // _MINUTE_NS
         n_nodes, n_gpus = int(node.max()) + 1, int(uuid.max()) + 1
-        cell = minute * n_nodes + node[ok]
-        pairs = unique_ints(cell * n_gpus + uuid[ok])  # one per distinct GPU and cell
-        cells, count = unique_ints(pairs // n_gpus, return_counts=True)
+        n_minutes = int(minute.max()) + 1 if len(minute) else 0
+        pairs = np.sort((minute * n_nodes + node[ok]) * n_gpus + uuid[ok])
+        pairs = pairs[np.r_[True, pairs[1:] != pairs[:-1]]] if len(pairs) else pairs  # one per distinct GPU and cell
         prep.derived["presence_t0"] = t0
-        prep.derived["presence"] = (cells // n_nodes, cells % n_nodes, count.astype(float))
+        prep.derived["presence"] = np.bincount(pairs // n_gpus, minlength=n_minutes * n_nodes).reshape(n_minutes, n_nodes)
     return prep.derived["presence"]
 
 
