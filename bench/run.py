@@ -1,12 +1,15 @@
-"""Benchmarks of the pipeline core (issue #14): one JSON line per measurement (name, gpus, seconds, peak_mib, ...).
+"""Benchmarks of the pipeline core (issue #14): one JSON line per measurement (name, gpus, seconds, peak_mib,
+cpu_seconds, ...).
 
     python bench/run.py                          # week_bulk, store_size, live_partition at 1,200 GPUs
     python bench/run.py --dagster                # also week_dagster (the same week through Dagster runs)
     python bench/run.py --only live_partition --gpus 100000
     python bench/run.py --only suite --workers 2 # gpu-health evaluate on the full suite (both profiles)
 
-Measurements (each in a fresh Python process, so its peak memory -- max RSS -- is its own; the landing zone is
-written first by ``gpu-health simulate``, untimed, reported as ``simulate_seconds``):
+Measurements (each in a fresh Python process, so its peak memory -- max RSS of the process or of the largest
+process it waited for -- is its own, and so is its CPU: ``cpu_seconds``, user and system, of it and the processes
+it waited for; the landing zone is written first by ``gpu-health simulate``, untimed, reported as
+``simulate_seconds``):
 
 * ``week_bulk``: a simulated week (2,016 partitions) from the landing zone to alerts and finance through the bulk
   path (``gpu-health run --direct``). Target: <= 2 min, <= 4 GB on 2 cores.
@@ -34,6 +37,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 WEEK = ("2026-11-02T00:00:00Z", "2026-11-09T00:00:00Z")
 LIVE = "2026-11-03T14:00:00Z"  # a Tuesday afternoon partition
+
+
+def _cpu_seconds() -> dict:
+    """User and system CPU seconds of the measurement's process and of the processes it waited for (the pipeline's
+    stages, the suite's workers), its start-up included: on a shared machine whose speed varies, the work a change
+    saves shows in CPU more steadily than in wall time."""
+    own, waited = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"user": round(own.ru_utime + waited.ru_utime, 1), "sys": round(own.ru_stime + waited.ru_stime, 1)}
 
 
 def _peak_mib() -> float:
@@ -156,6 +167,7 @@ def child(args) -> dict:
     else:
         raise SystemExit(f"unknown measurement {args.only}")
     out["peak_mib"] = _peak_mib()
+    out["cpu_seconds"] = _cpu_seconds()
     return out
 
 

@@ -56,7 +56,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import fisher_exact
 
-from gpu_health.codes import factorize, refactorize, unique_ints
+from gpu_health.codes import factorize, refactorize
 from gpu_health.constants import MAD_TO_SIGMA
 from gpu_health.diagnosis.cohort import REGRESSION, judge_cohorts
 from gpu_health.metrics.device import BUSY_UTIL_PCT, device_idle, low_power, reference_power
