@@ -7,8 +7,9 @@ the top of its heap above its trim threshold; every such page is faulted in and 
 next use. In the pipelined bulk week that was 37 s of system time out of 259 s of CPU on 2 cores.
 
 :func:`keep_freed_memory` raises both thresholds, so that freed arrays stay in the heap and are reused: the bulk week
-on 2 cores (``bench/run.py --only week_bulk``, the same machine back to back) 145.7 -> 139.9 s, system time 37.1
--> 25.6 s, the largest process's peak 2.85 -> 3.07 GB (freed memory up to the trim threshold stays the process's).
+on 2 cores (``bench/run.py --only week_bulk``, two runs ten minutes apart, the settings given by environment) 145.7
+-> 139.9 s, system time 37.1 -> 25.6 s, the largest process's peak 2.85 -> 3.07 GB (freed memory up to the trim
+threshold stays the process's).
 Only for processes that run range steps (the bulk path, its stage processes, the Dagster path's stage processes):
 not for a long-lived server.
 """
