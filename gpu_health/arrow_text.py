@@ -28,10 +28,15 @@ def text_values(column: pa.ChunkedArray) -> tuple[pd.arrays.StringArray, np.ndar
     codes = encoded.indices.fill_null(len(distinct) - 1).to_numpy(zero_copy_only=False)
     values = distinct.take(codes)
     text = (pd.arrays.StringArray(values) if not lib.is_string_array(distinct[:-1], skipna=False)
-            # every value is a str or pd.NA, what StringArray's constructor checks one by one: wrap without it
-            else _TEXT_PROTOTYPE._from_backing_data(values))
+            else wrap_strings(values))
     each_once = len(set(distinct[:-1])) == len(distinct) - 1
     return text, distinct[:-1], ((codes, len(distinct) - 1) if each_once else None)
 
 
 _TEXT_PROTOTYPE = pd.arrays.StringArray(np.array([""], dtype=object))
+
+
+def wrap_strings(values: np.ndarray) -> pd.arrays.StringArray:
+    """An object array whose every element is a ``str`` or ``pd.NA`` (the caller knows it) as pandas' ``string[python]``
+    array over that very array, without the constructor's check of each value one by one."""
+    return _TEXT_PROTOTYPE._from_backing_data(values)

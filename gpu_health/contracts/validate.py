@@ -470,7 +470,7 @@ def _distinct_text(s: pd.Series) -> np.ndarray:
     return pd.unique(s.dropna().astype(str))
 
 
-def _text_codes(df: pd.DataFrame, distinct: dict | None, codes: dict | None) -> tuple[dict, dict]:
+def text_codes(df: pd.DataFrame, distinct: dict | None, codes: dict | None) -> tuple[dict, dict]:
     """``distinct`` and ``codes`` (see :func:`passes_contract`) completed for every text column of ``df`` the caller
     gave none for, from one :func:`gpu_health.codes.factorize` of it: its distinct values and a code per row (-1
     missing). A frame handed over in memory (the simulator's, a test's) has no Parquet dictionary to take them from;
@@ -666,7 +666,7 @@ def validate_frame(df: pd.DataFrame, source: str, *, start=None, end=None, origi
     origin = origins if per_row else origin
     df, nulled, sentinel_rejects = _null_sentinels(df, source)
     df, type_rejects = _check_types(df, schema, source, label)
-    distinct, codes = _text_codes(df, distinct, codes)
+    distinct, codes = text_codes(df, distinct, codes)
     value_rejects = _check_values(df, schema, distinct)
     # rows already condemned stay out of pandera: their values would break its coercion
     marked = [m for m in (sentinel_rejects, type_rejects, value_rejects) if not m.empty]

@@ -501,22 +501,13 @@ def _ts_slice(frame: pd.DataFrame, lo: pd.Timestamp, hi: pd.Timestamp, memo: dic
 def _failed_on_fault(ctx: PartitionContext) -> dict[str, list[str]]:
     """node -> reasons of jobs placed on it that ended in the partition killed by their GPU or node."""
     prep = ctx.prepared
-    if prep is not None and "sched" in prep.windows:  # the range's fault ends, judged once: this partition's
+    if prep is not None and "sched" in prep.windows:  # the range's fault ends, judged once
         ts, nodes, why = _range_fault_ends(prep)
-        rows = np.flatnonzero((ts >= ctx.start.value) & (ts < ctx.end.value)) if len(ts) else ()
-        out: dict[str, list[str]] = {}
-        for i in rows:
-            for n in nodes[i]:
-                out.setdefault(n, []).append(why[i])
-        return out
-    s = ctx.sched
-    if s is None or s.empty:
-        return {}
-    # the partition's rows first (a cheap comparison of timestamps), then the string tests on those few
-    s = _ts_slice(s, ctx.start, ctx.end, ctx.memo)
-    ts, nodes, why = _fault_ends(s)
-    out = {}
-    for i in range(len(ts)):
+    else:  # the partition's rows first (a cheap comparison of timestamps), then the string tests on those few
+        s = ctx.sched
+        ts, nodes, why = _fault_ends(_ts_slice(s, ctx.start, ctx.end, ctx.memo) if s is not None and len(s) else s)
+    out: dict[str, list[str]] = {}
+    for i in np.flatnonzero((ts >= ctx.start.value) & (ts < ctx.end.value)):  # this partition's
         for n in nodes[i]:
             out.setdefault(n, []).append(why[i])
     return out
@@ -569,16 +560,15 @@ def _short_gpus(ctx: PartitionContext, expected: pd.Series) -> np.ndarray:
     if len(gpu) and prep is not None and isinstance(ctx.gpu_rows, slice) and prep.gpu_ts is not None \
             and {"node_id", "gpu_uuid"} <= set(prep.gpu_codes):
         # the range's (minute, node) cells and their distinct GPUs, counted once: this partition's five minutes
-        cells = _range_presence(prep)
-        first = (ctx.start.value - prep.derived["presence_t0"]) // _MINUTE_NS
+        t0, cells = _range_presence(prep)
+        first = (ctx.start.value - t0) // _MINUTE_NS
         lo, hi = min(max(first, 0), len(cells)), min(max(first + len(minutes), 0), len(cells))
         row = _per_inventory(ctx, "presence_rows", lambda inv: pd.Index(expected.index).get_indexer(
             prep.gpu_codes["node_id"][1]))  # each range node's row of ``expected`` (-1: not in the inventory)
         on = row >= 0
         if hi > lo:
             seen[row[on], lo - first:hi - first] = cells[lo:hi, on].T
-        return np.clip(expected.to_numpy(dtype=float)[:, None] - seen, 0, None)
-    if len(gpu):
+    elif len(gpu):
         node_code, node_uni = _gpu_codes(ctx, "node_id")
         node = np.append(pd.Index(expected.index).get_indexer(node_uni), -1)[node_code]
         minute = _gpu_minute(ctx)
@@ -593,9 +583,9 @@ def _short_gpus(ctx: PartitionContext, expected: pd.Series) -> np.ndarray:
 _MINUTE_NS = pd.Timedelta(minutes=1).value
 
 
-def _range_presence(prep: "RangePrep") -> np.ndarray:
+def _range_presence(prep: "RangePrep") -> tuple[int, np.ndarray]:
     """The number of distinct GPUs that reported in each (minute, node) cell of the range, counted once per range:
-    a (minutes x nodes) array, minutes counted from ``prep.derived["presence_t0"]``, nodes by their ``prep.gpu_codes``
+    ``(t0, cells)``, a (minutes x nodes) array, minutes counted from ``t0`` (ns), nodes by their ``prep.gpu_codes``
     code; rows off the minute grid or without node or GPU count nowhere (as _gpu_minute and _short_gpus read a
     partition's rows). A partition's cells are five rows of it. (The distinct (cell, GPU) pairs by one sort of
     their packed keys: a day's 1.7 million are nearly all distinct, which numpy's sort handles ~5x faster than a
@@ -611,8 +601,8 @@ def _range_presence(prep: "RangePrep") -> np.ndarray:
         n_minutes = int(minute.max()) + 1 if len(minute) else 0
         pairs = np.sort((minute * n_nodes + node[ok]) * n_gpus + uuid[ok])
         pairs = pairs[np.r_[True, pairs[1:] != pairs[:-1]]] if len(pairs) else pairs  # one per distinct GPU and cell
-        prep.derived["presence_t0"] = t0
-        prep.derived["presence"] = np.bincount(pairs // n_gpus, minlength=n_minutes * n_nodes).reshape(n_minutes, n_nodes)
+        prep.derived["presence"] = (t0, np.bincount(pairs // n_gpus, minlength=n_minutes * n_nodes)
+                                    .reshape(n_minutes, n_nodes))
     return prep.derived["presence"]
 
 

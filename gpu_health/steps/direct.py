@@ -27,6 +27,7 @@ from gpu_health.steps.pipeline import run_stages, stage_loop
 from gpu_health.steps.registry import steps_of
 
 DAY = pd.Timedelta(days=1)
+_EVER = pd.Timestamp.max.tz_localize("UTC")  # finance(_EVER): every pending day, however late it settles
 
 
 def _findings(step, result, summary: dict, start, end) -> None:
@@ -267,7 +268,7 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
             # the finance days settle once the stages writing what they read are done: here while the later
             # stages work (the last day's diagnosis, alone on its core, beside the last days' finance)
             if k == feeds:
-                finance(chunks[i][1] if i < len(chunks) - 1 else pd.Timestamp.max.tz_localize("UTC"))
+                finance(chunks[i][1] if i < len(chunks) - 1 else _EVER)
 
         run_stages(_stage_days, [args] * len(cut), chunks, summary, seconds, on_chunk, on_stage)
     else:
@@ -275,6 +276,6 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
             for step in wanted(steps_of(FIVE_MINUTE)):
                 run(step, c_start, c_end)
             on_chunk(i)
-    finance(pd.Timestamp.max.tz_localize("UTC"))  # the days whose settling time the range does not reach
+    finance(_EVER)  # the days whose settling time the range does not reach
     summary["step_seconds"] = {k: round(v, 1) for k, v in sorted(seconds.items(), key=lambda kv: -kv[1])}
     return summary
