@@ -475,17 +475,62 @@ def test_a_queue_maps_to_the_region_of_at_least_95_percent_of_its_placements():
     assert G._queue_regions_of(pd.Series(["q1"]), pd.Series(["zz"]), node_region) == {}
 
 
-def test_sched_history_lookup_of_some_jobs_is_the_whole_lookup_reindexed():
+def test_a_rows_job_is_known_as_its_partitions_own_run_knows_it():
+    """Queue and metadata of a job as a partition's live run reads them: events and metadata of the look-back
+    before the partition's start or in it; never later ones (which a day's run also holds), never older ones."""
     t0 = pd.Timestamp("2026-11-03T10:00:00Z")
-    sched = pd.DataFrame({
-        "ts": [t0, t0 + pd.Timedelta(minutes=1), t0 + pd.Timedelta(minutes=30)],
-        "job_id": ["a", "a", "b"], "event": ["submitted", "started", "submitted"], "queue": ["qa", "qa", "qb"],
-        "gpus": [8, 8, 16], "node_ids": [None, "n1", None], "exit_state": [None, None, None], "reason": [None] * 3,
-    })
-    meta = pd.DataFrame({"job_id": ["a", "c"], "team": ["t1", "t2"], "workload_class": ["batch", "batch"],
-                         "model_type": ["llm", "cv"], "framework_version": ["1", "2"]})
-    history = G._SchedHistory(meta, sched)
-    jobs = pd.Index(["b", "zz", "a"])
-    for end in (t0 + pd.Timedelta(minutes=10), t0 + pd.Timedelta(hours=1)):  # b's submission late, then not
-        pd.testing.assert_frame_equal(history.job_lookup(end, jobs), history.job_lookup(end).reindex(jobs))
-    assert history.job_lookup(t0 + pd.Timedelta(minutes=10), jobs).loc["b", "queue"] == "unknown"
+    minute = pd.Timedelta(minutes=1)
+    look = G.JOB_ATTRIBUTE_LOOKBACK
+    events = pd.DataFrame({
+        "ts": [t0 + 7 * minute, t0 + 8 * minute, t0 - look - 10 * minute, t0 + 2 * minute],
+        "job_id": ["b", "b", "old", "old"], "event": ["submitted", "started", "submitted", "started"],
+        "queue": ["qb", "qb2", "q_first", "q_later"]})
+    meta = pd.DataFrame({"job_id": ["b", "old"], "submitted_at": [t0 + 7 * minute, t0 - look - 10 * minute],
+                         "team": ["tb", "to"], "workload_class": ["batch", "batch"], "model_type": ["m", "m"],
+                         "framework_version": ["1", "1"]})
+    job_uni = pd.Index(["b", "old"], dtype=object)
+    lookup = G.job_lookup(meta, None).reindex(job_uni)
+    # rows: b in the 10:00 partition (before its events) and in 10:05; 'old' in 10:00
+    t_idx, jj, has_job = np.array([1, 6, 1]), np.array([0, 0, 1]), np.ones(3, bool)
+    row_attr, attr_uni, meta_known = G._row_attributes(t0, t_idx, jj, has_job, job_uni, lookup, meta, events)
+    cols = ["team", "workload_class", "model_type", "framework_version", "queue"]
+    named = [dict(zip(cols, attr_uni[c - 1])) for c in row_attr]
+    # b: submitted at minute 7 -- unknown to the 10:00 partition, known (its first event's queue) to 10:05
+    assert named[0]["queue"] == "unknown" and named[0]["team"] == "unknown" and not meta_known[0]
+    assert named[1]["queue"] == "qb" and named[1]["team"] == "tb" and meta_known[1]
+    # old: submitted before the look-back: its metadata unknown, its queue that of its first event in the span
+    assert named[2]["team"] == "unknown" and not meta_known[2]
+    assert named[2]["queue"] == "q_later"
+    # without the events after the 10:05 partition (its live run's read): the same answer
+    seen = events[events["ts"] < t0 + 10 * minute]
+    again_attr, again_uni, _ = G._row_attributes(t0, t_idx, jj, has_job, job_uni, lookup, meta, seen)
+    assert [attr_uni[c - 1] for c in row_attr] == [again_uni[c - 1] for c in again_attr]
+
+
+def test_a_job_reports_in_a_partition_when_it_wrote_a_row_in_the_hour_before_the_partition_ends():
+    """A busy minute without a runtime row is a reporting job's (productive) only when the job wrote a row in
+    REPORTING_MEMORY before the partition's end: never because it reports later in a longer window."""
+    t0 = pd.Timestamp("2026-11-03T10:00:00Z")
+    minute = pd.Timedelta(minutes=1)
+    job_uni = pd.Index(["a", "b", "c"], dtype=object)
+    runtime = pd.DataFrame({"ts": [t0 + 3 * minute, t0 + 12 * minute], "job_id": ["a", "b"]})
+    history = pd.DataFrame({"ts": [t0 - G.REPORTING_MEMORY - minute, t0 - 2 * minute], "job_id": ["c", "c"]})
+    # a at minutes 0 and 6: reports from its first partition on (its row at minute 3), and in the next;
+    # b at minute 2: its first row is in a later partition; c at 1: a row 2 minutes before the window
+    t_idx, jj = np.array([0, 6, 2, 1]), np.array([0, 0, 1, 2])
+    got = G._reports_at_partition_end(t0, t_idx, jj, np.ones(4, bool), runtime, history, job_uni, 15)
+    assert got.tolist() == [True, True, False, True]
+    # c's row of 2 minutes before gone: its older row is out of the memory at the 10:00 partition's end
+    got = G._reports_at_partition_end(t0, t_idx, jj, np.ones(4, bool), runtime, history.iloc[:1], job_uni, 15)
+    assert got.tolist() == [True, True, False, False]
+
+
+def test_a_job_waiting_longer_than_a_partitions_look_back_is_no_demand_of_it():
+    """A partition's own run reads the scheduler events of SCHED_LOOKBACK before its start: a job submitted
+    earlier and still waiting is not in them, so it is no demand of that partition in any run, however long."""
+    t0 = pd.Timestamp("2026-11-03T10:00:00Z")
+    sub = t0 - G.SCHED_LOOKBACK + pd.Timedelta(minutes=2)  # seen by the 10:00 run, not by the 10:05 one
+    sched = pd.DataFrame({"ts": [sub, t0 - pd.Timedelta(hours=1)], "job_id": ["old", "new"],
+                          "event": ["submitted", "submitted"], "gpus": [8, 2], "queue": ["q", "q"]})
+    pending = G.pending_gpus(sched, pd.date_range(t0, periods=10, freq="1min"))[None]
+    assert pending.tolist() == [10.0] * 5 + [2.0] * 5

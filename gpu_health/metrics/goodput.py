@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_health.codes import factorize, unique_ints
-from gpu_health.constants import FATAL_XIDS as XID_GPU_FAULT, KERNEL_ACTIVE_SM, KERNEL_ACTIVE_UTIL_PCT, MINUTE
+from gpu_health.constants import FATAL_XIDS as XID_GPU_FAULT, KERNEL_ACTIVE_SM, KERNEL_ACTIVE_UTIL_PCT, MINUTE, PARTITION
 
 STATES = [
     "no_data", "maintenance", "hw_unavailable", "idle_blocked", "idle_no_demand", "allocated_idle",
@@ -73,6 +73,19 @@ NO_DATA_COVERAGE = 0.5
 # a failed job's lost work is read from its runtime rows of this span before the failure (the
 # caller passes them as ``runtime_history``), so a range and its partitions agree
 FAILURE_LOOKBACK = pd.Timedelta(hours=1)
+# A job is instrumented ("reports") in a partition when it wrote a job_runtime_metrics row in this span before the
+# partition's end: its busy minutes without a row are then start-up, a checkpoint or a collector gap of a training
+# loop known to report (productive), not unmeasured work. The span is what the live 5-minute run sees of a job's
+# rows (the FAILURE_LOOKBACK it reads before its partition): a day's run must not know that a job will report
+# later in its day when the live run could not (a definition of the pipeline, not of any cluster's reporting
+# rate: a loop writing less than once an hour counts as uninstrumented between its rows).
+REPORTING_MEMORY = FAILURE_LOOKBACK
+# the scheduler events a partition's run reads before its start (the backlog it knows of)
+SCHED_LOOKBACK = pd.Timedelta(hours=6)
+# A job's attributes (its job_metadata row, the queue of its first submitted / started event) are known to a
+# partition when they were written in this span before the partition's start, or in the partition: what its live
+# run reads (the steps read job metadata and placement events this far back), whatever range it is computed in.
+JOB_ATTRIBUTE_LOOKBACK = pd.Timedelta(days=4)
 
 
 def _minutes(start, end) -> pd.DatetimeIndex:
@@ -152,7 +165,9 @@ def queue_table(sched: pd.DataFrame) -> pd.DataFrame:
 
 
 def pending_gpus(sched: pd.DataFrame, minutes: pd.DatetimeIndex, groups: pd.Series | None = None) -> dict:
-    """GPUs requested by jobs submitted but not yet started, at each minute's middle.
+    """GPUs requested by jobs submitted but not yet started, at each minute's middle, as the minute's partition's
+    own run sees them: a job submitted more than :data:`SCHED_LOOKBACK` before the partition's start is not
+    among its events, so it no longer counts (whatever a longer run read).
 
     Returns ``{group: array over minutes}``; ``groups`` maps job_id -> group (e.g. its
     queue's region); jobs without a group are under ``None``.
@@ -170,6 +185,9 @@ def _pending_sweep(jobs: pd.DataFrame, minutes: pd.DatetimeIndex, groups: pd.Ser
     for group, grp in jobs.groupby("group", dropna=False):
         s = grp["sub"].values
         left = grp["left"].fillna(pd.Timestamp.max.tz_localize("UTC")).values
+        # the first partition whose own run no longer reads the submission (its events start SCHED_LOOKBACK back)
+        unseen = (pd.DatetimeIndex(s) + SCHED_LOOKBACK).floor(PARTITION) + PARTITION
+        left = np.minimum(left, unseen.values)
         g = grp["gpus"].to_numpy(dtype=float)
         # sweep: +gpus at submit, -gpus when it starts (or ends without starting)
         times = np.concatenate([s, left])
@@ -280,6 +298,97 @@ def job_lookup(meta: pd.DataFrame, sched: pd.DataFrame) -> pd.DataFrame:
     return out.astype(object).where(out.notna(), "unknown")
 
 
+def _job_ns(values: pd.Series | None, job_uni: pd.Index) -> np.ndarray:
+    """``values`` (job_id -> timestamp) per job of ``job_uni`` as ns since the epoch; never: int64's maximum."""
+    never = np.full(len(job_uni), np.iinfo(np.int64).max, dtype=np.int64)
+    if values is None or not len(values) or not len(job_uni):
+        return never
+    at = pd.Index(np.asarray(values.index, dtype=object)).get_indexer(pd.Index(np.asarray(job_uni, dtype=object)))
+    ns = pd.DatetimeIndex(values).as_unit("ns").asi8
+    return np.where(at >= 0, ns[np.clip(at, 0, None)], never)
+
+
+def _row_attributes(start, t_idx, jj, has_job, job_uni, lookup, meta, queue_events):
+    """Each allocated row's job attributes as its partition's own run knows them: team, workload_class,
+    model_type and framework_version when the job's metadata row was submitted in the
+    :data:`JOB_ATTRIBUTE_LOOKBACK` before the partition's start or in it, the queue of the job's first submitted /
+    started event in that span; 'unknown' otherwise. A day's run reads the events of the whole day and more; it
+    must not name a queue the partition's live run could not.
+
+    Returns (row attribute codes + 1, 0 for a row without a job; the attribute tuples; metadata known per row).
+    """
+    n = len(t_idx)
+    if not n or not len(job_uni):
+        return np.zeros(n, np.int64), [], np.zeros(n, bool)
+    minute = MINUTE.value
+    p_start = pd.Timestamp(start).as_unit("ns").value + (t_idx // 5) * 5 * minute
+    p_end, lo = p_start + 5 * minute, p_start - JOB_ATTRIBUTE_LOOKBACK.value
+    submitted = None
+    if meta is not None and len(meta):
+        first = meta.drop_duplicates("job_id")  # the row job_lookup reads
+        submitted = pd.Series(pd.to_datetime(first["submitted_at"], utc=True).to_numpy(),
+                              index=np.asarray(first["job_id"], dtype=object))
+    meta_ns = _job_ns(submitted, job_uni)[jj]
+    meta_known = has_job & (meta_ns >= lo) & (meta_ns < p_end)
+
+    queue_code, queue_uni = np.full(n, -1, dtype=np.int64), np.zeros(0, dtype=object)
+    if queue_events is not None and len(queue_events):
+        ev = queue_events[queue_events["event"].isin(["submitted", "started"]).to_numpy()]
+        ej = _codes(ev["job_id"], job_uni)
+        ets = ev["ts"].to_numpy(dtype="datetime64[ns]").view("int64")
+        keep = ej >= 0
+        ej, ets = ej[keep], ets[keep]
+        eq, queue_uni = factorize(np.asarray(ev["queue"], dtype=object)[keep])
+        order = np.lexsort((ets, ej))  # by job, then time (stable: the first of equal times first)
+        base = int(lo.min()) // 10**9 - 1  # seconds since ``base`` (the bounds are whole seconds: floor is exact)
+        width = int(p_end.max()) // 10**9 - base + 1
+        sec = np.floor_divide(ets[order], 10**9) - base
+        inside = (sec >= 0) & (sec < width)
+        keys = ej[order][inside] * width + sec[inside]
+        eq = eq[order][inside]
+        at = np.searchsorted(keys, jj * width + (lo // 10**9 - base), side="left")  # first event from ``lo`` on
+        hit = keys[np.clip(at, 0, max(len(keys) - 1, 0))] if len(keys) else np.zeros(n, np.int64)
+        found = has_job & (at < len(keys)) & (hit // width == jj) & (hit % width < (p_end // 10**9 - base))
+        if len(keys):
+            queue_code = np.where(found, eq[np.clip(at, 0, len(keys) - 1)], -1)
+
+    # the distinct (job, metadata known, queue) of the rows, each named once
+    Q = len(queue_uni) + 1
+    combo = (jj.astype(np.int64) * 2 + meta_known) * Q + (queue_code + 1)
+    uniq, inverse = unique_ints(combo[has_job], return_inverse=True)
+    cj, known, cq = uniq // (2 * Q), (uniq // Q) % 2 == 1, uniq % Q - 1
+    meta_cols = ["team", "workload_class", "model_type", "framework_version"]
+    names = {c: np.where(known, lookup[c].to_numpy(dtype=object)[cj], "unknown") for c in meta_cols}
+    names["queue"] = np.where(cq >= 0, np.concatenate([np.asarray(queue_uni, dtype=object), ["unknown"]])[cq],
+                              "unknown")
+    codes, attr_uni = pd.factorize(pd.MultiIndex.from_frame(pd.DataFrame(names).astype(object)))
+    row_attr = np.zeros(n, np.int64)
+    row_attr[has_job] = codes[inverse.ravel()] + 1
+    return row_attr, attr_uni, meta_known
+
+
+def _reports_at_partition_end(start, t_idx, jj, has_job, runtime, runtime_history, job_uni, M) -> np.ndarray:
+    """Per row: its job wrote a job_runtime_metrics row in the :data:`REPORTING_MEMORY` before the row's
+    partition ended (the window's rows and ``runtime_history``, the rows before ``start``)."""
+    n = len(t_idx)
+    if not n or not len(job_uni):
+        return np.zeros(n, bool)
+    memory = int(REPORTING_MEMORY / MINUTE)
+    parts = [f for f in (runtime_history, runtime) if f is not None and len(f)]
+    if not parts:
+        return np.zeros(n, bool)
+    ts = np.concatenate([((f["ts"] - pd.Timestamp(start)) // MINUTE).to_numpy(np.int64) for f in parts])
+    job = np.concatenate([_codes(f["job_id"], job_uni) for f in parts])
+    ok = (job >= 0) & (ts >= -memory) & (ts < M)
+    p_end = (t_idx // 5 + 1) * 5  # minutes since start
+    width = max(M, int(p_end.max())) + memory + 1
+    keys = np.unique(job[ok] * width + (ts[ok] + memory))  # (job, minute + memory) with a row, sorted
+    at = np.searchsorted(keys, jj * width + (p_end + memory), side="left") - 1  # the job's last row before p_end
+    last = keys[np.clip(at, 0, None)] if len(keys) else np.zeros(n, np.int64)
+    found = (at >= 0) & (last // width == jj) & (last % width - memory >= p_end - memory)  # within the memory
+    return has_job & found
+
+
 def _codes(values, universe: pd.Index) -> np.ndarray:
     return universe.get_indexer(pd.Index(np.asarray(values, dtype=object)))
 
@@ -288,7 +397,8 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
                    maintenance: pd.DataFrame | None, meta: pd.DataFrame | None, sched_history: pd.DataFrame | None,
                    baseline: pd.DataFrame | None, runtime_history: pd.DataFrame | None = None,
                    hw_corroborated: pd.DataFrame | None = None,
-                   history: "_SchedHistory | None" = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+                   history: "_SchedHistory | None" = None,
+                   queue_events: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Leaves of the loss tree for ``[start, end)``.
 
     Returns ``(leaves, failures)``: leaves hold gpu_minutes per partition_start x
@@ -304,7 +414,10 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     None: every missing GPU of a reporting region is hardware (the rule before missing data was told apart).
     ``runtime_history``: job_runtime_metrics of the :data:`FAILURE_LOOKBACK` before
     ``start`` (the work jobs failing early in the window threw away); ``sched_history``
-    holds the 'started' events of jobs without training metrics.
+    holds the 'started' events of jobs without training metrics. ``queue_events``: the
+    submitted / started events (ts, job_id, queue) of the :data:`JOB_ATTRIBUTE_LOOKBACK` before
+    ``start`` to ``end``, which name a job's queue (default: those of ``sched_history``).
+    Each row's job is known as its partition's own run would know it (:func:`_row_attributes`).
 
     Implementation: every join is on integer codes (minute x node, minute x job,
     partition x signature) and the final aggregation is one ``np.unique`` over a
@@ -367,18 +480,13 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     g_job = np.full(n, -1, dtype=np.int64)
     if n and has_job.any():
         g_job[has_job] = _codes(gpu.loc[has_job, "job_id"], job_uni)
-    if history is not None:
-        lookup = history.job_lookup(end, job_uni if len(job_uni) else None)
-    else:
-        lookup = job_lookup(meta, sched_history)
+    lookup = history.lookup if history is not None else job_lookup(meta, None)
     lookup = lookup.reindex(job_uni).astype(object).fillna("unknown") if len(job_uni) else lookup.iloc[0:0]
-    attr_cols = ["team", "workload_class", "model_type", "framework_version", "queue"]
-    if len(job_uni):
-        job_attr, attr_uni = pd.factorize(pd.MultiIndex.from_frame(lookup[attr_cols].astype(object)))
-        job_interactive = (lookup["workload_class"] == "interactive").to_numpy()
-    else:
-        job_attr, attr_uni, job_interactive = np.zeros(0, np.int64), [], np.zeros(0, bool)
     jj = np.clip(g_job, 0, None)
+    if queue_events is None:
+        queue_events = sched_history
+    row_attr, attr_uni, meta_known = _row_attributes(start, t_idx, jj, has_job, job_uni, lookup, meta, queue_events)
+    job_interactive = (lookup["workload_class"] == "interactive").to_numpy() if len(job_uni) else np.zeros(0, bool)
     jk = t_idx * Nj + jj  # (minute, job) key of each row
     row_gpus = np.zeros(n, np.int64)  # GPUs the row's job holds in the row's minute
     if n and has_job.any():
@@ -388,7 +496,6 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     # runtime metrics per (minute, job) key (sorted keys; a key's last runtime row, as an assignment keeps it)
     rt_keys = np.zeros(0, np.int64)
     rt_vals: dict[str, np.ndarray] = {}
-    reports_job = np.zeros(Nj, dtype=bool)
     if len(runtime):
         rt_t = ((runtime["ts"] - start) // MINUTE).to_numpy(np.int64)
         rt_j = _codes(runtime["job_id"], job_uni)
@@ -399,7 +506,6 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
         rt_vals["steps"] = runtime["steps"].to_numpy(dtype=float)[ok][last]
         for col in ("step_time_s", "data_loader_time_s", "grad_sync_time_s", "checkpoint_time_s"):
             rt_vals[col] = runtime[col].to_numpy(dtype=float, na_value=np.nan)[ok][last]
-        reports_job[rt_j[rt_j >= 0]] = True
     at = np.clip(np.searchsorted(rt_keys, jk), 0, max(len(rt_keys) - 1, 0))
     found = has_job & (rt_keys[at] == jk) if len(rt_keys) else np.zeros(n, dtype=bool)
 
@@ -408,8 +514,8 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
 
     steps = per_row("steps")
     has_row = ~np.isnan(steps)
-    reports = has_job & reports_job[jj] if n else np.zeros(0, bool)
-    interactive = has_job & job_interactive[jj] if n and len(job_uni) else np.zeros(n, bool)
+    reports = has_job & _reports_at_partition_end(start, t_idx, jj, has_job, runtime, runtime_history, job_uni, M)
+    interactive = has_job & meta_known & job_interactive[jj] if n and len(job_uni) else np.zeros(n, bool)
 
     # failures: minutes after the last checkpoint of jobs that failed in the window
     sched_w = frames["scheduler_events"]
@@ -438,6 +544,8 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
         st, loader, sync, ckt = (per_row(c) for c in ("step_time_s", "data_loader_time_s", "grad_sync_time_s",
                                                       "checkpoint_time_s"))
         base, base_ld, base_sy = _baseline_arrays(baseline, start, t_idx, g_job, lookup, job_uni, gpu["sku"], row_gpus)
+        if (has_job & ~meta_known).any():  # the job's model type not known to the partition: no baseline
+            base, base_ld, base_sy = (np.where(has_job & ~meta_known, np.nan, b) for b in (base, base_ld, base_sy))
     progress = _progress_split(st, loader, sync, ckt, base, base_ld, base_sy)
 
     # --- every reporting GPU-minute in its state (the precedence rule: reported_state_weights) ----
@@ -454,7 +562,6 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     # --- aggregate: one packed key per (partition, node, driver, job attributes) ----------------
     NA = len(attr_uni) + 1
     ND = len(drv_uni) + 1
-    row_attr = (np.where(has_job, job_attr[jj], -1) + 1) if (n and len(job_uni)) else np.zeros(n, np.int64)
     key = ((t_idx // 5) * Nn + g_node) * ND * NA + (drv + 1) * NA + row_attr
     leaves = _aggregate(key, W, start, Nn, ND, NA, node_uni, node_region, node_sku, drv_uni, attr_uni)
     corroborated = None
@@ -644,20 +751,6 @@ class _SchedHistory:
         q = pd.Series(self.queue[row[has]], index=pd.Index(self.jobs[has], name="job_id"), dtype=object)
         return q.map(qmap)
 
-    def job_lookup(self, end, jobs: pd.Index | None = None) -> pd.DataFrame:
-        """job_lookup(meta, sched[ts < end]): a job whose first submitted / started event is at or after
-        ``end`` has no queue yet. ``jobs``: only these rows (``reindex(jobs)``: NaN for a job never seen), so
-        that a chunk copies the rows of its own jobs, not of every job of the look-back."""
-        out = self.lookup if jobs is None else self.lookup.reindex(jobs)
-        if self.first_event is None:
-            return out
-        late = self.first_event[self.first_event >= end].index
-        if not len(late):
-            return out
-        out = out.copy()
-        out.loc[out.index.isin(late), "queue"] = "unknown"
-        return out
-
     def queue_regions(self, end, node_region: dict) -> dict:
         """queue_regions(sched[ts < end], node_region)."""
         if self.first_event is None:
@@ -679,16 +772,17 @@ def _rows_between(frame: pd.DataFrame, start, end) -> pd.DataFrame:
 
 def compute_states_range(frames: dict, chunks, *, capacity: pd.DataFrame | None, maintenance: pd.DataFrame | None,
                          meta: pd.DataFrame | None, sched_history: pd.DataFrame, baseline: pd.DataFrame | None,
-                         runtime_history: pd.DataFrame | None, hw_corroborated: pd.DataFrame | None
-                         ) -> tuple[pd.DataFrame, pd.DataFrame]:
+                         runtime_history: pd.DataFrame | None, hw_corroborated: pd.DataFrame | None,
+                         queue_events: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """:func:`compute_states` of each ``(chunk_start, chunk_end, inventory)`` of ``chunks`` (consecutive, a day
     at most each), concatenated: ``(leaves, failures)``.
 
     ``frames``: the range's gpu_telemetry, node_telemetry, job_runtime_metrics and scheduler_events (events
     in the range only); ``sched_history``: scheduler events from the look-back before the range to its end;
     ``runtime_history``: job_runtime_metrics from FAILURE_LOOKBACK before the range to its end; ``capacity``,
-    ``baseline``, ``hw_corroborated``: the range's rows. Each chunk sees exactly what a call of compute_states
-    on it alone would see; the job lookup and the queues' regions are derived from the history once.
+    ``baseline``, ``hw_corroborated``: the range's rows; ``queue_events``: the submitted / started events from
+    :data:`JOB_ATTRIBUTE_LOOKBACK` before the range to its end. Each chunk sees exactly what a call of
+    compute_states on it alone would see; the job lookup and the queues' regions are derived from the history once.
     """
     history = _SchedHistory(meta, sched_history)
     leaves_parts, fail_parts = [], []
@@ -703,7 +797,8 @@ def compute_states_range(frames: dict, chunks, *, capacity: pd.DataFrame | None,
             runtime_history=rt[(rt["ts"] >= c0 - FAILURE_LOOKBACK) & (rt["ts"] < c0)],
             hw_corroborated=hw_corroborated[(hw_corroborated["partition_start"] >= c0)
                                             & (hw_corroborated["partition_start"] < c1)],
-            history=history)
+            history=history, queue_events=None if queue_events is None else queue_events[
+                ((queue_events["ts"] >= c0 - JOB_ATTRIBUTE_LOOKBACK) & (queue_events["ts"] < c1)).to_numpy()])
         leaves_parts.append(leaves)
         fail_parts.append(failures)
     leaves = pd.concat(leaves_parts, ignore_index=True)
