@@ -161,9 +161,14 @@ def row(out: pd.DataFrame, kpi: str, **dims) -> pd.Series:
     return sel.iloc[0]
 
 
+def inventory(start=T0, end=T0 + 10 * MIN, nodes=(("n1", "r1", SKU, 2),)):
+    """One inventory segment (as steps.compute.inventory_segments gives them) over [start, end)."""
+    return [(start, end, pd.DataFrame(list(nodes), columns=["node_id", "region", "sku", "gpus"]))]
+
+
 def test_output_contract_every_series_every_partition_and_no_data_rows():
     g = gpu_frame(gpus("n1", 2, range(5), job_id=["j1", None], gpu_util_pct=[90.0, 0.0]))
-    out = kpis({"gpu_telemetry": g}, minutes=10)
+    out = kpis({"gpu_telemetry": g}, minutes=10, inventory=inventory())
     assert set(out["kpi"]) == {s for k in CATALOG for s in k.series()}
     assert set(out["partition_start"]) == {T0, T0 + 5 * MIN}
     assert not out.duplicated(["partition_start", "kpi", *DIMENSIONS]).any()
@@ -174,6 +179,32 @@ def test_output_contract_every_series_every_partition_and_no_data_rows():
     r = row(out, "allocation_rate", p=T0 + 5 * MIN, region="r1", sku=SKU)
     assert r["status"] == "no_data" and np.isnan(r["value"]) and r["denominator"] == 0
     assert (out.loc[out["status"] != "ok", "value"].isna()).all()
+    # without an inventory that knows r1 x SKU, the silent partition has the series' '*' row only: its rows
+    # never come from a later partition's GPU rows
+    bare = kpis({"gpu_telemetry": g}, minutes=10)
+    later = bare[(bare["partition_start"] == T0 + 5 * MIN) & (bare["kpi"] == "allocation_rate")]
+    assert later[["region", "sku", "status"]].values.tolist() == [["*", "*", "no_data"]]
+
+
+def test_a_partitions_rows_are_the_same_computed_alone_or_in_a_longer_window():
+    """The sensor computes one partition at a time, a backfill a day: slices seen in a later partition (team t2,
+    node n2's SKU) never give an earlier partition rows, and neither do later events."""
+    other = "NVIDIA A100-SXM4-80GB"
+    g = gpu_frame(gpus("n1", 2, range(5), job_id=["j1", None], gpu_util_pct=[90.0, 0.0])
+                  + gpus("n2", 2, range(5, 10), job_id=["j2", "j2"], sku=other, gpu_util_pct=[95.0, 95.0]))
+    meta = metadata([{"job_id": "j1"}, {"job_id": "j2", "team": "t2", "submitted_at": T0 + 6 * MIN}])
+    ev = events([{"job_id": "j2", "event": "submitted", "ts": T0 + 6 * MIN, "gpus": 2},
+                 {"job_id": "j2", "event": "started", "ts": T0 + 6 * MIN, "node_ids": "n2", "gpus": 2},
+                 {"job_id": "j1", "event": "ended", "ts": T0 + 8 * MIN, "exit_state": "failed",
+                  "reason": "NCCL timeout", "node_ids": "n1", "gpus": 1}])
+    frames = {"gpu_telemetry": g, "job_metadata": meta, "scheduler_events": ev}
+    inv = inventory(nodes=(("n1", "r1", SKU, 2),))
+    both = kpis(frames, minutes=10, inventory=inv)
+    for p in (T0, T0 + 5 * MIN):
+        seen = {k: v[v["submitted_at" if k == "job_metadata" else "ts"] < p + 5 * MIN] for k, v in frames.items()}
+        alone = compute_kpis(seen, NO_STATES, start=p, end=p + 5 * MIN, inventory=inv)  # what its own run reads
+        part = both[both["partition_start"] == p].reset_index(drop=True)
+        pd.testing.assert_frame_equal(alone.reset_index(drop=True), part)
 
 
 def test_allocation_rate_counts_schedulable_gpu_minutes():

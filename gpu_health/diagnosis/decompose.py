@@ -490,7 +490,9 @@ def expected_leaves_from_history(history_leaves: pd.DataFrame, partitions, *,
       days of the last ``lookback_days`` before the window's first partition
       that have it (a missing leaf counts 0 on a day that has the slot);
     - ``trailing`` (cold start, no such day): the mean partition of the
-      ``trailing`` period before the window;
+      ``trailing`` period before the partition (the history's and, with
+      ``actual_leaves``, the window's own partitions before it: what the
+      partition's own run reads);
     - neither: the partition gets no rows.
 
     Partitions in ``exclude`` (incident minutes) are never used; history at or
@@ -503,53 +505,49 @@ def expected_leaves_from_history(history_leaves: pd.DataFrame, partitions, *,
     cols = ["partition_start", *LEAF_DIMS, "state", "gpu_minutes", "method"]
     keys = [*LEAF_DIMS, "state"]
     parts_idx = pd.DatetimeIndex(pd.to_datetime(pd.Index(partitions), utc=True)).unique().sort_values()
-    if not len(parts_idx) or history_leaves is None or history_leaves.empty:
+    if not len(parts_idx):
         return pd.DataFrame(columns=cols)
+    if history_leaves is None or history_leaves.empty:
+        history_leaves = pd.DataFrame({c: pd.Series(dtype=object) for c in keys}).assign(
+            partition_start=pd.Series(dtype="datetime64[ns, UTC]"), gpu_minutes=pd.Series(dtype=float))
     start = parts_idx[0]
     ps = pd.to_datetime(history_leaves["partition_start"], utc=True)
     use = (ps < start) & (ps >= start - pd.Timedelta(days=lookback_days))
     if len(exclude):
         use &= ~ps.isin(pd.to_datetime(list(exclude), utc=True))
     h = history_leaves.loc[use.to_numpy(), keys]
-    if h.empty:
-        return pd.DataFrame(columns=cols)
     slot = _slot(ps[use.to_numpy()])
     minutes = history_leaves.loc[use.to_numpy(), "gpu_minutes"].to_numpy(dtype=float)
     leaf, first_row = _leaf_codes(h, keys)
-    n_leaves = len(first_row)
+    n_leaves = max(len(first_row), 1)
     tod = slot % DAY_SLOTS
     target_tod = _slot(parts_idx) % DAY_SLOTS
 
     # hour_of_day: per slot of the day, the sum over the days that have it / their number
     days = np.bincount(np.unique(slot) % DAY_SLOTS, minlength=DAY_SLOTS)
     cells, inverse = unique_ints(tod * n_leaves + leaf, return_inverse=True)
-    cell_sum = np.bincount(inverse, weights=minutes)
+    cell_sum = np.bincount(inverse.ravel(), weights=minutes, minlength=len(cells))
     cell_tod, cell_leaf = np.divmod(cells, n_leaves)
-    cell_mean = cell_sum / days[cell_tod]
+    cell_mean = cell_sum / np.maximum(days[cell_tod], 1)
     # cells are sorted by slot of the day: each target partition takes its slot's run of cells
     run_start = np.searchsorted(cell_tod, np.arange(DAY_SLOTS))
     run_len = np.bincount(cell_tod, minlength=DAY_SLOTS)
     warm = days[target_tod] > 0
     t_of_row = np.repeat(np.flatnonzero(warm), run_len[target_tod[warm]])
     cell_of_row = _ranges(run_start[target_tod[warm]], run_len[target_tod[warm]])
-    pieces = [(t_of_row, cell_leaf[cell_of_row], cell_mean[cell_of_row], "hour_of_day")]
-
-    # trailing (cold start): the mean partition of the trailing period, for partitions with no such day
+    out = h.iloc[first_row[cell_leaf[cell_of_row]]].reset_index(drop=True)
+    out.insert(0, "partition_start", parts_idx[t_of_row])
+    out["gpu_minutes"] = cell_mean[cell_of_row]
+    out["method"] = "hour_of_day"
+    # trailing (cold start), for partitions with no such day: what their own runs read of the trailing period
     cold = np.flatnonzero(~warm)
-    trail = slot >= _slot([start - trailing])[0]
-    if len(cold) and trail.any():
-        t_sum = np.bincount(leaf[trail], weights=minutes[trail], minlength=n_leaves) / len(np.unique(slot[trail]))
-        t_leaf = np.flatnonzero(np.bincount(leaf[trail], minlength=n_leaves) > 0)
-        pieces.append((np.repeat(cold, len(t_leaf)), np.tile(t_leaf, len(cold)), np.tile(t_sum[t_leaf], len(cold)),
-                       "trailing"))
-    t_all = np.concatenate([p[0] for p in pieces])
-    if not len(t_all):
+    if len(cold):
+        recent = history_leaves.loc[use.to_numpy() & (ps >= start - trailing).to_numpy(),
+                                    [*keys, "partition_start", "gpu_minutes"]]
+        trail = _trailing_leaves(recent, actual_leaves, parts_idx[cold], exclude, trailing, keys)
+        out = pd.concat([x for x in (out, trail) if len(x)] or [out], ignore_index=True)
+    if not len(out):
         return pd.DataFrame(columns=cols)
-    leaf_all = np.concatenate([p[1] for p in pieces])
-    out = h.iloc[first_row[leaf_all]].reset_index(drop=True)
-    out.insert(0, "partition_start", parts_idx[t_all])
-    out["gpu_minutes"] = np.concatenate([p[2] for p in pieces])
-    out["method"] = np.concatenate([np.full(len(p[0]), p[3], dtype=object) for p in pieces])
 
     if actual_leaves is not None and len(actual_leaves):
         act = actual_leaves.assign(partition_start=pd.to_datetime(actual_leaves["partition_start"], utc=True))
@@ -563,6 +561,46 @@ def expected_leaves_from_history(history_leaves: pd.DataFrame, partitions, *,
 
 
 # --- internals ---------------------------------------------------------------------------
+
+
+def _trailing_leaves(recent: pd.DataFrame, actual_leaves: pd.DataFrame | None, partitions: pd.DatetimeIndex, exclude,
+                     trailing: pd.Timedelta, keys: list[str]) -> pd.DataFrame:
+    """The ``trailing`` expectation of each of ``partitions``: the mean partition of ``[p - trailing, p)`` (each
+    leaf's GPU-minutes summed over the partitions present there / their number), from ``recent`` (the history's
+    leaves of the trailing period before the window) and the window's own ``actual_leaves`` before ``p`` --
+    what the partition's own run reads -- paged partitions (``exclude``) never among them."""
+    parts = [recent]
+    if actual_leaves is not None and len(actual_leaves):
+        act = actual_leaves.assign(partition_start=pd.to_datetime(actual_leaves["partition_start"], utc=True))
+        act = act[(act["partition_start"] < partitions.max()).to_numpy()]
+        if len(exclude):
+            act = act[~act["partition_start"].isin(pd.to_datetime(list(exclude), utc=True)).to_numpy()]
+        parts.append(act[[*keys, "partition_start", "gpu_minutes"]])
+    rows = pd.concat([p for p in parts if len(p)] or parts[:1], ignore_index=True)
+    if rows.empty:
+        return pd.DataFrame(columns=["partition_start", *keys, "gpu_minutes", "method"])
+    slot = _slot(rows["partition_start"])
+    order = np.argsort(slot, kind="stable")
+    slot = slot[order]
+    leaf, first_row = _leaf_codes(rows[keys], keys)
+    leaf, minutes = leaf[order], rows["gpu_minutes"].to_numpy(dtype=float)[order]
+    width = int(trailing // SLOT)
+    pieces = []
+    for i, target in enumerate(_slot(partitions)):
+        lo, hi = np.searchsorted(slot, target - width, "left"), np.searchsorted(slot, target, "left")
+        if lo == hi:
+            continue
+        sums = np.bincount(leaf[lo:hi], weights=minutes[lo:hi], minlength=len(first_row))
+        present = np.flatnonzero(np.bincount(leaf[lo:hi], minlength=len(first_row)) > 0)
+        pieces.append((np.full(len(present), i), present, sums[present] / len(np.unique(slot[lo:hi]))))
+    if not pieces:
+        return pd.DataFrame(columns=["partition_start", *keys, "gpu_minutes", "method"])
+    which = np.concatenate([p[1] for p in pieces])
+    out = rows.iloc[first_row[which]][keys].reset_index(drop=True)
+    out.insert(0, "partition_start", partitions[np.concatenate([p[0] for p in pieces])])
+    out["gpu_minutes"] = np.concatenate([p[2] for p in pieces])
+    out["method"] = "trailing"
+    return out
 
 
 def _empty() -> pd.DataFrame:

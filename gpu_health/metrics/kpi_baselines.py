@@ -1,8 +1,9 @@
 """Expected values of every KPI series and loss-state share: what a partition is judged against.
 
 Pure pandas / numpy (no Dagster). :func:`expected_values` gives, for each
-5-minute partition of a range and each series x slice seen in the history,
-robust statistics of comparable past partitions: the median (``expected``),
+5-minute partition of a range and each series x slice with a row (a sample or
+not) in one of the partition's candidate slots below, robust statistics of
+comparable past partitions: the median (``expected``),
 the median absolute deviation (``mad``, unscaled: x 1.4826 for a normal
 sigma) and the 10 % / 90 % quantiles (numpy's ``linear`` interpolation, as
 pandas), with the number of samples and the rule that chose them.
@@ -189,6 +190,11 @@ def expected_values(history_kpis: pd.DataFrame, history_states: pd.DataFrame, pa
     ok = (smp.slot >= lo) & (smp.slot < lo + n_slots) & np.isfinite(smp.value)
     V = np.full((len(keys), n_slots + 1), np.nan)  # last column: the "no sample" sentinel
     V[smp.code[ok], smp.slot[ok] - lo] = smp.value[ok]
+    # where each series x slice has a row at all (a sample or not): a partition reports the series x slices seen
+    # in its own candidate slots, whatever else the history read for a longer range holds
+    seen = np.zeros((len(keys), n_slots + 1), dtype=bool)
+    read = (smp.slot >= lo) & (smp.slot < lo + n_slots)
+    seen[smp.code[read], smp.slot[read] - lo] = True
 
     # excluded partitions and maintenance are no samples
     if len(exclude):
@@ -220,6 +226,7 @@ def expected_values(history_kpis: pd.DataFrame, history_states: pd.DataFrame, pa
     out = {k: np.empty((S, T)) for k in ("expected", "mad", "q10", "q90")}
     n_samples = np.empty((S, T), dtype=np.int64)
     method = np.empty((S, T), dtype=np.int8)
+    emitted = np.empty((S, T), dtype=bool)
     chunk = max(1, _CHUNK_CELLS // (T * len(_OFFSETS)))
     for c0 in range(0, S, chunk):
         G = V[c0:c0 + chunk][:, idx]  # (c, T, 141)
@@ -240,6 +247,7 @@ def expected_values(history_kpis: pd.DataFrame, history_states: pd.DataFrame, pa
         out["mad"][c0:c0 + chunk] = _quantile_sorted(dev, n, 0.5)
         n_samples[c0:c0 + chunk] = n
         method[c0:c0 + chunk] = m
+        emitted[c0:c0 + chunk] = seen[c0:c0 + chunk][:, idx].any(-1)
 
     frame = pd.DataFrame({
         "partition_start": pd.DatetimeIndex(np.tile(partitions.tz_convert(None).to_numpy(), S)).tz_localize("UTC"),
@@ -248,7 +256,8 @@ def expected_values(history_kpis: pd.DataFrame, history_states: pd.DataFrame, pa
         "n_samples": n_samples.ravel(),
         "method": np.asarray(METHODS, dtype=object)[method.ravel()],
     })
-    return frame[OUT_COLUMNS].sort_values(["partition_start", "series", *SLICE], ignore_index=True)
+    frame = frame.loc[emitted.ravel(), OUT_COLUMNS]
+    return frame.sort_values(["partition_start", "series", *SLICE], ignore_index=True)
 
 
 # --- internals ---------------------------------------------------------------------------

@@ -35,9 +35,13 @@ Status per row: ``no_data`` when the slice had nothing to measure in the
 partition (no rows, or a zero denominator); ``degraded`` when it had, but under
 :data:`MIN_COVERAGE` of them report the optional field or input the series
 needs; ``ok`` otherwise. ``value`` is NaN unless the status is ``ok`` -- a
-missing reading is never a zero. Every slice seen anywhere in the window (and,
-for region x sku KPIs, every region x SKU of the inventory) gets a row in every
-partition, so silence shows as ``no_data`` rather than as a missing row.
+missing reading is never a zero. For region x sku KPIs every region x SKU of
+the partition's inventory (its day's cost_capacity rows, its GPU and node rows)
+gets a row, so a silent region x SKU shows as ``no_data`` rather than as a
+missing row; every other slice gets a row in the partitions it was seen in, and
+a series seen nowhere in a partition one ``*`` row. A partition's rows depend on
+nothing after its end: the sensor's 5-minute run and a day's run of the same
+partition write the same rows.
 """
 
 import numpy as np
@@ -140,6 +144,7 @@ def compute_kpis(
     job_metadata_lookup: pd.DataFrame | None = None,
     step_baseline: pd.DataFrame | None = None,
     pending: pd.DataFrame | None = None,
+    inventory: list | None = None,
 ) -> pd.DataFrame:
     """The ``kpi_values`` rows of ``[start, end)``.
 
@@ -156,7 +161,7 @@ def compute_kpis(
     means "unknown", and fragmentation is then degraded.
     """
     start, end = _utc(start), _utc(end)
-    ctx = _Context(frames, goodput_states, start, end, cost, job_metadata_lookup, step_baseline, pending)
+    ctx = _Context(frames, goodput_states, start, end, cost, job_metadata_lookup, step_baseline, pending, inventory)
     raw = [
         _allocation_rate(ctx),
         _job_failure_rate(ctx),
@@ -200,7 +205,7 @@ class _Context:
     """The window's rows, prepared once: GPU-minutes with schedulability, team and class; job placement
     per partition; node -> region / sku; the job attribute table; the inventory of region x SKU."""
 
-    def __init__(self, frames, goodput_states, start, end, cost, lookup, baseline, pending):
+    def __init__(self, frames, goodput_states, start, end, cost, lookup, baseline, pending, inventory=None):
         self.start, self.end = start, end
         self.partitions = pd.date_range(start, end, freq="5min", inclusive="left")
         f = {name: frames[name] if frames.get(name) is not None else empty_frame(name)
@@ -274,27 +279,44 @@ class _Context:
         self.node = nw
         self.network = self.window(f["network_telemetry"])
         self.runtime = self.window(f["job_runtime_metrics"])
-        self.inventory = self._inventory(nw)
+        self.inventory = self._inventory(nw, inventory)
         self.job_minutes = None  # built on first use
 
     def window(self, df: pd.DataFrame, col: str = "ts") -> pd.DataFrame:
         inside = ((df[col] >= self.start) & (df[col] < self.end)).to_numpy()
         return df if inside.all() else df[inside]
 
-    def _inventory(self, node) -> set:
-        # the GPU rows' region x SKU pairs from their codes (a missing region or SKU is None, as in the rows)
+    def _inventory(self, node, segments) -> pd.DataFrame:
+        """The region x SKU pairs of each partition (p, region, sku): its GPU rows', its node rows', the
+        cost_capacity rows of its day and its node inventory's (``segments``: (start, end, inventory) runs of
+        partitions, the inventory as known when each closed); a missing region or SKU is None, as in the rows.
+        Per partition, so that a partition's rows are the same whether it is computed alone (the sensor's run)
+        or in a day's run."""
         ns = len(self.sku_uni)
-        pair = np.unique((self.region_codes.astype(np.int64) + 1) * (ns + 1) + (self.sku_codes + 1))
+        p_pair = np.unique(self.p_codes.astype(np.int64) * ((len(self.region_uni) + 1) * (ns + 1))
+                           + (self.region_codes.astype(np.int64) + 1) * (ns + 1) + (self.sku_codes + 1))
         regions = np.concatenate([[None], np.asarray(self.region_uni, dtype=object)])
         skus = np.concatenate([[None], np.asarray(self.sku_uni, dtype=object)])
-        pairs = set(zip(regions[pair // (ns + 1)], skus[pair % (ns + 1)]))
-        seen = node[["region", "sku"]].drop_duplicates()
-        pairs |= set(zip(_obj(seen["region"]), _obj(seen["sku"])))
+        pair = p_pair % ((len(self.region_uni) + 1) * (ns + 1))
+        parts = [pd.DataFrame({"p": pd.DatetimeIndex(self.p_uni[p_pair // ((len(self.region_uni) + 1) * (ns + 1))]
+                                                     .view("datetime64[ns]")).tz_localize("UTC"),
+                               "region": regions[pair // (ns + 1)], "sku": skus[pair % (ns + 1)]})]
+        if len(node):
+            n_ns = node["ts"].to_numpy(dtype="datetime64[ns]").view("int64")
+            parts.append(pd.DataFrame({"p": _floor_ns(n_ns, FIVE_NS), "region": _obj(node["region"]).to_numpy(),
+                                       "sku": _obj(node["sku"]).to_numpy()}))
         if self.cost is not None and len(self.cost):
-            days = {d.date() for d in self.partitions}
-            c = self.cost[pd.to_datetime(self.cost["date"]).dt.date.isin(days)]
-            pairs |= set(zip(_obj(c["region"]), _obj(c["sku"])))
-        return pairs
+            day = pd.DataFrame({"p": self.partitions, "date": self.partitions.date})
+            c = pd.DataFrame({"date": pd.to_datetime(self.cost["date"]).dt.date.to_numpy(),
+                              "region": _obj(self.cost["region"]).to_numpy(), "sku": _obj(self.cost["sku"]).to_numpy()})
+            parts.append(day.merge(c, on="date")[["p", "region", "sku"]])
+        for s0, s1, nodes in segments or ():
+            if len(nodes):
+                pairs = nodes[["region", "sku"]].astype(object).drop_duplicates()
+                covered = pd.DataFrame({"p": self.partitions[(self.partitions >= s0) & (self.partitions < s1)]})
+                parts.append(covered.merge(pairs, how="cross"))
+        inv = pd.concat(parts, ignore_index=True).astype({"region": object, "sku": object})
+        return inv.drop_duplicates().sort_values(["p", "region", "sku"], na_position="first").reset_index(drop=True)
 
     def job_attr(self, job_ids: pd.Series, col: str) -> np.ndarray:
         if not len(self.jobs) or col not in self.jobs:
@@ -914,25 +936,26 @@ def _reference_power(g: pd.DataFrame, key: np.ndarray) -> pd.Series:
 
 
 def _slices(r: pd.DataFrame, ctx: _Context) -> pd.DataFrame:
-    """kpi x dimension values to report in every partition: those seen in the window, plus the
-    inventory's region x SKU for KPIs sliced by both (a silent region x SKU shows as no_data)."""
-    seen = r[["kpi", *DIMENSIONS]].drop_duplicates()
-    inv = sorted(ctx.inventory)
-    out = []
+    """p x kpi x dimension values to report: in each partition those seen in it, plus its inventory's region x
+    SKU for KPIs sliced by both (a silent region x SKU shows as no_data), and a ``*`` row for a series with
+    neither. Each partition's slices come from its own rows, never its neighbours' (a partition run alone by
+    the sensor and the same partition in a day's run report the same rows)."""
+    seen = r[["p", "kpi", *DIMENSIONS]].drop_duplicates()
+    inv = ctx.inventory
+    out = [seen]
     for kpi in CATALOG:
         dims = list(kpi.dimensions)
         rest = [d for d in dims if d not in ("region", "sku")]
         for series in kpi.series():
             mine = seen[seen["kpi"] == series]
-            extra = []
-            if {"region", "sku"} <= set(dims) and inv:
-                rest_values = mine[rest].drop_duplicates().itertuples(index=False) if rest else [()]
-                extra = [(series, *rs, *tuple(rv)) for rv in rest_values for rs in inv]
-            if not len(mine) and not extra:
-                extra = [(series, *([STAR] * len(dims)))]
-            cols = ["kpi", "region", "sku", *rest] if {"region", "sku"} <= set(dims) else ["kpi", *dims]
-            out.append(mine)
-            out.append(pd.DataFrame(extra, columns=cols).reindex(columns=["kpi", *DIMENSIONS], fill_value=STAR))
+            extra = inv.iloc[0:0]
+            if {"region", "sku"} <= set(dims) and len(inv):
+                extra = mine[["p", *rest]].drop_duplicates().merge(inv, on="p") if rest else inv
+            have = pd.DatetimeIndex(pd.concat([mine["p"], extra["p"]]).unique())
+            star = pd.DataFrame({"p": ctx.partitions[~ctx.partitions.isin(have)]})
+            for part in (extra, star):
+                if len(part):
+                    out.append(part.assign(kpi=series).reindex(columns=["p", "kpi", *DIMENSIONS], fill_value=STAR))
     return pd.concat(out, ignore_index=True).drop_duplicates()
 
 
@@ -947,7 +970,7 @@ def _finish(raw: list[pd.DataFrame], ctx: _Context) -> pd.DataFrame:
             r[col] = np.nan
     r["covered"] = r["covered"].fillna(r["n"])
     r = r[["p", "kpi", *DIMENSIONS, "numerator", "denominator", "n", "covered", "value"]]
-    grid = pd.DataFrame({"p": ctx.partitions}).merge(_slices(r, ctx), how="cross")
+    grid = _slices(r, ctx)
     f = grid.merge(r, on=["p", "kpi", *DIMENSIONS], how="left")
     n = f["n"].fillna(0.0).to_numpy(dtype=float)
     covered = f["covered"].fillna(0.0).to_numpy(dtype=float)
