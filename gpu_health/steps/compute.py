@@ -23,8 +23,8 @@ from gpu_health.metrics import baselines as B
 from gpu_health.metrics import goodput as G
 from gpu_health.storage.warehouse import Warehouse
 
-META_LOOKBACK = pd.Timedelta(days=4)
-SCHED_LOOKBACK = pd.Timedelta(hours=6)
+META_LOOKBACK = G.JOB_ATTRIBUTE_LOOKBACK  # job metadata (and the loss tree's placement events) this far back
+SCHED_LOOKBACK = G.SCHED_LOOKBACK
 INVENTORY_LOOKBACK = pd.Timedelta(hours=24)
 # A region none of whose nodes reported over INVENTORY_LOOKBACK keeps its inventory as of its last report for this
 # long after it (inventory_segments): a week, the longest history the pipeline reads elsewhere (baselines). Past it
@@ -283,13 +283,19 @@ def goodput(wh: Warehouse, start, end, frames: dict | None = None, baselines: pd
     rt_all = frames["job_runtime_metrics"]
     rt_before = wh.read_window("job_runtime_metrics", start - G.FAILURE_LOOKBACK, start)
     rt_all = pd.concat([rt_before, rt_all], ignore_index=True) if len(rt_before) else rt_all
+    # the events naming a job's queue, as far back as its metadata (a job running for days keeps its queue)
+    placing = ["submitted", "started"]
+    older = wh.read_window("scheduler_events", start - META_LOOKBACK, start - SCHED_LOOKBACK,
+                           columns=["ts", "job_id", "event", "queue"], where={"event": placing})
+    recent = sched_all.loc[sched_all["event"].isin(placing).to_numpy(), ["ts", "job_id", "event", "queue"]]
+    queue_events = pd.concat([older, recent], ignore_index=True) if len(older) else recent
     in_window = dict(frames)
     in_window["scheduler_events"] = sched_all[sched_all["ts"] >= start]
     chunks = [(c0, c1, inventory) for s0, s1, inventory in segments for c0, c1 in _chunks(s0, s1, CHUNK)]
     # bounded memory: a range is computed in chunks of at most CHUNK (results do not depend on the chunking)
     leaves, failures = G.compute_states_range(
         in_window, chunks, capacity=capacity, maintenance=maint, meta=meta, sched_history=sched_all,
-        baseline=baselines, runtime_history=rt_all, hw_corroborated=corroborated)
+        baseline=baselines, runtime_history=rt_all, hw_corroborated=corroborated, queue_events=queue_events)
     failures = G.enrich_failures(failures, frames["gpu_telemetry"], meta, sched_all, inventory_union(segments))
     return leaves, failures
 
@@ -641,6 +647,7 @@ def kpi_values(wh: Warehouse, start, end) -> pd.DataFrame:
                                            columns=KPI_COLUMNS["job_metadata"]),
         step_baseline=wh.read_window("step_time_baselines", start, end),
         pending=pd.DataFrame(columns=["job_id", "submitted_at", "gpus"]),
+        inventory=inventory_segments(wh, start, end),
     )
 
 
@@ -719,10 +726,12 @@ def kpi_baselines(wh: Warehouse, start, end) -> pd.DataFrame:
     from gpu_health.metrics.kpi_baselines import expected_values
 
     start, end = pd.Timestamp(start), pd.Timestamp(end)
-    slices = _slices(start, end, 14, pd.Timedelta(minutes=35))
+    # the trailing 2 hours of every partition: the window's own rows too (written before this step, as the
+    # partition's own run reads those before it), and so its pages
+    slices = _slices(start, end, 14, pd.Timedelta(minutes=35))[:-1] + [(start - pd.Timedelta(hours=2), end)]
     kpis = _read_spans(wh, "kpi_values", slices, KPI_HISTORY_COLUMNS)
     states = _read_spans(wh, "goodput_states", slices, STATE_HISTORY_COLUMNS)
-    exclude = _paged_partitions(wh, start - pd.Timedelta(days=15), start)
+    exclude = _paged_partitions(wh, start - pd.Timedelta(days=15), end)
     parts = pd.date_range(start, end, freq=PARTITION_FREQ, inclusive="left")
     return expected_values(kpis, states, parts, exclude=exclude, maintenance=wh.read_window("maintenance_windows"))
 
@@ -736,10 +745,10 @@ def actual_and_expected_leaves(wh: Warehouse, start, end) -> tuple[pd.DataFrame,
     actual = wh.read_window("goodput_leaves", start, end)
     history = _read_disjoint(wh, "goodput_leaves", _slices(start, end, 3, pd.Timedelta(0)))
     history = history[history["partition_start"] < start]
-    exclude = _paged_partitions(wh, start - pd.Timedelta(days=4), start)
+    # the window's pages too: at cold start a partition's trailing two hours include the window before it
+    exclude = _paged_partitions(wh, start - pd.Timedelta(days=4), end)
     parts = pd.date_range(start, end, freq=PARTITION_FREQ, inclusive="left")
-    # expected leaves of every partition at once, from history before the window (at cold start the trailing
-    # two hours before the window's start: a range run and partition runs differ only then)
+    # expected leaves of every partition at once, each from what its own run reads (decompose's docstring)
     expected = expected_leaves_from_history(history, parts, actual_leaves=actual, exclude=exclude, lookback_days=3)
     return actual, expected.drop(columns=["method"], errors="ignore")
 

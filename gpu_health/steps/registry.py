@@ -133,7 +133,7 @@ DERIVED_STEPS = [
     Step("goodput", FIVE_MINUTE,
          writes=("goodput_leaves", "goodput_states", "goodput_node_states", "job_failures", "cluster_goodput"),
          reads=(*(Read(t) for t in WINDOW_SOURCES), Read("job_runtime_metrics", before=G.FAILURE_LOOKBACK),
-                Read("scheduler_events", before=P.SCHED_LOOKBACK), Read("job_metadata", before=P.META_LOOKBACK),
+                Read("scheduler_events", before=P.META_LOOKBACK), Read("job_metadata", before=P.META_LOOKBACK),
                 Read("maintenance_windows", whole=True), Read("cost_capacity", before=TO_DAY_START), *INVENTORY,
                 Read("node_inventory", before=G.FAULT_MEMORY), Read("step_time_baselines")),
          run=_goodput),
@@ -141,7 +141,7 @@ DERIVED_STEPS = [
          reads=(*(Read(t) for t in ("gpu_telemetry", "node_telemetry", "network_telemetry", "job_runtime_metrics",
                                     "change_events", "goodput_states", "step_time_baselines", "facility_telemetry")),
                 Read("job_metadata", before=P.META_LOOKBACK), Read("scheduler_events", before=P.SCHED_LOOKBACK),
-                Read("cost_capacity", before=TO_DAY_START)),
+                Read("cost_capacity", before=TO_DAY_START), *INVENTORY),
          run=_single("kpi_values", P.kpi_values)),
     Step("rack_facility", FIVE_MINUTE, writes=("rack_facility",),
          # the GPUs' clock-event bits are read only when the window has facility rows (a rack to attribute them to)
