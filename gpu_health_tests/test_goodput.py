@@ -492,7 +492,8 @@ def test_a_rows_job_is_known_as_its_partitions_own_run_knows_it():
     lookup = G.job_lookup(meta, None).reindex(job_uni)
     # rows: b in the 10:00 partition (before its events) and in 10:05; 'old' in 10:00
     t_idx, jj, has_job = np.array([1, 6, 1]), np.array([0, 0, 1]), np.ones(3, bool)
-    row_attr, attr_uni, meta_known = G._row_attributes(t0, t_idx, jj, has_job, job_uni, lookup, meta, events)
+    submitted = G.submitted_ns(meta)
+    row_attr, attr_uni, meta_known = G._row_attributes(t0, t_idx, jj, has_job, job_uni, lookup, submitted, events)
     cols = ["team", "workload_class", "model_type", "framework_version", "queue"]
     named = [dict(zip(cols, attr_uni[c - 1])) for c in row_attr]
     # b: submitted at minute 7 -- unknown to the 10:00 partition, known (its first event's queue) to 10:05
@@ -503,7 +504,7 @@ def test_a_rows_job_is_known_as_its_partitions_own_run_knows_it():
     assert named[2]["queue"] == "q_later"
     # without the events after the 10:05 partition (its live run's read): the same answer
     seen = events[events["ts"] < t0 + 10 * minute]
-    again_attr, again_uni, _ = G._row_attributes(t0, t_idx, jj, has_job, job_uni, lookup, meta, seen)
+    again_attr, again_uni, _ = G._row_attributes(t0, t_idx, jj, has_job, job_uni, lookup, submitted, seen)
     assert [attr_uni[c - 1] for c in row_attr] == [again_uni[c - 1] for c in again_attr]
 
 

@@ -42,6 +42,8 @@ Paid GPU-minutes per region x SKU are Finance's ``capacity_gpus`` x minutes (or
 the inventory seen, if larger); the states sum to them exactly.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
 
@@ -298,17 +300,56 @@ def job_lookup(meta: pd.DataFrame, sched: pd.DataFrame) -> pd.DataFrame:
     return out.astype(object).where(out.notna(), "unknown")
 
 
-def _job_ns(values: pd.Series | None, job_uni: pd.Index) -> np.ndarray:
-    """``values`` (job_id -> timestamp) per job of ``job_uni`` as ns since the epoch; never: int64's maximum."""
+def submitted_ns(meta: pd.DataFrame | None) -> pd.Series:
+    """job_id (object) -> its metadata row's submission time in ns since the epoch (the row job_lookup reads)."""
+    if meta is None or not len(meta):
+        return pd.Series(np.zeros(0, np.int64), index=pd.Index([], dtype=object))
+    first = meta.drop_duplicates("job_id")
+    ns = pd.DatetimeIndex(pd.to_datetime(first["submitted_at"], utc=True)).as_unit("ns").asi8
+    return pd.Series(ns, index=pd.Index(np.asarray(first["job_id"], dtype=object)))
+
+
+def _job_ns(values: pd.Series, job_uni: pd.Index) -> np.ndarray:
+    """``values`` (:func:`submitted_ns`) per job of ``job_uni``; never: int64's maximum. (The lookup's hash
+    table is built once per ``values``: a range's chunks share it.)"""
     never = np.full(len(job_uni), np.iinfo(np.int64).max, dtype=np.int64)
-    if values is None or not len(values) or not len(job_uni):
+    if not len(values) or not len(job_uni):
         return never
-    at = pd.Index(np.asarray(values.index, dtype=object)).get_indexer(pd.Index(np.asarray(job_uni, dtype=object)))
-    ns = pd.DatetimeIndex(values).as_unit("ns").asi8
-    return np.where(at >= 0, ns[np.clip(at, 0, None)], never)
+    at = values.index.get_indexer(pd.Index(np.asarray(job_uni, dtype=object)))
+    return np.where(at >= 0, values.to_numpy()[np.clip(at, 0, None)], never)
 
 
-def _row_attributes(start, t_idx, jj, has_job, job_uni, lookup, meta, queue_events):
+class QueueEvents(NamedTuple):
+    """The submitted / started events that name jobs' queues, indexed once for a range: ``keys`` sorted, one per
+    event, ``job code * width + (its second - base)``, ``queue`` its queue's code in ``queues``."""
+    jobs: pd.Index
+    keys: np.ndarray
+    queue: np.ndarray
+    queues: np.ndarray
+    base: int
+    width: int
+
+    @classmethod
+    def of(cls, events: pd.DataFrame | None) -> "QueueEvents":
+        empty = cls(pd.Index([], dtype=object), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, object), 0, 1)
+        if events is None or not len(events):
+            return empty
+        ev = events[events["event"].isin(["submitted", "started"]).to_numpy()]
+        if not len(ev):
+            return empty
+        job, jobs = factorize(np.asarray(ev["job_id"], dtype=object))
+        ns = ev["ts"].to_numpy(dtype="datetime64[ns]").view("int64")
+        queue, queues = factorize(np.asarray(ev["queue"], dtype=object))  # (no queue: -1, 'unknown')
+        order = np.lexsort((ns, job))  # by job, then time (stable: the first of equal times first)
+        sec = np.floor_divide(ns[order], 10**9)
+        base = int(sec.min())
+        width = int(sec.max()) - base + 2
+        return cls(pd.Index(np.asarray(jobs, dtype=object)), job[order].astype(np.int64) * width + (sec - base),
+                   queue[order], np.asarray(queues, dtype=object), base, width)
+
+
+def _row_attributes(start, t_idx, jj, has_job, job_uni, lookup, submitted: pd.Series,
+                    queue_events: "pd.DataFrame | QueueEvents | None"):
     """Each allocated row's job attributes as its partition's own run knows them: team, workload_class,
     model_type and framework_version when the job's metadata row was submitted in the
     :data:`JOB_ATTRIBUTE_LOOKBACK` before the partition's start or in it, the queue of the job's first submitted /
@@ -323,34 +364,21 @@ def _row_attributes(start, t_idx, jj, has_job, job_uni, lookup, meta, queue_even
     minute = MINUTE.value
     p_start = pd.Timestamp(start).as_unit("ns").value + (t_idx // 5) * 5 * minute
     p_end, lo = p_start + 5 * minute, p_start - JOB_ATTRIBUTE_LOOKBACK.value
-    submitted = None
-    if meta is not None and len(meta):
-        first = meta.drop_duplicates("job_id")  # the row job_lookup reads
-        submitted = pd.Series(pd.to_datetime(first["submitted_at"], utc=True).to_numpy(),
-                              index=np.asarray(first["job_id"], dtype=object))
     meta_ns = _job_ns(submitted, job_uni)[jj]
     meta_known = has_job & (meta_ns >= lo) & (meta_ns < p_end)
 
     queue_code, queue_uni = np.full(n, -1, dtype=np.int64), np.zeros(0, dtype=object)
-    if queue_events is not None and len(queue_events):
-        ev = queue_events[queue_events["event"].isin(["submitted", "started"]).to_numpy()]
-        ej = _codes(ev["job_id"], job_uni)
-        ets = ev["ts"].to_numpy(dtype="datetime64[ns]").view("int64")
-        keep = ej >= 0
-        ej, ets = ej[keep], ets[keep]
-        eq, queue_uni = factorize(np.asarray(ev["queue"], dtype=object)[keep])
-        order = np.lexsort((ets, ej))  # by job, then time (stable: the first of equal times first)
-        base = int(lo.min()) // 10**9 - 1  # seconds since ``base`` (the bounds are whole seconds: floor is exact)
-        width = int(p_end.max()) // 10**9 - base + 1
-        sec = np.floor_divide(ets[order], 10**9) - base
-        inside = (sec >= 0) & (sec < width)
-        keys = ej[order][inside] * width + sec[inside]
-        eq = eq[order][inside]
-        at = np.searchsorted(keys, jj * width + (lo // 10**9 - base), side="left")  # first event from ``lo`` on
-        hit = keys[np.clip(at, 0, max(len(keys) - 1, 0))] if len(keys) else np.zeros(n, np.int64)
-        found = has_job & (at < len(keys)) & (hit // width == jj) & (hit % width < (p_end // 10**9 - base))
-        if len(keys):
-            queue_code = np.where(found, eq[np.clip(at, 0, len(keys) - 1)], -1)
+    events = queue_events if isinstance(queue_events, QueueEvents) else QueueEvents.of(queue_events)
+    if len(events.keys):
+        queue_uni = events.queues
+        rj = events.jobs.get_indexer(pd.Index(np.asarray(job_uni, dtype=object)))[jj]  # -1: no event
+        width = events.width
+        first = np.clip(lo // 10**9 - events.base, 0, width - 1)  # (seconds since base; the bounds are whole
+        last = np.clip(p_end // 10**9 - events.base, 0, width)  # seconds: flooring the events' is exact)
+        at = np.searchsorted(events.keys, rj * width + first, side="left")  # the job's first event from ``lo`` on
+        hit = events.keys[np.clip(at, 0, len(events.keys) - 1)]
+        found = has_job & (rj >= 0) & (at < len(events.keys)) & (hit // width == rj) & (hit % width < last)
+        queue_code = np.where(found, events.queue[np.clip(at, 0, len(events.keys) - 1)], -1)
 
     # the distinct (job, metadata known, queue) of the rows, each named once
     Q = len(queue_uni) + 1
@@ -484,8 +512,10 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     lookup = lookup.reindex(job_uni).astype(object).fillna("unknown") if len(job_uni) else lookup.iloc[0:0]
     jj = np.clip(g_job, 0, None)
     if queue_events is None:
-        queue_events = sched_history
-    row_attr, attr_uni, meta_known = _row_attributes(start, t_idx, jj, has_job, job_uni, lookup, meta, queue_events)
+        queue_events = history.queue_events if history is not None else sched_history
+    submitted = history.submitted if history is not None else submitted_ns(meta)
+    row_attr, attr_uni, meta_known = _row_attributes(start, t_idx, jj, has_job, job_uni, lookup, submitted,
+                                                     queue_events)
     job_interactive = (lookup["workload_class"] == "interactive").to_numpy() if len(job_uni) else np.zeros(0, bool)
     jk = t_idx * Nj + jj  # (minute, job) key of each row
     row_gpus = np.zeros(n, np.int64)  # GPUs the row's job holds in the row's minute
@@ -674,9 +704,12 @@ class _SchedHistory:
     the job lookup and each placement's first node over the whole history, cut per chunk to the events
     before its end -- as the chunk's own ``sched_history`` (events before the chunk's end) would give them."""
 
-    def __init__(self, meta: pd.DataFrame | None, sched: pd.DataFrame | None):
+    def __init__(self, meta: pd.DataFrame | None, sched: pd.DataFrame | None,
+                 queue_events: pd.DataFrame | None = None):
         self.sched = sched
         self.lookup = job_lookup(meta, sched)
+        self.submitted = submitted_ns(meta)
+        self.queue_events = QueueEvents.of(sched if queue_events is None else queue_events)
         if sched is not None and len(sched):
             ev = sched[sched["event"].isin(["submitted", "started"])]
             self.first_event = ev.groupby("job_id")["ts"].min()  # the event job_lookup takes the queue from
@@ -784,7 +817,7 @@ def compute_states_range(frames: dict, chunks, *, capacity: pd.DataFrame | None,
     :data:`JOB_ATTRIBUTE_LOOKBACK` before the range to its end. Each chunk sees exactly what a call of
     compute_states on it alone would see; the job lookup and the queues' regions are derived from the history once.
     """
-    history = _SchedHistory(meta, sched_history)
+    history = _SchedHistory(meta, sched_history, queue_events)
     leaves_parts, fail_parts = [], []
     for c0, c1, inventory in chunks:  # bounded memory; results do not depend on the chunking
         sub = {k: _rows_between(v, c0, c1) for k, v in frames.items()}
@@ -797,8 +830,7 @@ def compute_states_range(frames: dict, chunks, *, capacity: pd.DataFrame | None,
             runtime_history=rt[(rt["ts"] >= c0 - FAILURE_LOOKBACK) & (rt["ts"] < c0)],
             hw_corroborated=hw_corroborated[(hw_corroborated["partition_start"] >= c0)
                                             & (hw_corroborated["partition_start"] < c1)],
-            history=history, queue_events=None if queue_events is None else queue_events[
-                ((queue_events["ts"] >= c0 - JOB_ATTRIBUTE_LOOKBACK) & (queue_events["ts"] < c1)).to_numpy()])
+            history=history)
         leaves_parts.append(leaves)
         fail_parts.append(failures)
     leaves = pd.concat(leaves_parts, ignore_index=True)
