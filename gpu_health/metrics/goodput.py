@@ -48,7 +48,8 @@ import numpy as np
 import pandas as pd
 
 from gpu_health.codes import factorize, unique_ints
-from gpu_health.constants import FATAL_XIDS as XID_GPU_FAULT, KERNEL_ACTIVE_SM, KERNEL_ACTIVE_UTIL_PCT, MINUTE, PARTITION
+from gpu_health.constants import FATAL_XIDS as XID_GPU_FAULT
+from gpu_health.constants import KERNEL_ACTIVE_SM, KERNEL_ACTIVE_UTIL_PCT, MINUTE, PARTITION
 
 STATES = [
     "no_data", "maintenance", "hw_unavailable", "idle_blocked", "idle_no_demand", "allocated_idle",
@@ -720,9 +721,8 @@ class _SchedHistory:
         self.lookup = job_lookup(meta, sched)
         self.submitted = submitted_ns(meta)
         self.queue_events = QueueEvents.of(sched if queue_events is None else queue_events)
-        if sched is not None and len(sched):
-            ev = sched[sched["event"].isin(["submitted", "started"])]
-            self.first_event = ev.groupby("job_id")["ts"].min()  # the event job_lookup takes the queue from
+        self.has_events = sched is not None and len(sched) > 0
+        if self.has_events:
             placed, self.placed_first = placement_events(sched)
             self.placed_ts = placed["ts"]
             self.placed_queue = placed["queue"]
@@ -747,13 +747,11 @@ class _SchedHistory:
             self.left = np.full(J, big)
             np.minimum.at(self.left, self.codes[go], self.ts[go])
             self.queue = np.asarray(sched["queue"].astype(object), dtype=object)
-        else:
-            self.first_event = None
 
     def pending_gpus(self, end, minutes: pd.DatetimeIndex, groups: pd.Series | None) -> dict:
         """pending_gpus(sched[ts < end], minutes, groups): a job submitted only before ``end`` is taken from the
         whole history; one also submitted (again) after it is re-derived from its events before ``end``."""
-        if self.first_event is None or not len(minutes):
+        if not self.has_events or not len(minutes):
             return {None: np.zeros(len(minutes))}
         end_ns = pd.Timestamp(end).as_unit("ns").value
         if not (self.ts < end_ns).any():
@@ -796,7 +794,7 @@ class _SchedHistory:
 
     def queue_regions(self, end, node_region: dict) -> dict:
         """queue_regions(sched[ts < end], node_region)."""
-        if self.first_event is None:
+        if not self.has_events:
             return {}
         before = (self.placed_ts < end).to_numpy()
         if not before.any():
