@@ -36,12 +36,13 @@ partition (no rows, or a zero denominator); ``degraded`` when it had, but under
 :data:`MIN_COVERAGE` of them report the optional field or input the series
 needs; ``ok`` otherwise. ``value`` is NaN unless the status is ``ok`` -- a
 missing reading is never a zero. For region x sku KPIs every region x SKU of
-the partition's inventory (its day's cost_capacity rows, its GPU and node rows)
-gets a row, so a silent region x SKU shows as ``no_data`` rather than as a
-missing row; every other slice gets a row in the partitions it was seen in, and
-a series seen nowhere in a partition one ``*`` row. A partition's rows depend on
-nothing after its end: the sensor's 5-minute run and a day's run of the same
-partition write the same rows.
+the partition's inventory (its node inventory as known when it closed, its
+day's cost_capacity rows, its GPU and node rows) gets a row, so a silent
+region x SKU shows as ``no_data`` rather than as a missing row; every other
+slice gets a row in the partitions it was seen in, and a series seen nowhere in
+a partition one ``*`` row. A partition's rows depend on nothing after its end:
+the sensor's 5-minute run and a day's run of the same partition write the same
+rows.
 """
 
 import numpy as np
@@ -203,7 +204,7 @@ def _obj(s: pd.Series) -> pd.Series:
 
 class _Context:
     """The window's rows, prepared once: GPU-minutes with schedulability, team and class; job placement
-    per partition; node -> region / sku; the job attribute table; the inventory of region x SKU."""
+    per partition; node -> region / sku; the job attribute table; each partition's region x SKU inventory."""
 
     def __init__(self, frames, goodput_states, start, end, cost, lookup, baseline, pending, inventory=None):
         self.start, self.end = start, end
@@ -292,15 +293,15 @@ class _Context:
         partitions, the inventory as known when each closed); a missing region or SKU is None, as in the rows.
         Per partition, so that a partition's rows are the same whether it is computed alone (the sensor's run)
         or in a day's run."""
-        ns = len(self.sku_uni)
-        p_pair = np.unique(self.p_codes.astype(np.int64) * ((len(self.region_uni) + 1) * (ns + 1))
-                           + (self.region_codes.astype(np.int64) + 1) * (ns + 1) + (self.sku_codes + 1))
+        ns = len(self.sku_uni) + 1  # (code 0: no SKU)
+        width = (len(self.region_uni) + 1) * ns
+        p_pair = np.unique(self.p_codes.astype(np.int64) * width
+                           + (self.region_codes.astype(np.int64) + 1) * ns + (self.sku_codes + 1))
         regions = np.concatenate([[None], np.asarray(self.region_uni, dtype=object)])
         skus = np.concatenate([[None], np.asarray(self.sku_uni, dtype=object)])
-        pair = p_pair % ((len(self.region_uni) + 1) * (ns + 1))
-        parts = [pd.DataFrame({"p": pd.DatetimeIndex(self.p_uni[p_pair // ((len(self.region_uni) + 1) * (ns + 1))]
-                                                     .view("datetime64[ns]")).tz_localize("UTC"),
-                               "region": regions[pair // (ns + 1)], "sku": skus[pair % (ns + 1)]})]
+        pair = p_pair % width
+        p = pd.DatetimeIndex(self.p_uni[p_pair // width].view("datetime64[ns]")).tz_localize("UTC")
+        parts = [pd.DataFrame({"p": p, "region": regions[pair // ns], "sku": skus[pair % ns]})]
         if len(node):
             n_ns = node["ts"].to_numpy(dtype="datetime64[ns]").view("int64")
             parts.append(pd.DataFrame({"p": _floor_ns(n_ns, FIVE_NS), "region": _obj(node["region"]).to_numpy(),
@@ -956,7 +957,7 @@ def _slices(r: pd.DataFrame, ctx: _Context) -> pd.DataFrame:
             for part in (extra, star):
                 if len(part):
                     out.append(part.assign(kpi=series).reindex(columns=["p", "kpi", *DIMENSIONS], fill_value=STAR))
-    return pd.concat(out, ignore_index=True).drop_duplicates()
+    return pd.concat([x for x in out if len(x)] or out[:1], ignore_index=True).drop_duplicates()
 
 
 def _finish(raw: list[pd.DataFrame], ctx: _Context) -> pd.DataFrame:
