@@ -491,9 +491,9 @@ def test_a_rows_job_is_known_as_its_partitions_own_run_knows_it():
     job_uni = pd.Index(["b", "old"], dtype=object)
     lookup = G.job_lookup(meta, None).reindex(job_uni)
     # rows: b in the 10:00 partition (before its events) and in 10:05; 'old' in 10:00
-    t_idx, jj, has_job = np.array([1, 6, 1]), np.array([0, 0, 1]), np.ones(3, bool)
+    t_idx, jj = np.array([1, 6, 1]), np.array([0, 0, 1])
     submitted = G.submitted_ns(meta)
-    row_attr, attr_uni, meta_known = G._row_attributes(t0, t_idx, jj, has_job, job_uni, lookup, submitted, events)
+    row_attr, attr_uni, meta_known = G._row_attributes(t0, t_idx, jj, job_uni, lookup, submitted, events)
     cols = ["team", "workload_class", "model_type", "framework_version", "queue"]
     named = [dict(zip(cols, attr_uni[c - 1])) for c in row_attr]
     # b: submitted at minute 7 -- unknown to the 10:00 partition, known (its first event's queue) to 10:05
@@ -504,7 +504,7 @@ def test_a_rows_job_is_known_as_its_partitions_own_run_knows_it():
     assert named[2]["queue"] == "q_later"
     # without the events after the 10:05 partition (its live run's read): the same answer
     seen = events[events["ts"] < t0 + 10 * minute]
-    again_attr, again_uni, _ = G._row_attributes(t0, t_idx, jj, has_job, job_uni, lookup, submitted, seen)
+    again_attr, again_uni, _ = G._row_attributes(t0, t_idx, jj, job_uni, lookup, submitted, seen)
     assert [attr_uni[c - 1] for c in row_attr] == [again_uni[c - 1] for c in again_attr]
 
 
@@ -519,10 +519,10 @@ def test_a_job_reports_in_a_partition_when_it_wrote_a_row_in_the_hour_before_the
     # a at minutes 0 and 6: reports from its first partition on (its row at minute 3), and in the next;
     # b at minute 2: its first row is in a later partition; c at 1: a row 2 minutes before the window
     t_idx, jj = np.array([0, 6, 2, 1]), np.array([0, 0, 1, 2])
-    got = G._reports_at_partition_end(t0, t_idx, jj, np.ones(4, bool), runtime, history, job_uni, 15)
+    got = G._reports_at_partition_end(t0, t_idx, jj, runtime, history, job_uni, 15)
     assert got.tolist() == [True, True, False, True]
     # c's row of 2 minutes before gone: its older row is out of the memory at the 10:00 partition's end
-    got = G._reports_at_partition_end(t0, t_idx, jj, np.ones(4, bool), runtime, history.iloc[:1], job_uni, 15)
+    got = G._reports_at_partition_end(t0, t_idx, jj, runtime, history.iloc[:1], job_uni, 15)
     assert got.tolist() == [True, True, False, False]
 
 

@@ -349,7 +349,7 @@ class QueueEvents(NamedTuple):
                    queue[order], np.asarray(queues, dtype=object), base, width)
 
 
-def _row_attributes(start, t_idx, jj, has_job, job_uni, lookup, submitted: pd.Series,
+def _row_attributes(start, t_idx, jj, job_uni, lookup, submitted: pd.Series,
                     queue_events: "pd.DataFrame | QueueEvents | None"):
     """Each allocated row's job attributes as its partition's own run knows them: team, workload_class,
     model_type and framework_version when the job's metadata row was submitted in the
@@ -357,7 +357,8 @@ def _row_attributes(start, t_idx, jj, has_job, job_uni, lookup, submitted: pd.Se
     started event in that span; 'unknown' otherwise. A day's run reads the events of the whole day and more; it
     must not name a queue the partition's live run could not.
 
-    Returns (row attribute codes + 1, 0 for a row without a job; the attribute tuples; metadata known per row).
+    ``t_idx``, ``jj``: minute (since ``start``) and job code of each row, every row with a job.
+    Returns (row attribute codes + 1; the attribute tuples; metadata known per row).
     """
     n = len(t_idx)
     if not n or not len(job_uni):
@@ -366,7 +367,7 @@ def _row_attributes(start, t_idx, jj, has_job, job_uni, lookup, submitted: pd.Se
     p_start = pd.Timestamp(start).as_unit("ns").value + (t_idx // 5) * 5 * minute
     p_end, lo = p_start + 5 * minute, p_start - JOB_ATTRIBUTE_LOOKBACK.value
     meta_ns = _job_ns(submitted, job_uni)[jj]
-    meta_known = has_job & (meta_ns >= lo) & (meta_ns < p_end)
+    meta_known = (meta_ns >= lo) & (meta_ns < p_end)
 
     queue_code, queue_uni = np.full(n, -1, dtype=np.int64), np.zeros(0, dtype=object)
     events = queue_events if isinstance(queue_events, QueueEvents) else QueueEvents.of(queue_events)
@@ -378,25 +379,23 @@ def _row_attributes(start, t_idx, jj, has_job, job_uni, lookup, submitted: pd.Se
         last = np.clip(p_end // 10**9 - events.base, 0, width)  # seconds: flooring the events' is exact)
         at = np.searchsorted(events.keys, rj * width + first, side="left")  # the job's first event from ``lo`` on
         hit = events.keys[np.clip(at, 0, len(events.keys) - 1)]
-        found = has_job & (rj >= 0) & (at < len(events.keys)) & (hit // width == rj) & (hit % width < last)
+        found = (rj >= 0) & (at < len(events.keys)) & (hit // width == rj) & (hit % width < last)
         queue_code = np.where(found, events.queue[np.clip(at, 0, len(events.keys) - 1)], -1)
 
     # the distinct (job, metadata known, queue) of the rows, each named once
     Q = len(queue_uni) + 1
     combo = (jj.astype(np.int64) * 2 + meta_known) * Q + (queue_code + 1)
-    uniq, inverse = unique_ints(combo[has_job], return_inverse=True)
+    uniq, inverse = unique_ints(combo, return_inverse=True)
     cj, known, cq = uniq // (2 * Q), (uniq // Q) % 2 == 1, uniq % Q - 1
     meta_cols = ["team", "workload_class", "model_type", "framework_version"]
     names = {c: np.where(known, lookup[c].to_numpy(dtype=object)[cj], "unknown") for c in meta_cols}
     names["queue"] = np.where(cq >= 0, np.concatenate([np.asarray(queue_uni, dtype=object), ["unknown"]])[cq],
                               "unknown")
     codes, attr_uni = pd.factorize(pd.MultiIndex.from_frame(pd.DataFrame(names).astype(object)))
-    row_attr = np.zeros(n, np.int64)
-    row_attr[has_job] = codes[inverse.ravel()] + 1
-    return row_attr, attr_uni, meta_known
+    return codes[inverse.ravel()] + 1, attr_uni, meta_known
 
 
-def _reports_at_partition_end(start, t_idx, jj, has_job, runtime, runtime_history, job_uni, M) -> np.ndarray:
+def _reports_at_partition_end(start, t_idx, jj, runtime, runtime_history, job_uni, M) -> np.ndarray:
     """Per row: its job wrote a job_runtime_metrics row in the :data:`REPORTING_MEMORY` before the row's
     partition ended (the window's rows and ``runtime_history``, the rows before ``start``)."""
     n = len(t_idx)
@@ -414,8 +413,7 @@ def _reports_at_partition_end(start, t_idx, jj, has_job, runtime, runtime_histor
     keys = np.unique(job[ok] * width + (ts[ok] + memory))  # (job, minute + memory) with a row, sorted
     at = np.searchsorted(keys, jj * width + (p_end + memory), side="left") - 1  # the job's last row before p_end
     last = keys[np.clip(at, 0, None)] if len(keys) else np.zeros(n, np.int64)
-    found = (at >= 0) & (last // width == jj) & (last % width - memory >= p_end - memory)  # within the memory
-    return has_job & found
+    return (at >= 0) & (last // width == jj) & (last % width >= p_end)  # (minute + memory >= p_end - memory)
 
 
 def _codes(values, universe: pd.Index) -> np.ndarray:
@@ -520,9 +518,8 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     rows = np.flatnonzero(has_job)
     pairs, pair_of_row = unique_ints((t_idx[rows] // 5) * Nj + jj[rows], return_inverse=True)
     pair_of_row = pair_of_row.ravel()
-    pair_t, pair_j, every = (pairs // Nj) * 5, pairs % Nj, np.ones(len(pairs), bool)
-    pair_attr, attr_uni, pair_known = _row_attributes(start, pair_t, pair_j, every, job_uni, lookup, submitted,
-                                                      queue_events)
+    pair_t, pair_j = (pairs // Nj) * 5, pairs % Nj
+    pair_attr, attr_uni, pair_known = _row_attributes(start, pair_t, pair_j, job_uni, lookup, submitted, queue_events)
     row_attr, meta_known = np.zeros(n, np.int64), np.zeros(n, bool)
     row_attr[rows], meta_known[rows] = pair_attr[pair_of_row], pair_known[pair_of_row]
     job_interactive = (lookup["workload_class"] == "interactive").to_numpy() if len(job_uni) else np.zeros(0, bool)
@@ -554,8 +551,7 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     steps = per_row("steps")
     has_row = ~np.isnan(steps)
     reports = np.zeros(n, bool)
-    reports[rows] = _reports_at_partition_end(start, pair_t, pair_j, every, runtime, runtime_history, job_uni,
-                                              M)[pair_of_row]
+    reports[rows] = _reports_at_partition_end(start, pair_t, pair_j, runtime, runtime_history, job_uni, M)[pair_of_row]
     interactive = has_job & meta_known & job_interactive[jj] if n and len(job_uni) else np.zeros(n, bool)
 
     # failures: minutes after the last checkpoint of jobs that failed in the window
@@ -718,7 +714,7 @@ class _SchedHistory:
     def __init__(self, meta: pd.DataFrame | None, sched: pd.DataFrame | None,
                  queue_events: pd.DataFrame | None = None):
         self.sched = sched
-        self.lookup = job_lookup(meta, sched)
+        self.lookup = job_lookup(meta, None)  # the metadata; queues come from queue_events, per partition
         self.submitted = submitted_ns(meta)
         self.queue_events = QueueEvents.of(sched if queue_events is None else queue_events)
         self.has_events = sched is not None and len(sched) > 0
