@@ -54,7 +54,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.stats import fisher_exact
 
 from gpu_health.codes import factorize, refactorize
 from gpu_health.constants import MAD_TO_SIGMA
@@ -909,6 +908,8 @@ def _node_cohort_failures(ctx: PartitionContext, ev, since, alpha: float = FAILU
         return None
     rate_new = a / max(a + b, 1)
     rate_old = (c + 0.5) / max(c + d + 1, 1)
+    from scipy.stats import fisher_exact  # here: scipy.stats costs every process importing this module ~0.6 s
+
     p = fisher_exact([[a, b], [c, d]], alternative="greater")[1]
     if p >= alpha or rate_new < FAILURE_RATE_RATIO * rate_old:
         return None

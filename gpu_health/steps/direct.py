@@ -260,8 +260,10 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
         finance(c_end)  # (a pipelined run has settled them already: see on_stage)
 
     if source_spec is not None and processes > 1 and len(chunks) > 1:
-        args = (wh.url, str(wh.telemetry.root), processes, only, source_spec)
         cut = stages(processes, only)
+        # the source only to the stages reading one (unpickling it imports Dagster: ~0.4 s a process)
+        args = [(wh.url, str(wh.telemetry.root), processes, only,
+                 source_spec if any(_is_source(s) for s in stage) else None) for stage in cut]
         feeds = feeding_stage(cut, daily)
 
         def on_stage(k, i):
@@ -270,7 +272,7 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
             if k == feeds:
                 finance(chunks[i][1] if i < len(chunks) - 1 else _EVER)
 
-        run_stages(_stage_days, [args] * len(cut), chunks, summary, seconds, on_chunk, on_stage)
+        run_stages(_stage_days, args, chunks, summary, seconds, on_chunk, on_stage)
     else:
         for i, (c_start, c_end) in enumerate(chunks):
             for step in wanted(steps_of(FIVE_MINUTE)):

@@ -1,0 +1,107 @@
+"""What one stage of a pipelined run hands the next (:class:`gpu_health.steps.pipeline.Handover`): a day's frames,
+through a file the next stage maps, arrive whole, writable and alone; a file that cannot be written sends them
+through the pipe instead, and leaves nothing behind."""
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpu_health.steps.pipeline import Handover, handover_folder
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="private file mappings (POSIX)")
+
+
+def _frames(n: int = 50_000) -> list[tuple]:
+    """Cache entries as a stage hands them on, with every kind of column the tables have."""
+    ts = pd.date_range("2026-11-03", periods=n, freq="s", tz="UTC")
+    gpu = pd.DataFrame({
+        "ts": ts,
+        "node_id": pd.array([f"node-{i % 80:03d}" for i in range(n)], dtype="string"),
+        "gpu_util_pct": np.linspace(0, 100, n),
+        "xid": np.arange(n, dtype=np.int64) % 3,
+        "ecc_dbe_delta": pd.array([None if i % 7 else i for i in range(n)], dtype="Int64"),
+        "ok": np.arange(n) % 2 == 0,
+    })
+    small = pd.DataFrame({"ts": ts[:3], "kind": pd.array(["deploy", None, "x"], dtype="string")})
+    start, end = pd.Timestamp("2026-11-03", tz="UTC"), pd.Timestamp("2026-11-04", tz="UTC")
+    return [("gpu_telemetry", "ts", start, end, gpu), ("change_events", "ts", start, end, small),
+            ("kube_pods", "ts", start, end, small.iloc[:0])]
+
+
+def _hand(handover, payload):
+    handover.put(3, payload)
+    return handover.get()
+
+
+def _assert_same(got, sent):
+    assert len(got) == len(sent)
+    for (name, col, s, e, frame), (name0, col0, s0, e0, frame0) in zip(got, sent):
+        assert (name, col, s, e) == (name0, col0, s0, e0)
+        pd.testing.assert_frame_equal(frame, frame0, obj=name)
+
+
+def test_a_days_frames_arrive_whole_and_writable_through_a_file_each_deleted_once_mapped(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    handover = Handover(ctx, str(tmp_path))
+    sent = _frames()
+    handover.put(3, sent)
+    assert len(os.listdir(tmp_path)) == len(sent)  # a file per table: one table's arrays keep only its own alive
+    i, got = handover.get()
+    assert i == 3 and os.listdir(tmp_path) == []
+    _assert_same(got, sent)
+    gpu = got[0][4]
+    gpu.loc[0, "gpu_util_pct"] = -1.0  # a step may write into what it was handed; the sender's frame is its own
+    gpu["gpu_util_pct"].to_numpy()[1] = -2.0
+    assert gpu["gpu_util_pct"].iloc[:2].tolist() == [-1.0, -2.0] and sent[0][4]["gpu_util_pct"].iloc[0] == 0.0
+    assert _hand(handover, None) == (3, None)
+    assert _hand(handover, {"any": "thing"}) == (3, {"any": "thing"})
+    handover.fail()
+    assert handover.get() == ("error", None)
+
+
+def test_without_a_folder_the_frames_go_through_the_pipe():
+    handover = Handover(multiprocessing.get_context("spawn"), None)
+    sent = _frames(1_000)
+    _assert_same(_hand(handover, sent)[1], sent)
+
+
+# A folder with no room: the process may write files of 64 KB at most (RLIMIT_FSIZE; a write past it fails with
+# EFBIG once SIGXFSZ is ignored), as a full /dev/shm fails with ENOSPC. The large frame goes through the pipe,
+# the small ones still through files, and no partial file stays.
+_FULL = textwrap.dedent("""
+    import multiprocessing, os, resource, signal, sys
+    import pandas as pd
+    from gpu_health.steps.pipeline import Handover
+    from gpu_health_tests.test_handover import _frames, _assert_same
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    handover = Handover(multiprocessing.get_context("spawn"), sys.argv[1])
+    sent = _frames()
+    handover.put(0, sent)
+    print(len(os.listdir(sys.argv[1])))
+    _assert_same(handover.get()[1], sent)
+    print(len(os.listdir(sys.argv[1])))
+""")
+
+
+def test_a_frame_too_large_for_the_folder_goes_through_the_pipe_and_leaves_no_file(tmp_path):
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", _FULL, str(tmp_path)], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": repo}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["2", "0"]  # the two small frames in files, the large one inline; then none
+
+
+def test_a_runs_handover_folder_is_fresh_and_its_own():
+    a, b = handover_folder(), handover_folder()
+    try:
+        assert a != b and os.listdir(a) == [] and os.access(a, os.W_OK)
+    finally:
+        os.rmdir(a)
+        os.rmdir(b)
