@@ -252,6 +252,41 @@ def test_expected_leaves_are_scaled_to_the_actual_paid_gpu_minutes():
     assert got[("eu-west", "productive")] == 8.0
 
 
+
+def test_a_partitions_expected_leaves_do_not_depend_on_the_range_it_is_computed_in():
+    """A day's run reads the seven days before midnight, a run from 18:00 the seven days before 18:00: the same
+    days of the partition's slot, among others. Its expected leaves, and the scaling to its actual paid GPU-minutes
+    (a sum over its leaves), must come out bit for bit the same (numbered by first appearance, the leaves came
+    in the order of the earliest history read, and the sums' last bits, and near-ties of the drill-down with them,
+    changed with the range)."""
+    rng = np.random.default_rng(5)
+    day0 = T0.normalize()
+    slots = pd.date_range(day0 - 8 * DAY, day0 + DAY, freq="5min", inclusive="left")
+    nodes = np.array([f"n{i:03d}" for i in range(120)])
+    parts = []
+    for ts in slots:  # each slot's leaves in an order of their own, GPU-minutes of many magnitudes and bits
+        k = rng.permutation(len(nodes))[:100]
+        parts.append(pd.DataFrame({"partition_start": ts, "node_id": nodes[k], "state": np.where(k % 2, "productive",
+                                   "slowdown_io"), "gpu_minutes": 10.0 ** rng.uniform(-3, 3, len(k))}))
+    leaves = pd.concat(parts, ignore_index=True)
+    for col, value in leaf(T0).items():
+        if col not in leaves:
+            leaves[col] = value
+    history, actual = leaves[leaves["partition_start"] < day0], leaves[leaves["partition_start"] >= day0]
+    evening = pd.Timestamp(day0 + pd.Timedelta(hours=18))
+
+    def expected(first):
+        window = pd.date_range(first, day0 + DAY, freq="5min", inclusive="left")
+        exp = expected_leaves_from_history(leaves[leaves["partition_start"] < first], window,
+                                           actual_leaves=actual[actual["partition_start"] >= first])
+        mine = exp[exp["partition_start"] >= evening]
+        return mine.sort_values(["partition_start", "node_id", "state"]).reset_index(drop=True)
+
+    whole_day, from_evening = expected(day0), expected(evening)
+    assert len(whole_day) >= 72 * 100  # (each partition: the leaves of its slot on any of the seven days)
+    pd.testing.assert_frame_equal(whole_day, from_evening, check_exact=True)
+
+
 # ------------------------------------------------------------------ a simulated incident
 
 SCENARIO = """\

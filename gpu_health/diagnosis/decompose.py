@@ -518,7 +518,7 @@ def expected_leaves_from_history(history_leaves: pd.DataFrame, partitions, *,
     h = history_leaves.loc[use.to_numpy(), keys]
     slot = _slot(ps[use.to_numpy()])
     minutes = history_leaves.loc[use.to_numpy(), "gpu_minutes"].to_numpy(dtype=float)
-    leaf, first_row = _leaf_codes(h, keys)
+    leaf, first_row = _leaf_codes(h, keys, by_value=True)
     n_leaves = max(len(first_row), 1)
     tod = slot % DAY_SLOTS
     target_tod = _slot(parts_idx) % DAY_SLOTS
@@ -582,7 +582,7 @@ def _trailing_leaves(recent: pd.DataFrame, actual_leaves: pd.DataFrame | None, p
     slot = _slot(rows["partition_start"])
     order = np.argsort(slot, kind="stable")
     slot = slot[order]
-    leaf, first_row = _leaf_codes(rows[keys], keys)
+    leaf, first_row = _leaf_codes(rows[keys], keys, by_value=True)
     leaf, minutes = leaf[order], rows["gpu_minutes"].to_numpy(dtype=float)[order]
     width = int(trailing // SLOT)
     pieces = []
@@ -674,16 +674,22 @@ class _LeafTable:
         return out[seen].reset_index(drop=True)
 
 
-def _leaf_codes(frame: pd.DataFrame, cols: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Code of each row's combination of ``cols`` (0..n-1) and the first row of each code."""
+def _leaf_codes(frame: pd.DataFrame, cols: list[str], *, by_value: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Code of each row's combination of ``cols`` (0..n-1) and the first row of each code.
+
+    ``by_value``: codes in the order of the combinations' values (each column's sorted, nulls last), so that
+    two frames holding the same combinations among others number them in the same order. A partition's
+    expectation sums its leaves in code order: numbered by first appearance in a range's history, the last bits of
+    its sums -- and a drill-down's choice between two near-equal cells -- depended on how far back the range's
+    history reached, i.e. on the range the partition was computed in."""
     key = np.zeros(len(frame), dtype=np.int64)
     card = 1
     for c in cols:
-        code, uniq = pd.factorize(frame[c], use_na_sentinel=False)
+        code, uniq = pd.factorize(frame[c], use_na_sentinel=False, sort=by_value)
         key = key * len(uniq) + code
         card *= len(uniq)
         if card > 2**40:  # keep the packed key inside int64
-            key = pd.factorize(key)[0].astype(np.int64)
+            key = pd.factorize(key, sort=by_value)[0].astype(np.int64)
             card = int(key.max()) + 1
     _, first_row, codes = unique_ints(key, return_index=True, return_inverse=True)
     return codes.ravel(), first_row
