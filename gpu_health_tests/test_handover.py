@@ -98,10 +98,20 @@ def test_a_frame_too_large_for_the_folder_goes_through_the_pipe_and_leaves_no_fi
     assert out.stdout.split() == ["2", "0"]  # the two small frames in files, the large one inline; then none
 
 
-def test_a_runs_handover_folder_is_fresh_and_its_own():
-    a, b = handover_folder(), handover_folder()
+def test_a_runs_handover_folder_is_fresh_and_its_own_and_a_killed_runs_is_removed():
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    a = handover_folder()
+    base = os.path.dirname(a)
+    left = os.path.join(base, f"gpu-health-days-{gone.stdout.strip()}-x1")  # a run killed with a day in flight
+    os.makedirs(left)
+    open(os.path.join(left, "tmp1.day"), "wb").close()
+    b = handover_folder()
     try:
         assert a != b and os.listdir(a) == [] and os.access(a, os.W_OK)
+        assert os.path.basename(a).startswith(f"gpu-health-days-{os.getpid()}-")
+        assert not os.path.exists(left), "the folder of a run whose process is gone"
+        assert os.path.exists(a), "the folder of a live run (this one) stays"
     finally:
         os.rmdir(a)
         os.rmdir(b)

@@ -107,10 +107,15 @@ class Handover:
 SHM_ROOM = 2 * 2**30
 
 
+_FOLDER_PREFIX = "gpu-health-days-"
+
+
 def handover_folder() -> str | None:
-    """A fresh folder for a run's hand-over files: in /dev/shm when it has :data:`SHM_ROOM` free, else in the
-    temporary directory (its pages stay in the page cache: the files live seconds). None where files cannot be
-    mapped privately (not POSIX): the payloads go through the pipe."""
+    """A fresh folder for a run's hand-over files, named for the process running it: in /dev/shm when it has
+    :data:`SHM_ROOM` free, else in the temporary directory (its pages stay in the page cache: the files live
+    seconds). The folders of runs whose process is gone (killed before it could remove its folder: in /dev/shm the
+    files would hold memory until the machine restarts) are removed first. None where files cannot be mapped
+    privately (not POSIX): the payloads go through the pipe."""
     if not hasattr(mmap, "MAP_PRIVATE"):
         return None
     base = None
@@ -120,7 +125,22 @@ def handover_folder() -> str | None:
             base = "/dev/shm"
     except OSError:  # no /dev/shm (not Linux)
         pass
-    return tempfile.mkdtemp(prefix="gpu-health-days-", dir=base)
+    where = base or tempfile.gettempdir()
+    for name in os.listdir(where):
+        pid = name[len(_FOLDER_PREFIX):].split("-", 1)[0]
+        if name.startswith(_FOLDER_PREFIX) and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(os.path.join(where, name), ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{_FOLDER_PREFIX}{os.getpid()}-", dir=where)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def stage_loop(k: int, chunks, inbox, outbox, reports, setup: Callable) -> None:
