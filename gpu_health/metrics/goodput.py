@@ -395,18 +395,25 @@ def _row_attributes(start, t_idx, jj, job_uni, lookup, submitted: pd.Series,
     return codes[inverse.ravel()] + 1, attr_uni, meta_known
 
 
-def _reports_at_partition_end(start, t_idx, jj, runtime, runtime_history, job_uni, M) -> np.ndarray:
+def _reports_at_partition_end(start, t_idx, jj, runtime, runtime_history, job_uni, M,
+                              runtime_codes: tuple | None = None) -> np.ndarray:
     """Per row: its job wrote a job_runtime_metrics row in the :data:`REPORTING_MEMORY` before the row's
-    partition ended (the window's rows and ``runtime_history``, the rows before ``start``)."""
+    partition ended (the window's rows and ``runtime_history``, the rows before ``start``). ``runtime_codes``:
+    ``runtime``'s (minute since ``start``, job code) when the caller has them already."""
     n = len(t_idx)
     if not n or not len(job_uni):
         return np.zeros(n, bool)
     memory = int(REPORTING_MEMORY / MINUTE)
-    parts = [f for f in (runtime_history, runtime) if f is not None and len(f)]
+
+    def codes(f):
+        if f is runtime and runtime_codes is not None:
+            return runtime_codes
+        return ((f["ts"] - pd.Timestamp(start)) // MINUTE).to_numpy(np.int64), _codes(f["job_id"], job_uni)
+
+    parts = [codes(f) for f in (runtime_history, runtime) if f is not None and len(f)]
     if not parts:
         return np.zeros(n, bool)
-    ts = np.concatenate([((f["ts"] - pd.Timestamp(start)) // MINUTE).to_numpy(np.int64) for f in parts])
-    job = np.concatenate([_codes(f["job_id"], job_uni) for f in parts])
+    ts, job = np.concatenate([t for t, _ in parts]), np.concatenate([j for _, j in parts])
     ok = (job >= 0) & (ts >= -memory) & (ts < M)
     p_end = (t_idx // 5 + 1) * 5  # minutes since start
     width = max(M, int(p_end.max())) + memory + 1
@@ -532,9 +539,11 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     # runtime metrics per (minute, job) key (sorted keys; a key's last runtime row, as an assignment keeps it)
     rt_keys = np.zeros(0, np.int64)
     rt_vals: dict[str, np.ndarray] = {}
+    rt_codes = None  # (minute, job code) of each runtime row, for the reporting memory too
     if len(runtime):
         rt_t = ((runtime["ts"] - start) // MINUTE).to_numpy(np.int64)
         rt_j = _codes(runtime["job_id"], job_uni)
+        rt_codes = (rt_t, rt_j)
         ok = (rt_t >= 0) & (rt_t < M) & (rt_j >= 0)
         kk = rt_t[ok] * Nj + rt_j[ok]
         rt_keys, first_rev = unique_ints(kk[::-1], return_index=True)
@@ -551,7 +560,8 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     steps = per_row("steps")
     has_row = ~np.isnan(steps)
     reports = np.zeros(n, bool)
-    reports[rows] = _reports_at_partition_end(start, pair_t, pair_j, runtime, runtime_history, job_uni, M)[pair_of_row]
+    reports[rows] = _reports_at_partition_end(start, pair_t, pair_j, runtime, runtime_history, job_uni, M,
+                                              rt_codes)[pair_of_row]
     interactive = has_job & meta_known & job_interactive[jj] if n and len(job_uni) else np.zeros(n, bool)
 
     # failures: minutes after the last checkpoint of jobs that failed in the window
