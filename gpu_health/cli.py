@@ -99,7 +99,7 @@ def simulate(scenario_path: str, landing: str, start: str | None, end: str | Non
 
 def _warehouse_location(warehouse: str | None, telemetry_dir: str | None) -> tuple[str, str]:
     """(warehouse URL, telemetry dir or "" for the default beside it), as the module docstring says."""
-    from gpu_health.definitions import default_resources
+    from gpu_health.defs.resources import default_resources
 
     configured = default_resources()["warehouse"]
     if warehouse:
@@ -124,7 +124,7 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
         prometheus_url: str | None = None, warehouse: str | None = None, partition_start: str | None = None,
         quiet: bool = False, telemetry_dir: str | None = None, direct: bool = False, workers: int = 1,
         targets: list[str] | None = None, **source_options: str | None) -> dict:
-    from gpu_health.definitions import default_resources
+    from gpu_health.defs.resources import default_resources
     from gpu_health.defs.resources import SourceSpec, TelemetrySourceResource
     from gpu_health.partitions import FIVE_MINUTE_FMT
 
@@ -215,7 +215,7 @@ def export(table: str, start: str, end: str, out: str, *, warehouse: str | None 
 
 def serve_metrics(warehouse: str | None, port: int, address: str, *, once: bool = False, quiet: bool = False) -> int:
     """Serve ``/metrics`` until interrupted (or print the exposition once)."""
-    from gpu_health.definitions import default_resources
+    from gpu_health.defs.resources import default_resources
     from gpu_health.kpi_export import registry_for, serve
 
     url = warehouse or default_resources()["warehouse"].url

@@ -507,7 +507,7 @@ def test_the_store_sits_beside_its_sqlite_file_and_is_configurable(tmp_path, mon
     assert default_telemetry_dir(f"sqlite:///{tmp_path}/range.db") == tmp_path / "range.telemetry"
     assert default_telemetry_dir("postgresql+psycopg2://u@h:5432/gpu_health") == Path("var/telemetry")
     assert Warehouse(f"sqlite:///{tmp_path}/w.db", tmp_path / "elsewhere").telemetry.root == tmp_path / "elsewhere"
-    from gpu_health.definitions import default_resources
+    from gpu_health.defs.resources import default_resources
 
     monkeypatch.setenv("GPU_HEALTH_TELEMETRY_DIR", str(tmp_path / "env"))
     res = default_resources()

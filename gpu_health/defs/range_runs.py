@@ -49,8 +49,8 @@ class CodeLocation:
     partition_start: str
 
     def definitions(self):
-        from gpu_health.definitions import build_definitions, default_resources
-        from gpu_health.defs.resources import WarehouseIOManager, WarehouseResource
+        from gpu_health.definitions import build_definitions
+        from gpu_health.defs.resources import WarehouseIOManager, WarehouseResource, default_resources
         from gpu_health.settings import Settings
 
         resources = default_resources()

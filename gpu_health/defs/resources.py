@@ -1,4 +1,5 @@
-"""Resources: the warehouse, the telemetry source, and the warehouse IO manager."""
+"""Resources: the warehouse, the telemetry source, the warehouse IO manager and Alertmanager; the set the
+environment configures (:func:`default_resources`)."""
 
 import contextlib
 import threading
@@ -191,3 +192,51 @@ def _retry_transient(context):
         if retry is None:
             raise
         raise retry from exc
+
+
+class AlertmanagerResource(dg.ConfigurableResource):
+    """Where alerts go (``GPU_HEALTH_ALERTMANAGER_URL``; empty: delivery is off)."""
+
+    url: str = ""
+    generator_url: str = ""  # e.g. the Dagster UI's alerts asset page; {alert_id} is filled in
+    timeout_s: float = 5.0
+
+
+WAREHOUSE_URL = dg.EnvVar("GPU_HEALTH_WAREHOUSE_URL")
+TELEMETRY_DIR = dg.EnvVar("GPU_HEALTH_TELEMETRY_DIR")
+
+
+def default_resources() -> dict:
+    """Resources from the environment (README: Configuration). Here, not beside the Definitions: importing
+    those builds every asset (~2.4 s of a ``gpu-health run --direct`` on 2 cores, for its source and warehouse
+    settings alone)."""
+    url = WAREHOUSE_URL.get_value(DEFAULT_WAREHOUSE_URL)
+    telemetry_dir = TELEMETRY_DIR.get_value("")  # empty: beside the warehouse (WarehouseResource)
+    return {
+        "warehouse": WarehouseResource(url=url, telemetry_dir=telemetry_dir),
+        "warehouse_io_manager": WarehouseIOManager(url=url, telemetry_dir=telemetry_dir),
+        "source": TelemetrySourceResource(
+            kind=dg.EnvVar("GPU_HEALTH_SOURCE").get_value("simulator"),
+            scenario=dg.EnvVar("GPU_HEALTH_SCENARIO").get_value(""),
+            live=dg.EnvVar("GPU_HEALTH_LIVE").get_value("false").lower() == "true",
+            landing_dir=dg.EnvVar("GPU_HEALTH_LANDING_DIR").get_value("var/landing"),
+            prometheus_url=dg.EnvVar("GPU_HEALTH_PROMETHEUS_URL").get_value(""),
+            prometheus_region=dg.EnvVar("GPU_HEALTH_PROMETHEUS_REGION").get_value(""),
+            prometheus_region_label=dg.EnvVar("GPU_HEALTH_PROMETHEUS_REGION_LABEL").get_value("region"),
+            prometheus_selector=dg.EnvVar("GPU_HEALTH_PROMETHEUS_SELECTOR").get_value(""),
+            prometheus_labels=dg.EnvVar("GPU_HEALTH_PROMETHEUS_LABELS").get_value(""),
+            prometheus_step=dg.EnvVar("GPU_HEALTH_PROMETHEUS_STEP").get_value("60s"),
+            prometheus_ready_lag=dg.EnvVar("GPU_HEALTH_PROMETHEUS_READY_LAG").get_value("2min"),
+            absent_after=dg.EnvVar("GPU_HEALTH_ABSENT_AFTER").get_value(DEFAULT_ABSENT_AFTER),
+            slurm_dir=dg.EnvVar("GPU_HEALTH_SLURM_DIR").get_value(""),
+            ipmi_racks=dg.EnvVar("GPU_HEALTH_IPMI_RACKS").get_value(""),
+            ipmi_hall_metric=dg.EnvVar("GPU_HEALTH_IPMI_HALL_METRIC").get_value(""),
+            prometheus_kube_state_metrics=dg.EnvVar("GPU_HEALTH_PROMETHEUS_KUBE_STATE_METRICS").get_value("false"),
+            prometheus_serving=dg.EnvVar("GPU_HEALTH_PROMETHEUS_SERVING").get_value("false"),
+            prometheus_serving_metrics=dg.EnvVar("GPU_HEALTH_PROMETHEUS_SERVING_METRICS").get_value(""),
+        ),
+        "alertmanager": AlertmanagerResource(
+            url=dg.EnvVar("GPU_HEALTH_ALERTMANAGER_URL").get_value(""),
+            generator_url=dg.EnvVar("GPU_HEALTH_ALERT_LINK").get_value(""),
+        ),
+    }

@@ -5,7 +5,7 @@ import json
 import dagster as dg
 import pandas as pd
 
-from gpu_health.defs.resources import WarehouseResource
+from gpu_health.defs.resources import AlertmanagerResource, WarehouseResource
 from gpu_health.delivery.alertmanager import (
     AlertmanagerClient,
     AlertmanagerError,
@@ -14,14 +14,6 @@ from gpu_health.delivery.alertmanager import (
 )
 
 LOOKBACK = pd.Timedelta(hours=24)
-
-
-class AlertmanagerResource(dg.ConfigurableResource):
-    """Where alerts go (``GPU_HEALTH_ALERTMANAGER_URL``; empty: delivery is off)."""
-
-    url: str = ""
-    generator_url: str = ""  # e.g. the Dagster UI's alerts asset page; {alert_id} is filled in
-    timeout_s: float = 5.0
 
 
 def latest_alerts(wh, now: pd.Timestamp) -> pd.DataFrame:
