@@ -65,6 +65,32 @@ def test_a_days_frames_arrive_whole_and_writable_through_a_file_each_deleted_onc
     assert handover.get() == ("error", None)
 
 
+def test_a_middle_stage_passes_the_frames_it_hands_on_unchanged_as_the_files_they_came_in(tmp_path):
+    """Stage 1 takes the sources' day in (keeping its files), hands on two of its tables as it got them and one
+    it wrote itself: the unchanged ones travel on as the same files (nothing pickled again), the new one in a
+    file of its own; the file it did not pass on goes once the day is handed on, the rest once stage 2 maps them."""
+    ctx = multiprocessing.get_context("spawn")
+    inbox, outbox = Handover(ctx, str(tmp_path / "in")), Handover(ctx, str(tmp_path / "out"))
+    (tmp_path / "in").mkdir(), (tmp_path / "out").mkdir()
+    sent = _frames()
+    inbox.put(5, sent)
+    i, got = inbox.get(keep=True)
+    assert i == 5 and len(os.listdir(tmp_path / "in")) == 3  # kept for passing on
+    _assert_same(got, sent)
+    gpu, changes, pods = got
+    own = ("kpi_values", "partition_start", gpu[2], gpu[3], pd.DataFrame({"value": [1.0, 2.0]}))
+    # a frame of the same window but another object (a step wrote the table again): not the file it came in
+    rewritten = (*changes[:4], changes[4].copy())
+    outbox.put(5, [gpu, own, rewritten, pods], passing=inbox)
+    assert len(os.listdir(tmp_path / "in")) == 3 and len(os.listdir(tmp_path / "out")) == 2  # own, rewritten
+    inbox.release(5)
+    assert len(os.listdir(tmp_path / "in")) == 2  # change_events' file went; gpu_telemetry's and kube_pods' passed on
+    j, onward = outbox.get()
+    assert j == 5 and os.listdir(tmp_path / "in") == [] and os.listdir(tmp_path / "out") == []
+    _assert_same(onward, [sent[0], own, sent[1], sent[2]])
+    inbox.release(5)  # (nothing left to release)
+
+
 def test_without_a_folder_the_frames_go_through_the_pipe():
     handover = Handover(multiprocessing.get_context("spawn"), None)
     sent = _frames(1_000)
