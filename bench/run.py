@@ -21,6 +21,13 @@ it waited for; the landing zone is written first by ``gpu-health simulate``, unt
   starts (the five_minute_job for that partition), with an hour of history before it (at 100,000 GPUs: cold start,
   an hour of history would dominate). Target: <= 10 s at 1,200 GPUs, <= 60 s and <= 4 GB at 100,000.
 * ``suite``: ``gpu-health evaluate`` on scenarios/suite with ``--workers``. Target: <= 60 min.
+
+Every line also carries ``reference_cpu_seconds``: the CPU seconds of a fixed piece of work like the pipeline's
+(:func:`reference_work`: text factorized, rows grouped, sorted, joined and pickled; a Python loop), measured in a
+process of its own just before and just after the measurement. The targets are wall times "on 2 cores", and the
+cores of one machine differ from another's and from themselves an hour later (a week that took 120 s in one
+session took 186-275 s on another machine, the same code, its speed falling through the session): a measurement
+compares with another by its ratio to the reference taken beside it.
 """
 
 import argparse
@@ -39,12 +46,61 @@ WEEK = ("2026-11-02T00:00:00Z", "2026-11-09T00:00:00Z")
 LIVE = "2026-11-03T14:00:00Z"  # a Tuesday afternoon partition
 
 
-def _cpu_seconds() -> dict:
+def _cpu_seconds(reference: dict | None = None) -> dict:
     """User and system CPU seconds of the measurement's process and of the processes it waited for (the pipeline's
-    stages, the suite's workers), its start-up included: on a shared machine whose speed varies, the work a change
-    saves shows in CPU more steadily than in wall time."""
+    stages, the suite's workers), its start-up included, without the ``reference`` work's: on a shared machine
+    whose speed varies, the work a change saves shows in CPU more steadily than in wall time."""
     own, waited = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"user": round(own.ru_utime + waited.ru_utime, 1), "sys": round(own.ru_stime + waited.ru_stime, 1)}
+    ref = reference or {"user": 0.0, "sys": 0.0}
+    return {"user": round(own.ru_utime + waited.ru_utime - ref["user"], 1),
+            "sys": round(own.ru_stime + waited.ru_stime - ref["sys"], 1)}
+
+
+def reference_work() -> None:
+    """A fixed piece of work made of what the pipeline spends its time on, ~2-3 CPU s and ~0.3 GB on the machines
+    of issue #14 (under any measurement's peak, which it would otherwise raise): pandas on a million rows (a text
+    column of 1,200 values factorized, a group-by of three keys, a sort, a join), numpy (a sort and a bincount of 2
+    million integers), a protocol-5 pickle round trip, and a Python loop over dicts. Seeded: the same work on every
+    machine."""
+    import pickle
+
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(14)
+    n = 1_000_000
+    names = np.array([f"gpu-{i:05d}" for i in range(1_200)], dtype=object)
+    frame = pd.DataFrame({"gpu": pd.array(names[rng.integers(0, 1_200, n)], dtype="string"),
+                          "minute": rng.integers(0, 1_440, n), "job": rng.integers(0, 40_000, n),
+                          "util": rng.random(n) * 100})
+    codes, _ = pd.factorize(frame["gpu"])
+    frame["code"] = codes
+    frame.groupby(["code", "minute", "job"], sort=False)["util"].sum()
+    frame.sort_values(["job", "minute"])
+    jobs = pd.DataFrame({"job": np.arange(40_000), "team": rng.integers(0, 30, 40_000)})
+    frame.merge(jobs, on="job", how="left")
+    keys = rng.integers(0, 1 << 40, 2_000_000)
+    np.sort(keys)
+    np.bincount(keys % 100_003)
+    buffers: list = []
+    pickle.loads(pickle.dumps(frame, protocol=5, buffer_callback=buffers.append), buffers=buffers)
+    counts: dict = {}
+    for i in range(1_000_000):
+        counts[i % 977] = counts.get(i % 977, 0) + i
+
+
+def _reference_cpu_seconds() -> tuple[float | None, dict]:
+    """CPU seconds (user + system) of :func:`reference_work` in a fresh process (None if it failed), and what that
+    process added to this one's RUSAGE_CHILDREN (taken out of the measurement's ``cpu_seconds``)."""
+    code = ("import resource, sys; sys.path.insert(0, sys.argv[1]); import run; run.reference_work(); "
+            "u = resource.getrusage(resource.RUSAGE_SELF); print(u.ru_utime + u.ru_stime)")
+    t0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent)], capture_output=True, text=True)
+    t1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    spent = {"user": t1.ru_utime - t0.ru_utime, "sys": t1.ru_stime - t0.ru_stime}
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return None, spent
+    return round(float(proc.stdout.strip().splitlines()[-1]), 2), spent
 
 
 def _peak_mib() -> float:
@@ -149,6 +205,7 @@ def child(args) -> dict:
     warnings.filterwarnings("ignore")
     data = Path(args.data)
     out = {"name": args.only, "gpus": args.gpus}
+    before, ref_spent = _reference_cpu_seconds() if args.only != "simulate" else (None, None)
     if args.only == "simulate":
         import pandas as pd
 
@@ -167,7 +224,9 @@ def child(args) -> dict:
     else:
         raise SystemExit(f"unknown measurement {args.only}")
     out["peak_mib"] = _peak_mib()
-    out["cpu_seconds"] = _cpu_seconds()
+    out["cpu_seconds"] = _cpu_seconds(ref_spent)
+    if args.only != "simulate":
+        out["reference_cpu_seconds"] = [before, _reference_cpu_seconds()[0]]
     return out
 
 
