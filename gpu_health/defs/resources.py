@@ -204,37 +204,35 @@ class AlertmanagerResource(dg.ConfigurableResource):
 
 WAREHOUSE_URL = dg.EnvVar("GPU_HEALTH_WAREHOUSE_URL")
 TELEMETRY_DIR = dg.EnvVar("GPU_HEALTH_TELEMETRY_DIR")
+# TelemetrySourceResource's fields from the environment: field -> (variable, default) (README: Configuration)
+SOURCE_ENVIRONMENT = {
+    "kind": ("GPU_HEALTH_SOURCE", "simulator"), "scenario": ("GPU_HEALTH_SCENARIO", ""),
+    "live": ("GPU_HEALTH_LIVE", "false"), "landing_dir": ("GPU_HEALTH_LANDING_DIR", "var/landing"),
+    "prometheus_url": ("GPU_HEALTH_PROMETHEUS_URL", ""), "prometheus_region": ("GPU_HEALTH_PROMETHEUS_REGION", ""),
+    "prometheus_region_label": ("GPU_HEALTH_PROMETHEUS_REGION_LABEL", "region"),
+    "prometheus_selector": ("GPU_HEALTH_PROMETHEUS_SELECTOR", ""), "prometheus_labels": ("GPU_HEALTH_PROMETHEUS_LABELS", ""),
+    "prometheus_step": ("GPU_HEALTH_PROMETHEUS_STEP", "60s"),
+    "prometheus_ready_lag": ("GPU_HEALTH_PROMETHEUS_READY_LAG", "2min"),
+    "absent_after": ("GPU_HEALTH_ABSENT_AFTER", DEFAULT_ABSENT_AFTER), "slurm_dir": ("GPU_HEALTH_SLURM_DIR", ""),
+    "ipmi_racks": ("GPU_HEALTH_IPMI_RACKS", ""), "ipmi_hall_metric": ("GPU_HEALTH_IPMI_HALL_METRIC", ""),
+    "prometheus_kube_state_metrics": ("GPU_HEALTH_PROMETHEUS_KUBE_STATE_METRICS", "false"),
+    "prometheus_serving": ("GPU_HEALTH_PROMETHEUS_SERVING", "false"),
+    "prometheus_serving_metrics": ("GPU_HEALTH_PROMETHEUS_SERVING_METRICS", ""),
+}
 
 
 def default_resources() -> dict:
-    """Resources from the environment (README: Configuration). Here, not beside the Definitions: importing
-    those builds every asset (~2.4 s of a ``gpu-health run --direct`` on 2 cores, for its source and warehouse
-    settings alone)."""
+    """Resources from the environment (README: Configuration). Here, not beside the Definitions, so that the
+    command line reads its settings without building every asset (~0.5 CPU s of each ``gpu-health run``'s start
+    on 2 cores)."""
     url = WAREHOUSE_URL.get_value(DEFAULT_WAREHOUSE_URL)
     telemetry_dir = TELEMETRY_DIR.get_value("")  # empty: beside the warehouse (WarehouseResource)
+    source = {field: dg.EnvVar(var).get_value(default) for field, (var, default) in SOURCE_ENVIRONMENT.items()}
+    source["live"] = source["live"].lower() == "true"
     return {
         "warehouse": WarehouseResource(url=url, telemetry_dir=telemetry_dir),
         "warehouse_io_manager": WarehouseIOManager(url=url, telemetry_dir=telemetry_dir),
-        "source": TelemetrySourceResource(
-            kind=dg.EnvVar("GPU_HEALTH_SOURCE").get_value("simulator"),
-            scenario=dg.EnvVar("GPU_HEALTH_SCENARIO").get_value(""),
-            live=dg.EnvVar("GPU_HEALTH_LIVE").get_value("false").lower() == "true",
-            landing_dir=dg.EnvVar("GPU_HEALTH_LANDING_DIR").get_value("var/landing"),
-            prometheus_url=dg.EnvVar("GPU_HEALTH_PROMETHEUS_URL").get_value(""),
-            prometheus_region=dg.EnvVar("GPU_HEALTH_PROMETHEUS_REGION").get_value(""),
-            prometheus_region_label=dg.EnvVar("GPU_HEALTH_PROMETHEUS_REGION_LABEL").get_value("region"),
-            prometheus_selector=dg.EnvVar("GPU_HEALTH_PROMETHEUS_SELECTOR").get_value(""),
-            prometheus_labels=dg.EnvVar("GPU_HEALTH_PROMETHEUS_LABELS").get_value(""),
-            prometheus_step=dg.EnvVar("GPU_HEALTH_PROMETHEUS_STEP").get_value("60s"),
-            prometheus_ready_lag=dg.EnvVar("GPU_HEALTH_PROMETHEUS_READY_LAG").get_value("2min"),
-            absent_after=dg.EnvVar("GPU_HEALTH_ABSENT_AFTER").get_value(DEFAULT_ABSENT_AFTER),
-            slurm_dir=dg.EnvVar("GPU_HEALTH_SLURM_DIR").get_value(""),
-            ipmi_racks=dg.EnvVar("GPU_HEALTH_IPMI_RACKS").get_value(""),
-            ipmi_hall_metric=dg.EnvVar("GPU_HEALTH_IPMI_HALL_METRIC").get_value(""),
-            prometheus_kube_state_metrics=dg.EnvVar("GPU_HEALTH_PROMETHEUS_KUBE_STATE_METRICS").get_value("false"),
-            prometheus_serving=dg.EnvVar("GPU_HEALTH_PROMETHEUS_SERVING").get_value("false"),
-            prometheus_serving_metrics=dg.EnvVar("GPU_HEALTH_PROMETHEUS_SERVING_METRICS").get_value(""),
-        ),
+        "source": TelemetrySourceResource(**source),
         "alertmanager": AlertmanagerResource(
             url=dg.EnvVar("GPU_HEALTH_ALERTMANAGER_URL").get_value(""),
             generator_url=dg.EnvVar("GPU_HEALTH_ALERT_LINK").get_value(""),
