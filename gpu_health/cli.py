@@ -124,8 +124,7 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
         prometheus_url: str | None = None, warehouse: str | None = None, partition_start: str | None = None,
         quiet: bool = False, telemetry_dir: str | None = None, direct: bool = False, workers: int = 1,
         targets: list[str] | None = None, **source_options: str | None) -> dict:
-    from gpu_health.defs.resources import default_resources
-    from gpu_health.defs.resources import SourceSpec, TelemetrySourceResource
+    from gpu_health.defs.resources import SourceSpec, TelemetrySourceResource, default_resources
     from gpu_health.partitions import FIVE_MINUTE_FMT
 
     start_ts, end_ts = _ts(start), _ts(end)

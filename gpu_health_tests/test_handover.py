@@ -70,8 +70,9 @@ def test_a_middle_stage_passes_the_frames_it_hands_on_unchanged_as_the_files_the
     it wrote itself: the unchanged ones travel on as the same files (nothing pickled again), the new one in a
     file of its own; the file it did not pass on goes once the day is handed on, the rest once stage 2 maps them."""
     ctx = multiprocessing.get_context("spawn")
+    (tmp_path / "in").mkdir()
+    (tmp_path / "out").mkdir()
     inbox, outbox = Handover(ctx, str(tmp_path / "in")), Handover(ctx, str(tmp_path / "out"))
-    (tmp_path / "in").mkdir(), (tmp_path / "out").mkdir()
     sent = _frames()
     inbox.put(5, sent)
     i, got = inbox.get(keep=True)
