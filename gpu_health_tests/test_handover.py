@@ -92,6 +92,33 @@ def test_a_middle_stage_passes_the_frames_it_hands_on_unchanged_as_the_files_the
     inbox.release(5)  # (nothing left to release)
 
 
+def test_text_columns_sharing_their_objects_travel_as_codes_and_arrive_as_they_were(tmp_path):
+    """Text read from the landing zone or the store: every row points at one of a few hundred string objects. Such
+    a column goes as codes and its distinct objects (a file a fraction of plain pickling's), and arrives with the
+    same values, dtypes and missing-value kinds (None stays None, NaN stays NaN), its rows again sharing objects;
+    a column whose rows each hold their own object pickles as before."""
+    n = 60_000
+    names = np.array([f"node-{i:03d}" for i in range(80)] + [pd.NA], dtype=object)
+    kinds = np.array(["started", "ended", None, np.nan], dtype=object)
+    frame = pd.DataFrame({
+        "node_id": pd.arrays.StringArray(names[np.arange(n) % 81]),  # string[python], pd.NA for every 81st row
+        "event": kinds[np.arange(n) % 4], "reason": kinds[(np.arange(n) // 3) % 4],  # one 2-D object block
+        "own": pd.array([f"job-{i}" for i in range(n)], dtype="string"),  # an object per row
+        "value": np.arange(n, dtype=float),
+    })
+    sent = [("scheduler_events", "ts", pd.Timestamp("2026-11-03", tz="UTC"), pd.Timestamp("2026-11-04", tz="UTC"),
+             frame)]
+    handover = Handover(multiprocessing.get_context("spawn"), str(tmp_path))
+    handover.put(1, sent)
+    (day_file,) = os.listdir(tmp_path)
+    assert b"_shared_objects" in (tmp_path / day_file).read_bytes()  # codes and distinct objects, rebuilt by it
+    _, got = handover.get()
+    _assert_same(got, sent)
+    back = got[0][4]
+    assert back["event"].iloc[2] is None and back["event"].iloc[3] is not None and pd.isna(back["event"].iloc[3])
+    assert back["node_id"].array._ndarray[0] is back["node_id"].array._ndarray[81]  # one object, as sent
+
+
 def test_without_a_folder_the_frames_go_through_the_pipe():
     handover = Handover(multiprocessing.get_context("spawn"), None)
     sent = _frames(1_000)

@@ -14,6 +14,7 @@ word), after which no stage waits for ever. Between two stages, a :class:`Handov
 from __future__ import annotations
 
 import contextlib
+import io
 import mmap
 import os
 import pickle
@@ -101,7 +102,9 @@ class Handover:
         if self.folder is None:
             return ("inline", payload)
         buffers: list[pickle.PickleBuffer] = []
-        inband = pickle.dumps(payload, protocol=5, buffer_callback=buffers.append)
+        pickled = io.BytesIO()
+        _SharedTextPickler(pickled, protocol=5, buffer_callback=buffers.append).dump(payload)
+        inband = pickled.getbuffer()
         spans, at, path = [], 0, None
         try:
             fd, path = tempfile.mkstemp(dir=self.folder, suffix=".day")
@@ -131,6 +134,58 @@ class Handover:
         view = memoryview(mapped)
         (at, n), *rest = spans
         return pickle.loads(view[at:at + n], buffers=[view[a:a + m] for a, m in rest])
+
+
+class _SharedTextPickler(pickle.Pickler):
+    """Pickles a text column (pandas ``string[python]`` array, or an object array) whose rows share a few
+    thousand string objects -- as every text column read from the landing zone or the telemetry store does
+    (``arrow_text.text_values``) -- as each row's integer code (out of band, like any array) and the distinct
+    objects once (:func:`_shared_objects` rebuilds it), instead of a reference per row pickled and unpickled one by
+    one. Rows that held one object still do, so identity-based shortcuts (``codes.factorize``) keep working. A
+    day's GPU telemetry at 1,200 GPUs (1.7 M rows, five text columns): pickling 0.43 -> 0.27 CPU s, unpickling
+    0.29 -> 0.13 (each day is unpickled by two stages). Any other object pickles as it always does."""
+
+    def reducer_override(self, obj):
+        import numpy as np
+        import pandas as pd
+
+        if isinstance(obj, pd.arrays.StringArray) and obj.dtype == _TEXT_DTYPE():
+            objects, text = obj._ndarray, True
+        elif type(obj) is np.ndarray and obj.dtype == object:
+            objects, text = obj, False
+        else:
+            return NotImplemented
+        if objects.size < _SHARED_MIN_ROWS or not objects.flags.c_contiguous:
+            return NotImplemented
+        from gpu_health.codes import _addresses
+
+        codes, distinct = pd.factorize(_addresses(objects.reshape(-1)))  # by object identity, not by value
+        if len(distinct) > objects.size // 2:  # mostly an object per row (text read from SQL): nothing to share
+            return NotImplemented
+        # codes are numbered in order of first appearance: a code's first row is where it exceeds all before it
+        first = np.flatnonzero(np.r_[True, codes[1:] > np.maximum.accumulate(codes)[:-1]])
+        return _shared_objects, (codes.astype(np.int32), objects.reshape(-1)[first], objects.shape, text)
+
+
+_SHARED_MIN_ROWS = 1_024  # below it the codes save nothing worth a factorization
+
+
+def _TEXT_DTYPE():
+    """The dtype :func:`arrow_text.wrap_strings` rebuilds (``string[python]``, missing values ``pd.NA``)."""
+    from gpu_health.arrow_text import _TEXT_PROTOTYPE
+
+    return _TEXT_PROTOTYPE.dtype
+
+
+def _shared_objects(codes, distinct, shape, text: bool):
+    """The array :class:`_SharedTextPickler` pickled: ``distinct[codes]`` in ``shape``, as a ``string[python]``
+    array when ``text`` (its values were checked when it was built)."""
+    values = distinct.take(codes).reshape(shape)
+    if not text:
+        return values
+    from gpu_health.arrow_text import wrap_strings
+
+    return wrap_strings(values)
 
 
 # Room a run's hand-overs may take in memory-backed /dev/shm before they go to the temporary directory instead: two
