@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from gpu_health.codes import factorize, first_rows
 from gpu_health.metrics.goodput import STATES, first_node
 
 # Every loss-tree state a job holds the GPU in (goodput.py rule 5): the GPU is allocated whether it computes,
@@ -110,18 +111,32 @@ def job_places(sched: pd.DataFrame, node_sku: dict, node_region: dict, classes: 
     if sched is None or sched.empty:
         return pd.DataFrame(columns=cols, index=pd.Index([], name="job_id"))
     s = sched.sort_values("ts", kind="stable")
-    placed = s[s["node_ids"].notna() & s["event"].isin(["started", "ended", "preempted", "requeued"])]
-    first = first_node(placed.drop_duplicates("job_id").set_index("job_id")["node_ids"])
-    where = pd.DataFrame({"region": first.map(node_region), "sku": first.map(node_sku)})
-    queue = s.drop_duplicates("job_id").set_index("job_id")["queue"].astype(object)
-    known = where.dropna().join(queue)
-    out = pd.DataFrame(index=pd.Index(queue.index, name="job_id"), columns=cols, dtype=object)
-    if len(known):
+    # each job (a missing id is one too) numbered in order of its first event: its first event's row and its first
+    # placing event's row, from one hashing of the ids (two days of events: 0.65 -> 0.2 s)
+    job, ids = factorize(s["job_id"], use_na_sentinel=False)
+    n = len(ids)
+    first_event = first_rows(job, np.ones(len(job), dtype=bool), n)
+    placing = (s["node_ids"].notna() & s["event"].isin(["started", "ended", "preempted", "requeued"])).to_numpy(dtype=bool)
+    first_placed = first_rows(job, placing, n)
+    queue = s["queue"].astype(object).to_numpy()[first_event]
+    # where each placed job ran (its first placement's first node), the jobs in the order they were first placed
+    placed = np.flatnonzero(first_placed >= 0)
+    placed = placed[np.argsort(first_placed[placed], kind="stable")]
+    node = first_node(s["node_ids"].iloc[first_placed[placed]].reset_index(drop=True))
+    where = pd.DataFrame({"region": node.map(node_region), "sku": node.map(node_sku)})
+    ran = where.notna().all(axis=1).to_numpy()
+    region = np.full(n, None, dtype=object)
+    sku = np.full(n, None, dtype=object)
+    if ran.any():  # a job never placed (or on a node of no inventory) goes where its queue's jobs mostly ran
+        known = where[ran].assign(queue=queue[placed[ran]])
         mode = known.groupby("queue")[["region", "sku"]].agg(lambda v: v.value_counts().index[0])
-        out["region"] = queue.map(mode["region"])
-        out["sku"] = queue.map(mode["sku"])
-    out.loc[where.dropna().index, ["region", "sku"]] = where.dropna().to_numpy()
-    out["workload_class"] = out.index.map(classes) if classes is not None else None
+        region = pd.Series(queue).map(mode["region"]).to_numpy(dtype=object)
+        sku = pd.Series(queue).map(mode["sku"]).to_numpy(dtype=object)
+        region[placed[ran]] = where["region"].to_numpy(dtype=object)[ran]
+        sku[placed[ran]] = where["sku"].to_numpy(dtype=object)[ran]
+    index = pd.Index(s["job_id"].iloc[first_event], name="job_id")  # (the ids as the events hold them)
+    out = pd.DataFrame({"region": region, "sku": sku,
+                        "workload_class": index.map(classes) if classes is not None else None}, index=index)
     return out.astype(object).where(out.notna(), "unknown")
 
 
