@@ -44,6 +44,19 @@ def factorize(values, *, sort: bool = False, use_na_sentinel: bool = True) -> tu
     return codes.astype(np.int64, copy=False)[by_object], uniques
 
 
+def is_missing(values) -> np.ndarray:
+    """``pd.isna(values)`` as a numpy bool array, for a Series, Index or array.
+
+    A pandas ``string[python]`` column holds its missing values as the ``pd.NA`` singleton and nothing else (its
+    constructor and its setter turn every other missing kind into it), so its missing rows are the elements
+    pointing at that object: one comparison of addresses, where pandas checks each element's type one by one
+    (1.7 M job ids of a day's GPU telemetry: 88 -> 3 ms). Any other dtype as pandas says."""
+    arr = values.array if isinstance(values, pd.Series | pd.Index) else values
+    if isinstance(arr, pd.arrays.StringArray) and getattr(arr.dtype, "na_value", None) is pd.NA:
+        return _addresses(np.ascontiguousarray(arr._ndarray)) == id(pd.NA)
+    return np.asarray(pd.isna(values), dtype=bool)
+
+
 def _object_values(values) -> np.ndarray | None:
     """The object array behind ``values`` (a Series, Index, pandas ``string[python]`` array or object ndarray),
     C-contiguous; None for any other dtype."""

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from gpu_health.arrow_text import text_values
-from gpu_health.codes import factorize, first_rows, unique_ints
+from gpu_health.codes import factorize, first_rows, is_missing, unique_ints
 
 VALUES = ["node-b", "node-a", None, "node-c", "node-a", None, "node-b", "node-d", "node-a"]
 
@@ -103,3 +103,22 @@ def test_first_rows_are_the_rows_a_group_bys_first_takes():
     pd.testing.assert_series_equal(got, want.astype(object), check_names=False, check_index=False)
     assert (picked[40:] == -1).all()
     assert (first_rows(groups, np.zeros(len(groups), dtype=bool), 40) == -1).all()
+
+
+def test_missing_is_what_pandas_isna_says_however_the_column_was_built():
+    """The address shortcut for string[python] columns (every missing value is the pd.NA singleton) gives
+    pd.isna's answer for columns read, built from Python values, written into, sliced and concatenated; other
+    dtypes (object arrays holding None and NaN, nullable integers, floats) go to pandas."""
+    shared, fresh = _shared(VALUES), _fresh(VALUES)
+    written = fresh.copy()
+    written.iloc[0] = None  # the setter stores pd.NA for any missing kind
+    written.iloc[1] = np.nan
+    built = pd.Series(pd.array(["a", None, np.nan, pd.NA, "b"], dtype="string"))
+    joined = pd.concat([shared, fresh.iloc[::2], built], ignore_index=True)
+    others = [np.array(VALUES + [np.nan], dtype=object), pd.Series([1, None, 3], dtype="Int64"),
+              pd.Series([1.0, np.nan]), pd.Index(["x", None], dtype="string"), shared.iloc[::-3], shared.iloc[:0]]
+    for column in [shared, fresh, written, built, joined, *others]:
+        got = is_missing(column)
+        assert isinstance(got, np.ndarray) and got.dtype == bool
+        assert got.tolist() == list(np.asarray(pd.isna(column), dtype=bool)), column
+    assert is_missing(shared).tolist() == [v is None for v in VALUES]

@@ -21,7 +21,7 @@ signature's jobs regress at once). The source is recorded per row
 import numpy as np
 import pandas as pd
 
-from gpu_health.codes import factorize, first_rows, unique_ints
+from gpu_health.codes import factorize, first_rows, is_missing, unique_ints
 from gpu_health.metrics.goodput import SLOW_THROTTLE_BITS, maintenance_mask
 from gpu_health.sources.dcgm_fields import XID_GPU_FAULT
 
@@ -42,7 +42,7 @@ def workload_step_stats(frames: dict, *, meta: pd.DataFrame | None, maintenance:
     Implementation: the (minute, node) and (minute, job) joins run on integer codes, not on the id strings.
     """
     gpu, node, rt = frames["gpu_telemetry"], frames["node_telemetry"], frames["job_runtime_metrics"]
-    has_job = gpu["job_id"].notna().to_numpy()
+    has_job = ~is_missing(gpu["job_id"])
     if not has_job.any() or rt.empty:
         return pd.DataFrame(columns=STAT_COLUMNS)
     g = gpu.loc[has_job, ["ts", "region", "node_id", "sku", "job_id", "throttle_reasons", "xid"]]
@@ -78,7 +78,7 @@ def workload_step_stats(frames: dict, *, meta: pd.DataFrame | None, maintenance:
     gpus = np.bincount(inv, minlength=len(uk))
     any_bad = np.bincount(inv, weights=bad.astype(float), minlength=len(uk)) > 0
     sku = np.asarray(g["sku"], dtype=object)
-    sku_known = pd.notna(sku)
+    sku_known = ~is_missing(g["sku"])
     jm_sku = np.full(len(uk), None, dtype=object)
     pick = first_rows(inv, sku_known, len(uk))  # groupby's 'first': the first non-null value of the group
     jm_sku[pick >= 0] = sku[pick[pick >= 0]]
@@ -197,7 +197,10 @@ def _grouped_weighted_medians(frame: pd.DataFrame, keys: list[str]) -> pd.DataFr
     sums are exact in floating point whatever order they are added in. Rows with a null key are dropped (as
     ``groupby`` drops them). Returns one row per group, sorted by ``keys``.
     """
-    f = frame.dropna(subset=keys)
+    gone = np.zeros(len(frame), dtype=bool)
+    for k in keys:
+        gone |= is_missing(frame[k])
+    f = frame[~gone]  # (frame.dropna(subset=keys), the text keys' missing values found by address)
     if f.empty:
         return pd.DataFrame(columns=[*keys, *_VALUES, "history_minutes"])
     codes, out = _sorted_groups(f, keys)

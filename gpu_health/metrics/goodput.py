@@ -47,7 +47,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from gpu_health.codes import factorize, unique_ints
+from gpu_health.codes import factorize, is_missing, unique_ints
 from gpu_health.constants import FATAL_XIDS as XID_GPU_FAULT
 from gpu_health.constants import KERNEL_ACTIVE_SM, KERNEL_ACTIVE_UTIL_PCT, MINUTE, PARTITION
 
@@ -511,7 +511,7 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
 
     in_maint = maintenance_mask(gpu["ts"], gpu["region"], gpu["node_id"], maintenance) if n else np.zeros(0, bool)
     fatal = gpu["xid"].isin(XID_GPU_FAULT).to_numpy() | (gpu["ecc_dbe_delta"].fillna(0).to_numpy() > 0)
-    has_job = gpu["job_id"].notna().to_numpy()
+    has_job = ~is_missing(gpu["job_id"])
     sm = gpu["sm_active"].to_numpy(dtype=float, na_value=np.nan)
     busy = (gpu["gpu_util_pct"].to_numpy(dtype=float) >= BUSY_UTIL_PCT) & ~(np.nan_to_num(sm, nan=1.0) < BUSY_SM)
 

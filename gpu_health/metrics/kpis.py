@@ -51,7 +51,7 @@ import pandera.pandas as pa
 from pandas._libs import lib
 from pandera.typing import Series
 
-from gpu_health.codes import factorize, first_rows, unique_ints
+from gpu_health.codes import factorize, first_rows, is_missing, unique_ints
 from gpu_health.contracts.models import WORKLOAD_CLASSES, ContractModel, empty_frame
 from gpu_health.metrics.goodput import BLOCKED_WAIT, first_node
 from gpu_health.metrics.device import BUSY_UTIL_PCT, IDLE_SM, IDLE_TENSOR, LOW_POWER_SHARE, device_idle, reference_power
@@ -241,7 +241,7 @@ class _Context:
         # integer codes of the rows' minutes, nodes and jobs: the joins and group-bys below run on them
         ts_ns = g["ts"].to_numpy(dtype="datetime64[ns]").view("int64")
         g["p"] = _floor_ns(ts_ns, FIVE_NS)  # (ts.dt.floor("5min"), in integer arithmetic)
-        g["allocated"] = g["job_id"].notna()
+        g["allocated"] = ~is_missing(g["job_id"])
         nw = self.window(node)
         bad = nw.loc[nw["health"].isin(UNSCHEDULABLE), ["ts", "node_id"]].astype({"node_id": object})
         self.ts_codes, ts_uni = pd.factorize(ts_ns)
@@ -826,8 +826,9 @@ def _fragmentation(ctx: _Context) -> pd.DataFrame:
 def _node_minutes(g: pd.DataFrame, free: np.ndarray, ts_codes: np.ndarray, node_codes: np.ndarray, nodes: int) -> pd.DataFrame:
     """One row per (minute, node) of ``g`` (a group-by on ts and node_id, by integer codes): ts, p, region and
     sku (the first non-null of its rows), ``size`` (its GPU rows) and ``free`` (the sum of ``free``)."""
-    if g["node_id"].isna().any():  # groupby drops rows without a node
-        keep = g["node_id"].notna().to_numpy()
+    lost = is_missing(g["node_id"])
+    if lost.any():  # groupby drops rows without a node
+        keep = ~lost
         g, free, ts_codes, node_codes = g[keep], free[keep], ts_codes[keep], node_codes[keep]
     key = ts_codes.astype(np.int64) * (nodes + 1) + node_codes
     _, first, inv = unique_ints(key, return_index=True, return_inverse=True)
@@ -836,7 +837,7 @@ def _node_minutes(g: pd.DataFrame, free: np.ndarray, ts_codes: np.ndarray, node_
     out = {"ts": g["ts"].iloc[first].reset_index(drop=True), "p": g["p"].iloc[first].reset_index(drop=True)}
     for col in ("region", "sku"):
         v = g[col].to_numpy()
-        known = pd.notna(v)
+        known = ~is_missing(g[col])
         # groupby's 'first': the group's first non-null value (None when it has none)
         pick = first if known.all() else first_rows(inv, known, G)
         out[col] = np.where(pick >= 0, v[np.clip(pick, 0, None)], None)
