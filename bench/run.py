@@ -26,8 +26,9 @@ Every line also carries ``reference_cpu_seconds``: the CPU seconds of a fixed pi
 (:func:`reference_work`: text factorized, rows grouped, sorted, joined and pickled; a Python loop), measured in a
 process of its own just before and just after the measurement. The targets are wall times "on 2 cores", and the
 cores of one machine differ from another's and from themselves an hour later (a week that took 120 s in one
-session took 186-294 s on another machine, the same code, its speed falling through the session): a measurement
-compares with another by its ratio to the reference taken beside it.
+session took 186-294 s on another machine, the same code, its speed falling through the session, and 181-222 s
+in the next, its reference moving from 2.7 to 1.6 s within one run): a measurement compares with another by its
+ratio to the reference taken beside it.
 """
 
 import argparse
