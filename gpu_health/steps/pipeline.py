@@ -149,7 +149,7 @@ class _SharedTextPickler(pickle.Pickler):
         import numpy as np
         import pandas as pd
 
-        if isinstance(obj, pd.arrays.StringArray) and obj.dtype == _TEXT_DTYPE():
+        if isinstance(obj, pd.arrays.StringArray) and obj.dtype == _text_dtype():
             objects, text = obj._ndarray, True
         elif type(obj) is np.ndarray and obj.dtype == object:
             objects, text = obj, False
@@ -170,7 +170,7 @@ class _SharedTextPickler(pickle.Pickler):
 _SHARED_MIN_ROWS = 1_024  # below it the codes save nothing worth a factorization
 
 
-def _TEXT_DTYPE():
+def _text_dtype():
     """The dtype :func:`arrow_text.wrap_strings` rebuilds (``string[python]``, missing values ``pd.NA``)."""
     from gpu_health.arrow_text import _TEXT_PROTOTYPE
 
