@@ -6,13 +6,14 @@ cpu_seconds, ...).
     python bench/run.py --only live_partition --gpus 100000
     python bench/run.py --only suite --workers 2 # gpu-health evaluate on the full suite (both profiles)
 
-Measurements (each in a fresh Python process, so its peak memory -- max RSS of the process or of the largest
-process it waited for -- is its own, and so is its CPU: ``cpu_seconds``, user and system, of it and the processes
-it waited for; the landing zone is written first by ``gpu-health simulate``, untimed, reported as
-``simulate_seconds``):
+Measurements (each in a fresh Python process, so its peak memory is its own -- ``peak_mib``, the max RSS of the
+process or of the largest process it waited for, and ``peak_total_mib``, the most that it and all its processes
+held at once (:class:`TotalMemory`): a run pipelined over 3 processes holds about 2.4x its largest one's -- and so
+is its CPU: ``cpu_seconds``, user and system, of it and the processes it waited for; the landing zone is written
+first by ``gpu-health simulate``, untimed, reported as ``simulate_seconds``):
 
 * ``week_bulk``: a simulated week (2,016 partitions) from the landing zone to alerts and finance through the bulk
-  path (``gpu-health run --direct``). Target: <= 2 min, <= 4 GB on 2 cores.
+  path (``gpu-health run --direct``). Target: <= 2 min, <= 4 GB on 2 cores (the whole run: ``peak_total_mib``).
 * ``week_dagster``: the same week through Dagster (``gpu-health run``: a run per day, or with ``--workers`` > 1 a
   run per day and pipeline stage, the stages in processes of their own). Target: <= 15 min.
 * ``store_size``: the warehouse (SQLite file) and the telemetry store (Parquet) per simulated day, after week_bulk.
@@ -38,6 +39,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -107,6 +109,59 @@ def _reference_cpu_seconds() -> tuple[float | None, dict]:
 def _peak_mib() -> float:
     return round(max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                      resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024, 1)
+
+
+class TotalMemory(threading.Thread):
+    """The peak of the memory the whole measurement holds at once (``peak_total_mib``): every second, the summed
+    proportional set size (PSS: a page shared by n processes counts 1/n in each) of this process and all its
+    descendants -- a pipelined run's stages hold ~2 GB each at once, which ``peak_mib``, the largest process's
+    peak, does not show -- plus the hand-over files waiting in the run's folders (``/dev/shm`` is memory; a file
+    already mapped by the stage reading it counts twice, a day's table at most: an upper bound). Linux only
+    (``/proc/<pid>/smaps_rollup``): elsewhere None. The sampling's own CPU time is taken out of ``cpu_seconds``."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.peak_kib, self.cpu = 0, {"user": 0.0, "sys": 0.0}
+        self._done, self.supported = threading.Event(), Path(f"/proc/{os.getpid()}/smaps_rollup").exists()
+
+    def run(self) -> None:
+        while self.supported and not self._done.wait(1.0):
+            self.peak_kib = max(self.peak_kib, self._sample())
+        used = resource.getrusage(resource.RUSAGE_THREAD)
+        self.cpu = {"user": used.ru_utime, "sys": used.ru_stime}
+
+    def stop(self) -> float | None:
+        self._done.set()
+        self.join()
+        return round(self.peak_kib / 1024, 1) if self.supported else None
+
+    @staticmethod
+    def _sample() -> int:
+        parent = {}
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:  # (the command may hold spaces or parentheses: the parent pid follows the last ")")
+                    parent[int(entry.name)] = int(Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    pass
+        ours, grew = {os.getpid()}, True
+        while grew:
+            more = {pid for pid, pp in parent.items() if pp in ours} - ours
+            ours |= more
+            grew = bool(more)
+        kib = 0
+        for pid in ours:
+            try:
+                kib += next(int(line.split()[1]) for line in open(f"/proc/{pid}/smaps_rollup") if line.startswith("Pss:"))
+            except (OSError, StopIteration):  # gone meanwhile
+                pass
+        from gpu_health.steps.pipeline import _FOLDER_PREFIX
+
+        for base in {"/dev/shm", tempfile.gettempdir()}:
+            for folder in Path(base).glob(f"{_FOLDER_PREFIX}*"):
+                if folder.name[len(_FOLDER_PREFIX):].split("-", 1)[0] in {str(p) for p in ours}:
+                    kib += sum(f.stat().st_size for f in folder.iterdir() if f.is_file()) // 1024
+        return kib
 
 
 def _scenario(tmp: Path, gpus: int, start: str, end: str) -> Path:
@@ -208,6 +263,8 @@ def child(args) -> dict:
     out = {"name": args.only, "gpus": args.gpus}
     referenced = args.only != "simulate"  # (the landing zone's writing is untimed)
     before, ref_spent = _reference_cpu_seconds() if referenced else (None, None)
+    memory = TotalMemory()
+    memory.start()
     if args.only == "simulate":
         import pandas as pd
 
@@ -226,7 +283,9 @@ def child(args) -> dict:
     else:
         raise SystemExit(f"unknown measurement {args.only}")
     out["peak_mib"] = _peak_mib()
-    out["cpu_seconds"] = _cpu_seconds(ref_spent)
+    out["peak_total_mib"] = memory.stop()
+    spent = {k: (ref_spent or {}).get(k, 0.0) + memory.cpu[k] for k in ("user", "sys")}
+    out["cpu_seconds"] = _cpu_seconds(spent)
     if referenced:
         out["reference_cpu_seconds"] = [before, _reference_cpu_seconds()[0]]
     return out
