@@ -204,6 +204,26 @@ def test_a_run_caches_as_many_windows_as_its_steps_look_back():
     assert got == {"a": 1, "b": 3, "d": 2}  # (a run in order reads past its window only at its end)
     assert cache_depths(STEPS)["kpi_values"] == 16
 
+
+def test_a_stage_keeps_the_day_it_hands_on_and_what_its_steps_look_back_to_nothing_more():
+    """A stage process's cache: a table its steps read without look-back (the loss tree's day of GPU telemetry)
+    keeps one day, the one handed on; the KPI history the diagnosis looks back to keeps its 16."""
+    from gpu_health.steps.direct import stage_cache, stages
+
+    derived, diagnosis = stages(3)[1], stages(3)[2]
+    cache = stage_cache(derived)
+    frame = pd.DataFrame({"ts": [pd.Timestamp("2026-11-02", tz="UTC")]})
+    days = pd.date_range("2026-11-02", periods=20, freq="D", tz="UTC")
+    for d0, d1 in zip(days[:-1], days[1:]):
+        cache.adopt([("gpu_telemetry", "ts", d0, d1, frame), ("goodput_leaves", "partition_start", d0, d1, frame)])
+    assert [e[2] for e in cache.window(["gpu_telemetry"], days[-2], days[-1])] == [days[-2]]
+    assert not cache.window(["gpu_telemetry"], days[-3], days[-2])  # the day before: gone
+    assert not cache.window(["goodput_leaves"], days[-3], days[-2])  # written, handed on, never read here
+    history = stage_cache(diagnosis)
+    for d0, d1 in zip(days[:-1], days[1:]):
+        history.adopt([("kpi_values", "partition_start", d0, d1, frame)])
+    assert sum(bool(history.window(["kpi_values"], d0, d1)) for d0, d1 in zip(days[:-1], days[1:])) == 16
+
 def test_a_day_failing_its_contract_fails_the_dagster_run_named_whether_staged_or_not(zones, tmp_path):
     """A day whose GPU telemetry is more than ERROR_REJECT_SHARE rejected fails its blocking contract check: the
     Dagster run stops with the check named, in one process and pipelined (the stage's error reaches the parent,
