@@ -8,7 +8,7 @@ cpu_seconds, ...).
 
 Measurements (each in a fresh Python process, so its peak memory is its own -- ``peak_mib``, the max RSS of the
 process or of the largest process it waited for, and ``peak_total_mib``, the most that it and all its processes
-held at once (:class:`TotalMemory`): a run pipelined over 3 processes holds about 2.4x its largest one's -- and so
+held at once (:class:`TotalMemory`): a run pipelined over 3 processes holds ~2.8x its largest one's -- and so
 is its CPU: ``cpu_seconds``, user and system, of it and the processes it waited for; the landing zone is written
 first by ``gpu-health simulate``, untimed, reported as ``simulate_seconds``):
 
