@@ -33,6 +33,7 @@ ratio to the reference taken beside it.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -155,12 +156,11 @@ class TotalMemory(threading.Thread):
                 kib += next(int(line.split()[1]) for line in open(f"/proc/{pid}/smaps_rollup") if line.startswith("Pss:"))
             except (OSError, StopIteration):  # gone meanwhile
                 pass
-        from gpu_health.steps.pipeline import _FOLDER_PREFIX
+        from gpu_health.steps.pipeline import handover_folders
 
-        for base in {"/dev/shm", tempfile.gettempdir()}:
-            for folder in Path(base).glob(f"{_FOLDER_PREFIX}*"):
-                if folder.name[len(_FOLDER_PREFIX):].split("-", 1)[0] in {str(p) for p in ours}:
-                    kib += sum(f.stat().st_size for f in folder.iterdir() if f.is_file()) // 1024
+        for folder in handover_folders(ours):
+            with contextlib.suppress(OSError):  # (a run removing its folder meanwhile)
+                kib += sum(f.stat().st_size for f in Path(folder).iterdir() if f.is_file()) // 1024
         return kib
 
 

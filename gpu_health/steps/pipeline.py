@@ -213,10 +213,26 @@ def handover_folder() -> str | None:
         pass
     where = base or tempfile.gettempdir()
     for name in os.listdir(where):
-        pid = name[len(_FOLDER_PREFIX):].split("-", 1)[0]
-        if name.startswith(_FOLDER_PREFIX) and pid.isdigit() and not _alive(int(pid)):
+        pid = _folder_pid(name)
+        if pid is not None and not _alive(pid):
             shutil.rmtree(os.path.join(where, name), ignore_errors=True)
     return tempfile.mkdtemp(prefix=f"{_FOLDER_PREFIX}{os.getpid()}-", dir=where)
+
+
+def handover_folders(pids) -> list[str]:
+    """The hand-over folders (:func:`handover_folder`) that the processes ``pids`` made and still have, wherever
+    they were made (``bench/run.py`` counts their files as the run's memory)."""
+    out = []
+    for base in {"/dev/shm", tempfile.gettempdir()}:
+        with contextlib.suppress(OSError):
+            out += [os.path.join(base, name) for name in os.listdir(base) if _folder_pid(name) in pids]
+    return out
+
+
+def _folder_pid(name: str) -> int | None:
+    """The process a hand-over folder's name says made it; None for any other name."""
+    pid = name[len(_FOLDER_PREFIX):].split("-", 1)[0] if name.startswith(_FOLDER_PREFIX) else ""
+    return int(pid) if pid.isdigit() else None
 
 
 def _alive(pid: int) -> bool:
