@@ -3,6 +3,7 @@
     gpu-health simulate --scenario FILE [--start ISO --end ISO] --landing DIR
     gpu-health run --start ISO --end ISO [--scenario FILE | --landing DIR | --source prometheus --prometheus-url URL]
                    [--prometheus-region R] [--prometheus-labels COL=LABEL,...] [--slurm-dir DIR] [--warehouse URL]
+                   [--direct [--workers N] [--only TABLES] [--chunk-hours H]]
     gpu-health serve-metrics [--warehouse URL] [--port 9464]
     gpu-health evaluate --scenarios DIR --out FILE.json [--workers N] [--static-rules]
     gpu-health export TABLE --start ISO --end ISO --out FILE.parquet|FILE.csv [--warehouse URL] [--telemetry-dir DIR]
@@ -123,7 +124,7 @@ SOURCE_FLAGS = {
 def run(start: str, end: str, *, scenario: str | None = None, landing: str | None = None, source: str | None = None,
         prometheus_url: str | None = None, warehouse: str | None = None, partition_start: str | None = None,
         quiet: bool = False, telemetry_dir: str | None = None, direct: bool = False, workers: int = 1,
-        targets: list[str] | None = None, **source_options: str | None) -> dict:
+        targets: list[str] | None = None, chunk_hours: float | None = None, **source_options: str | None) -> dict:
     from gpu_health.defs.resources import SourceSpec, TelemetrySourceResource, default_resources
     from gpu_health.partitions import FIVE_MINUTE_FMT
 
@@ -150,14 +151,17 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
             print(line, file=sys.stderr)
 
     t0 = time.time()
+    if chunk_hours is not None and not direct:
+        raise SystemExit("error: --chunk-hours needs --direct (the Dagster path runs a day's partitions as one run)")
     if direct:  # the bulk path: the same steps, no Dagster runs (gpu_health.steps.direct)
-        from gpu_health.steps.direct import run_range
+        from gpu_health.steps.direct import RUN_CHUNK, run_range
         from gpu_health.storage.warehouse import Warehouse, run_cache
 
         summary = {"warehouse": url, "source": kind, "path": "direct"}
         summary.update(run_range(Warehouse(url, tdir or None, cache=run_cache()), src.get(), start_ts, end_ts,
                                  progress=progress, source_spec=SourceSpec(src) if workers > 1 else None,
-                                 processes=workers, targets=targets))
+                                 processes=workers, targets=targets,
+                                 chunk=RUN_CHUNK if chunk_hours is None else pd.Timedelta(hours=chunk_hours)))
     else:  # Dagster runs (gpu_health.defs.range_runs), the code location's partitions covering the range
         from gpu_health.defs.range_runs import CodeLocation, run_range
 
@@ -281,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
                             "runs its assets of a day as one Dagster run")
     p_run.add_argument("--only", help="with --direct: compute only the steps these tables need (comma-separated, "
                                       "e.g. alerts: the loss tree and the sources, not the KPIs, drill-down or finance)")
+    p_run.add_argument("--chunk-hours", type=float,
+                       help="with --direct: the pieces of each day the range runs in (default 12; 24: whole days). "
+                            "Shorter pieces hold less memory at once for a little more CPU; the tables are the same")
     p_eval = sub.add_parser("evaluate", help="score detection, attribution and false pages on a scenario suite")
     p_eval.add_argument("--scenarios", required=True, help="directory of scenario YAML files")
     p_eval.add_argument("--out", required=True, help="JSON report path")
@@ -369,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
                       warehouse=args.warehouse, partition_start=args.partition_start, quiet=args.quiet,
                       telemetry_dir=args.telemetry_dir, direct=args.direct, workers=args.workers,
                       targets=[t.strip() for t in args.only.split(",") if t.strip()] if args.only else None,
+                      chunk_hours=args.chunk_hours,
                       **{name: getattr(args, name) for name in SOURCE_FLAGS})
     except (RuntimeError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -36,12 +36,16 @@ if PARTITION != pd.Timedelta(PARTITION_FREQ) or PARTITION % MINUTE:  # pragma: n
     raise ValueError("constants: PARTITION, PARTITION_FREQ and MINUTE disagree")
 
 
-def day_chunks(start: pd.Timestamp, end: pd.Timestamp):
+def day_chunks(start: pd.Timestamp, end: pd.Timestamp, length: pd.Timedelta | None = None):
     """``[start, end)`` cut at UTC midnights: the pieces a range is simulated, run and replayed in (a run covers at
-    most a day: the landing zone's date folders, a Dagster single-run backfill of a day's partitions)."""
+    most a day: the landing zone's date folders, a Dagster single-run backfill of a day's partitions). ``length``
+    (shorter than a day): each day cut again every ``length`` after its midnight (the bulk path's pieces)."""
     t = start
     while t < end:
         nxt = min((t + pd.Timedelta(days=1)).normalize(), end)
+        if length is not None:
+            midnight = t.normalize()
+            nxt = min(nxt, midnight + ((t - midnight) // length + 1) * length)
         yield t, nxt
         t = nxt
 

@@ -76,3 +76,19 @@ def test_busy_thresholds_mean_what_they_are_named():
     assert goodput.BUSY_SM == C.KERNEL_ACTIVE_SM
     assert device.BUSY_UTIL_PCT == C.REPORTED_BUSY_UTIL_PCT
     assert C.KERNEL_ACTIVE_UTIL_PCT < C.REPORTED_BUSY_UTIL_PCT
+
+
+def test_day_chunks_cut_at_midnights_and_every_length_after_them():
+    """A range's pieces: UTC days, each cut again every ``length`` after its midnight (not after the range's start,
+    so two runs of a day cut it alike)."""
+    from gpu_health.constants import day_chunks
+
+    t = pd.Timestamp("2026-11-03T09:10:00Z")
+    end = pd.Timestamp("2026-11-04T13:00:00Z")
+    days = list(day_chunks(t, end))
+    assert days == [(t, pd.Timestamp("2026-11-04T00:00:00Z")), (pd.Timestamp("2026-11-04T00:00:00Z"), end)]
+    halves = list(day_chunks(t, end, pd.Timedelta(hours=12)))
+    cuts = ["2026-11-03T09:10", "2026-11-03T12:00", "2026-11-04T00:00", "2026-11-04T12:00", "2026-11-04T13:00"]
+    assert halves == [(pd.Timestamp(a, tz="UTC"), pd.Timestamp(b, tz="UTC")) for a, b in zip(cuts, cuts[1:])]
+    assert [b - a for a, b in day_chunks(t, t + pd.Timedelta(hours=1), pd.Timedelta(minutes=25))] == \
+        [pd.Timedelta(minutes=m) for m in (25, 25, 10)]  # 09:10 is 22 x 25 min after midnight: 09:35, 10:00, 10:10

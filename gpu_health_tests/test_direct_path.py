@@ -143,6 +143,27 @@ def test_a_run_for_some_tables_computes_only_what_they_need_and_writes_them_alik
         run(START, END, landing=str(landing), warehouse=urls["only"], quiet=True, targets=["alerts"])
 
 
+def test_a_range_run_in_short_pieces_writes_what_whole_days_write(zones, tmp_path):
+    """``--chunk-hours``: the 5-minute steps run a day in pieces (half days by default) to hold less at once. In
+    20-minute pieces over three processes (each stage caching and handing on a piece, the look-backs reaching
+    back over several) every table is the one a run in whole days in one process writes."""
+    landing = tmp_path / "landing"
+    shutil.copytree(zones[0], landing)
+    urls = {k: f"sqlite:///{tmp_path / k}.db" for k in ("days", "pieces")}
+    whole = run(START, END, landing=str(landing), warehouse=urls["days"], quiet=True, direct=True, chunk_hours=24)
+    pieces = run(START, END, landing=str(landing), warehouse=urls["pieces"], quiet=True, direct=True, workers=3,
+                 chunk_hours=1 / 3)
+    assert pieces["runs"] == whole["runs"] + 3  # five pieces of the 100 minutes instead of the two days' parts
+    days, short = _tables(urls["days"]), _tables(urls["pieces"])
+    assert (days["alerts"]["severity"] == "page").any() and len(days["kpi_baselines"])
+    for name in days:
+        pd.testing.assert_frame_equal(days[name], short[name], check_dtype=False, obj=name)
+    with pytest.raises(SystemExit, match="--chunk-hours needs --direct"):
+        run(START, END, landing=str(landing), warehouse=urls["days"], quiet=True, chunk_hours=12)
+    with pytest.raises(ValueError, match="whole 5-minute partitions"):
+        run(START, END, landing=str(landing), warehouse=urls["days"], quiet=True, direct=True, chunk_hours=0.1)
+
+
 def test_a_pipelined_run_settles_its_finance_days_before_its_diagnosis_stage_ends(zones, tmp_path):
     """The finance days read only what the sources and the loss tree write: a run over three processes computes
     them once that stage has finished the range, while the diagnosis stage still works on its last day (not after

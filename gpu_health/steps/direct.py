@@ -7,8 +7,8 @@ per-partition bookkeeping (run creation, planned and materialization events, per
 of a Dagster range run's time, and every process start.
 
 The order is the one ``gpu-health run`` gives Dagster: the calendar; each day's ``cost_capacity`` (the loss tree needs
-what Finance pays for); the 5-minute steps a day at a time (each day's range as one run, as a Dagster single-run
-backfill does); and each day's finance tables as soon as the 5-minute tables they read are final (a day's failures
+what Finance pays for); the 5-minute steps a piece of a day at a time (:data:`RUN_CHUNK`: half a day; a Dagster
+single-run backfill runs a day's range as one run); and each day's finance tables as soon as the 5-minute tables they read are final (a day's failures
 settle back into it up to a day later: once the range is done a day past it).
 """
 
@@ -27,6 +27,14 @@ from gpu_health.steps.pipeline import run_stages, stage_loop
 from gpu_health.steps.registry import steps_of
 
 DAY = pd.Timedelta(days=1)
+# The pieces a range runs in, each cut from one UTC day (:func:`~gpu_health.constants.day_chunks`): what a step
+# computes at once and a stage hands on. A step's working arrays, its cache and a stage's hand-over scale with the
+# piece, and every partition's rows are the same whatever the piece (each reads its declared look-back), so the
+# piece is a trade of memory for the per-piece reads: the bulk week at 1,200 GPUs over 3 processes held 6.7 GB at
+# once in day pieces and 4.2 GB in half days (the largest process 2.4 -> 1.4 GB), for 6 % more wall and ~12 % more
+# CPU (the look-back reads twice as often), every table equal (2026-12-03). A cluster's size scales the day's rows;
+# ``gpu-health run --direct --chunk-hours`` sets it.
+RUN_CHUNK = pd.Timedelta(hours=12)
 _EVER = pd.Timestamp.max.tz_localize("UTC")  # finance(_EVER): every pending day, however late it settles
 
 
@@ -145,15 +153,16 @@ def cache_depths(steps, chunk: pd.Timedelta = DAY) -> dict[str, int]:
     return out
 
 
-def stage_cache(steps):
-    """The run cache of a stage process running ``steps``: each table's windows as deep as the steps look back
-    (:func:`cache_depths`), and one -- the day the stage hands on -- of every other table it writes or adopts.
+def stage_cache(steps, chunk: pd.Timedelta = DAY):
+    """The run cache of a stage process running ``steps`` over ``chunk``-long pieces: each table's windows as deep
+    as the steps look back (:func:`cache_depths`), and one -- the piece the stage hands on -- of every other table
+    it writes or adopts.
     (A cache's default keeps two windows of every table: in each stage the day before's frames, a day of GPU
     telemetry among them, that no step reads again. Kept to one, the bulk week's 3 processes held 6.8 GB at
     their peak instead of 7.5 -- the largest 2.4 instead of 2.7 -- in the same CPU time, every table equal.)"""
     from gpu_health.storage.warehouse import FrameCache
 
-    return FrameCache(entries_per_table=1, depth=cache_depths(steps))
+    return FrameCache(entries_per_table=1, depth=cache_depths(steps, chunk))
 
 
 def _forwarded(cut: list[list], k: int) -> list[str]:
@@ -166,7 +175,7 @@ def _forwarded(cut: list[list], k: int) -> list[str]:
     return sorted(written & read)
 
 
-def _stage_days(k: int, url: str, telemetry_dir: str, cut_processes: int, only, source_spec,
+def _stage_days(k: int, url: str, telemetry_dir: str, cut_processes: int, only, source_spec, chunk,
                 chunks, inbox, outbox, reports) -> None:
     """Stage ``k`` of :func:`stages` over ``chunks`` in a process of its own (:func:`~gpu_health.steps.pipeline.
     stage_loop`): each day, adopt the frames the stage before handed over into the run's cache, run the stage's
@@ -177,7 +186,7 @@ def _stage_days(k: int, url: str, telemetry_dir: str, cut_processes: int, only, 
 
         cut = stages(cut_processes, only)
         steps, forward = cut[k], _forwarded(cut, k)
-        wh = Warehouse(url, telemetry_dir, cache=stage_cache(steps))
+        wh = Warehouse(url, telemetry_dir, cache=stage_cache(steps, chunk))
         source = source_spec.get() if any(_is_source(s) for s in steps) else None
 
         def work(i, c0, c1, handed):
@@ -196,7 +205,7 @@ def _stage_days(k: int, url: str, telemetry_dir: str, cut_processes: int, only, 
 
 
 def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None = None,
-              source_spec=None, processes: int = 2, targets=None) -> dict:
+              source_spec=None, processes: int = 2, targets=None, chunk: pd.Timedelta = RUN_CHUNK) -> dict:
     """Every step over ``[start, end)`` (5-minute aligned) into ``wh`` from ``source``; returns the summary
     ``gpu-health run`` prints (partitions, seconds per step, failed checks, files quarantined).
 
@@ -207,6 +216,8 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
     a day only once the stages before it finished it, and :func:`check_stages` proves from the declared reads that
     no stage reads what a later one writes, so the tables written are the same as in one process
     (``test_direct_path.py``). On two cores, 3 stages keep both busy: the sources are the smallest.
+
+    ``chunk``: the pieces the 5-minute steps run in, a day's at most (:data:`RUN_CHUNK`).
 
     ``targets``: only the steps these tables need (:func:`~gpu_health.steps.graph.feeding`), e.g. ``gpu-health
     evaluate``'s alerts and capacity headroom; the tables they write are the full run's.
@@ -237,7 +248,7 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
         return [s for s in steps if only is None or s.name in only]
 
     if wh.cache is not None:
-        wh.cache.deepen(cache_depths(wanted(steps_of(FIVE_MINUTE)) + wanted(steps_of(DAILY))))
+        wh.cache.deepen(cache_depths(wanted(steps_of(FIVE_MINUTE)) + wanted(steps_of(DAILY)), chunk))
 
     for step in wanted(steps_of(CALENDAR)):
         run(step, None, None)
@@ -248,7 +259,10 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
             if step.name == "cost_capacity":
                 run(step, day, day + DAY)
         summary["runs"] += 1
-    chunks = list(day_chunks(start, end))
+    chunk = min(pd.Timedelta(chunk), DAY)
+    if chunk < PARTITION or chunk % PARTITION:
+        raise ValueError(f"a run's pieces are whole 5-minute partitions, up to a day: got {chunk}")
+    chunks = list(day_chunks(start, end, chunk if chunk < DAY else None))
     # a day's finance tables read the 5-minute tables up to ``settles`` after it (the longest ``after`` of
     # their declared reads: a day's job failures settle a day later); once the range is done that far they
     # are final, so a pipelined run computes them here while its stages work on the next days
@@ -274,7 +288,7 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
         cut = stages(processes, only)
         # the source only to the stages reading one (unpickling it imports Dagster: ~0.4 s a process)
         args = [(wh.url, str(wh.telemetry.root), processes, only,
-                 source_spec if any(_is_source(s) for s in stage) else None) for stage in cut]
+                 source_spec if any(_is_source(s) for s in stage) else None, chunk) for stage in cut]
         feeds = feeding_stage(cut, daily)
 
         def on_stage(k, i):
