@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--only", help="with --direct: compute only the steps these tables need (comma-separated, "
                                       "e.g. alerts: the loss tree and the sources, not the KPIs, drill-down or finance)")
     p_run.add_argument("--chunk-hours", type=float,
-                       help="with --direct: the pieces of each day the range runs in (default 12; 24: whole days). "
+                       help="with --direct: the pieces of each day the range runs in (default 8; 24: whole days). "
                             "Shorter pieces hold less memory at once for a little more CPU; the tables are the same")
     p_eval = sub.add_parser("evaluate", help="score detection, attribution and false pages on a scenario suite")
     p_eval.add_argument("--scenarios", required=True, help="directory of scenario YAML files")

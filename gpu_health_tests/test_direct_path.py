@@ -144,7 +144,7 @@ def test_a_run_for_some_tables_computes_only_what_they_need_and_writes_them_alik
 
 
 def test_a_range_run_in_short_pieces_writes_what_whole_days_write(zones, tmp_path):
-    """``--chunk-hours``: the 5-minute steps run a day in pieces (half days by default) to hold less at once. In
+    """``--chunk-hours``: the 5-minute steps run a day in pieces (8 hours by default) to hold less at once. In
     20-minute pieces over three processes (each stage caching and handing on a piece, the look-backs reaching
     back over several) every table is the one a run in whole days in one process writes."""
     landing = tmp_path / "landing"

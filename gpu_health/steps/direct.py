@@ -7,7 +7,7 @@ per-partition bookkeeping (run creation, planned and materialization events, per
 of a Dagster range run's time, and every process start.
 
 The order is the one ``gpu-health run`` gives Dagster: the calendar; each day's ``cost_capacity`` (the loss tree needs
-what Finance pays for); the 5-minute steps a piece of a day at a time (:data:`RUN_CHUNK`: half a day; a Dagster
+what Finance pays for); the 5-minute steps a piece of a day at a time (:data:`RUN_CHUNK`: 8 hours; a Dagster
 single-run backfill runs a day's range as one run); and each day's finance tables as soon as the 5-minute tables they read are final (a day's failures
 settle back into it up to a day later: once the range is done a day past it).
 """
@@ -30,11 +30,11 @@ DAY = pd.Timedelta(days=1)
 # The pieces a range runs in, each cut from one UTC day (:func:`~gpu_health.constants.day_chunks`): what a step
 # computes at once and a stage hands on. A step's working arrays, its cache and a stage's hand-over scale with the
 # piece, and every partition's rows are the same whatever the piece (each reads its declared look-back), so the
-# piece is a trade of memory for the per-piece reads: the bulk week at 1,200 GPUs over 3 processes held 6.7 GB at
-# once in day pieces and 4.2 GB in half days (the largest process 2.4 -> 1.4 GB), for 6 % more wall and ~12 % more
-# CPU (the look-back reads twice as often), every table equal (2026-12-03). A cluster's size scales the day's rows;
-# ``gpu-health run --direct --chunk-hours`` sets it.
-RUN_CHUNK = pd.Timedelta(hours=12)
+# piece trades memory for per-piece reads: the bulk week at 1,200 GPUs over 3 processes held at once 6.7 GB in
+# whole days, 4.2 GB in 12-hour pieces and 3.4 GB in 8-hour ones (the largest process 2.4, 1.4, 1.2 GB), for
+# ~12-18 % more CPU (the look-back reads more often), every table equal (2026-12-03). The rows of a piece scale
+# with the cluster; ``gpu-health run --direct --chunk-hours`` sets it.
+RUN_CHUNK = pd.Timedelta(hours=8)
 _EVER = pd.Timestamp.max.tz_localize("UTC")  # finance(_EVER): every pending day, however late it settles
 
 
@@ -217,7 +217,7 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
     no stage reads what a later one writes, so the tables written are the same as in one process
     (``test_direct_path.py``). On two cores, 3 stages keep both busy: the sources are the smallest.
 
-    ``chunk``: the pieces the 5-minute steps run in, a day's at most (:data:`RUN_CHUNK`).
+    ``chunk``: the pieces the 5-minute steps run in, a day at most (:data:`RUN_CHUNK`).
 
     ``targets``: only the steps these tables need (:func:`~gpu_health.steps.graph.feeding`), e.g. ``gpu-health
     evaluate``'s alerts and capacity headroom; the tables they write are the full run's.
