@@ -8,8 +8,8 @@ of a Dagster range run's time, and every process start.
 
 The order is the one ``gpu-health run`` gives Dagster: the calendar; each day's ``cost_capacity`` (the loss tree needs
 what Finance pays for); the 5-minute steps a piece of a day at a time (:data:`RUN_CHUNK`: 8 hours; a Dagster
-single-run backfill runs a day's range as one run); and each day's finance tables as soon as the 5-minute tables they read are final (a day's failures
-settle back into it up to a day later: once the range is done a day past it).
+single-run backfill runs a day's range as one run); and each day's finance tables as soon as the 5-minute tables
+they read are final (a day's failures settle back into it up to a day later: once the range is done a day past it).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ DAY = pd.Timedelta(days=1)
 # piece, and every partition's rows are the same whatever the piece (each reads its declared look-back), so the
 # piece trades memory for per-piece reads: the bulk week at 1,200 GPUs over 3 processes held at once 6.7 GB in
 # whole days, 4.2 GB in 12-hour pieces and 3.4 GB in 8-hour ones (the largest process 2.4, 1.4, 1.2 GB), for
-# ~12-18 % more CPU (the look-back reads more often), every table equal (2026-12-03). The rows of a piece scale
+# ~12-19 % more CPU (the look-back reads more often), every table equal (2026-12-03). The rows of a piece scale
 # with the cluster; ``gpu-health run --direct --chunk-hours`` sets it.
 RUN_CHUNK = pd.Timedelta(hours=8)
 _EVER = pd.Timestamp.max.tz_localize("UTC")  # finance(_EVER): every pending day, however late it settles
@@ -178,8 +178,8 @@ def _forwarded(cut: list[list], k: int) -> list[str]:
 def _stage_days(k: int, url: str, telemetry_dir: str, cut_processes: int, only, source_spec, chunk,
                 chunks, inbox, outbox, reports) -> None:
     """Stage ``k`` of :func:`stages` over ``chunks`` in a process of its own (:func:`~gpu_health.steps.pipeline.
-    stage_loop`): each day, adopt the frames the stage before handed over into the run's cache, run the stage's
-    steps, and hand on the day's frames of the tables later stages read (:func:`_forwarded`)."""
+    stage_loop`): each piece, adopt the frames the stage before handed over into the run's cache, run the stage's
+    steps, and hand on the piece's frames of the tables later stages read (:func:`_forwarded`)."""
 
     def setup():
         from gpu_health.storage.warehouse import Warehouse
@@ -224,6 +224,9 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
 
     The process (and each stage's) keeps the memory its steps free for the next day's arrays (:mod:`gpu_health.
     allocator`)."""
+    chunk = min(pd.Timedelta(chunk), DAY)
+    if chunk < PARTITION or chunk % PARTITION:
+        raise ValueError(f"a run's pieces are whole 5-minute partitions, up to a day: got {chunk}")
     keep_freed_memory()
     start, end = pd.Timestamp(start), pd.Timestamp(end)
     summary: dict = {"runs": 0, "partitions": 0}
@@ -259,9 +262,6 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
             if step.name == "cost_capacity":
                 run(step, day, day + DAY)
         summary["runs"] += 1
-    chunk = min(pd.Timedelta(chunk), DAY)
-    if chunk < PARTITION or chunk % PARTITION:
-        raise ValueError(f"a run's pieces are whole 5-minute partitions, up to a day: got {chunk}")
     chunks = list(day_chunks(start, end, chunk if chunk < DAY else None))
     # a day's finance tables read the 5-minute tables up to ``settles`` after it (the longest ``after`` of
     # their declared reads: a day's job failures settle a day later); once the range is done that far they
