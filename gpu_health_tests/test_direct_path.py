@@ -245,6 +245,7 @@ def test_a_stage_keeps_the_day_it_hands_on_and_what_its_steps_look_back_to_nothi
         history.adopt([("kpi_values", "partition_start", d0, d1, frame)])
     assert sum(bool(history.window(["kpi_values"], d0, d1)) for d0, d1 in zip(days[:-1], days[1:])) == 16
 
+
 def test_a_day_failing_its_contract_fails_the_dagster_run_named_whether_staged_or_not(zones, tmp_path):
     """A day whose GPU telemetry is more than ERROR_REJECT_SHARE rejected fails its blocking contract check: the
     Dagster run stops with the check named, in one process and pipelined (the stage's error reaches the parent,
