@@ -35,6 +35,13 @@ MINUTE = pd.Timedelta(minutes=1)
 if PARTITION != pd.Timedelta(PARTITION_FREQ) or PARTITION % MINUTE:  # pragma: no cover - a declaration error
     raise ValueError("constants: PARTITION, PARTITION_FREQ and MINUTE disagree")
 
+# The piece of a day a range's 5-minute steps compute at once on the bulk path (``direct.RUN_CHUNK``, cut by
+# :func:`day_chunks` every PIECE after midnight) and the loss tree's chunk within any run (``compute.CHUNK``): one
+# length, so that the loss tree never cuts a piece again -- each of its chunks costs ~0.1 s of set-up over the
+# history it looks back to, and 6-hour chunks starting where a range started cut each 8-hour piece in two (the bulk
+# week's loss tree ran 6 chunks a day instead of 3). Why 8 hours: see ``direct.RUN_CHUNK``.
+PIECE = pd.Timedelta(hours=8)
+
 
 def day_chunks(start: pd.Timestamp, end: pd.Timestamp, length: pd.Timedelta | None = None):
     """``[start, end)`` cut at UTC midnights: the pieces a range is simulated, run and replayed in (a run covers at

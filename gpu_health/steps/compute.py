@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_health.codes import factorize, first_rows
-from gpu_health.constants import FATAL_XIDS, PARTITION, PARTITION_FREQ
+from gpu_health.constants import FATAL_XIDS, PARTITION, PARTITION_FREQ, PIECE, day_chunks
 from gpu_health.contracts import conform
 from gpu_health.metrics import baselines as B
 from gpu_health.metrics import goodput as G
@@ -291,7 +291,7 @@ def goodput(wh: Warehouse, start, end, frames: dict | None = None, baselines: pd
     queue_events = pd.concat([older, recent], ignore_index=True) if len(older) else recent
     in_window = dict(frames)
     in_window["scheduler_events"] = sched_all[sched_all["ts"] >= start]
-    chunks = [(c0, c1, inventory) for s0, s1, inventory in segments for c0, c1 in _chunks(s0, s1, CHUNK)]
+    chunks = [(c0, c1, inventory) for s0, s1, inventory in segments for c0, c1 in day_chunks(s0, s1, CHUNK)]
     # bounded memory: a range is computed in chunks of at most CHUNK (results do not depend on the chunking)
     leaves, failures = G.compute_states_range(
         in_window, chunks, capacity=capacity, maintenance=maint, meta=meta, sched_history=sched_all,
@@ -300,15 +300,8 @@ def goodput(wh: Warehouse, start, end, frames: dict | None = None, baselines: pd
     return leaves, failures
 
 
-CHUNK = pd.Timedelta(hours=6)
-
-
-def _chunks(start, end, size):
-    t = start
-    while t < end:
-        nxt = min(t + size, (t + pd.Timedelta(days=1)).normalize(), end)
-        yield t, nxt
-        t = nxt
+# The loss tree's chunks: a day cut every CHUNK after midnight, as the bulk path cuts its pieces (constants.PIECE)
+CHUNK = PIECE
 
 
 def rollups(leaves: pd.DataFrame) -> dict[str, pd.DataFrame]:

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_health.allocator import keep_freed_memory
-from gpu_health.constants import PARTITION, day_chunks
+from gpu_health.constants import PARTITION, PIECE, day_chunks
 from gpu_health.steps.graph import CALENDAR, DAILY, FIVE_MINUTE
 from gpu_health.steps.pipeline import run_stages, stage_loop
 from gpu_health.steps.registry import steps_of
@@ -34,7 +34,7 @@ DAY = pd.Timedelta(days=1)
 # whole days, 4.2 GB in 12-hour pieces and 3.4 GB in 8-hour ones (the largest process 2.4, 1.4, 1.2 GB), for
 # ~12-19 % more CPU (the look-back reads more often), every table equal (2026-12-03). The rows of a piece scale
 # with the cluster; ``gpu-health run --direct --chunk-hours`` sets it.
-RUN_CHUNK = pd.Timedelta(hours=8)
+RUN_CHUNK = PIECE
 _EVER = pd.Timestamp.max.tz_localize("UTC")  # finance(_EVER): every pending day, however late it settles
 
 
