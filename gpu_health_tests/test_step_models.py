@@ -56,3 +56,25 @@ def test_an_output_breaking_its_contract_fails_as_pandera_fails_it(changes, chec
     else:
         assert check is None
         pd.testing.assert_frame_equal(validate("goodput_states", frame), want)
+
+
+@pytest.mark.parametrize("table", ["goodput_states", "job_failures", "alerts", "kpi_values", "serving_slis"])
+def test_an_empty_output_comes_back_as_pandera_coerces_it_each_time(table):
+    """A frame without rows is validated by pandera once per shape and the result reused: what comes back is
+    pandera's, every time, and changing one result changes no later one."""
+    frame = states().iloc[0:0] if table == "goodput_states" else pd.DataFrame(
+        {c: pd.Series(dtype=object) for c in model_of(table).to_schema().columns})
+    want = model_of(table).validate(frame, lazy=True)
+    first = validate(table, frame)
+    pd.testing.assert_frame_equal(first, want)
+    first["extra"] = 1  # a caller adding to its frame ...
+    again = validate(table, frame.copy())
+    pd.testing.assert_frame_equal(again, want)  # ... leaves the next caller's alone
+    assert again is not first
+
+
+def test_an_empty_output_missing_a_column_fails_every_time():
+    frame = states().iloc[0:0].drop(columns=["team"])
+    for _ in range(2):
+        with pytest.raises(SchemaErrors):
+            validate("goodput_states", frame)

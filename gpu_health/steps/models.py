@@ -22,17 +22,34 @@ def validate(table: str, frame: pd.DataFrame) -> pd.DataFrame:
     as it is. Any other frame goes through pandera, which raises its failures or returns the coerced frame.
     passes_contract runs the model's own checks without pandera's per-check bookkeeping, the text rules on each
     column's distinct values, the null and key checks on integer codes: a day's step outputs at 1,200 GPUs (read
-    back from a warehouse) validate in 0.39 s instead of 1.48."""
+    back from a warehouse) validate in 0.39 s instead of 1.48. A frame without rows: :func:`_validated_empty`."""
     from gpu_health.contracts.validate import passes_contract, text_codes
 
     model = model_of(table)
+    if not len(frame):
+        return _validated_empty(table, frame, model)
     schema = model.to_schema()
-    if len(frame):
-        candidate = _as_contract_text(frame, schema)
-        distinct, codes = text_codes(candidate, None, None)
-        if passes_contract(candidate, schema, distinct, codes):
-            return candidate
+    candidate = _as_contract_text(frame, schema)
+    distinct, codes = text_codes(candidate, None, None)
+    if passes_contract(candidate, schema, distinct, codes):
+        return candidate
     return model.validate(frame, lazy=True)
+
+
+_EMPTY_VALIDATED: dict[tuple, pd.DataFrame] = {}
+
+
+def _validated_empty(table: str, frame: pd.DataFrame, model) -> pd.DataFrame:
+    """pandera's result for ``frame`` without rows, kept per table and shape (columns, dtypes, index): with no value
+    to coerce or check, what pandera returns (or raises) depends on nothing else. Most of a piece's tables may be
+    empty (no job failed, no alert, no serving traffic), and pandera takes ~50 ms for each: 8-hour pieces validated
+    ~300 empty frames in the bulk week."""
+    key = (table, tuple(frame.columns), tuple(frame.dtypes), type(frame.index), frame.index.dtype,
+           tuple(frame.index.names))
+    done = _EMPTY_VALIDATED.get(key)
+    if done is None:
+        done = _EMPTY_VALIDATED[key] = model.validate(frame, lazy=True)
+    return done.copy()
 
 
 _STRING = pd.StringDtype("python")
