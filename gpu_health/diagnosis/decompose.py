@@ -68,6 +68,7 @@ from gpu_health.codes import factorize, unique_ints
 from gpu_health.contracts.models import ContractModel
 from gpu_health.diagnosis.drilldown import LeafSet, drill_down, drill_down_codes
 from gpu_health.metrics.goodput import LEAF_DIMS, STATE_FAMILY, STATES
+from gpu_health.timestamps import as_utc
 
 DIMENSIONS = ("region", "node_id", "sku", "driver_version", "framework_version", "queue", "team", "model_type")
 LOSS_STATES = [s for s in STATES if s != "productive"]
@@ -301,8 +302,8 @@ def decompose_range(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame, 
     dims = list(dimensions)
     if actual_leaves is None or expected_leaves is None or actual_leaves.empty or expected_leaves.empty:
         return pd.DataFrame()
-    pa_ = pd.DatetimeIndex(pd.to_datetime(actual_leaves["partition_start"], utc=True))
-    pe_ = pd.DatetimeIndex(pd.to_datetime(expected_leaves["partition_start"], utc=True))
+    pa_ = pd.DatetimeIndex(as_utc(actual_leaves["partition_start"]))
+    pe_ = pd.DatetimeIndex(as_utc(expected_leaves["partition_start"]))
     parts = pa_.unique().intersection(pe_.unique()).sort_values()
     if not len(parts):
         return pd.DataFrame()
@@ -511,7 +512,7 @@ def expected_leaves_from_history(history_leaves: pd.DataFrame, partitions, *,
         history_leaves = pd.DataFrame({c: pd.Series(dtype=object) for c in keys}).assign(
             partition_start=pd.Series(dtype="datetime64[ns, UTC]"), gpu_minutes=pd.Series(dtype=float))
     start = parts_idx[0]
-    ps = pd.to_datetime(history_leaves["partition_start"], utc=True)
+    ps = as_utc(history_leaves["partition_start"])
     use = (ps < start) & (ps >= start - pd.Timedelta(days=lookback_days))
     if len(exclude):
         use &= ~ps.isin(pd.to_datetime(list(exclude), utc=True))
@@ -550,7 +551,7 @@ def expected_leaves_from_history(history_leaves: pd.DataFrame, partitions, *,
         return pd.DataFrame(columns=cols)
 
     if actual_leaves is not None and len(actual_leaves):
-        act = actual_leaves.assign(partition_start=pd.to_datetime(actual_leaves["partition_start"], utc=True))
+        act = actual_leaves.assign(partition_start=as_utc(actual_leaves["partition_start"]))
         paid_a = act.groupby(["partition_start", "region", "sku"])["gpu_minutes"].sum()
         paid_e = out.groupby(["partition_start", "region", "sku"])["gpu_minutes"].sum()
         factor = (paid_a / paid_e).dropna()
@@ -571,7 +572,7 @@ def _trailing_leaves(recent: pd.DataFrame, actual_leaves: pd.DataFrame | None, p
     what the partition's own run reads -- paged partitions (``exclude``) never among them."""
     parts = [recent]
     if actual_leaves is not None and len(actual_leaves):
-        act = actual_leaves.assign(partition_start=pd.to_datetime(actual_leaves["partition_start"], utc=True))
+        act = actual_leaves.assign(partition_start=as_utc(actual_leaves["partition_start"]))
         act = act[(act["partition_start"] < partitions.max()).to_numpy()]
         if len(exclude):
             act = act[~act["partition_start"].isin(pd.to_datetime(list(exclude), utc=True)).to_numpy()]
@@ -614,7 +615,7 @@ def _empty() -> pd.DataFrame:
 
 
 def _window(actual_leaves: pd.DataFrame, start, end) -> tuple[pd.Timestamp, pd.Timestamp]:
-    ps = pd.to_datetime(actual_leaves["partition_start"], utc=True) if len(actual_leaves) else None
+    ps = as_utc(actual_leaves["partition_start"]) if len(actual_leaves) else None
     start = pd.Timestamp(start) if start is not None else (ps.min() if ps is not None else pd.NaT)
     end = pd.Timestamp(end) if end is not None else (ps.max() + SLOT if ps is not None else pd.NaT)
     for name, ts in (("start", start), ("end", end)):
@@ -706,4 +707,4 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 
 def _slot(ts) -> np.ndarray:
-    return np.asarray((pd.DatetimeIndex(pd.to_datetime(ts, utc=True)) - _EPOCH) // SLOT, dtype=np.int64)
+    return np.asarray((pd.DatetimeIndex(as_utc(ts)) - _EPOCH) // SLOT, dtype=np.int64)

@@ -24,6 +24,7 @@ import pandas as pd
 from gpu_health.codes import factorize, first_rows, is_missing, unique_ints
 from gpu_health.metrics.goodput import SLOW_THROTTLE_BITS, maintenance_mask
 from gpu_health.sources.dcgm_fields import XID_GPU_FAULT
+from gpu_health.timestamps import as_utc
 
 SIGNATURE = ["model_type", "sku", "gpus"]
 STAT_COLUMNS = ["partition_start", *SIGNATURE, "healthy_minutes", "step_time_s", "data_loader_time_s", "grad_sync_time_s"]
@@ -276,7 +277,7 @@ def step_baselines_range(history: pd.DataFrame, current: pd.DataFrame, start, en
     cur = current if current is not None else pd.DataFrame(columns=STAT_COLUMNS)
 
     # history baselines of each hour, kept when they hold enough minutes
-    hp = pd.DatetimeIndex(pd.to_datetime(hist["partition_start"], utc=True)) if len(hist) else None
+    hp = pd.DatetimeIndex(as_utc(hist["partition_start"])) if len(hist) else None
     per_hour = []
     for i, h in enumerate(hours):
         if hp is None:
@@ -289,7 +290,7 @@ def step_baselines_range(history: pd.DataFrame, current: pd.DataFrame, start, en
         if len(b):
             per_hour.append(b.assign(_hour=i))
     # the cohort: each partition's own stats, per signature
-    cp = pd.DatetimeIndex(pd.to_datetime(cur["partition_start"], utc=True)) if len(cur) else pd.DatetimeIndex([], tz="UTC")
+    cp = pd.DatetimeIndex(as_utc(cur["partition_start"])) if len(cur) else pd.DatetimeIndex([], tz="UTC")
     pi = parts.get_indexer(cp) if len(cur) else np.zeros(0, int)
     cur = cur[pi >= 0].assign(_p=pi[pi >= 0]) if len(cur) else cur.assign(_p=np.zeros(0, int))
     cohort = _grouped_weighted_medians(cur, ["_p", *SIGNATURE]) if len(cur) else None

@@ -30,6 +30,7 @@ import pandas as pd
 
 from gpu_health.codes import factorize, first_rows
 from gpu_health.metrics.goodput import STATES, first_node
+from gpu_health.timestamps import as_utc
 
 # Every loss-tree state a job holds the GPU in (goodput.py rule 5): the GPU is allocated whether it computes,
 # hangs, slows down or throws its work away. no_data / maintenance / hw_unavailable are not demand (no job asked),
@@ -66,7 +67,7 @@ def allocated_daily(states: pd.DataFrame) -> pd.DataFrame:
     if states is None or states.empty:
         return pd.DataFrame(columns=cols)
     s = states[states["state"].isin(ALLOCATED_STATES + [WAITING_STATE])].copy()
-    s["date"] = pd.to_datetime(s["partition_start"], utc=True).dt.floor("D")
+    s["date"] = as_utc(s["partition_start"]).dt.floor("D")
     s["kind"] = np.where(s["state"] == WAITING_STATE, "idle_blocked_gpu_hours", "allocated_gpu_hours")
     out = s.pivot_table(index=["date", "region", "sku", "workload_class"], columns="kind", values="gpu_minutes",
                         aggfunc="sum", fill_value=0.0, observed=True) / 60.0

@@ -50,6 +50,7 @@ import pandas as pd
 from gpu_health.codes import factorize, is_missing, unique_ints
 from gpu_health.constants import FATAL_XIDS as XID_GPU_FAULT
 from gpu_health.constants import KERNEL_ACTIVE_SM, KERNEL_ACTIVE_UTIL_PCT, MINUTE, PARTITION
+from gpu_health.timestamps import as_utc
 
 STATES = [
     "no_data", "maintenance", "hw_unavailable", "idle_blocked", "idle_no_demand", "allocated_idle",
@@ -314,7 +315,7 @@ def submitted_ns(meta: pd.DataFrame | None) -> pd.Series:
     if meta is None or not len(meta):
         return pd.Series(np.zeros(0, np.int64), index=pd.Index([], dtype=object))
     first = meta.drop_duplicates("job_id")
-    ns = pd.DatetimeIndex(pd.to_datetime(first["submitted_at"], utc=True)).as_unit("ns").asi8
+    ns = pd.DatetimeIndex(as_utc(first["submitted_at"])).as_unit("ns").asi8
     return pd.Series(ns, index=pd.Index(np.asarray(first["job_id"], dtype=object)))
 
 

@@ -71,6 +71,7 @@ from pandera.typing import Series
 from gpu_health.codes import factorize
 from gpu_health.contracts.models import ContractModel
 from gpu_health.metrics.goodput import STATES
+from gpu_health.timestamps import as_utc
 
 STAR = "*"
 SLICE = ["region", "sku", "workload_class", "team"]
@@ -372,7 +373,7 @@ def _within(frame: pd.DataFrame | None, start, end) -> pd.DataFrame | None:
 
 def _slots(ts) -> np.ndarray:
     """5-minute slots since the epoch (partition starts are 5-minute aligned)."""
-    delta = pd.DatetimeIndex(pd.to_datetime(ts, utc=True)) - _EPOCH
+    delta = pd.DatetimeIndex(as_utc(ts)) - _EPOCH
     return np.asarray(delta // SLOT, dtype=np.int64)
 
 

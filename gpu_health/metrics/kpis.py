@@ -58,6 +58,7 @@ from gpu_health.metrics.device import BUSY_UTIL_PCT, IDLE_SM, IDLE_TENSOR, LOW_P
 from gpu_health.metrics.facility import POWER_BITS, THERMAL_BITS
 from gpu_health.metrics.facility import kpi_rows as facility_kpi_rows
 from gpu_health.metrics.kpi_catalog import CATALOG, DIMENSIONS, by_name, series_units
+from gpu_health.timestamps import as_utc
 
 STAR = "*"
 UNKNOWN = "unknown"
@@ -374,7 +375,7 @@ def _job_table(meta: pd.DataFrame, lookup: pd.DataFrame | None) -> pd.DataFrame:
     for col in ("team", "workload_class", "model_type"):
         out[col] = out[col].astype(object)
     for col in ("submitted_at", "sla_deadline"):
-        out[col] = pd.to_datetime(out[col], utc=True)
+        out[col] = as_utc(out[col])
     return out
 
 
@@ -661,7 +662,7 @@ def _build_job_minutes(ctx: _Context) -> pd.DataFrame:
     b = b.rename(columns=base_cols)
     if "partition_start" in b.columns:
         b = b.rename(columns={"partition_start": "p"})
-        b["p"] = pd.to_datetime(b["p"], utc=True)
+        b["p"] = as_utc(b["p"])
         keys = ["p", *keys]
     b = b[keys + list(base_cols.values())].astype({"model_type": object, "sku": object, "gpus": float})
     b = b.drop_duplicates(keys)
@@ -854,7 +855,7 @@ def _cost_per_productive_gpu_hour(ctx: _Context) -> pd.DataFrame:
     if gs.empty:
         return pd.DataFrame()
     minutes = gs["gpu_minutes"].to_numpy(dtype=float)
-    d = pd.DataFrame({"p": pd.to_datetime(gs["partition_start"], utc=True), "region": _obj(gs["region"]),
+    d = pd.DataFrame({"p": as_utc(gs["partition_start"]), "region": _obj(gs["region"]),
                       "sku": _obj(gs["sku"]), "paid": minutes,
                       "prod": np.where(gs["state"].astype(object) == "productive", minutes, 0.0)})
     agg = d.groupby(["p", "region", "sku"], sort=False).sum().reset_index()

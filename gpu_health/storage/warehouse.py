@@ -27,6 +27,7 @@ import sqlalchemy as sa
 from gpu_health.sim.hashing import stable_id
 from gpu_health.storage.schema import COLUMNAR_TABLES, metadata, partition_column, sql_tables
 from gpu_health.storage.telemetry_store import TelemetryStore, default_telemetry_dir, warehouse_identity
+from gpu_health.timestamps import as_utc
 
 _ENGINES: dict[str, sa.Engine] = {}
 _LOCK = threading.Lock()
@@ -473,7 +474,7 @@ def _sqlite_param(value):
 
 def _timestamp_text(s: pd.Series) -> list:
     """UTC timestamps as SQLite text; formats each distinct value once (minute grains repeat a lot)."""
-    s = pd.to_datetime(s, utc=True)
+    s = as_utc(s)
     codes, uniques = pd.factorize(s)
     text = np.asarray(pd.DatetimeIndex(uniques).strftime("%Y-%m-%d %H:%M:%S.%f"), dtype=object)
     out = np.empty(len(s), dtype=object)
@@ -516,7 +517,7 @@ def _copy_escape(text: str) -> str:
 def _copy_column(s: pd.Series, col: sa.Column) -> np.ndarray:
     """One column as COPY text values (object array; NULL as :data:`COPY_NULL`). Repeated values are formatted once."""
     if isinstance(col.type, sa.DateTime):
-        ts = pd.to_datetime(s, utc=True)
+        ts = as_utc(s)
         codes, uniques = pd.factorize(ts)
         text = np.asarray(pd.DatetimeIndex(uniques).strftime("%Y-%m-%d %H:%M:%S.%f+00:00"), dtype=object)
     elif isinstance(col.type, sa.Date):
