@@ -30,10 +30,12 @@ DAY = pd.Timedelta(days=1)
 # The pieces a range runs in, each cut from one UTC day (:func:`~gpu_health.constants.day_chunks`): what a step
 # computes at once and a stage hands on. A step's working arrays, its cache and a stage's hand-over scale with the
 # piece, and every partition's rows are the same whatever the piece (each reads its declared look-back), so the
-# piece trades memory for per-piece reads: the bulk week at 1,200 GPUs over 3 processes held at once 6.7 GB in
+# piece trades memory for per-piece work: the bulk week at 1,200 GPUs over 3 processes held at once 6.7 GB in
 # whole days, 4.2 GB in 12-hour pieces and 3.4 GB in 8-hour ones (the largest process 2.4, 1.4, 1.2 GB), for
-# ~12-19 % more CPU (the look-back reads more often), every table equal (2026-12-03). The rows of a piece scale
-# with the cluster; ``gpu-health run --direct --chunk-hours`` sets it.
+# ~12-19 % more CPU, every table equal (2026-12-03): not the look-back reads (9.1 against 4.6 CPU s of stored reads
+# over 3 days) but a set-up each step pays per piece, spread over them all (README, "Memory"). The rows of a piece
+# scale with the cluster; ``gpu-health run --direct --chunk-hours`` sets it. One length with the loss tree's chunks
+# (constants.PIECE).
 RUN_CHUNK = PIECE
 _EVER = pd.Timestamp.max.tz_localize("UTC")  # finance(_EVER): every pending day, however late it settles
 
