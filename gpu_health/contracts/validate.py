@@ -146,7 +146,7 @@ def _short(value) -> str:
 
 
 def empty_rejects() -> pd.DataFrame:
-    """A rejects frame without rows (a copy of one built once: building it costs ~5 ms, and a clean source's
+    """A rejects frame without rows (a copy of one built once: building it costs a few ms, and a clean source's
     validation returns a few for each table and piece)."""
     return _EMPTY_REJECTS.copy()
 

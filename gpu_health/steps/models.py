@@ -42,8 +42,8 @@ _EMPTY_VALIDATED: dict[tuple, pd.DataFrame] = {}
 def _validated_empty(table: str, frame: pd.DataFrame, model) -> pd.DataFrame:
     """pandera's result for ``frame`` without rows, kept per table and shape (columns, dtypes, index): with no value
     to coerce or check, what pandera returns (or raises) depends on nothing else. Most of a piece's tables may be
-    empty (no job failed, no alert, no serving traffic), and pandera takes ~50 ms for each: 8-hour pieces validated
-    ~300 empty frames in the bulk week."""
+    empty (no job failed, no alert, no serving traffic), and pandera takes ~30-50 ms for each: in 8-hour pieces 54
+    went to pandera in 3 days of the bench week (18 in whole days)."""
     key = (table, tuple(frame.columns), tuple(frame.dtypes), type(frame.index), frame.index.dtype,
            tuple(frame.index.names))
     done = _EMPTY_VALIDATED.get(key)
