@@ -49,15 +49,16 @@ def _start(tree: Path, landing: str, out: Path, start: str, end: str, chunk_hour
            "--warehouse", f"sqlite:///{out / 'w.db'}", "--telemetry-dir", str(out / "w.telemetry"), "--direct",
            "--workers", "1", "--chunk-hours", str(chunk_hours), "--quiet"]
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONWARNINGS="ignore")
-    log = open(out / "run.log", "w")
-    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(out)), time.perf_counter()
+    with open(out / "run.log", "w") as log:  # (the child keeps its own copy of the descriptor)
+        return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(out)), time.perf_counter()
 
 
 def _wait(proc, t0: float, out: Path) -> dict:
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - t0
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"the run in {out} failed: see {out / 'run.log'}")
+    if os.waitstatus_to_exitcode(status) != 0:  # (its folder goes with the temporary one: its log's end here)
+        tail = (out / "run.log").read_text(errors="replace")[-2000:]
+        raise SystemExit(f"the run in {out} failed; the end of its log:\n{tail}")
     return {"cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1), "seconds": round(seconds, 1)}
 
 

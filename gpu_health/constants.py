@@ -46,7 +46,7 @@ PIECE = pd.Timedelta(hours=8)
 def day_chunks(start: pd.Timestamp, end: pd.Timestamp, length: pd.Timedelta | None = None):
     """``[start, end)`` cut at UTC midnights: the pieces a range is simulated, run and replayed in (a run covers at
     most a day: the landing zone's date folders, a Dagster single-run backfill of a day's partitions). ``length``
-    (shorter than a day): each day cut again every ``length`` after its midnight (the bulk path's pieces)."""
+    (a day at most): each day cut again every ``length`` after its midnight (the bulk path's pieces)."""
     t = start
     while t < end:
         nxt = min((t + pd.Timedelta(days=1)).normalize(), end)

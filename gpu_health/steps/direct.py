@@ -264,7 +264,7 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
             if step.name == "cost_capacity":
                 run(step, day, day + DAY)
         summary["runs"] += 1
-    chunks = list(day_chunks(start, end, chunk if chunk < DAY else None))
+    chunks = list(day_chunks(start, end, chunk))
     # a day's finance tables read the 5-minute tables up to ``settles`` after it (the longest ``after`` of
     # their declared reads: a day's job failures settle a day later); once the range is done that far they
     # are final, so a pipelined run computes them here while its stages work on the next days
