@@ -72,7 +72,11 @@ def test_empty_and_single_text_columns(values):
 @pytest.mark.parametrize("keys", [np.zeros(0, np.int64), np.array([7]), np.array([3, -2, 3, 9, -2, 0, 3]),
                                   np.random.default_rng(3).integers(-50, 50, 10_000),
                                   np.random.default_rng(4).integers(0, 2**40, 5_000),  # mostly distinct
-                                  np.arange(20, 0, -1)[::-2], np.array([5, 5, 5], dtype=np.int32)])
+                                  np.arange(20, 0, -1)[::-2], np.array([5, 5, 5], dtype=np.int32),
+                                  # keys counted in a table over their range: dtypes whose arithmetic would wrap
+                                  np.array([-100, 100, 7, -100], dtype=np.int8),
+                                  np.array([2**64 - 1, 2**64 - 9, 2**64 - 1], dtype=np.uint64),
+                                  np.random.default_rng(5).integers(-2**62, -2**62 + 300, 2_000)])
 @pytest.mark.parametrize("flags", [(False, False, False), (True, True, True), (True, False, False),
                                    (False, True, False), (False, False, True)])
 def test_unique_ints_gives_what_numpy_gives(keys, flags):
@@ -84,6 +88,7 @@ def test_unique_ints_gives_what_numpy_gives(keys, flags):
     for w, g in zip(want, got):
         np.testing.assert_array_equal(g, np.ravel(w))
         assert g.ndim == 1
+    assert got[0].dtype == keys.dtype  # the distinct keys as numpy gives them
 
 
 def test_unique_ints_refuses_what_it_cannot_hash_as_numpy_sorts():
@@ -122,3 +127,15 @@ def test_missing_is_what_pandas_isna_says_however_the_column_was_built():
         assert isinstance(got, np.ndarray) and got.dtype == bool
         assert got.tolist() == list(np.asarray(pd.isna(column), dtype=bool)), column
     assert is_missing(shared).tolist() == [v is None for v in VALUES]
+
+
+@pytest.mark.parametrize("values", [["a", None, "b", None], [None, None], ["a", "b"], [np.str_("a"), None],
+                                    ["a", np.nan, None], ["a", pd.NA], [None, 3], ["a", pd.NaT], [1.5, None], []])
+def test_missing_in_object_columns_is_what_pandas_isna_says(values):
+    """An object column of text with None where missing (the shortcut: the rows pointing at None) and any other
+    object column (NaN, NA, NaT, numbers: pandas decides) give pd.isna's answer, as arrays and as Series."""
+    column = np.array(values, dtype=object)
+    for form in (column, pd.Series(column, dtype=object), pd.Index(column, dtype=object)):
+        got = is_missing(form)
+        assert isinstance(got, np.ndarray) and got.dtype == bool
+        assert got.tolist() == list(np.asarray(pd.isna(form), dtype=bool)), values
