@@ -98,7 +98,7 @@ def unique_ints(keys: np.ndarray, *, return_index: bool = False, return_inverse:
         raise TypeError(f"unique_ints takes a 1-D integer array, not {keys.dtype} of shape {keys.shape}")
     if len(keys):
         low, high = int(keys.min()), int(keys.max())
-        if high - low < DENSE_SPAN * len(keys) + 1024:
+        if high - low < min(DENSE_SPAN * len(keys) + 1024, DENSE_MAX):
             return _unique_dense(keys, low, high - low + 1, return_index, return_inverse, return_counts)
     codes, seen = pd.factorize(keys)  # codes in order of first appearance
     order = np.argsort(seen, kind="stable")
@@ -118,10 +118,13 @@ def unique_ints(keys: np.ndarray, *, return_index: bool = False, return_inverse:
     return out[0] if len(out) == 1 else tuple(out)
 
 
-# A key range at most this many times the number of keys is counted in a table over the range rather than hashed:
-# the packed keys of the pipeline (minute x node x GPU, partition x leaf) fill most of their range, and a table of
-# twice the keys costs less than hashing them (1.7 M keys: ~90 ms against ~360 on the machines of issue #14).
-DENSE_SPAN = 2
+# A key range at most this many times the number of keys is counted in tables over the range rather than hashed:
+# the packed keys of the pipeline (minute x node x GPU, partition x job) fill a third to a half of their range, and
+# the tables' passes cost less than hashing (576,000 keys over 2.4 / 4 / 8 times their number: 74 / 100 / 137 ms
+# against 184 / 202 / 232 hashed, on the machines of issue #14). DENSE_MAX bounds each table (8 bytes an entry:
+# 64 MB), so the shortcut never costs the memory the pieces of a run are cut to save.
+DENSE_SPAN = 4
+DENSE_MAX = 1 << 23
 
 
 def _unique_dense(keys: np.ndarray, low: int, span: int, return_index: bool, return_inverse: bool,

@@ -535,3 +535,17 @@ def test_a_job_waiting_longer_than_a_partitions_look_back_is_no_demand_of_it():
                           "event": ["submitted", "submitted"], "gpus": [8, 2], "queue": ["q", "q"]})
     pending = G.pending_gpus(sched, pd.date_range(t0, periods=10, freq="1min"))[None]
     assert pending.tolist() == [10.0] * 5 + [2.0] * 5
+
+
+@pytest.mark.parametrize("universe", [["n1", "n2", None], ["n1", "n2"], [], [np.nan, "n3"]])
+def test_codes_are_the_positions_get_indexer_gives(universe):
+    """goodput._codes looks up each distinct value once: the same positions as the universe's get_indexer on every
+    row, missing values (None, NaN, NA) included, whether the universe holds a missing value or not."""
+    from gpu_health.metrics.goodput import _codes
+
+    rng = np.random.default_rng(11)
+    values = np.array(["n1", "n2", "n3", None, np.nan], dtype=object)[rng.integers(0, 5, 500)]
+    index = pd.Index(universe, dtype=object)
+    for column in (values, pd.Series(values).astype("string"), values[:0]):
+        want = index.get_indexer(pd.Index(np.asarray(column, dtype=object)))
+        np.testing.assert_array_equal(_codes(column, index), want)

@@ -55,6 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from gpu_health.codes import factorize
 from gpu_health.constants import MAD_TO_SIGMA
 from gpu_health.diagnosis.finding import Finding
 
@@ -119,7 +120,7 @@ def loss_arrays(history: pd.DataFrame) -> LossArrays:
     ts = pd.DatetimeIndex(history["ts"]).as_unit("ns")
     ns = ts.asi8  # (UTC nanoseconds; NaT is the int64 minimum)
     order = np.argsort(ns, kind="stable")
-    code, uniques = pd.factorize(history["job_id"].astype(object).to_numpy()[order], sort=True, use_na_sentinel=False)
+    code, uniques = factorize(history["job_id"].astype(object).to_numpy()[order], sort=True, use_na_sentinel=False)
     durable = history["last_checkpoint_step"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)
     ck = history["checkpoint_time_s"].fillna(0).to_numpy(dtype=float) > 0
     return LossArrays(ns[order], code.astype(np.int64), np.asarray(uniques, dtype=object),

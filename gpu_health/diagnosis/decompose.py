@@ -686,7 +686,7 @@ def _leaf_codes(frame: pd.DataFrame, cols: list[str], *, by_value: bool = False)
     key = np.zeros(len(frame), dtype=np.int64)
     card = 1
     for c in cols:
-        code, uniq = pd.factorize(frame[c], use_na_sentinel=False, sort=by_value)
+        code, uniq = factorize(frame[c], use_na_sentinel=False, sort=by_value)
         key = key * len(uniq) + code
         card *= len(uniq)
         if card > 2**40:  # keep the packed key inside int64

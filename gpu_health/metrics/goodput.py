@@ -433,7 +433,14 @@ def _reports_at_partition_end(start, t_idx, jj, runtime, runtime_history, job_un
 
 
 def _codes(values, universe: pd.Index) -> np.ndarray:
-    return universe.get_indexer(pd.Index(np.asarray(values, dtype=object)))
+    """Each value's position in ``universe`` (-1: not in it). The distinct values are looked up, not every row
+    (codes.factorize hashes a text column's shared objects once: a piece's 576,000 node or job ids of GPU rows)."""
+    values = np.asarray(values, dtype=object)
+    codes, distinct = factorize(values)
+    out = np.append(universe.get_indexer(pd.Index(distinct, dtype=object)), -1)[codes]  # (code -1: missing)
+    if universe.hasnans and (codes < 0).any():  # a missing value the universe holds: as get_indexer finds it
+        out[codes < 0] = universe.get_indexer(pd.Index(values[codes < 0]))
+    return out
 
 
 def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, inventory: pd.DataFrame,
