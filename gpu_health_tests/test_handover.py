@@ -57,7 +57,7 @@ def test_a_days_frames_arrive_whole_and_writable_through_a_file_each_deleted_onc
     _assert_same(got, sent)
     gpu = got[0][4]
     gpu.loc[0, "gpu_util_pct"] = -1.0  # a step may write into what it was handed; the sender's frame is its own
-    gpu["gpu_util_pct"].to_numpy()[1] = -2.0
+    gpu.iloc[1, gpu.columns.get_loc("gpu_util_pct")] = -2.0
     assert gpu["gpu_util_pct"].iloc[:2].tolist() == [-1.0, -2.0] and sent[0][4]["gpu_util_pct"].iloc[0] == 0.0
     assert _hand(handover, None) == (3, None)
     assert _hand(handover, {"any": "thing"}) == (3, {"any": "thing"})

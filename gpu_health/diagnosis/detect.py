@@ -943,7 +943,7 @@ def _framework_cohort(ctx: PartitionContext, ev, since, alpha: float = FAILURE_P
     if ctx.prepared is not None:
         job_code, job_uni = _gpu_codes(ctx, "job_id")
         wanted = set(rows["job_id"].astype(object))
-        on_job &= np.append(np.array([j in wanted for j in job_uni], dtype=bool), False)[job_code]
+        on_job = on_job & np.append(np.array([j in wanted for j in job_uni], dtype=bool), False)[job_code]
     grp = ctx.gpu.loc[on_job, ["ts", "job_id", "sku", "region"]].groupby(["ts", "job_id"])
     place = grp[["sku", "region"]].first()  # per job and minute: its SKU, GPU count and region
     place.insert(1, "gpus", grp.size())

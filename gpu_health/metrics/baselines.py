@@ -126,9 +126,9 @@ def _workload_step_stats_joined(frames: dict, *, meta: pd.DataFrame | None, main
         return pd.DataFrame(columns=STAT_COLUMNS)
     g = g.merge(node[["ts", "node_id", "health"]], on=["ts", "node_id"], how="left")
     bad = ((g["throttle_reasons"].fillna(0).astype("int64") & SLOW_THROTTLE_BITS) > 0).to_numpy()
-    bad |= (g["xid"] != 0).to_numpy() | g["xid"].isin(XID_GPU_FAULT).to_numpy()
-    bad |= g["health"].astype(object).fillna("ok").ne("ok").to_numpy()
-    bad |= maintenance_mask(g["ts"], g["region"], g["node_id"], maintenance)
+    bad = bad | (g["xid"] != 0).to_numpy() | g["xid"].isin(XID_GPU_FAULT).to_numpy()
+    bad = bad | g["health"].astype(object).fillna("ok").ne("ok").to_numpy()
+    bad = bad | maintenance_mask(g["ts"], g["region"], g["node_id"], maintenance)
     g["bad"] = bad
     jm = g.groupby(["ts", "job_id"], observed=True).agg(sku=("sku", "first"), gpus=("sku", "size"), bad=("bad", "any")).reset_index()
     r = rt.loc[rt["steps"] > 0, ["ts", "job_id", "step_time_s", "data_loader_time_s", "grad_sync_time_s"]]

@@ -131,8 +131,8 @@ def job_places(sched: pd.DataFrame, node_sku: dict, node_region: dict, classes: 
     if ran.any():  # a job never placed (or on a node of no inventory) goes where its queue's jobs mostly ran
         known = where[ran].assign(queue=queue[placed[ran]])
         mode = known.groupby("queue")[["region", "sku"]].agg(lambda v: v.value_counts().index[0])
-        region = pd.Series(queue).map(mode["region"]).to_numpy(dtype=object)
-        sku = pd.Series(queue).map(mode["sku"]).to_numpy(dtype=object)
+        region = pd.Series(queue).map(mode["region"]).to_numpy(dtype=object, copy=True)  # (written into below)
+        sku = pd.Series(queue).map(mode["sku"]).to_numpy(dtype=object, copy=True)
         region[placed[ran]] = where["region"].to_numpy(dtype=object)[ran]
         sku[placed[ran]] = where["sku"].to_numpy(dtype=object)[ran]
     index = pd.Index(s["job_id"].iloc[first_event], name="job_id")  # (the ids as the events hold them)

@@ -433,13 +433,18 @@ def _rows_between(frame: pd.DataFrame, col: str, s0, e0, lo, hi, cs, ce, columns
     """The rows of a cached window ``[cs, ce)`` whose ``col`` lies in ``[lo, hi)`` (``[s0, e0)`` as the column's
     type compares), in one copy: the caller may change what it reads and the cache must not change; selecting
     columns or rows copies already, and the cached frame has a RangeIndex (a day of gpu_telemetry copied three
-    times cost ~1.8 CPU s a day)."""
+    times cost ~1.8 CPU s a day). The whole window is a shallow copy under Copy-on-Write (gpu_health/__init__.py):
+    a caller's write copies what it writes, the cached frame stays as it is."""
     if cs == s0 and ce == e0:
-        return frame[columns] if columns else frame.copy()
+        return frame[columns] if columns else frame.copy(deep=not _pd_copy_on_write())
     mask = ((frame[col] >= lo) & (frame[col] < hi)).to_numpy()
     part = frame.loc[mask, columns] if columns else frame[mask]
     part.index = pd.RangeIndex(len(part))
     return part
+
+
+def _pd_copy_on_write() -> bool:
+    return pd.get_option("mode.copy_on_write") is True
 
 
 def _reordered(frame: pd.DataFrame, rows: np.ndarray, columns: list[str]) -> pd.DataFrame:
