@@ -51,7 +51,8 @@ def is_missing(values) -> np.ndarray:
     A pandas ``string[python]`` column holds its missing values as the ``pd.NA`` singleton and nothing else (its
     constructor and its setter turn every other missing kind into it), so its missing rows are the elements
     pointing at that object: one comparison of addresses, where pandas checks each element's type one by one
-    (1.7 M job ids of a day's GPU telemetry: 88 -> 3 ms). Any other dtype as pandas says."""
+    (1.7 M job ids of a day's GPU telemetry: 88 -> 3 ms). An object column of str and None: the rows pointing at
+    None (below). Anything else as pandas says."""
     arr = values.array if isinstance(values, pd.Series | pd.Index) else values
     if isinstance(arr, pd.arrays.StringArray) and getattr(arr.dtype, "na_value", None) is pd.NA:
         return _addresses(np.ascontiguousarray(arr._ndarray)) == id(pd.NA)
@@ -92,7 +93,8 @@ def unique_ints(keys: np.ndarray, *, return_index: bool = False, return_inverse:
     """``np.unique(keys, return_index=..., return_inverse=..., return_counts=...)`` of a 1-D integer array -- the
     same sorted values, first positions, inverse (1-D) and counts -- hashing the keys (``pd.factorize``) and sorting
     only the distinct ones, where np.unique sorts every key: a day's 1.7 million (minute, job) or (partition, node,
-    GPU) keys of GPU telemetry hash in ~40 ms and sort in ~150."""
+    GPU) keys of GPU telemetry hash in ~40 ms and sort in ~150. Keys that fill much of their range are counted in
+    tables over it instead (:func:`_unique_dense`, DENSE_SPAN)."""
     keys = np.asarray(keys)
     if keys.ndim != 1 or keys.dtype.kind not in "iu":
         raise TypeError(f"unique_ints takes a 1-D integer array, not {keys.dtype} of shape {keys.shape}")
