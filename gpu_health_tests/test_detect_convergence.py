@@ -383,6 +383,37 @@ def test_a_prepared_range_judges_each_partition_on_its_own_window(seed):
         assert detect_convergence(dataclasses.replace(ctx, prepared=SimpleNamespace(loss=arrays))) == detect_convergence(ctx)
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_a_window_read_through_the_range_grouped_by_job_equals_its_own_rows_grouped(seed):
+    # a window of a range's arrays finds each job's rows as one run of the range's rows grouped by job (built once);
+    # the same window as arrays of its own (no range behind it) sorts its own rows: every column equal, every window
+    # (partitions cut at every 5 minutes, windows starting before the history and ending after it, a window of a window)
+    from gpu_health.diagnosis import convergence as C
+
+    rng = np.random.default_rng(700 + seed)
+    t0 = pd.Timestamp("2026-11-03T10:00Z")
+    h = _with_grad(_random_history(rng, t0), np.random.default_rng(900 + seed))
+    arrays = C.loss_arrays(h)
+    judged = 0
+    for minutes in range(-10, 280, 5):
+        end = t0 + pd.Timedelta(minutes=minutes)
+        start = end - pd.Timedelta(minutes=5)
+        window = arrays.window(end - C.CONVERGENCE_LOOKBACK, end)
+        if minutes % 20 == 0:  # a window cut from a wider one reads the same rows
+            window = arrays.window(end - 2 * C.CONVERGENCE_LOOKBACK, end + pd.Timedelta(minutes=30)).window(
+                end - C.CONVERGENCE_LOOKBACK, end)
+        alone = dataclasses.replace(window, base=None, grouped={})
+        for values in (C._divergence_values, C._gradient_values, C._checkpoint_values):
+            got, want = values(window, start), values(alone, start)
+            assert (got is None) == (want is None), (values.__name__, minutes)
+            if want is not None:
+                judged += 1
+                assert got.keys() == want.keys()
+                for col in want:
+                    np.testing.assert_array_equal(np.asarray(got[col]), np.asarray(want[col]), err_msg=col)
+    assert judged > 20  # (the windows judge jobs: the comparison is not vacuous)
+
+
 def test_a_diverging_job_is_found_through_the_prepared_range():
     from types import SimpleNamespace
 

@@ -50,7 +50,7 @@ median has a standard error of 1.2533 sigma sqrt(1/DIVERGE_MINUTES + 1/n_referen
 bar. Medians and a MAD make a spike (a hard batch, a mixed-precision overflow) inside the ten minutes no verdict.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -102,15 +102,112 @@ class LossArrays:
     checkpointing: np.ndarray  # bool: checkpoint_time_s > 0 (a missing time is 0)
     tz: object            # the timezone of ``ts`` (the ``since`` column of checkpoint_failures carries it)
     grad: np.ndarray | None = None  # grad_norm as float64, NaN where not reported (None: the frame has no column)
+    # a window's arrays it is cut from and its bounds (int64 ns): the rows of a job in the window are then one run
+    # of the whole arrays grouped by job (_JobMajor, built once), found by two binary searches, where grouping the
+    # window's own rows sorts 2 hours of rows again for every partition (None: not a window)
+    base: "LossArrays | None" = field(default=None, repr=False)
+    bounds: tuple[int, int] = (0, 0)
+    grouped: dict = field(default_factory=dict, repr=False)  # signal -> _JobMajor of these arrays (_job_major)
 
     def window(self, lo: pd.Timestamp | None, hi: pd.Timestamp) -> "LossArrays":
         """The rows with lo <= ts < hi (no lower bound for lo=None): views, no copy."""
         lo_ns = _NAT + 1 if lo is None else pd.Timestamp(lo).value  # (NaT sorts first and is never inside)
-        i = int(np.searchsorted(self.ts, lo_ns, "left"))
-        k = int(np.searchsorted(self.ts, pd.Timestamp(hi).value, "left"))
-        return LossArrays(self.ts[i:k], self.job[i:k], self.job_ids, self.loss[i:k],
-                          None if self.steps is None else self.steps[i:k], self.durable[i:k], self.checkpointing[i:k],
-                          self.tz, None if self.grad is None else self.grad[i:k])
+        hi_ns = pd.Timestamp(hi).value
+        if self.base is not None:  # a window of a window: the same rows of the arrays it was cut from
+            lo_ns, hi_ns = max(lo_ns, self.bounds[0]), min(hi_ns, self.bounds[1])
+        base = self if self.base is None else self.base
+        i = int(np.searchsorted(base.ts, lo_ns, "left"))
+        k = max(int(np.searchsorted(base.ts, hi_ns, "left")), i)
+        return LossArrays(base.ts[i:k], base.job[i:k], base.job_ids, base.loss[i:k],
+                          None if base.steps is None else base.steps[i:k], base.durable[i:k], base.checkpointing[i:k],
+                          base.tz, None if base.grad is None else base.grad[i:k], base=base, bounds=(lo_ns, hi_ns))
+
+
+@dataclass
+class _JobMajor:
+    """The rows of LossArrays with one signal reported (or all rows), grouped by job: job-code order, time order
+    inside a job (a stable sort of the time-sorted rows), with each row's key ``job * (T + 1) + time rank`` (T: the
+    distinct timestamps) ascending, so the rows of job j with lo <= ts < hi are the run between two binary searches."""
+
+    rows: np.ndarray      # positions in the arrays, job-major
+    ts: np.ndarray
+    job: np.ndarray
+    key: np.ndarray
+    times: np.ndarray     # the distinct timestamps, ascending (a row's time rank is its position here)
+    first: np.ndarray     # per job code: its earliest and latest timestamp (a job without rows: never in a window)
+    last: np.ndarray
+    derived: dict = field(default_factory=dict)  # name -> an array over ``rows`` (the signal's log, differences)
+
+    def runs(self, lo_ns: int, hi_ns: int, jobs: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Each job's first and one-past-last position (in ``rows``' order) of its rows with lo <= ts < hi, for the
+        jobs with such rows, in job-code order (only those of ``jobs``, ascending codes, when given)."""
+        if jobs is None:
+            jobs = np.flatnonzero((self.last >= lo_ns) & (self.first < hi_ns))
+        width = len(self.times) + 1
+        r_lo, r_hi = np.searchsorted(self.times, [lo_ns, hi_ns], "left")
+        starts = np.searchsorted(self.key, jobs * width + r_lo, "left")
+        stops = np.searchsorted(self.key, jobs * width + r_hi, "left")
+        some = stops > starts
+        return starts[some], stops[some]
+
+
+def _job_major(a: LossArrays, signal: str | None) -> _JobMajor:
+    """``a``'s rows where ``signal`` (an array attribute: loss, grad) is reported, or all rows (None), grouped by
+    job (_JobMajor); built once per arrays."""
+    if signal not in a.grouped:
+        rows = np.flatnonzero(~np.isnan(getattr(a, signal))) if signal else np.arange(len(a.ts))
+        order, _, _ = _by_job(a.job[rows])
+        rows = rows[order]
+        ts, job = a.ts[rows], a.job[rows]
+        times = np.unique(a.ts)
+        key = job * (len(times) + 1) + np.searchsorted(times, ts, "left")
+        first = np.full(len(a.job_ids), np.iinfo(np.int64).max)
+        last = np.full(len(a.job_ids), np.iinfo(np.int64).min)
+        np.minimum.at(first, job, ts)
+        np.maximum.at(last, job, ts)
+        a.grouped[signal] = _JobMajor(rows, ts, job, key, times, first, last)
+    return a.grouped[signal]
+
+
+@dataclass
+class _Runs:
+    """The rows of a window with one signal reported, grouped by job: arrays in job-major order (a job's rows in
+    time order) and each job's first and one-past-last position in them -- the window's own arrays sorted, or the
+    whole range's grouped arrays with the window's runs in them (only positions inside runs are read)."""
+
+    ts: np.ndarray
+    job: np.ndarray
+    values: np.ndarray
+    steps: np.ndarray | None
+    starts: np.ndarray
+    stops: np.ndarray
+    major: "_JobMajor | None" = None
+
+    def derived(self, name: str, make) -> np.ndarray:
+        """``make(values)`` over these arrays, computed once for the whole range when they are its grouped arrays."""
+        if self.major is None:
+            return make(self.values)
+        if name not in self.major.derived:
+            self.major.derived[name] = make(self.values)
+        return self.major.derived[name]
+
+
+def _runs(a: LossArrays, signal: str) -> _Runs:
+    """The rows of ``a`` with ``signal`` (loss, grad) reported, grouped by job (_Runs)."""
+    values = getattr(a, signal)
+    if a.base is None:
+        reported = ~np.isnan(values)
+        ts, job = a.ts[reported], a.job[reported]
+        order, starts, stops = _by_job(job)
+        return _Runs(ts[order], job[order], values[reported][order],
+                     None if a.steps is None else a.steps[reported][order], starts, stops)
+    major = _job_major(a.base, signal)
+    starts, stops = major.runs(*a.bounds)
+    base = a.base
+    if signal not in major.derived:
+        major.derived[signal] = getattr(base, signal)[major.rows]
+        major.derived["steps:" + signal] = None if base.steps is None else base.steps[major.rows]
+    return _Runs(major.ts, major.job, major.derived[signal], major.derived["steps:" + signal], starts, stops, major)
 
 
 def loss_arrays(history: pd.DataFrame) -> LossArrays:
@@ -168,21 +265,20 @@ _CHECKPOINT_COLUMNS = ["job_id", "attempts", "durable_step", "since"]
 def _divergence_values(a: LossArrays, start: pd.Timestamp) -> dict | None:
     """divergence()'s columns (arrays) for the rows of ``a`` (the window up to the partition's end, all of
     them); None when no job is judged."""
-    reported = ~np.isnan(a.loss)
-    ts, job, loss = a.ts[reported], a.job[reported], a.loss[reported]
-    if not len(ts):
+    r = _runs(a, "loss")
+    if not len(r.starts):
         return None
-    order, starts, stops = _by_job(job)
+    starts, stops = r.starts, r.stops
     # too short, or no loss in the partition (rows are in time order: a job's last row is its newest)
-    keep = ((stops - starts) >= 2 * DIVERGE_MINUTES + REFERENCE_MINUTES) & (ts[order[stops - 1]] >= pd.Timestamp(start).value)
+    keep = ((stops - starts) >= 2 * DIVERGE_MINUTES + REFERENCE_MINUTES) & (r.ts[stops - 1] >= pd.Timestamp(start).value)
     if not keep.any():
         return None
     i0, i1 = starts[keep], stops[keep]
-    loss = loss[order]
+    loss = r.values
     recent = loss[(i1 - DIVERGE_MINUTES)[:, None] + np.arange(DIVERGE_MINUTES)]
     before = loss[(i1 - 2 * DIVERGE_MINUTES)[:, None] + np.arange(DIVERGE_MINUTES)]
     # the reference's first differences: |loss[k+1] - loss[k]| for k in [i0, i1 - 2 * DIVERGE_MINUTES - 1)
-    diffs = np.abs(np.diff(loss))
+    diffs = r.derived("loss_diffs", lambda v: np.abs(np.diff(v)))
     sigma = MAD_TO_SIGMA * _medians(diffs, i0, i1 - i0 - 2 * DIVERGE_MINUTES - 1) / np.sqrt(2)
     se = np.sqrt(2) * MEDIAN_SE * sigma / np.sqrt(DIVERGE_MINUTES)
     m_recent, m_before = np.median(recent, axis=1), np.median(before, axis=1)
@@ -191,13 +287,13 @@ def _divergence_values(a: LossArrays, start: pd.Timestamp) -> dict | None:
         z = np.where(se > 0, rise / se, np.where(rise > 0, np.inf, 0.0))
     level = np.abs(m_before)
     level = np.where(level == 0, 1.0, level)  # (abs(x) or 1.0: a NaN level stays NaN)
-    if a.steps is not None:
-        last_steps = a.steps[reported][order][(i1 - DIVERGE_MINUTES)[:, None] + np.arange(DIVERGE_MINUTES)]
+    if r.steps is not None:
+        last_steps = r.steps[(i1 - DIVERGE_MINUTES)[:, None] + np.arange(DIVERGE_MINUTES)]
         stepping = (last_steps > 0).all(axis=1)
         steps = last_steps.sum(axis=1).astype(np.int64)
     else:
         stepping, steps = np.zeros(len(i0), dtype=bool), np.zeros(len(i0), dtype=np.int64)
-    return {"job_id": a.job_ids[job[order[i0]]], "before": m_before, "recent": m_recent, "sigma": sigma, "z": z,
+    return {"job_id": a.job_ids[r.job[i0]], "before": m_before, "recent": m_recent, "sigma": sigma, "z": z,
             "rise": rise, "steps": steps, "diverging": (z >= DIVERGE_Z) & (rise >= DIVERGE_MIN_RISE * level),
             "frozen": stepping & (sigma > 0) & (np.ptp(recent, axis=1) == 0)}
 
@@ -231,19 +327,17 @@ def _gradient_values(a: LossArrays, start: pd.Timestamp) -> dict | None:
     them); None when no job reports a gradient norm (a job that reports none is not judged: missing data)."""
     if a.grad is None:
         return None
-    reported = ~np.isnan(a.grad)
-    if not reported.any():
+    r = _runs(a, "grad")
+    if not len(r.starts):
         return None
-    ts, job, grad = a.ts[reported], a.job[reported], a.grad[reported]
-    order, starts, stops = _by_job(job)
     # judged only with a norm in the partition (rows are in time order: a job's last row is its newest)
-    live = ts[order[stops - 1]] >= pd.Timestamp(start).value
+    live = r.ts[r.stops - 1] >= pd.Timestamp(start).value
     if not live.any():
         return None
-    starts, stops = starts[live], stops[live]
+    starts, stops = r.starts[live], r.stops[live]
     count = stops - starts
     # log scale: a zero norm (frozen weights) is the smallest positive double, not -inf
-    logs = np.log(np.maximum(grad[order], np.finfo(float).tiny))
+    logs = r.derived("grad_logs", lambda v: np.log(np.maximum(v, np.finfo(float).tiny)))
     # overflowed: every one of the job's last GRAD_NONFINITE_MINUTES reported norms is +inf
     k = GRAD_NONFINITE_MINUTES
     tail = logs[np.minimum(np.maximum(stops - k, 0)[:, None] + np.arange(k), len(logs) - 1)]
@@ -270,12 +364,12 @@ def _gradient_values(a: LossArrays, start: pd.Timestamp) -> dict | None:
         se = MEDIAN_SE * sigma * np.sqrt(1.0 / DIVERGE_MINUTES + 1.0 / n_ref)
         z = np.where(se > 0, rise / se, np.where(rise > 0, np.inf, 0.0))
         rising = judged & (z >= DIVERGE_Z) & (rise >= np.log(GRAD_MIN_RATIO))
-    if a.steps is not None:  # steps completed in the last DIVERGE_MINUTES reported minutes (for the evidence)
-        csum = np.r_[0, np.cumsum(a.steps[reported][order])]
-        steps = (csum[stops] - csum[np.maximum(stops - DIVERGE_MINUTES, starts)]).astype(np.int64)
+    if r.steps is not None:  # steps completed in the last DIVERGE_MINUTES reported minutes (for the evidence)
+        at = (stops - DIVERGE_MINUTES)[:, None] + np.arange(DIVERGE_MINUTES)
+        steps = np.where(at >= starts[:, None], r.steps[np.maximum(at, 0)], 0).sum(axis=1).astype(np.int64)
     else:
         steps = np.zeros(len(starts), dtype=np.int64)
-    return {"job_id": a.job_ids[job[order[starts]]], "g_usual": np.exp(usual), "g_recent": np.exp(recent),
+    return {"job_id": a.job_ids[r.job[starts]], "g_usual": np.exp(usual), "g_recent": np.exp(recent),
             "g_sigma": sigma, "g_z": np.where(np.isnan(z), 0.0, z), "g_ratio": np.exp(rise),
             "g_nonfinite": nonfinite, "exploding": rising | nonfinite, "g_steps": steps}
 
@@ -300,16 +394,25 @@ def gradient_norm(history: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp)
 def _checkpoint_values(a: LossArrays, start: pd.Timestamp) -> dict | None:
     """checkpoint_failures()'s columns (arrays) for the rows of ``a`` (the window up to the partition's end, all
     of them); None when no job is judged."""
-    start_ns = pd.Timestamp(start).value
-    known = ~np.isnan(a.durable)
+    # judged: the jobs with a durable step reported in the partition (the window's last rows: they are in time order)
+    i = int(np.searchsorted(a.ts, pd.Timestamp(start).value, "left"))
     live = np.zeros(len(a.job_ids), dtype=bool)
-    live[a.job[(a.ts >= start_ns) & known]] = True
-    rows = np.flatnonzero(live[a.job])
-    if not len(rows):
+    live[a.job[i:][~np.isnan(a.durable[i:])]] = True
+    if not live.any():
         return None
-    order, starts, stops = _by_job(a.job[rows])
-    rows = rows[order]
-    ts, durable, job = a.ts[rows], a.durable[rows], a.job[rows]
+    # their rows in the window, grouped by job (time order inside a job)
+    if a.base is None:
+        rows = np.flatnonzero(live[a.job])
+        order, starts, stops = _by_job(a.job[rows])
+        rows, src = rows[order], a
+    else:
+        major = _job_major(a.base, None)
+        lo, hi = major.runs(*a.bounds, jobs=np.flatnonzero(live))
+        n = hi - lo
+        starts = np.r_[0, np.cumsum(n)[:-1]].astype(np.int64)
+        stops = starts + n
+        rows, src = major.rows[np.repeat(lo - starts, n) + np.arange(int(n.sum()))], a.base
+    ts, durable, job = src.ts[rows], src.durable[rows], src.job[rows]
     key = np.repeat(np.arange(len(starts)), stops - starts)
     first = starts[key]  # each row's job's first position
     # forward-fill the durable step inside each job: the latest reported position at or before the row
@@ -324,7 +427,7 @@ def _checkpoint_values(a: LossArrays, start: pd.Timestamp) -> dict | None:
     last_adv = np.full(len(starts), np.iinfo(np.int64).min)
     np.maximum.at(last_adv, key[advanced], ts[advanced])
     after = np.where(last_adv == np.iinfo(np.int64).min, ts[starts] - MINUTE.value, last_adv)
-    attempt = (ts > after[key]) & a.checkpointing[rows]
+    attempt = (ts > after[key]) & src.checkpointing[rows]
     at_key, at_ts = key[attempt], ts[attempt]
     # separate attempts: not the minute after the job's previous attempt (a job's first attempt counts)
     separate = np.r_[True, (at_key[1:] != at_key[:-1]) | (np.diff(at_ts) != MINUTE.value)] if len(at_key) else at_key > 0

@@ -1506,7 +1506,9 @@ def _recent_windows(ctx: PartitionContext) -> pd.DataFrame:
             lo, hi = _per_frame(ctx, "maintenance_ns", w, lambda f: (_ns(f["start"]), _ns(f["end"])))
             t = ctx.start.value
             # (a window missing either bound is recent never: pandas' comparisons with NaT are false)
-            recent = w[(lo != _NAT) & (hi != _NAT) & (hi <= t) & (t < hi + (hi - lo))]
+            inside = (lo != _NAT) & (hi != _NAT) & (hi <= t) & (t < hi + (hi - lo))
+            # (most partitions follow no window: the frame's empty slice, made once, not a mask's new frame)
+            recent = w[inside] if inside.any() else _per_frame(ctx, "maintenance_none", w, lambda f: f.iloc[0:0])
         hit = ctx.memo["recent_windows"] = (w, recent)
     return hit[1]
 
@@ -1536,7 +1538,8 @@ def _gpu_returning(ctx: PartitionContext) -> np.ndarray:
     if not len(g) or w.empty or "node_ids" not in w.columns:
         return np.zeros(len(g), dtype=bool)
     nodes = {n for ids in w["node_ids"].dropna() for n in str(ids).split(",") if n}
-    return g["node_id"].astype(object).isin(nodes).to_numpy(dtype=bool)
+    code, names = _gpu_codes(ctx, "node_id")  # each distinct node looked up once (a missing one: code -1, not drained)
+    return np.append(np.array([n in nodes for n in names], dtype=bool), False)[code]
 
 
 def _maintenance_in_region(ctx: PartitionContext, region: str) -> str | None:
