@@ -138,11 +138,13 @@ class _JobMajor:
     last: np.ndarray
     derived: dict = field(default_factory=dict)  # name -> an array over ``rows`` (the signal's log, differences)
 
-    def runs(self, lo_ns: int, hi_ns: int, jobs: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def runs(self, lo_ns: int, hi_ns: int, jobs: np.ndarray | None = None,
+             since: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Each job's first and one-past-last position (in ``rows``' order) of its rows with lo <= ts < hi, for the
-        jobs with such rows, in job-code order (only those of ``jobs``, ascending codes, when given)."""
+        jobs with such rows, in job-code order: only those of ``jobs`` (ascending codes) when given, else only
+        jobs with a row at ``since`` or later, when given (a window's jobs judged on their newest row)."""
         if jobs is None:
-            jobs = np.flatnonzero((self.last >= lo_ns) & (self.first < hi_ns))
+            jobs = np.flatnonzero((self.last >= max(lo_ns, since or lo_ns)) & (self.first < hi_ns))
         width = len(self.times) + 1
         r_lo, r_hi = np.searchsorted(self.times, [lo_ns, hi_ns], "left")
         starts = np.searchsorted(self.key, jobs * width + r_lo, "left")
@@ -192,8 +194,10 @@ class _Runs:
         return self.major.derived[name]
 
 
-def _runs(a: LossArrays, signal: str) -> _Runs:
-    """The rows of ``a`` with ``signal`` (loss, grad) reported, grouped by job (_Runs)."""
+def _runs(a: LossArrays, signal: str, since: pd.Timestamp) -> _Runs:
+    """The rows of ``a`` with ``signal`` (loss, grad) reported, grouped by job (_Runs): every job's, or only those of
+    jobs whose newest row in the range behind ``a`` is at ``since`` or later (the others are never judged: a job
+    is judged on a row in the partition; this only spares looking up the window's runs of jobs that ended)."""
     values = getattr(a, signal)
     if a.base is None:
         reported = ~np.isnan(values)
@@ -202,7 +206,7 @@ def _runs(a: LossArrays, signal: str) -> _Runs:
         return _Runs(ts[order], job[order], values[reported][order],
                      None if a.steps is None else a.steps[reported][order], starts, stops)
     major = _job_major(a.base, signal)
-    starts, stops = major.runs(*a.bounds)
+    starts, stops = major.runs(*a.bounds, since=pd.Timestamp(since).value)
     base = a.base
     if signal not in major.derived:
         major.derived[signal] = getattr(base, signal)[major.rows]
@@ -265,7 +269,7 @@ _CHECKPOINT_COLUMNS = ["job_id", "attempts", "durable_step", "since"]
 def _divergence_values(a: LossArrays, start: pd.Timestamp) -> dict | None:
     """divergence()'s columns (arrays) for the rows of ``a`` (the window up to the partition's end, all of
     them); None when no job is judged."""
-    r = _runs(a, "loss")
+    r = _runs(a, "loss", start)
     if not len(r.starts):
         return None
     starts, stops = r.starts, r.stops
@@ -327,7 +331,7 @@ def _gradient_values(a: LossArrays, start: pd.Timestamp) -> dict | None:
     them); None when no job reports a gradient norm (a job that reports none is not judged: missing data)."""
     if a.grad is None:
         return None
-    r = _runs(a, "grad")
+    r = _runs(a, "grad", start)
     if not len(r.starts):
         return None
     # judged only with a norm in the partition (rows are in time order: a job's last row is its newest)

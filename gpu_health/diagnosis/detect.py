@@ -292,10 +292,13 @@ def prepare_range(jobs: pd.DataFrame, meta: pd.DataFrame, *, job_lookback: pd.Ti
         if col in gpu.columns:
             codes, uniques = factorize(gpu[col])
             gpu_codes[col] = (codes.astype(np.int64), np.asarray(uniques, dtype=object))
+    derived = {}
+    if gpu is not None and "xid" in gpu.columns:  # (two detectors ask every partition's rows; isin hashes each time)
+        derived["xid_fault"] = gpu["xid"].isin(XID_GPU_FAULT).to_numpy(dtype=bool)
     return RangePrep(job_lookback=pd.Timedelta(job_lookback), jobs=arrays, meta_first=meta_first,
                      meta=meta if meta is not None else pd.DataFrame(columns=["job_id"]), windows=cut, loss=loss,
                      placed=placed, gpu_codes=gpu_codes,
-                     gpu_ts=_ns(gpu["ts"]) if gpu is not None and len(gpu) else None)
+                     gpu_ts=_ns(gpu["ts"]) if gpu is not None and len(gpu) else None, derived=derived)
 
 
 def _placement_arrays(sched: pd.DataFrame, node_region: dict | None) -> tuple[tuple, np.ndarray]:
@@ -640,7 +643,7 @@ def hardware_evidence(ctx: PartitionContext) -> pd.DataFrame:
 
     out_of_window = ~_gpu_maint(ctx)
     if len(gpu):
-        xid = gpu["xid"].isin(XID_GPU_FAULT).to_numpy(dtype=bool) & out_of_window
+        xid = _gpu_xid_fault(ctx) & out_of_window
         for n, grp in (gpu[xid].groupby("node_id", observed=True) if xid.any() else ()):
             add(str(n), HW_XID, ", ".join(f"Xid {int(x)}" for x in sorted(set(grp["xid"]))) + f" on {grp['gpu_uuid'].nunique()} GPU(s)")
         dbe = (gpu["ecc_dbe_delta"].to_numpy(dtype=float, na_value=0.0) > 0) & out_of_window
@@ -1031,14 +1034,19 @@ def _may_reach(ctx: PartitionContext, rows: np.ndarray, floor: float) -> bool:
     return bool(np.nanmax(sums) >= floor - 1e-6)
 
 
+# no (region, node) pair: built once (an index is immutable; building an empty MultiIndex costs ~0.5 ms, and most
+# partitions have no saturated storage)
+_NO_NODES = pd.MultiIndex.from_tuples([], names=["region", "node_id"])
+
+
 def _saturated_storage(ctx: PartitionContext) -> pd.MultiIndex:
     """(region, node) pairs whose local storage was saturated (NVMe >= 95 % busy) in 3+ minutes of the partition."""
     node = ctx.node
     if node is None or node.empty:
-        return pd.MultiIndex.from_tuples([], names=["region", "node_id"])
+        return _NO_NODES
     saturated = node["nvme_util_pct"].to_numpy(dtype=float, na_value=np.nan) >= 95
     if not saturated.any():
-        return pd.MultiIndex.from_tuples([], names=["region", "node_id"])
+        return _NO_NODES
     hot = node[saturated].groupby(["region", "node_id"], observed=True)["ts"].nunique()
     return hot[hot >= LINK_FAULT_MINUTES].index
 
@@ -1225,7 +1233,7 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
 
     g = ctx.gpu
     no_job = _gpu_codes(ctx, "job_id")[0] < 0
-    idle = np.flatnonzero(no_job & ~g["xid"].isin(XID_GPU_FAULT).to_numpy(dtype=bool) & ~_gpu_maint(ctx)
+    idle = np.flatnonzero(no_job & ~_gpu_xid_fault(ctx) & ~_gpu_maint(ctx)
                           & ~_gpu_returning(ctx))
     node_code, node_uni = _gpu_codes(ctx, "node_id")
     region_code, region_uni = _gpu_codes(ctx, "region")
@@ -1248,8 +1256,10 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
     f_region, f_node, f_ts, free = _count_cells(region_i[keep], node_i[keep], ts[keep])
     free = free.astype(float)
     f_minute = ((f_ts - ctx.start.value) // one_min).astype(int)
-    node_size = dict(zip(inv["node_id"], inv["gpus"]))
-    size_of = pd.Series([node_size.get(n) for n in node_uni], dtype=float).fillna(0).to_numpy(dtype=float)
+    node_size = _per_inventory(ctx, "node_size", lambda i: dict(zip(i["node_id"], pd.to_numeric(
+        i["gpus"], errors="coerce").to_numpy(dtype=float, na_value=np.nan))))
+    size_of = np.array([node_size.get(n) for n in node_uni], dtype=float)  # (None: NaN)
+    size_of[np.isnan(size_of)] = 0.0  # a node outside the inventory (or of unknown size) hosts nothing
     f_size = size_of[f_node] if len(f_node) else np.zeros(0)
     region_pos = {r: i for i, r in enumerate(region_uni)}
 
@@ -1333,6 +1343,16 @@ def _gpu_minute(ctx: PartitionContext) -> np.ndarray:
 
 # the columns of the GPU rows the detectors factorize (_gpu_codes), factorized once per range by prepare_range
 _GPU_CODED = ("node_id", "region", "job_id", "gpu_uuid")
+
+
+def _gpu_xid_fault(ctx: PartitionContext) -> np.ndarray:
+    """Per GPU row of the partition: its Xid is a GPU fault (XID_GPU_FAULT); a slice of the range's, when cut from
+    one (prepare_range)."""
+    if "xid_fault" not in ctx.memo:
+        whole = ctx.prepared.derived.get("xid_fault") if ctx.prepared is not None and ctx.gpu_rows is not None else None
+        ctx.memo["xid_fault"] = (whole[ctx.gpu_rows] if whole is not None
+                                 else ctx.gpu["xid"].isin(XID_GPU_FAULT).to_numpy(dtype=bool))
+    return ctx.memo["xid_fault"]
 
 
 def _gpu_codes(ctx: PartitionContext, col: str) -> tuple[np.ndarray, np.ndarray]:
@@ -1526,6 +1546,8 @@ def _window_backlog(ctx: PartitionContext) -> dict:
     the jobs submitted after it pile up beside the region's other idle GPUs like anywhere else."""
     out: dict = {}
     w = _recent_windows(ctx)
+    if not len(w):  # (most partitions: no window ended lately)
+        return out
     for region, e in zip(np.asarray(w["region"], dtype=object), pd.DatetimeIndex(w["end"])):
         out[region] = max(out.get(region, _NAT), pd.Timestamp(e).value)
     return out
