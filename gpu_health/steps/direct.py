@@ -177,6 +177,16 @@ def _forwarded(cut: list[list], k: int) -> list[str]:
     return sorted(written & read)
 
 
+# What the stages' steps import (most of it lazily, inside the steps), imported once by the stages' fork server
+# (pipeline.stage_context). Not Dagster: only the source stage's source needs it.
+STAGE_MODULES = ("gpu_health.storage.warehouse", "gpu_health.contracts.validate", "gpu_health.sources.landing",
+                 "gpu_health.steps.compute", "gpu_health.steps.capacity", "gpu_health.metrics.goodput",
+                 "gpu_health.metrics.kpis", "gpu_health.metrics.baselines", "gpu_health.metrics.kpi_baselines",
+                 "gpu_health.metrics.serving", "gpu_health.metrics.slo", "gpu_health.metrics.facility",
+                 "gpu_health.diagnosis.detect", "gpu_health.diagnosis.alerts", "gpu_health.diagnosis.decompose",
+                 "gpu_health.diagnosis.platform", "gpu_health.diagnosis.facility")
+
+
 def _stage_days(k: int, url: str, telemetry_dir: str, cut_processes: int, only, source_spec, chunk,
                 chunks, inbox, outbox, reports) -> None:
     """Stage ``k`` of :func:`stages` over ``chunks`` in a process of its own (:func:`~gpu_health.steps.pipeline.
@@ -299,7 +309,7 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
             if k == feeds:
                 finance(chunks[i][1] if i < len(chunks) - 1 else _EVER)
 
-        run_stages(_stage_days, args, chunks, summary, seconds, on_chunk, on_stage)
+        run_stages(_stage_days, args, chunks, summary, seconds, on_chunk, on_stage, preload=STAGE_MODULES)
     else:
         for i, (c_start, c_end) in enumerate(chunks):
             for step in wanted(steps_of(FIVE_MINUTE)):
