@@ -144,7 +144,8 @@ class _JobMajor:
         jobs with such rows, in job-code order: only those of ``jobs`` (ascending codes) when given, else only
         jobs with a row at ``since`` or later, when given (a window's jobs judged on their newest row)."""
         if jobs is None:
-            jobs = np.flatnonzero((self.last >= max(lo_ns, since or lo_ns)) & (self.first < hi_ns))
+            newest = lo_ns if since is None else max(lo_ns, since)
+            jobs = np.flatnonzero((self.last >= newest) & (self.first < hi_ns))
         width = len(self.times) + 1
         r_lo, r_hi = np.searchsorted(self.times, [lo_ns, hi_ns], "left")
         starts = np.searchsorted(self.key, jobs * width + r_lo, "left")
