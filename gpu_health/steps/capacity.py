@@ -26,10 +26,15 @@ RESERVED_WINDOW = pd.Timedelta(days=30)
 ALL_CLASSES = "*"
 
 
+# the scheduler events' columns the demand reads (job_places, backlog_gpu_hours): two days of events without their
+# event ids, reasons and the rest (an id per row is a string made per row on reading)
+SCHED_COLUMNS = ["ts", "job_id", "event", "queue", "gpus", "node_ids"]
+
+
 def demand_day(wh: Warehouse, day_start, day_end) -> pd.DataFrame:
     """capacity_demand_daily rows of one day."""
     states = wh.read_window("goodput_states", day_start, day_end)
-    sched = wh.read_window("scheduler_events", day_start - BACKLOG_LOOKBACK, day_end)
+    sched = wh.read_window("scheduler_events", day_start - BACKLOG_LOOKBACK, day_end, columns=SCHED_COLUMNS)
     meta = wh.read_window("job_metadata", day_start - META_LOOKBACK, day_end, columns=["job_id", "workload_class"])
     inv = wh.read_window("node_inventory", day_start, day_end, columns=["node_id", "region", "sku"])
     inv = inv.drop_duplicates("node_id")
