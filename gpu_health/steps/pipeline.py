@@ -3,8 +3,9 @@
 A run over a range cut into stages (:func:`gpu_health.steps.direct.stages`) runs each stage in a process of its own
 (forked from a fork server: :func:`stage_context`), a day at a time: a stage starts a day once the stage before it
 handed that day over, so on two cores the sources of one day are read while the loss tree of the day before is
-computed and the alerts of the day before that. The bulk path (:mod:`gpu_health.steps.direct`) hands each day's frames over with it; the Dagster path
-(:mod:`gpu_health.defs.range_runs`) only the day (each stage's run reads the warehouse).
+computed and the alerts of the day before that. The bulk path (:mod:`gpu_health.steps.direct`) hands each day's
+frames over with it; the Dagster path (:mod:`gpu_health.defs.range_runs`) only the day (each stage's run reads the
+warehouse).
 
 Both sides of it are here: :func:`stage_loop` in a stage's process, :func:`run_stages` in the parent, which
 collects every stage's reports and raises the first error a stage reports (or the exit of one that died without a
