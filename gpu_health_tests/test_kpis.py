@@ -494,6 +494,30 @@ def test_retransmits_are_averaged_over_the_link_minutes_that_report_them():
     assert (r["status"], r["numerator"], r["denominator"], r["value"]) == ("ok", 5 * 60, 15, 20.0)
 
 
+def test_fabric_series_are_summed_per_region_and_node_sku_the_node_telemetry_names():
+    # links of two regions and two SKUs, over two partitions; a node the node telemetry never names is of an
+    # "unknown" SKU; a link without a node id too (the series are grouped on codes of the names: the same groups)
+    nodes = node_frame([{"ts": T0 + m * MIN, "node_id": n, "region": r, "sku": k}
+                        for m in range(10) for n, r, k in (("n0", "r1", "A"), ("n1", "r1", "A"), ("n2", "r2", "B"))])
+    where = {"n0": "r1", "n1": "r1", "n2": "r2", "n9": "r2", None: "r2"}
+    links = [{"ts": T0 + m * MIN, "node_id": n, "region": where[n], "packet_loss_pct": float(i + 1) + m / 10,
+              "link_up": not (n == "n1" and m % 2)} for m in range(10) for i, n in enumerate(where)]
+    out = kpis({"network_telemetry": network_frame(links), "node_telemetry": nodes}, minutes=10)
+    loss = out[out["kpi"] == "comm_health.packet_loss"]
+    got = {(r.partition_start, r.region, r.sku): (r.numerator, r.denominator) for r in loss.itertuples()}
+    want = {}
+    for link in links:
+        sku = {"n0": "A", "n1": "A", "n2": "B"}.get(link["node_id"], "unknown")
+        key = (link["ts"].floor("5min"), link["region"], sku)
+        num, den = want.get(key, (0.0, 0))
+        want[key] = (num + link["packet_loss_pct"], den + 1)
+    assert got.keys() == want.keys()
+    for key, (num, den) in want.items():
+        assert got[key][0] == pytest.approx(num) and got[key][1] == den
+    down = out[out["kpi"] == "comm_health.link_down"]
+    assert down.loc[down["sku"] == "A", "numerator"].tolist() == [2.0, 3.0]  # n1's odd minutes: 1, 3 | 5, 7, 9
+
+
 # --- simulated incidents ---------------------------------------------------------------------------
 
 S, E = T0, T0 + pd.Timedelta(hours=1)

@@ -259,14 +259,16 @@ class _Context:
         # job -> team / class of allocated rows
         alloc = g["allocated"].to_numpy()
         j_codes, j_uni = factorize(g["job_id"].to_numpy())
+        # the rows' job codes (-1: no job) and each job's team, kept for the KPIs that join or group by them
+        self.job_codes, self.job_uni, self.job_team = j_codes, np.asarray(j_uni, dtype=object), None
         for col in ("team", "workload_class"):
             values = np.full(len(g), None, dtype=object)
-            if len(self.jobs):
-                values[alloc] = (pd.Series(np.asarray(j_uni, dtype=object)).map(self.jobs[col]).fillna(UNKNOWN)
-                                 .to_numpy(dtype=object)[j_codes[alloc]])
-            else:
-                values[alloc] = UNKNOWN
+            of_job = (pd.Series(self.job_uni).map(self.jobs[col]).fillna(UNKNOWN).to_numpy(dtype=object)
+                      if len(self.jobs) else np.full(len(self.job_uni), UNKNOWN, dtype=object))
+            values[alloc] = of_job[j_codes[alloc]]
             g[col] = values
+            if col == "team":
+                self.job_team = of_job
 
         # job placement per partition (so a partition's rows never depend on its neighbours):
         # region, sku and the GPUs of the signature (most GPUs held in a minute)
@@ -743,18 +745,26 @@ def _comm_health(ctx: _Context) -> pd.DataFrame:
         out.append(agg[agg["n"] > 0].assign(kpi="comm_health.grad_sync_share"))
     net = ctx.network
     if len(net):
-        node = net["node_id"].astype(object)
         # retransmits: null where the collector does not expose them (switch-port and node-exporter IB
         # counters): averaged over the link-minutes that report them, degraded when under half do
         rtx = pd.to_numeric(net["retransmits"]).to_numpy(dtype=float, na_value=np.nan)
-        f = pd.DataFrame({"p": net["ts"].dt.floor("5min"), "region": _obj(net["region"]),
-                          "sku": node.map(ctx.node_sku).fillna(UNKNOWN),
+        # grouped by partition, region and the node's SKU as integer codes (each distinct node and region looked up
+        # once, not a day's million link-minutes' strings): the groups, their order (first appearance) and their
+        # sums are the strings' -- a link-minute without a region in no group, as a group-by on None leaves it out
+        region, regions = factorize(net["region"])
+        node, nodes = factorize(net["node_id"])
+        node_sku = pd.Series(np.append(np.asarray(nodes, dtype=object), None)).map(ctx.node_sku).fillna(UNKNOWN)
+        sku_of_node, skus = factorize(node_sku.to_numpy(dtype=object))  # (a node without a SKU: UNKNOWN)
+        f = pd.DataFrame({"p": net["ts"].dt.floor("5min"), "region": np.where(region >= 0, region, np.nan),
+                          "sku": sku_of_node[node],  # (code -1, a missing node: the appended None's, UNKNOWN)
                           "rtx": np.nan_to_num(rtx), "rtx_known": (~np.isnan(rtx)).astype(float),
                           "loss": net["packet_loss_pct"].to_numpy(dtype=float),
                           "down": ~net["link_up"].to_numpy(dtype=bool)})
         agg = f.groupby(["p", "region", "sku"], sort=False).agg(
             n=("rtx", "size"), rtx=("rtx", "sum"), rtx_known=("rtx_known", "sum"), loss=("loss", "sum"),
             down=("down", "sum")).reset_index()
+        agg["region"] = np.asarray(regions, dtype=object)[agg["region"].to_numpy(dtype=np.int64)]
+        agg["sku"] = np.asarray(skus, dtype=object)[agg["sku"].to_numpy(dtype=np.int64)]
         keys = agg[["p", "region", "sku", "n"]]
         out.append(keys.assign(kpi="comm_health.retransmits", numerator=agg["rtx"], denominator=agg["rtx_known"],
                                covered=agg["rtx_known"]))
@@ -889,9 +899,12 @@ def _gaming_guardrails(ctx: _Context) -> pd.DataFrame:
     g_ns = g["ts"].to_numpy(dtype="datetime64[ns]").view("int64")[rows]
     r_ns = rt["ts"].to_numpy(dtype="datetime64[ns]").view("int64")[prog_rt]
     t_codes, t_uni = pd.factorize(np.concatenate([g_ns, r_ns]))
-    j_codes, j_uni = factorize(np.concatenate([g["job_id"].to_numpy()[rows],
-                                                  rt["job_id"].astype(object).to_numpy()[prog_rt]]))
-    pair = t_codes.astype(np.int64) * (len(j_uni) + 1) + j_codes
+    # the runtime rows' jobs as codes of the GPU rows' jobs (_Context.job_codes: each distinct runtime job looked up
+    # once); a job no GPU row holds (-1) matches no busy row
+    r_codes, r_uni = factorize(rt["job_id"].astype(object).to_numpy()[prog_rt])
+    r_jobs = np.append(pd.Index(ctx.job_uni).get_indexer(np.asarray(r_uni, dtype=object)), -1)[r_codes]
+    j_codes = np.concatenate([ctx.job_codes[rows], r_jobs])
+    pair = t_codes.astype(np.int64) * (len(ctx.job_uni) + 1) + j_codes
     progress = pd.Index(pair[:len(rows)]).isin(pair[len(rows):][j_codes[len(rows):] >= 0])  # (hashed: np.isin sorts)
     training = g["workload_class"].to_numpy()[rows] != "interactive"
 
@@ -904,12 +917,16 @@ def _gaming_guardrails(ctx: _Context) -> pd.DataFrame:
     ref_row = ref.reindex(key[rows]).to_numpy(dtype=float) if len(ref) else np.full(len(rows), np.nan)
     ref_row = np.where(key[rows] >= 0, ref_row, np.nan)
     low_power = power < LOW_POWER_SHARE * ref_row
+    # grouped by partition and the team's code (the busy rows' teams are their jobs': each job's looked up once);
+    # the groups, their order (first appearance) and sums are the team names'
+    team_of_job, teams = factorize(ctx.job_team)
     d = pd.DataFrame({
-        "p": g["p"].iloc[rows].reset_index(drop=True), "team": g["team"].to_numpy()[rows],
+        "p": g["p"].iloc[rows].reset_index(drop=True), "team": team_of_job[ctx.job_codes[rows]],
         "bwp_n": training.astype(float), "bwp_num": (training & ~progress).astype(float),
         "div_n": 1.0, "div_cov": known.astype(float), "div_num": (known & idle & low_power).astype(float),
     })
     agg = d.groupby(["p", "team"], sort=False).sum().reset_index()
+    agg["team"] = np.asarray(teams, dtype=object)[agg["team"].to_numpy()]
     keys = agg[["p", "team"]]
     bwp = keys.assign(kpi="gaming_guardrails.busy_without_progress", numerator=agg["bwp_num"],
                       denominator=agg["bwp_n"], n=agg["bwp_n"])
