@@ -162,7 +162,7 @@ def _job_major(a: LossArrays, signal: str | None) -> _JobMajor:
         order, _, _ = _by_job(a.job[rows])
         rows = rows[order]
         ts, job = a.ts[rows], a.job[rows]
-        times = np.unique(a.ts)
+        times = a.ts[np.r_[True, a.ts[1:] != a.ts[:-1]]] if len(a.ts) else a.ts  # (np.unique: ts is sorted already)
         key = job * (len(times) + 1) + np.searchsorted(times, ts, "left")
         first = np.full(len(a.job_ids), np.iinfo(np.int64).max)
         last = np.full(len(a.job_ids), np.iinfo(np.int64).min)

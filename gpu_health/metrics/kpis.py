@@ -260,15 +260,15 @@ class _Context:
         alloc = g["allocated"].to_numpy()
         j_codes, j_uni = factorize(g["job_id"].to_numpy())
         # the rows' job codes (-1: no job) and each job's team, kept for the KPIs that join or group by them
-        self.job_codes, self.job_uni, self.job_team = j_codes, np.asarray(j_uni, dtype=object), None
-        for col in ("team", "workload_class"):
+        self.job_codes, self.job_uni = j_codes, np.asarray(j_uni, dtype=object)
+        per_job = {col: (pd.Series(self.job_uni).map(self.jobs[col]).fillna(UNKNOWN).to_numpy(dtype=object)
+                         if len(self.jobs) else np.full(len(self.job_uni), UNKNOWN, dtype=object))
+                   for col in ("team", "workload_class")}
+        for col, of_job in per_job.items():
             values = np.full(len(g), None, dtype=object)
-            of_job = (pd.Series(self.job_uni).map(self.jobs[col]).fillna(UNKNOWN).to_numpy(dtype=object)
-                      if len(self.jobs) else np.full(len(self.job_uni), UNKNOWN, dtype=object))
             values[alloc] = of_job[j_codes[alloc]]
             g[col] = values
-            if col == "team":
-                self.job_team = of_job
+        self.job_team = per_job["team"]
 
         # job placement per partition (so a partition's rows never depend on its neighbours):
         # region, sku and the GPUs of the signature (most GPUs held in a minute)
