@@ -268,6 +268,28 @@ def test_files_hold_each_entitys_rows_together_and_order_out_is_the_read_order(t
     assert back[key].equals(back[key].sort_values(key).reset_index(drop=True))
 
 
+
+def test_every_file_carries_the_time_columns_statistics_that_let_a_time_range_skip_it(tmp_path, frames):
+    """A file's min / max are written for its time columns (what a reader outside the store -- DuckDB, Spark,
+    Trino -- skips an hour's file by) and left out for the rest, which cannot skip a file holding every entity of
+    its hour. A range before the stored hour read through pyarrow's dataset with the files' own statistics skips
+    every file: no row group is even scanned."""
+    store = TelemetryStore(tmp_path)
+    for table in ("gpu_telemetry", "job_runtime_metrics"):
+        store.replace_window(table, pd.concat([shifted(frames[table], i * FIVE) for i in range(12)]), T0, T0 + HOUR)
+        meta = pq.ParquetFile(store.hour_path(table, T0)).metadata
+        chunks = {meta.schema.column(i).name: meta.row_group(0).column(i) for i in range(meta.num_columns)}
+        timed = {f.name for f in arrow_schema(table, descriptions=False) if pa.types.is_timestamp(f.type)}
+        assert timed and {n for n, c in chunks.items() if c.is_stats_set} == timed, table
+        ts = chunks[catalog.table(table).partition_column].statistics
+        assert (ts.min, ts.max) == (T0.to_pydatetime(), (T0 + HOUR - MINUTE).to_pydatetime()), table
+    import pyarrow.dataset as ds
+
+    (fragment,) = ds.dataset(str(tmp_path / "gpu_telemetry"), format="parquet").get_fragments()
+    at = pa.scalar(T0, pa.timestamp("us", tz="UTC"))
+    assert len(fragment.subset(ds.field("ts") >= at).row_groups) == 1
+    assert fragment.subset(ds.field("ts") < at).row_groups == []
+
 def test_an_empty_partition_gets_a_file_so_nothing_differs_from_never_written(tmp_path, frames):
     store = TelemetryStore(tmp_path)
     table = "job_runtime_metrics"

@@ -613,9 +613,18 @@ def _write_parquet(data: pa.Table, where) -> None:
     # store_schema=False: no serialized Arrow schema in the footer (~1 KB a file); the Parquet logical types
     # (UTC-adjusted microsecond timestamps included) already say everything a reader needs. A table without rows
     # is written as no row group at all: the schema and the footer only (~1 KB with 18 columns, not ~4 KB).
-    with pq.ParquetWriter(where, data.schema, compression=COMPRESSION, store_schema=False) as writer:
+    # Statistics (min / max per column chunk) only for the time columns: a file is one row group holding every
+    # entity of its hour, so only a time range can skip one by its statistics (this store's reads, and DuckDB's,
+    # Spark's or Trino's); min / max of the other columns cost a quarter of the write (a day of GPU telemetry:
+    # 0.62 -> 0.46 CPU s) and skip nothing.
+    with pq.ParquetWriter(where, data.schema, compression=COMPRESSION, store_schema=False,
+                          write_statistics=_time_columns(data.schema)) as writer:
         if data.num_rows:
             writer.write_table(data)
+
+
+def _time_columns(schema: pa.Schema) -> list[str]:
+    return [f.name for f in schema if pa.types.is_timestamp(f.type)]
 
 
 def _model(table: str):
