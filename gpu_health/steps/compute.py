@@ -260,9 +260,11 @@ def step_baselines(wh: Warehouse, start, end, current: pd.DataFrame | None = Non
     return B.step_baselines_range(hist_all, current, start, end)
 
 
-def goodput(wh: Warehouse, start, end, frames: dict | None = None, baselines: pd.DataFrame | None = None):
+def goodput(wh: Warehouse, start, end, frames: dict | None = None, baselines: pd.DataFrame | None = None,
+            segments: list | None = None):
     """Leaves of the loss tree and the job failures of [start, end), partition by partition
-    (each partition against its own baseline)."""
+    (each partition against its own baseline; ``segments``: :func:`inventory_segments` of the window, when the
+    caller has them)."""
     start, end = pd.Timestamp(start), pd.Timestamp(end)
     frames = frames or read_sources(wh, start, end, ["gpu_telemetry", "node_telemetry", "job_runtime_metrics"])
     frames = dict(frames)
@@ -270,7 +272,8 @@ def goodput(wh: Warehouse, start, end, frames: dict | None = None, baselines: pd
     meta = wh.read_window("job_metadata", start - META_LOOKBACK, end)
     maint = wh.read_window("maintenance_windows")
     capacity = wh.read_window("cost_capacity", start.normalize(), end)
-    segments = inventory_segments(wh, start, end)  # each partition against the inventory as of that partition
+    if segments is None:  # each partition against the inventory as of that partition
+        segments = inventory_segments(wh, start, end)
     # which nodes' missing GPUs are hardware (a fault in the last day, or a gap of 15+ minutes)
     persist = G.GAP_PERSIST_PARTITIONS * FIVE
     corroborated = G.hardware_corroboration(
@@ -284,9 +287,12 @@ def goodput(wh: Warehouse, start, end, frames: dict | None = None, baselines: pd
     rt_before = wh.read_window("job_runtime_metrics", start - G.FAILURE_LOOKBACK, start)
     rt_all = pd.concat([rt_before, rt_all], ignore_index=True) if len(rt_before) else rt_all
     # the events naming a job's queue, as far back as its metadata (a job running for days keeps its queue)
+    # (read whole and filtered here, not with ``where``: a run's cache serves the look-back's windows it holds,
+    # where a filtered read opens the look-back's ~90 hour files again each piece; the same rows, in the same order)
     placing = ["submitted", "started"]
     older = wh.read_window("scheduler_events", start - META_LOOKBACK, start - SCHED_LOOKBACK,
-                           columns=["ts", "job_id", "event", "queue"], where={"event": placing})
+                           columns=["ts", "job_id", "event", "queue"])
+    older = older[older["event"].isin(placing).to_numpy()]
     recent = sched_all.loc[sched_all["event"].isin(placing).to_numpy(), ["ts", "job_id", "event", "queue"]]
     queue_events = pd.concat([older, recent], ignore_index=True) if len(older) else recent
     in_window = dict(frames)
@@ -790,14 +796,15 @@ def slo_version_events(wh: Warehouse, start, end) -> pd.DataFrame:
     return S.slo_events(req, buckets, by_version=True)
 
 
-def paid_invariant(states: pd.DataFrame, wh: Warehouse, start, end) -> dict:
+def paid_invariant(states: pd.DataFrame, wh: Warehouse, start, end, segments: list | None = None) -> dict:
     """States must sum to paid GPU-minutes: max(Finance's capacity, GPUs in the partition's inventory) x minutes.
-    Returns ``passed``, ``slices``, ``violations``, ``max_abs_error_gpu_minutes`` and ``examples`` (a frame)."""
+    Returns ``passed``, ``slices``, ``violations``, ``max_abs_error_gpu_minutes`` and ``examples`` (a frame).
+    ``segments``: :func:`inventory_segments` of the window, when the caller has them."""
     start, end = pd.Timestamp(start), pd.Timestamp(end)
     cap = wh.read_window("cost_capacity", start.normalize(), end)
     cap = cap.groupby(["region", "sku"])["capacity_gpus"].max() if len(cap) else None
     expected = {}  # partition -> (region, sku) -> paid GPUs
-    for s0, s1, inventory in inventory_segments(wh, start, end):
+    for s0, s1, inventory in segments if segments is not None else inventory_segments(wh, start, end):
         inv = inventory.groupby(["region", "sku"])["gpus"].sum()
         paid = cap.combine(inv, max, fill_value=0) if cap is not None else inv
         expected.update({p: paid for p in pd.date_range(s0, s1, freq=FIVE, inclusive="left")})

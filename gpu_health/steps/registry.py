@@ -83,9 +83,11 @@ def _decomposition(wh, start, end):
 def _goodput(wh, start, end) -> StepResult:
     """The five tables of the loss tree commit together (one transaction): a crash or a database killed mid-write
     leaves the partition's old loss tree or its new one, never some tables of each."""
-    leaves, failures = P.goodput(wh, start, end)
+    segments = P.inventory_segments(wh, start, end)  # (the inventory each partition is judged and paid against)
+    leaves, failures = P.goodput(wh, start, end, segments=segments)
     tables = _store(wh, {"goodput_leaves": leaves, "job_failures": failures, **P.rollups(leaves)}, start, end)
-    return StepResult(tables, findings={"paid_invariant": P.paid_invariant(tables["goodput_states"], wh, start, end)})
+    return StepResult(tables, findings={"paid_invariant": P.paid_invariant(tables["goodput_states"], wh, start, end,
+                                                                           segments=segments)})
 
 
 def _alerts(wh, start, end, *, judged_later: bool = False) -> StepResult:
