@@ -284,6 +284,7 @@ def child(args) -> dict:
         raise SystemExit(f"unknown measurement {args.only}")
     out["peak_mib"] = _peak_mib()
     out["peak_total_mib"] = memory.stop()
+    out["sampler_cpu_seconds"] = round(memory.cpu["user"] + memory.cpu["sys"], 1)  # (not in cpu_seconds)
     spent = {k: (ref_spent or {}).get(k, 0.0) + memory.cpu[k] for k in ("user", "sys")}
     out["cpu_seconds"] = _cpu_seconds(spent)
     if referenced:
