@@ -279,7 +279,8 @@ def test_every_file_carries_the_time_columns_statistics_that_let_a_time_range_sk
         store.replace_window(table, pd.concat([shifted(frames[table], i * FIVE) for i in range(12)]), T0, T0 + HOUR)
         meta = pq.ParquetFile(store.hour_path(table, T0)).metadata
         chunks = {meta.schema.column(i).name: meta.row_group(0).column(i) for i in range(meta.num_columns)}
-        timed = {f.name for f in arrow_schema(table, descriptions=False) if pa.types.is_timestamp(f.type)}
+        timed = {f.name for f in arrow_schema(table, descriptions=False)
+                 if pa.types.is_timestamp(f.type) or pa.types.is_date(f.type)}
         assert timed and {n for n, c in chunks.items() if c.is_stats_set} == timed, table
         ts = chunks[catalog.table(table).partition_column].statistics
         assert (ts.min, ts.max) == (T0.to_pydatetime(), (T0 + HOUR - MINUTE).to_pydatetime()), table

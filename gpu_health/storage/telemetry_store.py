@@ -624,7 +624,7 @@ def _write_parquet(data: pa.Table, where) -> None:
 
 
 def _time_columns(schema: pa.Schema) -> list[str]:
-    return [f.name for f in schema if pa.types.is_timestamp(f.type)]
+    return [f.name for f in schema if pa.types.is_timestamp(f.type) or pa.types.is_date(f.type)]
 
 
 def _model(table: str):
