@@ -100,12 +100,12 @@ def simulate(scenario_path: str, landing: str, start: str | None, end: str | Non
 
 def _warehouse_location(warehouse: str | None, telemetry_dir: str | None) -> tuple[str, str]:
     """(warehouse URL, telemetry dir or "" for the default beside it), as the module docstring says."""
-    from gpu_health.defs.resources import default_resources
+    from gpu_health.defs.resources import default_resources, env_value
 
     configured = default_resources()["warehouse"]
     if warehouse:
         return warehouse, telemetry_dir or ""
-    return configured.url, telemetry_dir or configured.telemetry_dir
+    return env_value(configured.url), telemetry_dir or configured.telemetry_dir
 
 
 # --- run ---------------------------------------------------------------------------------
@@ -127,6 +127,7 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
         targets: list[str] | None = None, chunk_hours: float | None = None, **source_options: str | None) -> dict:
     from gpu_health.defs.resources import SourceSpec, TelemetrySourceResource, default_resources
     from gpu_health.partitions import FIVE_MINUTE_FMT
+    from gpu_health.storage.warehouse import masked_url
 
     start_ts, end_ts = _ts(start), _ts(end)
     if end_ts <= start_ts:
@@ -157,7 +158,7 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
         from gpu_health.steps.direct import RUN_CHUNK, run_range
         from gpu_health.storage.warehouse import Warehouse, run_cache
 
-        summary = {"warehouse": url, "source": kind, "path": "direct"}
+        summary = {"warehouse": masked_url(url), "source": kind, "path": "direct"}
         summary.update(run_range(Warehouse(url, tdir or None, cache=run_cache()), src.get(), start_ts, end_ts,
                                  progress=progress, source_spec=SourceSpec(src) if workers > 1 else None,
                                  processes=workers, targets=targets,
@@ -167,7 +168,7 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
 
         location = CodeLocation(url=url, telemetry_dir=tdir, source=SourceSpec(src),
                                 partition_start=partition_start or start_ts.normalize().strftime(FIVE_MINUTE_FMT))
-        summary = {"warehouse": url, "source": kind}
+        summary = {"warehouse": masked_url(url), "source": kind}
         summary.update(run_range(location, start_ts, end_ts, workers=workers, progress=progress))
     # findings about the data, not progress: on stderr even with --quiet
     for entry in summary.get("quarantined_files", []):
@@ -218,10 +219,11 @@ def export(table: str, start: str, end: str, out: str, *, warehouse: str | None 
 
 def serve_metrics(warehouse: str | None, port: int, address: str, *, once: bool = False, quiet: bool = False) -> int:
     """Serve ``/metrics`` until interrupted (or print the exposition once)."""
-    from gpu_health.defs.resources import default_resources
+    from gpu_health.defs.resources import default_resources, env_value
     from gpu_health.kpi_export import registry_for, serve
+    from gpu_health.storage.warehouse import masked_url
 
-    url = warehouse or default_resources()["warehouse"].url
+    url = warehouse or env_value(default_resources()["warehouse"].url)
     if once:
         from prometheus_client.openmetrics.exposition import generate_latest
 
@@ -229,7 +231,7 @@ def serve_metrics(warehouse: str | None, port: int, address: str, *, once: bool 
         return 0
     server, thread = serve(url, port, address)
     if not quiet:
-        print(f"serving gpu_health metrics of {url} on http://{address}:{server.server_port}/metrics", file=sys.stderr)
+        print(f"serving gpu_health metrics of {masked_url(url)} on http://{address}:{server.server_port}/metrics", file=sys.stderr)
     try:
         thread.join()
     except KeyboardInterrupt:

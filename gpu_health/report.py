@@ -12,7 +12,7 @@ import json
 
 import pandas as pd
 
-from gpu_health.storage.warehouse import Warehouse
+from gpu_health.storage.warehouse import Warehouse, masked_url
 
 ALERT_COLUMNS = ["alert_id", "severity", "cause_family", "region", "opened_at", "paged_at", "resolved_at", "summary",
                  "usd_per_hour", "follows_change", "description"]
@@ -56,7 +56,7 @@ def _cell(v) -> str:
 def markdown(wh: Warehouse, start, end, *, incidents: pd.DataFrame | None = None) -> str:
     """The report of [start, end) as Markdown; ``incidents`` (labels) adds the ground truth when known."""
     start, end = pd.Timestamp(start), pd.Timestamp(end)
-    lines = [f"Window {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC, warehouse `{wh.url}`.", ""]
+    lines = [f"Window {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC, warehouse `{masked_url(wh.url)}`.", ""]
     if incidents is not None and len(incidents):
         lines += ["Injected incidents (ground truth):", "", "| kind | family | start | end | scope |", "|---|---|---|---|---|"]
         for i in incidents.itertuples(index=False):

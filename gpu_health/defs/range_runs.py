@@ -50,12 +50,13 @@ class CodeLocation:
 
     def definitions(self):
         from gpu_health.definitions import build_definitions
-        from gpu_health.defs.resources import WarehouseIOManager, WarehouseResource, default_resources
+        from gpu_health.defs.resources import (WarehouseIOManager, WarehouseResource, default_resources,
+                                               warehouse_url_field)
         from gpu_health.settings import Settings
 
-        resources = default_resources()
-        resources.update(warehouse=WarehouseResource(url=self.url, telemetry_dir=self.telemetry_dir),
-                         warehouse_io_manager=WarehouseIOManager(url=self.url, telemetry_dir=self.telemetry_dir),
+        resources, url = default_resources(), warehouse_url_field(self.url)  # a password stays out of the defs
+        resources.update(warehouse=WarehouseResource(url=url, telemetry_dir=self.telemetry_dir),
+                         warehouse_io_manager=WarehouseIOManager(url=url, telemetry_dir=self.telemetry_dir),
                          source=self.source.resource())
         return build_definitions(Settings(partition_start=self.partition_start), resources)
 

@@ -2,6 +2,8 @@
 environment configures (:func:`default_resources`)."""
 
 import contextlib
+import itertools
+import os
 import threading
 
 import dagster as dg
@@ -9,7 +11,7 @@ import pandas as pd
 from pydantic import PrivateAttr
 
 from gpu_health.sources.base import DEFAULT_ABSENT_AFTER
-from gpu_health.storage.warehouse import Warehouse, run_cache
+from gpu_health.storage.warehouse import Warehouse, masked_url, run_cache
 
 DEFAULT_WAREHOUSE_URL = "sqlite:///var/warehouse.db"
 # Definition metadata of an output its step already stored (Warehouse.replace_windows, all of the step's
@@ -34,7 +36,7 @@ class WarehouseResource(dg.ConfigurableResource):
         self._cache = run_cache()
 
     def get(self) -> Warehouse:
-        return Warehouse(self.url, self.telemetry_dir or None, cache=self._cache)
+        return Warehouse(env_value(self.url), self.telemetry_dir or None, cache=self._cache)
 
 
 class TelemetrySourceResource(dg.ConfigurableResource):
@@ -156,7 +158,7 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
 
     def _warehouse(self) -> Warehouse:
         if self._wh is None:
-            self._wh = Warehouse(self.url, self.telemetry_dir or None)
+            self._wh = Warehouse(env_value(self.url), self.telemetry_dir or None)
         return self._wh
 
     @staticmethod
@@ -221,11 +223,39 @@ SOURCE_ENVIRONMENT = {
 }
 
 
+# where a --warehouse URL with a password is put for its resources to name (warehouse_url_field)
+CLI_WAREHOUSE_URL = "GPU_HEALTH_CLI_WAREHOUSE_URL_"
+
+
+def warehouse_url_field(url: str) -> str:
+    """``url`` as the warehouse resources' ``url`` field. From ``$GPU_HEALTH_WAREHOUSE_URL``, and for any URL with
+    a password, a ``dg.EnvVar`` naming a variable that holds it: Dagster reads an EnvVar when a run (or a sensor
+    tick) starts and serializes only its name, so the password is in neither the repository snapshot the webserver
+    and the daemon load nor the run records. A URL given another way (``--warehouse``) is put into this process's
+    environment under a name of its own, which the processes it starts inherit (the stages of a pipelined range)."""
+    if os.environ.get(WAREHOUSE_URL.env_var_name) == url:
+        return WAREHOUSE_URL
+    if masked_url(url) == url:  # no password: nothing to keep out
+        return url
+    held = [n for n in os.environ if n.startswith(CLI_WAREHOUSE_URL)]
+    name = next((n for n in held if os.environ[n] == url), None)
+    if name is None:
+        name = next(f"{CLI_WAREHOUSE_URL}{i}" for i in itertools.count() if f"{CLI_WAREHOUSE_URL}{i}" not in held)
+        os.environ[name] = url
+    return dg.EnvVar(name)
+
+
+def env_value(value: str) -> str:
+    """A resource field's value: an EnvVar's variable read now. Inside a run Dagster has already resolved it; a
+    resource used outside one (the command line, tests) still holds the EnvVar."""
+    return value.get_value() if isinstance(value, dg.EnvVar) else value
+
+
 def default_resources() -> dict:
     """Resources from the environment (README: Configuration). Here, not beside the Definitions, so that the
     command line reads its settings without building every asset (~0.5 CPU s of each ``gpu-health run``'s start
     on 2 cores)."""
-    url = WAREHOUSE_URL.get_value(DEFAULT_WAREHOUSE_URL)
+    url = warehouse_url_field(WAREHOUSE_URL.get_value(DEFAULT_WAREHOUSE_URL))
     telemetry_dir = TELEMETRY_DIR.get_value("")  # empty: beside the warehouse (WarehouseResource)
     source = {field: dg.EnvVar(var).get_value(default) for field, (var, default) in SOURCE_ENVIRONMENT.items()}
     source["live"] = source["live"].lower() == "true"

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 
 from gpu_health import catalog
 from gpu_health.storage.schema import COLUMNAR_TABLES, partition_column
-from gpu_health.storage.warehouse import Warehouse
+from gpu_health.storage.warehouse import Warehouse, masked_url
 
 DAY = pd.Timedelta(days=1)
 
@@ -45,7 +45,7 @@ def relayout(url: str, telemetry_dir=None, *, tables: list[str] | None = None, d
     tables = held if tables is None else tables
     missing = set(tables) - set(held)
     if missing:
-        raise ValueError(f"not held as SQL tables at {url}: {sorted(missing)}")
+        raise ValueError(f"not held as SQL tables at {masked_url(url)}: {sorted(missing)}")
     # the SQL side: a warehouse that routes these tables to SQL (read only); the store side: the catalogue's layout
     old = Warehouse(url, telemetry_dir, columnar=COLUMNAR_TABLES - set(tables))
     new = Warehouse(url, telemetry_dir)

@@ -102,6 +102,15 @@ class FrameCache:
 _DDL_LOCK_KEY = stable_id("gpu_health|schema ddl") & 0x7FFFFFFFFFFFFFFF
 
 
+def masked_url(url: str) -> str:
+    """``url`` as it may be printed or logged: its password, if any, as ``***``; any other URL unchanged."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:  # not a URL SQLAlchemy reads: nothing it could take a password from
+        return url
+    return url if parsed.password is None else parsed.render_as_string(hide_password=True)
+
+
 def engine_for(url: str) -> sa.Engine:
     """One engine per URL (SQLite files get their folder created and WAL mode)."""
     with _LOCK:
