@@ -19,6 +19,7 @@ from gpu_health_tests.conftest import LANDING_END, LANDING_START, iso
 
 PASSWORD = "n0t-for-anyone-s-eyes"
 PG_URL = f"postgresql+psycopg2://gpu_health:{PASSWORD}@127.0.0.1:5432/gpu_health"
+AM_URL = f"http://alerts:{PASSWORD}@127.0.0.1:1"  # basic auth; nothing listens on port 1
 
 
 def repository_snapshot(defs) -> str:
@@ -34,10 +35,12 @@ def test_a_password_from_the_environment_is_not_in_the_repository_snapshot(monke
     from gpu_health.settings import Settings
 
     monkeypatch.setenv("GPU_HEALTH_WAREHOUSE_URL", PG_URL)
+    monkeypatch.setenv("GPU_HEALTH_ALERTMANAGER_URL", AM_URL)
     snapshot = repository_snapshot(build_definitions(Settings()))
     assert PASSWORD not in snapshot
-    # the resources name the variable instead, read when a run starts
-    assert '\\"url\\": {\\"env\\": \\"GPU_HEALTH_WAREHOUSE_URL\\"}' in snapshot
+    # the resources name the variables instead, read when a run or a sensor tick starts
+    for variable in ("GPU_HEALTH_WAREHOUSE_URL", "GPU_HEALTH_ALERTMANAGER_URL"):
+        assert f'\\"url\\": {{\\"env\\": \\"{variable}\\"}}' in snapshot
 
 
 def test_a_password_given_on_the_command_line_is_not_in_the_range_runs_snapshot(monkeypatch):
@@ -55,6 +58,14 @@ def test_a_printed_url_masks_its_password_and_nothing_else():
     assert masked_url(PG_URL) == "postgresql+psycopg2://gpu_health:***@127.0.0.1:5432/gpu_health"
     for plain in ("sqlite:///var/warehouse.db", "postgresql+psycopg2://postgres@127.0.0.1:5432/gpu_health"):
         assert masked_url(plain) == plain
+
+
+def test_an_unreachable_alertmanager_is_named_without_its_password():
+    from gpu_health.delivery.alertmanager import AlertmanagerClient, AlertmanagerError
+
+    with pytest.raises(AlertmanagerError) as failed:
+        AlertmanagerClient(AM_URL, timeout=2, retries=0).post([])
+    assert "127.0.0.1:1" in str(failed.value) and PASSWORD not in str(failed.value)
 
 
 @pytest.fixture

@@ -259,12 +259,13 @@ def default_resources() -> dict:
     telemetry_dir = TELEMETRY_DIR.get_value("")  # empty: beside the warehouse (WarehouseResource)
     source = {field: dg.EnvVar(var).get_value(default) for field, (var, default) in SOURCE_ENVIRONMENT.items()}
     source["live"] = source["live"].lower() == "true"
+    alertmanager_url = dg.EnvVar("GPU_HEALTH_ALERTMANAGER_URL")  # may carry basic-auth credentials: kept unresolved
     return {
         "warehouse": WarehouseResource(url=url, telemetry_dir=telemetry_dir),
         "warehouse_io_manager": WarehouseIOManager(url=url, telemetry_dir=telemetry_dir),
         "source": TelemetrySourceResource(**source),
         "alertmanager": AlertmanagerResource(
-            url=dg.EnvVar("GPU_HEALTH_ALERTMANAGER_URL").get_value(""),
+            url=alertmanager_url if alertmanager_url.get_value() else "",
             generator_url=dg.EnvVar("GPU_HEALTH_ALERT_LINK").get_value(""),
         ),
     }

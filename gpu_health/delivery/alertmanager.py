@@ -33,6 +33,8 @@ from urllib.parse import quote
 
 import requests
 
+from gpu_health.storage.warehouse import masked_url
+
 SEVERITIES = ("page", "ticket", "dashboard")
 REQUIRED_KEYS = (
     "alert_id",
@@ -246,14 +248,15 @@ class AlertmanagerClient:
                 body = response.text
                 if response.status_code < 500:
                     raise AlertmanagerError(
-                        f"Alertmanager rejected {method} {url}: HTTP {response.status_code}: {body}",
+                        f"Alertmanager rejected {method} {masked_url(url)}: HTTP {response.status_code}: {body}",
                         status_code=response.status_code,
                         body=body,
                     )
                 last_error = f"HTTP {response.status_code}: {body}"
             if attempt + 1 < attempts:
                 time.sleep(self.backoff * 2**attempt)
-        raise AlertmanagerError(f"{method} {url} failed after {attempts} attempt(s); last error: {last_error}")
+        raise AlertmanagerError(
+            f"{method} {masked_url(url)} failed after {attempts} attempt(s); last error: {last_error}")
 
     def post(self, alerts: Sequence[Mapping[str, Any]]) -> None:
         """POST ``/api/v2/alerts`` (a list of payloads from ``alert_to_payload``)."""

@@ -12,6 +12,7 @@ from gpu_health.delivery.alertmanager import (
     deliver_report,
     sent_state_from_cursor,
 )
+from gpu_health.storage.warehouse import masked_url
 
 LOOKBACK = pd.Timedelta(hours=24)
 
@@ -57,10 +58,10 @@ def alertmanager_delivery_sensor(context: dg.SensorEvaluationContext, warehouse:
                                 generator_url=alertmanager.generator_url or None)
     except AlertmanagerError as err:
         raise AlertmanagerError(
-            f"Alertmanager at {alertmanager.url} did not take {err.pending} alert update(s); they stay pending "
-            f"and go out on the first tick it answers: {err}", status_code=err.status_code, body=err.body) from err
+            f"Alertmanager at {masked_url(alertmanager.url)} did not take {err.pending} alert update(s); they stay "
+            f"pending and go out on the first tick it answers: {err}", status_code=err.status_code, body=err.body) from err
     context.update_cursor(json.dumps(report.state, sort_keys=True))
-    message = f"delivered {report.sent} alert update(s) to {alertmanager.url}"
+    message = f"delivered {report.sent} alert update(s) to {masked_url(alertmanager.url)}"
     if report.repaired:
         message += f"; {len(report.repaired)} sent with placeholders for odd values: " + "; ".join(
             f"{k} ({', '.join(v)})" for k, v in list(report.repaired.items())[:5])
