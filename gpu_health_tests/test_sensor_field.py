@@ -6,7 +6,7 @@ file's token -- is what runs); the same through Dagster's sensor over real files
 landing zone with a missing file, which must land the partition with a ``source_gaps`` row.
 """
 
-import shutil
+import json
 
 import pandas as pd
 import pytest
@@ -62,11 +62,11 @@ def test_three_days_with_a_hole_and_a_silent_source_every_partition_runs_once_pe
         for r in requests:
             requested.setdefault(r.partition_key, []).append((r.version, now))
             run_keys.append(r.run_key)
-        state = SensorCursor.loads(cursor.dumps())
-        assert len(state.versions) <= LOOKBACK / FIVE + 1, "the records are bounded by count"
-        if state.waiting:
-            waits[now] = state.waiting
         cursor = cursor.dumps()
+        state = json.loads(cursor)
+        assert len(state["versions"]) <= LOOKBACK / FIVE + 1, "the records are bounded by count"
+        if state.get("waiting"):
+            waits[now] = state["waiting"]
         now += FIVE
 
     assert len(run_keys) == len(set(run_keys)), "a run key Dagster would drop as a duplicate was requested"
@@ -116,8 +116,8 @@ def test_dagster_sensor_runs_a_hole_after_the_absence_timeout_and_says_what_it_w
     land(landing, at(10))
     first = evaluate(sensor, resources, None, now=at(16.5), defs=defs)
     assert [r.partition_key for r in first.run_requests] == [key(0), key(10)]
-    waiting = SensorCursor.loads(first.cursor).waiting
-    assert waiting["partition"] == key(5) and waiting["sources"] == ["gpu_telemetry"]
+    waiting = json.loads(first.cursor).get("waiting") or {}
+    assert waiting.get("partition") == key(5) and waiting["sources"] == ["gpu_telemetry"]
     assert waiting["until"] == at(20).isoformat()
     idle = evaluate(sensor, resources, first.cursor, now=at(18), defs=defs)
     assert not idle.run_requests
