@@ -157,3 +157,23 @@ def test_a_historical_partition_missing_a_file_lands_with_a_source_gap(copy_land
     silent = alerts[alerts["summary"].str.contains("silent: network_telemetry", regex=False)]
     assert len(silent) and set(silent["severity"]) == {"ticket"}, "the gap is ticketed, never paged"
     assert set(silent["cause_family"]) == {"missing_data"}
+
+
+def test_a_source_without_an_absence_rule_never_starves_the_cursor():
+    """A partition its source never decides is passed over (and reported) once the records could no longer cover
+    the partitions after it; no partition after it is requested twice."""
+
+    class Undecided:  # every file arrives on time, but the hole's gpu_telemetry never does, and is never judged absent
+        def version(self, table, start, now=None):
+            return None if (table == "gpu_telemetry" and start == at(10)) else "f"
+
+    hour = {**PLAN, "lookback": pd.Timedelta(hours=1)}
+    cursor, seen, report = SensorCursor(), [], None
+    for minute in range(7, 4 * 60, 5):
+        requests, cursor = plan_requests(Undecided(), cursor, now=at(minute + 0.5), **hour)
+        seen += [r.run_key for r in requests]
+        report = cursor.passed_over or report
+    assert len(seen) == len(set(seen))
+    assert sorted(k.split("@")[0] for k in seen) == [key(m) for m in range(0, 4 * 60 - 5, 5) if m != 10]
+    assert report["partition"] == key(10) and report["sources"] == ["gpu_telemetry"]
+    assert cursor.next_start == at(4 * 60 - 5)
