@@ -261,8 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--prometheus-labels", help="exporter label names per column, e.g. node_id=instance,gpu_uuid=gpu_uuid")
     p_run.add_argument("--prometheus-step", help="query step (60s: the contract's minute)")
     p_run.add_argument("--prometheus-ready-lag", help="how long after a window's end it may be read (default 2min)")
-    p_run.add_argument("--absent-after", help="how long a window a live producer has not covered is waited for before it "
-                                              "is written empty as missing data (default 10min)")
+    p_run.add_argument("--absent-after", help="how long a window a live producer (an exporter, a Slurm dump, a landing "
+                                              "file) has not covered is waited for before it is written empty as "
+                                              "missing data (default 10min)")
     p_run.add_argument("--prometheus-kube-state-metrics", action="store_const", const="true",
                        help="also read kube_pods / kube_nodes from kube-state-metrics series in the same Prometheus")
     p_run.add_argument("--prometheus-serving", action="store_const", const="true",

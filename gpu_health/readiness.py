@@ -3,9 +3,10 @@
 Pure logic behind the sensor (no Dagster import). A partition is *ready* when
 it has closed, a grace period has passed, and every 5-minute source has its
 data: for the landing zone, every source's file exists (a zero-row file says
-"nothing happened"); for the simulator, the wall clock has passed the window.
-Its *version* is the files' (mtime, size) tokens, so a replaced file yields a
-new version.
+"nothing happened") or was judged absent (``LandingSource.absent_after`` past
+the partition's end: it runs without it, with a ``source_gaps`` row); for the
+simulator, the wall clock has passed the window. Its *version* is the files'
+(mtime, size) tokens, so a replaced or late-arriving file yields a new version.
 """
 
 import hashlib
@@ -18,17 +19,30 @@ import pandas as pd
 from gpu_health.constants import PARTITION, PARTITION_FREQ
 from gpu_health.contracts import FIVE_MINUTE_SOURCES
 from gpu_health.partitions import FIVE_MINUTE_FMT
+from gpu_health.sources.base import ABSENT
 
+# A version with tables judged absent ends in this mark and a hex bit mask of them (in FIVE_MINUTE_SOURCES order):
+# the run key stays a short plain tag value, and a partition that ran with a file is never run again because that
+# file has since gone (a landing zone's retention cleaning it would otherwise re-run it empty).
+ABSENT_MARK = "-absent-"
 
 
 @dataclass
 class SensorCursor:
     next_start: pd.Timestamp | None = None          # oldest partition not yet requested
     versions: dict[str, str] = field(default_factory=dict)  # partition key -> version it ran with
+    # what the tick waits for, for the operator (never read back to plan): the oldest partition not ready, its late
+    # source tables and until when they are waited for; and the last partition the cursor moved past unrun
+    waiting: dict | None = None
+    passed_over: dict | None = None
 
     def dumps(self) -> str:
-        return json.dumps({"next": self.next_start.isoformat() if self.next_start is not None else None,
-                           "versions": self.versions}, sort_keys=True)
+        out = {"next": self.next_start.isoformat() if self.next_start is not None else None, "versions": self.versions}
+        if self.waiting:
+            out["waiting"] = self.waiting
+        if self.passed_over:
+            out["passed_over"] = self.passed_over
+        return json.dumps(out, sort_keys=True)
 
     @classmethod
     def loads(cls, text: str | None) -> "SensorCursor":
@@ -36,7 +50,7 @@ class SensorCursor:
             return cls()
         raw = json.loads(text)
         nxt = pd.Timestamp(raw["next"]) if raw.get("next") else None
-        return cls(nxt, dict(raw.get("versions", {})))
+        return cls(nxt, dict(raw.get("versions", {})), raw.get("waiting"), raw.get("passed_over"))
 
 
 @dataclass(frozen=True)
@@ -96,23 +110,72 @@ def partition_key(start: pd.Timestamp) -> str:
 
 def data_version(source, start: pd.Timestamp, now: pd.Timestamp, grace: pd.Timedelta) -> str | None:
     """The partition's data version, or None if it is not ready yet."""
+    return judge(source, start, now, grace)[0]
+
+
+def judge(source, start: pd.Timestamp, now: pd.Timestamp, grace: pd.Timedelta) -> tuple[str | None, list[str]]:
+    """(the partition's data version or None, the 5-minute source tables it waits for), judged at ``now``."""
     if start + PARTITION + grace > now:
-        return None
-    if hasattr(source, "version"):  # file-based: every source file must have arrived
-        tokens = []
-        for table in FIVE_MINUTE_SOURCES:
-            tok = source.version(table, start)
-            if tok is None:
-                return None
-            tokens.append(f"{table}={tok}")
-        return hashlib.sha1("|".join(tokens).encode()).hexdigest()[:16]
-    return "clock"  # generated / queried sources: ready once closed
+        return None, []
+    if not hasattr(source, "version"):
+        return "clock", []  # generated / queried sources: ready once closed
+    tokens, late, absent = [], [], 0
+    for i, table in enumerate(FIVE_MINUTE_SOURCES):  # file-based: every source file arrived or was judged absent
+        tok = source.version(table, start, now=now)
+        if tok is None:
+            late.append(table)
+        elif tok == ABSENT:
+            absent |= 1 << i
+        tokens.append(f"{table}={tok}")
+    if late:
+        return None, late
+    digest = hashlib.sha1("|".join(tokens).encode()).hexdigest()[:16]
+    return (f"{digest}{ABSENT_MARK}{absent:x}" if absent else digest), []
+
+
+def _absent_mask(version: str) -> int:
+    return int(version.rsplit(ABSENT_MARK, 1)[1], 16) if ABSENT_MARK in version else 0
+
+
+def _rerun(old: str | None, new: str) -> bool:
+    """Whether a partition that ran with ``old`` runs again with ``new``: new data, never data gone (a file judged
+    absent that the run had is kept as it landed, not replaced by nothing)."""
+    return old != new and (old is None or _absent_mask(new) & ~_absent_mask(old) == 0)
+
+
+def _waiting(source, start: pd.Timestamp, late: list[str]) -> dict:
+    """The oldest partition the sensor waits for: which source tables (and files) are late, until when."""
+    out = {"partition": partition_key(start), "sources": late}
+    adapters = [source.for_table(t) if hasattr(source, "for_table") else source for t in late]
+    afters = [getattr(a, "absent_after", None) for a in adapters]
+    if all(a is not None for a in afters):  # a source without an absence rule waits with no end
+        out["until"] = (start + PARTITION + max(pd.Timedelta(a) for a in afters)).isoformat()
+    out["files"] = [str(a.files(t, start, start + PARTITION)[0][0]) if hasattr(a, "files") else t
+                    for a, t in zip(adapters, late)]
+    return out
+
+
+def describe_wait(cursor: SensorCursor) -> str:
+    """The cursor's wait, in a sentence (the sensor's SkipReason)."""
+    w = cursor.waiting
+    if not w:
+        return f"no new ready partition; the next is {cursor.next_start}, not closed yet"
+    until = (f"; waited for until {w['until']}, then run without it (missing data)" if w.get("until")
+             else "; its source has no absence timeout")
+    return (f"no new ready partition; waiting on {cursor.next_start} (partition {w['partition']}): not arrived yet: "
+            f"{', '.join(w['files'])}{until}")
 
 
 def plan_requests(source, cursor: SensorCursor, *, now: pd.Timestamp, partitions_start: pd.Timestamp,
                   grace: pd.Timedelta, lookback: pd.Timedelta, initial_lookback: pd.Timedelta,
                   max_requests: int) -> tuple[list[Request], SensorCursor]:
-    """Requests for this tick and the cursor after it."""
+    """Requests for this tick and the cursor after it.
+
+    The cursor keeps the versions of the newest ``lookback / PARTITION + 1`` requested partitions, by count:
+    every partition a tick scans from ``lookback`` back is among them, so none is requested again because its
+    record was dropped. A late partition holds ``next`` until its source decides (``absent_after``); one still not
+    decided when as many later partitions have run as the records hold (a source without an absence rule) is
+    passed over (reported in ``passed_over``), so the records never stop covering the scan."""
     last_closed = (now - grace - PARTITION).floor(PARTITION_FREQ)
     nxt = cursor.next_start
     if nxt is None:
@@ -122,24 +185,31 @@ def plan_requests(source, cursor: SensorCursor, *, now: pd.Timestamp, partitions
         scan_from = nxt  # nothing can be replaced: only the new partitions
     versions = dict(cursor.versions)
     requests: list[Request] = []
-    new_next = nxt
-    holding = False  # a not-ready partition at/after `nxt` holds the cursor
+    waiting: list[tuple[pd.Timestamp, list[str]]] = []  # not-ready partitions at/after `nxt`, oldest first
     t = scan_from
     while t <= last_closed and len(requests) < max_requests:
         key = partition_key(t)
-        ver = data_version(source, t, now, grace)
+        ver, late = judge(source, t, now, grace)
         if ver is None:
             if t >= nxt:
-                holding = True
-        elif versions.get(key) != ver and (t >= nxt or key in versions):
+                waiting.append((t, late))
+        elif (t >= nxt or key in versions) and _rerun(versions.get(key), ver):
             # before `nxt` only a partition that ran with another version is requested again: one
             # without a record never ran (a fresh cursor starts `initial_lookback` back, not
-            # `lookback`) or ran so long ago that its record was dropped
+            # `lookback`) or ran before the records kept
             requests.append(Request(key, ver))
             versions[key] = ver
-        if not holding and t >= new_next and ver is not None:
-            new_next = t + PARTITION
         t += PARTITION
-    horizon = partition_key((now - lookback).floor(PARTITION_FREQ))
-    versions = {k: v for k, v in versions.items() if k >= horizon}
-    return requests, SensorCursor(new_next, versions)
+    keep = int(lookback / PARTITION) + 1
+    kept = dict(sorted(versions.items())[-keep:])
+    cut = min(kept) if len(versions) > keep else None  # the oldest record kept (keys sort as their times)
+    passed = [w for w in waiting if cut is not None and partition_key(w[0]) < cut]
+    waiting = [w for w in waiting if cut is None or partition_key(w[0]) >= cut]
+    new_next = waiting[0][0] if waiting else max(t, nxt)
+    passed_over = cursor.passed_over
+    if passed:
+        start, late = passed[-1]
+        passed_over = {"partition": partition_key(start), "sources": late,
+                       "reason": f"not ready while {keep} later partitions ran: passed over, never requested"}
+    report = _waiting(source, *waiting[0]) if waiting else None
+    return requests, SensorCursor(new_next, kept, report, passed_over)

@@ -107,7 +107,8 @@ def test_new_files_give_one_request_per_ready_partition(landing, source):
     assert next_start(cursor2) == at(15)
 
 
-def test_missing_file_holds_the_cursor_later_partitions_still_run_and_late_file_is_requested(landing, source):
+def test_missing_file_holds_the_cursor_later_partitions_still_run_and_late_file_is_requested(landing):
+    source = LandingSource(landing, absent_after="1h")  # the gpu file stays late (not absent) throughout
     land(landing, at(0))
     land(landing, at(5), [t for t in FIVE_MINUTE_SOURCES if t != "gpu_telemetry"])  # gpu file late
     land(landing, at(10))
@@ -147,7 +148,8 @@ def test_replaced_file_is_requested_again_with_a_new_run_key(landing, source):
     assert third == []
 
 
-def test_unchanged_data_is_never_requested_twice(landing, source):
+def test_unchanged_data_is_never_requested_twice(landing):
+    source = LandingSource(landing, absent_after="1h")  # the partitions after 14:25 stay late, not absent
     for m in range(0, 30, 5):
         land(landing, at(m))
     seen: list[str] = []
@@ -199,13 +201,18 @@ def test_a_fresh_cursor_starts_initial_lookback_back_not_the_whole_lookback(land
     assert next_start(cursor) == at(15)
 
 
-def test_versions_are_forgotten_beyond_the_lookback(landing, source):
-    for m in range(0, 20, 5):
+def test_versions_are_kept_for_the_lookbacks_worth_of_partitions_by_count(landing):
+    source = LandingSource(landing, absent_after="1d")  # the later partitions stay late: no new record
+    for m in range(0, 100, 5):
         land(landing, at(m))
-    _, cursor = tick(source, None, now=at(21.5), lookback=pd.Timedelta(hours=1))
-    assert set(json.loads(cursor)["versions"]) == {key(m) for m in range(0, 20, 5)}
-    _, cursor = tick(source, cursor, now=at(70.5), lookback=pd.Timedelta(hours=1))
-    assert set(json.loads(cursor)["versions"]) == {key(10), key(15)}  # horizon 13:10+1h = 14:10
+    hour = {"lookback": pd.Timedelta(hours=1), "initial_lookback": pd.Timedelta(hours=2)}
+    requests, cursor = tick(source, None, now=at(101.5), **hour)
+    assert len(requests) == 20
+    assert set(json.loads(cursor)["versions"]) == {key(m) for m in range(35, 100, 5)}  # the newest 13 = 1 h + 1
+    # hours later, with nothing new run, the records are not dropped by the clock (a late partition could then
+    # outlive them, and every partition after it would be requested again)
+    _, cursor = tick(source, cursor, now=at(400), **hour)
+    assert set(json.loads(cursor)["versions"]) == {key(m) for m in range(35, 100, 5)}
 
 
 def test_cursor_json_round_trip():

@@ -54,8 +54,8 @@ class TelemetrySourceResource(dg.ConfigurableResource):
     every query), ``prometheus_labels`` (``COLUMN=LABEL,...`` exporter label names, e.g.
     ``node_id=instance,gpu_uuid=gpu_uuid``), ``prometheus_step`` (60s: the contract's
     minute), ``prometheus_ready_lag``. ``absent_after``: how long a window a live
-    producer (an exporter, the Slurm dumps) has not covered is waited for before it is
-    written empty as missing data.
+    producer (an exporter, the Slurm dumps, a landing file) has not covered is waited for
+    before it is written empty as missing data.
     """
 
     kind: str = "simulator"
@@ -123,9 +123,10 @@ class TelemetrySourceResource(dg.ConfigurableResource):
                     selector=self.prometheus_selector))
         if self.slurm_dir:
             parts.append(make_source("slurm", self.slurm_dir, absent_after=self.absent_after))
+        landing = make_source("landing", self.landing_dir, absent_after=self.absent_after)
         if not parts:
-            return make_source("landing", self.landing_dir)
-        parts.append(make_source("landing", self.landing_dir))
+            return landing
+        parts.append(landing)
         return RoutedSource(*parts)
 
 

@@ -19,6 +19,10 @@ import pandas as pd
 # exporter holds the KPIs of a partition back by two partitions, not forever.
 DEFAULT_ABSENT_AFTER = "10min"
 
+# The readiness token (``version()``) of a partition whose file a source judged absent: no file token
+# (``mtime_ns:size``) can equal it, so a file arriving later is a new version and runs the partition again.
+ABSENT = "absent"
+
 
 class DataNotReady(Exception):
     """The window's data is not complete yet: retry later, never write it half."""

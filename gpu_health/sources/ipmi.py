@@ -87,7 +87,7 @@ class IpmiFacilitySource(PrometheusSource):
     def tables(self) -> frozenset[str]:
         return frozenset({TABLE})
 
-    def version(self, table: str, start: pd.Timestamp) -> str | None:
+    def version(self, table: str, start: pd.Timestamp, now: pd.Timestamp | None = None) -> str | None:
         return "clock"
 
     def read(self, table: str, start: pd.Timestamp, end: pd.Timestamp) -> Fetched:

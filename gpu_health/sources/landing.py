@@ -21,7 +21,7 @@ from gpu_health.arrow_text import text_values
 from gpu_health.contracts import CONTRACTS, FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES, empty_frame
 from gpu_health.contracts.validate import FileBatch
 from gpu_health.landing import DAILY_SOURCES, file_version, partition_path
-from gpu_health.sources.base import DataNotReady, Fetched
+from gpu_health.sources.base import ABSENT, DEFAULT_ABSENT_AFTER, DataNotReady, Fetched
 
 FIVE_MINUTES = pd.Timedelta(minutes=5)
 _PARTITION_NAME = re.compile(r"^(\d{2})(\d{2})\.parquet$")
@@ -38,12 +38,39 @@ def partition_starts(table: str, start, end) -> list[pd.Timestamp]:
 
 class LandingSource:
     """Reads ``<landing>/<source>/<day>/<HHMM>.parquet`` files; a missing file is DataNotReady (zero rows for the
-    optional serving sources)."""
+    optional serving sources).
+
+    A missing file of a 5-minute source is *late* (DataNotReady) until ``absent_after`` has passed since its
+    partition's end, by ``clock`` (the wall clock unless given); then it is *absent*: read as zero rows with
+    :attr:`Fetched.silent_family` set, so the partition runs without it and records a ``source_gaps`` row, as a
+    silent exporter or Slurm dump does (``DEFAULT_ABSENT_AFTER`` says why the same wait holds for a file). A file
+    arriving later changes the partition's version and runs it again."""
 
     name = "landing"
+    ABSENT_FAMILY = "landing file"
 
-    def __init__(self, landing_dir: str | Path):
+    def __init__(self, landing_dir: str | Path, *, absent_after: str | pd.Timedelta = DEFAULT_ABSENT_AFTER,
+                 clock=None):
         self.root = Path(landing_dir)
+        self.absent_after = pd.Timedelta(absent_after)
+        self._clock = clock or (lambda: pd.Timestamp.now(tz="UTC"))
+
+    def absent(self, table: str, p_end: pd.Timestamp | None, now: pd.Timestamp | None = None) -> bool:
+        """Whether a missing file of ``table`` for the partition ending ``p_end`` is absent (no longer waited for) at
+        ``now`` (the source's clock when None). The daily and calendar files keep their own rules."""
+        if table not in FIVE_MINUTE_SOURCES or p_end is None:
+            return False
+        return (self._clock() if now is None else now) >= p_end + self.absent_after
+
+    def _absent_part(self, path, table: str, p_start, p_end) -> Fetched:
+        return Fetched(empty_frame(table), f"{path} (absent: not arrived {self.absent_after} after the partition's end)",
+                       p_start, p_end, silent_family=self.ABSENT_FAMILY)
+
+    def _not_ready(self, table: str, missing: list) -> DataNotReady:
+        shown = ", ".join(str(p) for p, _ in missing[:3])
+        until = max(e for _, e in missing) + self.absent_after if all(e is not None for _, e in missing) else None
+        wait = f"; waited for until {until}, then missing data" if until is not None and table in FIVE_MINUTE_SOURCES else ""
+        return DataNotReady(f"{table}: {len(missing)} landing file(s) not arrived yet: {shown}{wait}")
 
     def tables(self) -> frozenset[str]:
         return frozenset(FIVE_MINUTE_SOURCES) | frozenset(OPTIONAL_SOURCES) | DAILY_SOURCES | {"maintenance_windows"}
@@ -77,15 +104,17 @@ class LandingSource:
                 # a serving source is optional (contracts.models.OPTIONAL_SOURCES): no file = nothing served
                 out.append(Fetched(empty_frame(table), f"{path} (absent: no serving traffic)", p_start, p_end))
                 continue
+            if not path.exists() and self.absent(table, p_end):
+                out.append(self._absent_part(path, table, p_start, p_end))
+                continue
             if not path.exists():
-                missing.append(path)
+                missing.append((path, p_end))
                 continue
             out.append(read_file(path, table, p_start, p_end))
         if missing:
             if table == "maintenance_windows":
-                return [Fetched(empty_frame(table), f"{missing[0]} (absent: no planned maintenance)")]
-            shown = ", ".join(str(p) for p in missing[:3])
-            raise DataNotReady(f"{table}: {len(missing)} landing file(s) not arrived yet: {shown}")
+                return [Fetched(empty_frame(table), f"{missing[0][0]} (absent: no planned maintenance)")]
+            raise self._not_ready(table, missing)
         return out
 
     def read_batches(self, table: str, start, end) -> list:
@@ -103,15 +132,16 @@ class LandingSource:
                 # one zero-row stand-in for every absent file of the call (zero rows: nothing to change in it)
                 absent = empty_frame(table) if absent is None else absent
                 entries.append(Fetched(absent, f"{path} (absent: no serving traffic)", p_start, p_end))
+            elif not os.path.exists(path) and self.absent(table, p_end):
+                entries.append(self._absent_part(path, table, p_start, p_end))
             elif not os.path.exists(path):
-                missing.append(path)
+                missing.append((path, p_end))
             else:
                 entries.append((path, p_start, p_end))
         if missing:
             if table == "maintenance_windows":
-                return [Fetched(empty_frame(table), f"{missing[0]} (absent: no planned maintenance)")]
-            shown = ", ".join(str(p) for p in missing[:3])
-            raise DataNotReady(f"{table}: {len(missing)} landing file(s) not arrived yet: {shown}")
+                return [Fetched(empty_frame(table), f"{missing[0][0]} (absent: no planned maintenance)")]
+            raise self._not_ready(table, missing)
         out, run = [], []
         fmt = _format(table)
         for e in entries + [None]:
@@ -176,8 +206,13 @@ class LandingSource:
                                            f"not read -- rename it to its partition's name for its rows to land"))
         return out
 
-    def version(self, table: str, start) -> str | None:
-        return file_version(self.root, table, start)
+    def version(self, table: str, start, now: pd.Timestamp | None = None) -> str | None:
+        """The file's token (it changes when the file is replaced); ``ABSENT`` once a missing file is absent at
+        ``now`` (the source's clock when None); None while it is late."""
+        token = file_version(self.root, table, start)
+        if token is None and start is not None and self.absent(table, pd.Timestamp(start) + FIVE_MINUTES, now):
+            return ABSENT
+        return token
 
 
 def read_file(path: Path, table: str, start, end) -> Fetched:

@@ -328,17 +328,18 @@ class PrometheusSource:
             origin = f"{origin}; {state}"
         return Fetched(frame=frame, origin=origin, silent_family=LIVENESS[table])
 
-    def version(self, table: str, start: pd.Timestamp) -> str | None:
+    def version(self, table: str, start: pd.Timestamp, now: pd.Timestamp | None = None) -> str | None:
         """The sensor's readiness token of the 5-minute partition at ``start``: None while it is late.
 
         A constant per decision ("complete" / "closed"), so a partition never re-runs because
         Prometheus was asked again.
         """
-        state = self.judge(table, pd.Timestamp(start), pd.Timestamp(start) + 5 * MINUTE)
+        state = self.judge(table, pd.Timestamp(start), pd.Timestamp(start) + 5 * MINUTE, now=now)
         return None if state.startswith("late") else state.split(":")[0]
 
-    def judge(self, table: str, start: pd.Timestamp, end: pd.Timestamp) -> str:
-        """``complete``, ``closed: ...`` or ``late: ...`` for the window (module docstring: Completeness).
+    def judge(self, table: str, start: pd.Timestamp, end: pd.Timestamp, now: pd.Timestamp | None = None) -> str:
+        """``complete``, ``closed: ...`` or ``late: ...`` for the window (module docstring: Completeness), at ``now``
+        (the source's clock when None).
 
         Decided windows are remembered: the sensor asks for every partition of its look-back on each
         tick, and a query per partition and table each time would load Prometheus for nothing. So a
@@ -349,7 +350,7 @@ class PrometheusSource:
         key = (table, start, end)
         if key in self._decided:
             return self._decided[key]
-        now = self._clock()
+        now = self._clock() if now is None else now
         if end > now - self.ready_lag:
             return f"late: ends less than {self.ready_lag} before now ({now})"
         metric = LIVENESS[table]

@@ -31,19 +31,25 @@ def read_validated(source, table: str, start, end) -> Validated:
 def read_window(source, table: str, start, end) -> tuple[Validated, pd.DataFrame]:
     """:func:`read_validated`, and the window's missing-data partitions (``source_gaps`` rows): the 5-minute
     partitions a live producer (an exporter, a scheduler dump) left without a row once it was judged silent
-    (:mod:`gpu_health.sources.gaps`). Files and the simulator have none: an empty file is a fact."""
+    (:mod:`gpu_health.sources.gaps`), and those whose landing file never arrived (``LandingSource.absent_after``).
+    An empty file, and the simulator, have none: an empty file is a fact."""
     provided = getattr(source, "tables", None)
     if table in OPTIONAL_SOURCES and (provided is None or table not in provided()):
         # no adapter provides serving data (e.g. Prometheus without serving exporters and no landing zone):
         # the optional source is zero rows, never a wait (contracts.models.OPTIONAL_SOURCES)
         return (validate_frame(empty_frame(table), table, start=start, end=end, origin=f"{getattr(source, 'name', 'source')}: no {table}"),
                 empty_gaps())
+    if hasattr(source, "for_table") and provided is not None and table in provided():
+        source = source.for_table(table)  # routed: the landing zone's tables are judged file by file, as alone
     if hasattr(source, "read_files"):
         reader = getattr(source, "read_batches", source.read_files)
         parts = [with_optional_columns(f, table) for f in reader(table, start, end)]
         if hasattr(source, "strays"):
             parts += source.strays(table, start, end)
-        return validate_files(parts, table, start=start, end=end), empty_gaps()
+        # a file judged absent (LandingSource.absent_after) stands for its partition's missing data
+        gaps = [missing_partitions(p, table, p.start, p.end) for p in parts if getattr(p, "silent_family", None)]
+        return (validate_files(parts, table, start=start, end=end),
+                pd.concat(gaps, ignore_index=True) if gaps else empty_gaps())
     fetched = with_optional_columns(source.read(table, start, end), table)
     partition, row_number = row_keys(fetched.frame, table, start, end)
     return (validate_frame(fetched.frame, table, start=start, end=end, origin=fetched.origin,

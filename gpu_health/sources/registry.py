@@ -50,11 +50,11 @@ class RoutedSource:
                 return s
         raise KeyError(f"no configured source provides {table}")
 
-    def version(self, table: str, start) -> str | None:
-        """Readiness token of a 5-minute partition of ``table`` from the adapter that serves it
+    def version(self, table: str, start, now=None) -> str | None:
+        """Readiness token of a 5-minute partition of ``table`` from the adapter that serves it, judged at ``now``
         (None while it is not ready); an adapter without one is ready once the partition closed."""
         src = self.for_table(table)
-        return src.version(table, start) if hasattr(src, "version") else "clock"
+        return src.version(table, start, now=now) if hasattr(src, "version") else "clock"
 
     def read(self, table: str, start, end) -> Fetched:
         return self.for_table(table).read(table, pd.Timestamp(start) if start is not None else None,

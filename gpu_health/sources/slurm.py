@@ -746,8 +746,10 @@ class SlurmSource:
         window = frame[(frame[col] >= start) & (frame[col] < end)].reset_index(drop=True)
         return Fetched(window, origin if family is None else f"{origin}; {state}", silent_family=family)
 
-    def judge(self, start: pd.Timestamp, end: pd.Timestamp, files: list[Path] | None = None) -> str:
-        """``complete`` (a dump covers the window), ``late: ...`` or ``closed: ...`` (class docstring)."""
+    def judge(self, start: pd.Timestamp, end: pd.Timestamp, files: list[Path] | None = None,
+              now: pd.Timestamp | None = None) -> str:
+        """``complete`` (a dump covers the window), ``late: ...`` or ``closed: ...`` (class docstring), at ``now``
+        (the source's clock when None)."""
         files = self._files() if files is None else files
         through = None
         if self.complete_through is not None:
@@ -758,13 +760,13 @@ class SlurmSource:
             return "complete"
         covered = f"newest dump covers up to {through}" if through is not None else \
             f"no dumps matching {self.sacct_glob!r} / {self.squeue_glob!r} in {self.directory}"
-        if self._clock() >= end + self.absent_after:
+        if (self._clock() if now is None else now) >= end + self.absent_after:
             return f"closed: {covered}, window ended {end}, more than {self.absent_after} ago (dumps absent)"
         return f"late: {covered}, window ends {end}; waiting up to {self.absent_after} after its end"
 
-    def version(self, table: str, start: pd.Timestamp) -> str | None:
-        """The sensor's readiness token of the 5-minute partition at ``start`` (None while late)."""
-        state = self.judge(_as_utc(start), _as_utc(start) + PARTITION)
+    def version(self, table: str, start: pd.Timestamp, now: pd.Timestamp | None = None) -> str | None:
+        """The sensor's readiness token of the 5-minute partition at ``start`` (None while late), judged at ``now``."""
+        state = self.judge(_as_utc(start), _as_utc(start) + PARTITION, now=now)
         return None if state.startswith("late") else state.split(":")[0]
 
 

@@ -6,8 +6,12 @@ version each recent partition was run with, so that
 
 * no partition is skipped: the cursor only moves past a partition once it has
   been requested (a partition whose files are late holds it back while later
-  ready partitions still run);
+  ready partitions still run, until its source's ``absent_after``: then it runs
+  without them, recorded in ``source_gaps``); the cursor says which partition it
+  waits for, which files and until when (``waiting``; the SkipReason too);
 * a late or replaced file triggers the partition again (its version changes);
+* the versions kept are the newest ``lookback``'s worth of partitions, by count,
+  so a partition is never requested again because its record was dropped;
 * the same data never runs twice (run_key = partition + data version);
 * a partition whose latest run failed is requested again, with backoff and a
   bound (``readiness.plan_retries``; run_key ``partition@version#retryN``), so a
@@ -23,7 +27,7 @@ import dagster as dg
 import pandas as pd
 
 from gpu_health.defs.resources import TelemetrySourceResource
-from gpu_health.readiness import PartitionRun, SensorCursor, plan_requests, plan_retries
+from gpu_health.readiness import PartitionRun, SensorCursor, describe_wait, plan_requests, plan_retries
 
 VERSION_TAG = "gpu_health/data_version"
 RETRY_TAG = "gpu_health/retry"
@@ -93,7 +97,10 @@ def build_partition_sensor(job, partitions_def, *, grace_seconds: int = 60,
             tags = {VERSION_TAG: req.version, **({RETRY_TAG: str(req.attempt)} if req.attempt else {})}
             yield dg.RunRequest(partition_key=req.partition_key, run_key=req.run_key, tags=tags)
         context.update_cursor(new_cursor.dumps())
+        if new_cursor.passed_over and new_cursor.passed_over != cursor.passed_over:
+            context.log.warning(f"passed over partition {new_cursor.passed_over['partition']}: "
+                                f"{new_cursor.passed_over['reason']}")
         if not requests:
-            yield dg.SkipReason(f"no new ready partition; waiting on {new_cursor.next_start}")
+            yield dg.SkipReason(describe_wait(new_cursor))
 
     return five_minute_partition_sensor
