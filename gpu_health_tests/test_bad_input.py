@@ -209,9 +209,18 @@ def column_of_the_wrong_type(root):
 
 
 def timestamps_outside_the_partition(root):
-    path, _ = _rewrite(root, "gpu_telemetry",
-                       lambda f: f.assign(ts=f["ts"].where(f.index >= 10, f["ts"] + pd.Timedelta(hours=1))))
-    return Expect("gpu_telemetry", 0, None, "10 row(s) outside the partition", path, check="file:outside_partition")
+    # 10 of the file's rows an hour ahead: a row fault (a clock off), rejected row by row; the file lands
+    path, frame = _rewrite(root, "gpu_telemetry",
+                           lambda f: f.assign(ts=f["ts"].where(f.index >= 10, f["ts"] + pd.Timedelta(hours=1))))
+    return Expect("gpu_telemetry", len(frame) - 10, list(range(10)), "outside the file's partition", path)
+
+
+def most_rows_outside_the_partition(root):
+    # most of the file an hour ahead: the file is misplaced, quarantined whole
+    path, frame = _rewrite(root, "gpu_telemetry",
+                           lambda f: f.assign(ts=f["ts"].where(f.index < 10, f["ts"] + pd.Timedelta(hours=1))))
+    return Expect("gpu_telemetry", 0, None, f"{len(frame) - 10} row(s) outside the partition", path,
+                  check="file:outside_partition")
 
 
 def naive_timestamps(root):
@@ -288,7 +297,7 @@ def backslash_n_text(root):
 CASES = {f.__name__: f for f in [
     strings_in_a_float_column, null_gpu_uuid, nat_ts, negative_counter, percentage_over_100, dcgm_sentinels,
     infinities, huge_string, duplicate_keys, unknown_enum_values, non_utc_offsets, missing_column, extra_column,
-    column_of_the_wrong_type, timestamps_outside_the_partition, naive_timestamps, truncated_file, zero_byte_file,
+    column_of_the_wrong_type, timestamps_outside_the_partition, most_rows_outside_the_partition, naive_timestamps, truncated_file, zero_byte_file,
     csv_renamed_parquet, file_in_the_wrong_folder, hhmm_not_matching_its_rows, stray_file_name, unreadable_daily_file,
     backslash_n_text,
 ]}

@@ -482,6 +482,11 @@ PARTITION_COLUMN: dict[str, str | None] = {
     "kube_nodes": "ts",
 }
 
+# Minute-grain tables: ``ts`` is the minute's start. Collectors stamp the scrape instant (dcgm-exporter's sample
+# time, 250 ms or 40 s into the minute), so validate.py floors ``ts`` to its minute before the key and partition
+# checks; the event tables (scheduler_events, change_events) keep their exact times.
+MINUTE_GRAIN_SOURCES = frozenset(t for t, m in CONTRACTS.items() if issubclass(m, _MinuteGrain))
+
 FIVE_MINUTE_SOURCES = [
     "gpu_telemetry",
     "node_telemetry",

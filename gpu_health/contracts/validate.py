@@ -41,6 +41,7 @@ from pandera.errors import SchemaError, SchemaErrors
 from gpu_health.contracts.models import (
     CONTRACTS,
     DCGM_FP64_SENTINEL,
+    MINUTE_GRAIN_SOURCES,
     PARTITION_COLUMN,
     POS_INF_ALLOWED_COLUMNS,
     empty_frame,
@@ -52,6 +53,13 @@ MAX_EXAMPLES = 5
 # A column is "of the wrong type" (table-level) when at least this share of its
 # non-null values cannot be coerced; below it, the odd bad value is a bad row.
 WRONG_TYPE_SHARE = 0.5
+
+# A file is *misplaced* (in the wrong folder, under the wrong name) when more than half of its rows -- re-sent
+# duplicates not counted -- lie outside its partition: then most of it is another partition's data, and its name is
+# what is wrong, so it is quarantined whole. A minority of rows outside is a row fault (one node's clock off, a
+# late sample): those rows are rejected one by one and the rest of the file lands. Half is the only share that
+# gives every file one partition it mostly belongs to, whatever the cluster's size or the file's length.
+MISPLACED_SHARE = 0.5
 
 # row_index of a reject that stands for a whole file (quarantined, or found where no partition reads it)
 WHOLE_FILE = -1
@@ -86,6 +94,8 @@ class Validated:
     sentinels_nulled: int = 0
     # extra column -> the origins that carried it (dropped: schema evolution, not corruption)
     dropped_columns: dict[str, list[str]] = field(default_factory=dict)
+    # rows dropped as re-deliveries of rows already stored or read (at-least-once delivery: counted, never rejected)
+    duplicates_dropped: int = 0
 
     @property
     def row_rejects(self) -> pd.DataFrame:
@@ -215,16 +225,43 @@ def _string_is_naive(value: str) -> bool:
         return False
 
 
-def _check_window(df: pd.DataFrame, source: str, origin: str, start, end) -> None:
+def _floor_minutes(df: pd.DataFrame, source: str) -> pd.DataFrame:
+    """``df`` with the ``ts`` of a minute-grain table floored to its minute (a shallow copy when any moves).
+
+    A collector stamps the instant it scraped (dcgm-exporter's sample time, 250 ms or 40 s into the minute), not
+    the minute's start the contract keys on: the reading is that minute's, so it is floored to it before the key
+    and partition checks, instead of every row of such a file failing ``ts_minute_aligned``. Event tables keep
+    their exact times (they are not in MINUTE_GRAIN_SOURCES)."""
+    if source not in MINUTE_GRAIN_SOURCES or "ts" not in df.columns or not len(df):
+        return df
+    ts = df["ts"]
+    if not isinstance(ts.dtype, pd.DatetimeTZDtype):
+        return df
+    ns = ts.dt.as_unit("ns").array.asi8
+    if ((ns % 60_000_000_000 != 0) & ~ts.isna().to_numpy()).any():
+        df = df.copy(deep=False)
+        df["ts"] = ts.dt.floor("min")
+    return df
+
+
+def _outside(df: pd.DataFrame, source: str, start, end) -> np.ndarray | None:
+    """Rows whose partition column lies outside ``[start, end)`` (a bool per row), None when none does."""
     col = PARTITION_COLUMN.get(source)
     if col is None or start is None or df.empty:
-        return
+        return None
     if source == "cost_capacity":
         days = pd.to_datetime(df[col].astype(str), errors="coerce", utc=True)
         outside = (days < start) | (days >= end)
     else:
         outside = (df[col] < start) | (df[col] >= end)
-    if outside.any():
+    outside = outside.to_numpy(dtype=bool)
+    return outside if outside.any() else None
+
+
+def _check_window(df: pd.DataFrame, source: str, origin: str, start, end) -> None:
+    col = PARTITION_COLUMN.get(source)
+    outside = _outside(df, source, start, end)
+    if outside is not None:
         hint = ""
         if source != "cost_capacity" and end - start == pd.Timedelta(minutes=5):
             homes = pd.unique(df.loc[outside, col].dropna().dt.floor("5min"))
@@ -628,14 +665,25 @@ def precheck(df: pd.DataFrame, source: str, *, start=None, end=None, origin: str
     concatenation once (:func:`validate_frame` with per-row ``origin``), which is
     far faster than one pandera pass per 5-minute file.
     """
+    df, extra, outside = _precheck_file(df, source, start=start, end=end, origin=origin)
+    if outside is not None:
+        _check_window(df, source, origin, pd.Timestamp(start), pd.Timestamp(end))
+    return df, extra
+
+
+def _precheck_file(df: pd.DataFrame, source: str, *, start=None, end=None,
+                   origin: str = "<frame>") -> tuple[pd.DataFrame, list[str], np.ndarray | None]:
+    """:func:`precheck` without the partition verdict: also returns which rows lie outside ``[start, end)`` (None
+    when none does), for :func:`validate_files` to judge once it knows which of them are re-sent duplicates."""
     schema = CONTRACTS[source].to_schema()
     df = df.reset_index(drop=True)
     extra = _check_columns(df, schema, source, origin)
     df = _normalise_timestamps(df[list(schema.columns)].copy(), _timestamp_columns(schema), source, origin)
-    _check_window(df, source, origin, pd.Timestamp(start) if start is not None else None,
-                  pd.Timestamp(end) if end is not None else None)
+    df = _floor_minutes(df, source)
+    outside = _outside(df, source, pd.Timestamp(start) if start is not None else None,
+                       pd.Timestamp(end) if end is not None else None)
     _judge_types(df, schema, source, origin)
-    return df, extra
+    return df, extra, outside
 
 
 def _default_index(df: pd.DataFrame) -> bool:
@@ -671,7 +719,7 @@ def validate_frame(df: pd.DataFrame, source: str, *, start=None, end=None, origi
     dropped = {c: sorted({str(o) for o in _distinct_origins(origins)}) if per_row else [label] for c in extra}
     if list(df.columns) != list(schema.columns):
         df = df[list(schema.columns)]
-    df = _normalise_timestamps(df, _timestamp_columns(schema), source, label)
+    df = _floor_minutes(_normalise_timestamps(df, _timestamp_columns(schema), source, label), source)
     start = pd.Timestamp(start) if start is not None else None
     end = pd.Timestamp(end) if end is not None else None
     _check_window(df, source, label, start, end)
@@ -743,6 +791,8 @@ class _Kept:
     batch: FileBatch | None = None
     distinct: dict | None = None
     codes: dict | None = None
+    outside: np.ndarray | None = None  # per row of the one file: outside its partition (None: no row is)
+    rows: np.ndarray | None = None  # each row's number within its file, when rows were dropped (None: 0, 1, ...)
 
     @classmethod
     def of_file(cls, f, frame: pd.DataFrame) -> "_Kept":
@@ -779,6 +829,7 @@ def _precheck_batch(b: FileBatch, source: str, schema: pa.DataFrameSchema) -> tu
     for col in _timestamp_columns(schema):
         if not isinstance(df[col].dtype, pd.DatetimeTZDtype):
             return None
+    df = _floor_minutes(df, source)
     col = PARTITION_COLUMN.get(source)
     if col is not None and len(df):
         s = df[col]
@@ -814,7 +865,7 @@ def _empty_contract_frame(frame: pd.DataFrame, source: str) -> bool:
     return list(frame.columns) == list(dtypes.index) and frame.dtypes.equals(dtypes)
 
 
-def validate_files(parts, source: str, *, start=None, end=None) -> Validated:
+def validate_files(parts, source: str, *, start=None, end=None, history=None) -> Validated:
     """Validate the files of a window, each judged on its own partition; a bad file costs only its own.
 
     ``parts`` are :class:`~gpu_health.sources.base.Fetched`, one per file, each with
@@ -827,6 +878,12 @@ def validate_files(parts, source: str, *, start=None, end=None) -> Validated:
     key across files is still seen); if that pass finds a table-level break only
     the concatenation shows, the files are judged one by one and the culprits
     quarantined. Extra columns are dropped and reported per file.
+
+    Rows re-delivered (at-least-once delivery: :func:`_redelivered`) are dropped and counted in
+    ``duplicates_dropped``, never rejected. Of the other rows, those outside their file's partition are rejected
+    one by one (``outside_partition``), unless they are most of the file (:data:`MISPLACED_SHARE`): then the file
+    is misplaced and quarantined whole. ``history(columns)`` (optional) returns those columns of the rows of this
+    table already stored before the window (what a re-sent row may repeat).
     """
     schema = CONTRACTS[source].to_schema()
     quarantined, kept, dropped = [], [], {}
@@ -853,13 +910,16 @@ def validate_files(parts, source: str, *, start=None, end=None) -> Validated:
                 kept.append(_Kept.of_file(f, f.frame))
                 continue
             try:
-                frame, extra = precheck(f.frame, source, start=f.start, end=f.end, origin=f.origin)
+                frame, extra, outside = _precheck_file(f.frame, source, start=f.start, end=f.end, origin=f.origin)
             except ContractViolation as v:
                 quarantined.append(_violation_reject(source, f, v))
                 continue
             for c in extra:
                 dropped.setdefault(c, []).append(f.origin)
-            kept.append(_Kept.of_file(f, frame))
+            k = _Kept.of_file(f, frame)
+            k.outside = outside
+            kept.append(k)
+    kept, misplaced, duplicates = _settle_redeliveries(kept, source, history, quarantined)
     try:
         result = _validate_kept(kept, source, start, end)
     except ContractViolation:
@@ -876,9 +936,136 @@ def validate_files(parts, source: str, *, start=None, end=None) -> Validated:
     if len(files):
         files["partition_start"] = pd.to_datetime(files["partition_start"], utc=True)
         files["row_index"] = files["row_index"].astype("int64")
-    frames = [r for r in (files, result.rejects) if len(r)]
+    frames = [r for r in (files, *misplaced, result.rejects) if len(r)]
     rejects = pd.concat(frames, ignore_index=True) if len(frames) > 1 else (frames[0] if frames else empty_rejects())
-    return Validated(valid=result.valid, rejects=rejects, sentinels_nulled=result.sentinels_nulled, dropped_columns=dropped)
+    return Validated(valid=result.valid, rejects=rejects, sentinels_nulled=result.sentinels_nulled, dropped_columns=dropped,
+                     duplicates_dropped=duplicates)
+
+
+# The event a job ends with (contracts.md: scheduler_events.event). A job ends once: a requeued job is re-opened by
+# ``requeued`` (or ``started``) before it can end again, so an ``ended`` that follows the job's ``ended`` is the
+# same ending delivered again (with a new event_id by a scheduler that mints one per delivery).
+TERMINAL_EVENTS = ("ended",)
+
+
+def _key_columns(source: str) -> list[str]:
+    """The columns that identify a row of ``source`` (its contract's unique key), as the warehouse keys it."""
+    schema = CONTRACTS[source].to_schema()
+    return list(schema.unique or []) or [n for n, c in schema.columns.items() if c.unique]
+
+
+def _read_rows(kept: list[_Kept], columns: list[str]) -> pd.DataFrame:
+    """``columns`` of every row kept so far, with its file's partition start (``_part``, ns), its entry in ``kept``
+    (``_entry``), its position there (``_pos``) and whether it lies inside its file's partition (``_inside``)."""
+    parts = []
+    for i, k in enumerate(kept):
+        n = len(k.frame)
+        part = np.repeat(np.array([p.value for p in k.partitions], dtype=np.int64), k.lengths)
+        parts.append(k.frame[columns].reset_index(drop=True).assign(
+            _part=part, _entry=i, _pos=np.arange(n), _inside=~k.outside if k.outside is not None else True))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=[*columns, "_part", "_entry", "_pos", "_inside"])
+
+
+def _redelivered(kept: list[_Kept], source: str, history) -> pd.DataFrame:
+    """The rows of ``kept`` that repeat what is already stored or read earlier (``_entry``, ``_pos``):
+
+    * a row outside its file's partition whose key (:func:`_key_columns`) a stored row or a row of an earlier
+      partition's file holds: the tail of the file before, re-sent at the head of this one;
+    * ``job_metadata``: a job already described (one row per job: the first stored wins), whatever partition
+      re-sends it;
+    * ``scheduler_events``: a :data:`TERMINAL_EVENTS` event of a job whose previous event is one (stored or read
+      earlier), under whatever event_id.
+    """
+    none = pd.DataFrame({"_entry": pd.Series(dtype="int64"), "_pos": pd.Series(dtype="int64")})
+    key = _key_columns(source)
+    by_job = source in ("job_metadata", "scheduler_events")
+    if not key or not kept or not (by_job or any(k.outside is not None for k in kept)):
+        return none
+    found = []
+    if source == "scheduler_events":
+        cols = ["job_id", "ts", "event"]
+        read = _read_rows(kept, cols)
+        stored = history(cols) if history is not None else None
+        if stored is not None and len(stored):
+            stored = stored[cols].assign(_part=np.iinfo(np.int64).min, _entry=-1, _pos=-1, _inside=True)
+            read = pd.concat([stored, read], ignore_index=True)
+        read = read.sort_values(["job_id", "ts", "_part", "_entry", "_pos"], kind="stable")
+        terminal = read["event"].isin(TERMINAL_EVENTS)
+        again = terminal & terminal.groupby(read["job_id"], sort=False).shift(1, fill_value=False).astype(bool)
+        found.append(read.loc[again & (read["_entry"] >= 0), ["_entry", "_pos"]])
+    if source == "job_metadata":
+        key = ["job_id"]
+    if by_job or any(k.outside is not None for k in kept):
+        read = _read_rows(kept, key)
+        candidates = (read if source == "job_metadata" else read[~read["_inside"].astype(bool)])
+        earlier = read.loc[read["_inside"].astype(bool), [*key, "_part"]]
+        stored = history(key) if history is not None else None
+        if stored is not None and len(stored):
+            earlier = pd.concat([stored[key].assign(_part=np.iinfo(np.int64).min), earlier], ignore_index=True)
+        hit = candidates[[*key, "_part", "_entry", "_pos"]].merge(earlier, on=key, suffixes=("", "_before"))
+        found.append(hit.loc[hit["_part_before"] < hit["_part"], ["_entry", "_pos"]])
+    found = [f for f in found if len(f)]
+    return pd.concat(found, ignore_index=True).drop_duplicates() if found else none
+
+
+def _settle_redeliveries(kept: list[_Kept], source: str, history, quarantined: list) -> tuple[list[_Kept], list, int]:
+    """Drop the re-delivered rows (:func:`_redelivered`), reject the other rows outside their file's partition one
+    by one, or quarantine the file (appended to ``quarantined``) when they are most of it (:data:`MISPLACED_SHARE`).
+    Returns the entries to validate, the frames of row rejects and the count of rows dropped as duplicates."""
+    again = _redelivered(kept, source, history)
+    if not len(again) and all(k.outside is None for k in kept):
+        return kept, [], 0
+    dup_of = {e: g["_pos"].to_numpy() for e, g in again.groupby("_entry")}
+    out, rejects, duplicates = [], [], 0
+    col = PARTITION_COLUMN.get(source)
+    for i, k in enumerate(kept):
+        if i not in dup_of and k.outside is None:
+            out.append(k)
+            continue
+        dup = np.zeros(len(k.frame), dtype=bool)
+        dup[dup_of.get(i, [])] = True
+        pieces = k.per_file()
+        bounds = np.concatenate([[0], np.cumsum(k.lengths)]).astype(np.int64)
+        for j, one in enumerate(pieces):
+            d = dup[bounds[j]:bounds[j + 1]]
+            o = k.outside if k.outside is not None else np.zeros(len(d), dtype=bool)
+            misplaced = o & ~d
+            f, frame = one.file, one.frame
+            # misplaced: most of its own rows belong elsewhere, or it holds none of its partition's (a copy of an
+            # earlier file under a later name: landed as duplicates, its partition would read "nothing happened")
+            if misplaced.sum() > MISPLACED_SHARE * (len(frame) - d.sum()) or (len(frame) and o.all()):
+                try:
+                    _check_window(frame[~d] if misplaced.any() else frame, source, f.origin,
+                                  pd.Timestamp(f.start), pd.Timestamp(f.end))
+                except ContractViolation as v:
+                    quarantined.append(_violation_reject(source, f, v))
+                continue
+            duplicates += int(d.sum())
+            if misplaced.any():
+                rejects.append(_misplaced_rejects(frame, misplaced, source, f, col))
+            keep = ~(d | misplaced)
+            one.frame = frame[keep].reset_index(drop=True)
+            one.lengths = np.array([int(keep.sum())], dtype=np.int64)
+            one.rows = np.flatnonzero(keep).astype(np.int64)
+            out.append(one)
+    return out, rejects, duplicates
+
+
+def _misplaced_rejects(frame: pd.DataFrame, misplaced: np.ndarray, source: str, f, col: str) -> pd.DataFrame:
+    """One reject per row of file ``f`` outside its partition (a minority of the file: a clock off, a late row),
+    naming the file, the column, the value and the partition it belongs to."""
+    rows = np.flatnonzero(misplaced)
+    values = frame[col].iloc[rows]
+    homes = pd.to_datetime(values.astype(str), utc=True, errors="coerce")
+    homes = homes.dt.normalize() if source == "cost_capacity" else homes.dt.floor("5min")
+    span = f"[{pd.Timestamp(f.start).isoformat()}, {pd.Timestamp(f.end).isoformat()})"
+    reasons = [f"{f.origin}: {col} {v} outside the file's partition {span}"
+               + (f"; it belongs to {h:%Y-%m-%d %H:%M}" if pd.notna(h) else "")
+               + f" ({int(misplaced.sum())} of the file's {len(frame)} rows: a clock off, or a late row)"
+               for v, h in zip(values.astype(str), homes)]
+    failures = pd.DataFrame({"row_index": rows, "column": col, "check": "outside_partition",
+                             "value": values.astype(str).to_numpy(), "reason": reasons})
+    return _rejects_frame(frame, failures, source, str(f.origin), pd.Timestamp(f.start))
 
 
 def _validate_kept(kept: list[_Kept], source: str, start, end) -> Validated:
@@ -891,6 +1078,9 @@ def _validate_kept(kept: list[_Kept], source: str, start, end) -> Validated:
     partition = PerFile([p for k in kept for p in k.partitions], codes)
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     row_number = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(offsets, lengths)
+    if any(k.rows is not None for k in kept):  # files some rows were dropped from: each row keeps its number
+        row_number = np.concatenate([k.rows if k.rows is not None else row_number[o:o + int(k.lengths.sum())]
+                                     for k, o in zip(kept, np.concatenate([[0], np.cumsum([int(k.lengths.sum()) for k in kept])[:-1]]))])
     non_empty = [k for k in kept if len(k.frame)] or [kept[0]]
     frame = pd.concat([k.frame for k in non_empty], ignore_index=True) if len(non_empty) > 1 else non_empty[0].frame
     distinct = non_empty[0].distinct if len(non_empty) == 1 else None

@@ -28,11 +28,12 @@ def read_validated(source, table: str, start, end) -> Validated:
     return read_window(source, table, start, end)[0]
 
 
-def read_window(source, table: str, start, end) -> tuple[Validated, pd.DataFrame]:
+def read_window(source, table: str, start, end, *, history=None) -> tuple[Validated, pd.DataFrame]:
     """:func:`read_validated`, and the window's missing-data partitions (``source_gaps`` rows): the 5-minute
     partitions a live producer (an exporter, a scheduler dump) left without a row once it was judged silent
     (:mod:`gpu_health.sources.gaps`), and those whose landing file never arrived (``LandingSource.absent_after``).
-    An empty file, and the simulator, have none: an empty file is a fact."""
+    An empty file, and the simulator, have none: an empty file is a fact. ``history``: the rows already stored
+    that a file may deliver again (:func:`~gpu_health.contracts.validate.validate_files`)."""
     provided = getattr(source, "tables", None)
     if table in OPTIONAL_SOURCES and (provided is None or table not in provided()):
         # no adapter provides serving data (e.g. Prometheus without serving exporters and no landing zone):
@@ -48,7 +49,7 @@ def read_window(source, table: str, start, end) -> tuple[Validated, pd.DataFrame
             parts += source.strays(table, start, end)
         # a file judged absent (LandingSource.absent_after) stands for its partition's missing data
         gaps = [missing_partitions(p, table, p.start, p.end) for p in parts if getattr(p, "silent_family", None)]
-        return (validate_files(parts, table, start=start, end=end),
+        return (validate_files(parts, table, start=start, end=end, history=history),
                 pd.concat(gaps, ignore_index=True) if gaps else empty_gaps())
     fetched = with_optional_columns(source.read(table, start, end), table)
     partition, row_number = row_keys(fetched.frame, table, start, end)

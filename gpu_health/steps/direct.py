@@ -75,7 +75,7 @@ def _findings(step, result, summary: dict, start, end) -> None:
 
 
 def _is_source(step) -> bool:
-    return not step.reads and bool(step.side_writes)
+    return "source_rejects" in step.side_writes  # a source step may read its own history (re-sent rows), nothing else
 
 
 def _inputs(step, source, window_end, range_end) -> dict:
@@ -148,6 +148,8 @@ def cache_depths(steps, chunk: pd.Timedelta = DAY) -> dict[str, int]:
     database every day (a run's seventh day: 300,000 rows, ~2 CPU s, growing with each day to the 14th)."""
     out: dict[str, int] = {}
     for step in steps:
+        if _is_source(step):
+            continue  # its look-back at its own table is for a file's re-sent rows: a few, and seldom
         for read in step.reads:
             if not read.whole:
                 windows = int(np.ceil((read.before + chunk) / chunk))

@@ -35,17 +35,33 @@ ALERT_HISTORY = pd.Timedelta(days=7, hours=1)
 
 
 # --- sources --------------------------------------------------------------------------------------------------
-def _ingest(table: str):
+def _ingest(table: str, lookback: pd.Timedelta | None):
     def run(wh, start, end, *, source) -> StepResult:
         from gpu_health.steps.ingest import ingest
 
-        return ingest(wh, source, table, start, end)
+        return ingest(wh, source, table, start, end, lookback=lookback)
     return run
+
+
+def redelivery_lookback(table: str, cadence: str) -> pd.Timedelta | None:
+    """How far back a source step looks in its own stored table for the rows a file delivers again (at-least-once
+    delivery: contracts.validate._redelivered); None: it does not.
+
+    A job's events and metadata: as far back as every consumer looks for a job (META_LOOKBACK), so a re-sent ending
+    or description of a job is never counted twice by them. The other 5-minute tables: one partition, the file
+    before, whose tail an exporter re-sends when it was not acknowledged; a row older than that is a late or
+    misplaced row, rejected as a row with its reason (kept in source_rejects, never lost)."""
+    if cadence != FIVE_MINUTE:
+        return None
+    return P.META_LOOKBACK if table in ("scheduler_events", "job_metadata") else P.FIVE
 
 
 def _source_step(table: str, cadence: str) -> Step:
     side = ("source_rejects", "source_gaps") if table in FIVE_MINUTE_SOURCES else ("source_rejects",)
-    return Step(table, cadence, writes=(table,), reads=(), run=_ingest(table), side_writes=side,
+    lookback = redelivery_lookback(table, cadence)
+    # optional: the minute tables look back only when a file holds rows of an earlier partition
+    reads = (Read(table, before=lookback, optional=True),) if lookback is not None else ()
+    return Step(table, cadence, writes=(table,), reads=reads, run=_ingest(table, lookback), side_writes=side,
                 description=f"Source table {table}: read from the configured source, validated, rejects quarantined.")
 
 
