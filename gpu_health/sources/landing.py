@@ -83,7 +83,9 @@ class LandingSource:
             out.append(read_file(path, table, p_start, p_end))
         if missing:
             if table == "maintenance_windows":
-                return [Fetched(empty_frame(table), f"{missing[0]} (absent: no planned maintenance)")]
+                # absent is not "no planned maintenance": the calendar is a file written whole (an empty one says
+                # there is none), so a missing one is unreadable and the stored calendar is kept (steps.ingest)
+                return [Fetched(empty_frame(table), str(missing[0]), unreadable=f"{missing[0]}: absent (no calendar file)")]
             shown = ", ".join(str(p) for p in missing[:3])
             raise DataNotReady(f"{table}: {len(missing)} landing file(s) not arrived yet: {shown}")
         return out
@@ -109,7 +111,9 @@ class LandingSource:
                 entries.append((path, p_start, p_end))
         if missing:
             if table == "maintenance_windows":
-                return [Fetched(empty_frame(table), f"{missing[0]} (absent: no planned maintenance)")]
+                # absent is not "no planned maintenance": the calendar is a file written whole (an empty one says
+                # there is none), so a missing one is unreadable and the stored calendar is kept (steps.ingest)
+                return [Fetched(empty_frame(table), str(missing[0]), unreadable=f"{missing[0]}: absent (no calendar file)")]
             shown = ", ".join(str(p) for p in missing[:3])
             raise DataNotReady(f"{table}: {len(missing)} landing file(s) not arrived yet: {shown}")
         out, run = [], []
