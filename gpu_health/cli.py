@@ -176,6 +176,8 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
         for col, origins in cols.items():
             print(f"warning: {table}: extra column '{col}' dropped (not in the contract) in {len(origins)} file(s), "
                   f"e.g. {origins[0]}", file=sys.stderr)
+    for entry in summary.get("failed_partitions", []):
+        print(f"error: {entry['step']} {entry['partitions']}: {entry['reason']}", file=sys.stderr)
     summary["seconds"] = round(time.time() - t0, 1)
     return summary
 
@@ -384,7 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     import json
 
     print(json.dumps(out, default=str))
-    return 0
+    # a range finishes its other pieces; the failed ones (named in the summary) make the exit code non-zero
+    return 1 if isinstance(out, dict) and out.get("failed_partitions") else 0
 
 
 if __name__ == "__main__":  # pragma: no cover
