@@ -177,8 +177,22 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
         for col, origins in cols.items():
             print(f"warning: {table}: extra column '{col}' dropped (not in the contract) in {len(origins)} file(s), "
                   f"e.g. {origins[0]}", file=sys.stderr)
+    for entry in summary.get("failed_partitions", []):
+        print(f"error: {entry['step']} {entry['partitions']}: {entry['reason']}", file=sys.stderr)
     summary["seconds"] = round(time.time() - t0, 1)
+    if summary.get("failed_partitions"):  # raised once the range is done: every other piece has run
+        raise RangeFailed(summary)
     return summary
+
+
+class RangeFailed(RuntimeError):
+    """A range run with failed pieces, raised once its other pieces ran: ``summary`` is the run's (with its
+    ``failed_partitions``), which ``gpu-health run`` prints before it exits 1."""
+
+    def __init__(self, summary: dict):
+        self.summary = summary
+        super().__init__("; ".join(f"{e['step']} {e['partitions']} failed: {e['reason']}"
+                                   for e in summary["failed_partitions"]))
 
 
 def report_window(start: str, end: str, *, warehouse: str | None = None, scenario: str | None = None,
@@ -381,6 +395,11 @@ def main(argv: list[str] | None = None) -> int:
                       targets=[t.strip() for t in args.only.split(",") if t.strip()] if args.only else None,
                       chunk_hours=args.chunk_hours,
                       **{name: getattr(args, name) for name in SOURCE_FLAGS})
+    except RangeFailed as failed:
+        import json
+
+        print(json.dumps(failed.summary, default=str))
+        return 1
     except (RuntimeError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

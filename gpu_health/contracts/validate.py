@@ -61,6 +61,9 @@ WRONG_TYPE_SHARE = 0.5
 # gives every file one partition it mostly belongs to, whatever the cluster's size or the file's length.
 MISPLACED_SHARE = 0.5
 
+# the check of a row rejected because it lies outside its file's partition
+OUTSIDE_PARTITION = "outside_partition"
+
 # row_index of a reject that stands for a whole file (quarantined, or found where no partition reads it)
 WHOLE_FILE = -1
 
@@ -1063,7 +1066,7 @@ def _misplaced_rejects(frame: pd.DataFrame, misplaced: np.ndarray, source: str, 
                + (f"; it belongs to {h:%Y-%m-%d %H:%M}" if pd.notna(h) else "")
                + f" ({int(misplaced.sum())} of the file's {len(frame)} rows: a clock off, or a late row)"
                for v, h in zip(values.astype(str), homes)]
-    failures = pd.DataFrame({"row_index": rows, "column": col, "check": "outside_partition",
+    failures = pd.DataFrame({"row_index": rows, "column": col, "check": OUTSIDE_PARTITION,
                              "value": values.astype(str).to_numpy(), "reason": reasons})
     return _rejects_frame(frame, failures, source, str(f.origin), pd.Timestamp(f.start))
 
@@ -1091,7 +1094,7 @@ def _validate_kept(kept: list[_Kept], source: str, start, end) -> Validated:
 
 def _violation_reject(source: str, f, v: ContractViolation) -> dict:
     check = "missing_column" if "missing column" in v.problem else (
-        "outside_partition" if "outside the partition" in v.problem else (
+        OUTSIDE_PARTITION if "outside the partition" in v.problem else (
             "naive_timestamps" if "naive timestamps" in v.problem else (
                 "column_type" if "cannot be coerced" in v.problem or "not timestamps" in v.problem
                 or "where timestamps are expected" in v.problem else "table_contract")))

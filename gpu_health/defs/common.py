@@ -5,11 +5,12 @@ import pandas as pd
 import pandera.pandas as pa
 
 from gpu_health.defs.retry import retry_transient_errors, transient_retry  # noqa: F401  (re-exported)
+# above this share of a partition's rows rejected, downstream numbers would be wrong (the source step quarantines it)
+from gpu_health.steps.ingest import ERROR_REJECT_SHARE
 
 KINDS = {"pandas", "pandera", "sql"}
 OWNERS = {"infra": ["team:infra"], "ml_platform": ["team:ml-platform"], "finance": ["team:finance"]}
 MAX_CHECK_EXAMPLES = 20
-ERROR_REJECT_SHARE = 0.05  # above this share of rejected rows, downstream numbers would be wrong
 # A run tag: the run of the partitions after this run's range follows it in order (a range run's next day), so a
 # step re-deriving later partitions (the alerts) leaves them to it (``judged_later``, gpu_health.steps.direct)
 JUDGED_LATER_TAG = "gpu_health/judged_later"
@@ -32,21 +33,26 @@ def contract_check_spec(asset_name: str) -> dg.AssetCheckSpec:
     return dg.AssetCheckSpec(
         name=f"{asset_name}_contract", asset=asset_name, blocking=True,
         description=f"Rows of {asset_name} that break the pandera contract are quarantined; "
-                    f"ERROR (blocks downstream) above {ERROR_REJECT_SHARE:.0%} rejected, WARN below. "
-                    f"A file quarantined whole (unreadable, wrong-shaped, outside its partition) fails the check "
-                    f"with WARN: its partition is missing data, and every other partition lands.",
+                    f"judged per partition: a partition with more than {ERROR_REJECT_SHARE:.0%} of its rows rejected "
+                    f"is quarantined whole, like a file that is unreadable, wrong-shaped or outside its partition, "
+                    f"and fails the check with WARN: its minutes are missing data, and every other partition "
+                    f"lands. ERROR (blocks downstream) only if rows over that share would feed derived tables.",
     )
 
 
 def contract_check_result(asset_name: str, accepted: int, rejects: pd.DataFrame,
-                          dropped_columns: dict[str, list[str]] | None = None) -> dg.AssetCheckResult:
+                          dropped_columns: dict[str, list[str]] | None = None,
+                          partitions: pd.DataFrame | None = None, kept: str | None = None) -> dg.AssetCheckResult:
     """One result per materialization: counts by reason, the files quarantined whole and at most 20 example rows.
 
-    Severity: ERROR when more than :data:`ERROR_REJECT_SHARE` of the rows read from the files that landed
-    were rejected one by one (the rows that did land would give wrong numbers downstream). A file quarantined
-    whole fails the check with WARN: its partition is missing data for its minutes (the loss tree's
-    ``no_data``), not a wrong number, and blocking would cost every other partition of a range run its derived
-    tables. Extra columns dropped (schema evolution) are listed but do not fail the check.
+    Severity, per partition (``partitions``: the source step's reject share of each partition with a reject,
+    :func:`gpu_health.steps.ingest.quarantine_over_share`): a partition over :data:`ERROR_REJECT_SHARE` is
+    quarantined whole by the step, so it fails the check with WARN, like a file quarantined whole: its minutes
+    are missing data (the loss tree's ``no_data``), not a wrong number, and a blocking ERROR would cost every
+    other partition of a single-run range its derived tables. ERROR only when a partition over the share still
+    fed the table (``partitions`` not given: the share of the whole run). Each partition's share and verdict is in
+    the metadata (``partition_severities``). ``kept``: the calendar's file could not be used and the stored one
+    was kept (WARN, named). Extra columns dropped (schema evolution) are listed but do not fail the check.
     """
     whole = rejects["row_index"] == -1 if len(rejects) else pd.Series(dtype=bool)
     files, rows = (rejects[whole], rejects[~whole]) if len(rejects) else (rejects, rejects)
@@ -57,14 +63,26 @@ def contract_check_result(asset_name: str, accepted: int, rejects: pd.DataFrame,
     by_reason = (rows.drop_duplicates([*keys, "reason"]).groupby("reason").size().sort_values(ascending=False).to_dict()
                  if n_rej else {})
     examples = rows.drop_duplicates(keys).head(MAX_CHECK_EXAMPLES)[["origin", "row_index", "column", "value", "reason"]] if n_rej else rows
+    if partitions is not None and len(partitions):
+        leaked = partitions[~partitions["quarantined"].astype(bool) & (partitions["share"] > ERROR_REJECT_SHARE)]
+        error = len(leaked) > 0
+    else:
+        error = share > ERROR_REJECT_SHARE and partitions is None
+    severities = [{"partition": pd.Timestamp(p.partition_start).isoformat(), "file": p.origin,
+                   "rejected_rows": int(p.rejected), "rows": int(p.rejected + p.accepted), "share": float(p.share),
+                   "verdict": "WARN: quarantined whole, missing data" if p.quarantined
+                   else ("ERROR" if p.share > ERROR_REJECT_SHARE else "WARN")}
+                  for p in (partitions if partitions is not None else pd.DataFrame()).head(MAX_CHECK_EXAMPLES).itertuples()]
     quarantined = [{"partition": None if pd.isna(f["partition_start"]) else pd.Timestamp(f["partition_start"]).isoformat(),
                     "file": f["origin"], "check": f["check"], "reason": f["reason"]}
                    for _, f in files.head(MAX_CHECK_EXAMPLES).iterrows()]
     return dg.AssetCheckResult(
         check_name=f"{asset_name}_contract", asset_key=asset_name, passed=n_rej == 0 and len(files) == 0,
-        severity=dg.AssetCheckSeverity.ERROR if share > ERROR_REJECT_SHARE else dg.AssetCheckSeverity.WARN,
+        severity=dg.AssetCheckSeverity.ERROR if error else dg.AssetCheckSeverity.WARN,
         metadata={"accepted_rows": accepted, "rejected_rows": n_rej, "rejected_share": round(share, 6),
                   "rejects_by_reason": dg.MetadataValue.json({str(k): int(v) for k, v in by_reason.items()}),
+                  "partition_severities": dg.MetadataValue.json(severities),
+                  **({"calendar_kept": kept} if kept else {}),
                   "files_quarantined": len(files),
                   "quarantined_files": dg.MetadataValue.json(quarantined),
                   "dropped_columns": dg.MetadataValue.json({c: sorted(set(o))[:MAX_CHECK_EXAMPLES]

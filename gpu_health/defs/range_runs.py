@@ -85,8 +85,8 @@ def _contract_findings(ev, fragment: dict) -> None:
 
 class _Runs:
     """The runs of one process: its code location and instance; each run's failed checks and contract findings
-    into ``fragment`` (the run's summary, or a stage's report of a day), each once; a failed run raises
-    ``RuntimeError`` naming the step and the user's error."""
+    into ``fragment`` (the run's summary, or a stage's report of a day), each once; a failed run's partitions
+    into its ``failed_partitions`` (job, partitions, step and the user's error): the range's other runs go on."""
 
     def __init__(self, location: CodeLocation):
         import dagster as dg
@@ -99,10 +99,16 @@ class _Runs:
         result = self.defs.resolve_job_def(job_name).execute_in_process(
             instance=self.instance, raise_on_error=False, run_config=QUIET_LOGS, **kw)
         self.count += 1
-        if not result.success:
+        if not result.success:  # recorded, never raised: the range's other runs go on (``failed_partitions``)
             failures = [e for e in result.all_events if e.is_step_failure]
-            detail = "; ".join(f"{e.step_key}: {_root_message(e.event_specific_data.error)}" for e in failures) or "see logs"
-            raise RuntimeError(f"{job_name} {kw.get('partition_key') or kw.get('tags', {})} failed: {detail}")
+            tags = kw.get("tags", {})
+            where = kw.get("partition_key") or (f"{tags[RANGE_START_TAG]} .. {tags[RANGE_END_TAG]}"
+                                                if RANGE_START_TAG in tags else "calendar")
+            for e in failures or [None]:
+                entry = {"job": job_name, "partitions": where, "step": e.step_key if e else None,
+                         "reason": _root_message(e.event_specific_data.error) if e else "see logs"}
+                if entry not in fragment.setdefault("failed_partitions", []):
+                    fragment["failed_partitions"].append(entry)
         for ev in result.get_asset_check_evaluations():
             if not ev.passed:
                 name = f"{ev.asset_key.to_user_string()}:{ev.check_name}"
@@ -145,7 +151,8 @@ def _stage_runs(k: int, location: CodeLocation, processes: int, chunks, inbox, o
 def run_range(location: CodeLocation, start: pd.Timestamp, end: pd.Timestamp, *, workers: int = 1,
               progress: Callable[[str], None] | None = None) -> dict:
     """Every asset over ``[start, end)`` through Dagster runs; returns the summary ``gpu-health run`` prints (runs,
-    partitions, failed checks, files quarantined, columns dropped; with stages, each stage's seconds)."""
+    partitions, failed checks, files quarantined, columns dropped, failed partitions with their reasons; with
+    stages, each stage's seconds). A failed run never stops the range: the others run and it is reported."""
     runs = _Runs(location)
     summary: dict = {"runs": 0, "partitions": 0}
     t0 = time.time()

@@ -113,7 +113,10 @@ class LandingSource:
             out.append(read_file(path, table, p_start, p_end))
         if missing:
             if table == "maintenance_windows":
-                return [Fetched(empty_frame(table), f"{missing[0][0]} (absent: no planned maintenance)")]
+                # absent is not "no planned maintenance": the calendar is a file written whole (an empty one says
+                # there is none), so a missing one is unreadable and the stored calendar is kept (steps.ingest)
+                return [Fetched(empty_frame(table), str(missing[0][0]),
+                                unreadable=f"{missing[0][0]}: absent (no calendar file)")]
             raise self._not_ready(table, missing)
         return out
 
@@ -140,7 +143,10 @@ class LandingSource:
                 entries.append((path, p_start, p_end))
         if missing:
             if table == "maintenance_windows":
-                return [Fetched(empty_frame(table), f"{missing[0][0]} (absent: no planned maintenance)")]
+                # absent is not "no planned maintenance": the calendar is a file written whole (an empty one says
+                # there is none), so a missing one is unreadable and the stored calendar is kept (steps.ingest)
+                return [Fetched(empty_frame(table), str(missing[0][0]),
+                                unreadable=f"{missing[0][0]}: absent (no calendar file)")]
             raise self._not_ready(table, missing)
         out, run = [], []
         fmt = _format(table)

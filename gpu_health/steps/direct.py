@@ -74,6 +74,25 @@ def _findings(step, result, summary: dict, start, end) -> None:
                 fail(f"alerts:{check}")
 
 
+def run_step(step, wh, s0, s1, inputs: dict, failed: set, summary: dict):
+    """``step.run`` over ``[s0, s1)``, its failure recorded in ``summary['failed_partitions']`` (step, window, the
+    error) instead of raised, so a range goes on with its other pieces; ``failed``: the tables of the window whose
+    step failed or was skipped: a step reading one is skipped (as Dagster skips the assets downstream of a failed
+    one in a run). Returns the step's result, or None."""
+    if any(r.table in failed for r in step.reads):
+        failed.update((*step.writes, *step.side_writes))
+        return None
+    try:
+        return step.run(wh, s0, s1, **inputs)
+    except Exception as err:  # noqa: BLE001 (any error of a piece costs that piece, named; the others go on)
+        failed.update((*step.writes, *step.side_writes))
+        where = "calendar" if s0 is None else f"{pd.Timestamp(s0).isoformat()} .. {pd.Timestamp(s1).isoformat()}"
+        entry = {"step": step.name, "partitions": where, "reason": f"{type(err).__name__}: {err}"}
+        if entry not in summary.setdefault("failed_partitions", []):
+            summary["failed_partitions"].append(entry)
+        return None
+
+
 def _is_source(step) -> bool:
     return "source_rejects" in step.side_writes  # a source step may read its own history (re-sent rows), nothing else
 
@@ -203,15 +222,19 @@ def _stage_days(k: int, url: str, telemetry_dir: str, cut_processes: int, only, 
         wh = Warehouse(url, telemetry_dir, cache=stage_cache(steps, chunk))
         source = source_spec.get() if any(_is_source(s) for s in steps) else None
 
+        failed: dict = {}  # piece -> tables whose step failed (the later stages of a piece see theirs empty)
+
         def work(i, c0, c1, handed):
             if handed is not None:
                 wh.cache.adopt(handed)
             fragment, seconds = {}, {}
             for step in steps:
                 t0 = time.time()
-                result = step.run(wh, c0, c1, **_inputs(step, source, c1, chunks[-1][1]))
+                result = run_step(step, wh, c0, c1, _inputs(step, source, c1, chunks[-1][1]),
+                                  failed.setdefault((c0, c1), set()), fragment)
                 seconds[step.name] = time.time() - t0
-                _findings(step, result, fragment, c0, c1)
+                if result is not None:
+                    _findings(step, result, fragment, c0, c1)
             return fragment, seconds, wh.cache.window(forward, c0, c1) if outbox is not None else None
         return work
 
@@ -247,11 +270,14 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
     seconds: dict[str, float] = {}
     t_all = time.time()
 
+    failed: dict = {}  # window -> tables whose step failed there (run_step)
+
     def run(step, s0, s1):
         t0 = time.time()
-        result = step.run(wh, s0, s1, **_inputs(step, source, s1, end))
+        result = run_step(step, wh, s0, s1, _inputs(step, source, s1, end), failed.setdefault((s0, s1), set()), summary)
         seconds[step.name] = seconds.get(step.name, 0.0) + time.time() - t0
-        _findings(step, result, summary, s0, s1)
+        if result is not None:
+            _findings(step, result, summary, s0, s1)
 
     days = pd.date_range(start.normalize(), end, freq="D", inclusive="left")
     only = None

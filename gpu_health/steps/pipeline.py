@@ -291,8 +291,8 @@ def _next(reports, workers):
 
 
 def merge_findings(summary: dict, fragment: dict) -> None:
-    """A stage's findings about a chunk (``failed_checks``, ``quarantined_files``, ``dropped_columns``) into the
-    run's summary, each once."""
+    """A stage's findings about a chunk (``failed_checks``, ``quarantined_files``, ``dropped_columns``,
+    ``failed_partitions``) into the run's summary, each once."""
     for name in fragment.get("failed_checks", []):
         if name not in summary.setdefault("failed_checks", []):
             summary["failed_checks"].append(name)
@@ -301,6 +301,9 @@ def merge_findings(summary: dict, fragment: dict) -> None:
             summary["quarantined_files"].append(entry)
     for table, cols in fragment.get("dropped_columns", {}).items():
         summary.setdefault("dropped_columns", {}).setdefault(table, {}).update(cols)
+    for entry in fragment.get("failed_partitions", []):
+        if entry not in summary.setdefault("failed_partitions", []):
+            summary["failed_partitions"].append(entry)
 
 
 def stage_context(preload=()):

@@ -52,7 +52,10 @@ def build_source_asset(table: str, partitions_def) -> dg.AssetsDefinition:
         if len(gaps):
             context.log.warning(f"{table}: {len(gaps)} partition(s) missing data ({result.metadata['missing_family']} "
                                 f"silent); written empty, recorded in source_gaps")
-        check = contract_check_result(table, len(frame), found["rejects"], dropped_columns=found["dropped_columns"])
+        if found.get("calendar_kept"):
+            context.log.warning(f"{table}: {found['calendar_kept']}")
+        check = contract_check_result(table, len(frame), found["rejects"], dropped_columns=found["dropped_columns"],
+                                      partitions=found.get("partitions"), kept=found.get("calendar_kept"))
         # validate_frame returned Model.validate(df, lazy=True) output: coerced to the contract (style.md)
         yield dg.Output(frame, metadata={
             **result.metadata, "rejected_rows": check.metadata["rejected_rows"],
