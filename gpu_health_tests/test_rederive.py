@@ -39,15 +39,16 @@ def _iso(ts: pd.Timestamp) -> str:
     return ts.isoformat()
 
 
-@pytest.fixture
-def corrected(copy_landing, tmp_path):
+@pytest.fixture(params=["direct", "dagster"])
+def corrected(copy_landing, tmp_path, request):
     """(landing zone, warehouse run before the correction and re-run on the corrected partition alone, warehouse
-    of a fresh run of the corrected zone, the re-run's summary)."""
+    of a fresh run of the corrected zone, the re-run's summary), by the bulk path or through Dagster runs."""
     landing = copy_landing()
     url, fresh = f"sqlite:///{tmp_path / 'wh.db'}", f"sqlite:///{tmp_path / 'fresh.db'}"
-    run(_iso(LANDING_START), _iso(LANDING_END), landing=str(landing), warehouse=url, quiet=True, direct=True)
+    direct = request.param == "direct"
+    run(_iso(LANDING_START), _iso(LANDING_END), landing=str(landing), warehouse=url, quiet=True, direct=direct)
     _relabel(landing)
-    summary = run(_iso(FIXED), _iso(FIXED + FIVE), landing=str(landing), warehouse=url, quiet=True, direct=True)
+    summary = run(_iso(FIXED), _iso(FIXED + FIVE), landing=str(landing), warehouse=url, quiet=True, direct=direct)
     run(_iso(LANDING_START), _iso(LANDING_END), landing=str(landing), warehouse=fresh, quiet=True, direct=True)
     return landing, url, fresh, summary
 
