@@ -519,7 +519,8 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
 # every later one would too), at most this far: the longest window one run of the alerts step covers anyway
 # (`gpu-health run` and a backfill run a range as day-long runs), so a re-run costs at most one ordinary range run.
 # An alert whose state still differs past it (an incident open for over a day) keeps its stored later rows; the
-# step's metadata says so (alerts_rederive_converged = false).
+# step's metadata says so (alerts_rederive_converged = false). The same bound holds for every derived table after a
+# correction (steps/rederive.py: the later partitions re-derived, those past it reported stale).
 ALERT_LOOKAHEAD = pd.Timedelta(hours=24)
 # Partitions re-derived per pass: the first pass is one partition (a re-run whose data did not change converges at
 # once), later passes an hour (reads amortized over 12 partitions).

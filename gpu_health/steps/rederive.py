@@ -10,8 +10,10 @@ their rows and are reported stale. The days whose finance read a re-derived part
 back into it up to a day later) are settled again when they are already stored.
 
 The whole bounded window is re-derived, with no stop where a partition comes out unchanged: a partition after an
-unchanged one may still read the corrected window itself, and every 5-minute step's declared look-back
-(:func:`reach`: days) is longer than the bound, so inside it an unchanged partition proves nothing about the next.
+unchanged one may still read the corrected window itself. Stopping at an unchanged partition is sound only past
+the longest declared look-back of the 5-minute steps (:func:`reach`: a month, the SLO error budgets; a job's
+metadata 4 days, the baselines a week), where nothing reads the corrected window any more; that is always
+further than the bound, so inside it an unchanged partition proves nothing about the next.
 (The alerts, whose snapshot chain converges, still stop their own look-ahead where it does:
 ``compute.alerts_after_rerun``; here they run with ``judged_later``, the next window following in order.)
 
@@ -33,7 +35,7 @@ from gpu_health.steps.graph import DAILY, FIVE_MINUTE
 DAY = pd.Timedelta(days=1)
 
 
-def bound() -> pd.Timedelta:
+def default_bound() -> pd.Timedelta:
     """How far past a corrected window its later partitions are re-derived: the alerts' look-ahead
     (``compute.ALERT_LOOKAHEAD``, a day), one bound for both: the longest window one ordinary run covers (``gpu-health
     run`` and a backfill run a range as day-long runs), so a correction costs at most one more such run, and the
@@ -78,7 +80,7 @@ def plan(wh, end, *, bound: pd.Timedelta | None = None) -> Plan:
     """The later partitions of a window ending at ``end`` to re-derive, and the stale ones past the bound (the
     unbroken run of stored partitions that goes on past it, as far as a declared look-back reaches)."""
     end = pd.Timestamp(end)
-    limit = globals()["bound"]() if bound is None else bound
+    limit = default_bound() if bound is None else bound
     stop = P.computed_until(wh, end, limit)
     stale = None
     if stop == end + limit:  # the bound reached: the stored partitions may go on past it

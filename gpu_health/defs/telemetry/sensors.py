@@ -20,7 +20,7 @@ version each recent partition was run with, so that
 * a replaced file (a correction) re-derives what it changes: besides its own
   partition's run, one single-run range run of the 5-minute job from the
   corrected partition over the partitions already requested after it, up to the
-  bound (``readiness.plan_rederive``; run_key ``rederive:first..last@digest``),
+  bound (``readiness.plan_rederive``, ``steps.rederive.default_bound``; run_key ``rederive:first..last@digest``),
   so they are computed again in order from the corrected data. The range holds
   the corrected partition itself, so it is right in whichever order Dagster
   runs the two (both write the same rows for it), and the partition's own run
@@ -107,9 +107,9 @@ def build_partition_sensor(job, partitions_def, *, grace_seconds: int = 60,
                                            new_cursor.versions, now=wall, max_retries=max_retries,
                                            backoff=pd.Timedelta(seconds=retry_backoff_seconds))
                    if r.partition_key not in fresh]
-        from gpu_health.steps.rederive import bound
+        from gpu_health.steps.rederive import default_bound
 
-        ranges = plan_rederive(requests, cursor.versions, bound=bound())
+        ranges = plan_rederive(requests, cursor.versions, bound=default_bound())
         corrected = {k for r in ranges for k in r.corrected}
         requests = requests + retries[:max(0, max_requests - len(requests))]
         for req in requests:
