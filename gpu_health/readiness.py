@@ -35,6 +35,9 @@ class SensorCursor:
     # source tables and until when they are waited for; and the last partition the cursor moved past unrun
     waiting: dict | None = None
     passed_over: dict | None = None
+    # the last correction whose re-derivation stopped at the bound: the requested partitions past it keep rows
+    # judged with the old data (RangeRequest.stale)
+    stale: dict | None = None
 
     def dumps(self) -> str:
         out = {"next": self.next_start.isoformat() if self.next_start is not None else None, "versions": self.versions}
@@ -42,6 +45,8 @@ class SensorCursor:
             out["waiting"] = self.waiting
         if self.passed_over:
             out["passed_over"] = self.passed_over
+        if self.stale:
+            out["stale"] = self.stale
         return json.dumps(out, sort_keys=True)
 
     @classmethod
@@ -50,7 +55,7 @@ class SensorCursor:
             return cls()
         raw = json.loads(text)
         nxt = pd.Timestamp(raw["next"]) if raw.get("next") else None
-        return cls(nxt, dict(raw.get("versions", {})), raw.get("waiting"), raw.get("passed_over"))
+        return cls(nxt, dict(raw.get("versions", {})), raw.get("waiting"), raw.get("passed_over"), raw.get("stale"))
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,77 @@ def plan_retries(latest: Iterable[PartitionRun], versions: dict[str, str], *, no
 
 def partition_key(start: pd.Timestamp) -> str:
     return start.strftime(FIVE_MINUTE_FMT)
+
+
+def partition_start(key: str) -> pd.Timestamp:
+    return pd.to_datetime(key, format=FIVE_MINUTE_FMT, utc=True)
+
+
+@dataclass(frozen=True)
+class RangeRequest:
+    """One run of the 5-minute job over the partitions ``first`` .. ``last`` (keys, both included, as Dagster's
+    range tags): the corrected partitions (``corrected``, from ``first``) and the partitions already requested
+    after them, re-derived in order from the corrected data. ``stale``: the requested partitions past the bound
+    (``first_key``, ``last_key``), left as they were. ``version`` digests the corrections' versions."""
+
+    first: str
+    last: str
+    version: str
+    corrected: tuple[str, ...]
+    stale: tuple[str, str] | None = None
+
+    @property
+    def run_key(self) -> str:
+        """``rederive:first..last@version``: the same corrections re-derive once."""
+        return f"rederive:{self.first}..{self.last}@{self.version}"
+
+    def stale_report(self) -> dict | None:
+        if self.stale is None:
+            return None
+        s0, s1 = self.stale
+        n = int((partition_start(s1) - partition_start(s0)) / PARTITION) + 1
+        return {"corrected": self.first, "from": s0, "to": s1, "partitions": n}
+
+
+def _replaced(old: str | None, new: str) -> bool:
+    """A partition that ran with ``old`` now holds replaced files (a correction): the same files, another
+    version. A file arriving after it was judged absent is late data, as a partition run late is: what ran
+    after it without it is not re-derived (it keeps its source_gaps row)."""
+    return old is not None and old != new and _absent_mask(old) == _absent_mask(new)
+
+
+def plan_rederive(requests: Iterable[Request], before: dict[str, str], *,
+                  bound: pd.Timedelta) -> list[RangeRequest]:
+    """The re-derivations a tick's corrections call for: for each replaced partition (a request whose partition
+    ran before with other files, ``before`` being the cursor's versions ahead of the tick), one range from it over
+    the unbroken run of partitions requested before the tick that follow it, up to ``bound`` past the last
+    correction it holds (a correction inside a range joins it: one range from the earliest). A correction with no
+    later partition requested needs none (its own run is all). The requested partitions that go on past the
+    bound are the range's ``stale``."""
+    fixes = {r.partition_key: r.version for r in requests if r.attempt == 0 and _replaced(before.get(r.partition_key), r.version)}
+    out: list[RangeRequest] = []
+    done: set[str] = set()
+    for first in sorted(fixes):
+        if first in done:
+            continue
+        t0 = partition_start(first)
+        t, limit, held = t0 + PARTITION, t0 + PARTITION + bound, [first]
+        while t < limit and partition_key(t) in before:
+            if partition_key(t) in fixes:
+                held.append(partition_key(t))
+                limit = max(limit, t + PARTITION + bound)
+            t += PARTITION
+        done.update(held)
+        if t == t0 + PARTITION:
+            continue
+        stale, u = None, t
+        while partition_key(u) in before:
+            u += PARTITION
+        if u > t:
+            stale = (partition_key(t), partition_key(u - PARTITION))
+        digest = hashlib.sha1("|".join(f"{k}@{fixes[k]}" for k in held).encode()).hexdigest()[:16]
+        out.append(RangeRequest(first, partition_key(t - PARTITION), digest, tuple(held), stale))
+    return out
 
 
 def data_version(source, start: pd.Timestamp, now: pd.Timestamp, grace: pd.Timedelta) -> str | None:

@@ -23,7 +23,8 @@ from gpu_health.defs.resources import TelemetrySourceResource, WarehouseIOManage
 from gpu_health.landing import partition_path, write_partition
 from gpu_health.defs.telemetry.sensors import build_partition_sensor, latest_partition_runs
 from gpu_health.partitions import five_minute_partitions
-from gpu_health.readiness import PartitionRun, Request, SensorCursor, data_version, plan_requests, plan_retries
+from gpu_health.readiness import (PartitionRun, Request, SensorCursor, data_version, plan_rederive, plan_requests,
+                                  plan_retries)
 from gpu_health.settings import Settings
 from gpu_health.sim.scenario import default_scenario
 from gpu_health.sources.landing import LandingSource
@@ -420,3 +421,72 @@ def test_routed_source_waits_for_a_late_producer_then_degrades(landing):
     clock["now"] = at(16)
     requests, cursor = tick(routed, cursor, now=clock["now"])
     assert keys(requests) == [key(0), key(5)]
+
+
+# --- a correction re-derives the later partitions ----------------------------------------------------------------
+def test_a_replaced_file_plans_a_range_over_the_later_requested_partitions_up_to_the_bound(landing, source):
+    for m in (0, 5, 10, 15):
+        land(landing, at(m))
+    first, cursor = tick(source, None, now=at(21))
+    before = SensorCursor.loads(cursor).versions
+    write_partition(landing, "change_events", at(5), one_change(at(6)))  # 14:05 corrected
+    fix, _ = tick(source, cursor, now=at(22))
+    assert keys(fix) == [key(5)]
+    day = pd.Timedelta(days=1)
+    (rng,) = plan_rederive(fix, before, bound=day)
+    assert (rng.first, rng.last, rng.corrected, rng.stale) == (key(5), key(15), (key(5),), None)
+    assert rng.run_key.startswith(f"rederive:{key(5)}..{key(15)}@")
+    # past the bound: the requested partitions left are stale
+    (short,) = plan_rederive(fix, before, bound=FIVE)
+    assert (short.last, short.stale) == (key(10), (key(15), key(15)))
+    assert short.stale_report() == {"corrected": key(5), "from": key(15), "to": key(15), "partitions": 1}
+    # two corrections of one tick: one range from the earliest; a first run or the last partition: none
+    write_partition(landing, "change_events", at(10), one_change(at(11)))
+    write_partition(landing, "change_events", at(0), one_change(at(1)))
+    both, _ = tick(source, cursor, now=at(23))
+    (joined,) = plan_rederive(both, before, bound=day)
+    assert (joined.first, joined.last, joined.corrected) == (key(0), key(15), (key(0), key(5), key(10)))
+    assert plan_rederive(first, {}, bound=day) == []
+    write_partition(landing, "change_events", at(15), one_change(at(16)))
+    last, _ = tick(source, cursor, now=at(24))
+    assert [r.first for r in plan_rederive([r for r in last if r.partition_key == key(15)], before, bound=day)] == []
+
+
+def test_dagster_sensor_requests_the_correction_and_the_re_derivation_of_the_later_partitions(landing,
+                                                                                              sensor_and_resources):
+    sensor, resources, defs = sensor_and_resources
+    for m in (0, 5, 10, 15):
+        land(landing, at(m))
+    first = evaluate(sensor, resources, None, now=at(21), defs=defs)
+    assert [r.partition_key for r in first.run_requests] == [key(0), key(5), key(10), key(15)]
+    write_partition(landing, "change_events", at(5), one_change(at(6)))
+    fix = evaluate(sensor, resources, first.cursor, now=at(22), defs=defs)
+    single, rng = fix.run_requests
+    assert single.partition_key == key(5) and single.tags["gpu_health/judged_later"] == "true"
+    assert rng.partition_key is None and rng.run_key.startswith(f"rederive:{key(5)}..{key(15)}@")
+    assert (rng.tags["dagster/asset_partition_range_start"], rng.tags["dagster/asset_partition_range_end"]) == (
+        key(5), key(15))
+    assert rng.tags["gpu_health/judged_later"] == "true" and rng.tags["gpu_health/corrected"] == key(5)
+    # Dagster runs the range as one run of the 5-minute job over those partitions
+    result = defs.resolve_job_def("five_minute_job").execute_in_process(
+        instance=dg.DagsterInstance.ephemeral(), tags=rng.tags, raise_on_error=False)
+    assert result.success
+    planned = {e.partition for e in result.get_asset_materialization_events() if e.asset_key.path == ["goodput_states"]}
+    assert sorted(planned) == [key(5), key(10), key(15)]
+    assert not evaluate(sensor, resources, fix.cursor, now=at(23), defs=defs).run_requests  # asked once
+
+
+def test_dagster_sensor_marks_the_partitions_past_the_bound_stale(landing, sensor_and_resources, monkeypatch):
+    from gpu_health.steps import compute as P
+
+    sensor, resources, defs = sensor_and_resources
+    for m in (0, 5, 10, 15):
+        land(landing, at(m))
+    first = evaluate(sensor, resources, None, now=at(21), defs=defs)
+    monkeypatch.setattr(P, "ALERT_LOOKAHEAD", FIVE)
+    write_partition(landing, "change_events", at(0), one_change(at(1)))
+    fix = evaluate(sensor, resources, first.cursor, now=at(22), defs=defs)
+    _, rng = fix.run_requests
+    assert (rng.tags["dagster/asset_partition_range_end"], rng.tags["gpu_health/stale"]) == (
+        key(5), f"{key(10)}..{key(15)}")
+    assert json.loads(fix.cursor)["stale"] == {"corrected": key(0), "from": key(10), "to": key(15), "partitions": 2}

@@ -181,5 +181,31 @@ def run_range(location: CodeLocation, start: pd.Timestamp, end: pd.Timestamp, *,
             on_chunk(i)
     for day in days:  # then settle each day (failures of the next day settle back into it)
         runs.execute("daily_job", summary, partition_key=day.strftime("%Y-%m-%d"))
+    rederive(runs, location, end, summary)
     summary["runs"] += runs.count
     return summary
+
+
+def rederive(runs: _Runs, location: CodeLocation, end: pd.Timestamp, summary: dict) -> None:
+    """The range's last window is a correction of the stored partitions after it: Dagster runs of the derived
+    5-minute assets over them, a day's range a run, up to the bound (:func:`gpu_health.steps.rederive.plan`; each
+    run carries JUDGED_LATER_TAG: the next follows, and past the bound the partitions are stale, reported), then
+    the stored finance days they touch: the bulk path's :func:`~gpu_health.steps.rederive.rederive`."""
+    from gpu_health.steps import rederive as R
+    from gpu_health.steps.graph import DAILY, FIVE_MINUTE
+    from gpu_health.storage.warehouse import Warehouse
+
+    wh = Warehouse(location.url, location.telemetry_dir or None)
+    plan = R.plan(wh, end)
+    summary.update(plan.summary())
+    if plan.stop <= plan.start:
+        return
+    derived = runs.day_keys("five_minute_job", {t for s in R.derived(FIVE_MINUTE) for t in s.writes})
+    for c0, c1 in day_chunks(plan.start, plan.stop):
+        runs.execute("five_minute_job", summary, asset_selection=derived,
+                     tags={**_range_tags(c0, c1, c1), JUDGED_LATER_TAG: "true"})
+    days = R.stored_days(wh, R.finance_days(plan.start, plan.stop), R.derived(DAILY))
+    for day in days:
+        runs.execute("daily_job", summary, partition_key=day.strftime("%Y-%m-%d"))
+    if days:
+        summary["rederived_days"] = [d.strftime("%Y-%m-%d") for d in days]

@@ -519,7 +519,8 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
 # every later one would too), at most this far: the longest window one run of the alerts step covers anyway
 # (`gpu-health run` and a backfill run a range as day-long runs), so a re-run costs at most one ordinary range run.
 # An alert whose state still differs past it (an incident open for over a day) keeps its stored later rows; the
-# step's metadata says so (alerts_rederive_converged = false).
+# step's metadata says so (alerts_rederive_converged = false). The same bound holds for every derived table after a
+# correction (steps/rederive.py: the later partitions re-derived, those past it reported stale).
 ALERT_LOOKAHEAD = pd.Timedelta(hours=24)
 # Partitions re-derived per pass: the first pass is one partition (a re-run whose data did not change converges at
 # once), later passes an hour (reads amortized over 12 partitions).
@@ -552,6 +553,19 @@ def _sched_pages(frame: pd.DataFrame) -> set:
     return set(zip(pages["partition_start"], pages["region"])) if len(pages) else set()
 
 
+def computed_until(wh: Warehouse, end, horizon: pd.Timedelta) -> pd.Timestamp:
+    """The end of the later partitions already computed: the unbroken run of partitions with a stored loss tree
+    from ``end`` on, up to ``horizon`` past it (a partition that never ran stops it; its own run re-derives what
+    follows it)."""
+    end = pd.Timestamp(end)
+    done = set(wh.read_window("cluster_goodput", end, end + horizon, columns=["partition_start"],
+                              where={"region": "*"})["partition_start"])
+    limit = end
+    while limit in done:
+        limit += FIVE
+    return limit
+
+
 def alerts_after_rerun(wh: Warehouse, start, end, frame: pd.DataFrame, *,
                        horizon: pd.Timedelta | None = None) -> tuple[pd.DataFrame, pd.Timestamp, dict]:
     """The alert snapshots of [start, stop): ``frame`` (this step's [start, end)) and the later partitions re-derived
@@ -572,13 +586,7 @@ def alerts_after_rerun(wh: Warehouse, start, end, frame: pd.DataFrame, *,
 
     start, end = pd.Timestamp(start), pd.Timestamp(end)
     horizon = ALERT_LOOKAHEAD if horizon is None else horizon
-    # the later partitions already computed: the unbroken run of partitions with a stored loss tree from `end` on (a
-    # partition that never ran stops it; its own run re-derives what follows it)
-    done = set(wh.read_window("cluster_goodput", end, end + horizon, columns=["partition_start"],
-                              where={"region": "*"})["partition_start"])
-    limit = end
-    while limit in done:
-        limit += FIVE
+    limit = computed_until(wh, end, horizon)
     parts, t, hit, passes = [frame], end, None, 0
     while t < limit and hit is None:
         t1 = min(t + _LOOKAHEAD_PASSES[min(passes, 1)], limit)

@@ -344,5 +344,9 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
                 run(step, c_start, c_end)
             on_chunk(i)
     finance(_EVER)  # the days whose settling time the range does not reach
+    # the range's last window is a correction of the stored partitions after it: re-derived up to the bound
+    from gpu_health.steps.rederive import rederive
+
+    summary.update(rederive(wh, end, only=only, chunk=chunk))
     summary["step_seconds"] = {k: round(v, 1) for k, v in sorted(seconds.items(), key=lambda kv: -kv[1])}
     return summary

@@ -16,7 +16,17 @@ version each recent partition was run with, so that
 * a partition whose latest run failed is requested again, with backoff and a
   bound (``readiness.plan_retries``; run_key ``partition@version#retryN``), so a
   fault that outlasts the steps' own retries (a database restarting) heals
-  without a changed file.
+  without a changed file;
+* a replaced file (a correction) re-derives what it changes: besides its own
+  partition's run, one single-run range run of the 5-minute job from the
+  corrected partition over the partitions already requested after it, up to the
+  bound (``readiness.plan_rederive``, ``steps.rederive.default_bound``; run_key ``rederive:first..last@digest``),
+  so they are computed again in order from the corrected data. The range holds
+  the corrected partition itself, so it is right in whichever order Dagster
+  runs the two (both write the same rows for it), and the partition's own run
+  keeps its record for retries; that run carries ``judged_later`` (the range
+  re-derives the alerts after it). Partitions past the bound are named in the
+  range's tags, the cursor (``stale``) and the log.
 
 The clock it judges readiness by is Dagster's partition-loading time, so a test
 pins it with ``dg.partition_loading_context(effective_dt=...)``; the retry
@@ -26,11 +36,16 @@ backoff is judged by the wall clock, the clock the runs' end times are on.
 import dagster as dg
 import pandas as pd
 
+from gpu_health.defs.common import JUDGED_LATER_TAG
+from gpu_health.defs.range_runs import RANGE_END_TAG, RANGE_START_TAG
 from gpu_health.defs.resources import TelemetrySourceResource
-from gpu_health.readiness import PartitionRun, SensorCursor, describe_wait, plan_requests, plan_retries
+from gpu_health.readiness import (PartitionRun, SensorCursor, describe_wait, plan_rederive, plan_requests,
+                                  plan_retries)
 
 VERSION_TAG = "gpu_health/data_version"
 RETRY_TAG = "gpu_health/retry"
+CORRECTED_TAG = "gpu_health/corrected"  # a re-derivation range: the corrected partitions it starts from
+STALE_TAG = "gpu_health/stale"  # and the requested partitions past its bound, left stale ("first..last")
 _PARTITION_TAG = "dagster/partition"
 _STATUS = {dg.DagsterRunStatus.SUCCESS: "success", dg.DagsterRunStatus.FAILURE: "failure",
            dg.DagsterRunStatus.CANCELED: "canceled", dg.DagsterRunStatus.CANCELING: "canceled"}
@@ -92,15 +107,29 @@ def build_partition_sensor(job, partitions_def, *, grace_seconds: int = 60,
                                            new_cursor.versions, now=wall, max_retries=max_retries,
                                            backoff=pd.Timedelta(seconds=retry_backoff_seconds))
                    if r.partition_key not in fresh]
+        from gpu_health.steps.rederive import default_bound
+
+        ranges = plan_rederive(requests, cursor.versions, bound=default_bound())
+        corrected = {k for r in ranges for k in r.corrected}
         requests = requests + retries[:max(0, max_requests - len(requests))]
         for req in requests:
-            tags = {VERSION_TAG: req.version, **({RETRY_TAG: str(req.attempt)} if req.attempt else {})}
+            tags = {VERSION_TAG: req.version, **({RETRY_TAG: str(req.attempt)} if req.attempt else {}),
+                    **({JUDGED_LATER_TAG: "true"} if req.partition_key in corrected and not req.attempt else {})}
             yield dg.RunRequest(partition_key=req.partition_key, run_key=req.run_key, tags=tags)
+        for rng in ranges:
+            tags = {RANGE_START_TAG: rng.first, RANGE_END_TAG: rng.last, JUDGED_LATER_TAG: "true",
+                    VERSION_TAG: rng.version, CORRECTED_TAG: ",".join(rng.corrected)}
+            if rng.stale is not None:
+                tags[STALE_TAG] = "..".join(rng.stale)
+                new_cursor.stale = rng.stale_report()
+                context.log.warning(f"correction of {rng.first}: re-derived up to {rng.last}; the partitions "
+                                    f"{rng.stale[0]} .. {rng.stale[1]} past the bound keep rows of the old data")
+            yield dg.RunRequest(run_key=rng.run_key, tags=tags)
         context.update_cursor(new_cursor.dumps())
         if new_cursor.passed_over and new_cursor.passed_over != cursor.passed_over:
             context.log.warning(f"passed over partition {new_cursor.passed_over['partition']}: "
                                 f"{new_cursor.passed_over['reason']}")
-        if not requests:
+        if not requests and not ranges:
             yield dg.SkipReason(describe_wait(new_cursor))
 
     return five_minute_partition_sensor
