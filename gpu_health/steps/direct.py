@@ -94,7 +94,7 @@ def run_step(step, wh, s0, s1, inputs: dict, failed: set, summary: dict):
 
 
 def _is_source(step) -> bool:
-    return "source_rejects" in step.side_writes  # a source step may read its own history (re-sent rows), nothing else
+    return step.is_source
 
 
 def _inputs(step, source, window_end, range_end) -> dict:

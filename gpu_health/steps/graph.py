@@ -65,6 +65,12 @@ class Step:
     def read_tables(self) -> set[str]:
         return {r.table for r in self.reads}
 
+    @property
+    def is_source(self) -> bool:
+        """A source step: it reads a source (and at most its own table's history, for re-sent rows) and files its
+        rejects; every other step derives its tables from stored ones."""
+        return "source_rejects" in self.side_writes
+
 
 @dataclass
 class StepResult:

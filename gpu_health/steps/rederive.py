@@ -48,7 +48,7 @@ def reach() -> pd.Timedelta:
     still read it directly (a whole-table read is of the calendar, not of a partition's data)."""
     from gpu_health.steps.registry import steps_of
 
-    return max(r.before for s in steps_of(FIVE_MINUTE) if s.reads for r in s.reads if not r.whole)
+    return max(r.before for s in steps_of(FIVE_MINUTE) if not s.is_source for r in s.reads if not r.whole)
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def derived(cadence: str, only=None) -> list:
     ``only`` when given (a run for some tables)."""
     from gpu_health.steps.registry import steps_of
 
-    return [s for s in steps_of(cadence) if s.reads and (only is None or s.name in only)]
+    return [s for s in steps_of(cadence) if not s.is_source and (only is None or s.name in only)]
 
 
 def rederive(wh, end, *, only=None, chunk: pd.Timedelta = PIECE, bound: pd.Timedelta | None = None) -> dict:
