@@ -797,7 +797,8 @@ def slo_version_events(wh: Warehouse, start, end) -> pd.DataFrame:
 
 
 def paid_invariant(states: pd.DataFrame, wh: Warehouse, start, end, segments: list | None = None) -> dict:
-    """States must sum to paid GPU-minutes: max(Finance's capacity, GPUs in the partition's inventory) x minutes.
+    """States must sum to paid GPU-minutes: Finance's capacity (the GPUs in the partition's inventory where Finance
+    has no cost row for the region x SKU) x minutes.
     Returns ``passed``, ``slices``, ``violations``, ``max_abs_error_gpu_minutes`` and ``examples`` (a frame).
     ``segments``: :func:`inventory_segments` of the window, when the caller has them."""
     start, end = pd.Timestamp(start), pd.Timestamp(end)
@@ -806,7 +807,7 @@ def paid_invariant(states: pd.DataFrame, wh: Warehouse, start, end, segments: li
     expected = {}  # partition -> (region, sku) -> paid GPUs
     for s0, s1, inventory in segments if segments is not None else inventory_segments(wh, start, end):
         inv = inventory.groupby(["region", "sku"])["gpus"].sum()
-        paid = cap.combine(inv, max, fill_value=0) if cap is not None else inv
+        paid = pd.concat([cap, inv[~inv.index.isin(cap.index)]]) if cap is not None else inv
         expected.update({p: paid for p in pd.date_range(s0, s1, freq=FIVE, inclusive="left")})
     got = states.groupby(["partition_start", "region", "sku"])["gpu_minutes"].sum().reset_index()
     minutes = (((got["partition_start"] + FIVE).clip(upper=end) - got["partition_start"])
