@@ -439,7 +439,9 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
         if since <= start - five:
             prev = fresh[fresh["partition_start"] == start - five] if len(fresh) else A.empty()
     hist = _forget_paged(hist, held)
-    rates = blended_rate_by_region(wh.read_window("cost_capacity", start.normalize() - pd.Timedelta(days=1), end))
+    cost = wh.read_window("cost_capacity", start.normalize() - pd.Timedelta(days=1), end)
+    rates = blended_rate_by_region(cost)
+    cost_days = dict(tuple(cost.groupby(pd.to_datetime(cost["date"].astype(str)).dt.date))) if len(cost) else {}
     rejects = wh.read_window("source_rejects", start, end, columns=["source", "partition_start", "origin", "reason"])
     rejects_p = dict(tuple(rejects.groupby("partition_start"))) if len(rejects) else {}
     gaps = wh.read_window("source_gaps", start, end, columns=["source", "partition_start", "missing_family", "reason"])
@@ -499,7 +501,7 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
             slo_versions=release_rows.iloc[release_ps.searchsorted(p + five - RELEASE_LOOKBACK):release_ps.searchsorted(p + five)]
             if len(release_rows) else None,
             open_keys=frozenset(prev.loc[prev["status"] != "resolved", "key"]) if len(prev) else frozenset(),
-            facility=fac_p.get(p),
+            facility=fac_p.get(p), capacity=cost_days.get(p.date()),
             kube_pods=kube_pods.iloc[pods_ts.searchsorted(p - RESTART_WINDOW):pods_ts.searchsorted(p + five)]
             if len(kube_pods) else None,
             kube_nodes=kube_nodes_p.get(p),
