@@ -228,7 +228,9 @@ class _Context:
         self.node_region, self.node_sku = nmap["region"], nmap["sku"]
 
         g = self.window(gpu)
-        self.uuid_codes = factorize(g["gpu_uuid"].to_numpy())[0]  # (distinct GPUs: inventory_excess)
+        # (distinct GPUs: inventory_excess; a frame without the column counts none)
+        self.uuid_codes = (factorize(g["gpu_uuid"].to_numpy())[0] if "gpu_uuid" in g
+                           else np.full(len(g), -1, dtype=np.int64))
         g = pd.DataFrame({
             "ts": _utc_values(g["ts"]), "node_id": _obj(g["node_id"]).to_numpy(),
             "region": _obj(g["region"]).to_numpy(), "sku": _obj(g["sku"]).to_numpy(),

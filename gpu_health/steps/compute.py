@@ -622,7 +622,7 @@ def alerts_after_rerun(wh: Warehouse, start, end, frame: pd.DataFrame, *,
 # columns no KPI reads cost a copy out of the run cache, and the 4 days of job metadata a fetch from the database)
 KPI_COLUMNS = {
     "gpu_telemetry": ["ts", "region", "node_id", "sku", "job_id", "gpu_util_pct", "sm_active", "tensor_active",
-                      "power_w", "throttle_reasons", "ecc_dbe_delta", "xid"],
+                      "power_w", "throttle_reasons", "ecc_dbe_delta", "xid", "gpu_uuid"],
     "node_telemetry": ["ts", "region", "node_id", "sku", "health"],
     "network_telemetry": ["ts", "region", "node_id", "packet_loss_pct", "retransmits", "link_up"],
     "job_runtime_metrics": ["ts", "job_id", "steps", "step_time_s", "data_loader_time_s", "grad_sync_time_s",
