@@ -43,9 +43,9 @@ def _twinned_nodes(g: pd.DataFrame) -> set:
     values = [c for c in ("ts", "job_id", "gpu_util_pct", "power_w", "temp_c", "sm_clock_mhz", "fb_used_mib") if c in g]
     if len(values) < 3:
         return set()
-    sig = g[values].astype(str).agg("|".join, axis=1)
-    nodes_per_sig = pd.Series(g["node_id"].astype(object).to_numpy(), index=sig.to_numpy()).groupby(level=0).nunique()
-    twinned = sig.map(nodes_per_sig).to_numpy() > 1
+    sig = g.groupby(values, dropna=False, sort=False, observed=True).ngroup().to_numpy()  # (one group-by, no text)
+    nodes_per_sig = pd.Series(g["node_id"].astype(object).to_numpy()).groupby(sig).nunique()
+    twinned = nodes_per_sig.reindex(sig).to_numpy() > 1
     per_node = pd.Series(twinned, index=g["node_id"].astype(object).to_numpy()).groupby(level=0).all()
     return set(per_node[per_node].index)
 
