@@ -294,12 +294,86 @@ def backslash_n_text(root):
     return Expect("node_telemetry", len(frame), [], "", path, verify=verify)
 
 
+# --- identity: telemetry that does not match Finance's installed GPUs --------------------------------
+# Every row lands (nothing in them breaks a contract), paid stays Finance's capacity (assert_case: GPUS x 5 in
+# every partition) and what does not match is a ticket naming it, never a page.
+
+def _tickets(wh, key_prefix: str) -> pd.DataFrame:
+    alerts = wh.read_window("alerts")
+    return alerts[alerts["key"].astype(str).str.startswith(key_prefix) & (alerts["severity"] == "ticket")]
+
+
+def phantom_rows(root):
+    # the partition's GPU file with 10x the rows: each GPU's rows copied 9 times under new UUIDs and node names
+    def tenfold(f):
+        return pd.concat([f] + [f.assign(node_id=f["node_id"].astype(str) + f"-copy{k}",
+                                         gpu_uuid=f["gpu_uuid"].astype(str) + f"-copy{k}") for k in range(9)],
+                         ignore_index=True)
+
+    path, frame = _rewrite(root, "gpu_telemetry", tenfold)
+
+    def verify(wh):
+        found = _tickets(wh, "inventory_excess|")
+        assert set(found.loc[found["status"] == "firing", "partition_start"]) == {BAD}, found[["partition_start", "status"]]
+        assert found["description"].str.contains("beyond it are an inventory discrepancy").all()
+        assert found["summary"].str.contains("GPUs seen beyond Finance's capacity").all()
+
+    return Expect("gpu_telemetry", len(frame), [], "", path, verify=verify)
+
+
+def region_with_trailing_space(root):
+    # a collector's region label with a trailing space: the same region, not a phantom one
+    region = pd.read_parquet(_file(root, "gpu_telemetry"))["region"].iloc[0]
+    path, frame = _rewrite(root, "gpu_telemetry", lambda f: f.assign(region=f["region"].replace(region, region + " ")))
+
+    def verify(wh):
+        stored = wh.read_window("gpu_telemetry", BAD, BAD + FIVE, columns=["region"])["region"]
+        assert region in set(stored) and region + " " not in set(stored)
+        assert _tickets(wh, "unpriced|").empty
+
+    return Expect("gpu_telemetry", len(frame), [], "", path, verify=verify)
+
+
+def unpriced_region(root):
+    # Finance's daily file without one region: its GPUs are paid as seen and ticketed, its spend unpriced
+    path = partition_path(root, "cost_capacity", START.normalize())
+    cost = pd.read_parquet(path)
+    region = sorted(cost["region"].unique())[-1]
+    cost[cost["region"] != region].to_parquet(path, index=False)
+
+    def verify(wh):
+        found = _tickets(wh, f"unpriced|{region}|")
+        assert set(found["partition_start"]) == set(PARTITIONS), found
+        assert found["summary"].str.contains("no price").all()
+
+    gpu = _file(root, "gpu_telemetry")
+    return Expect("gpu_telemetry", len(pd.read_parquet(gpu)), [], "", gpu, verify=verify)
+
+
+def renamed_node(root):
+    # a node re-imaged under a new name from BAD on: its GPUs (same UUIDs) keep reporting under the new name
+    node = pd.read_parquet(_file(root, "gpu_telemetry"))["node_id"].iloc[0]
+    for p in PARTITIONS[PARTITIONS.index(BAD):]:
+        for table in ("gpu_telemetry", "node_telemetry"):
+            f = partition_path(root, table, p)
+            frame = pd.read_parquet(f)
+            frame.assign(node_id=frame["node_id"].replace(node, node + "-new")).to_parquet(f, index=False)
+
+    def verify(wh):
+        states = wh.read_window("goodput_node_states", BAD, END)
+        old = states[states["node_id"] == node]
+        assert old.loc[old["state"] == "hw_unavailable", "gpu_minutes"].sum() == 0, old
+
+    path = _file(root, "gpu_telemetry")
+    return Expect("gpu_telemetry", len(pd.read_parquet(path)), [], "", path, verify=verify)
+
+
 CASES = {f.__name__: f for f in [
     strings_in_a_float_column, null_gpu_uuid, nat_ts, negative_counter, percentage_over_100, dcgm_sentinels,
     infinities, huge_string, duplicate_keys, unknown_enum_values, non_utc_offsets, missing_column, extra_column,
     column_of_the_wrong_type, timestamps_outside_the_partition, most_rows_outside_the_partition, naive_timestamps, truncated_file, zero_byte_file,
     csv_renamed_parquet, file_in_the_wrong_folder, hhmm_not_matching_its_rows, stray_file_name, unreadable_daily_file,
-    backslash_n_text,
+    backslash_n_text, phantom_rows, region_with_trailing_space, unpriced_region, renamed_node,
 ]}
 # Classes whose quarantined rows the detectors still read as a GPU that stopped reporting (a hardware page).
 # Not this module's to fix (the detectors' "missing is not broken", issue #15 item 1); strict: a class that

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from gpu_health.metrics import finance as F
 from gpu_health.steps import compute as P
 from gpu_health.metrics.goodput import STATE_FAMILY, STATES
+from gpu_health.metrics.models import WastedSpend
 from gpu_health.storage.views import READ_ONLY_ROLE, VIEWS, grant_finance_read_only
 from gpu_health.storage.warehouse import Warehouse, engine_for
 from gpu_health_tests.test_goodput import E, S, fill_warehouse, scenario
@@ -123,6 +124,18 @@ def test_wasted_spend_prices_every_state_and_reconciles_to_the_days_spend():
     assert east["usd"].sum() == pytest.approx(5040.0)  # productive + waste = what Finance paid for the day
     assert east.loc[east["state"] == "allocated_unproductive", "usd"].sum() == pytest.approx(0.05 * 2400 * 2.1)
     assert out.loc[out["region"] == "eu-west", "usd"].sum() == pytest.approx(10 * 0.5)
+
+
+def test_a_region_finance_does_not_price_stays_unpriced_not_zero_dollars():
+    """GPUs report in a region x SKU with no cost row (a region Finance does not list): its spend is unknown,
+    null in wasted_spend, never $0 that would read as free capacity; the priced rows keep their USD."""
+    settled = pd.DataFrame([("us-east", H100, "batch", "a", "productive", 600.0),
+                            ("ap-south", H100, "batch", "a", "productive", 600.0)], columns=[*DIMS, "state", "gpu_minutes"])
+    out = F.wasted_spend(settled, F.blended_rates(COST), DAY).set_index("region")
+    assert np.isnan(out.at["ap-south", "blended_gpu_hour_usd"]) and np.isnan(out.at["ap-south", "usd"])
+    assert out.at["ap-south", "gpu_hours"] == pytest.approx(10.0)
+    assert out.at["us-east", "usd"] == pytest.approx(10 * 2.1)
+    WastedSpend.validate(out.reset_index())
 
 
 # --- a simulated hour through the warehouse ---------------------------------------------------------

@@ -549,3 +549,37 @@ def test_codes_are_the_positions_get_indexer_gives(universe):
     for column in (values, pd.Series(values).astype("string"), values[:0]):
         want = index.get_indexer(pd.Index(np.asarray(column, dtype=object)))
         np.testing.assert_array_equal(_codes(column, index), want)
+
+
+# --- paid GPU-minutes come from Finance's capacity, never from the rows that arrive ------------------
+
+PHANTOM = S + pd.Timedelta(minutes=20)  # the partition whose GPU file carries the phantom rows
+
+
+def with_phantoms(frames: dict, copies: int = 9, at: pd.Timestamp = PHANTOM) -> dict:
+    """``frames`` with one partition's GPU rows copied ``copies`` times under new GPU UUIDs and node names
+    (a GPU file with 10x the rows: a collector or uploader replaying its buffer under fresh identities)."""
+    gpu = frames["gpu_telemetry"]
+    part = gpu[(gpu["ts"] >= at) & (gpu["ts"] < at + FIVE)]
+    copied = [part.assign(node_id=part["node_id"].astype(str) + f"-copy{k}",
+                          gpu_uuid=part["gpu_uuid"].astype(str) + f"-copy{k}") for k in range(copies)]
+    out = dict(frames)
+    out["gpu_telemetry"] = pd.concat([gpu, *copied], ignore_index=True).astype(gpu.dtypes.to_dict())
+    return out
+
+
+def test_phantom_gpu_rows_are_not_paid_beyond_finances_capacity(sim):
+    """A partition's GPU file with 10x the rows (copies under new UUIDs and nodes): the GPUs seen exceed what
+    Finance installed tenfold, and the inventory keeps the phantom nodes for a day. Paid stays Finance's capacity
+    in that partition (and every other one); the states keep their shares, so goodput holds."""
+    quiet = sim()
+    run = sim.states(quiet.scen, with_phantoms(quiet.frames), quiet.capacity)
+    got = run.leaves.groupby(["partition_start", "region", "sku"])["gpu_minutes"].sum()
+    paid = run.capacity.set_index(["region", "sku"])["capacity_gpus"].astype(float) * 5
+    np.testing.assert_allclose(got.to_numpy(), [paid[(r, s)] for _, r, s in got.index], rtol=1e-9)
+    assert len(got) == len(PARTITIONS) * len(paid)
+    before = G.goodput_ratio(quiet.leaves).set_index("partition_start")["goodput"]
+    after = G.goodput_ratio(run.leaves).set_index("partition_start")["goodput"]
+    # the copies are of real GPUs: the phantom partition's goodput is the quiet one's, the rest untouched
+    assert after[PHANTOM] == pytest.approx(before[PHANTOM], rel=0.05)
+    pd.testing.assert_series_equal(after.drop(PHANTOM), before.drop(PHANTOM))

@@ -17,7 +17,9 @@ import pytest
 from gpu_health.contracts.models import CONTRACTS, columns, conform
 from gpu_health.metrics import kpi_docs
 from gpu_health.metrics.baselines import step_baseline, workload_step_stats
-from gpu_health.metrics.kpi_catalog import ALERT_INTENTS, CATALOG, DIMENSIONS, FACILITY_KPIS, KINDS, OWNERS, SUPPORTING
+from gpu_health.metrics.kpi_catalog import (
+    ALERT_INTENTS, CATALOG, DIMENSIONS, FACILITY_KPIS, INVENTORY_KPIS, KINDS, OWNERS, SUPPORTING,
+)
 from gpu_health.metrics.kpis import PENDING_GRACE, KpiValues, _group_quantile, compute_kpis, pending_jobs
 from gpu_health.sim.scenario import load_scenario
 from gpu_health.sim.telemetry import Window
@@ -35,8 +37,8 @@ NON_CONTRACT_INPUTS = {"step_baseline", "pending", "cost_capacity", "goodput_sta
 
 
 def test_catalog_has_8_to_10_kpis_with_valid_fields():
-    # the north star's supporting KPIs number 8-10 (the framework); the facility's KPIs (issue #18) stand beside them
-    assert 8 <= len(SUPPORTING) <= 10 and set(CATALOG) == set(SUPPORTING) | set(FACILITY_KPIS)
+    # the north star's supporting KPIs number 8-10 (the framework); the facility's and the inventory's stand beside them
+    assert 8 <= len(SUPPORTING) <= 10 and set(CATALOG) == set(SUPPORTING) | set(FACILITY_KPIS) | set(INVENTORY_KPIS)
     names = [k.name for k in CATALOG]
     assert len(set(names)) == len(names)
     for k in CATALOG:
@@ -424,6 +426,23 @@ def test_cost_per_productive_gpu_hour_exact():
     r = row(kpis({}, states=states, cost=cost), "cost_per_productive_gpu_hour", region="r1", sku=SKU)
     assert (r["numerator"], r["denominator"], r["value"]) == (pytest.approx(1.2), 0.5, pytest.approx(2.4))
     r = row(kpis({}, states=states), "cost_per_productive_gpu_hour", region="r1", sku=SKU)
+    assert r["status"] == "degraded" and np.isnan(r["value"])
+
+
+def test_inventory_excess_counts_gpus_seen_beyond_finances_capacity():
+    """12 distinct GPUs report (4 of them copies under new UUIDs on a phantom node) where Finance installed 8:
+    4 beyond, a third of those seen; none beyond at capacity; degraded (not zero) where Finance has no row."""
+    def cost(gpus, region="r1"):
+        return conform(pd.DataFrame({"date": [T0.date()], "region": [region], "sku": [SKU], "capacity_gpus": [gpus],
+                                     "reserved_gpus": [gpus], "reserved_gpu_hour_usd": [2.0],
+                                     "on_demand_gpu_hour_usd": [4.0], "on_demand_gpu_hours": [0.0]}), "cost_capacity")
+
+    gpu = gpu_frame(gpus("n1", 4, range(5)) + gpus("n2", 4, range(5)) + gpus("n1-copy", 4, range(5)))
+    r = row(kpis({"gpu_telemetry": gpu}, cost=cost(8)), "inventory_excess", region="r1", sku=SKU)
+    assert (r["numerator"], r["denominator"], r["status"]) == (4.0, 12.0, "ok") and r["value"] == pytest.approx(1 / 3)
+    r = row(kpis({"gpu_telemetry": gpu}, cost=cost(12)), "inventory_excess", region="r1", sku=SKU)
+    assert (r["numerator"], r["value"]) == (0.0, 0.0)
+    r = row(kpis({"gpu_telemetry": gpu}, cost=cost(8, region="r2")), "inventory_excess", region="r1", sku=SKU)
     assert r["status"] == "degraded" and np.isnan(r["value"])
 
 

@@ -694,6 +694,26 @@ def _default_index(df: pd.DataFrame) -> bool:
     return isinstance(idx, pd.RangeIndex) and idx.start == 0 and idx.step == 1
 
 
+def strip_region(df: pd.DataFrame, distinct: dict | None, codes: dict | None) -> tuple[pd.DataFrame, dict | None, dict | None]:
+    """``df`` with its ``region`` labels stripped of surrounding whitespace (``'us-east '`` is ``'us-east'``),
+    and ``distinct`` / ``codes`` without the column when it changed (they are recomputed from the new values).
+
+    A region label is an identifier (cloud and Slurm region names are letters, digits and dashes): whitespace
+    around it is a typo in a collector's configuration, never a second region, and kept it would split one
+    region's GPUs into a phantom region paid and priced apart. Case is not folded here: which spelling is the
+    region's is Finance's list to say (cost_capacity), and a region x SKU it does not price is ticketed naming
+    the priced spelling (gpu_health.diagnosis.inventory)."""
+    if "region" not in df.columns:
+        return df, distinct, codes
+    uniq = distinct["region"] if distinct and "region" in distinct else _distinct_text(df["region"])
+    if not any(isinstance(u, str) and u != u.strip() for u in uniq):
+        return df, distinct, codes
+    df["region"] = df["region"].str.strip()
+    distinct = {k: v for k, v in (distinct or {}).items() if k != "region"}
+    codes = {k: v for k, v in (codes or {}).items() if k != "region"}
+    return df, distinct, codes
+
+
 def validate_frame(df: pd.DataFrame, source: str, *, start=None, end=None, origin="<frame>",
                    partition=None, row_number=None, owned: bool = False, distinct: dict | None = None,
                    codes: dict | None = None) -> Validated:
@@ -729,6 +749,7 @@ def validate_frame(df: pd.DataFrame, source: str, *, start=None, end=None, origi
     origin = origins if per_row else origin
     df, nulled, sentinel_rejects = _null_sentinels(df, source)
     df, type_rejects = _check_types(df, schema, source, label)
+    df, distinct, codes = strip_region(df, distinct, codes)
     distinct, codes = text_codes(df, distinct, codes)
     value_rejects = _check_values(df, schema, distinct)
     # rows already condemned stay out of pandera: their values would break its coercion

@@ -39,6 +39,9 @@ busy_no_progress    gaming       dummy load on the device: busy GPUs with SM and
                                  when the collector exports only one of the two
 missing_data        missing_data a region's collectors silent, nodes' GPU rows missing with no fault,
                                  rows rejected by a contract (never a page: not a GPU incident)
+inventory_excess,   missing_data GPUs seen beyond Finance's capacity, a region x SKU with telemetry but no
+unpriced_telemetry,              price, a GPU UUID on two nodes in one minute (gpu_health.diagnosis.inventory;
+gpu_identity                     tickets only: the data about the cluster is wrong, not a GPU)
 ==================  ===========  =====================================================================
 
 Thresholds come from definitions (DCGM's Xid catalogue and clock-event bits, the
@@ -350,6 +353,7 @@ class PartitionContext:
     kube_nodes: pd.DataFrame | None = None  # kube_nodes rows of the partition (None = absent)
     loss_history: pd.DataFrame | None = None  # job_runtime_metrics (loss, checkpoints) of the convergence look-back
     facility: pd.DataFrame | None = None  # facility_telemetry rows of the partition (None / empty: no facility data)
+    capacity: pd.DataFrame | None = None  # cost_capacity rows of the partition's day (None: not given)
     # per-range structures (prepare_range), computed once for all partitions of a range; None: each detector
     # derives what it needs from the frames above (the same results, slower)
     prepared: "RangePrep | None" = None
@@ -1957,9 +1961,15 @@ def detect_convergence(ctx: PartitionContext) -> list[Finding]:
     return convergence_findings(ctx)
 
 
+def detect_inventory(ctx: PartitionContext) -> list[Finding]:
+    """Telemetry beyond or outside Finance's installed capacity (gpu_health.diagnosis.inventory): tickets."""
+    from gpu_health.diagnosis.inventory import detect_inventory as inventory_findings
+    return inventory_findings(ctx)
+
+
 DETECTORS = [detect_hardware, detect_thermal, detect_deploys, detect_slowdowns, detect_scheduling, detect_no_progress,
              detect_stalls, detect_missing_data, detect_slo_burn, detect_platform,
-             detect_convergence]
+             detect_convergence, detect_inventory]
 DETECTORS = F.with_facility(DETECTORS, detect_thermal)  # issue #18: rack cooling / power, change policy
 
 

@@ -87,11 +87,14 @@ def daily_goodput(settled: pd.DataFrame, provisional: pd.DataFrame, day, partiti
 
 
 def wasted_spend(settled: pd.DataFrame, rates: pd.DataFrame, day) -> pd.DataFrame:
-    """USD per state x team x region x SKU for the day (productive kept for reconciliation)."""
+    """USD per state x team x region x SKU for the day (productive kept for reconciliation); rate and USD null
+    where ``rates`` has no row for the region x SKU."""
     g = settled.groupby(["region", "sku", "state", "team"], observed=True)["gpu_minutes"].sum().reset_index()
     r = rates.assign(region=rates["region"].astype(object), sku=rates["sku"].astype(object))
     g = g.astype({"region": object, "sku": object}).merge(r[["region", "sku", "blended_gpu_hour_usd"]], on=["region", "sku"], how="left")
-    g["blended_gpu_hour_usd"] = g["blended_gpu_hour_usd"].fillna(0.0)
+    # a region x SKU Finance has no cost row for stays unpriced (null), never $0: its spend is unknown, and
+    # gpu_health.diagnosis.inventory tickets it as telemetry without a price
+    g["blended_gpu_hour_usd"] = g["blended_gpu_hour_usd"].astype(float)
     g["gpu_hours"] = g["gpu_minutes"] / 60.0
     g["usd"] = g["gpu_hours"] * g["blended_gpu_hour_usd"]
     g["cause_family"] = g["state"].map(STATE_FAMILY)

@@ -38,8 +38,10 @@ State of a GPU-minute, by precedence:
      baseline), ``slowdown_network`` (gradient sync over its baseline) and
      ``slowdown_compute`` (the remainder: throttling, faulty GPU, regressions).
 
-Paid GPU-minutes per region x SKU are Finance's ``capacity_gpus`` x minutes (or
-the inventory seen, if larger); the states sum to them exactly.
+Paid GPU-minutes per region x SKU are Finance's ``capacity_gpus`` x minutes (the
+inventory seen where Finance has no cost row for the region x SKU); the states sum
+to them exactly. GPUs seen beyond the capacity are an inventory discrepancy, not
+paid (:func:`bound_to_capacity`).
 """
 
 from typing import NamedTuple
@@ -641,11 +643,64 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
         corroborated |= np.repeat(part_fault, 5, axis=0)[:M]
     missing = _missing_minutes(t_idx, g_node, minutes, node_uni, node_region, node_sku, node_last_drv, drv_uni,
                                capacity, inventory, maintenance, corroborated)
+    leaves, missing = bound_to_capacity(leaves, missing, capacity, minutes)
     leaves = pd.concat([x for x in (leaves, missing) if len(x)], ignore_index=True) if len(leaves) or len(missing) else leaves
     leaves = (leaves.groupby(["partition_start"] + LEAF_DIMS + ["state"], observed=True, sort=False)["gpu_minutes"]
               .sum().reset_index())
     leaves = leaves[leaves["gpu_minutes"] > 1e-9].reset_index(drop=True)
     return leaves, failures
+
+
+def bound_to_capacity(reported: pd.DataFrame, missing: pd.DataFrame, capacity: pd.DataFrame | None,
+                      minutes: pd.DatetimeIndex) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``reported`` and ``missing`` leaves with the paid GPU-minutes of each partition x region x SKU at most
+    Finance's ``capacity_gpus`` x its minutes.
+
+    Finance pays for the GPUs installed, not for the rows that arrive: GPUs seen beyond the installed capacity
+    (rows copied under new GPU UUIDs or node names, a renamed node counted under both names) are an inventory
+    discrepancy, counted and ticketed (gpu_health.diagnosis.inventory), never paid. GPU-minutes that reported come
+    first: over the capacity, each of a slice's reported leaves is scaled by capacity / reported (which of the
+    GPUs are the real ones cannot be told from the rows, so the states keep their shares). Expected GPU-minutes
+    that did not report (the inventory's memory of a day, the capacity nobody has heard from) fill what is left
+    of the capacity, scaled alike. A region x SKU without a cost row keeps the GPUs seen as paid (nothing else
+    says what is installed); it is ticketed as telemetry without a price."""
+    if capacity is None or not len(capacity) or (reported.empty and missing.empty):
+        return reported, missing
+    cap = capacity.groupby([capacity["region"].astype(object), capacity["sku"].astype(object)])["capacity_gpus"].max()
+    per_partition = pd.Series(1.0, index=minutes).groupby(minutes.floor("5min")).sum()  # minutes of each partition
+    slices = ["partition_start", "region", "sku"]
+
+    both = pd.concat([x[slices + ["gpu_minutes"]].assign(reported=x is reported) for x in (reported, missing) if len(x)],
+                     ignore_index=True).astype({"region": object, "sku": object})
+    wide = both.groupby(slices + ["reported"], sort=False)["gpu_minutes"].sum().unstack("reported", fill_value=0.0)
+    rep, mis = (wide[k] if k in wide.columns else pd.Series(0.0, index=wide.index) for k in (True, False))
+    paid = rep + mis
+    keys = paid.index
+    bound = (cap.astype(float).reindex(pd.MultiIndex.from_arrays([keys.get_level_values(1), keys.get_level_values(2)],
+                                                                   names=["region", "sku"]))
+             .to_numpy() * keys.get_level_values(0).map(per_partition).to_numpy(dtype=float))
+    # (a relative margin: a slice exactly at its capacity is left as it is, bit for bit)
+    over = ~np.isnan(bound) & (paid.to_numpy() > bound * (1 + 1e-9))
+    if not over.any():
+        return reported, missing
+    bound = pd.Series(bound, index=keys)[over]
+    r = rep.reindex(bound.index).fillna(0.0)
+    m = mis.reindex(bound.index).fillna(0.0)
+    r_factor = np.minimum(1.0, bound / r.where(r > 0, 1.0))
+    m_factor = ((bound - r * r_factor).clip(lower=0.0) / m.where(m > 0, 1.0)).clip(upper=1.0)
+
+    def scale(leaves: pd.DataFrame, factor: pd.Series) -> pd.DataFrame:
+        if leaves.empty:
+            return leaves
+        at = pd.MultiIndex.from_arrays([leaves[c].astype(object) if c != "partition_start" else leaves[c] for c in slices],
+                                       names=slices)
+        f = factor.reindex(at).to_numpy()
+        hit = ~np.isnan(f)
+        out = leaves.copy()
+        out.loc[hit, "gpu_minutes"] = out.loc[hit, "gpu_minutes"].to_numpy(dtype=float) * f[hit]
+        return out
+
+    return scale(reported, r_factor), scale(missing, m_factor)
 
 
 # --- the state-precedence rule (module docstring), in one place ---------------------------------------------

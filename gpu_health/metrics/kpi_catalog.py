@@ -455,7 +455,36 @@ FACILITY_KPIS: tuple[Kpi, ...] = (
 )
 
 
-CATALOG: tuple[Kpi, ...] = SUPPORTING + FACILITY_KPIS
+# The inventory's KPI: the telemetry reconciled against Finance's installed capacity, beside the supporting KPIs
+# rather than among them -- it keeps paid GPU-minutes honest, it does not explain goodput's moves.
+INVENTORY_KPIS: tuple[Kpi, ...] = (
+    Kpi(
+        name="inventory_excess",
+        title="GPUs seen beyond Finance's capacity",
+        definition="Share of the GPUs reporting in a partition that Finance did not install: distinct GPUs seen "
+                   "beyond the day's capacity_gpus of the region x SKU. They are an inventory discrepancy, not paid "
+                   "(the loss tree pays the capacity); the numerator is their count.",
+        formula="max(0, count(distinct gpu_telemetry.gpu_uuid in the partition) - cost_capacity.capacity_gpus of "
+                "the day, region and sku) / count(distinct gpu_uuid)",
+        unit="ratio",
+        owner="finance",
+        kind="lagging",
+        alert_intent="ticket",
+        guards_against="Paid GPU-minutes inflated by rows that are not GPUs Finance pays for: a buffer replayed "
+                       "under new UUIDs or node names, a renamed node counted twice. Without it they would either "
+                       "be paid (goodput diluted) or vanish unexplained.",
+        owner_rationale="Finance's installed-capacity list is the reference the telemetry is reconciled against.",
+        intent_rationale="Data to reconcile, not an outage: the inventory detector tickets it naming the nodes "
+                         "(gpu_health.diagnosis.inventory).",
+        needs=("cost_capacity",),
+        degraded_when="Degraded (NaN) when cost_capacity has no row for the day, region and sku: the region has "
+                      "telemetry but no price (its own ticket), and nothing to compare with.",
+        dimensions=("region", "sku"),
+    ),
+)
+
+
+CATALOG: tuple[Kpi, ...] = SUPPORTING + FACILITY_KPIS + INVENTORY_KPIS
 
 
 def by_name() -> dict[str, Kpi]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gpu_health.metrics import device as D
 from gpu_health.metrics import kpis as K
-from gpu_health.metrics.kpi_catalog import CATALOG, FACILITY_KPIS, SUPPORTING, Kpi
+from gpu_health.metrics.kpi_catalog import CATALOG, FACILITY_KPIS, INVENTORY_KPIS, SUPPORTING, Kpi
 
 DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "kpis.md"
 REGENERATE = "python -m gpu_health.metrics.kpi_docs"
@@ -55,7 +55,9 @@ def render_kpi_docs() -> str:
         "`gpu_health/metrics/goodput.py`). "
         f"These {len(SUPPORTING)} KPIs explain its moves, route them to an owner and keep it from being gamed; "
         f"{len(FACILITY_KPIS)} more watch the facility (power and cooling: "
-        f"{', '.join(f'`{k.name}`' for k in FACILITY_KPIS)}; per rack: the `rack_facility` table). "
+        f"{', '.join(f'`{k.name}`' for k in FACILITY_KPIS)}; per rack: the `rack_facility` table), and "
+        f"{', '.join(f'`{k.name}`' for k in INVENTORY_KPIS)} reconciles the GPUs reporting with Finance's installed "
+        "capacity. "
         "`gpu_health.metrics.kpis.compute_kpis` writes them to the `kpi_values` table: one row per series x "
         "dimension slice x 5-minute partition, with `value`, the additive `numerator` and `denominator`, the "
         "`unit` and a `status`.",

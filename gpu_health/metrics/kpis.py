@@ -174,6 +174,7 @@ def compute_kpis(
         _comm_health(ctx),
         _fragmentation(ctx),
         _cost_per_productive_gpu_hour(ctx),
+        _inventory_excess(ctx),
         _gaming_guardrails(ctx),
         _gpus_throttled(ctx),
         *facility_kpi_rows(frames.get("facility_telemetry"), start, end),
@@ -227,6 +228,9 @@ class _Context:
         self.node_region, self.node_sku = nmap["region"], nmap["sku"]
 
         g = self.window(gpu)
+        # (distinct GPUs: inventory_excess; a frame without the column counts none)
+        self.uuid_codes = (factorize(g["gpu_uuid"].to_numpy())[0] if "gpu_uuid" in g
+                           else np.full(len(g), -1, dtype=np.int64))
         g = pd.DataFrame({
             "ts": _utc_values(g["ts"]), "node_id": _obj(g["node_id"]).to_numpy(),
             "region": _obj(g["region"]).to_numpy(), "sku": _obj(g["sku"]).to_numpy(),
@@ -885,6 +889,38 @@ def _cost_per_productive_gpu_hour(ctx: _Context) -> pd.DataFrame:
     agg["covered"] = np.where(known, agg["n"], 0.0)
     agg["kpi"] = "cost_per_productive_gpu_hour"
     return agg
+
+
+def _inventory_excess(ctx: _Context) -> pd.DataFrame:
+    """inventory_excess per region x SKU: distinct GPUs reporting in the partition beyond Finance's capacity_gpus
+    of its day, over the distinct GPUs reporting (not covered where the day has no cost row for the slice)."""
+    rc, sc, uc = ctx.region_codes, ctx.sku_codes, ctx.uuid_codes
+    keep = (rc >= 0) & (sc >= 0) & (uc >= 0)
+    if not keep.any():
+        return pd.DataFrame()
+    nr, ns, nu = len(ctx.region_uni), len(ctx.sku_uni), int(uc.max()) + 1
+    cell = (ctx.p_codes[keep].astype(np.int64) * nr + rc[keep]) * ns + sc[keep]
+    pairs = unique_ints(cell * nu + uc[keep])  # (slice, GPU) pairs
+    cells, seen = unique_ints(pairs // nu, return_counts=True)
+    pr, sku = np.divmod(cells, ns)
+    p, region = np.divmod(pr, nr)
+    out = pd.DataFrame({"p": pd.DatetimeIndex(np.asarray(ctx.p_uni)[p].view("datetime64[ns]")).tz_localize("UTC"),
+                        "region": np.asarray(ctx.region_uni, dtype=object)[region],
+                        "sku": np.asarray(ctx.sku_uni, dtype=object)[sku], "seen": seen.astype(float)})
+    cap = np.full(len(out), np.nan)
+    if ctx.cost is not None and len(ctx.cost):
+        c = ctx.cost
+        key = pd.MultiIndex.from_arrays([pd.to_datetime(c["date"].astype(str)).dt.date, _obj(c["region"]), _obj(c["sku"])])
+        lookup = pd.Series(c["capacity_gpus"].to_numpy(dtype=float), index=key)
+        lookup = lookup[~lookup.index.duplicated(keep="last")]
+        cap = lookup.reindex(pd.MultiIndex.from_arrays([out["p"].dt.date, out["region"], out["sku"]])).to_numpy()
+    known = ~np.isnan(cap)
+    out["numerator"] = np.where(known, np.clip(out["seen"] - np.nan_to_num(cap), 0, None), np.nan)
+    out["denominator"] = out["seen"]
+    out["n"] = 1.0
+    out["covered"] = known.astype(float)
+    out["kpi"] = "inventory_excess"
+    return out.drop(columns="seen")
 
 
 def _gaming_guardrails(ctx: _Context) -> pd.DataFrame:

@@ -178,8 +178,8 @@ class WastedSpend(ContractModel):
     cause_family: Series[Str] = pa.Field(description="Cause family of the state.")
     team: Series[Str] = pa.Field(description="Team ('none' for unallocated capacity).")
     gpu_hours: Series[float] = pa.Field(ge=0, description="GPU-hours in the state (settled).")
-    blended_gpu_hour_usd: Series[float] = pa.Field(ge=0, description="That day's blended USD per GPU-hour for region x SKU.")
-    usd: Series[float] = pa.Field(ge=0, description="gpu_hours x blended_gpu_hour_usd.")
+    blended_gpu_hour_usd: Series[float] = pa.Field(ge=0, nullable=True, description="That day's blended USD per GPU-hour for region x SKU; null = Finance has no cost row for it (unpriced, not $0).")
+    usd: Series[float] = pa.Field(ge=0, nullable=True, description="gpu_hours x blended_gpu_hour_usd (null when unpriced).")
 
     class Config:
         unique = ["date", "region", "sku", "state", "team"]

@@ -439,7 +439,9 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
         if since <= start - five:
             prev = fresh[fresh["partition_start"] == start - five] if len(fresh) else A.empty()
     hist = _forget_paged(hist, held)
-    rates = blended_rate_by_region(wh.read_window("cost_capacity", start.normalize() - pd.Timedelta(days=1), end))
+    cost = wh.read_window("cost_capacity", start.normalize() - pd.Timedelta(days=1), end)
+    rates = blended_rate_by_region(cost)
+    cost_days = dict(tuple(cost.groupby(pd.to_datetime(cost["date"].astype(str)).dt.date))) if len(cost) else {}
     rejects = wh.read_window("source_rejects", start, end, columns=["source", "partition_start", "origin", "reason"])
     rejects_p = dict(tuple(rejects.groupby("partition_start"))) if len(rejects) else {}
     gaps = wh.read_window("source_gaps", start, end, columns=["source", "partition_start", "missing_family", "reason"])
@@ -499,7 +501,7 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
             slo_versions=release_rows.iloc[release_ps.searchsorted(p + five - RELEASE_LOOKBACK):release_ps.searchsorted(p + five)]
             if len(release_rows) else None,
             open_keys=frozenset(prev.loc[prev["status"] != "resolved", "key"]) if len(prev) else frozenset(),
-            facility=fac_p.get(p),
+            facility=fac_p.get(p), capacity=cost_days.get(p.date()),
             kube_pods=kube_pods.iloc[pods_ts.searchsorted(p - RESTART_WINDOW):pods_ts.searchsorted(p + five)]
             if len(kube_pods) else None,
             kube_nodes=kube_nodes_p.get(p),
@@ -628,7 +630,7 @@ def alerts_after_rerun(wh: Warehouse, start, end, frame: pd.DataFrame, *,
 # columns no KPI reads cost a copy out of the run cache, and the 4 days of job metadata a fetch from the database)
 KPI_COLUMNS = {
     "gpu_telemetry": ["ts", "region", "node_id", "sku", "job_id", "gpu_util_pct", "sm_active", "tensor_active",
-                      "power_w", "throttle_reasons", "ecc_dbe_delta", "xid"],
+                      "power_w", "throttle_reasons", "ecc_dbe_delta", "xid", "gpu_uuid"],
     "node_telemetry": ["ts", "region", "node_id", "sku", "health"],
     "network_telemetry": ["ts", "region", "node_id", "packet_loss_pct", "retransmits", "link_up"],
     "job_runtime_metrics": ["ts", "job_id", "steps", "step_time_s", "data_loader_time_s", "grad_sync_time_s",
@@ -805,7 +807,8 @@ def slo_version_events(wh: Warehouse, start, end) -> pd.DataFrame:
 
 
 def paid_invariant(states: pd.DataFrame, wh: Warehouse, start, end, segments: list | None = None) -> dict:
-    """States must sum to paid GPU-minutes: max(Finance's capacity, GPUs in the partition's inventory) x minutes.
+    """States must sum to paid GPU-minutes: Finance's capacity (the GPUs in the partition's inventory where Finance
+    has no cost row for the region x SKU) x minutes.
     Returns ``passed``, ``slices``, ``violations``, ``max_abs_error_gpu_minutes`` and ``examples`` (a frame).
     ``segments``: :func:`inventory_segments` of the window, when the caller has them."""
     start, end = pd.Timestamp(start), pd.Timestamp(end)
@@ -814,7 +817,7 @@ def paid_invariant(states: pd.DataFrame, wh: Warehouse, start, end, segments: li
     expected = {}  # partition -> (region, sku) -> paid GPUs
     for s0, s1, inventory in segments if segments is not None else inventory_segments(wh, start, end):
         inv = inventory.groupby(["region", "sku"])["gpus"].sum()
-        paid = cap.combine(inv, max, fill_value=0) if cap is not None else inv
+        paid = pd.concat([cap, inv[~inv.index.isin(cap.index)]]) if cap is not None else inv
         expected.update({p: paid for p in pd.date_range(s0, s1, freq=FIVE, inclusive="left")})
     got = states.groupby(["partition_start", "region", "sku"])["gpu_minutes"].sum().reset_index()
     minutes = (((got["partition_start"] + FIVE).clip(upper=end) - got["partition_start"])

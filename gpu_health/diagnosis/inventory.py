@@ -1,0 +1,105 @@
+"""Inventory discrepancies: telemetry that does not match what Finance installed. Tickets, never pages.
+
+Paid GPU-minutes come from Finance's installed capacity per region x SKU (``cost_capacity``; the loss tree's
+:func:`gpu_health.metrics.goodput.bound_to_capacity`). What the telemetry says beyond it is not paid and not
+silently dropped either: it is a discrepancy someone has to reconcile (an uploader replaying a buffer under new
+GPU UUIDs, a node re-imaged under a new name, a region mistyped in a collector's config, a region Finance does
+not price). Each finding names the region, the SKU, the nodes and how many GPUs. They belong to the
+``missing_data`` family: a fault of the data about the cluster, never a GPU incident.
+
+==========================  ==================================================================================
+key                         tickets on
+==========================  ==================================================================================
+inventory_excess|R|S        more distinct GPUs reporting in the partition in region R, SKU S than Finance's
+                            capacity_gpus for the day
+unpriced|R|S                GPUs reporting in region R, SKU S with no cost_capacity row for the day (the loss
+                            tree pays the GPUs seen, the spend stays unpriced: null, never $0); the evidence
+                            names a priced region spelled the same but for case or whitespace
+gpu_identity|R              a GPU UUID reported by two nodes in the same minute (one GPU sits in one node)
+==========================  ==================================================================================
+"""
+
+import pandas as pd
+
+from gpu_health.diagnosis.finding import Finding
+
+FAMILY = "missing_data"
+NAMED_NODES = 8  # nodes named in a finding's evidence (the rest counted)
+
+
+def _names(nodes) -> str:
+    nodes = sorted(nodes)
+    return ", ".join(nodes[:NAMED_NODES]) + (f" and {len(nodes) - NAMED_NODES} more" if len(nodes) > NAMED_NODES else "")
+
+
+def _key(text) -> str:
+    """A region's spelling without case and surrounding whitespace (two spellings of one region)."""
+    return str(text).strip().casefold()
+
+
+def _twinned_nodes(g: pd.DataFrame) -> set:
+    """Nodes whose every GPU row has a twin on another node: the same minute, job and readings value for value
+    (a copy of a real GPU's rows under another identity; either side may be the copy)."""
+    values = [c for c in ("ts", "job_id", "gpu_util_pct", "power_w", "temp_c", "sm_clock_mhz", "fb_used_mib") if c in g]
+    if len(values) < 3:
+        return set()
+    sig = g.groupby(values, dropna=False, sort=False, observed=True).ngroup().to_numpy()  # (one group-by, no text)
+    nodes_per_sig = pd.Series(g["node_id"].astype(object).to_numpy()).groupby(sig).nunique()
+    twinned = nodes_per_sig.reindex(sig).to_numpy() > 1
+    per_node = pd.Series(twinned, index=g["node_id"].astype(object).to_numpy()).groupby(level=0).all()
+    return set(per_node[per_node].index)
+
+
+def detect_inventory(ctx) -> list[Finding]:
+    """The partition's inventory discrepancies (module docstring); nothing when the day's cost_capacity rows
+    were not given (``ctx.capacity`` None or empty: a missing day is the cost source's own gap)."""
+    cap_rows = getattr(ctx, "capacity", None)
+    g = ctx.gpu
+    if cap_rows is None or not len(cap_rows) or g is None or g.empty:
+        return []
+    cap = cap_rows.groupby([cap_rows["region"].astype(object), cap_rows["sku"].astype(object)])["capacity_gpus"].max()
+    priced = {_key(r): r for r in cap.index.get_level_values(0)}
+    g = g[g["region"].notna() & g["sku"].notna() & g["gpu_uuid"].notna()]
+    g = g.assign(region=g["region"].astype(object), sku=g["sku"].astype(object), node_id=g["node_id"].astype(object))
+    out = []
+    for (region, sku), rows in g.groupby(["region", "sku"], sort=True):
+        seen = rows["gpu_uuid"].nunique()
+        nodes = set(rows["node_id"])
+        if (region, sku) not in cap.index:
+            known = priced.get(_key(region))
+            spelled = (f" Finance prices {known!r}, the same region but for case or whitespace: fix the collectors' "
+                       f"region label." if known is not None and known != region else "")
+            out.append(Finding(
+                "unpriced_telemetry", FAMILY, "ticket", region, f"unpriced|{region}|{sku}", nodes=sorted(nodes),
+                summary=f"Region with telemetry but no price: {region!r} {sku}",
+                evidence=f"{seen} GPUs on {len(nodes)} node(s) ({_names(nodes)}) report in region {region!r}, SKU {sku}, "
+                         f"which has no cost_capacity row for the day: its GPU-minutes are paid as seen and their "
+                         f"spend is unpriced (null, not $0).{spelled}", value=float(seen)))
+            continue
+        installed = int(cap[(region, sku)])
+        if seen > installed:
+            twins = _twinned_nodes(rows)
+            named = twins or nodes
+            what = ("node(s) whose rows copy another node's value for value" if twins else "node(s) reporting")
+            out.append(Finding(
+                "inventory_excess", FAMILY, "ticket", region, f"inventory_excess|{region}|{sku}", nodes=sorted(named),
+                summary=f"{seen - installed} GPUs seen beyond Finance's capacity in {region} {sku}",
+                evidence=f"{seen} distinct GPUs on {len(nodes)} node(s) report in {region}, {sku}; Finance installed "
+                         f"{installed}. The {seen - installed} beyond it are an inventory discrepancy, not paid (the "
+                         f"loss tree pays the capacity). {len(named)} {what}: {_names(named)}. Reconcile with Finance's "
+                         f"inventory or find the collector that sends the extra GPUs.",
+                baseline=float(installed), value=float(seen)))
+    # one GPU in one node: a UUID two nodes report in the same minute is an identity conflict
+    minute = g["ts"].dt.floor("1min")
+    pairs = pd.DataFrame({"m": minute.to_numpy(), "u": g["gpu_uuid"].astype(object).to_numpy(),
+                          "n": g["node_id"].to_numpy(), "r": g["region"].to_numpy()}).drop_duplicates(["m", "u", "n"])
+    clash = pairs[pairs.duplicated(["m", "u"], keep=False)]
+    for region, rows in clash.groupby("r", sort=True):
+        nodes = set(rows["n"])
+        out.append(Finding(
+            "gpu_identity", FAMILY, "ticket", region, f"gpu_identity|{region}", nodes=sorted(nodes),
+            summary=f"{rows['u'].nunique()} GPU UUID(s) reported by two nodes in the same minute in {region}",
+            evidence=f"GPU UUIDs such as {', '.join(sorted(rows['u'].unique())[:3])} are reported by more than one of "
+                     f"{_names(nodes)} in the same minute: a GPU sits in one node, so one of the names is wrong (a "
+                     f"copied file, a re-imaged host's stale exporter).", value=float(rows["u"].nunique())))
+    return out
