@@ -8,7 +8,9 @@ The quiet 30-minute zone of ``test_bad_input`` (144 GPUs, no incident), broken i
 * a negative price in the day's ``cost_capacity``, or the day's file missing: the day is quarantined (named with
   file, column and value) and the GPU-minute tables land;
 * the calendar corrupt or absent: the stored calendar is kept, and the run says so;
-* a piece of the range that fails (a 5-minute file never arrived): the others are finished, the failed one is
+* the day's cost file missing while a GPU file holds ten times the GPUs: paid stays Finance's capacity of the last
+  day it sent, and the day's spend keeps its GPU-hours with the money null;
+* a piece of the range that fails (a 5-minute file not arrived yet): the others are finished, the failed one is
   reported in ``failed_partitions`` and the command exits non-zero.
 """
 
@@ -130,6 +132,33 @@ def test_a_bad_or_missing_cost_day_never_blocks_the_five_minute_tables(quiet_zon
         assert str(cost) in whole and "reserved_gpu_hour_usd" in whole and "-1.7" in whole
     else:
         assert "not arrived" in rejects["reason"].iloc[0] and str(cost) in rejects["reason"].iloc[0]
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_a_day_without_its_cost_file_is_paid_as_the_last_capacity_finance_sent(quiet_zone, tmp_path, path):
+    from gpu_health.sources.landing import LandingSource
+    from gpu_health.steps.registry import step
+
+    root = _landing(quiet_zone, tmp_path)
+    day = START.normalize()
+    cost = partition_path(root, "cost_capacity", day)
+    before = partition_path(root, "cost_capacity", day - pd.Timedelta(days=1))
+    # yesterday's prices were sent and stored (the daily job settled it); today's file never comes
+    frame = pd.read_parquet(cost)
+    frame.assign(date=(day - pd.Timedelta(days=1)).date()).to_parquet(before, index=False)
+    cost.unlink()
+    gpu = partition_path(root, "gpu_telemetry", BAD)
+    rows = pd.read_parquet(gpu)
+    pd.concat([rows] + [rows.assign(node_id=rows["node_id"] + f"-copy{k}", gpu_uuid=rows["gpu_uuid"] + f"-copy{k}")
+                        for k in range(9)], ignore_index=True).to_parquet(gpu, index=False)
+    url = f"sqlite:///{tmp_path / 'w'}.db"
+    step("cost_capacity").run(Warehouse(url), day - pd.Timedelta(days=1), day, source=LandingSource(root))
+    summary = run(iso(START), iso(END), landing=str(root), warehouse=url, quiet=True, direct=PATHS[path])
+    assert not summary.get("failed_partitions"), summary
+    _assert_every_partition_derived(url)  # the phantom GPUs are not paid: yesterday's capacity bounds them
+    spend = Warehouse(url).read_window("wasted_spend", day, day + pd.Timedelta(days=1))
+    assert len(spend) and spend["gpu_hours"].sum() > 0
+    assert spend["usd"].isna().all() and spend["blended_gpu_hour_usd"].isna().all()  # unpriced, never $0
 
 
 CALENDAR = pd.DataFrame({"window_id": ["mw-1"], "start": [START], "end": [END], "region": ["*"],

@@ -651,6 +651,29 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     return leaves, failures
 
 
+def capacity_as_of(cost: pd.DataFrame, days, memory: pd.Timedelta) -> pd.DataFrame:
+    """``cost`` (cost_capacity rows) as of each of ``days``: for every region x SKU, its row of that day, or of the
+    latest earlier day within ``memory``, dated the day it stands for.
+
+    Installed capacity changes with purchase orders and racking, over weeks, not within a day, while a day's cost
+    file lands after the day (the daily job settles yesterday) or not at all: the 5-minute partitions of a day are
+    paid against the last capacity Finance sent, never against the GPUs that happen to report. Money settled per
+    day (``wasted_spend``) still reads only the day's own rows: a day Finance did not price stays unpriced."""
+    if cost is None or cost.empty:
+        return cost
+    cost = cost.reset_index(drop=True)
+    dates = pd.to_datetime(cost["date"].astype(str)).dt.normalize()
+    out = []
+    for day in days:
+        day = pd.Timestamp(day).tz_localize(None).normalize()
+        known = cost[(dates <= day) & (dates > day - memory)]
+        if known.empty:
+            continue
+        pick = dates[known.index].groupby([known["region"].astype(object), known["sku"].astype(object)]).idxmax()
+        out.append(cost.loc[pick.to_numpy()].assign(date=day.date()))
+    return pd.concat(out, ignore_index=True) if out else cost.iloc[0:0]
+
+
 def bound_to_capacity(reported: pd.DataFrame, missing: pd.DataFrame, capacity: pd.DataFrame | None,
                       minutes: pd.DatetimeIndex) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``reported`` and ``missing`` leaves with the paid GPU-minutes of each partition x region x SKU at most

@@ -31,6 +31,9 @@ INVENTORY_LOOKBACK = pd.Timedelta(hours=24)
 # the region is no longer expected (its missing_data ticket resolves); a region taken out of service is expected
 # until then.
 SILENT_REGION_MEMORY = pd.Timedelta(days=7)
+# how far back the last capacity Finance sent still stands for a day it has not priced (yet): a day's cost file
+# lands after the day, and installed capacity moves with purchase orders, over weeks (G.capacity_as_of)
+CAPACITY_MEMORY = pd.Timedelta(days=7)
 FIVE = PARTITION  # (the name the steps use)
 SOURCES = ["gpu_telemetry", "node_telemetry", "job_runtime_metrics", "scheduler_events"]
 
@@ -271,7 +274,7 @@ def goodput(wh: Warehouse, start, end, frames: dict | None = None, baselines: pd
     frames["scheduler_events"] = wh.read_window("scheduler_events", start - SCHED_LOOKBACK, end)
     meta = wh.read_window("job_metadata", start - META_LOOKBACK, end)
     maint = wh.read_window("maintenance_windows")
-    capacity = wh.read_window("cost_capacity", start.normalize(), end)
+    capacity = capacity_as_of(wh, start, end)
     if segments is None:  # each partition against the inventory as of that partition
         segments = inventory_segments(wh, start, end)
     # which nodes' missing GPUs are hardware (a fault in the last day, or a gap of 15+ minutes)
@@ -319,6 +322,14 @@ def rollups(leaves: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return {"goodput_states": states, "goodput_node_states": nodes, "cluster_goodput": cluster}
 
 
+def capacity_as_of(wh: Warehouse, start, end) -> pd.DataFrame:
+    """cost_capacity rows as of each day of [start, end) (:func:`gpu_health.metrics.goodput.capacity_as_of`)."""
+    start, end = pd.Timestamp(start), pd.Timestamp(end)
+    cost = wh.read_window("cost_capacity", start.normalize() - CAPACITY_MEMORY, end)
+    days = pd.date_range(start.normalize(), (end - pd.Timedelta(1)).normalize(), freq="D")
+    return G.capacity_as_of(cost, days, CAPACITY_MEMORY)
+
+
 def finance_day(wh: Warehouse, day_start, day_end) -> dict[str, pd.DataFrame]:
     """Settled goodput and wasted spend for one day (failures up to a day later settle back into it)."""
     from gpu_health.metrics import finance as F
@@ -330,7 +341,8 @@ def finance_day(wh: Warehouse, day_start, day_end) -> dict[str, pd.DataFrame]:
     settled, moved = F.settle(states, failures, day_start, day_end)
     partitions = int(states["partition_start"].nunique()) if len(states) else 0
     daily = F.daily_goodput(settled, provisional, day_start, partitions)
-    spend = F.wasted_spend(settled, F.blended_rates(cost), day_start) if len(cost) else F.wasted_spend(settled.iloc[0:0], F.blended_rates(cost), day_start)
+    # a day Finance did not price (its file missing or quarantined) keeps its GPU-hours with the money null, never $0
+    spend = F.wasted_spend(settled, F.blended_rates(cost), day_start)
     return {"cluster_goodput_daily": daily, "wasted_spend": spend, "moved_gpu_minutes": moved}
 
 
@@ -439,7 +451,7 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
         if since <= start - five:
             prev = fresh[fresh["partition_start"] == start - five] if len(fresh) else A.empty()
     hist = _forget_paged(hist, held)
-    cost = wh.read_window("cost_capacity", start.normalize() - pd.Timedelta(days=1), end)
+    cost = capacity_as_of(wh, start, end)
     rates = blended_rate_by_region(cost)
     cost_days = dict(tuple(cost.groupby(pd.to_datetime(cost["date"].astype(str)).dt.date))) if len(cost) else {}
     rejects = wh.read_window("source_rejects", start, end, columns=["source", "partition_start", "origin", "reason"])
@@ -651,7 +663,7 @@ def kpi_values(wh: Warehouse, start, end) -> pd.DataFrame:
     frames["scheduler_events"] = wh.read_window("scheduler_events", start - SCHED_LOOKBACK, end)
     return compute_kpis(
         frames, wh.read_window("goodput_states", start, end), start=start, end=end,
-        cost=wh.read_window("cost_capacity", start.normalize(), end),
+        cost=capacity_as_of(wh, start, end),
         job_metadata_lookup=wh.read_window("job_metadata", start - META_LOOKBACK, start,
                                            columns=KPI_COLUMNS["job_metadata"]),
         step_baseline=wh.read_window("step_time_baselines", start, end),
@@ -812,8 +824,8 @@ def paid_invariant(states: pd.DataFrame, wh: Warehouse, start, end, segments: li
     Returns ``passed``, ``slices``, ``violations``, ``max_abs_error_gpu_minutes`` and ``examples`` (a frame).
     ``segments``: :func:`inventory_segments` of the window, when the caller has them."""
     start, end = pd.Timestamp(start), pd.Timestamp(end)
-    cap = wh.read_window("cost_capacity", start.normalize(), end)
-    cap = cap.groupby(["region", "sku"])["capacity_gpus"].max() if len(cap) else None
+    cap = capacity_as_of(wh, start, end)
+    cap = cap.groupby(["region", "sku"])["capacity_gpus"].max() if cap is not None and len(cap) else None
     expected = {}  # partition -> (region, sku) -> paid GPUs
     for s0, s1, inventory in segments if segments is not None else inventory_segments(wh, start, end):
         inv = inventory.groupby(["region", "sku"])["gpus"].sum()

@@ -26,6 +26,8 @@ DAY = pd.Timedelta(days=1)
 HOUR = pd.Timedelta(hours=1)
 # a window's day: cost_capacity and the like are read from the day the window starts in (start.normalize())
 TO_DAY_START = DAY
+# Finance's capacity as of a window's days: the last day it sent, up to CAPACITY_MEMORY back (P.capacity_as_of)
+CAPACITY = Read("cost_capacity", before=TO_DAY_START + P.CAPACITY_MEMORY)
 # the inventory as of a partition: the trailing day of node_inventory, and for a silent region its inventory as
 # of its last report up to SILENT_REGION_MEMORY back (P.inventory_segments)
 INVENTORY = (Read("node_inventory", before=P.INVENTORY_LOOKBACK + P.FIVE),
@@ -152,14 +154,14 @@ DERIVED_STEPS = [
          writes=("goodput_leaves", "goodput_states", "goodput_node_states", "job_failures", "cluster_goodput"),
          reads=(*(Read(t) for t in WINDOW_SOURCES), Read("job_runtime_metrics", before=G.FAILURE_LOOKBACK),
                 Read("scheduler_events", before=P.META_LOOKBACK), Read("job_metadata", before=P.META_LOOKBACK),
-                Read("maintenance_windows", whole=True), Read("cost_capacity", before=TO_DAY_START), *INVENTORY,
+                Read("maintenance_windows", whole=True), CAPACITY, *INVENTORY,
                 Read("node_inventory", before=G.FAULT_MEMORY), Read("step_time_baselines")),
          run=_goodput),
     Step("kpi_values", FIVE_MINUTE, writes=("kpi_values",),
          reads=(*(Read(t) for t in ("gpu_telemetry", "node_telemetry", "network_telemetry", "job_runtime_metrics",
                                     "change_events", "goodput_states", "step_time_baselines", "facility_telemetry")),
                 Read("job_metadata", before=P.META_LOOKBACK), Read("scheduler_events", before=P.SCHED_LOOKBACK),
-                Read("cost_capacity", before=TO_DAY_START), *INVENTORY),
+                CAPACITY, *INVENTORY),
          run=_single("kpi_values", P.kpi_values)),
     Step("rack_facility", FIVE_MINUTE, writes=("rack_facility",),
          # the GPUs' clock-event bits are read only when the window has facility rows (a rack to attribute them to)
@@ -183,7 +185,7 @@ DERIVED_STEPS = [
              Read("change_events", before=DEPLOY_LOOKBACK), Read("maintenance_windows", whole=True),
              Read("goodput_leaves"), Read("step_time_baselines"), Read("job_metadata", before=P.META_LOOKBACK),
              *INVENTORY, Read("cluster_goodput", before=ALERT_HISTORY), Read("alerts", before=ALERT_HISTORY),
-             Read("cost_capacity", before=TO_DAY_START + DAY), Read("source_rejects"), Read("source_gaps"),
+             CAPACITY, Read("source_rejects"), Read("source_gaps"),
              Read("slo_error_budgets", before=SLO_LOOKBACK), Read("slo_version_events", before=RELEASE_LOOKBACK),
              Read("facility_telemetry"),
              Read("kube_pods", before=PLATFORM_RESTART_WINDOW), Read("kube_nodes"),
