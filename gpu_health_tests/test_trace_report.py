@@ -1,11 +1,13 @@
 """The real-trace report: outages found in the traces' own files, a small real slice through the whole
 pipeline (its figures checked against the warehouse), and the outage verdict computed from the alerts."""
 
+import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from gpu_health.steps.ingest import REJECT_SHARE_CHECK
 from gpu_health.storage.warehouse import Warehouse
 from gpu_health.traces import report as R
 from gpu_health.traces.report import Outage, Placeholder, outage_verdict, render_markdown, run_report
@@ -118,18 +120,22 @@ def test_report_rows_match_the_warehouse(zhejiang_slice):
     assert rep["pipeline"]["ok"], rep["pipeline"]
     net = "network_telemetry"
     rejects = wh.read_window("source_rejects")
-    quarantined = rejects.drop_duplicates(["partition_start", "row_index"])
+    rows = rejects[rejects["row_index"] >= 0].drop_duplicates(["partition_start", "row_index"])
     assert rep["landed"][net] == 6 * 5 * 20 - 20 * 3  # 20 links x 30 minutes, minus the 3 silent minutes
-    assert rep["quarantined"][net] == len(quarantined) > 0
+    # the port-state gaps are over 5 % of the 16:00 partition's rows: it is quarantined whole, all its rows withheld
+    (whole,) = rejects[rejects["check"] == REJECT_SHARE_CHECK].itertuples()
+    assert whole.partition_start == T0
+    assert rep["quarantined"][net] == json.loads(whole.row_json)["rows"] > len(rows) > 0
     assert rep["accepted"][net] == len(wh.read_window(net)) == rep["landed"][net] - rep["quarantined"][net]
-    by_reason = rejects.drop_duplicates(["partition_start", "row_index", "reason"]).groupby("reason").size().to_dict()
-    assert rep["quarantined_by_reason"][net] == by_reason == {"null in required field link_up": len(quarantined)}
+    by_reason = rows.groupby("reason").size().to_dict()
+    assert by_reason == {"null in required field link_up": len(rows)}
+    assert rep["quarantined_by_reason"][net]["null in required field link_up"] == len(rows)
     # as the contract stands, every row lacks packet loss: all quarantined, every partition blocked
     stands = rep["contract_as_it_stands"][net]
     assert stands["quarantined"] == rep["landed"][net] and len(stands["blocking_partitions"]) == 6
     # with the placeholder only the port-state gaps remain; they block the 16:00 partition (0.5 s of samples)
     filled = rep["contract_with_placeholders"][net]
-    assert filled["quarantined"] == rep["quarantined"][net]
+    assert filled["quarantined"] == len(rows)
     assert filled["blocking_partitions"] == [T0.isoformat()]
     assert set(rep["absent_sources"]) >= {"gpu_telemetry", "scheduler_events", "cost_capacity"}
 
@@ -137,14 +143,17 @@ def test_report_rows_match_the_warehouse(zhejiang_slice):
 def test_report_kpis_say_what_is_missing_and_what_is_a_placeholder(zhejiang_slice):
     rep, wh = zhejiang_slice
     k = {r["series"]: r for r in rep["kpis"]}
-    assert k["comm_health.retransmits"]["degraded"] == 6 and k["comm_health.retransmits"]["ok"] == 0
+    # the 16:00 partition is quarantined whole (its port-state gaps): the five others have network rows to judge
+    judged = 6 - 1
+    assert k["comm_health.retransmits"]["degraded"] == judged and k["comm_health.retransmits"]["ok"] == 0
     assert k["comm_health.retransmits"]["missing_fields"] == ["network_telemetry.retransmits"]
-    assert k["comm_health.packet_loss"]["ok"] == 6
+    assert k["comm_health.packet_loss"]["ok"] == judged
     assert k["comm_health.packet_loss"]["placeholders"] == ["network_telemetry.packet_loss_pct"]
     assert rep["fields_the_trace_lacks"]["network_telemetry"] == ["retransmits", "latency_us"]
     kv = wh.read_window("kpi_values")
-    degraded = kv[(kv["kpi"] == "comm_health.retransmits")]["status"]
-    assert (degraded == "degraded").all() and len(degraded) > 0
+    status = kv[(kv["kpi"] == "comm_health.retransmits")].set_index("partition_start")["status"]
+    assert status[T0] == "no_data"  # the quarantined partition: missing data, never a measured value
+    assert (status.drop(T0) == "degraded").all() and len(status) == 6
 
 
 def test_report_outage_verdict_is_read_from_the_alerts(zhejiang_slice):
@@ -161,4 +170,5 @@ def test_report_outage_verdict_is_read_from_the_alerts(zhejiang_slice):
     assert o["partition_runs"] == 1 and o["partition_run_share"] == o["missing_data_share"]
     text = render_markdown([rep], "python -m gpu_health.traces.report --run zhejiang ...")
     assert f"Verdict: **{o['verdict']}**" in text
-    assert f"| `network_telemetry` | null in required field link_up | {rep['quarantined']['network_telemetry']} |" in text
+    nulls = rep["quarantined_by_reason"]["network_telemetry"]["null in required field link_up"]
+    assert f"| `network_telemetry` | null in required field link_up | {nulls} |" in text

@@ -301,7 +301,7 @@ CREATE TABLE wasted_spend (
 	cause_family TEXT NOT NULL, 
 	team TEXT NOT NULL, 
 	gpu_hours FLOAT NOT NULL, 
-	blended_gpu_hour_usd FLOAT NOT NULL, 
-	usd FLOAT NOT NULL, 
+	blended_gpu_hour_usd FLOAT, 
+	usd FLOAT, 
 	CONSTRAINT pk_wasted_spend PRIMARY KEY (date, region, sku, state, team)
 );

@@ -14,6 +14,9 @@ MAX_CHECK_EXAMPLES = 20
 # A run tag: the run of the partitions after this run's range follows it in order (a range run's next day), so a
 # step re-deriving later partitions (the alerts) leaves them to it (``judged_later``, gpu_health.steps.direct)
 JUDGED_LATER_TAG = "gpu_health/judged_later"
+# the run tags that make one run of a partition range (a single-run backfill)
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 
 def column_schema(model: type[pa.DataFrameModel]) -> dg.TableSchema:

@@ -29,12 +29,10 @@ from dataclasses import dataclass
 import pandas as pd
 
 from gpu_health.constants import PARTITION, PARTITION_KEY_FMT, day_chunks
-from gpu_health.defs.common import JUDGED_LATER_TAG
+from gpu_health.defs.common import JUDGED_LATER_TAG, RANGE_END_TAG, RANGE_START_TAG
 from gpu_health.steps.direct import stages
 from gpu_health.steps.pipeline import run_stages, stage_loop
 
-RANGE_START_TAG = "dagster/asset_partition_range_start"
-RANGE_END_TAG = "dagster/asset_partition_range_end"
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 

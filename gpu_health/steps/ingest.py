@@ -17,6 +17,7 @@ import json
 
 import pandas as pd
 
+from gpu_health.constants import PARTITION
 from gpu_health.contracts import FIVE_MINUTE_SOURCES, PARTITION_COLUMN, empty_frame
 from gpu_health.contracts.validate import OUTSIDE_PARTITION, WHOLE_FILE, Validated, validate_files
 from gpu_health.landing import DAILY_SOURCES
@@ -26,7 +27,6 @@ from gpu_health.sources.read import read_window
 from gpu_health.steps.graph import StepResult
 
 CHUNK = pd.Timedelta(days=1)
-FIVE_MINUTES = pd.Timedelta(minutes=5)
 # Above this share of a partition's rows rejected, the rows that did land would give wrong numbers downstream (a
 # loss tree, a blended price, a KPI computed over a sample the contract chose, not the cluster): the partition is
 # then missing data for its minutes. Below it the rejects are rows a reader can see in source_rejects and each
@@ -66,7 +66,7 @@ def _home(frame: pd.DataFrame, table: str) -> pd.Series:
         return pd.Series(pd.NaT, index=frame.index, dtype="datetime64[ns, UTC]")
     if table in DAILY_SOURCES:
         return pd.to_datetime(frame[col].astype(str), utc=True, errors="coerce").dt.normalize()
-    return pd.to_datetime(frame[col], utc=True).dt.floor(FIVE_MINUTES)
+    return pd.to_datetime(frame[col], utc=True).dt.floor(PARTITION)
 
 
 def quarantine_over_share(v: Validated, table: str) -> tuple[Validated, pd.DataFrame]:

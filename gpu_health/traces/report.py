@@ -20,7 +20,7 @@ SQLite warehouse, and reads back:
 Placeholders. Some contract fields stay required although these traces lack
 them (Philly's GPU memory, SM clock and Xid, host disk and NVMe counters and
 requested memory; Zhejiang's packet loss and port state). Left null, every row
-is quarantined and the contract check blocks the run (over 5 % rejected). So
+is quarantined, and a partition over 5 % rejected is quarantined whole. So
 the pipeline run fills them with the values in :data:`PLACEHOLDERS` -- explicit
 and recorded (the importer's ``placeholders``), never silently -- and the report
 names every series that read one: such a value is not a measurement.
@@ -51,12 +51,12 @@ from gpu_health.constants import PARTITION
 from gpu_health.contracts import CONTRACTS, FIVE_MINUTE_SOURCES, PARTITION_COLUMN, columns, empty_frame
 from gpu_health.contracts.validate import validate_frame
 from gpu_health.landing import DAILY_SOURCES, WHOLE_SOURCES, partition_path, write_partition
+from gpu_health.steps.ingest import ERROR_REJECT_SHARE, REJECT_SHARE_CHECK
 from gpu_health.traces import BUILDERS, philly, zhejiang
 from gpu_health.traces.common import TraceFrames, default_data_dir, write_trace
 
-# Share of a source's rows quarantined above which its contract check is ERROR and blocks downstream
-# (gpu_health.defs.common.ERROR_REJECT_SHARE; repeated here so the report imports no Dagster wiring).
-BLOCKING_REJECT_SHARE = 0.05
+# Share of a partition's rows rejected above which the partition is quarantined whole: the source step's rule
+BLOCKING_REJECT_SHARE = ERROR_REJECT_SHARE
 OUTAGE_MIN_MINUTES = 2  # a partition counts as "in the outage" when at least this many of its minutes are
 SENSOR_EVERY_PARTITION_UP_TO = 24  # partitions re-run alone: all of a window up to two hours, else hourly
 HARDWARE_FAMILIES = ("hardware",)
@@ -258,10 +258,19 @@ def _counts_by_reason(rejects: pd.DataFrame) -> dict[str, dict[str, int]]:
 
 
 def _quarantined_rows(rejects: pd.DataFrame) -> dict[str, int]:
+    """source -> rows the run withheld: its rejected rows, and every row of a partition quarantined whole for its
+    reject share (the reject standing for it says how many rows the file held)."""
     if rejects.empty:
         return {}
-    return {str(s): int(n) for s, n in
-            rejects.drop_duplicates(["source", "partition_start", "row_index"]).groupby("source").size().items()}
+    whole = rejects[rejects["check"] == REJECT_SHARE_CHECK] if "check" in rejects else rejects.iloc[0:0]
+    held = {(s, p): int(json.loads(r)["rows"]) for s, p, r in zip(whole["source"], whole["partition_start"], whole["row_json"])}
+    rows = rejects[rejects["row_index"] >= 0].drop_duplicates(["source", "partition_start", "row_index"])
+    counts = rows.groupby(["source", "partition_start"]).size().to_dict()
+    counts.update(held)
+    out: dict[str, int] = {}
+    for (source, _), n in counts.items():
+        out[str(source)] = out.get(str(source), 0) + int(n)
+    return out
 
 
 def _lacking_fields(wh, start: pd.Timestamp, end: pd.Timestamp, covered: set[str]) -> dict[str, list[str]]:
@@ -599,9 +608,9 @@ def _section(r: dict) -> list[str]:
     lines += _table(["source", "landed", "quarantined, gaps left null", "partitions blocked, gaps left null",
                      "quarantined with placeholders", "partitions blocked with placeholders",
                      "accepted in the run", "quarantined in the run"], rows)
-    lines += ["", "A partition is blocked when over 5 % of its rows are quarantined: its contract check is then "
-              "ERROR and stops everything downstream of it in a partition-by-partition run (the sensor's). The "
-              "run here materializes day-long ranges, whose checks judge the whole range.", ""]
+    lines += ["", "A partition is blocked when over 5 % of its rows are quarantined: it is then quarantined whole "
+              "(its minutes are missing data, never a sample the contract chose), on every path and whatever the "
+              "length of the run; the other partitions land.", ""]
     blocked = [[f"`{t}`", ", ".join(f["blocking_partitions"])] for t, f in sorted(filled.items()) if f["blocking_partitions"]]
     if blocked:
         lines += ["Partitions blocked with placeholders:", ""] + _table(["source", "partitions"], blocked) + [""]

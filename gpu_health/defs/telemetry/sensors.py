@@ -36,8 +36,7 @@ backoff is judged by the wall clock, the clock the runs' end times are on.
 import dagster as dg
 import pandas as pd
 
-from gpu_health.defs.common import JUDGED_LATER_TAG
-from gpu_health.defs.range_runs import RANGE_END_TAG, RANGE_START_TAG
+from gpu_health.defs.common import JUDGED_LATER_TAG, RANGE_END_TAG, RANGE_START_TAG
 from gpu_health.defs.resources import TelemetrySourceResource
 from gpu_health.readiness import (PartitionRun, SensorCursor, describe_wait, plan_rederive, plan_requests,
                                   plan_retries)
