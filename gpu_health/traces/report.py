@@ -57,6 +57,7 @@ from gpu_health.traces.common import TraceFrames, default_data_dir, write_trace
 
 # Share of a partition's rows rejected above which the partition is quarantined whole: the source step's rule
 BLOCKING_REJECT_SHARE = ERROR_REJECT_SHARE
+WITHHELD_WHOLE = "good rows of a partition quarantined whole (over 5 % of its rows rejected)"
 OUTAGE_MIN_MINUTES = 2  # a partition counts as "in the outage" when at least this many of its minutes are
 SENSOR_EVERY_PARTITION_UP_TO = 24  # partitions re-run alone: all of a window up to two hours, else hourly
 HARDWARE_FAMILIES = ("hardware",)
@@ -246,14 +247,22 @@ def land_absent_sources(landing: str | Path, covered: set[str], start: pd.Timest
 
 
 def _counts_by_reason(rejects: pd.DataFrame) -> dict[str, dict[str, int]]:
-    """source -> reason -> quarantined rows (a row counted under each reason it breaks)."""
+    """source -> reason -> quarantined rows (a row counted under each reason it breaks); the good rows of the
+    partitions quarantined whole for their reject share under one reason of their own."""
     if rejects.empty:
         return {}
-    rows = rejects.drop_duplicates(["source", "partition_start", "row_index", "reason"])
+    whole = rejects["check"] == REJECT_SHARE_CHECK if "check" in rejects else pd.Series(False, index=rejects.index)
+    rows = rejects[~whole].drop_duplicates(["source", "partition_start", "row_index", "reason"])
     counts = rows.groupby(["source", "reason"]).size()
     out: dict[str, dict[str, int]] = {}
     for (source, reason), n in counts.items():
         out.setdefault(str(source), {})[str(reason)] = int(n)
+    rejected = rows[rows["row_index"] >= 0].drop_duplicates(["source", "partition_start", "row_index"])
+    rejected = rejected.groupby(["source", "partition_start"]).size()
+    for r in rejects[whole].itertuples():
+        withheld = int(json.loads(r.row_json)["rows"]) - int(rejected.get((r.source, r.partition_start), 0))
+        reason = WITHHELD_WHOLE
+        out.setdefault(str(r.source), {})[reason] = out.get(str(r.source), {}).get(reason, 0) + withheld
     return out
 
 
