@@ -7,7 +7,7 @@
 ``DIR`` holds ``B0/`` (Squeeze's semi-synthetic dataset B0, ISSRE 2019: nine
 settings ``B_cuboid_layer_L_n_ele_K`` of 100 cases, 21,600 leaves each) and
 ``RS/`` (RobustSpot's real incidents, a ratio KPI: ``anomaly.yaml`` and 135
-csv files). Neither is in this repository; README.md ("Root-cause benchmarks")
+csv files). Neither is in this repository; docs/rca.md
 says where to get them. Every case is localized by
 :func:`gpu_health.diagnosis.drilldown.drill_down` with its **default
 parameters** -- one parameter set for both datasets -- and scored as the

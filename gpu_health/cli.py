@@ -109,7 +109,7 @@ def _warehouse_location(warehouse: str | None, telemetry_dir: str | None) -> tup
 
 
 # --- run ---------------------------------------------------------------------------------
-# `gpu-health run` flags -> TelemetrySourceResource fields (each also an environment variable, README: Configuration)
+# `gpu-health run` flags -> TelemetrySourceResource fields (each also an environment variable, docs/running.md: Configuration)
 SOURCE_FLAGS = {
     "prometheus_url": "--prometheus-url", "prometheus_region": "--prometheus-region",
     "prometheus_region_label": "--prometheus-region-label", "prometheus_selector": "--prometheus-selector",

@@ -3,7 +3,7 @@
 Five-minute UTC windows for telemetry and everything computed from it; daily
 windows for finance. The start is configurable (``GPU_HEALTH_PARTITION_START``):
 Dagster advises at most ~100k partitions per asset, about 347 days of 5-minute
-keys, so a long-running deployment moves the start forward (README: "Partition
+keys, so a long-running deployment moves the start forward (docs/running.md: "Partition
 horizon").
 """
 

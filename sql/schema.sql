@@ -3,7 +3,7 @@
 --
 -- Not in SQL (the catalogue's columnar tables: minute-grain telemetry, event sources, per-node loss tree,
 -- inventory, per-partition baselines): facility_telemetry, goodput_leaves, goodput_node_states, gpu_telemetry, inference_latency_buckets, inference_requests, job_metadata, job_runtime_metrics, kpi_baselines, kube_nodes, kube_pods, network_telemetry, node_inventory, node_telemetry, scheduler_events, step_time_baselines, workload_step_stats are stored
--- as Parquet in the telemetry store, <telemetry_dir>/<table>/date=YYYY-MM-DD/<HH>.parquet (a complete hour) or <HHMM>.parquet (README).
+-- as Parquet in the telemetry store, <telemetry_dir>/<table>/date=YYYY-MM-DD/<HH>.parquet (a complete hour) or <HHMM>.parquet (docs/storage.md).
 
 CREATE TABLE alerts (
 	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 

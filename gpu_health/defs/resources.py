@@ -48,7 +48,7 @@ class TelemetrySourceResource(dg.ConfigurableResource):
     kind but the simulator) serves scheduler_events and job_metadata from
     ``sacct`` / ``squeue --json`` dumps; the other tables come from ``landing_dir``.
 
-    Prometheus settings (README: Configuration; :class:`~gpu_health.sources.prometheus.PrometheusSource`):
+    Prometheus settings (docs/running.md: Configuration; :class:`~gpu_health.sources.prometheus.PrometheusSource`):
     ``prometheus_region`` (static region for series without a region label),
     ``prometheus_region_label``, ``prometheus_selector`` (PromQL label matchers put on
     every query), ``prometheus_labels`` (``COLUMN=LABEL,...`` exporter label names, e.g.
@@ -207,7 +207,7 @@ class AlertmanagerResource(dg.ConfigurableResource):
 
 WAREHOUSE_URL = dg.EnvVar("GPU_HEALTH_WAREHOUSE_URL")
 TELEMETRY_DIR = dg.EnvVar("GPU_HEALTH_TELEMETRY_DIR")
-# TelemetrySourceResource's fields from the environment: field -> (variable, default) (README: Configuration)
+# TelemetrySourceResource's fields from the environment: field -> (variable, default) (docs/running.md: Configuration)
 SOURCE_ENVIRONMENT = {
     "kind": ("GPU_HEALTH_SOURCE", "simulator"), "scenario": ("GPU_HEALTH_SCENARIO", ""),
     "live": ("GPU_HEALTH_LIVE", "false"), "landing_dir": ("GPU_HEALTH_LANDING_DIR", "var/landing"),
@@ -253,7 +253,7 @@ def env_value(value: str) -> str:
 
 
 def default_resources() -> dict:
-    """Resources from the environment (README: Configuration). Here, not beside the Definitions, so that the
+    """Resources from the environment (docs/running.md: Configuration). Here, not beside the Definitions, so that the
     command line reads its settings without building every asset (~0.5 CPU s of each ``gpu-health run``'s start
     on 2 cores)."""
     url = warehouse_url_field(WAREHOUSE_URL.get_value(DEFAULT_WAREHOUSE_URL))

@@ -63,7 +63,7 @@ Jensen-Shannon term of the set, base 2) and ``expected_share`` are reported as
 evidence; ``z_score`` is ``sqrt(G)``.
 
 Measured with one parameter set (the defaults) by ``bench/bench_rca.py``; see
-README.md ("Root-cause benchmarks").
+docs/rca.md.
 
 Input handling: NaN / None dimension values become the value ``"unknown"``
 (a real, reportable element: "telemetry without a driver label" is a finding);
@@ -271,7 +271,7 @@ def drill_down(
     issue #19), ``max_causes`` = 5 (a bound on time and alert length; the stop
     rule ends the search first), ``max_combination`` = 3 and
     ``combination_penalty`` = 0.1 as before. The same set scores Squeeze's B0
-    and RobustSpot's RS in ``bench/bench_rca.py`` (README.md).
+    and RobustSpot's RS in ``bench/bench_rca.py`` (docs/rca.md).
     """
     _check_parameters(max_causes, max_combination, combination_penalty, actual_base, expected_base)
     leaves = _prepare(frame, dimensions, actual, expected, actual_base, expected_base)

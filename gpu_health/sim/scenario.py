@@ -1,6 +1,6 @@
 """Scenario files: the cluster, the time span and the incidents to inject.
 
-Format (YAML; see README "Scenario format")::
+Format (YAML; see docs/scenarios.md)::
 
     seed: 7
     start: 2026-11-02T00:00:00Z

@@ -33,7 +33,7 @@ DAY = pd.Timedelta(days=1)
 # piece trades memory for per-piece work: the bulk week at 1,200 GPUs over 3 processes held at once 6.7 GB in
 # whole days, 4.2 GB in 12-hour pieces and 3.4 GB in 8-hour ones (the largest process 2.4, 1.4, 1.2 GB), for
 # ~12-19 % more CPU, every table equal (2026-12-03): not the look-back reads (9.1 against 4.6 CPU s of stored reads
-# over 3 days) but a set-up each step pays per piece, spread over them all (README, "Memory"). The rows of a piece
+# over 3 days) but a set-up each step pays per piece, spread over them all (docs/architecture.md, "Memory"). The rows of a piece
 # scale with the cluster; ``gpu-health run --direct --chunk-hours`` sets it. One length with the loss tree's chunks
 # (constants.PIECE).
 RUN_CHUNK = PIECE

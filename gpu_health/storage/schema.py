@@ -168,7 +168,7 @@ def render_sql(dialect_name: str = "postgresql") -> str:
            "--",
            "-- Not in SQL (the catalogue's columnar tables: minute-grain telemetry, event sources, per-node loss tree,",
            "-- inventory, per-partition baselines): " + ", ".join(sorted(COLUMNAR_TABLES)) + " are stored",
-           "-- as Parquet in the telemetry store, <telemetry_dir>/<table>/date=YYYY-MM-DD/<HH>.parquet (a complete hour) or <HHMM>.parquet (README).", ""]
+           "-- as Parquet in the telemetry store, <telemetry_dir>/<table>/date=YYYY-MM-DD/<HH>.parquet (a complete hour) or <HHMM>.parquet (docs/storage.md).", ""]
     for table in sql_tables():
         out.append(str(CreateTable(table).compile(dialect=dialect)).strip() + ";")
         for idx in sorted(table.indexes, key=lambda i: i.name):
