@@ -6,7 +6,9 @@ The quiet 30-minute zone of ``test_bad_input`` (144 GPUs, no incident), broken i
   minutes) whatever the length of the run, the check WARNs, every other partition lands raw and derived, and the
   Dagster path writes the tables the bulk path writes;
 * a negative price in the day's ``cost_capacity``, or the day's file missing: the day is quarantined (named with
-  file, column and value) and the GPU-minute tables land;
+  file, column and value), the GPU-minute tables land, and the partitions run after the reject is stored carry one
+  missing_data ticket naming the file (in a run, the day's; live, where the day settles after its partitions, the
+  next ones), which clears once the file lands and the day re-runs;
 * the calendar corrupt or absent: the stored calendar is kept, and the run says so;
 * the day's cost file missing while a GPU file holds ten times the GPUs: paid stays Finance's capacity of the last
   day it sent, and the day's spend keeps its GPU-hours with the money null;
@@ -132,6 +134,66 @@ def test_a_bad_or_missing_cost_day_never_blocks_the_five_minute_tables(quiet_zon
         assert str(cost) in whole and "reserved_gpu_hour_usd" in whole and "-1.7" in whole
     else:
         assert "not arrived" in rejects["reason"].iloc[0] and str(cost) in rejects["reason"].iloc[0]
+    # the day's cost was ingested before its partitions: each of them carries one ticket naming the file
+    tickets = _cost_tickets(wh)
+    assert list(tickets["partition_start"]) == PARTITIONS and tickets["alert_id"].nunique() == 1
+    assert (tickets["severity"] == "ticket").all() and (tickets["status"] == "firing").all()
+    assert str(cost) in tickets["description"].iloc[0]
+    assert ("-1.7" if fault == "negative_price" else "not arrived") in tickets["description"].iloc[0]
+
+
+def _cost_tickets(wh, day=START) -> pd.DataFrame:
+    """The alerts of Finance's cost file of ``day``, in partition order."""
+    alerts = wh.read_window("alerts")
+    key = f"missing_data|cost_capacity|{day:%Y-%m-%d}"
+    return alerts[alerts["key"] == key].sort_values("partition_start").reset_index(drop=True)
+
+
+@pytest.mark.parametrize("fault", ["negative_price", "missing_file"])
+def test_a_cost_day_stored_after_its_partitions_tickets_the_partitions_run_after_it(quiet_zone, tmp_path, fault):
+    """Live order: a day's 5-minute partitions run as they land, its cost file is settled after them (00:20 the
+    next day, with the day before's file read before it): the partitions run after the reject is stored carry the
+    ticket, never a page; once the file landed and the day re-ran, the ticket clears."""
+    from gpu_health.sources.landing import LandingSource
+    from gpu_health.steps.graph import FIVE_MINUTE
+    from gpu_health.steps.registry import step, steps_of
+
+    root = _landing(quiet_zone, tmp_path)
+    day = START.normalize()
+    cost = partition_path(root, "cost_capacity", day)
+    good = pd.read_parquet(cost)
+    source, wh = LandingSource(root), Warehouse(f"sqlite:///{tmp_path / 'w'}.db")
+    five = pd.Timedelta(minutes=5)
+
+    def partition(p):
+        for s in steps_of(FIVE_MINUTE):
+            s.run(wh, p, p + five, **({"source": source} if s.is_source else {}))
+
+    # yesterday's file never came: its reject was stored when yesterday settled, before today's partitions
+    step("cost_capacity").run(wh, day - pd.Timedelta(days=1), day, source=source)
+    for p in PARTITIONS[:3]:
+        partition(p)
+    yesterday = _cost_tickets(wh, day - pd.Timedelta(days=1))
+    assert list(yesterday["partition_start"]) == PARTITIONS[:3] and (yesterday["status"] == "firing").all()
+    assert "not arrived" in yesterday["description"].iloc[0]
+    if fault == "negative_price":
+        good.assign(reserved_gpu_hour_usd=-1.7).to_parquet(cost, index=False)
+    else:
+        cost.unlink()
+    step("cost_capacity").run(wh, day, day + pd.Timedelta(days=1), source=source)
+    partition(PARTITIONS[3])
+    tickets = _cost_tickets(wh)
+    assert list(tickets["partition_start"]) == [PARTITIONS[3]], tickets
+    assert tickets["severity"].iloc[0] == "ticket" and tickets["cause_family"].iloc[0] == "missing_data"
+    assert str(cost) in tickets["description"].iloc[0] and "null" in tickets["description"].iloc[0]
+    assert not len(wh.read_window("alerts", where={"severity": "page"}))
+    # Finance sends the file, the day re-runs: the reject is gone and the ticket clears
+    good.to_parquet(cost, index=False)
+    step("cost_capacity").run(wh, day, day + pd.Timedelta(days=1), source=source)
+    partition(PARTITIONS[4])
+    tickets = _cost_tickets(wh)
+    assert list(tickets["partition_start"]) == PARTITIONS[3:5]
+    assert tickets["status"].iloc[-1] != "firing" and tickets["alert_id"].nunique() == 1
 
 
 @pytest.mark.parametrize("path", list(PATHS))

@@ -161,7 +161,7 @@ def test_job_metadata_re_sent_in_a_later_partition_is_stored_once(quiet_zone, tm
 
 def test_the_source_asset_drops_redeliveries_and_counts_them(quiet_zone, tmp_path, monkeypatch):
     """Through Dagster: partition 14:05, then 14:10 whose file re-sends 14:05's last minute at the scrape
-    instant: its rows land, the re-sent ones are counted in the asset's metadata."""
+    instant: its rows land, the re-sent ones are counted in the asset's metadata and its contract check's."""
     from gpu_health_tests.test_pipeline import QUIET, resources
 
     monkeypatch.setenv("GPU_HEALTH_WAREHOUSE_CACHE", "0")
@@ -177,16 +177,21 @@ def test_the_source_asset_drops_redeliveries_and_counts_them(quiet_zone, tmp_pat
     from gpu_health.settings import Settings
 
     assets = list(build_definitions(Settings(), res).assets)
-    meta = {}
+    meta, checks = {}, {}
     for p in (BEFORE, BAD):
         result = dg.materialize(assets, selection=[dg.AssetKey("gpu_telemetry")], partition_key=p.strftime("%Y-%m-%d-%H:%M"),
                                 resources=res, run_config=QUIET, raise_on_error=False)
         assert result.success
         (mat,) = result.asset_materializations_for_node("gpu_telemetry")
+        (check,) = result.get_asset_check_evaluations()
         meta[p] = {k: v.value for k, v in mat.metadata.items()}
+        checks[p] = (check.passed, {k: v.value for k, v in check.metadata.items()})
     assert meta[BEFORE]["duplicates_dropped"] == 0
     assert meta[BAD]["duplicates_dropped"] == GPUS and meta[BAD]["rows"] == len(frame) - GPUS
     assert meta[BAD]["rejected_rows"] == 0 and not meta[BAD]["quarantined_files"]
+    # the contract check says so too (an operator watching checks sees the re-deliveries); they fail nothing
+    assert checks[BEFORE] == (True, {**checks[BEFORE][1], "duplicates_dropped": 0})
+    assert checks[BAD] == (True, {**checks[BAD][1], "duplicates_dropped": GPUS})
     wh = Warehouse(url)
     assert len(wh.read_window("gpu_telemetry", BAD, BAD + FIVE)) == len(frame) - GPUS
     assert wh.count("source_rejects") == 0

@@ -45,7 +45,8 @@ def contract_check_spec(asset_name: str) -> dg.AssetCheckSpec:
 
 def contract_check_result(asset_name: str, accepted: int, rejects: pd.DataFrame,
                           dropped_columns: dict[str, list[str]] | None = None,
-                          partitions: pd.DataFrame | None = None, kept: str | None = None) -> dg.AssetCheckResult:
+                          partitions: pd.DataFrame | None = None, kept: str | None = None,
+                          duplicates_dropped: int = 0) -> dg.AssetCheckResult:
     """One result per materialization: counts by reason, the files quarantined whole and at most 20 example rows.
 
     Severity, per partition (``partitions``: the source step's reject share of each partition with a reject,
@@ -55,7 +56,9 @@ def contract_check_result(asset_name: str, accepted: int, rejects: pd.DataFrame,
     other partition of a single-run range its derived tables. ERROR only when a partition over the share still
     fed the table (``partitions`` not given: the share of the whole run). Each partition's share and verdict is in
     the metadata (``partition_severities``). ``kept``: the calendar's file could not be used and the stored one
-    was kept (WARN, named). Extra columns dropped (schema evolution) are listed but do not fail the check.
+    was kept (WARN, named). Extra columns dropped (schema evolution) are listed but do not fail the check, nor do
+    ``duplicates_dropped``, the re-sent rows the source step dropped (at-least-once delivery: the rows are stored
+    once), counted so an operator watching the checks sees the re-deliveries.
     """
     whole = rejects["row_index"] == -1 if len(rejects) else pd.Series(dtype=bool)
     files, rows = (rejects[whole], rejects[~whole]) if len(rejects) else (rejects, rejects)
@@ -86,7 +89,7 @@ def contract_check_result(asset_name: str, accepted: int, rejects: pd.DataFrame,
                   "rejects_by_reason": dg.MetadataValue.json({str(k): int(v) for k, v in by_reason.items()}),
                   "partition_severities": dg.MetadataValue.json(severities),
                   **({"calendar_kept": kept} if kept else {}),
-                  "files_quarantined": len(files),
+                  "files_quarantined": len(files), "duplicates_dropped": int(duplicates_dropped),
                   "quarantined_files": dg.MetadataValue.json(quarantined),
                   "dropped_columns": dg.MetadataValue.json({c: sorted(set(o))[:MAX_CHECK_EXAMPLES]
                                                             for c, o in (dropped_columns or {}).items()}),

@@ -38,7 +38,8 @@ busy_no_progress    gaming       dummy load on the device: busy GPUs with SM and
                                  AND power near idle (jobs reporting no training metrics); ticket
                                  when the collector exports only one of the two
 missing_data        missing_data a region's collectors silent, nodes' GPU rows missing with no fault,
-                                 rows rejected by a contract (never a page: not a GPU incident)
+                                 rows rejected by a contract, a day's cost file not arrived or
+                                 quarantined (never a page: not a GPU incident)
 inventory_excess,   missing_data GPUs seen beyond Finance's capacity, a region x SKU with telemetry but no
 unpriced_telemetry,              price, a GPU UUID on two nodes in one minute (gpu_health.diagnosis.inventory;
 gpu_identity                     tickets only: the data about the cluster is wrong, not a GPU)
@@ -60,6 +61,7 @@ import pandas as pd
 
 from gpu_health.codes import factorize, refactorize
 from gpu_health.constants import MAD_TO_SIGMA
+from gpu_health.contracts.validate import WHOLE_FILE
 from gpu_health.diagnosis.cohort import REGRESSION, judge_cohorts
 from gpu_health.metrics.device import BUSY_UTIL_PCT, device_idle, low_power, reference_power
 from gpu_health.metrics.goodput import (
@@ -354,6 +356,9 @@ class PartitionContext:
     loss_history: pd.DataFrame | None = None  # job_runtime_metrics (loss, checkpoints) of the convergence look-back
     facility: pd.DataFrame | None = None  # facility_telemetry rows of the partition (None / empty: no facility data)
     capacity: pd.DataFrame | None = None  # cost_capacity rows of the partition's day (None: not given)
+    # source_rejects of Finance's cost file of the partition's day and of the day before (partition_start = the
+    # day, origin, row_index, reason; None: none)
+    cost_rejects: pd.DataFrame | None = None
     # per-range structures (prepare_range), computed once for all partitions of a range; None: each detector
     # derives what it needs from the frames above (the same results, slower)
     prepared: "RangePrep | None" = None
@@ -1802,7 +1807,10 @@ def detect_missing_data(ctx: PartitionContext) -> list[Finding]:
       MISSING_NODE_GPU_MINUTES on a node;
     * rows a contract rejected (``source_rejects``) for the partition, with the file and the count;
     * sources written empty because their producer was silent past its grace (``source_gaps``: an absent
-      exporter or Slurm dump), naming the silent metric family.
+      exporter or Slurm dump), naming the silent metric family;
+    * Finance's cost file of the partition's day or the day before not arrived, quarantined or with rows rejected
+      (``cost_rejects``): one ticket per day, naming the file and the reason, until the file lands and the day
+      re-runs (its rejects are then gone).
     """
     inv = ctx.inventory
     out = []
@@ -1854,7 +1862,27 @@ def detect_missing_data(ctx: PartitionContext) -> list[Finding]:
                            evidence="; ".join(f"{r.source}: no {r.missing_family} ({r.reason})" for r in gaps.itertuples())
                                     + ". Written empty so the rest is computed: judgements that need these sources "
                                       "cannot be made for the partition"))
+    if ctx.cost_rejects is not None and len(ctx.cost_rejects):
+        out += [_cost_day_finding(pd.Timestamp(day), rej) for day, rej in ctx.cost_rejects.groupby("partition_start")]
     return out
+
+
+def _cost_day_finding(day: pd.Timestamp, rej: pd.DataFrame) -> Finding:
+    """The ticket of a day whose cost file was not used whole (not arrived, or quarantined: its money is null) or
+    lost rows (priced without them); keyed by the day, so one missing day is one alert however long it lasts."""
+    whole = rej[rej["row_index"] == WHOLE_FILE]
+    reasons = (whole if len(whole) else rej)["reason"].astype(str).drop_duplicates()
+    evidence = "; ".join(reasons.head(3))
+    if len(whole):
+        summary = f"Finance's cost file for {day:%Y-%m-%d} not arrived or quarantined: the day's money is null"
+        evidence += (". Until the file lands and the day re-runs, wasted_spend keeps the day's GPU-hours with the "
+                     "money null and the loss tree pays against the last capacity Finance sent: ask Finance (or the "
+                     "uploader of its file) for it")
+    else:
+        summary = f"{len(rej)} row(s) of Finance's cost file for {day:%Y-%m-%d} rejected"
+        evidence += ". The day is priced without them until a corrected file lands and the day re-runs"
+    return Finding("missing_data", "missing_data", "ticket", "*", f"missing_data|cost_capacity|{day:%Y-%m-%d}",
+                   summary=summary, evidence=evidence)
 
 
 # --- serving SLOs (issue #17) ----------------------------------------------------------------------------------

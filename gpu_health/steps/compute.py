@@ -34,6 +34,10 @@ SILENT_REGION_MEMORY = pd.Timedelta(days=7)
 # how far back the last capacity Finance sent still stands for a day it has not priced (yet): a day's cost file
 # lands after the day, and installed capacity moves with purchase orders, over weeks (G.capacity_as_of)
 CAPACITY_MEMORY = pd.Timedelta(days=7)
+# the days before a partition's own whose cost file it tickets when missing or quarantined: live, the daily job
+# settles a day after it ends (its cost file lands the next morning), so only the next day's partitions run after
+# its reject is stored; a reject older than that is no longer news (it stays in source_rejects and on the check)
+COST_REJECT_DAYS = pd.Timedelta(days=1)
 FIVE = PARTITION  # (the name the steps use)
 SOURCES = ["gpu_telemetry", "node_telemetry", "job_runtime_metrics", "scheduler_events"]
 
@@ -455,7 +459,15 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
     rates = blended_rate_by_region(cost)
     cost_days = dict(tuple(cost.groupby(pd.to_datetime(cost["date"].astype(str)).dt.date))) if len(cost) else {}
     rejects = wh.read_window("source_rejects", start, end, columns=["source", "partition_start", "origin", "reason"])
+    # a cost_capacity reject is filed under its day's midnight: a ticket of its day (cost_p), not of one partition
+    rejects = rejects[rejects["source"] != "cost_capacity"] if len(rejects) else rejects
     rejects_p = dict(tuple(rejects.groupby("partition_start"))) if len(rejects) else {}
+    # Finance's cost file of each partition's day and of the day before: live, a day is settled (its cost file
+    # read) after its partitions ran, so its reject is stored while the next day's partitions run
+    cost_rejects = wh.read_window("source_rejects", start.normalize() - COST_REJECT_DAYS, end,
+                                  columns=["partition_start", "origin", "row_index", "reason"],
+                                  where={"source": "cost_capacity"})
+    cost_p = dict(tuple(cost_rejects.groupby(cost_rejects["partition_start"].dt.normalize()))) if len(cost_rejects) else {}
     gaps = wh.read_window("source_gaps", start, end, columns=["source", "partition_start", "missing_family", "reason"])
     gaps_p = dict(tuple(gaps.groupby("partition_start"))) if len(gaps) else {}
     from gpu_health.metrics.slo import LOOKBACK as SLO_LOOKBACK
@@ -514,6 +526,7 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
             if len(release_rows) else None,
             open_keys=frozenset(prev.loc[prev["status"] != "resolved", "key"]) if len(prev) else frozenset(),
             facility=fac_p.get(p), capacity=cost_days.get(p.date()),
+            cost_rejects=_days_rejects(cost_p, p.normalize() - COST_REJECT_DAYS, p.normalize()),
             kube_pods=kube_pods.iloc[pods_ts.searchsorted(p - RESTART_WINDOW):pods_ts.searchsorted(p + five)]
             if len(kube_pods) else None,
             kube_nodes=kube_nodes_p.get(p),
@@ -526,6 +539,12 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
             hist = _forget_paged(hist, snap)
         prev = snap
     return pd.concat(out, ignore_index=True) if out else A.empty()
+
+
+def _days_rejects(by_day: dict, first: pd.Timestamp, last: pd.Timestamp) -> pd.DataFrame | None:
+    """The cost_capacity rejects of the days ``first`` .. ``last`` (None: none)."""
+    days = [by_day[d] for d in pd.date_range(first, last, freq="D") if d in by_day]
+    return pd.concat(days, ignore_index=True) if len(days) > 1 else days[0] if days else None
 
 
 # A re-run partition re-derives the alerts of the partitions after it that were already computed (their snapshots

@@ -32,6 +32,9 @@ CAPACITY = Read("cost_capacity", before=TO_DAY_START + P.CAPACITY_MEMORY)
 # of its last report up to SILENT_REGION_MEMORY back (P.inventory_segments)
 INVENTORY = (Read("node_inventory", before=P.INVENTORY_LOOKBACK + P.FIVE),
              Read("node_inventory", before=P.SILENT_REGION_MEMORY + P.INVENTORY_LOOKBACK, optional=True))
+# the rejects of Finance's cost file of a window's day and of the day before (P.COST_REJECT_DAYS), filed under the
+# day's midnight: the missing_data ticket of a day whose money is null
+COST_REJECTS = Read("source_rejects", before=TO_DAY_START + P.COST_REJECT_DAYS)
 # the history of the loss tree and the alerts the scheduling detector's seasonal baseline reads
 ALERT_HISTORY = pd.Timedelta(days=7, hours=1)
 
@@ -185,7 +188,7 @@ DERIVED_STEPS = [
              Read("change_events", before=DEPLOY_LOOKBACK), Read("maintenance_windows", whole=True),
              Read("goodput_leaves"), Read("step_time_baselines"), Read("job_metadata", before=P.META_LOOKBACK),
              *INVENTORY, Read("cluster_goodput", before=ALERT_HISTORY), Read("alerts", before=ALERT_HISTORY),
-             CAPACITY, Read("source_rejects"), Read("source_gaps"),
+             CAPACITY, Read("source_rejects"), COST_REJECTS, Read("source_gaps"),
              Read("slo_error_budgets", before=SLO_LOOKBACK), Read("slo_version_events", before=RELEASE_LOOKBACK),
              Read("facility_telemetry"),
              Read("kube_pods", before=PLATFORM_RESTART_WINDOW), Read("kube_nodes"),

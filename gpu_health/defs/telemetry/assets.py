@@ -55,7 +55,8 @@ def build_source_asset(table: str, partitions_def) -> dg.AssetsDefinition:
         if found.get("calendar_kept"):
             context.log.warning(f"{table}: {found['calendar_kept']}")
         check = contract_check_result(table, len(frame), found["rejects"], dropped_columns=found["dropped_columns"],
-                                      partitions=found.get("partitions"), kept=found.get("calendar_kept"))
+                                      partitions=found.get("partitions"), kept=found.get("calendar_kept"),
+                                      duplicates_dropped=result.metadata["duplicates_dropped"])
         # validate_frame returned Model.validate(df, lazy=True) output: coerced to the contract (style.md)
         yield dg.Output(frame, metadata={
             **result.metadata, "rejected_rows": check.metadata["rejected_rows"],
