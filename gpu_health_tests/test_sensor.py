@@ -612,6 +612,14 @@ def test_dagster_sensor_requests_a_failed_re_derivation_again_until_the_bound(la
         record(retry, "failure")
         cursor = tick_.cursor
     assert not evaluate(sensor, resources, cursor, at(25), defs, instance).run_requests  # max_retries=2 spent
+    # a correction needing no range (the last partition) is one on its retries too: their success settles finance
+    write_partition(landing, "change_events", at(15), one_change(at(16)))
+    last = evaluate(sensor, resources, cursor, at(26), defs, instance)
+    (alone,) = last.run_requests
+    record(alone, "failure")
+    (retry,) = evaluate(sensor, resources, last.cursor, at(27), defs, instance).run_requests
+    assert retry.run_key == f"{alone.run_key}#retry1"
+    assert retry.tags["gpu_health/corrected"] == alone.tags["gpu_health/corrected"] == key(15)
 
 
 def test_dagster_settle_sensor_settles_the_touched_days_already_settled_once_per_correction(landing, two_days):
