@@ -12,7 +12,7 @@ from gpu_health.defs.jobs import build_jobs
 from gpu_health.defs.kpis.assets import build_kpi_assets
 from gpu_health.defs.resources import default_resources
 from gpu_health.defs.telemetry.assets import build_telemetry_assets
-from gpu_health.defs.telemetry.sensors import build_partition_sensor
+from gpu_health.defs.telemetry.sensors import build_partition_sensor, build_settle_sensor
 from gpu_health.partitions import daily_partitions, five_minute_partitions
 from gpu_health.settings import Settings
 
@@ -28,7 +28,8 @@ def build_definitions(settings: Settings, resources: dict | None = None) -> dg.D
         assets=assets,
         jobs=[five_job, daily_job, calendar_job],
         schedules=schedules,
-        sensors=[build_partition_sensor(five_job, five_minute), alertmanager_delivery_sensor],
+        sensors=[build_partition_sensor(five_job, five_minute), build_settle_sensor(five_job, daily_job),
+                 alertmanager_delivery_sensor],
         resources=resources if resources is not None else default_resources(),
         executor=dg.in_process_executor,
     )

@@ -12,6 +12,7 @@ import dagster as dg
 from gpu_health.constants import PARTITION_CRON, PARTITION_KEY_FMT
 
 FIVE_MINUTE_FMT = PARTITION_KEY_FMT
+DAILY_FMT = "%Y-%m-%d"  # the key of a daily partition (DailyPartitionsDefinition's format)
 DEFAULT_START = "2026-11-01-00:00"
 
 

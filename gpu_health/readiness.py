@@ -12,13 +12,13 @@ simulator, the wall clock has passed the window. Its *version* is the files'
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
 from gpu_health.constants import PARTITION, PARTITION_FREQ
 from gpu_health.contracts import FIVE_MINUTE_SOURCES
-from gpu_health.partitions import FIVE_MINUTE_FMT
+from gpu_health.partitions import DAILY_FMT, FIVE_MINUTE_FMT
 from gpu_health.sources.base import ABSENT
 
 # A version with tables judged absent ends in this mark and a hex bit mask of them (in FIVE_MINUTE_SOURCES order):
@@ -80,6 +80,16 @@ class PartitionRun:
     attempt: int  # 0 for the first request of that version, n for the n-th retry
     status: str  # "success" | "failure" | "canceled" | "in_progress"
     ended_at: pd.Timestamp | None = None
+    started_at: pd.Timestamp | None = None
+    corrected: bool = False  # a corrected partition's run that needed no range (it settles finance again)
+
+
+def _retry_due(status: str, attempt: int, ended_at: pd.Timestamp | None, *, now: pd.Timestamp, max_retries: int,
+               backoff: pd.Timedelta) -> bool:
+    """A failed run is requested again after ``backoff * 2**attempt``, at most ``max_retries`` times."""
+    if status != "failure" or attempt >= max_retries:
+        return False
+    return ended_at is None or now >= ended_at + backoff * (2 ** attempt)
 
 
 def plan_retries(latest: Iterable[PartitionRun], versions: dict[str, str], *, now: pd.Timestamp,
@@ -98,14 +108,10 @@ def plan_retries(latest: Iterable[PartitionRun], versions: dict[str, str], *, no
     """
     out = []
     for run in latest:
-        if run.status != "failure" or run.version is None or versions.get(run.partition_key) != run.version:
+        if run.version is None or versions.get(run.partition_key) != run.version:
             continue
-        if run.attempt >= max_retries:
-            continue
-        wait = backoff * (2 ** run.attempt)
-        if run.ended_at is not None and now < run.ended_at + wait:
-            continue
-        out.append(Request(run.partition_key, run.version, run.attempt + 1))
+        if _retry_due(run.status, run.attempt, run.ended_at, now=now, max_retries=max_retries, backoff=backoff):
+            out.append(Request(run.partition_key, run.version, run.attempt + 1))
     return sorted(out, key=lambda r: r.partition_key)
 
 
@@ -129,11 +135,17 @@ class RangeRequest:
     version: str
     corrected: tuple[str, ...]
     stale: tuple[str, str] | None = None
+    attempt: int = 0  # as Request.attempt: n for the n-th re-request after a failed run
+
+    @property
+    def correction_key(self) -> str:
+        """``rederive:first..last@version``: the corrections it re-derives, whichever attempt."""
+        return f"rederive:{self.first}..{self.last}@{self.version}"
 
     @property
     def run_key(self) -> str:
-        """``rederive:first..last@version``: the same corrections re-derive once."""
-        return f"rederive:{self.first}..{self.last}@{self.version}"
+        """The correction key (``#retryN`` for a re-request): the same corrections re-derive once, a retry once."""
+        return f"{self.correction_key}#retry{self.attempt}" if self.attempt else self.correction_key
 
     def stale_report(self) -> dict | None:
         if self.stale is None:
@@ -150,6 +162,17 @@ def _replaced(old: str | None, new: str) -> bool:
     return old is not None and old != new and _absent_mask(old) == _absent_mask(new)
 
 
+def corrections(requests: Iterable[Request], before: dict[str, str]) -> dict[str, str]:
+    """The tick's requests of replaced partitions (corrections): partition key -> its new version."""
+    return {r.partition_key: r.version for r in requests
+            if r.attempt == 0 and _replaced(before.get(r.partition_key), r.version)}
+
+
+def _digest(held: Iterable[str], versions: dict[str, str]) -> str:
+    """A range's version: its corrected partitions with their versions."""
+    return hashlib.sha1("|".join(f"{k}@{versions[k]}" for k in held).encode()).hexdigest()[:16]
+
+
 def plan_rederive(requests: Iterable[Request], before: dict[str, str], *,
                   bound: pd.Timedelta) -> list[RangeRequest]:
     """The re-derivations a tick's corrections call for: for each replaced partition (a request whose partition
@@ -158,7 +181,7 @@ def plan_rederive(requests: Iterable[Request], before: dict[str, str], *,
     correction it holds (a correction inside a range joins it: one range from the earliest). A correction with no
     later partition requested needs none (its own run is all). The requested partitions that go on past the
     bound are the range's ``stale``."""
-    fixes = {r.partition_key: r.version for r in requests if r.attempt == 0 and _replaced(before.get(r.partition_key), r.version)}
+    fixes = corrections(requests, before)
     out: list[RangeRequest] = []
     done: set[str] = set()
     for first in sorted(fixes):
@@ -179,9 +202,80 @@ def plan_rederive(requests: Iterable[Request], before: dict[str, str], *,
             u += PARTITION
         if u > t:
             stale = (partition_key(t), partition_key(u - PARTITION))
-        digest = hashlib.sha1("|".join(f"{k}@{fixes[k]}" for k in held).encode()).hexdigest()[:16]
-        out.append(RangeRequest(first, partition_key(t - PARTITION), digest, tuple(held), stale))
+        out.append(RangeRequest(first, partition_key(t - PARTITION), _digest(held, fixes), tuple(held), stale))
     return out
+
+
+@dataclass(frozen=True)
+class RangeRun:
+    """The latest run of a re-derivation range (``request``, as it was requested: its attempt the retry it was),
+    as the Dagster instance records it; ``status`` and ``ended_at`` as :class:`PartitionRun`'s."""
+
+    request: RangeRequest
+    status: str
+    ended_at: pd.Timestamp | None = None
+
+
+def plan_range_retries(latest: Iterable[RangeRun], versions: dict[str, str], *, now: pd.Timestamp,
+                       max_retries: int, backoff: pd.Timedelta) -> list[RangeRequest]:
+    """Re-requests of re-derivations whose latest run failed, as :func:`plan_retries`' of partitions (the same
+    backoff and bound): a fault of minutes during a range (a database restarting) heals without a changed file.
+    Only a range whose corrected partitions still hold the versions it was planned with is retried (its version is
+    their digest): one corrected again gets a range of its own from ``plan_rederive``, and one past the cursor's
+    records is left alone."""
+    out = []
+    for run in latest:
+        req = run.request
+        if not all(k in versions for k in req.corrected) or _digest(req.corrected, versions) != req.version:
+            continue
+        if _retry_due(run.status, req.attempt, run.ended_at, now=now, max_retries=max_retries, backoff=backoff):
+            out.append(replace(req, attempt=req.attempt + 1))
+    return sorted(out, key=lambda r: (r.first, r.last))
+
+
+@dataclass(frozen=True)
+class Correction:
+    """A correction whose run succeeded: ``key`` names it whichever attempt ran it (``RangeRequest.correction_key``
+    of a re-derivation; ``partition@version`` of a corrected partition that needed none), ``first`` .. ``last``
+    the partitions it wrote (keys, both included), ``ended_at`` when it succeeded."""
+
+    key: str
+    first: str
+    last: str
+    ended_at: pd.Timestamp
+
+
+@dataclass(frozen=True)
+class Settle:
+    """A finance day (daily partition key) to settle again after ``correction`` (a :attr:`Correction.key`)."""
+
+    day: str
+    correction: str
+
+    @property
+    def run_key(self) -> str:
+        """``settle:day@correction``: a day settles once per correction."""
+        return f"settle:{self.day}@{self.correction}"
+
+
+def plan_settles(done: Iterable[Correction], daily: Iterable[PartitionRun], *, finance_days) -> list[Settle]:
+    """The finance days to settle again after corrections that succeeded: each day whose finance read a partition
+    a correction wrote (``finance_days(start, stop)``, :func:`gpu_health.steps.rederive.finance_days`) and whose
+    latest daily run (``daily``: the newest run per daily partition key) began before the correction ended and has
+    finished: its tables hold the old data. A day never settled is left to its schedule; a daily run that began
+    after the correction ended, or has not begun yet, reads the corrected data; one still running is waited for
+    (a run requested now could finish before it, and its old tables would be the ones kept)."""
+    latest = {r.partition_key: r for r in daily}
+    out = set()
+    for fix in done:
+        for day in finance_days(partition_start(fix.first), partition_start(fix.last) + PARTITION):
+            run = latest.get(day.strftime(DAILY_FMT))
+            if run is None or run.status == "in_progress":
+                continue
+            began = run.started_at if run.started_at is not None else run.ended_at
+            if began is not None and began < fix.ended_at:
+                out.add(Settle(day.strftime(DAILY_FMT), fix.key))
+    return sorted(out, key=lambda s: (s.day, s.correction))
 
 
 def data_version(source, start: pd.Timestamp, now: pd.Timestamp, grace: pd.Timedelta) -> str | None:

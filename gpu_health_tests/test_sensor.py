@@ -12,6 +12,7 @@ not on their rows.
 
 import functools
 import json
+from dataclasses import replace
 
 import dagster as dg
 import pandas as pd
@@ -23,8 +24,8 @@ from gpu_health.defs.resources import TelemetrySourceResource, WarehouseIOManage
 from gpu_health.landing import partition_path, write_partition
 from gpu_health.defs.telemetry.sensors import build_partition_sensor, latest_partition_runs
 from gpu_health.partitions import five_minute_partitions
-from gpu_health.readiness import (PartitionRun, Request, SensorCursor, data_version, plan_rederive, plan_requests,
-                                  plan_retries)
+from gpu_health.readiness import (Correction, PartitionRun, RangeRun, Request, SensorCursor, Settle, data_version,
+                                  plan_range_retries, plan_rederive, plan_requests, plan_retries, plan_settles)
 from gpu_health.settings import Settings
 from gpu_health.sim.scenario import default_scenario
 from gpu_health.sources.landing import LandingSource
@@ -490,3 +491,178 @@ def test_dagster_sensor_marks_the_partitions_past_the_bound_stale(landing, senso
     assert (rng.tags["dagster/asset_partition_range_end"], rng.tags["gpu_health/stale"]) == (
         key(5), f"{key(10)}..{key(15)}")
     assert json.loads(fix.cursor)["stale"] == {"corrected": key(0), "from": key(10), "to": key(15), "partitions": 2}
+
+
+# --- a failed re-derivation is requested again; a correction settles the finance days it touched ------------------
+def _recorder(instance: dg.DagsterInstance, defs):
+    """``record(request, status, job)``: the run Dagster launched for ``request`` (a partition's or a range's of the
+    5-minute job; a daily one), started, then ended with ``status``."""
+    def record(request, status, job="five_minute_job"):
+        job = defs.resolve_job_def(job)
+        tags = {**request.tags, **({"dagster/partition": request.partition_key} if request.partition_key else {})}
+        run = instance.create_run_for_job(job_def=job, tags=tags)
+        instance.handle_run_event(run.run_id, dg.DagsterEvent(
+            event_type_value="PIPELINE_START", job_name=job.name, message="started"))
+        if status == "failure":
+            instance.report_run_failed(run, message="database connection lost")
+        elif status == "success":
+            instance.handle_run_event(run.run_id, dg.DagsterEvent(
+                event_type_value="PIPELINE_SUCCESS", job_name=job.name, message="ok"))
+    return record
+
+
+def _a_range():
+    """The range correcting 14:05 after 14:00 .. 14:15 ran, and the versions the cursor holds after it."""
+    before = {key(m): f"v{m}" for m in (0, 5, 10, 15)}
+    fix = Request(key(5), "v5-corrected")
+    (rng,) = plan_rederive([fix], before, bound=pd.Timedelta(days=1))
+    return rng, {**before, key(5): fix.version}
+
+
+def test_a_failed_re_derivation_is_retried_after_backoff_until_the_bound():
+    rng, versions = _a_range()
+    backoff = pd.Timedelta(minutes=1)
+    failed = [RangeRun(rng, "failure", at(30))]
+    assert plan_range_retries(failed, versions, now=at(30.5), max_retries=3, backoff=backoff) == []  # backing off
+    (retry,) = plan_range_retries(failed, versions, now=at(31), max_retries=3, backoff=backoff)
+    assert (retry.first, retry.last, retry.version, retry.corrected, retry.attempt) == (
+        rng.first, rng.last, rng.version, rng.corrected, 1)
+    assert retry.run_key == f"{rng.run_key}#retry1" and retry.correction_key == rng.run_key
+    again = [RangeRun(retry, "failure", at(40))]
+    assert plan_range_retries(again, versions, now=at(41.5), max_retries=3, backoff=backoff) == []  # waits 2 min
+    assert [r.attempt for r in plan_range_retries(again, versions, now=at(42), max_retries=3, backoff=backoff)] == [2]
+    spent = [RangeRun(replace(rng, attempt=3), "failure", at(40))]
+    assert plan_range_retries(spent, versions, now=at(120), max_retries=3, backoff=backoff) == []  # stays failed
+
+
+@pytest.mark.parametrize("status, versions_after", [
+    ("success", {}), ("canceled", {}), ("in_progress", {}),
+    ("failure", {key(5): "v5-corrected-again"}),  # corrected again: plan_rederive plans a range of its own
+])
+def test_only_a_re_derivation_failed_on_the_data_it_was_planned_with_is_retried(status, versions_after):
+    rng, versions = _a_range()
+    latest = [RangeRun(rng, status, None if status == "in_progress" else at(30))]
+    assert plan_range_retries(latest, {**versions, **versions_after}, now=at(60), max_retries=3,
+                              backoff=pd.Timedelta(minutes=1)) == []
+    past_records = {k: v for k, v in versions.items() if k != key(5)}  # its corrected partition's record dropped
+    assert plan_range_retries([RangeRun(rng, "failure", at(30))], past_records, now=at(60), max_retries=3,
+                              backoff=pd.Timedelta(minutes=1)) == []
+
+
+def test_a_correction_settles_again_only_the_touched_days_settled_before_it_ended():
+    from gpu_health.steps.rederive import finance_days
+
+    rng, _ = _a_range()
+    fix = Correction(rng.correction_key, rng.first, rng.last, at(40))
+    touched = [d.strftime("%Y-%m-%d") for d in finance_days(at(5), at(20))]
+    untouched = (pd.Timestamp(touched[0]) - pd.Timedelta(days=1)).strftime("%Y-%m-%d")
+    settled, open_day = touched[0], touched[-1]  # the day before T0 settled; T0's own day not yet
+    assert settled != open_day
+
+    def daily(day, status, began):
+        return PartitionRun(day, None, 0, status, None if status == "in_progress" else at(began + 1), at(began))
+
+    before = [daily(settled, "success", -600), daily(untouched, "success", -2000)]
+    (settle,) = plan_settles([fix], before, finance_days=finance_days)
+    assert settle == Settle(settled, rng.correction_key)
+    assert settle.run_key == f"settle:{settled}@{rng.correction_key}"
+    # a failed settle wrote some of its tables: settled too
+    assert plan_settles([fix], [daily(settled, "failure", -600)], finance_days=finance_days) == [settle]
+    # a daily run begun after the correction ended read the corrected data; one still running is waited for
+    assert plan_settles([fix], [daily(settled, "success", 45)], finance_days=finance_days) == []
+    assert plan_settles([fix], [daily(settled, "in_progress", 35)], finance_days=finance_days) == []
+    # each correction settles the day once: a second correction is another run key
+    other = Correction(Request(key(15), "v15-corrected").run_key, key(15), key(15), at(50))
+    both = plan_settles([fix, other], before, finance_days=finance_days)
+    assert [s.run_key for s in both] == sorted({settle.run_key, f"settle:{settled}@{key(15)}@v15-corrected"})
+
+
+@pytest.fixture
+def two_days(landing, tmp_path):
+    """The code location with daily partitions from the day before T0, an instance and its ``record``."""
+    url = f"sqlite:///{tmp_path / 'wh.db'}"
+    resources = {"warehouse": WarehouseResource(url=url), "warehouse_io_manager": WarehouseIOManager(url=url),
+                 "source": TelemetrySourceResource(kind="landing", landing_dir=str(landing))}
+    defs = build_definitions(Settings(partition_start="2026-11-02-00:00"), resources)
+    instance = dg.DagsterInstance.ephemeral()
+    return defs, {"source": resources["source"]}, instance, _recorder(instance, defs)
+
+
+def test_dagster_sensor_requests_a_failed_re_derivation_again_until_the_bound(landing, two_days):
+    defs, resources, instance, record = two_days
+    job = defs.resolve_job_def("five_minute_job")
+    sensor = build_partition_sensor(job, five_minute_partitions("2026-11-02-00:00"), max_retries=2,
+                                    retry_backoff_seconds=0)
+    for m in (0, 5, 10, 15):
+        land(landing, at(m))
+    first = evaluate(sensor, resources, SensorCursor(at(0)).dumps(), at(21), defs, instance)
+    for r in first.run_requests:
+        record(r, "success")
+    write_partition(landing, "change_events", at(5), one_change(at(6)))
+    fix = evaluate(sensor, resources, first.cursor, at(22), defs, instance)
+    single, rng = fix.run_requests
+    record(single, "success")
+    record(rng, "failure")  # the database restarted during the re-derivation
+    cursor = fix.cursor
+    for attempt in (1, 2):  # the range again, as it was, each retry its own run key
+        tick_ = evaluate(sensor, resources, cursor, at(22 + attempt), defs, instance)
+        (retry,) = tick_.run_requests
+        assert retry.partition_key is None and retry.run_key == f"{rng.run_key}#retry{attempt}"
+        assert retry.tags == {**rng.tags, "gpu_health/retry": str(attempt)}
+        record(retry, "failure")
+        cursor = tick_.cursor
+    assert not evaluate(sensor, resources, cursor, at(25), defs, instance).run_requests  # max_retries=2 spent
+    # a correction needing no range (the last partition) is one on its retries too: their success settles finance
+    write_partition(landing, "change_events", at(15), one_change(at(16)))
+    last = evaluate(sensor, resources, cursor, at(26), defs, instance)
+    (alone,) = last.run_requests
+    record(alone, "failure")
+    (retry,) = evaluate(sensor, resources, last.cursor, at(27), defs, instance).run_requests
+    assert retry.run_key == f"{alone.run_key}#retry1"
+    assert retry.tags["gpu_health/corrected"] == alone.tags["gpu_health/corrected"] == key(15)
+
+
+def test_dagster_settle_sensor_settles_the_touched_days_already_settled_once_per_correction(landing, two_days):
+    from gpu_health.steps.rederive import finance_days
+
+    defs, resources, instance, record = two_days
+    five = defs.resolve_sensor_def("five_minute_partition_sensor")
+    settle = defs.resolve_sensor_def("finance_settle_sensor")
+    assert settle.job_name == "daily_job" and settle.default_status == dg.DefaultSensorStatus.RUNNING
+    days = [d.strftime("%Y-%m-%d") for d in finance_days(at(5), at(20))]
+    settled, open_day = days[0], days[-1]  # the day before T0 settled by its schedule; T0's day still open
+    assert settled != open_day
+    record(dg.RunRequest(partition_key=settled), "success", "daily_job")
+
+    def settles(now):
+        return evaluate(settle, {}, None, now, defs, instance)
+
+    for m in (0, 5, 10, 15):
+        land(landing, at(m))
+    first = evaluate(five, resources, SensorCursor(at(0)).dumps(), at(21), defs, instance)
+    for r in first.run_requests:
+        record(r, "success")
+    assert not settles(at(21)).run_requests  # first runs correct nothing
+
+    write_partition(landing, "change_events", at(5), one_change(at(6)))
+    fix = evaluate(five, resources, first.cursor, at(22), defs, instance)
+    single, rng = fix.run_requests
+    record(single, "success")
+    assert not settles(at(22)).run_requests  # the re-derivation has not run yet
+    record(rng, "failure")
+    assert not settles(at(23)).run_requests  # nor succeeded
+    record(dg.RunRequest(run_key=f"{rng.run_key}#retry1", tags={**rng.tags, "gpu_health/retry": "1"}), "success")
+    (request,) = settles(at(24)).run_requests
+    assert request.partition_key == settled  # the open day waits for its schedule
+    assert request.run_key == f"settle:{settled}@{rng.run_key}"  # the correction's, not its retry's
+    record(request, "success", "daily_job")
+    assert not settles(at(25)).run_requests  # settled again: once
+
+    # a correction of the last partition needs no range: its own run settles the days it touched
+    write_partition(landing, "change_events", at(15), one_change(at(16)))
+    last = evaluate(five, resources, fix.cursor, at(26), defs, instance)
+    (alone,) = last.run_requests
+    assert alone.partition_key == key(15) and alone.tags["gpu_health/corrected"] == key(15)
+    record(alone, "success")
+    (again,) = settles(at(27)).run_requests
+    assert (again.partition_key, again.run_key) == (settled, f"settle:{settled}@{alone.run_key}")
