@@ -179,7 +179,12 @@ def test_a_day_of_live_operation_with_a_faulty_fleet(staged, clean, tmp_path, po
         pending = _deliveries(staged)
         cursor, delivery_cursor, runs, calendar_kept = SensorCursor(DAY).dumps(), None, [], 0
         now = DAY + TICK_OFFSET
-        while now <= END + pd.Timedelta(minutes=20):
+        settled = False
+        # past the day: its daily schedule (00:20) settles it, and the next partitions run after that
+        while now <= END + pd.Timedelta(minutes=35):
+            if not settled and now >= END + pd.Timedelta(minutes=20):
+                daily_job.execute_in_process(partition_key=f"{DAY:%Y-%m-%d}", instance=instance, raise_on_error=False)
+                settled = True
             while pending and pending[0][0] <= now:
                 _, table, p, src = pending.pop(0)
                 _write(partition_path(zone, table, p), _faulty(staged, table, p))
@@ -214,7 +219,6 @@ def test_a_day_of_live_operation_with_a_faulty_fleet(staged, clean, tmp_path, po
             with dg.partition_loading_context(effective_dt=now.to_pydatetime()):
                 delivery_cursor = delivery.evaluate_tick(context).cursor or delivery_cursor
             now += FIVE
-        daily_job.execute_in_process(partition_key=f"{DAY:%Y-%m-%d}", instance=instance, raise_on_error=False)
 
         wh = Warehouse(url, str(tmp_path / "store"))
         failed = [r for r in runs if not r[3]]
@@ -255,6 +259,10 @@ def test_a_day_of_live_operation_with_a_faulty_fleet(staged, clean, tmp_path, po
         assert "not arrived" in whole["reason"].iloc[0]
         spend = wh.read_window("wasted_spend", DAY, END)
         assert len(spend) and spend["usd"].isna().all()  # the day's GPU-hours kept, its money null, never $0
+        # ... and the partitions that ran after the day was settled ticket it
+        after = wh.read_window("alerts", END, END + pd.Timedelta(hours=1))
+        cost_ticket = after[after["key"] == f"missing_data|cost_capacity|{DAY:%Y-%m-%d}"]
+        assert len(cost_ticket) and (cost_ticket["severity"] == "ticket").all()
         # the skewed node's rows are rejected as rows, the rest of the file lands
         skewed = rejects[(rejects["partition_start"] == SKEWED) & (rejects["source"] == "gpu_telemetry")]
         assert len(skewed) > 0 and len(wh.read_window("gpu_telemetry", SKEWED, SKEWED + FIVE)) > 0
