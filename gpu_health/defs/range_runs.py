@@ -179,7 +179,8 @@ def run_range(location: CodeLocation, start: pd.Timestamp, end: pd.Timestamp, *,
             on_chunk(i)
     for day in days:  # then settle each day (failures of the next day settle back into it)
         runs.execute("daily_job", summary, partition_key=day.strftime("%Y-%m-%d"))
-    rederive(runs, location, end, summary)
+    if not summary.get("failed_partitions"):  # re-derived from a complete range only (a failed piece is re-run first)
+        rederive(runs, location, end, summary)
     summary["runs"] += runs.count
     return summary
 

@@ -347,6 +347,7 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
     # the range's last window is a correction of the stored partitions after it: re-derived up to the bound
     from gpu_health.steps.rederive import rederive
 
-    summary.update(rederive(wh, end, only=only, chunk=chunk))
+    if not summary.get("failed_partitions"):  # re-derived from a complete range only (a failed piece is re-run first)
+        summary.update(rederive(wh, end, only=only, chunk=chunk))
     summary["step_seconds"] = {k: round(v, 1) for k, v in sorted(seconds.items(), key=lambda kv: -kv[1])}
     return summary
