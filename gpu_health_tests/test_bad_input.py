@@ -645,8 +645,9 @@ def _rename_from(root: Path, node: str, new: str, since) -> None:
             frame.assign(node_id=frame["node_id"].replace(node, new)).to_parquet(f, index=False)
 
 
-@pytest.mark.parametrize("rename", [True, False])
-def test_a_renamed_node_is_a_ticket_not_missing_hardware(rename, quiet_zone, tmp_path, monkeypatch):
+@pytest.mark.parametrize("rename,direct", [(True, True), (False, True), (True, False)],
+                         ids=["renamed", "not-renamed", "renamed-dagster"])
+def test_a_renamed_node_is_a_ticket_not_missing_hardware(rename, direct, quiet_zone, tmp_path, monkeypatch):
     monkeypatch.setenv("GPU_HEALTH_WAREHOUSE_CACHE", "0")
     root = tmp_path / "landing"
     shutil.copytree(quiet_zone, root)
@@ -655,7 +656,7 @@ def test_a_renamed_node_is_a_ticket_not_missing_hardware(rename, quiet_zone, tmp
     if rename:
         _rename_from(root, node, new, BAD)
     url = f"sqlite:///{tmp_path / 'warehouse.db'}"
-    run(iso(START), iso(END), landing=str(root), warehouse=url, quiet=True, direct=True)
+    run(iso(START), iso(END), landing=str(root), warehouse=url, quiet=True, direct=direct)
     wh = Warehouse(url)
     # paid stays Finance's capacity: the node down is capacity nobody has heard from, the renamed node's GPUs
     # are paid once, under the name they report with
