@@ -680,3 +680,26 @@ def test_a_renamed_node_is_a_ticket_not_missing_hardware(rename, direct, quiet_z
     text = renamed["summary"] + " " + renamed["description"]
     assert text.str.contains(node, regex=False).all() and text.str.contains(new, regex=False).all(), text.tolist()
     assert text.str.contains(f"{gpus} GPU").all(), text.tolist()
+
+
+def test_a_renamed_node_in_an_unpriced_region_is_paid_once(quiet_zone, tmp_path, monkeypatch):
+    # without a cost row the loss tree pays the inventory: the old name's remembered GPUs would be paid a second
+    # time (+1 node) and read as missing
+    monkeypatch.setenv("GPU_HEALTH_WAREHOUSE_CACHE", "0")
+    root = tmp_path / "landing"
+    shutil.copytree(quiet_zone, root)
+    gpu = pd.read_parquet(_file(root, "gpu_telemetry")).astype({"node_id": object, "region": object})
+    node, region = gpu["node_id"].iloc[0], gpu["region"].iloc[0]
+    _rename_from(root, node, node + "-new", BAD)
+    path = partition_path(root, "cost_capacity", START.normalize())
+    cost = pd.read_parquet(path)
+    cost[cost["region"] != region].to_parquet(path, index=False)
+    url = f"sqlite:///{tmp_path / 'warehouse.db'}"
+    summary = run(iso(START), iso(END), landing=str(root), warehouse=url, quiet=True, direct=True)
+    assert "goodput_states:paid_minutes_invariant" not in summary.get("failed_checks", []), summary
+    wh = Warehouse(url)
+    paid = wh.read_window("goodput_states", START, END).groupby("partition_start")["gpu_minutes"].sum()
+    assert list(paid.index) == PARTITIONS and (paid.round(6) == GPUS * 5).all(), paid
+    nodes = wh.read_window("goodput_node_states", BAD, END)
+    assert nodes.loc[nodes["node_id"] == node, "gpu_minutes"].sum() == 0
+    assert set(_tickets(wh, "node_renamed|")["key"]) == {f"node_renamed|{region}"}
