@@ -1142,11 +1142,11 @@ def _missing_minutes(t_idx, g_node, minutes, node_uni, node_region, node_sku, no
     expected = np.zeros(Nn)
     expected[_codes(inventory["node_id"], node_uni)] = inventory["gpus"].to_numpy(dtype=float)
     expected = np.maximum(expected[None, :], reported)  # more GPUs than the inventory knew: they are paid too
-    missing = expected - reported
-    credit = None  # minutes x nodes: the expected GPUs found reporting under another name
+    credit = None  # minutes x nodes: the expected GPUs found reporting under another name (not expected here)
     if moved is not None:
-        credit = np.minimum(moved, missing)
-        missing = missing - credit
+        credit = np.minimum(moved, expected - reported)
+        expected = expected - credit
+    missing = expected - reported
     # a region is silent in a minute when under half of its expected GPUs report
     region_codes, region_uni = pd.factorize(pd.Series(node_region, dtype=object).fillna("unknown"))
     exp_r = np.stack([expected[:, region_codes == r].sum(axis=1) for r in range(len(region_uni))], axis=1)
@@ -1172,7 +1172,7 @@ def _missing_minutes(t_idx, g_node, minutes, node_uni, node_region, node_sku, no
     if capacity is not None and len(capacity):
         seen = inventory.groupby(["region", "sku"])["gpus"].sum()
         cap = capacity.groupby(["region", "sku"])["capacity_gpus"].max()
-        gap = (cap - seen.reindex(cap.index).fillna(0))
+        gap = cap - seen.reindex(cap.index).fillna(0)
         silent_by_region = pd.DataFrame(region_silent, index=minutes, columns=region_uni)
         partition = minutes.floor("5min")
         rows = []
@@ -1182,31 +1182,22 @@ def _missing_minutes(t_idx, g_node, minutes, node_uni, node_region, node_sku, no
         else:
             twice = None
         for (region, sku), k in gap.items():
-            k_m = (np.clip(k + twice[(region, sku)].to_numpy(), 0, None) if twice is not None and (region, sku) in twice
-                   else None)  # per minute; else the same in every minute
-            if (k_m is None and k <= 0) or (k_m is not None and not (k_m > 0).any()):
+            # unseen GPUs in each minute (whole numbers: summed per partition exactly as k x minutes)
+            k_m = np.clip(k + twice[(region, sku)].to_numpy(), 0, None) if twice is not None and (region, sku) in twice \
+                else np.full(len(minutes), max(float(k), 0.0))
+            if not (k_m > 0).any():
                 continue
-            silent_m = (silent_by_region[region] if region in silent_by_region.columns
-                        else pd.Series(False, index=minutes))
-            if k_m is not None:
-                per_part = pd.DataFrame({"silent": np.where(silent_m, k_m, 0.0), "all": k_m}).groupby(partition).sum()
-                per_part = per_part.assign(reporting=per_part["all"] - per_part["silent"])
-                for p, gpu_min_silent, gpu_min_reporting in per_part[["silent", "reporting"]].itertuples():
-                    for state, gm in (("no_data", gpu_min_silent), ("hw_unavailable", gpu_min_reporting)):
-                        if gm > 0:
-                            rows.append({"partition_start": p, "region": region, "node_id": "unseen", "sku": sku,
-                                         "driver_version": "unknown", "team": "none", "workload_class": "none",
-                                         "model_type": "none", "framework_version": "none", "queue": "none",
-                                         "state": state, "gpu_minutes": float(gm)})
-                continue
-            per_part = silent_m.groupby(partition).agg(["sum", "size"])
-            for p, n_silent, n_min in per_part.itertuples():
-                for state, n in (("no_data", n_silent), ("hw_unavailable", n_min - n_silent)):
+            silent_m = (silent_by_region[region].to_numpy() if region in silent_by_region.columns
+                        else np.zeros(len(minutes), dtype=bool))
+            per_part = pd.DataFrame({"no_data": np.where(silent_m, k_m, 0.0),
+                                     "hw_unavailable": np.where(silent_m, 0.0, k_m)}).groupby(partition).sum()
+            for p, n_silent, n_reporting in per_part.itertuples():
+                for state, n in (("no_data", n_silent), ("hw_unavailable", n_reporting)):
                     if n:
                         rows.append({"partition_start": p, "region": region, "node_id": "unseen", "sku": sku,
                                      "driver_version": "unknown", "team": "none", "workload_class": "none",
                                      "model_type": "none", "framework_version": "none", "queue": "none",
-                                     "state": state, "gpu_minutes": float(k) * n})
+                                     "state": state, "gpu_minutes": float(n)})
         if rows:
             out = pd.concat([x for x in (out, pd.DataFrame(rows)) if len(x)], ignore_index=True)
     return out
