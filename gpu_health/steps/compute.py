@@ -264,7 +264,9 @@ def moved_gpus(wh: Warehouse, start, end, segments, gpu: pd.DataFrame) -> pd.Dat
         known = dict(zip(inventory["node_id"], zip(inventory["region"], inventory["sku"])))
         for p in pd.date_range(s0, s1, freq=FIVE, inclusive="left"):
             now = reporting.get(p, set())
-            for node in set(known) - now if now else ():
+            if not now:
+                continue  # no GPU reports: nothing can report under a new name
+            for node in set(known) - now:
                 times = reports.get(node)
                 i = np.searchsorted(times, p.value) if times is not None else 0
                 if not i or times[i - 1] < (p - INVENTORY_LOOKBACK).value:
