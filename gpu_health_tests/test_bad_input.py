@@ -611,3 +611,95 @@ if __name__ == "__main__":  # pragma: no cover
     for r in rows:
         print(f"| {r['class']} | {r['handled']} | {r.get('good_rows_kept', '-')} | {r.get('row_rejects', '-')} | "
               f"{r.get('files_quarantined', '-')} | {r.get('pages', '-')} |")
+
+
+# --- a renamed node while capacity is left over ---------------------------------------------------------
+# With every installed GPU reporting, Finance's capacity bounds what is paid and a renamed node costs nothing
+# (renamed_node above). With a node down (its rows gone for the whole range) the capacity has room for the old
+# name's remembered GPUs: they must neither be paid twice nor read as broken hardware.
+
+def _node_tables(root: Path, p) -> list[Path]:
+    return [partition_path(root, t, p) for t in FIVE_MINUTE_SOURCES
+            if partition_path(root, t, p).exists() and "node_id" in pq.read_schema(partition_path(root, t, p)).names]
+
+
+def _one_node_down(root: Path) -> tuple[str, str, str, int]:
+    """Removes one node's rows from every partition; returns (region, a node of its region x SKU still
+    reporting, the node removed, the GPUs of each)."""
+    gpu = pd.read_parquet(_file(root, "gpu_telemetry")).astype({"node_id": object, "region": object, "sku": object})
+    nodes = gpu.groupby(["region", "sku", "node_id"])["gpu_uuid"].nunique().reset_index()
+    nodes = nodes[nodes.groupby(["region", "sku"])["node_id"].transform("size") > 1]  # (a node beside it to rename)
+    first, down = nodes.iloc[0], nodes.iloc[1]
+    assert (first["region"], first["sku"], first["gpu_uuid"]) == (down["region"], down["sku"], down["gpu_uuid"])
+    for p in PARTITIONS:
+        for f in _node_tables(root, p):
+            frame = pd.read_parquet(f)
+            frame[frame["node_id"].astype(object) != down["node_id"]].to_parquet(f, index=False)
+    return first["region"], first["node_id"], down["node_id"], int(first["gpu_uuid"])
+
+
+def _rename_from(root: Path, node: str, new: str, since) -> None:
+    for p in PARTITIONS[PARTITIONS.index(since):]:
+        for f in _node_tables(root, p):
+            frame = pd.read_parquet(f)
+            frame.assign(node_id=frame["node_id"].replace(node, new)).to_parquet(f, index=False)
+
+
+@pytest.mark.parametrize("rename,direct", [(True, True), (False, True), (True, False)],
+                         ids=["renamed", "not-renamed", "renamed-dagster"])
+def test_a_renamed_node_is_a_ticket_not_missing_hardware(rename, direct, quiet_zone, tmp_path, monkeypatch):
+    monkeypatch.setenv("GPU_HEALTH_WAREHOUSE_CACHE", "0")
+    root = tmp_path / "landing"
+    shutil.copytree(quiet_zone, root)
+    region, node, down, gpus = _one_node_down(root)
+    new = node + "-new"
+    if rename:
+        _rename_from(root, node, new, BAD)
+    url = f"sqlite:///{tmp_path / 'warehouse.db'}"
+    run(iso(START), iso(END), landing=str(root), warehouse=url, quiet=True, direct=direct)
+    wh = Warehouse(url)
+    # paid stays Finance's capacity: the node down is capacity nobody has heard from, the renamed node's GPUs
+    # are paid once, under the name they report with
+    paid = wh.read_window("goodput_states", START, END).groupby("partition_start")["gpu_minutes"].sum()
+    assert list(paid.index) == PARTITIONS and (paid.round(6) == GPUS * 5).all(), paid
+    nodes = wh.read_window("goodput_node_states", START, END)
+    unseen = nodes[nodes["node_id"] == "unseen"].groupby("partition_start")["gpu_minutes"].sum()
+    assert (unseen.reindex(PARTITIONS).round(6) == gpus * 5).all(), unseen  # the node down: unseen throughout
+    # the old name has nothing left to account for once its GPUs report under the new one
+    old = nodes[(nodes["node_id"] == node) & (nodes["partition_start"] >= BAD)]
+    assert old["gpu_minutes"].sum() == (0 if rename else gpus * 5 * len(PARTITIONS[2:])), old
+    alerts = wh.read_window("alerts")
+    assert alerts[alerts["severity"] == "page"].empty, alerts[alerts["severity"] == "page"][["detector", "summary"]]
+    renamed = _tickets(wh, "node_renamed|")
+    if not rename:
+        assert renamed.empty, renamed[["partition_start", "summary"]]
+        return
+    assert set(renamed["key"]) == {f"node_renamed|{region}"}
+    assert set(renamed.loc[renamed["status"] != "resolved", "partition_start"]) == set(PARTITIONS[2:]), renamed
+    assert (renamed["cause_family"] == "missing_data").all()
+    text = renamed["summary"] + " " + renamed["description"]
+    assert text.str.contains(node, regex=False).all() and text.str.contains(new, regex=False).all(), text.tolist()
+    assert text.str.contains(f"{gpus} GPU").all(), text.tolist()
+
+
+def test_a_renamed_node_in_an_unpriced_region_is_paid_once(quiet_zone, tmp_path, monkeypatch):
+    # without a cost row the loss tree pays the inventory: the old name's remembered GPUs would be paid a second
+    # time (+1 node) and read as missing
+    monkeypatch.setenv("GPU_HEALTH_WAREHOUSE_CACHE", "0")
+    root = tmp_path / "landing"
+    shutil.copytree(quiet_zone, root)
+    gpu = pd.read_parquet(_file(root, "gpu_telemetry")).astype({"node_id": object, "region": object})
+    node, region = gpu["node_id"].iloc[0], gpu["region"].iloc[0]
+    _rename_from(root, node, node + "-new", BAD)
+    path = partition_path(root, "cost_capacity", START.normalize())
+    cost = pd.read_parquet(path)
+    cost[cost["region"] != region].to_parquet(path, index=False)
+    url = f"sqlite:///{tmp_path / 'warehouse.db'}"
+    summary = run(iso(START), iso(END), landing=str(root), warehouse=url, quiet=True, direct=True)
+    assert "goodput_states:paid_minutes_invariant" not in summary.get("failed_checks", []), summary
+    wh = Warehouse(url)
+    paid = wh.read_window("goodput_states", START, END).groupby("partition_start")["gpu_minutes"].sum()
+    assert list(paid.index) == PARTITIONS and (paid.round(6) == GPUS * 5).all(), paid
+    nodes = wh.read_window("goodput_node_states", BAD, END)
+    assert nodes.loc[nodes["node_id"] == node, "gpu_minutes"].sum() == 0
+    assert set(_tickets(wh, "node_renamed|")["key"]) == {f"node_renamed|{region}"}

@@ -16,6 +16,9 @@ unpriced|R|S                GPUs reporting in region R, SKU S with no cost_capac
                             tree pays the GPUs seen, the spend stays unpriced: null, never $0); the evidence
                             names a priced region spelled the same but for case or whitespace
 gpu_identity|R              a GPU UUID reported by two nodes in the same minute (one GPU sits in one node)
+node_renamed|R              a node of the inventory that reports no GPU while the UUIDs it last reported report
+                            under another name (re-imaged or renamed: gpu_health.steps.compute.moved_gpus); the
+                            loss tree expects them under the new name only, and the old one is not missing
 ==========================  ==================================================================================
 """
 
@@ -50,13 +53,37 @@ def _twinned_nodes(g: pd.DataFrame) -> set:
     return set(per_node[per_node].index)
 
 
+def _renamed(moved) -> list[Finding]:
+    """node_renamed per region: each old name, the name its GPUs report under now and how many moved."""
+    if moved is None or not len(moved):
+        return []
+    moved = moved.astype({"region": object, "node_id": object, "new_node": object})
+    out = []
+    for region, rows in moved.groupby("region", sort=True):
+        pairs = rows.groupby(["node_id", "new_node"], sort=True)["gpu_uuid"].nunique()
+        said = [f"{old} -> {new} ({n} GPUs)" for (old, new), n in pairs.items()]
+        nodes = set(rows["node_id"]) | set(rows["new_node"])
+        (old, new), n = next(iter(pairs.items()))
+        out.append(Finding(
+            "node_renamed", FAMILY, "ticket", region, f"node_renamed|{region}", nodes=sorted(nodes),
+            summary=f"Node {old} reports as {new} in {region} ({n} GPUs moved)" if len(pairs) == 1 else
+                    f"{len(pairs)} nodes report under new names in {region}",
+            evidence=f"The GPU UUIDs these nodes last reported now report under another name, and the old names "
+                     f"report no GPU: {'; '.join(said[:NAMED_NODES])}{' and more' if len(said) > NAMED_NODES else ''}. "
+                     f"A re-imaged or renamed host: the loss tree counts its GPUs under the new name only (the old "
+                     f"name is not missing hardware). Fix the inventory's name or the collector's hostname label.",
+            value=float(rows["gpu_uuid"].nunique())))
+    return out
+
+
 def detect_inventory(ctx) -> list[Finding]:
-    """The partition's inventory discrepancies (module docstring); nothing when the day's cost_capacity rows
-    were not given (``ctx.capacity`` None or empty: a missing day is the cost source's own gap)."""
+    """The partition's inventory discrepancies (module docstring); nothing but renamed nodes when the day's
+    cost_capacity rows were not given (``ctx.capacity`` None or empty: a missing day is the cost source's own gap)."""
     cap_rows = getattr(ctx, "capacity", None)
     g = ctx.gpu
+    renamed = _renamed(getattr(ctx, "moved", None))
     if cap_rows is None or not len(cap_rows) or g is None or g.empty:
-        return []
+        return renamed
     cap = cap_rows.groupby([cap_rows["region"].astype(object), cap_rows["sku"].astype(object)])["capacity_gpus"].max()
     priced = {_key(r): r for r in cap.index.get_level_values(0)}
     g = g[g["region"].notna() & g["sku"].notna() & g["gpu_uuid"].notna()]
@@ -102,4 +129,4 @@ def detect_inventory(ctx) -> list[Finding]:
             evidence=f"GPU UUIDs such as {', '.join(sorted(rows['u'].unique())[:3])} are reported by more than one of "
                      f"{_names(nodes)} in the same minute: a GPU sits in one node, so one of the names is wrong (a "
                      f"copied file, a re-imaged host's stale exporter).", value=float(rows["u"].nunique())))
-    return out
+    return out + renamed

@@ -450,7 +450,8 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
                    baseline: pd.DataFrame | None, runtime_history: pd.DataFrame | None = None,
                    hw_corroborated: pd.DataFrame | None = None,
                    history: "_SchedHistory | None" = None,
-                   queue_events: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+                   queue_events: pd.DataFrame | None = None,
+                   moved: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Leaves of the loss tree for ``[start, end)``.
 
     Returns ``(leaves, failures)``: leaves hold gpu_minutes per partition_start x
@@ -470,6 +471,8 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     submitted / started events (ts, job_id, queue) of the :data:`JOB_ATTRIBUTE_LOOKBACK` before
     ``start`` to ``end``, which name a job's queue (default: those of ``sched_history``).
     Each row's job is known as its partition's own run would know it (:func:`_row_attributes`).
+    ``moved``: GPUs reporting under another name than the inventory's (ts, gpu_uuid, node_id = the old name:
+    gpu_health.steps.compute.moved_gpus); the old name does not expect them in those minutes.
 
     Implementation: every join is on integer codes (minute x node, minute x job,
     partition x signature) and the final aggregation is one ``np.unique`` over a
@@ -641,8 +644,15 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
             ok_c = (pc >= 0) & (pc < len(part_fault)) & (nc >= 0)
             part_fault[pc[ok_c], nc[ok_c]] = True
         corroborated |= np.repeat(part_fault, 5, axis=0)[:M]
+    moved_m = None  # minutes x nodes: GPUs of the node's inventory reporting under another name
+    if moved is not None and len(moved):
+        mt = ((moved["ts"] - start) // MINUTE).to_numpy(np.int64)
+        mn = _codes(moved["node_id"], node_uni)
+        ok = (mt >= 0) & (mt < M) & (mn >= 0)
+        if ok.any():
+            moved_m = np.bincount(mt[ok] * Nn + mn[ok], minlength=M * Nn).reshape(M, Nn).astype(float)
     missing = _missing_minutes(t_idx, g_node, minutes, node_uni, node_region, node_sku, node_last_drv, drv_uni,
-                               capacity, inventory, maintenance, corroborated)
+                               capacity, inventory, maintenance, corroborated, moved_m)
     leaves, missing = bound_to_capacity(leaves, missing, capacity, minutes)
     leaves = pd.concat([x for x in (leaves, missing) if len(x)], ignore_index=True) if len(leaves) or len(missing) else leaves
     leaves = (leaves.groupby(["partition_start"] + LEAF_DIMS + ["state"], observed=True, sort=False)["gpu_minutes"]
@@ -914,7 +924,8 @@ def _rows_between(frame: pd.DataFrame, start, end) -> pd.DataFrame:
 def compute_states_range(frames: dict, chunks, *, capacity: pd.DataFrame | None, maintenance: pd.DataFrame | None,
                          meta: pd.DataFrame | None, sched_history: pd.DataFrame, baseline: pd.DataFrame | None,
                          runtime_history: pd.DataFrame | None, hw_corroborated: pd.DataFrame | None,
-                         queue_events: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+                         queue_events: pd.DataFrame | None = None,
+                         moved: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """:func:`compute_states` of each ``(chunk_start, chunk_end, inventory)`` of ``chunks`` (consecutive, a day
     at most each), concatenated: ``(leaves, failures)``.
 
@@ -938,7 +949,7 @@ def compute_states_range(frames: dict, chunks, *, capacity: pd.DataFrame | None,
             runtime_history=rt[(rt["ts"] >= c0 - FAILURE_LOOKBACK) & (rt["ts"] < c0)],
             hw_corroborated=hw_corroborated[(hw_corroborated["partition_start"] >= c0)
                                             & (hw_corroborated["partition_start"] < c1)],
-            history=history)
+            history=history, moved=_rows_between(moved, c0, c1) if moved is not None and len(moved) else None)
         leaves_parts.append(leaves)
         fail_parts.append(failures)
     leaves = pd.concat(leaves_parts, ignore_index=True)
@@ -1114,11 +1125,14 @@ def hardware_corroboration(recent: pd.DataFrame, last_fault: pd.Series, usual: p
 
 
 def _missing_minutes(t_idx, g_node, minutes, node_uni, node_region, node_sku, node_last_drv, drv_uni,
-                     capacity, inventory: pd.DataFrame, maintenance, corroborated: np.ndarray | None = None) -> pd.DataFrame:
+                     capacity, inventory: pd.DataFrame, maintenance, corroborated: np.ndarray | None = None,
+                     moved: np.ndarray | None = None) -> pd.DataFrame:
     """Expected GPU-minutes that did not report: no_data, maintenance or hw_unavailable.
 
     Missing GPUs are hw_unavailable only where ``corroborated`` (minutes x nodes) says something besides
-    their absence points at the hardware; otherwise they are no_data (missing is not broken)."""
+    their absence points at the hardware; otherwise they are no_data (missing is not broken).
+    ``moved`` (minutes x nodes): GPUs of a node's inventory that report under another name (a renamed node):
+    they are not missing from it, and the inventory's count of its region x SKU does not hold them twice."""
     M, Nn = len(minutes), len(node_uni)
     cols = ["partition_start"] + LEAF_DIMS + ["state", "gpu_minutes"]
     if not M or inventory.empty:
@@ -1128,6 +1142,10 @@ def _missing_minutes(t_idx, g_node, minutes, node_uni, node_region, node_sku, no
     expected = np.zeros(Nn)
     expected[_codes(inventory["node_id"], node_uni)] = inventory["gpus"].to_numpy(dtype=float)
     expected = np.maximum(expected[None, :], reported)  # more GPUs than the inventory knew: they are paid too
+    credit = None  # minutes x nodes: the expected GPUs found reporting under another name (not expected here)
+    if moved is not None:
+        credit = np.minimum(moved, expected - reported)
+        expected = expected - credit
     missing = expected - reported
     # a region is silent in a minute when under half of its expected GPUs report
     region_codes, region_uni = pd.factorize(pd.Series(node_region, dtype=object).fillna("unknown"))
@@ -1154,21 +1172,32 @@ def _missing_minutes(t_idx, g_node, minutes, node_uni, node_region, node_sku, no
     if capacity is not None and len(capacity):
         seen = inventory.groupby(["region", "sku"])["gpus"].sum()
         cap = capacity.groupby(["region", "sku"])["capacity_gpus"].max()
-        gap = (cap - seen.reindex(cap.index).fillna(0)).clip(lower=0)
+        gap = cap - seen.reindex(cap.index).fillna(0)
         silent_by_region = pd.DataFrame(region_silent, index=minutes, columns=region_uni)
         partition = minutes.floor("5min")
         rows = []
-        for (region, sku), k in gap[gap > 0].items():
-            silent_m = (silent_by_region[region] if region in silent_by_region.columns
-                        else pd.Series(False, index=minutes))
-            per_part = silent_m.groupby(partition).agg(["sum", "size"])
-            for p, n_silent, n_min in per_part.itertuples():
-                for state, n in (("no_data", n_silent), ("hw_unavailable", n_min - n_silent)):
+        if credit is not None and credit.any():  # a renamed node's GPUs are in the inventory under both names
+            slice_of = pd.MultiIndex.from_arrays([pd.Series(node_region, dtype=object), pd.Series(node_sku, dtype=object)])
+            twice = pd.DataFrame(credit.T, index=slice_of).groupby(level=[0, 1]).sum().T  # minutes x (region, sku)
+        else:
+            twice = None
+        for (region, sku), k in gap.items():
+            # unseen GPUs in each minute (whole numbers: summed per partition exactly as k x minutes)
+            k_m = np.clip(k + twice[(region, sku)].to_numpy(), 0, None) if twice is not None and (region, sku) in twice \
+                else np.full(len(minutes), max(float(k), 0.0))
+            if not (k_m > 0).any():
+                continue
+            silent_m = (silent_by_region[region].to_numpy() if region in silent_by_region.columns
+                        else np.zeros(len(minutes), dtype=bool))
+            per_part = pd.DataFrame({"no_data": np.where(silent_m, k_m, 0.0),
+                                     "hw_unavailable": np.where(silent_m, 0.0, k_m)}).groupby(partition).sum()
+            for p, n_silent, n_reporting in per_part.itertuples():
+                for state, n in (("no_data", n_silent), ("hw_unavailable", n_reporting)):
                     if n:
                         rows.append({"partition_start": p, "region": region, "node_id": "unseen", "sku": sku,
                                      "driver_version": "unknown", "team": "none", "workload_class": "none",
                                      "model_type": "none", "framework_version": "none", "queue": "none",
-                                     "state": state, "gpu_minutes": float(k) * n})
+                                     "state": state, "gpu_minutes": float(n)})
         if rows:
             out = pd.concat([x for x in (out, pd.DataFrame(rows)) if len(x)], ignore_index=True)
     return out

@@ -236,6 +236,62 @@ def inventory_as_of(wh: Warehouse, partition) -> pd.DataFrame:
     return inventory_segments(wh, p, p + FIVE)[0][2]
 
 
+MOVED_COLUMNS = ["ts", "gpu_uuid", "node_id", "region", "sku", "new_node"]
+
+
+def moved_gpus(wh: Warehouse, start, end, segments, gpu: pd.DataFrame) -> pd.DataFrame:
+    """GPUs that report under another node name than the one the inventory knows them by (a node re-imaged or
+    renamed): one row per minute of ``[start, end)`` and GPU UUID (``MOVED_COLUMNS``: the minute, the UUID, the
+    old name with its region and SKU as the partition's inventory has them, the name it reports under now).
+
+    The inventory remembers a node by name for INVENTORY_LOOKBACK; its GPUs carry their UUIDs wherever they go. A
+    node of the partition's inventory that reports no GPU in the partition has moved when the UUIDs it reported at
+    its last report (within INVENTORY_LOOKBACK) report in the partition under another name. Those UUIDs are read
+    only where it can be: a node silent in the partition while a node reports that did not report at the silent
+    node's last report (a name new since). ``segments``: :func:`inventory_segments` of the window; ``gpu``: the
+    window's gpu_telemetry (ts, node_id, gpu_uuid)."""
+    empty = pd.DataFrame(columns=MOVED_COLUMNS)
+    start, end = pd.Timestamp(start), pd.Timestamp(end)
+    if gpu is None or gpu.empty:
+        return empty
+    seen = wh.read_window("node_inventory", start - INVENTORY_LOOKBACK, end,
+                          columns=["partition_start", "node_id", "gpus_seen"])
+    seen = seen[seen["gpus_seen"] > 0]
+    reporting = {p: set(n) for p, n in seen["node_id"].astype(object).groupby(seen["partition_start"])}
+    reports = {n: np.sort(pd.DatetimeIndex(ps).asi8) for n, ps in seen["partition_start"].groupby(seen["node_id"].astype(object))}
+    wanted = []  # (partition, silent node, its last report before it)
+    for s0, s1, inventory in segments:
+        known = dict(zip(inventory["node_id"], zip(inventory["region"], inventory["sku"])))
+        for p in pd.date_range(s0, s1, freq=FIVE, inclusive="left"):
+            now = reporting.get(p, set())
+            if not now:
+                continue  # no GPU reports: nothing can report under a new name
+            for node in set(known) - now:
+                times = reports.get(node)
+                i = np.searchsorted(times, p.value) if times is not None else 0
+                if not i or times[i - 1] < (p - INVENTORY_LOOKBACK).value:
+                    continue  # not heard from in the look-back (a silent region's node as of its last report)
+                last = pd.Timestamp(times[i - 1], tz="UTC")
+                if now - reporting.get(last, set()):
+                    wanted.append((p, node, last, *known[node]))
+    if not wanted:
+        return empty
+    wanted = pd.DataFrame(wanted, columns=["partition_start", "node_id", "last", "region", "sku"])
+    # the UUIDs each silent node reported at its last report (one filtered read per distinct last report)
+    last_uuids = []
+    for last, nodes in wanted.groupby("last")["node_id"]:
+        rows = wh.read_window("gpu_telemetry", last, last + FIVE, columns=["node_id", "gpu_uuid"],
+                              where={"node_id": sorted(set(nodes))})
+        last_uuids.append(rows.astype({"node_id": object, "gpu_uuid": object}).drop_duplicates().assign(last=last))
+    known = wanted.merge(pd.concat(last_uuids, ignore_index=True), on=["node_id", "last"])
+    now = gpu[gpu["gpu_uuid"].isin(set(known["gpu_uuid"]))]
+    now = pd.DataFrame({"ts": now["ts"].dt.floor("1min"), "partition_start": now["ts"].dt.floor(PARTITION_FREQ),
+                        "gpu_uuid": now["gpu_uuid"].astype(object), "new_node": now["node_id"].astype(object)})
+    moved = now.merge(known[["partition_start", "gpu_uuid", "node_id", "region", "sku"]], on=["partition_start", "gpu_uuid"])
+    moved = moved[moved["new_node"] != moved["node_id"]]
+    return moved.drop_duplicates(["ts", "gpu_uuid", "node_id"])[MOVED_COLUMNS].reset_index(drop=True)
+
+
 def inventory_union(segments) -> pd.DataFrame:
     """Every node of the segments' inventories (node -> region, e.g. to place jobs; not what is expected)."""
     invs = [inv for _, _, inv in segments if len(inv)]
@@ -268,10 +324,10 @@ def step_baselines(wh: Warehouse, start, end, current: pd.DataFrame | None = Non
 
 
 def goodput(wh: Warehouse, start, end, frames: dict | None = None, baselines: pd.DataFrame | None = None,
-            segments: list | None = None):
+            segments: list | None = None, moved: pd.DataFrame | None = None):
     """Leaves of the loss tree and the job failures of [start, end), partition by partition
-    (each partition against its own baseline; ``segments``: :func:`inventory_segments` of the window, when the
-    caller has them)."""
+    (each partition against its own baseline; ``segments``: :func:`inventory_segments` of the window, ``moved``:
+    :func:`moved_gpus` of it, when the caller has them)."""
     start, end = pd.Timestamp(start), pd.Timestamp(end)
     frames = frames or read_sources(wh, start, end, ["gpu_telemetry", "node_telemetry", "job_runtime_metrics"])
     frames = dict(frames)
@@ -281,6 +337,8 @@ def goodput(wh: Warehouse, start, end, frames: dict | None = None, baselines: pd
     capacity = capacity_as_of(wh, start, end)
     if segments is None:  # each partition against the inventory as of that partition
         segments = inventory_segments(wh, start, end)
+    if moved is None:  # a renamed node's GPUs: expected under the name they report with, not the old one too
+        moved = moved_gpus(wh, start, end, segments, frames["gpu_telemetry"])
     # which nodes' missing GPUs are hardware (a fault in the last day, or a gap of 15+ minutes)
     persist = G.GAP_PERSIST_PARTITIONS * FIVE
     corroborated = G.hardware_corroboration(
@@ -308,7 +366,8 @@ def goodput(wh: Warehouse, start, end, frames: dict | None = None, baselines: pd
     # bounded memory: a range is computed in chunks of at most CHUNK (results do not depend on the chunking)
     leaves, failures = G.compute_states_range(
         in_window, chunks, capacity=capacity, maintenance=maint, meta=meta, sched_history=sched_all,
-        baseline=baselines, runtime_history=rt_all, hw_corroborated=corroborated, queue_events=queue_events)
+        baseline=baselines, runtime_history=rt_all, hw_corroborated=corroborated, queue_events=queue_events,
+        moved=moved)
     failures = G.enrich_failures(failures, frames["gpu_telemetry"], meta, sched_all, inventory_union(segments))
     return leaves, failures
 
@@ -441,6 +500,7 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
                           columns=["job_id", "team", "workload_class", "model_type", "framework_version"])
     segments = inventory_segments(wh, start, end)
     inventory_at = {p: inv for s0, s1, inv in segments for p in pd.date_range(s0, s1, freq=five, inclusive="left")}
+    moved_p = _by_partition(moved_gpus(wh, start, end, segments, frames["gpu_telemetry"]), "ts", start, end)
     hist = wh.read_window("cluster_goodput", start - pd.Timedelta(days=7, hours=1), end,
                           columns=["partition_start", "region", "share_idle_blocked"])
     # incident minutes do not teach the seasonal baseline: forget the partitions a scheduling page held
@@ -525,7 +585,7 @@ def alerts(wh: Warehouse, start, end, *, unstored: tuple[pd.Timestamp, pd.DataFr
             slo_versions=release_rows.iloc[release_ps.searchsorted(p + five - RELEASE_LOOKBACK):release_ps.searchsorted(p + five)]
             if len(release_rows) else None,
             open_keys=frozenset(prev.loc[prev["status"] != "resolved", "key"]) if len(prev) else frozenset(),
-            facility=fac_p.get(p), capacity=cost_days.get(p.date()),
+            facility=fac_p.get(p), capacity=cost_days.get(p.date()), moved=moved_p.get(p),
             cost_rejects=_days_rejects(cost_p, p.normalize() - COST_REJECT_DAYS, p.normalize()),
             kube_pods=kube_pods.iloc[pods_ts.searchsorted(p - RESTART_WINDOW):pods_ts.searchsorted(p + five)]
             if len(kube_pods) else None,
@@ -837,9 +897,11 @@ def slo_version_events(wh: Warehouse, start, end) -> pd.DataFrame:
     return S.slo_events(req, buckets, by_version=True)
 
 
-def paid_invariant(states: pd.DataFrame, wh: Warehouse, start, end, segments: list | None = None) -> dict:
+def paid_invariant(states: pd.DataFrame, wh: Warehouse, start, end, segments: list | None = None,
+                   moved: pd.DataFrame | None = None) -> dict:
     """States must sum to paid GPU-minutes: Finance's capacity (the GPUs in the partition's inventory where Finance
-    has no cost row for the region x SKU) x minutes.
+    has no cost row for the region x SKU, less a renamed node's GPUs its old name still holds: ``moved``,
+    :func:`moved_gpus` of the window) x minutes.
     Returns ``passed``, ``slices``, ``violations``, ``max_abs_error_gpu_minutes`` and ``examples`` (a frame).
     ``segments``: :func:`inventory_segments` of the window, when the caller has them."""
     start, end = pd.Timestamp(start), pd.Timestamp(end)
@@ -855,6 +917,12 @@ def paid_invariant(states: pd.DataFrame, wh: Warehouse, start, end, segments: li
                / pd.Timedelta(minutes=1)).to_numpy(dtype=float)  # (an empty frame stays numeric)
     got["expected"] = [expected[p].get((r, s), 0) if p in expected else 0
                        for p, r, s in zip(got["partition_start"], got["region"], got["sku"])] * minutes
+    if moved is not None and len(moved):  # (counted once, under the name they report with)
+        twice = moved.groupby([moved["ts"].dt.floor(PARTITION_FREQ), moved["region"].astype(object),
+                               moved["sku"].astype(object)]).size()
+        unpriced = [cap is None or (r, s) not in cap.index for r, s in zip(got["region"], got["sku"])]
+        at = pd.MultiIndex.from_arrays([got["partition_start"], got["region"].astype(object), got["sku"].astype(object)])
+        got["expected"] -= np.where(unpriced, twice.reindex(at).fillna(0).to_numpy(dtype=float), 0.0)
     got["error"] = (got["gpu_minutes"] - got["expected"]).abs()
     bad = got[got["error"] > 1e-6 * got["expected"].clip(lower=1)]
     return {"passed": bad.empty, "slices": len(got), "violations": len(bad),

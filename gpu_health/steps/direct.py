@@ -170,7 +170,7 @@ def cache_depths(steps, chunk: pd.Timedelta = DAY) -> dict[str, int]:
         if _is_source(step):
             continue  # its look-back at its own table is for a file's re-sent rows: a few, and seldom
         for read in step.reads:
-            if not read.whole:
+            if not read.whole and not read.filtered:  # (a filtered read is never served from the cache)
                 windows = int(np.ceil((read.before + chunk) / chunk))
                 out[read.table] = max(out.get(read.table, 0), windows)
     return out

@@ -34,13 +34,15 @@ CALENDAR = "calendar"  # on the whole table (unpartitioned)
 class Read:
     """A table a step reads for the window ``[start, end)``: ``[start - before, end + after)``, or all of it
     (``whole``). ``optional``: read only when the data calls for it (e.g. a silent region's inventory as of its
-    last report), so a run may not make it."""
+    last report), so a run may not make it. ``filtered``: read only with a ``where`` filter (a few nodes' rows),
+    which a run's cache never serves, so it keeps no window of the table for it."""
 
     table: str
     before: pd.Timedelta = ZERO
     after: pd.Timedelta = ZERO
     whole: bool = False
     optional: bool = False
+    filtered: bool = False
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,9 @@ CAPACITY = Read("cost_capacity", before=TO_DAY_START + P.CAPACITY_MEMORY)
 # of its last report up to SILENT_REGION_MEMORY back (P.inventory_segments)
 INVENTORY = (Read("node_inventory", before=P.INVENTORY_LOOKBACK + P.FIVE),
              Read("node_inventory", before=P.SILENT_REGION_MEMORY + P.INVENTORY_LOOKBACK, optional=True))
+# a renamed node: the GPU UUIDs a node silent in the partition reported at its last report, up to the inventory's
+# look-back (P.moved_gpus): that node's rows of that partition only
+RENAMED = Read("gpu_telemetry", before=P.INVENTORY_LOOKBACK + P.FIVE, optional=True, filtered=True)
 # the rejects of Finance's cost file of a window's day and of the day before (P.COST_REJECT_DAYS), filed under the
 # day's midnight: the missing_data ticket of a day whose money is null
 COST_REJECTS = Read("source_rejects", before=TO_DAY_START + P.COST_REJECT_DAYS)
@@ -105,10 +108,12 @@ def _goodput(wh, start, end) -> StepResult:
     """The five tables of the loss tree commit together (one transaction): a crash or a database killed mid-write
     leaves the partition's old loss tree or its new one, never some tables of each."""
     segments = P.inventory_segments(wh, start, end)  # (the inventory each partition is judged and paid against)
-    leaves, failures = P.goodput(wh, start, end, segments=segments)
+    frames = P.read_sources(wh, start, end, ["gpu_telemetry", "node_telemetry", "job_runtime_metrics"])
+    moved = P.moved_gpus(wh, start, end, segments, frames["gpu_telemetry"])  # (a renamed node's GPUs)
+    leaves, failures = P.goodput(wh, start, end, frames=frames, segments=segments, moved=moved)
     tables = _store(wh, {"goodput_leaves": leaves, "job_failures": failures, **P.rollups(leaves)}, start, end)
     return StepResult(tables, findings={"paid_invariant": P.paid_invariant(tables["goodput_states"], wh, start, end,
-                                                                           segments=segments)})
+                                                                           segments=segments, moved=moved)})
 
 
 def _alerts(wh, start, end, *, judged_later: bool = False) -> StepResult:
@@ -158,7 +163,7 @@ DERIVED_STEPS = [
          reads=(*(Read(t) for t in WINDOW_SOURCES), Read("job_runtime_metrics", before=G.FAILURE_LOOKBACK),
                 Read("scheduler_events", before=P.META_LOOKBACK), Read("job_metadata", before=P.META_LOOKBACK),
                 Read("maintenance_windows", whole=True), CAPACITY, *INVENTORY,
-                Read("node_inventory", before=G.FAULT_MEMORY), Read("step_time_baselines")),
+                Read("node_inventory", before=G.FAULT_MEMORY), Read("step_time_baselines"), RENAMED),
          run=_goodput),
     Step("kpi_values", FIVE_MINUTE, writes=("kpi_values",),
          reads=(*(Read(t) for t in ("gpu_telemetry", "node_telemetry", "network_telemetry", "job_runtime_metrics",
@@ -182,12 +187,12 @@ DERIVED_STEPS = [
     Step("alerts", FIVE_MINUTE, writes=("alerts",),
          # a re-run re-derives up to ALERT_LOOKAHEAD of later partitions (P.alerts_after_rerun): every read
          # reaches that far past the window
-         reads=tuple(Read(r.table, r.before, P.ALERT_LOOKAHEAD, r.whole, r.optional) for r in (
+         reads=tuple(Read(r.table, r.before, P.ALERT_LOOKAHEAD, r.whole, r.optional, r.filtered) for r in (
              Read("gpu_telemetry"), Read("node_telemetry"), Read("network_telemetry"),
              Read("job_runtime_metrics", before=P.FIVE), Read("scheduler_events", before=P.SCHED_LOOKBACK),
              Read("change_events", before=DEPLOY_LOOKBACK), Read("maintenance_windows", whole=True),
              Read("goodput_leaves"), Read("step_time_baselines"), Read("job_metadata", before=P.META_LOOKBACK),
-             *INVENTORY, Read("cluster_goodput", before=ALERT_HISTORY), Read("alerts", before=ALERT_HISTORY),
+             *INVENTORY, RENAMED, Read("cluster_goodput", before=ALERT_HISTORY), Read("alerts", before=ALERT_HISTORY),
              CAPACITY, Read("source_rejects"), COST_REJECTS, Read("source_gaps"),
              Read("slo_error_budgets", before=SLO_LOOKBACK), Read("slo_version_events", before=RELEASE_LOOKBACK),
              Read("facility_telemetry"),
