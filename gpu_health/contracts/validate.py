@@ -1023,7 +1023,8 @@ def _redelivered(kept: list[_Kept], source: str, history) -> pd.DataFrame:
         read = _read_rows(kept, key)
         candidates = (read if source == "job_metadata" else read[~read["_inside"].astype(bool)])
         earlier = read.loc[read["_inside"].astype(bool), [*key, "_part"]]
-        stored = history(key) if history is not None else None
+        # (the stored keys only matter to rows that may repeat one: none, and nothing is read)
+        stored = history(key) if history is not None and len(candidates) else None
         if stored is not None and len(stored):
             earlier = pd.concat([stored[key].assign(_part=np.iinfo(np.int64).min), earlier], ignore_index=True)
         hit = candidates[[*key, "_part", "_entry", "_pos"]].merge(earlier, on=key, suffixes=("", "_before"))
