@@ -39,6 +39,15 @@ def pytest_configure(config):
         config.addinivalue_line("filterwarnings", f"ignore::dagster.{name}")
 
 
+# Tests that take a large part of the suite's wall time on their own: collected first, so that under pytest-xdist a
+# worker starts on them while the others share the rest (collected last, the suite waits for them at its end).
+LONG_TESTS = ("test_live_soak.py",)
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.path.name not in LONG_TESTS)  # stable: the order is otherwise kept
+
+
 def iso(ts: pd.Timestamp) -> str:
     return ts.strftime("%Y-%m-%dT%H:%M:%SZ")
 
