@@ -245,12 +245,17 @@ def test_simulator_source_follows_the_clock():
 
 
 # --- the Dagster sensor ----------------------------------------------------------------------
-@pytest.fixture
-def sensor_and_resources(landing, tmp_path):
+def _location(landing, tmp_path, partition_start: str = "2026-11-03-14:00"):
+    """The code location over the ``landing`` zone and a SQLite warehouse in ``tmp_path``: (definitions, resources)."""
     url = f"sqlite:///{tmp_path / 'wh.db'}"
     resources = {"warehouse": WarehouseResource(url=url), "warehouse_io_manager": WarehouseIOManager(url=url),
                  "source": TelemetrySourceResource(kind="landing", landing_dir=str(landing))}
-    defs = build_definitions(Settings(partition_start="2026-11-03-14:00"), resources)
+    return build_definitions(Settings(partition_start=partition_start), resources), resources
+
+
+@pytest.fixture
+def sensor_and_resources(landing, tmp_path):
+    defs, resources = _location(landing, tmp_path)
     return defs.resolve_sensor_def("five_minute_partition_sensor"), {"source": resources["source"]}, defs
 
 
@@ -353,10 +358,7 @@ def test_only_a_failure_on_the_data_the_partition_still_holds_is_retried(run):
 
 
 def test_dagster_sensor_requests_a_failed_partition_again_until_it_succeeds(landing, tmp_path):
-    url = f"sqlite:///{tmp_path / 'wh.db'}"
-    resources = {"warehouse": WarehouseResource(url=url), "warehouse_io_manager": WarehouseIOManager(url=url),
-                 "source": TelemetrySourceResource(kind="landing", landing_dir=str(landing))}
-    defs = build_definitions(Settings(partition_start="2026-11-03-14:00"), resources)
+    defs, resources = _location(landing, tmp_path)
     job = defs.resolve_job_def("five_minute_job")
     sensor = build_partition_sensor(job, five_minute_partitions("2026-11-03-14:00"), max_retries=2,
                                     retry_backoff_seconds=0)
@@ -580,10 +582,7 @@ def test_a_correction_settles_again_only_the_touched_days_settled_before_it_ende
 @pytest.fixture
 def two_days(landing, tmp_path):
     """The code location with daily partitions from the day before T0, an instance and its ``record``."""
-    url = f"sqlite:///{tmp_path / 'wh.db'}"
-    resources = {"warehouse": WarehouseResource(url=url), "warehouse_io_manager": WarehouseIOManager(url=url),
-                 "source": TelemetrySourceResource(kind="landing", landing_dir=str(landing))}
-    defs = build_definitions(Settings(partition_start="2026-11-02-00:00"), resources)
+    defs, resources = _location(landing, tmp_path, "2026-11-02-00:00")
     instance = dg.DagsterInstance.ephemeral()
     return defs, {"source": resources["source"]}, instance, _recorder(instance, defs)
 
