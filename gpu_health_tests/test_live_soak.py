@@ -94,18 +94,18 @@ def staged(tmp_path_factory) -> Path:
     return root / "staged"
 
 
-def _deliveries(staged: Path) -> list[tuple[pd.Timestamp, Path, Path | None]]:
-    """(when, staged file, replacement content or None) for every file of the day, faults applied."""
+def _deliveries() -> list[tuple[pd.Timestamp, str, pd.Timestamp]]:
+    """(when it lands, table, partition) for every 5-minute file of the day, in landing order: on time, late or
+    never, as the faults say (what a file holds when it lands: :func:`_faulty`)."""
     out = []
     for table in FIVE_MINUTE_SOURCES:
         for p in PARTITIONS:
-            src = partition_path(staged, table, p)
             due = p + FIVE + ON_TIME
             if p == NEVER and table == "network_telemetry":
                 continue
             if p == LATE and table in ("gpu_telemetry", "node_telemetry"):
                 due = p + FIVE + pd.Timedelta(minutes=20)
-            out.append((due, table, p, src))
+            out.append((due, table, p))
     return sorted(out, key=lambda d: d[0])
 
 
@@ -176,7 +176,7 @@ def test_a_day_of_live_operation_with_a_faulty_fleet(staged, clean, tmp_path, po
         instance = dg.DagsterInstance.ephemeral()
         daily_job.execute_in_process(partition_key=f"{DAY - pd.Timedelta(days=1):%Y-%m-%d}", instance=instance)
 
-        pending = _deliveries(staged)
+        pending = _deliveries()
         cursor, delivery_cursor, runs, calendar_kept = SensorCursor(DAY).dumps(), None, [], 0
         now = DAY + TICK_OFFSET
         settled = False
@@ -186,7 +186,7 @@ def test_a_day_of_live_operation_with_a_faulty_fleet(staged, clean, tmp_path, po
                 daily_job.execute_in_process(partition_key=f"{DAY:%Y-%m-%d}", instance=instance, raise_on_error=False)
                 settled = True
             while pending and pending[0][0] <= now:
-                _, table, p, src = pending.pop(0)
+                _, table, p = pending.pop(0)
                 _write(partition_path(zone, table, p), _faulty(staged, table, p))
             if now - TICK_OFFSET == CORRECTED + pd.Timedelta(hours=1):
                 meta = pd.read_parquet(partition_path(staged, "job_metadata", CORRECTED))
