@@ -37,6 +37,15 @@ DEPLOY_CONFIG = Path(__file__).resolve().parents[1] / "deploy" / "alertmanager.y
 NOW = datetime.now(UTC).replace(microsecond=0)
 
 
+@pytest.fixture(autouse=True)
+def _now_is_when_the_test_starts():
+    """Alertmanager expires a firing alert at ``endsAt = now + TTL`` on its own
+    wall clock, so "now" is taken as each test starts: a long session imports
+    this module well over a TTL before some of its tests run."""
+    global NOW
+    NOW = datetime.now(UTC).replace(microsecond=0)
+
+
 def make_alert(**overrides) -> dict:
     """One row of the alerts table, opened 10 minutes ago and still firing."""
     row = {
