@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import pandera.pandas as pa
 
+from gpu_health.constants import OWNERS
 from gpu_health.contracts.models import CONTRACTS, PARTITION_COLUMN
 from gpu_health.diagnosis.decompose import GoodputDecomposition
 from gpu_health.metrics import models as M
@@ -51,7 +52,6 @@ from gpu_health.metrics.kpis import KpiValues
 CADENCES = ("minute", "5-minute", "daily", "event", "calendar")
 STORAGES = ("sql", "columnar")
 GROUPS = ("telemetry", "kpis", "baselines", "diagnosis", "alerting", "finance")
-OWNERS = ("infra", "ml_platform", "finance")
 KINDS = ("source", "derived", "quality")
 
 

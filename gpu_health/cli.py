@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpu_health.constants import day_chunks
+from gpu_health.constants import PARTITION_FREQ, day_chunks
 from gpu_health.contracts import FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES, PARTITION_COLUMN, empty_frame
 from gpu_health.landing import write_partition
 
@@ -39,7 +39,7 @@ def _ts(text: str) -> pd.Timestamp:
     if ts.tzinfo is None:
         raise SystemExit(f"error: {text!r} has no timezone; write UTC explicitly, e.g. 2026-11-02T00:00:00Z")
     ts = ts.tz_convert("UTC")
-    if ts != ts.floor("5min"):
+    if ts != ts.floor(PARTITION_FREQ):
         raise SystemExit(f"error: {text!r} is not on a 5-minute boundary")
     return ts
 
@@ -73,12 +73,12 @@ def simulate(scenario_path: str, landing: str, start: str | None, end: str | Non
     t0 = time.time()
     for d_start, d_end in day_chunks(start_ts, end_ts):
         win = Window(scen, d_start, d_end)
-        starts = pd.date_range(d_start, d_end, freq="5min", inclusive="left")
+        starts = pd.date_range(d_start, d_end, freq=PARTITION_FREQ, inclusive="left")
         tables = FIVE_MINUTE_SOURCES + [t for t in OPTIONAL_SOURCES if _simulated(scen, t)]
         for table in tables:
             frame = win.table(table)
             col = PARTITION_COLUMN[table]
-            keys = frame[col].dt.floor("5min") if len(frame) else pd.Series([], dtype="datetime64[ns, UTC]")
+            keys = frame[col].dt.floor(PARTITION_FREQ) if len(frame) else pd.Series([], dtype="datetime64[ns, UTC]")
             groups = dict(tuple(frame.groupby(keys, sort=False))) if len(frame) else {}
             for p in starts:
                 part = groups.get(p)

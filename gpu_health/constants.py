@@ -1,21 +1,18 @@
-"""Facts the whole package shares, each defined once.
+"""Facts the whole package shares, each defined once: the partition width and its forms, DCGM and device facts
+(Xid classes, clock-event reason bits, the slowdown temperature, the two busy thresholds), cause families, owners
+and severities.
 
-Rule: a number or set that two modules must agree on lives here (or, for the
-meaning of a DCGM field or an Xid, in :mod:`gpu_health.sources.dcgm_fields`,
-re-exported here), and every module imports it. A copied constant drifts: the
-issue that introduced this module found two fatal-Xid sets disagreeing on Xid
-94, 119 and 120, a 'busy' utilization of 5 % in one module and 50 % in another
-(two different meanings under one name), and the 5-minute partition width
-written about 50 times.
-
-This module imports no Dagster and no storage, so every layer may import it.
+Rule: a number or set that two modules must agree on lives here and every module imports it; a copied constant
+drifts (two fatal-Xid sets that disagree, one name for two thresholds). This module imports nothing of the package
+(the floor every other floor stands on), so every layer -- adapters, metrics, detectors, the simulator -- may
+import it.
 """
 
 from __future__ import annotations
 
-import pandas as pd
+from enum import StrEnum
 
-from gpu_health.sources import dcgm_fields as _dcgm
+import pandas as pd
 
 # --- the partition ---------------------------------------------------------------------------------------------------
 # Width of one partition: the unit every derived table is computed, stored and alerted on. Five minutes is the
@@ -31,6 +28,11 @@ PARTITION_KEY_FMT = "%Y-%m-%d-%H:%M"
 # One sample of minute-grain telemetry: the grid the simulator, the contracts and the loss tree share (DCGM
 # exporter's and node exporter's default scrape interval is <= 60 s; a GPU-minute is the loss tree's unit).
 MINUTE = pd.Timedelta(minutes=1)
+
+# The same width in nanoseconds (integer arithmetic on int64 timestamps: ``ns - ns % PARTITION_NS`` floors to the
+# partition) and in whole minutes (a partition's count of minute-grain samples per series).
+PARTITION_NS = PARTITION.value
+PARTITION_MINUTES = PARTITION // MINUTE
 
 if PARTITION != pd.Timedelta(PARTITION_FREQ) or PARTITION % MINUTE:  # pragma: no cover - a declaration error
     raise ValueError("constants: PARTITION, PARTITION_FREQ and MINUTE disagree")
@@ -58,14 +60,44 @@ def day_chunks(start: pd.Timestamp, end: pd.Timestamp, length: pd.Timedelta | No
 
 
 # --- Xids --------------------------------------------------------------------------------------------------------------
-# The GPU is unusable until a reset or an RMA and the cause is the hardware (NVIDIA's Xid catalogue): a GPU-minute
-# with one of these is hardware-unavailable in the loss tree and hardware evidence for the detectors. The one
-# definition is the DCGM field map's (sources/dcgm_fields.py); not in it, by the same catalogue: 94 (contained ECC
-# error: the process dies, the GPU survives -- a ticket), 119 and 120 (GSP RPC timeout / GSP error: a reset is
-# needed, but they follow driver and firmware bugs, so they are evidence for software, not for the GPU).
-FATAL_XIDS: frozenset[int] = _dcgm.XID_GPU_FAULT
-# Every Xid after which the GPU needs a reset, whatever the cause (node health in the Prometheus adapter).
-RESET_XIDS: frozenset[int] = _dcgm.XID_NEEDS_RESET
+# Xid classes (NVIDIA's Xid catalogue, "Xid Errors", r550+): the one place the project says what an Xid means; the
+# loss tree, the detectors, the baselines and the Prometheus adapter import these.
+#
+# XID_GPU_FAULT: the GPU is unusable until a reset or an RMA, and the cause is the hardware: double-bit ECC (48),
+# micro-controller halt (62), row-remap failure (64), NVLink (74), fallen off the bus (79), uncontained ECC (95),
+# unrecovered ECC (140). The seeds cordon on these.
+XID_GPU_FAULT = frozenset({48, 62, 64, 74, 79, 95, 140})
+# XID_MEMORY_WARNING: memory trouble the GPU survives -- a row remapped or page retired (63), a high single-bit rate
+# (92), an ECC error contained to one process (94), a micro-controller warning (61): a ticket to watch the GPU,
+# never a page on its own.
+XID_MEMORY_WARNING = frozenset({61, 63, 92, 94})
+# XID_SOFTWARE_RESET: GSP RPC timeouts and GSP errors (119, 120) leave the GPU needing a reset, but they follow
+# driver and firmware bugs (they cluster on a new driver's cohort): evidence for software.
+XID_SOFTWARE_RESET = frozenset({119, 120})
+# Application Xids (13 graphics engine exception, 31 memory page fault, 43 reset channel, 45 preemptive cleanup)
+# are the job's own faults: evidence for the job, never for the GPU.
+XID_APPLICATION = frozenset({13, 31, 43, 45})
+# Every Xid after which the GPU needs a reset, whatever the cause (the Prometheus adapter's node health).
+XID_NEEDS_RESET = XID_GPU_FAULT | XID_SOFTWARE_RESET
+# A GPU-minute with a fatal Xid is hardware-unavailable in the loss tree and hardware evidence for the detectors.
+FATAL_XIDS: frozenset[int] = XID_GPU_FAULT
+RESET_XIDS: frozenset[int] = XID_NEEDS_RESET
+
+# --- clock-event reasons (DCGM_FI_DEV_CLOCK_THROTTLE_REASONS / nvmlClocksEventReasons bits) ----------------------------
+CLOCKS_IDLE = 0x1              # nothing to run: the clocks are down because the GPU is idle, not slowed
+SW_POWER_CAP = 0x4             # the driver holds power at the board's limit
+HW_SLOWDOWN = 0x8              # hardware slowdown (thermal or power brake asserted by the board)
+SW_THERMAL = 0x20              # the driver slows the clocks for temperature
+HW_THERMAL = 0x40              # the hardware slows the clocks for temperature
+HW_POWER_BRAKE = 0x80          # the external power brake (the rack's or the PSU's)
+POWER_BITS = SW_POWER_CAP | HW_POWER_BRAKE
+THERMAL_BITS = SW_THERMAL | HW_THERMAL
+# The reasons that slow a busy GPU below its clocks (the power cap is its normal operating point under load, so it
+# is not among them): a slow-down in the loss tree, a bad minute for the step-time baselines.
+SLOW_THROTTLE_BITS = HW_SLOWDOWN | SW_THERMAL | HW_THERMAL | HW_POWER_BRAKE
+# NVIDIA's slowdown temperature for data-center GPUs (nvidia-smi -q "GPU Slowdown Temp" is 83-90 C on A100 / H100 /
+# V100; the lowest is used): at or above it the thermal clock-event bit is the GPU protecting itself, not a transient.
+THERMAL_TEMP_C = 83.0
 
 # --- device activity: two thresholds, two meanings ---------------------------------------------------------------------
 # A kernel ran on the GPU in the minute: DCGM_FI_DEV_GPU_UTIL (share of the sample period with any kernel resident)
@@ -84,3 +116,52 @@ REPORTED_BUSY_UTIL_PCT = 50.0
 # A Gaussian's standard deviation is 1.4826 x its median absolute deviation: the scale that turns a MAD into a sigma
 # wherever a threshold is a number of robust standard deviations of the cluster's own data.
 MAD_TO_SIGMA = 1.4826
+
+
+# --- cause families, owners, severities -------------------------------------------------------------------------------
+class CauseFamily(StrEnum):
+    """Where a loss or an alert comes from: the goodput loss tree's families (framework.md) and the alerts'."""
+
+    HARDWARE = "hardware"
+    SOFTWARE = "software"
+    SCHEDULING = "scheduling"
+    DATA_IO = "data_io"
+    NETWORK = "network"
+    GAMING = "gaming"
+    PLANNED = "planned"
+    MISSING_DATA = "missing_data"
+    FACILITY = "facility"
+    CAPACITY = "capacity"  # idle with no demand: a sizing question, never an alert
+    WASTE = "waste"  # allocated and idle: the owner's waste, a KPI, never an alert
+
+
+# The families the decomposition attributes loss to (every family but facility: a facility fault shows in the loss
+# tree as the hardware slow-down it causes).
+LOSS_FAMILIES = tuple(f.value for f in CauseFamily if f is not CauseFamily.FACILITY)
+# The families an alert may name (each has a runbook section): capacity and waste are KPIs, never pages.
+ALERT_FAMILIES = tuple(f.value for f in CauseFamily if f not in (CauseFamily.CAPACITY, CauseFamily.WASTE,
+                                                                  CauseFamily.PLANNED))
+
+
+class Owner(StrEnum):
+    """Who owns a table and acts on its alerts."""
+
+    INFRA = "infra"
+    ML_PLATFORM = "ml_platform"
+    FINANCE = "finance"
+
+
+OWNERS = tuple(o.value for o in Owner)
+
+
+class Severity(StrEnum):
+    """What an alert asks of people: a page wakes someone, a ticket waits for working hours, a dashboard row is
+    there to be looked at."""
+
+    DASHBOARD = "dashboard"
+    TICKET = "ticket"
+    PAGE = "page"
+
+
+SEVERITIES = ("page", "ticket", "dashboard")
+SEVERITY_RANK = {Severity.DASHBOARD.value: 0, Severity.TICKET.value: 1, Severity.PAGE.value: 2}

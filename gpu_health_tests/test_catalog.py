@@ -82,7 +82,7 @@ def test_source_assets_take_owner_and_grain_from_the_catalogue():
 
 
 def test_every_asset_matches_its_catalogue_entry():
-    from gpu_health.defs.common import OWNERS
+    from gpu_health.defs.common import OWNER_TAGS as OWNERS
     from gpu_health.definitions import defs
 
     graph = defs.resolve_asset_graph()

@@ -38,6 +38,7 @@ import pandera.pandas as pa
 from pandas._libs import lib
 from pandera.errors import SchemaError, SchemaErrors
 
+from gpu_health.constants import PARTITION, PARTITION_FREQ
 from gpu_health.contracts.models import (
     CONTRACTS,
     DCGM_FP64_SENTINEL,
@@ -266,8 +267,8 @@ def _check_window(df: pd.DataFrame, source: str, origin: str, start, end) -> Non
     outside = _outside(df, source, start, end)
     if outside is not None:
         hint = ""
-        if source != "cost_capacity" and end - start == pd.Timedelta(minutes=5):
-            homes = pd.unique(df.loc[outside, col].dropna().dt.floor("5min"))
+        if source != "cost_capacity" and end - start == PARTITION:
+            homes = pd.unique(df.loc[outside, col].dropna().dt.floor(PARTITION_FREQ))
             if len(homes):
                 shown = ", ".join(pd.Timestamp(h).strftime("%Y-%m-%d %H:%M") for h in homes[:3])
                 hint = f"; they belong to partition(s) {shown} (a file in the wrong folder or under the wrong name?)"
@@ -1082,7 +1083,7 @@ def _misplaced_rejects(frame: pd.DataFrame, misplaced: np.ndarray, source: str, 
     rows = np.flatnonzero(misplaced)
     values = frame[col].iloc[rows]
     homes = pd.to_datetime(values.astype(str), utc=True, errors="coerce")
-    homes = homes.dt.normalize() if source == "cost_capacity" else homes.dt.floor("5min")
+    homes = homes.dt.normalize() if source == "cost_capacity" else homes.dt.floor(PARTITION_FREQ)
     span = f"[{pd.Timestamp(f.start).isoformat()}, {pd.Timestamp(f.end).isoformat()})"
     reasons = [f"{f.origin}: {col} {v} outside the file's partition {span}"
                + (f"; it belongs to {h:%Y-%m-%d %H:%M}" if pd.notna(h) else "")

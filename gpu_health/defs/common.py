@@ -9,7 +9,7 @@ from gpu_health.defs.retry import retry_transient_errors, transient_retry  # noq
 from gpu_health.steps.ingest import ERROR_REJECT_SHARE
 
 KINDS = {"pandas", "pandera", "sql"}
-OWNERS = {"infra": ["team:infra"], "ml_platform": ["team:ml-platform"], "finance": ["team:finance"]}
+OWNER_TAGS = {"infra": ["team:infra"], "ml_platform": ["team:ml-platform"], "finance": ["team:finance"]}
 MAX_CHECK_EXAMPLES = 20
 # A run tag: the run of the partitions after this run's range follows it in order (a range run's next day), so a
 # step re-deriving later partitions (the alerts) leaves them to it (``judged_later``, gpu_health.steps.direct)
@@ -129,7 +129,7 @@ def derived_asset(name: str, *, partitions_def, description: str | None = None, 
     the_step = step(name)
 
     @dg.asset(
-        name=name, group_name=entry.group, owners=OWNERS[entry.owner], kinds=KINDS, partitions_def=partitions_def,
+        name=name, group_name=entry.group, owners=OWNER_TAGS[entry.owner], kinds=KINDS, partitions_def=partitions_def,
         backfill_policy=dg.BackfillPolicy.single_run(), io_manager_key="warehouse_io_manager",
         dagster_type=pandera_schema_to_dagster_type(entry.model.to_schema()), deps=asset_deps(name),
         check_specs=check_specs, description=f"{description or entry.description} Grain: {entry.grain}.",

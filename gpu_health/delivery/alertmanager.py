@@ -33,9 +33,9 @@ from urllib.parse import quote
 
 import requests
 
+from gpu_health.constants import SEVERITIES
 from gpu_health.storage.warehouse import masked_url
 
-SEVERITIES = ("page", "ticket", "dashboard")
 REQUIRED_KEYS = (
     "alert_id",
     "opened_at",

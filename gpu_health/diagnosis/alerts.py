@@ -19,12 +19,11 @@ import json
 import numpy as np
 import pandas as pd
 
+from gpu_health.constants import PARTITION, SEVERITY_RANK
 from gpu_health.diagnosis.detect import RUNBOOKS, Finding
 
 CLEAR_PARTITIONS = 2
-FIVE = pd.Timedelta(minutes=5)
 FOLLOWS_WINDOW = pd.Timedelta(hours=2)
-SEVERITY_RANK = {"dashboard": 0, "ticket": 1, "page": 2}
 COLUMNS = ["partition_start", "alert_id", "key", "detector", "status", "severity", "cause_family", "region", "scope",
            "summary", "description", "usd_per_hour", "runbook", "opened_at", "first_partition_start", "paged_at",
            "updated_at", "resolved_at", "follows_change", "clear_count", "baseline_at_open", "lost_gpu_minutes"]
@@ -98,7 +97,7 @@ def _describe(f: Finding, follows: str | None) -> str:
 def step(prev: pd.DataFrame, findings: list[Finding], start: pd.Timestamp, *, rates: dict, changes: pd.DataFrame,
          inventory_nodes: dict | None = None) -> pd.DataFrame:
     """Snapshot rows of partition ``start`` given the open alerts of the partition before it."""
-    end = start + FIVE
+    end = start + PARTITION
     open_prev = prev[prev["status"] != "resolved"] if len(prev) else prev
     by_key = {r["key"]: r for r in open_prev.to_dict("records")} if len(open_prev) else {}
     merged: dict[str, Finding] = {}

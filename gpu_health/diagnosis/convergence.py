@@ -56,10 +56,9 @@ import numpy as np
 import pandas as pd
 
 from gpu_health.codes import factorize
-from gpu_health.constants import MAD_TO_SIGMA
+from gpu_health.constants import MAD_TO_SIGMA, MINUTE
 from gpu_health.diagnosis.finding import Finding
 
-MINUTE = pd.Timedelta(minutes=1)
 # two adjacent 10-minute windows: ten points make the median robust to a single spike (an evaluation batch logged
 # as the training loss), and the divergence shows inside the 15-minute detection budget
 DIVERGE_MINUTES = 10

@@ -64,6 +64,7 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
+from gpu_health.constants import LOSS_FAMILIES, PARTITION
 from gpu_health.codes import factorize, unique_ints
 from gpu_health.contracts.models import ContractModel
 from gpu_health.diagnosis.drilldown import LeafSet, drill_down, drill_down_codes
@@ -72,8 +73,7 @@ from gpu_health.timestamps import as_utc
 
 DIMENSIONS = ("region", "node_id", "sku", "driver_version", "framework_version", "queue", "team", "model_type")
 LOSS_STATES = [s for s in STATES if s != "productive"]
-FAMILIES = ["hardware", "software", "scheduling", "data_io", "network", "gaming", "planned", "missing_data",
-            "capacity", "waste"]
+FAMILIES = list(LOSS_FAMILIES)
 BASE_FAMILY = {s: STATE_FAMILY[s] for s in LOSS_STATES} | {"slowdown_checkpoint": "data_io"}
 REFINED_STATES = frozenset({"allocated_unproductive", "failure_loss", "slowdown_compute"})
 VERSION_DIMS = ("driver_version", "framework_version")
@@ -84,7 +84,6 @@ STATE_KIND = {"no_data": "unallocated", "maintenance": "unallocated", "hw_unavai
 STATE_KIND |= {s: "allocated" for s in STATES if s not in STATE_KIND}
 MIN_STATE_GROWTH = 0.001  # share of paid GPU-minutes (0.1 percentage point)
 EXACT_TOL = 1e-9
-SLOT = pd.Timedelta(minutes=5)
 DAY_SLOTS = 288
 LOOKBACK_DAYS = 7
 TRAILING = pd.Timedelta(hours=2)
@@ -345,7 +344,7 @@ def decompose_range(actual_leaves: pd.DataFrame, expected_leaves: pd.DataFrame, 
     for i, p in enumerate(parts):
         if i in bad_parts:
             continue
-        start, end = p, p + SLOT
+        start, end = p, p + PARTITION
         if i in big:  # a partition too varied for the packed leaf numbering: the per-partition path
             a = actual_leaves[ia == i]
             e = expected_leaves[ie == i]
@@ -585,7 +584,7 @@ def _trailing_leaves(recent: pd.DataFrame, actual_leaves: pd.DataFrame | None, p
     slot = slot[order]
     leaf, first_row = _leaf_codes(rows[keys], keys, by_value=True)
     leaf, minutes = leaf[order], rows["gpu_minutes"].to_numpy(dtype=float)[order]
-    width = int(trailing // SLOT)
+    width = int(trailing // PARTITION)
     pieces = []
     for i, target in enumerate(_slot(partitions)):
         lo, hi = np.searchsorted(slot, target - width, "left"), np.searchsorted(slot, target, "left")
@@ -617,7 +616,7 @@ def _empty() -> pd.DataFrame:
 def _window(actual_leaves: pd.DataFrame, start, end) -> tuple[pd.Timestamp, pd.Timestamp]:
     ps = as_utc(actual_leaves["partition_start"]) if len(actual_leaves) else None
     start = pd.Timestamp(start) if start is not None else (ps.min() if ps is not None else pd.NaT)
-    end = pd.Timestamp(end) if end is not None else (ps.max() + SLOT if ps is not None else pd.NaT)
+    end = pd.Timestamp(end) if end is not None else (ps.max() + PARTITION if ps is not None else pd.NaT)
     for name, ts in (("start", start), ("end", end)):
         if pd.isna(ts):
             raise ValueError(f"decompose: no window {name} (empty actual leaves and none given)")
@@ -707,4 +706,4 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 
 def _slot(ts) -> np.ndarray:
-    return np.asarray((pd.DatetimeIndex(as_utc(ts)) - _EPOCH) // SLOT, dtype=np.int64)
+    return np.asarray((pd.DatetimeIndex(as_utc(ts)) - _EPOCH) // PARTITION, dtype=np.int64)

@@ -60,13 +60,13 @@ import numpy as np
 import pandas as pd
 
 from gpu_health.codes import factorize, refactorize
-from gpu_health.constants import MAD_TO_SIGMA
+from gpu_health.constants import (KERNEL_ACTIVE_UTIL_PCT, MAD_TO_SIGMA, PARTITION, REPORTED_BUSY_UTIL_PCT, THERMAL_BITS,
+                                  THERMAL_TEMP_C, XID_GPU_FAULT)
 from gpu_health.contracts.validate import WHOLE_FILE
 from gpu_health.diagnosis.cohort import REGRESSION, judge_cohorts
-from gpu_health.metrics.device import BUSY_UTIL_PCT, device_idle, low_power, reference_power
+from gpu_health.metrics.device import device_idle, low_power, reference_power
 from gpu_health.metrics.goodput import (
     BLOCKED_WAIT,
-    BUSY_UTIL_PCT as ACTIVE_UTIL_PCT,
     QUEUE_REGION_SHARE,
     maintenance_mask,
     placement_events,
@@ -75,16 +75,9 @@ from gpu_health.metrics.goodput import (
     queue_regions,
     queue_table,
 )
-from gpu_health.sources.dcgm_fields import XID_GPU_FAULT
 from gpu_health.diagnosis import facility as F
 from gpu_health.diagnosis.finding import Finding  # noqa: F401  (re-exported: detectors and tests import it here)
 
-FIVE = pd.Timedelta(minutes=5)
-# DCGM clock-event reasons: 0x20 sw thermal slowdown, 0x40 hw thermal slowdown (the contract's bit map)
-THERMAL_BITS = 0x20 | 0x40
-# NVIDIA's slowdown temperature for datacenter GPUs (nvidia-smi -q "GPU Slowdown Temp" is 83-90 C on A100 /
-# H100 / V100): at or above it the clock-event bit is the GPU protecting itself, not a transient
-THERMAL_TEMP_C = 83.0
 # a throttled GPU for a whole partition (or several for part of it): one minute's bit is a transient DCGM
 # reports on any busy GPU
 MIN_THERMAL_GPU_MINUTES = 5
@@ -861,7 +854,7 @@ def detect_deploys(ctx: PartitionContext) -> list[Finding]:
         # a change is judged again every partition for DEPLOY_LOOKBACK: spend the false-alarm rate over those
         # looks (Bonferroni), so a benign deploy does not page by chance hours later; a real regression shows
         # in the first looks, where the bar is highest
-        alpha = FAILURE_P / max(1, int(np.ceil((ctx.end - ev.ts) / FIVE)))
+        alpha = FAILURE_P / max(1, int(np.ceil((ctx.end - ev.ts) / PARTITION)))
         if ev.kind in ("driver_upgrade", "kernel_upgrade", "firmware_update"):
             f = _node_cohort_failures(ctx, ev, since, alpha)
         elif ev.kind == "framework_release" and pd.notna(ev.to_version):
@@ -1644,7 +1637,7 @@ def _history_baseline(hist: pd.DataFrame, region: str, start: pd.Timestamp) -> t
 def detect_no_progress(ctx: PartitionContext) -> list[Finding]:
     """Dummy load (the brief's gaming case), judged on the device, never on missing step metrics.
 
-    A GPU-minute is dummy load when a job holds the GPU busy (gpu_util_pct >= BUSY_UTIL_PCT) while the
+    A GPU-minute is dummy load when a job holds the GPU busy (gpu_util_pct >= REPORTED_BUSY_UTIL_PCT) while the
     device says it computes nothing: SM and tensor activity idle (gpu_health.metrics.device.device_idle)
     AND power under half the SKU's working reference (device.low_power). Those are two independent
     witnesses (the profiling counters and the power sensor) of the same fact; a job that reports no training
@@ -1667,7 +1660,7 @@ def detect_no_progress(ctx: PartitionContext) -> list[Finding]:
     reporting = set(ctx.runtime["job_id"].unique())  # (the distinct ids: iterating every row boxes each value)
     job_code, job_uni = _gpu_codes(ctx, "job_id")
     reports = np.array([j in reporting for j in job_uni] + [False], dtype=bool)
-    busy = has_job & (gpu["gpu_util_pct"].to_numpy(dtype=float, na_value=np.nan) >= BUSY_UTIL_PCT) & ~reports[job_code]
+    busy = has_job & (gpu["gpu_util_pct"].to_numpy(dtype=float, na_value=np.nan) >= REPORTED_BUSY_UTIL_PCT) & ~reports[job_code]
     if not busy.any():
         return out
     # every finding needs NO_PROGRESS_PAGE_GPU_MINUTES busy GPU-minutes whose device is idle or not reported
@@ -1777,7 +1770,7 @@ def detect_stalls(ctx: PartitionContext) -> list[Finding]:
     idle, dev_known = device_idle(g["sm_active"].to_numpy(dtype=float, na_value=np.nan),
                                   g["tensor_active"].to_numpy(dtype=float, na_value=np.nan))
     low, pow_known = low_power(g.assign(sku=g["sku"].astype(object)), ref, ["sku"])
-    no_kernel = g["gpu_util_pct"].to_numpy(dtype=float) < ACTIVE_UTIL_PCT
+    no_kernel = g["gpu_util_pct"].to_numpy(dtype=float) < KERNEL_ACTIVE_UTIL_PCT
     confirms = (dev_known & idle) | (pow_known & low) | no_kernel
     judged = dev_known | pow_known | no_kernel
     g = g.assign(confirms=confirms, judged=judged)

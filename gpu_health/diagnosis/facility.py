@@ -33,7 +33,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from gpu_health.metrics.device import BUSY_UTIL_PCT
+from gpu_health.constants import POWER_BITS, REPORTED_BUSY_UTIL_PCT, THERMAL_BITS, THERMAL_TEMP_C
+
 
 # ASHRAE TC 9.9 (Thermal Guidelines for Data Processing Environments): the recommended inlet envelope for IT
 # equipment is 18-27 C; above 27 C the equipment is outside its recommended range (the vendor's allowable range
@@ -42,10 +43,6 @@ INLET_MAX_C = 27.0
 # one reading over the line is one sample (a probe near a door, a scrape mid-transient); two minutes of the
 # partition are a condition
 MIN_MINUTES = 2
-# NVIDIA's slowdown temperature for datacenter GPUs (detect.THERMAL_TEMP_C, nvidia-smi "GPU Slowdown Temp")
-THERMAL_TEMP_C = 83.0
-THERMAL_BITS = 0x20 | 0x40   # DCGM clock-event reasons: SW / HW thermal slowdown
-POWER_BITS = 0x4 | 0x80      # DCGM clock-event reasons: SW power cap / HW power brake
 # An air-cooled GPU's temperature is its inlet plus load x a thermal resistance fixed by the SKU's heatsink: GPUs
 # of one SKU in one state (busy or not) in one hall differ by their inlets. The racks of a hall share its supply
 # air inside ASHRAE's 18-27 C recommended band; 5 C is over half that band's width, more than the spread of a hall
@@ -120,7 +117,7 @@ def _gpu_heat_by_node(ctx) -> pd.DataFrame:
     bits = np.nan_to_num(thr).astype(np.int64)
     d = pd.DataFrame({"ts": g["ts"].to_numpy(), "region": g["region"].astype(object).to_numpy(),
                       "node_id": g["node_id"].astype(object).to_numpy(), "sku": g["sku"].astype(object).to_numpy(),
-                      "busy": g["gpu_util_pct"].to_numpy(dtype=float) >= BUSY_UTIL_PCT, "temp": temp,
+                      "busy": g["gpu_util_pct"].to_numpy(dtype=float) >= REPORTED_BUSY_UTIL_PCT, "temp": temp,
                       "thermal": ~np.isnan(thr) & ((bits & THERMAL_BITS) > 0) & (temp >= THERMAL_TEMP_C)})
     racks = _racks(ctx)
     d["rack_id"] = d["node_id"].map(racks.set_index("node_id")["rack_id"]) if len(racks) else None
@@ -236,7 +233,7 @@ def _capped_by_node(ctx) -> pd.DataFrame:
     if g is None or g.empty:
         return pd.DataFrame(columns=["share"])
     thr = g["throttle_reasons"].to_numpy(dtype=float, na_value=np.nan)
-    busy = (g["gpu_util_pct"].to_numpy(dtype=float) >= BUSY_UTIL_PCT) & ~np.isnan(thr)
+    busy = (g["gpu_util_pct"].to_numpy(dtype=float) >= REPORTED_BUSY_UTIL_PCT) & ~np.isnan(thr)
     bits = np.nan_to_num(thr).astype(np.int64)
     d = pd.DataFrame({"node_id": g["node_id"].astype(object).to_numpy()[busy],
                       "capped": ((bits & POWER_BITS) > 0)[busy]})

@@ -34,8 +34,9 @@ import re
 import numpy as np
 import pandas as pd
 
+from gpu_health.constants import KERNEL_ACTIVE_UTIL_PCT, MINUTE
 from gpu_health.diagnosis.finding import Finding
-from gpu_health.metrics.goodput import BLOCKED_WAIT, BUSY_UTIL_PCT as ACTIVE_UTIL_PCT
+from gpu_health.metrics.goodput import BLOCKED_WAIT
 
 FAMILY = {"cpu_fallback": "software", "pods_pending_gpu": "scheduling", "crash_loop": "software",
           "device_plugin_missing": "software"}
@@ -44,7 +45,6 @@ FAMILY = {"cpu_fallback": "software", "pods_pending_gpu": "scheduling", "crash_l
 OWNER = {"cpu_fallback": "team:ml-platform", "pods_pending_gpu": "team:ml-platform", "crash_loop": "team:ml-platform",
          "device_plugin_missing": "team:infra"}
 GPU_RESOURCE = "nvidia.com/gpu"
-MINUTE = pd.Timedelta(minutes=1)
 # a pod's spec is immutable: a Running pod without a GPU request is not a transient of one scrape. Three minutes
 # of a partition (the stall and scheduling bar: many scrape and scheduling cycles) rule out a row straddling a
 # pod's replacement
@@ -126,7 +126,7 @@ def detect_cpu_fallback(ctx) -> list[Finding]:
     GPU node with ``gpu_request`` 0 -- no container can see a GPU -- while the job is known as a GPU job (the GPU
     exporter maps GPUs to it, or its metadata requested GPUs). Every pod of the job, because a job's CPU-only
     helpers (an MPIJob launcher, a data-prep sidecar) request none while its workers do. The second witness is
-    independent of Kubernetes: the GPUs mapped to the job run no kernel (DCGM utilization under ACTIVE_UTIL_PCT),
+    independent of Kubernetes: the GPUs mapped to the job run no kernel (DCGM utilization under KERNEL_ACTIVE_UTIL_PCT),
     or its steps take CPU_SLOWDOWN_FACTOR times its signature's baseline (the trainer's own metrics). Page with
     both; a ticket on the pods alone (the job's GPUs unreported and no step metrics: it may be fine).
     """
@@ -154,14 +154,14 @@ def detect_cpu_fallback(ctx) -> list[Finding]:
     out = []
     for region, grp in p[p["job_id"].isin(cand)].groupby("region"):
         jobs = sorted(set(grp["job_id"]))
-        idle = [j for j in jobs if j in util.index and util[j] < ACTIVE_UTIL_PCT]
+        idle = [j for j in jobs if j in util.index and util[j] < KERNEL_ACTIVE_UTIL_PCT]
         slowed = [j for j in jobs if slow.get(j, 0.0) >= CPU_SLOWDOWN_FACTOR]
         confirmed = sorted(set(idle) | set(slowed))
         severity = "page" if confirmed else "ticket"
         seconds = []
         if idle:
             seconds.append(f"the GPUs DCGM maps to {len(idle)} of them run no kernel (median util "
-                           f"{util[idle].median():.1f} % < {ACTIVE_UTIL_PCT:g} %)")
+                           f"{util[idle].median():.1f} % < {KERNEL_ACTIVE_UTIL_PCT:g} %)")
         if slowed:
             seconds.append(f"{len(slowed)} step {min(slow[j] for j in slowed):.0f}x or more slower than their "
                            f"signature's baseline (>= {CPU_SLOWDOWN_FACTOR:g}x: the CPU, not a slow GPU)")

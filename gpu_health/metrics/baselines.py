@@ -21,9 +21,9 @@ signature's jobs regress at once). The source is recorded per row
 import numpy as np
 import pandas as pd
 
+from gpu_health.constants import PARTITION_FREQ, PARTITION_NS, SLOW_THROTTLE_BITS, XID_GPU_FAULT
 from gpu_health.codes import factorize, first_rows, is_missing, unique_ints
-from gpu_health.metrics.goodput import SLOW_THROTTLE_BITS, maintenance_mask
-from gpu_health.sources.dcgm_fields import XID_GPU_FAULT
+from gpu_health.metrics.goodput import maintenance_mask
 from gpu_health.timestamps import as_utc
 
 SIGNATURE = ["model_type", "sku", "gpus"]
@@ -103,8 +103,7 @@ def workload_step_stats(frames: dict, *, meta: pd.DataFrame | None, maintenance:
     jm = jm[jm["model_type"] != "unknown"]
     if jm.empty:
         return pd.DataFrame(columns=STAT_COLUMNS)
-    five = 5 * 60 * 10**9
-    jm["partition_start"] = pd.DatetimeIndex((jm["ts"].to_numpy() // five * five).astype("datetime64[ns]")).tz_localize("UTC")
+    jm["partition_start"] = pd.DatetimeIndex((jm["ts"].to_numpy() // PARTITION_NS * PARTITION_NS).astype("datetime64[ns]")).tz_localize("UTC")
     return _step_stats_of(jm)
 
 
@@ -142,7 +141,7 @@ def _workload_step_stats_joined(frames: dict, *, meta: pd.DataFrame | None, main
     jm = jm[jm["model_type"] != "unknown"]
     if jm.empty:
         return pd.DataFrame(columns=STAT_COLUMNS)
-    jm["partition_start"] = jm["ts"].dt.floor("5min")
+    jm["partition_start"] = jm["ts"].dt.floor(PARTITION_FREQ)
     return _step_stats_of(jm)
 
 
@@ -267,7 +266,7 @@ def step_baselines_range(history: pd.DataFrame, current: pd.DataFrame, start, en
     cols = BASELINE_COLUMNS
     # the partitions as the per-hour runs enumerate them (from ``start`` within its hour, then from each hour)
     hours = pd.date_range(start.floor("1h"), end, freq="1h", inclusive="left")
-    parts = [pd.date_range(max(h, start), min(h + pd.Timedelta(hours=1), end), freq="5min", inclusive="left")
+    parts = [pd.date_range(max(h, start), min(h + pd.Timedelta(hours=1), end), freq=PARTITION_FREQ, inclusive="left")
              for h in hours]
     hour_of = np.concatenate([np.full(len(p), i) for i, p in enumerate(parts)]) if parts else np.zeros(0, int)
     parts = parts[0].append(parts[1:]) if parts else pd.DatetimeIndex([], tz="UTC")

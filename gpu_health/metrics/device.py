@@ -3,7 +3,7 @@
 The gaming guardrail KPIs, the gaming (dummy load) detector and the stall detector read the device
 the same way, so a GPU is "busy", "computing" or "near idle power" by one definition:
 
-* **busy** -- ``gpu_util_pct >= BUSY_UTIL_PCT``. DCGM_FI_DEV_GPU_UTIL is the share of the sample period
+* **busy** -- ``gpu_util_pct >= REPORTED_BUSY_UTIL_PCT``. DCGM_FI_DEV_GPU_UTIL is the share of the sample period
   in which *any* kernel was resident, however small: it is what a utilization dashboard shows, and what
   a dummy kernel games.
 * **device idle** -- the SMs and tensor pipes do (almost) nothing: ``sm_active < IDLE_SM`` and, where
@@ -27,7 +27,8 @@ or without power cannot tell device idleness or low power, and every reader degr
 import numpy as np
 import pandas as pd
 
-BUSY_UTIL_PCT = 50.0
+from gpu_health.constants import REPORTED_BUSY_UTIL_PCT
+
 IDLE_SM = 0.25
 IDLE_TENSOR = 0.05
 LOW_POWER_SHARE = 0.5
@@ -54,7 +55,7 @@ def reference_power(gpu: pd.DataFrame, by: list[str]) -> pd.Series:
     if gpu.empty:
         return pd.Series(dtype=float)
     idle, known = device_idle(_values(gpu, "sm_active"), _values(gpu, "tensor_active"))
-    working = (gpu["job_id"].notna().to_numpy() & (_values(gpu, "gpu_util_pct") >= BUSY_UTIL_PCT) & known & ~idle)
+    working = (gpu["job_id"].notna().to_numpy() & (_values(gpu, "gpu_util_pct") >= REPORTED_BUSY_UTIL_PCT) & known & ~idle)
     ref = gpu.loc[working].groupby(by, observed=True)["power_w"].quantile(REF_POWER_QUANTILE)
     return ref.combine_first(gpu.groupby(by, observed=True)["power_w"].max())
 

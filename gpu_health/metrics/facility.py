@@ -31,13 +31,10 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
-from gpu_health.constants import PARTITION, PARTITION_FREQ
+from gpu_health.constants import PARTITION, PARTITION_FREQ, POWER_BITS, THERMAL_BITS
 from gpu_health.contracts.models import ContractModel
 
-POWER_BITS = 0x4 | 0x80     # DCGM: SW power cap, HW power brake slowdown
-THERMAL_BITS = 0x20 | 0x40  # DCGM: SW thermal slowdown, HW thermal slowdown
 CONTINUOUS_LOAD_SHARE = 0.8  # NEC 210.20(A): a continuous load at most 80 % of the circuit's rating
-FIVE = PARTITION
 _TS = {"dtype_kwargs": {"unit": "ns", "tz": "UTC"}}
 
 

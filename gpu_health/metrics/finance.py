@@ -19,11 +19,10 @@ wasted spend.
 import numpy as np
 import pandas as pd
 
+from gpu_health.constants import MINUTE, PARTITION, PARTITION_FREQ
 from gpu_health.metrics.goodput import STATE_FAMILY, STATES
 
 DIMS = ["region", "sku", "workload_class", "team"]
-MINUTE = pd.Timedelta(minutes=1)
-FIVE = pd.Timedelta(minutes=5)
 
 
 def settle(states: pd.DataFrame, failures: pd.DataFrame, day_start, day_end) -> tuple[pd.DataFrame, float]:
@@ -41,7 +40,7 @@ def settle(states: pd.DataFrame, failures: pd.DataFrame, day_start, day_end) -> 
     moved_total = 0.0
     if failures is not None and len(failures):
         f = failures.copy()
-        own_start = f["failed_at"].dt.floor("5min")
+        own_start = f["failed_at"].dt.floor(PARTITION_FREQ)
         # lost interval already counted: the failure's own partition; settle the rest inside this day
         lo = np.maximum(f["lost_from"], day_start)
         hi = np.minimum(own_start, day_end)

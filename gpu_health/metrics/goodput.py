@@ -51,7 +51,8 @@ import pandas as pd
 
 from gpu_health.codes import factorize, is_missing, unique_ints
 from gpu_health.constants import FATAL_XIDS as XID_GPU_FAULT
-from gpu_health.constants import KERNEL_ACTIVE_SM, KERNEL_ACTIVE_UTIL_PCT, MINUTE, PARTITION
+from gpu_health.constants import (KERNEL_ACTIVE_SM, KERNEL_ACTIVE_UTIL_PCT, MINUTE, PARTITION, PARTITION_FREQ,
+                                  PARTITION_MINUTES, SLOW_THROTTLE_BITS)
 from gpu_health.timestamps import as_utc
 
 STATES = [
@@ -72,9 +73,6 @@ LOSS_EXITS = frozenset({"failed", "node_fail", "timeout"})
 # a job pending this long is held back, not being placed (a scheduler places a job within a cycle or two,
 # ~30-60 s in Slurm): the one bar of the fragmentation KPI and of the scheduling detector
 BLOCKED_WAIT = pd.Timedelta(minutes=3)
-SLOW_THROTTLE_BITS = 0x8 | 0x20 | 0x40 | 0x80  # hw slowdown, sw/hw thermal, power brake
-BUSY_UTIL_PCT = KERNEL_ACTIVE_UTIL_PCT  # a kernel ran in the minute (constants.py); not 'busy' in device.py's sense
-BUSY_SM = KERNEL_ACTIVE_SM
 NO_DATA_COVERAGE = 0.5
 # a failed job's lost work is read from its runtime rows of this span before the failure (the
 # caller passes them as ``runtime_history``), so a range and its partitions agree
@@ -375,8 +373,8 @@ def _row_attributes(start, t_idx, jj, job_uni, lookup, submitted: pd.Series,
     if not n or not len(job_uni):
         return np.zeros(n, np.int64), [], np.zeros(n, bool)
     minute = MINUTE.value
-    p_start = pd.Timestamp(start).as_unit("ns").value + (t_idx // 5) * 5 * minute
-    p_end, lo = p_start + 5 * minute, p_start - JOB_ATTRIBUTE_LOOKBACK.value
+    p_start = pd.Timestamp(start).as_unit("ns").value + (t_idx // PARTITION_MINUTES) * PARTITION.value
+    p_end, lo = p_start + PARTITION.value, p_start - JOB_ATTRIBUTE_LOOKBACK.value
     meta_ns = _job_ns(submitted, job_uni)[jj]
     meta_known = (meta_ns >= lo) & (meta_ns < p_end)
 
@@ -426,7 +424,7 @@ def _reports_at_partition_end(start, t_idx, jj, runtime, runtime_history, job_un
         return np.zeros(n, bool)
     ts, job = np.concatenate([t for t, _ in parts]), np.concatenate([j for _, j in parts])
     ok = (job >= 0) & (ts >= -memory) & (ts < M)
-    p_end = (t_idx // 5 + 1) * 5  # minutes since start
+    p_end = (t_idx // PARTITION_MINUTES + 1) * PARTITION_MINUTES  # minutes since start
     width = max(M, int(p_end.max())) + memory + 1
     keys = np.unique(job[ok] * width + (ts[ok] + memory))  # (job, minute + memory) with a row, sorted
     at = np.searchsorted(keys, jj * width + (p_end + memory), side="left") - 1  # the job's last row before p_end
@@ -526,7 +524,7 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     fatal = gpu["xid"].isin(XID_GPU_FAULT).to_numpy() | (gpu["ecc_dbe_delta"].fillna(0).to_numpy() > 0)
     has_job = ~is_missing(gpu["job_id"])
     sm = gpu["sm_active"].to_numpy(dtype=float, na_value=np.nan)
-    busy = (gpu["gpu_util_pct"].to_numpy(dtype=float) >= BUSY_UTIL_PCT) & ~(np.nan_to_num(sm, nan=1.0) < BUSY_SM)
+    busy = (gpu["gpu_util_pct"].to_numpy(dtype=float) >= KERNEL_ACTIVE_UTIL_PCT) & ~(np.nan_to_num(sm, nan=1.0) < KERNEL_ACTIVE_SM)
 
     # --- jobs: attributes, GPUs, runtime metrics per (minute, job) -----------------------------
     job_uni = pd.Index(pd.unique(np.concatenate([np.asarray(gpu.loc[has_job, "job_id"], dtype=object),
@@ -544,9 +542,9 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     # what a partition knows of a job is the same for all its rows: computed per (partition, job) pair (a day's
     # 1.7 M rows are ~0.1 M pairs) and spread over the rows
     rows = np.flatnonzero(has_job)
-    pairs, pair_of_row = unique_ints((t_idx[rows] // 5) * Nj + jj[rows], return_inverse=True)
+    pairs, pair_of_row = unique_ints((t_idx[rows] // PARTITION_MINUTES) * Nj + jj[rows], return_inverse=True)
     pair_of_row = pair_of_row.ravel()
-    pair_t, pair_j = (pairs // Nj) * 5, pairs % Nj
+    pair_t, pair_j = (pairs // Nj) * PARTITION_MINUTES, pairs % Nj
     pair_attr, attr_uni, pair_known = _row_attributes(start, pair_t, pair_j, job_uni, lookup, submitted, queue_events)
     row_attr, meta_known = np.zeros(n, np.int64), np.zeros(n, bool)
     row_attr[rows], meta_known[rows] = pair_attr[pair_of_row], pair_known[pair_of_row]
@@ -605,7 +603,7 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
         fa[fj[okf]] = ((failures["failed_at"] - start) // MINUTE).to_numpy(np.int64)[okf]
         # only the failure's own partition is failure_loss here: the 5-minute series cannot know a failure
         # before it happens (and a range run must equal partition runs); the daily settlement moves the rest
-        lost = has_job & (t_idx >= lf[jj]) & (t_idx <= fa[jj]) & (t_idx // 5 == fa[jj] // 5)
+        lost = has_job & (t_idx >= lf[jj]) & (t_idx <= fa[jj]) & (t_idx // PARTITION_MINUTES == fa[jj] // PARTITION_MINUTES)
 
     # --- efficiency against the baseline (per partition x signature) ---------------------------
     with np.errstate(invalid="ignore"):  # NaN step times (no row this minute) propagate by design
@@ -630,20 +628,20 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     # --- aggregate: one packed key per (partition, node, driver, job attributes) ----------------
     NA = len(attr_uni) + 1
     ND = len(drv_uni) + 1
-    key = ((t_idx // 5) * Nn + g_node) * ND * NA + (drv + 1) * NA + row_attr
+    key = ((t_idx // PARTITION_MINUTES) * Nn + g_node) * ND * NA + (drv + 1) * NA + row_attr
     leaves = _aggregate(key, W, start, Nn, ND, NA, node_uni, node_region, node_sku, drv_uni, attr_uni)
     corroborated = None
     if hw_corroborated is not None:
         corroborated = health_arr.reshape(M, Nn) >= 1  # the node's own agent: degraded, down or drained
-        part_fault = np.zeros((max((M + 4) // 5, 1), Nn), dtype=bool)
+        part_fault = np.zeros((max(-(-M // PARTITION_MINUTES), 1), Nn), dtype=bool)
         if n and fatal.any():
-            part_fault[t_idx[fatal] // 5, g_node[fatal]] = True
+            part_fault[t_idx[fatal] // PARTITION_MINUTES, g_node[fatal]] = True
         if len(hw_corroborated):
-            pc = ((hw_corroborated["partition_start"] - start) // pd.Timedelta(minutes=5)).to_numpy(np.int64)
+            pc = ((hw_corroborated["partition_start"] - start) // PARTITION).to_numpy(np.int64)
             nc = _codes(hw_corroborated["node_id"], node_uni)
             ok_c = (pc >= 0) & (pc < len(part_fault)) & (nc >= 0)
             part_fault[pc[ok_c], nc[ok_c]] = True
-        corroborated |= np.repeat(part_fault, 5, axis=0)[:M]
+        corroborated |= np.repeat(part_fault, PARTITION_MINUTES, axis=0)[:M]
     moved_m = None  # minutes x nodes: GPUs of the node's inventory reporting under another name
     if moved is not None and len(moved):
         mt = ((moved["ts"] - start) // MINUTE).to_numpy(np.int64)
@@ -700,7 +698,7 @@ def bound_to_capacity(reported: pd.DataFrame, missing: pd.DataFrame, capacity: p
     if capacity is None or not len(capacity) or (reported.empty and missing.empty):
         return reported, missing
     cap = capacity.groupby([capacity["region"].astype(object), capacity["sku"].astype(object)])["capacity_gpus"].max()
-    per_partition = pd.Series(1.0, index=minutes).groupby(minutes.floor("5min")).sum()  # minutes of each partition
+    per_partition = pd.Series(1.0, index=minutes).groupby(minutes.floor(PARTITION_FREQ)).sum()  # minutes of each partition
     slices = ["partition_start", "region", "sku"]
 
     both = pd.concat([x[slices + ["gpu_minutes"]].assign(reported=x is reported) for x in (reported, missing) if len(x)],
@@ -1022,11 +1020,11 @@ def _baseline_arrays(baseline, start, t_idx, g_job, lookup, job_uni, sku, row_gp
         valid = (g_job >= 0) & (m_row >= 0) & (s_row >= 0) & (g_row >= 0)
         key_row = (m_row.astype(np.int64) * width[1] + s_row) * width[2] + g_row
         sr = np.where(valid, key_uni.get_indexer(np.where(valid, key_row, -1)), -1)
-    P = int(t_idx.max() // 5) + 1 if per_partition else 1
-    pb = ((b["partition_start"] - start) // pd.Timedelta(minutes=5)).to_numpy(np.int64) if per_partition else np.zeros(len(b), np.int64)
+    P = int(t_idx.max() // PARTITION_MINUTES) + 1 if per_partition else 1
+    pb = ((b["partition_start"] - start) // PARTITION).to_numpy(np.int64) if per_partition else np.zeros(len(b), np.int64)
     ok = (pb >= 0) & (pb < P) & (sb >= 0)
     S = len(sig_uni)
-    pr = (t_idx // 5) if per_partition else np.zeros(n, np.int64)
+    pr = (t_idx // PARTITION_MINUTES) if per_partition else np.zeros(n, np.int64)
     idx = np.where(sr >= 0, pr * S + sr, 0)
     found = (sr >= 0) & (g_job >= 0)
     out = []
@@ -1050,7 +1048,7 @@ def _aggregate(key, W, start, Nn, ND, NA, node_uni, node_region, node_sku, drv_u
     attrs = np.array([tuple(a) for a in attr_uni] + [("none",) * 5], dtype=object).reshape(-1, 5)
     attr_rows = attrs[np.where(attr_c >= 0, attr_c, len(attrs) - 1)]
     base = pd.DataFrame({
-        "partition_start": start + pd.to_timedelta(p_idx * 5, unit="min"),
+        "partition_start": start + pd.to_timedelta(p_idx * PARTITION_MINUTES, unit="min"),
         "region": node_region[node_c], "node_id": np.asarray(node_uni, dtype=object)[node_c], "sku": node_sku[node_c],
         "driver_version": np.where(drv_c >= 0, np.asarray(drv_uni, dtype=object)[np.clip(drv_c, 0, None)], "unknown"),
         "team": attr_rows[:, 0], "workload_class": attr_rows[:, 1], "model_type": attr_rows[:, 2],
@@ -1088,8 +1086,7 @@ def hardware_corroboration(recent: pd.DataFrame, last_fault: pd.Series, usual: p
     """
     cols = ["partition_start", "node_id"]
     start, end = pd.Timestamp(start), pd.Timestamp(end)
-    five = pd.Timedelta(minutes=5)
-    grid = pd.date_range(start - GAP_PERSIST_PARTITIONS * five, end, freq=five, inclusive="left")
+    grid = pd.date_range(start - GAP_PERSIST_PARTITIONS * PARTITION, end, freq=PARTITION, inclusive="left")
     rows = recent[recent["partition_start"].isin(grid)] if recent is not None and len(recent) else None
     nodes = pd.Index(sorted(set(usual.index.astype(object)) | set(last_fault.index.astype(object))
                             | (set(rows["node_id"].astype(object)) if rows is not None else set())))
@@ -1113,8 +1110,8 @@ def hardware_corroboration(recent: pd.DataFrame, last_fault: pd.Series, usual: p
         persisted &= np.vstack([np.zeros((k, len(nodes)), bool), short[:-k]])
     # a fault earlier in the grid, or before it (last_fault), within FAULT_MEMORY of the partition
     earlier = pd.to_datetime(last_fault.reindex(nodes), utc=True)
-    before = np.where(earlier.notna().to_numpy(), ((earlier - grid[0]) // five).fillna(-10**9).to_numpy(dtype=float), -np.inf)
-    span = int(FAULT_MEMORY / five)
+    before = np.where(earlier.notna().to_numpy(), ((earlier - grid[0]) // PARTITION).fillna(-10**9).to_numpy(dtype=float), -np.inf)
+    span = int(FAULT_MEMORY / PARTITION)
     idx = np.arange(len(grid))[:, None]
     last_in_grid = pd.DataFrame(np.where(fault_at, idx, np.nan)).ffill().to_numpy()
     last_any = np.fmax(np.nan_to_num(last_in_grid, nan=-np.inf), before[None, :])
@@ -1160,7 +1157,7 @@ def _missing_minutes(t_idx, g_node, minutes, node_uni, node_region, node_sku, no
         names = np.asarray(node_uni, dtype=object)
         in_maint = maintenance_mask(pd.Series(minutes[tt]), pd.Series(node_region[nn]), pd.Series(names[nn]), maintenance)
         out = pd.DataFrame({
-            "partition_start": minutes[tt].floor("5min"), "region": node_region[nn], "node_id": names[nn],
+            "partition_start": minutes[tt].floor(PARTITION_FREQ), "region": node_region[nn], "node_id": names[nn],
             "sku": node_sku[nn], "driver_version": np.asarray(drv_uni, dtype=object)[node_last_drv[nn]],
             "team": "none", "workload_class": "none", "model_type": "none", "framework_version": "none", "queue": "none",
             "state": missing_state(silent[tt, nn], in_maint, hw_ok[tt, nn]),
@@ -1174,7 +1171,7 @@ def _missing_minutes(t_idx, g_node, minutes, node_uni, node_region, node_sku, no
         cap = capacity.groupby(["region", "sku"])["capacity_gpus"].max()
         gap = cap - seen.reindex(cap.index).fillna(0)
         silent_by_region = pd.DataFrame(region_silent, index=minutes, columns=region_uni)
-        partition = minutes.floor("5min")
+        partition = minutes.floor(PARTITION_FREQ)
         rows = []
         if credit is not None and credit.any():  # a renamed node's GPUs are in the inventory under both names
             slice_of = pd.MultiIndex.from_arrays([pd.Series(node_region, dtype=object), pd.Series(node_sku, dtype=object)])
@@ -1240,7 +1237,7 @@ def _failures(sched: pd.DataFrame, runtime: pd.DataFrame, g: pd.DataFrame, start
     lost_from = lost_from.fillna(failed_at)
     gpus = ended["gpus"].astype(float)
     total_min = ((failed_at - lost_from) / MINUTE).clip(lower=0) + 1
-    own_partition = failed_at.dt.floor("5min")
+    own_partition = failed_at.dt.floor(PARTITION_FREQ)
     in_win = ((failed_at - np.maximum(lost_from, own_partition)) / MINUTE).clip(lower=0) + 1
     out = pd.DataFrame({
         "failed_at": failed_at, "exit_state": ended["exit_state"], "reason": ended["reason"],
@@ -1274,7 +1271,7 @@ def enrich_failures(failures: pd.DataFrame, gpu: pd.DataFrame, meta: pd.DataFram
         place = place.combine_first(by_event.dropna(how="all")) if len(place) else by_event
     m = meta.drop_duplicates("job_id").set_index("job_id") if len(meta) else pd.DataFrame(columns=["team", "workload_class"])
     f = failures.copy()
-    f["partition_start"] = f["failed_at"].dt.floor("5min")
+    f["partition_start"] = f["failed_at"].dt.floor(PARTITION_FREQ)
     for col, src in (("region", place), ("sku", place), ("team", m), ("workload_class", m)):
         f[col] = f["job_id"].map(src[col]).astype(object).fillna("unknown") if col in src else "unknown"
     f["reason"] = f["reason"].astype(object)

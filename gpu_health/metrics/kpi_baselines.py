@@ -68,6 +68,7 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
+from gpu_health.constants import PARTITION, PARTITION_FREQ
 from gpu_health.codes import factorize
 from gpu_health.contracts.models import ContractModel
 from gpu_health.metrics.goodput import STATES
@@ -84,7 +85,6 @@ SHARE_LEVELS = [("region", "sku", "workload_class"), ("region", "sku"), ("region
 MIN_DAYS = 3
 MIN_TRAILING_SAMPLES = 3
 HALF_WINDOW = 6  # partitions either side: +-30 min
-SLOT = pd.Timedelta(minutes=5)
 DAY = 288  # slots
 WEEK = 7 * DAY
 TRAILING = 24  # slots: 2 hours
@@ -143,7 +143,7 @@ class KpiBaselines(ContractModel):
 
     @pa.dataframe_check(name="partition_start_aligned_5min")
     def partition_start_aligned_5min(cls, df: pd.DataFrame) -> Series[bool]:
-        return df["partition_start"] == df["partition_start"].dt.floor("5min")
+        return df["partition_start"] == df["partition_start"].dt.floor(PARTITION_FREQ)
 
 
 # --- public helpers ---------------------------------------------------------------------
@@ -157,7 +157,7 @@ def state_share_values(goodput_states: pd.DataFrame) -> pd.DataFrame:
     """
     smp = _share_samples(goodput_states)
     out = smp.keys.iloc[smp.code].reset_index(drop=True)
-    out.insert(0, "partition_start", pd.DatetimeIndex(_EPOCH + smp.slot * SLOT))
+    out.insert(0, "partition_start", pd.DatetimeIndex(_EPOCH + smp.slot * PARTITION))
     out["value"] = smp.value
     return out[["partition_start", "series", *SLICE, "value"]]
 
@@ -179,7 +179,7 @@ def expected_values(history_kpis: pd.DataFrame, history_states: pd.DataFrame, pa
     partitions = partitions.tz_convert("UTC").unique().sort_values()
     if not len(partitions):
         return _empty()
-    first, last = partitions.min() - (2 * WEEK + HALF_WINDOW) * SLOT, partitions.max()
+    first, last = partitions.min() - (2 * WEEK + HALF_WINDOW) * PARTITION, partitions.max()
     smp = _concat(_kpi_samples(_within(history_kpis, first, last)),
                   _share_samples(_within(history_states, first, last)))
     keys = smp.keys
@@ -205,8 +205,8 @@ def expected_values(history_kpis: pd.DataFrame, history_states: pd.DataFrame, pa
         key_region = keys["region"].to_numpy(dtype=object)
         for w in maintenance.itertuples(index=False):
             w_start, w_end = pd.to_datetime([w.start, w.end], utc=True)
-            first_slot = (w_start - _EPOCH - SLOT) // SLOT + 1  # partitions overlapping [start, end)
-            last_slot = -((_EPOCH - w_end) // SLOT) - 1
+            first_slot = (w_start - _EPOCH - PARTITION) // PARTITION + 1  # partitions overlapping [start, end)
+            last_slot = -((_EPOCH - w_end) // PARTITION) - 1
             a, b = max(int(first_slot) - lo, 0), min(int(last_slot) - lo + 1, n_slots)
             if a >= b:
                 continue
@@ -374,7 +374,7 @@ def _within(frame: pd.DataFrame | None, start, end) -> pd.DataFrame | None:
 def _slots(ts) -> np.ndarray:
     """5-minute slots since the epoch (partition starts are 5-minute aligned)."""
     delta = pd.DatetimeIndex(as_utc(ts)) - _EPOCH
-    return np.asarray(delta // SLOT, dtype=np.int64)
+    return np.asarray(delta // PARTITION, dtype=np.int64)
 
 
 def _weekend(day: np.ndarray) -> np.ndarray:

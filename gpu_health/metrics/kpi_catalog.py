@@ -19,9 +19,10 @@ series under its bare name (it does when the components add up to it).
 
 from dataclasses import dataclass
 
-OWNERS = ("infra", "ml_platform", "finance")
+from gpu_health.constants import OWNERS, SEVERITIES
+
 KINDS = ("leading", "lagging")
-ALERT_INTENTS = ("page", "ticket", "dashboard")
+ALERT_INTENTS = SEVERITIES
 DIMENSIONS = ("region", "sku", "workload_class", "team")
 
 

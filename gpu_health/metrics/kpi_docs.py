@@ -7,6 +7,7 @@ when the file in the repository is stale.
 import sys
 from pathlib import Path
 
+from gpu_health.constants import REPORTED_BUSY_UTIL_PCT
 from gpu_health.metrics import device as D
 from gpu_health.metrics import kpis as K
 from gpu_health.metrics.kpi_catalog import CATALOG, FACILITY_KPIS, INVENTORY_KPIS, SUPPORTING, Kpi
@@ -82,7 +83,7 @@ def render_kpi_docs() -> str:
         "sum of its denominators; quantile series (`queue_wait_p95`) cannot be rolled up and carry the number "
         "of waits as `denominator`.",
         "- Jobs whose metadata never arrived count under `unknown` (team, workload class), never dropped.",
-        f"- Thresholds used in the definitions: busy = `gpu_util_pct` >= {K.BUSY_UTIL_PCT:g}; device idle = "
+        f"- Thresholds used in the definitions: busy = `gpu_util_pct` >= {REPORTED_BUSY_UTIL_PCT:g}; device idle = "
         f"`sm_active` < {D.IDLE_SM:g} and, where reported, `tensor_active` < {D.IDLE_TENSOR:g} "
         f"(`gpu_health/metrics/device.py`); low power = under "
         f"{D.LOW_POWER_SHARE:g} x the p{D.REF_POWER_QUANTILE * 100:g} power of the SKU's working GPUs in the "

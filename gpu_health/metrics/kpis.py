@@ -51,11 +51,12 @@ import pandera.pandas as pa
 from pandas._libs import lib
 from pandera.typing import Series
 
+from gpu_health.constants import (MINUTE, PARTITION_FREQ, PARTITION_NS, POWER_BITS, REPORTED_BUSY_UTIL_PCT,
+                                  SLOW_THROTTLE_BITS, THERMAL_BITS)
 from gpu_health.codes import factorize, first_rows, is_missing, unique_ints
 from gpu_health.contracts.models import WORKLOAD_CLASSES, ContractModel, empty_frame
 from gpu_health.metrics.goodput import BLOCKED_WAIT, first_node
-from gpu_health.metrics.device import BUSY_UTIL_PCT, IDLE_SM, IDLE_TENSOR, LOW_POWER_SHARE, device_idle, reference_power
-from gpu_health.metrics.facility import POWER_BITS, THERMAL_BITS
+from gpu_health.metrics.device import IDLE_SM, IDLE_TENSOR, LOW_POWER_SHARE, device_idle, reference_power
 from gpu_health.metrics.facility import kpi_rows as facility_kpi_rows
 from gpu_health.metrics.kpi_catalog import CATALOG, DIMENSIONS, by_name, series_units
 from gpu_health.timestamps import as_utc
@@ -64,14 +65,12 @@ STAR = "*"
 UNKNOWN = "unknown"
 STATUSES = ["ok", "degraded", "no_data"]
 UTC_NS = pd.DatetimeTZDtype("ns", "UTC")
-MINUTE = pd.Timedelta(minutes=1)
 
 MIN_COVERAGE = 0.5  # share of a slice's observations that must report a needed field
 PENDING_GRACE = BLOCKED_WAIT  # pending longer than a scheduling cycle or two: blocked (as the scheduling detector)
 QUANTILE = 0.95
 FAILED_EXITS = ["failed", "node_fail", "timeout"]
 UNSCHEDULABLE = ["drained", "down"]
-SLOW_THROTTLE_BITS = 0x8 | 0x20 | 0x40 | 0x80  # hw slowdown, sw thermal, hw thermal, hw power brake
 OUT_COLUMNS = ["partition_start", "kpi", *DIMENSIONS, "value", "numerator", "denominator", "unit", "status"]
 SERIES_UNITS = series_units()
 
@@ -112,7 +111,7 @@ class KpiValues(ContractModel):
 
     @pa.dataframe_check(name="partition_start_aligned_5min")
     def partition_start_aligned_5min(cls, df: pd.DataFrame) -> Series[bool]:
-        return df["partition_start"] == df["partition_start"].dt.floor("5min")
+        return df["partition_start"] == df["partition_start"].dt.floor(PARTITION_FREQ)
 
     @pa.dataframe_check(name="unit_matches_series")
     def unit_matches_series(cls, df: pd.DataFrame) -> Series[bool]:
@@ -210,7 +209,7 @@ class _Context:
 
     def __init__(self, frames, goodput_states, start, end, cost, lookup, baseline, pending, inventory=None):
         self.start, self.end = start, end
-        self.partitions = pd.date_range(start, end, freq="5min", inclusive="left")
+        self.partitions = pd.date_range(start, end, freq=PARTITION_FREQ, inclusive="left")
         f = {name: frames[name] if frames.get(name) is not None else empty_frame(name)
              for name in ("gpu_telemetry", "node_telemetry", "network_telemetry", "scheduler_events",
                           "job_runtime_metrics", "job_metadata")}
@@ -245,7 +244,7 @@ class _Context:
         })
         # integer codes of the rows' minutes, nodes and jobs: the joins and group-bys below run on them
         ts_ns = g["ts"].to_numpy(dtype="datetime64[ns]").view("int64")
-        g["p"] = _floor_ns(ts_ns, FIVE_NS)  # (ts.dt.floor("5min"), in integer arithmetic)
+        g["p"] = _floor_ns(ts_ns, PARTITION_NS)  # (ts.dt.floor(PARTITION_FREQ), in integer arithmetic)
         g["allocated"] = ~is_missing(g["job_id"])
         nw = self.window(node)
         bad = nw.loc[nw["health"].isin(UNSCHEDULABLE), ["ts", "node_id"]].astype({"node_id": object})
@@ -311,7 +310,7 @@ class _Context:
         parts = [pd.DataFrame({"p": p, "region": regions[pair // ns], "sku": skus[pair % ns]})]
         if len(node):
             n_ns = node["ts"].to_numpy(dtype="datetime64[ns]").view("int64")
-            parts.append(pd.DataFrame({"p": _floor_ns(n_ns, FIVE_NS), "region": _obj(node["region"]).to_numpy(),
+            parts.append(pd.DataFrame({"p": _floor_ns(n_ns, PARTITION_NS), "region": _obj(node["region"]).to_numpy(),
                                        "sku": _obj(node["sku"]).to_numpy()}))
         if self.cost is not None and len(self.cost):
             day = pd.DataFrame({"p": self.partitions, "date": self.partitions.date})
@@ -332,7 +331,6 @@ class _Context:
         return job_ids.map(self.jobs[col]).astype(object).fillna(UNKNOWN).to_numpy()
 
 
-FIVE_NS = 5 * 60 * 10**9
 
 
 def _floor_ns(ns: np.ndarray, width: int) -> pd.DatetimeIndex:
@@ -509,7 +507,7 @@ def _job_failure_rate(ctx: _Context) -> pd.DataFrame:
         return pd.DataFrame()
     first = first_node(ended["node_ids"], missing="")
     d = pd.DataFrame({
-        "p": ended["ts"].dt.floor("5min").reset_index(drop=True),
+        "p": ended["ts"].dt.floor(PARTITION_FREQ).reset_index(drop=True),
         "region": first.map(ctx.node_region).fillna(UNKNOWN).to_numpy(),
         "workload_class": ctx.job_attr(ended["job_id"].astype(object), "workload_class"),
     })
@@ -544,7 +542,7 @@ def _queue_wait_p95(ctx: _Context) -> pd.DataFrame:
     if len(ctx.jobs):
         s["open"] = s["open"].fillna(s["job_id"].map(ctx.jobs["submitted_at"]))
     wait = ((s["ts"] - s["open"]).dt.total_seconds()).clip(lower=0)
-    d = pd.DataFrame({"p": s["ts"].dt.floor("5min"), "workload_class": ctx.job_attr(s["job_id"], "workload_class"),
+    d = pd.DataFrame({"p": s["ts"].dt.floor(PARTITION_FREQ), "workload_class": ctx.job_attr(s["job_id"], "workload_class"),
                       "wait": wait})
     grouped = d.groupby(["p", "workload_class"], sort=False)
     out = grouped.agg(denominator=("wait", "count"), n=("wait", "size")).reset_index()
@@ -623,7 +621,7 @@ def _sla_attainment(ctx: _Context) -> pd.DataFrame:
     if o.empty:
         return pd.DataFrame()
     o["ts"] = pd.to_datetime(o["ts"], utc=True)
-    d = pd.DataFrame({"p": o["ts"].dt.floor("5min"), "workload_class": ctx.job_attr(o["job_id"], "workload_class"),
+    d = pd.DataFrame({"p": o["ts"].dt.floor(PARTITION_FREQ), "workload_class": ctx.job_attr(o["job_id"], "workload_class"),
                       "met": o["met"].astype(bool)})
     return _raw(d, "sla_attainment", ["workload_class"], numerator=("met", "sum"), denominator=("met", "size"),
                 n=("met", "size"))
@@ -639,7 +637,7 @@ def _job_minutes(ctx: _Context) -> pd.DataFrame:
 def _build_job_minutes(ctx: _Context) -> pd.DataFrame:
     rt = ctx.runtime
     jid = rt["job_id"].astype(object)
-    key = pd.MultiIndex.from_arrays([rt["ts"].dt.floor("5min"), jid])
+    key = pd.MultiIndex.from_arrays([rt["ts"].dt.floor(PARTITION_FREQ), jid])
     pl = ctx.placement.reindex(key)
     d = pd.DataFrame({
         "ts": _utc_values(rt["ts"]), "job_id": jid.to_numpy(),
@@ -657,7 +655,7 @@ def _build_job_minutes(ctx: _Context) -> pd.DataFrame:
     if d["gpus"].isna().any() and len(ctx.jobs):  # not seen on a GPU in the partition: what it asked for
         d["gpus"] = d["gpus"].fillna(jid.map(ctx.jobs["requested_gpus"]).astype(float))
     d["gpus"] = d["gpus"].fillna(1.0)
-    d["p"] = d["ts"].dt.floor("5min")
+    d["p"] = d["ts"].dt.floor(PARTITION_FREQ)
     base_cols = {"step_time_s": "b_step", "data_loader_time_s": "b_loader", "grad_sync_time_s": "b_sync"}
     b = ctx.baseline
     if b is None or b.empty:
@@ -759,7 +757,7 @@ def _comm_health(ctx: _Context) -> pd.DataFrame:
         node, nodes = factorize(net["node_id"])
         node_sku = pd.Series(np.append(np.asarray(nodes, dtype=object), None)).map(ctx.node_sku).fillna(UNKNOWN)
         sku_of_node, skus = factorize(node_sku.to_numpy(dtype=object))  # (a node without a SKU: UNKNOWN)
-        f = pd.DataFrame({"p": net["ts"].dt.floor("5min"), "region": np.where(region >= 0, region, np.nan),
+        f = pd.DataFrame({"p": net["ts"].dt.floor(PARTITION_FREQ), "region": np.where(region >= 0, region, np.nan),
                           "sku": sku_of_node[node],  # (code -1, a missing node: the appended None's, UNKNOWN)
                           "rtx": np.nan_to_num(rtx), "rtx_known": (~np.isnan(rtx)).astype(float),
                           "loss": net["packet_loss_pct"].to_numpy(dtype=float),
@@ -925,7 +923,7 @@ def _inventory_excess(ctx: _Context) -> pd.DataFrame:
 
 def _gaming_guardrails(ctx: _Context) -> pd.DataFrame:
     g = ctx.gpu
-    sel = (g["allocated"].to_numpy() & (g["util"].to_numpy() >= BUSY_UTIL_PCT))
+    sel = (g["allocated"].to_numpy() & (g["util"].to_numpy() >= REPORTED_BUSY_UTIL_PCT))
     if not sel.any():
         return pd.DataFrame()
     rows = np.flatnonzero(sel)

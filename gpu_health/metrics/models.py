@@ -5,6 +5,7 @@ import pandera.pandas as pa
 from pandera.engines import pandas_engine
 from pandera.typing import Series
 
+from gpu_health.constants import SEVERITIES
 from gpu_health.contracts.models import ContractModel
 from gpu_health.metrics.goodput import STATES
 
@@ -192,7 +193,7 @@ class Alerts(_Partitioned):
     key: Series[Str] = pa.Field(description="Detector and scope the alert is matched on across partitions.")
     detector: Series[Str] = pa.Field(description="Detector that raised it.")
     status: Series[Str] = pa.Field(isin=["firing", "clearing", "resolved"], description="firing | clearing | resolved.")
-    severity: Series[Str] = pa.Field(isin=["page", "ticket", "dashboard"], description="page | ticket | dashboard.")
+    severity: Series[Str] = pa.Field(isin=list(SEVERITIES), description="page | ticket | dashboard.")
     cause_family: Series[Str] = pa.Field(description="hardware | software | scheduling | data_io | network | gaming | planned | missing_data.")
     region: Series[Str] = pa.Field(description="Region (* when several).")
     scope: Series[Str] = pa.Field(description="JSON: region, nodes, team, cohort.")

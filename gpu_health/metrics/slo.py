@@ -43,7 +43,7 @@ BUDGET_COLUMNS = [*EVENT_COLUMNS, "window_total_events", "window_bad_events", "e
 # table): 14.4x over 1 h spends 2 % of the budget, 6x over 6 h 5 % (page); 3x over 1 d and 1x over 3 d spend 10 %
 # (ticket). Windows in 5-minute partitions.
 BURN_WINDOWS = (
-    (pd.Timedelta(hours=1), pd.Timedelta(minutes=5), 14.4, "page"),  # not the partition: 1/12 of the long window
+    (pd.Timedelta(hours=1), pd.Timedelta(hours=1) / 12, 14.4, "page"),  # 1/12 of the long window
     (pd.Timedelta(hours=6), pd.Timedelta(minutes=30), 6.0, "page"),
     (pd.Timedelta(days=1), pd.Timedelta(hours=2), 3.0, "ticket"),
     (pd.Timedelta(days=3), pd.Timedelta(hours=6), 1.0, "ticket"),

@@ -20,7 +20,7 @@ Incidents (scope ``{region, rack: <rack_id>}`` or ``{region}``: one rack picked 
 * ``rack_cooling_failure``: the rack's inlet rises by ``magnitude`` C over :data:`COOLING_RAMP_S` (a CRAH or
   rear-door heat exchanger failing); an air-cooled GPU's temperature follows its inlet one for one at a given load,
   so its GPUs heat up with it and throttle (thermal clock-event bits, lower clocks and power) once at
-  :data:`THROTTLE_C`.
+  :data:`THERMAL_TEMP_C`.
 * ``power_cap_hit``: the rack's budget is cut to ``magnitude`` x its rating (a PDU feed lost, a facility cap);
   the rack's power manager holds the draw at the budget by capping its busy GPUs (SW power cap bit 0x4, lower
   clocks and power).
@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from gpu_health.constants import CLOCKS_IDLE, SW_POWER_CAP, THERMAL_BITS, THERMAL_TEMP_C
 from gpu_health.contracts import columns, conform, empty_frame
 from gpu_health.sim import hashing as H
 
@@ -46,10 +47,6 @@ INLET_BASE_C = 21.0
 INLET_SPREAD_C = 2.5
 RISE_AT_NAMEPLATE_C = 15.0  # a 40 kW rack moving ~2.3 m3/s of air warms it ~15 C at full load
 COOLING_RAMP_S = 600        # a failed cooling unit: the inlet climbs to its new level over ~10 minutes
-THROTTLE_C = 83.0           # NVIDIA's slowdown temperature (diagnosis.detect.THERMAL_TEMP_C)
-THERMAL_BITS = 0x20 | 0x40
-POWER_CAP_BIT = 0x4
-IDLE_BIT = 0x1
 S_INLET, S_PUE, S_PICK = 161, 162, 163
 
 
@@ -111,11 +108,11 @@ def gpu_effects(win, node_row, t, has, temp, clock, throttle, load, tdp, idle_w,
         hit = win._node_mask(node_row, inc.node_ids) & (t >= s) & (t < e)
         rise = inc.magnitude * np.clip((t - s + 60) / COOLING_RAMP_S, 0, 1)
         temp = np.where(hit, temp + rise, temp)
-        hot = hit & (temp >= THROTTLE_C)
-        throttle = np.where(hot, (throttle & ~IDLE_BIT) | THERMAL_BITS, throttle)
+        hot = hit & (temp >= THERMAL_TEMP_C)
+        throttle = np.where(hot, (throttle & ~CLOCKS_IDLE) | THERMAL_BITS, throttle)
         clock = np.where(hot & has, thrclk + 40 * u_temp, clock)
         load = np.where(hot & has, load * 0.8, load)
-        temp = np.where(hot, np.minimum(temp, THROTTLE_C + 4 + 3 * u_temp), temp)  # throttling holds it near slowdown
+        temp = np.where(hot, np.minimum(temp, THERMAL_TEMP_C + 4 + 3 * u_temp), temp)  # throttling holds it near slowdown
     caps = [inc for _, inc in win._incidents("power_cap_hit")]
     if caps:
         racks = _racks(scen)
@@ -145,7 +142,7 @@ def gpu_effects(win, node_row, t, has, temp, clock, throttle, load, tdp, idle_w,
             sc[sel] = scale[k_inv]
             capped = in_rack & has & (sc < 1.0) & (load > 0)
             load = np.where(capped, load * sc, load)
-            throttle = np.where(capped, (throttle & ~IDLE_BIT) | POWER_CAP_BIT, throttle)
+            throttle = np.where(capped, (throttle & ~CLOCKS_IDLE) | SW_POWER_CAP, throttle)
             clock = np.where(capped, clock * (0.55 + 0.45 * sc), clock)
     win._facility_draw = (node_row, t, idle_w + load * (tdp - idle_w) + _host_w(tdp, load))
     return temp, clock, throttle, load

@@ -113,8 +113,6 @@ CAPACITY_INCIDENT_KINDS: dict[str, KindInfo] = {
 # kinds whose targets include specific jobs (labels carry their job_ids)
 JOB_TARGETED_KINDS = ("training_stall", "dummy_workload")
 
-FAMILIES = ["hardware", "software", "scheduling", "data_io", "network", "gaming", "planned", "missing_data", "facility"]
-
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d)\s*$")
 
 

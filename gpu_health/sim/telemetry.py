@@ -25,6 +25,7 @@ missing for minutes while the node reports ok, and a rolling change's drains.
 import numpy as np
 import pandas as pd
 
+from gpu_health.constants import CLOCKS_IDLE, THERMAL_BITS
 from gpu_health.contracts import columns, conform
 from gpu_health.sim import hashing as H
 from gpu_health.sim.jobs import MODEL_STEP, POOLS, PRIORITY, SCHEDULER, build_plan, from_s, to_s
@@ -39,8 +40,6 @@ S_WEAK, S_WEAKM, S_WEAKN, S_IDLEFB, S_IDLEFBV, S_ROWLOSS, S_GAP, S_GAPAT, S_GAPL
 S_GNREP, S_GNLEVEL, S_GNNOISE, S_GNSPIKE, S_GNSPIKEV = range(180, 185)
 
 LINKS = [f"mlx5_{i}" for i in range(8)]
-THERMAL_BITS = 0x20 | 0x40
-IDLE_BIT = 0x1
 POWER_CAP_BIT = 0x4
 
 
@@ -247,14 +246,14 @@ class Window:
         load = np.where(training & ~setup, load * (0.35 + 0.65 * busy_share), load)
         clock = np.where(has & (util > 1), maxclk, idleclk)
         temp = 33 + 5 * u(S_TMP) + load * 42
-        throttle = np.where(util < 1, IDLE_BIT, 0)
+        throttle = np.where(util < 1, CLOCKS_IDLE, 0)
         throttle = np.where(training & (u(S_PCAP) < 0.03), throttle | POWER_CAP_BIT, throttle)
         health_degraded = np.zeros(n, bool)
         for _, inc in self._incidents("thermal_throttle"):
             hit = self._node_mask(node_row, inc.node_ids) & (t >= to_s(inc.start)) & (t < to_s(inc.end))
             temp = np.where(hit, 85 + 5 * u(S_TMP), temp)
             clock = np.where(hit & has, thrclk + 40 * u(S_SM), clock)
-            throttle = np.where(hit, (throttle & ~IDLE_BIT) | THERMAL_BITS, throttle)
+            throttle = np.where(hit, (throttle & ~CLOCKS_IDLE) | THERMAL_BITS, throttle)
             load = np.where(hit & has, load * 0.8, load)
             health_degraded |= hit
         if spec.facility:  # the facility layer's incidents (rack cooling, power caps) and the racks' draw

@@ -80,25 +80,7 @@ XID_TOTAL = "DCGM_EXP_XID_ERRORS_TOTAL"
 XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
 XID_CODE_LABEL = "xid"
 
-# Xid classes (NVIDIA's Xid catalogue, "Xid Errors", r550+): the one place the project says what an
-# Xid means; the loss tree, the detectors, the baselines and the Prometheus adapter import these.
-#
-# XID_GPU_FAULT: the GPU is unusable until a reset or an RMA, and the cause is the hardware: double-bit
-# ECC (48), micro-controller halt (62), row-remap failure (64), NVLink (74), fallen off the bus (79),
-# uncontained ECC (95), unrecovered ECC (140). The seeds cordon on these.
-XID_GPU_FAULT = frozenset({48, 62, 64, 74, 79, 95, 140})
-# XID_MEMORY_WARNING: memory trouble the GPU survives -- a row remapped or page retired (63), a high
-# single-bit rate (92), an ECC error contained to one process (94), a micro-controller warning (61):
-# a ticket to watch the GPU, never a page on its own.
-XID_MEMORY_WARNING = frozenset({61, 63, 92, 94})
-# XID_SOFTWARE_RESET: GSP RPC timeouts and GSP errors (119, 120) leave the GPU needing a reset, but they
-# follow driver and firmware bugs (they cluster on a new driver's cohort): evidence for software.
-XID_SOFTWARE_RESET = frozenset({119, 120})
-# Application Xids (13 graphics engine exception, 31 memory page fault, 43 reset channel, 45 preemptive
-# cleanup) are the job's own faults: evidence for the job, never for the GPU.
-XID_APPLICATION = frozenset({13, 31, 43, 45})
-# Every Xid after which the GPU needs a reset, whatever the cause (the Prometheus adapter's node health).
-XID_NEEDS_RESET = XID_GPU_FAULT | XID_SOFTWARE_RESET
+# Xid classes: what an Xid means is a device fact the loss tree and the detectors share (constants.py).
 
 # Label variants, preferred first. The writer uses the first of each.
 GPU_LABELS: dict[str, tuple[str, ...]] = {

@@ -17,13 +17,13 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
+from gpu_health.constants import PARTITION, PARTITION_FREQ
 from gpu_health.arrow_text import text_values
 from gpu_health.contracts import CONTRACTS, FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES, empty_frame
 from gpu_health.contracts.validate import FileBatch
 from gpu_health.landing import DAILY_SOURCES, file_version, partition_path
 from gpu_health.sources.base import ABSENT, DEFAULT_ABSENT_AFTER, DataNotReady, Fetched
 
-FIVE_MINUTES = pd.Timedelta(minutes=5)
 _PARTITION_NAME = re.compile(r"^(\d{2})(\d{2})\.parquet$")
 _LEADING_HHMM = re.compile(r"^(\d{2})(\d{2})")
 PARQUET_MAGIC = b"PAR1"  # first and last four bytes of every Parquet file (Apache Parquet format spec)
@@ -33,7 +33,7 @@ def partition_starts(table: str, start, end) -> list[pd.Timestamp]:
     start, end = pd.Timestamp(start), pd.Timestamp(end)
     if table in DAILY_SOURCES:
         return list(pd.date_range(start.normalize(), end, freq="D", inclusive="left"))
-    return list(pd.date_range(start, end, freq="5min", inclusive="left"))
+    return list(pd.date_range(start, end, freq=PARTITION_FREQ, inclusive="left"))
 
 
 class LandingSource:
@@ -83,7 +83,7 @@ class LandingSource:
         """:meth:`files`, the 5-minute paths as strings (a Path costs a parse per file: 288 per source and day)."""
         if table == "maintenance_windows":
             return [(partition_path(self.root, table), None, None)]
-        step = pd.Timedelta(days=1) if table in DAILY_SOURCES else FIVE_MINUTES
+        step = pd.Timedelta(days=1) if table in DAILY_SOURCES else PARTITION
         starts = partition_starts(table, start, end)
         if table in DAILY_SOURCES or not starts or any(str(getattr(s, "tz", None)) != "UTC" for s in (starts[0], starts[-1])):
             return [(partition_path(self.root, table, s), s, s + step) for s in starts]
@@ -203,10 +203,10 @@ class LandingSource:
                 home = day
                 if lead and int(lead.group(1)) < 24 and int(lead.group(2)) < 60:
                     home = day + pd.Timedelta(hours=int(lead.group(1)), minutes=int(lead.group(2)))
-                home = home.floor("5min")
+                home = home.floor(PARTITION_FREQ)
                 if not (start <= home < end):
                     continue
-                out.append(Fetched(empty_frame(table), str(path), home, home + FIVE_MINUTES,
+                out.append(Fetched(empty_frame(table), str(path), home, home + PARTITION,
                                    ignored=f"{path}: not a partition file of the landing layout "
                                            f"({table}/<YYYY-MM-DD>/<HHMM>.parquet, HHMM on a 5-minute boundary); "
                                            f"not read -- rename it to its partition's name for its rows to land"))
@@ -216,7 +216,7 @@ class LandingSource:
         """The file's token (it changes when the file is replaced); ``ABSENT`` once a missing file is absent at
         ``now`` (the source's clock when None); None while it is late."""
         token = file_version(self.root, table, start)
-        if token is None and start is not None and self.absent(table, pd.Timestamp(start) + FIVE_MINUTES, now):
+        if token is None and start is not None and self.absent(table, pd.Timestamp(start) + PARTITION, now):
             return ABSENT
         return token
 

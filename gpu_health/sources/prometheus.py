@@ -42,7 +42,7 @@ are null where a GPU does not report them.
 
 Node health (a heuristic: no exporter reports it). A node that reports is
 ``ok``, unless in that minute one of its GPUs raised a fatal Xid
-(:data:`~gpu_health.sources.dcgm_fields.XID_NEEDS_RESET`) or a double-bit ECC
+(:data:`~gpu_health.constants.XID_NEEDS_RESET`) or a double-bit ECC
 error, then ``degraded``. ``down`` is never produced (a down node has no
 row) and ``drained`` needs the scheduler, which Prometheus does not have.
 """
@@ -58,6 +58,7 @@ import numpy as np
 import pandas as pd
 import requests
 
+from gpu_health.constants import MINUTE, XID_NEEDS_RESET
 from gpu_health.contracts import columns, empty_frame
 from gpu_health.sources import dcgm_fields as F
 from gpu_health.sources.base import DEFAULT_ABSENT_AFTER, DataNotReady, Fetched, SourceError
@@ -79,7 +80,6 @@ LABEL_OVERRIDES = frozenset(F.GPU_LABELS)
 # than the sensor's 24 h look-back asks about
 DECIDED_MAX = 20_000
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
-MINUTE = pd.Timedelta(minutes=1)
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 _MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*(,|\Z)')
 _UNESCAPE = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", '"': '"'}
@@ -672,7 +672,7 @@ class PrometheusSource:
             return rows.assign(sku=F.UNKNOWN, driver_version=F.UNKNOWN, health="ok")
         gpus = gpus.copy()
         dbe = pd.to_numeric(gpus["ecc_dbe_delta"], errors="coerce").fillna(0)
-        gpus["__fault"] = gpus["xid"].astype(int).isin(F.XID_NEEDS_RESET) | (dbe > 0)
+        gpus["__fault"] = gpus["xid"].astype(int).isin(XID_NEEDS_RESET) | (dbe > 0)
         per_minute = gpus.groupby(["node_id", "ts"]).agg(
             sku=("sku", "first"), driver_version=("driver_version", "first"), __fault=("__fault", "any")
         )

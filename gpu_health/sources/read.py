@@ -14,13 +14,13 @@ import pandas as pd
 
 from dataclasses import replace
 
+from gpu_health.constants import PARTITION
 from gpu_health.contracts import OPTIONAL_COLUMNS, OPTIONAL_SOURCES, PARTITION_COLUMN, empty_frame
 from gpu_health.contracts.models import empty_frame_dtypes
 from gpu_health.contracts.validate import Validated, validate_files, validate_frame
 from gpu_health.landing import DAILY_SOURCES
 from gpu_health.sources.gaps import empty_gaps, missing_partitions
 
-FIVE_MINUTES = pd.Timedelta(minutes=5)
 
 
 def read_validated(source, table: str, start, end) -> Validated:
@@ -89,7 +89,7 @@ def row_keys(frame: pd.DataFrame, table: str, start, end) -> tuple[np.ndarray | 
         ts = pd.to_datetime(values, utc=True, errors="coerce", format="mixed")
     except (TypeError, ValueError):
         ts = pd.Series(pd.NaT, index=frame.index, dtype="datetime64[ns, UTC]")
-    home = ts.dt.normalize() if table in DAILY_SOURCES else ts.dt.floor(FIVE_MINUTES)
+    home = ts.dt.normalize() if table in DAILY_SOURCES else ts.dt.floor(PARTITION)
     home = home.where((home >= start.normalize() if table in DAILY_SOURCES else home >= start) & (home < end), start)
     home = home.fillna(start).reset_index(drop=True)
     row_number = home.groupby(home, sort=False).cumcount().to_numpy(dtype=np.int64)

@@ -5,6 +5,7 @@ import json
 import dagster as dg
 import pandas as pd
 
+from gpu_health.constants import PARTITION
 from gpu_health.defs.resources import AlertmanagerResource, WarehouseResource
 from gpu_health.delivery.alertmanager import (
     AlertmanagerClient,
@@ -19,7 +20,7 @@ LOOKBACK = pd.Timedelta(hours=24)
 
 def latest_alerts(wh, now: pd.Timestamp) -> pd.DataFrame:
     """Each alert's latest snapshot among those updated in the last day."""
-    rows = wh.read_window("alerts", now - LOOKBACK, now + pd.Timedelta(minutes=5))
+    rows = wh.read_window("alerts", now - LOOKBACK, now + PARTITION)
     if rows.empty:
         return rows
     return rows.sort_values("partition_start").groupby("alert_id", as_index=False).last()

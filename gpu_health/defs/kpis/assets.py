@@ -4,8 +4,9 @@ import dagster as dg
 import pandas as pd
 from dagster_pandera import pandera_schema_to_dagster_type
 
+from gpu_health.constants import PARTITION
 from gpu_health.catalog import CATALOG
-from gpu_health.defs.common import KINDS, OWNERS, column_schema, derived_asset, output_metadata, window_of
+from gpu_health.defs.common import KINDS, OWNER_TAGS, column_schema, derived_asset, output_metadata, window_of
 from gpu_health.defs.common import retry_transient_errors
 from gpu_health.defs.resources import STORED_BY_STEP, WarehouseResource
 from gpu_health.metrics import charts
@@ -19,7 +20,7 @@ OUTS = step("goodput").writes
 def _render_pictures(start, end) -> bool:
     """Pictures cost ~1-2 s (matplotlib): draw them once per range run (for its latest partition) and on the
     partition that closes each hour, never on every 5-minute run."""
-    return (end - start) > pd.Timedelta(minutes=5) or end.minute == 0
+    return (end - start) > PARTITION or end.minute == 0
 
 
 def _pictures(frame: pd.DataFrame, history: pd.DataFrame, end) -> dict:
@@ -47,7 +48,7 @@ def paid_invariant(found: dict) -> dg.AssetCheckResult:
 def build_kpi_assets(five_minute) -> list:
     outs = {
         name: dg.AssetOut(
-            group_name=CATALOG[name].group, owners=OWNERS[CATALOG[name].owner], kinds=KINDS,
+            group_name=CATALOG[name].group, owners=OWNER_TAGS[CATALOG[name].owner], kinds=KINDS,
             io_manager_key="warehouse_io_manager", dagster_type=pandera_schema_to_dagster_type(CATALOG[name].model.to_schema()),
             description=f"{CATALOG[name].description} Grain: {CATALOG[name].grain}.",
             metadata={"dagster/column_schema": column_schema(CATALOG[name].model), "grain": CATALOG[name].grain,

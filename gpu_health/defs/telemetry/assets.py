@@ -6,7 +6,7 @@ from dagster_pandera import pandera_schema_to_dagster_type
 
 from gpu_health.catalog import CATALOG, SOURCES
 from gpu_health.contracts import CONTRACTS, FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES
-from gpu_health.defs.common import KINDS, OWNERS, column_schema, contract_check_result, contract_check_spec, preview
+from gpu_health.defs.common import KINDS, OWNER_TAGS, column_schema, contract_check_result, contract_check_spec, preview
 from gpu_health.defs.common import retry_transient_errors
 from gpu_health.defs.resources import STORED_BY_STEP, TelemetrySourceResource, WarehouseResource
 from gpu_health.sources.read import read_validated  # noqa: F401  (re-exported: tests and tools import it here)
@@ -23,7 +23,7 @@ def build_source_asset(table: str, partitions_def) -> dg.AssetsDefinition:
     @dg.asset(
         name=table,
         group_name="telemetry",
-        owners=OWNERS[OWNER[table]],
+        owners=OWNER_TAGS[OWNER[table]],
         kinds=KINDS,
         partitions_def=partitions_def,
         backfill_policy=dg.BackfillPolicy.single_run() if partitions_def is not None else None,
