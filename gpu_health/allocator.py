@@ -4,12 +4,11 @@ A step over a day allocates and frees the same large arrays again and again (1.7
 is 14 MB, a frame's block of ten of them 140 MB). glibc's malloc serves a request above its mmap threshold (128 KB,
 rising by itself to 32 MB at most) with fresh pages from the kernel and gives them back when freed, and gives back
 the top of its heap above its trim threshold; every such page is faulted in and zeroed by the kernel again on the
-next use. In the pipelined bulk week that was 37 s of system time out of 259 s of CPU on 2 cores.
+next use: system time that grows with the number of days a process runs.
 
-:func:`keep_freed_memory` raises both thresholds, so that freed arrays stay in the heap and are reused: the bulk week
-on 2 cores (``bench/run.py --only week_bulk``, two runs ten minutes apart, the settings given by environment) 145.7
--> 139.9 s, system time 37.1 -> 25.6 s, the largest process's peak 2.85 -> 3.07 GB (freed memory up to the trim
-threshold stays the process's).
+:func:`keep_freed_memory` raises both thresholds, so that freed arrays stay in the heap and are reused: less system
+time, for a higher peak (freed memory up to the trim threshold stays the process's; ``bench/run.py --only
+week_bulk`` measures both).
 Only for processes that run range steps (the bulk path, its stage processes, the Dagster path's stage processes):
 not for a long-lived server.
 
@@ -55,8 +54,7 @@ def collect_less() -> None:
     """Spare this process's cyclic garbage collector the objects it holds now (the imported modules of pandas,
     SQLAlchemy, pandera: hundreds of thousands, ``gc.freeze``) and collect the young generation less often. A step
     over a day creates and drops millions of pandas objects, and every older-generation collection traversed the
-    imports again: 2 % of the diagnosis steps' CPU (two days: 0.58 s of 28.8; after this 0.23) and 1.6 % of the
-    loss tree's and KPIs'. Garbage in reference cycles is still collected, at most YOUNG_THRESHOLD allocations
+    imports again, a few percent of a step's CPU spent finding nothing to free. Garbage in reference cycles is still collected, at most YOUNG_THRESHOLD allocations
     later. Call it once the process has imported what it runs, in a process of its own (a pipelined run's stage):
     what is alive then is never collected."""
     gc.collect()  # no garbage of the start-up among the objects frozen

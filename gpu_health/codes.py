@@ -50,9 +50,8 @@ def is_missing(values) -> np.ndarray:
 
     A pandas ``string[python]`` column holds its missing values as the ``pd.NA`` singleton and nothing else (its
     constructor and its setter turn every other missing kind into it), so its missing rows are the elements
-    pointing at that object: one comparison of addresses, where pandas checks each element's type one by one
-    (1.7 M job ids of a day's GPU telemetry: 88 -> 3 ms). An object column of str and None: the rows pointing at
-    None (below). Anything else as pandas says."""
+    pointing at that object: one comparison of addresses, where pandas checks each element's type one by one. An
+    object column of str and None: the rows pointing at None (below). Anything else as pandas says."""
     arr = values.array if isinstance(values, pd.Series | pd.Index) else values
     if isinstance(arr, pd.arrays.StringArray) and getattr(arr.dtype, "na_value", None) is pd.NA:
         return _addresses(np.ascontiguousarray(arr._ndarray)) == id(pd.NA)
@@ -122,8 +121,8 @@ def unique_ints(keys: np.ndarray, *, return_index: bool = False, return_inverse:
 
 # A key range at most this many times the number of keys is counted in tables over the range rather than hashed:
 # the packed keys of the pipeline (minute x node x GPU, partition x job) fill a third to a half of their range, and
-# the tables' passes cost less than hashing (576,000 keys over 2.4 / 4 / 8 times their number: 74 / 100 / 137 ms
-# against 184 / 202 / 232 hashed, on the machines of issue #14). DENSE_MAX bounds each table (8 bytes an entry:
+# a pass over a table of the range costs less than hashing every key while the range is at most a few times the
+# key count (a pass touches each slot once, sequentially; hashing probes at random). DENSE_MAX bounds each table (8 bytes an entry:
 # 64 MB), so the shortcut never costs the memory the pieces of a run are cut to save.
 DENSE_SPAN = 4
 DENSE_MAX = 1 << 23

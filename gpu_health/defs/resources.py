@@ -72,7 +72,7 @@ class TelemetrySourceResource(dg.ConfigurableResource):
     prometheus_ready_lag: str = "2min"
     absent_after: str = DEFAULT_ABSENT_AFTER
     slurm_dir: str = ""
-    # facility_telemetry from ipmi_exporter series in the same Prometheus (issue #18): the rack inventory file
+    # facility_telemetry from ipmi_exporter series in the same Prometheus: the rack inventory file
     # (rack_id, region, node_ids, power_budget_kw) and, optionally, the hall meter's metric (watts, region label)
     ipmi_racks: str = ""
     ipmi_hall_metric: str = ""

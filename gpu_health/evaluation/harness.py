@@ -105,8 +105,8 @@ def evaluate(scenarios: str, out: str | None = None, *, run: Runner, workers: in
             (parts / f"{Path(path).stem}.json").write_text(json.dumps(result, indent=2, default=str))
 
     if workers > 1 and len(todo) > 1:
-        # a fresh process per scenario: a week's pipeline leaves ~1 GB of heap a worker would carry into the next
-        # scenario (measured: two reused workers at 9-10 GB each after 4 weeks of the suite, on a 24 GB machine)
+        # a fresh process per scenario: a week's pipeline leaves heap a reused worker would carry into the next
+        # scenario, growing with every week it runs
         with ProcessPoolExecutor(max_workers=workers, max_tasks_per_child=1) as pool:
             futures = {pool.submit(evaluate_scenario, p, run): p for p in todo}
             for future in as_completed(futures):

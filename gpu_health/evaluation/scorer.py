@@ -7,7 +7,7 @@ and returns one scenario's figures; :func:`overall` sums a suite; :func:`table`
 prints one. It runs nothing: :mod:`gpu_health.evaluation.harness` runs the
 pipeline, :mod:`gpu_health.evaluation.static_rules` runs Prometheus.
 
-Definitions (issue #5):
+Definitions:
 
 * a high-severity incident is **detected** when a page opens (``paged_at``)
   between its start and its end + 15 minutes, with a scope that touches the

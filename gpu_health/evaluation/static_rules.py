@@ -1,6 +1,6 @@
 """The seeds' static Prometheus alert rules, replayed on simulated telemetry and scored like our pipeline.
 
-Issue #5 item 3: how would a team that pasted the seeds' rules
+How would a team that pasted the seeds' rules
 (``deploy/prometheus/seed_rules.yml``: GPU util < 30 % for 15m, temperature
 > 83 C, any double-bit ECC error, any Xid, training stall) do on the same
 scenarios? :func:`evaluate_static_rules` answers with Prometheus itself:
@@ -56,12 +56,9 @@ gauge *is* carried: each day starts with the job's last progress time of the
 day before (an identical duplicate sample), so a stall across midnight still
 pages.
 
-Cost, measured on ``scenarios/thermal_week.yaml`` (default cluster, 1,200
-GPUs; 2 cores shared with other jobs): a simulated day is ~7.3M samples
-(~1.3 GB of OpenMetrics text, ~50 MB of TSDB); per day ~6 s to simulate,
-~18 s to write, ~50 s for promtool (parallel=2, the bottleneck), ~17 s of
-replay queries: ~90 s per simulated day, ~12 min for the week including
-scoring its ~63,000 alerts. Prometheus runs with min = max block duration
+Cost: a simulated day of 1,200 GPUs is millions of samples (a gigabyte of
+OpenMetrics text); promtool's backfill is the bottleneck (the run reports
+seconds per stage and per simulated day). Prometheus runs with min = max block duration
 (2h) so that it does not spend minutes compacting the backfilled week into
 larger blocks while the replay queries run (that tripled the query time).
 ``timings`` in each result measures it again.

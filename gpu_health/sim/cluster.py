@@ -2,7 +2,7 @@
 
 The default models the brief's cluster: two regions, 80 DGX nodes, 1,200 GPUs on
 two SKUs (8-GPU DGX H100 and 16-GPU DGX-2 V100 systems). A second profile,
-``messy`` (issue #13), is another cluster with the quirks of real ones: other
+``messy``, is another cluster with the quirks of real ones: other
 regions, three SKUs, rack-and-slot node names, eight teams with quotas and
 per-team queues, cron retrains, uninstrumented work, collectors that miss
 fields, old drivers, weak GPUs, leftover framebuffer and lost rows -- each a
@@ -91,7 +91,7 @@ class ClusterSpec:
     ecc_fields: bool = True
     jobs_per_day_target: int = 35_000
     distributed_nodes_per_job: int = 2
-    # --- the messiness of real clusters (issue #13). Every default leaves the default profile's rows unchanged;
+    # --- the messiness of real clusters. Every default leaves the default profile's rows unchanged;
     # the ``messy`` profile (PROFILES below) sets them from the public traces.
     node_name: str = "{region_short}-{short}-{n:03d}"   # fields: region, region_short, short, n, rack, slot
     business_hours_utc: tuple[tuple[str, int], ...] = ()  # region -> first business hour (UTC); default below
@@ -119,15 +119,15 @@ class ClusterSpec:
     row_loss_rate: float = 0.0              # GPU-minute rows an exporter drops at random
     node_gaps_per_day: float = 0.0          # per node: a few minutes of its GPU rows missing (exporter restart)
     node_gap_minutes: tuple[int, int] = (2, 6)
-    # --- the serving layer (issue #17): model deployments answering requests (gpu_health.sim.serving). Off on both
+    # --- the serving layer: model deployments answering requests (gpu_health.sim.serving). Off on both
     # profiles, so their rows are unchanged; a scenario turns it on with ``cluster: {serving: true}``.
     serving: bool = False
-    # --- the facility layer (issue #18): racks' power and cooling, the hall's draw (gpu_health.sim.facility). Off on
+    # --- the facility layer: racks' power and cooling, the hall's draw (gpu_health.sim.facility). Off on
     # both profiles; ``cluster: {facility: true}`` turns it on.
     facility: bool = False
     rack_nodes: int = 4     # nodes a rack holds: 4 DGX-class systems (~10 kW each) is a 40 kW high-density rack
     pue: float = 1.4        # the hall's draw over its IT draw (Uptime Institute's surveys: 1.4-1.6 for air-cooled halls)
-    # --- the platform layer (issue #17): kube-state-metrics' pods and nodes (gpu_health.sim.platform). Off on both
+    # --- the platform layer: kube-state-metrics' pods and nodes (gpu_health.sim.platform). Off on both
     # profiles, so their rows are unchanged; a scenario turns it on with ``cluster: {platform: true}``.
     platform: bool = False
 

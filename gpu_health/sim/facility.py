@@ -1,4 +1,4 @@
-"""The facility layer of the simulated cluster (issue #18): racks, their power and cooling, the hall's draw.
+"""The facility layer of the simulated cluster: racks, their power and cooling, the hall's draw.
 
 Off unless ``ClusterSpec.facility`` (``cluster: {facility: true}``), so every other scenario's rows are unchanged.
 

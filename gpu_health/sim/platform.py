@@ -1,4 +1,4 @@
-"""The simulated Kubernetes platform layer (issue #17): ``kube_pods`` and ``kube_nodes`` from the job plan.
+"""The simulated Kubernetes platform layer: ``kube_pods`` and ``kube_nodes`` from the job plan.
 
 On only where a scenario says ``cluster: {platform: true}`` (``ClusterSpec.platform``), so both profiles' rows are
 unchanged. What kube-state-metrics would say about the simulated jobs:

@@ -67,7 +67,7 @@ KINDS: dict[str, KindInfo] = {
     "collector_outage": KindInfo("missing_data", 1.0, "(unused) a region's exporters go silent: missing data, not a GPU incident", None),
 }
 
-# The serving layer's incidents (issue #17; they need ``cluster: {serving: true}``, and act on nothing else): scope
+# The serving layer's incidents (they need ``cluster: {serving: true}``, and act on nothing else): scope
 # {region, model} (model default: the fraud scorer). Kept apart from KINDS, the training cluster's incidents, whose
 # every kind has a GPU-telemetry signature test; these are tested on the serving tables (test_slo.py).
 SERVING_INCIDENT_KINDS: dict[str, KindInfo] = {
@@ -78,7 +78,7 @@ SERVING_INCIDENT_KINDS: dict[str, KindInfo] = {
 }
 SERVING_KINDS = tuple(SERVING_INCIDENT_KINDS)
 
-# The facility layer's incidents (issue #18; they need ``cluster: {facility: true}``): scope {region} or {rack: id},
+# The facility layer's incidents (they need ``cluster: {facility: true}``): scope {region} or {rack: id},
 # one rack (gpu_health.sim.facility). Kept apart from KINDS like the serving kinds: their signatures are tested on
 # the facility table and the GPUs of the rack (test_facility_source.py).
 FACILITY_INCIDENT_KINDS: dict[str, KindInfo] = {
@@ -86,12 +86,12 @@ FACILITY_INCIDENT_KINDS: dict[str, KindInfo] = {
     "power_cap_hit": KindInfo("facility", 0.55, "share of its rating the rack's power budget is cut to; its GPUs are power-capped to fit", None),
 }
 CHANGE_INCIDENT_KINDS: dict[str, KindInfo] = {
-    # change and access monitoring (issue #18): a change made by hand, with no change ticket and outside any window.
+    # change and access monitoring: a change made by hand, with no change ticket and outside any window.
     # scope {region, nodes, change_kind (default node_taint), actor}; it leaves a change_events row only (severity low:
     # the expected alert is a software ticket, never a page)
     "unticketed_change": KindInfo("software", 1.0, "(unused) a node change made with no ticket, outside any window", None),
 }
-# The platform layer's incidents (issue #17; kube_pods / kube_nodes need ``cluster: {platform: true}``, and
+# The platform layer's incidents (kube_pods / kube_nodes need ``cluster: {platform: true}``, and
 # cpu_fallback also marks the GPU and runtime tables): gpu_health.sim.platform says what each leaves.
 PLATFORM_INCIDENT_KINDS: dict[str, KindInfo] = {
     "cpu_fallback": KindInfo("software", 100.0, "factor by which the scope's training jobs slow down on the CPU "
@@ -102,7 +102,7 @@ PLATFORM_INCIDENT_KINDS: dict[str, KindInfo] = {
     # the application layer's: acts on job_runtime_metrics only (no platform knob needed)
     "diverging_run": KindInfo("software", 1.0, "growth of the scope's jobs' loss per hour from the start (1.0 = doubles)", None),
 }
-# Capacity incidents (issue #18): they change how much work arrives, not how it runs -- no GPU-telemetry signature,
+# Capacity incidents: they change how much work arrives, not how it runs -- no GPU-telemetry signature,
 # so they are kept apart from KINDS; the capacity_headroom table is what sees them (test_forecast.py). scope {region,
 # pool}; demand grows from the start and holds its level after the end.
 CAPACITY_INCIDENT_KINDS: dict[str, KindInfo] = {

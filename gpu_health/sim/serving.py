@@ -1,4 +1,4 @@
-"""Simulated inference serving: model deployments answering requests (issue #17; ``ClusterSpec.serving``).
+"""Simulated inference serving: model deployments answering requests (``ClusterSpec.serving``).
 
 Each region runs the same few deployments (:data:`DEPLOYMENTS`): a real-time fraud scorer, an embedding service and
 a generative assistant. Every minute of every deployment version yields one ``inference_requests`` row and the

@@ -34,9 +34,9 @@ from gpu_health.sim.scenario import Scenario
 # field salts (distinct from the plan's)
 (S_ACT, S_UTIL, S_SM, S_TEN, S_PWR, S_TMP, S_FB, S_SBE, S_CPU, S_MEM, S_DISK, S_NET, S_LOSS,
  S_RTX, S_LAT, S_LOSSV, S_PCAP) = range(101, 118)
-# the messy profile's draws (issue #13)
+# the messy profile's draws
 S_WEAK, S_WEAKM, S_WEAKN, S_IDLEFB, S_IDLEFBV, S_ROWLOSS, S_GAP, S_GAPAT, S_GAPLEN, S_SETUP = range(140, 150)
-# the gradient norm's own draws (issue #17): a stream of their own, so every other column keeps its values
+# the gradient norm's own draws: a stream of their own, so every other column keeps its values
 S_GNREP, S_GNLEVEL, S_GNNOISE, S_GNSPIKE, S_GNSPIKEV = range(180, 185)
 
 LINKS = [f"mlx5_{i}" for i in range(8)]

@@ -1,4 +1,4 @@
-"""kube_pods and kube_nodes from kube-state-metrics series in Prometheus (issue #17, item 1 for the platform layer).
+"""kube_pods and kube_nodes from kube-state-metrics series in Prometheus (the platform layer).
 
 The mapping, written once (series -> contract column; kube-state-metrics v2 names and labels):
 

@@ -19,7 +19,7 @@ ADAPTERS = {
     "landing": "gpu_health.sources.landing:LandingSource",
     "prometheus": "gpu_health.sources.prometheus:PrometheusSource",
     "slurm": "gpu_health.sources.slurm:SlurmSource",
-    "ipmi": "gpu_health.sources.ipmi:IpmiFacilitySource",  # facility_telemetry from ipmi_exporter series (issue #18)
+    "ipmi": "gpu_health.sources.ipmi:IpmiFacilitySource",  # facility_telemetry from ipmi_exporter series
 }
 
 

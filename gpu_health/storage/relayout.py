@@ -1,5 +1,5 @@
 """Move a warehouse to the catalogue's layout: the rows of tables the catalogue now stores columnar, still held as
-SQL rows by a warehouse written before (issue #14 moved the event sources, the loss tree's per-node facts, the node
+SQL rows by a warehouse written by an older layout (the event sources, the loss tree's per-node facts, the node
 inventory and the per-partition baselines), are copied into its telemetry store.
 
     python -m gpu_health.storage.relayout WAREHOUSE_URL [--telemetry-dir DIR] [--drop]

@@ -19,7 +19,7 @@ Rules:
 * **Why an hour:** Parquet stores a dictionary and statistics per column chunk and a footer per file, so a 5-minute
   file paid for every GPU's UUID, node and job id, and every distinct reading, once per 5 minutes; an hour file pays
   once per hour, a ratio that does not depend on the cluster's size (a file holds 5 or 60 rows per entity whatever
-  the number of entities). On a simulated quiet day of 1,200 GPUs the six tables went from 44.8 to 28.1 MB. Not a
+  the number of entities), which shrinks the minute-grain tables by about a third. Not a
   day: a late partition rewrites its whole file, so an hour bounds that rewrite (and the one compaction per hour of
   the live path) to an hour of rows.
 * **Atomic.** Each file is written to a hidden temporary name in its own folder (``.HH.parquet.<pid>.<thread>.tmp``,
@@ -184,8 +184,8 @@ class TelemetryStore:
             return [p for p in files if (lo is None or _start_of(p) + (HOUR if _is_hour(p) else PARTITION) > lo)
                     and (hi is None or _start_of(p) < hi)]
         # each date folder is listed once and the names are matched as strings: a week's look-back is 168 hours and
-        # 2,016 partitions, which as a path built and stat-ed each cost ~3 % of a bulk run's CPU (most of them in
-        # look-backs reaching before the first written day, where a missing folder now answers for a whole day)
+        # 2,016 partitions, each a path to build and stat otherwise (most of them in look-backs reaching before the
+        # first written day, where a missing folder answers for a whole day)
         files = []
         lo_us, hi_us = _us(lo), _us(hi)
         day = lo.normalize()
@@ -546,9 +546,8 @@ def _in_file_order(data: pa.Table, table: str) -> pa.Table:
     link's or job's rows of the hour together, in time order).
 
     Why: a column's consecutive values are then one entity's successive readings, which the dictionary indices,
-    run lengths and zstd compress far better than the whole fleet's readings of one minute side by side (a quiet
-    simulated day of 1,200 GPUs: GPU telemetry 16.7 -> 15.2 MB, job runtime 5.3 -> 4.3, scheduler events 1.75 ->
-    1.41, goodput_leaves 1.66 -> 1.48). Reads put the rows back in key order (time first) with a stable sort by
+    run lengths and zstd compress far better than the whole fleet's readings of one minute side by side (10-20 %
+    smaller files). Reads put the rows back in key order (time first) with a stable sort by
     the partition column alone (:func:`_in_key_order`), cheap because each entity's rows are already in time order.
     """
     if data.num_rows < 2:
@@ -573,9 +572,8 @@ def _schema(table: str) -> pa.Schema:
 
 # Reads decode the text columns as dictionaries (the files store them dictionary-encoded): the scan then never
 # builds a string per row, the key-order take moves 4-byte indices instead of strings, and the pandas strings are
-# made once per distinct value (_to_pandas, arrow_text.text_values). A day of GPU telemetry at 1,200 GPUs (1.7 M
-# rows, five text columns): scan 1.0 -> 0.22 s, key order 0.9 -> 0.2 s, text columns 0.5 -> 0.25 s. The values and
-# dtypes returned are the same.
+# made once per distinct value (_to_pandas, arrow_text.text_values). The values and dtypes returned are the same as
+# a plain read's.
 @functools.cache
 def _read_schema(table: str) -> pa.Schema:
     schema = _schema(table)
@@ -592,7 +590,7 @@ def _compacted(data: pa.Table) -> pa.Table:
     """``data`` with each dictionary column's dictionary cut to the values its rows use (their order kept). A
     write converts a whole window's text once (:func:`to_arrow`) and each hour's file takes a slice of it: left
     whole, every file would carry every value of the window (a day's event ids in each hour of scheduler events:
-    2.9 -> 35 MB a day) and the file's key sort would rank them all again for each hour."""
+    ten times the bytes) and the file's key sort would rank them all again for each hour."""
     for i, field in enumerate(data.schema):
         if not pa.types.is_dictionary(field.type):
             continue
@@ -615,8 +613,7 @@ def _write_parquet(data: pa.Table, where) -> None:
     # is written as no row group at all: the schema and the footer only (~1 KB with 18 columns, not ~4 KB).
     # Statistics (min / max per column chunk) only for the time columns: a file is one row group holding every
     # entity of its hour, so only a time range can skip one by its statistics (this store's reads, and DuckDB's,
-    # Spark's or Trino's); min / max of the other columns cost a quarter of the write (a day of GPU telemetry:
-    # 0.62 -> 0.46 CPU s) and skip nothing.
+    # Spark's or Trino's); min / max of the other columns cost a quarter of the write and skip nothing.
     with pq.ParquetWriter(where, data.schema, compression=COMPRESSION, store_schema=False,
                           write_statistics=_time_columns(data.schema)) as writer:
         if data.num_rows:

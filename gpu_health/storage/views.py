@@ -50,7 +50,7 @@ VIEWS: dict[str, str] = {
         LEFT JOIN (SELECT date, region, sku, SUM(gpu_hours) AS productive_gpu_hours
                    FROM wasted_spend WHERE state = 'productive' GROUP BY date, region, sku) p
           ON p.date = c.date AND p.region = c.region AND p.sku = c.sku""",
-    # issue #18: the latest day's headroom, run-out date and cheapest reservation per region x SKU
+    # the latest day's headroom, run-out date and cheapest reservation per region x SKU
     "finance_capacity_headroom": """
         SELECT h.date, h.region, h.sku, h.capacity_gpus, h.quantile, h.peak_demand_gpus_28d, h.headroom_gpus_28d,
                h.run_out_date, h.run_out_date_p50, h.reserved_gpus, h.best_reserved_gpus_30d,

@@ -394,8 +394,8 @@ class Warehouse:
         if self.is_sqlite:  # bind as the text SQLAlchemy stores
             params = tuple(_sqlite_param(compiled.params[k]) for k in compiled.positiontup)
         with self.engine.connect() as conn:
-            # the driver's own cursor: its rows are plain tuples (a result's Row objects cost ~40 % of a large
-            # read: 0.55 of 1.4 CPU s for 300,000 rows of kpi_values)
+            # the driver's own cursor: its rows are plain tuples (a result's Row object per row costs more than
+            # the read of a large window itself)
             cursor = conn.connection.dbapi_connection.cursor()
             try:
                 cursor.execute(str(compiled), params)
@@ -441,8 +441,8 @@ def _without_rowid(name: str) -> bool:
 def _rows_between(frame: pd.DataFrame, col: str, s0, e0, lo, hi, cs, ce, columns) -> pd.DataFrame:
     """The rows of a cached window ``[cs, ce)`` whose ``col`` lies in ``[lo, hi)`` (``[s0, e0)`` as the column's
     type compares), in one copy: the caller may change what it reads and the cache must not change; selecting
-    columns or rows copies already, and the cached frame has a RangeIndex (a day of gpu_telemetry copied three
-    times cost ~1.8 CPU s a day). The whole window is a shallow copy under Copy-on-Write (gpu_health/__init__.py):
+    columns or rows copies already, and the cached frame has a RangeIndex (a copy of a day of gpu_telemetry is
+    a second of CPU, read after read). The whole window is a shallow copy under Copy-on-Write (gpu_health/__init__.py):
     a caller's write copies what it writes, the cached frame stays as it is."""
     if cs == s0 and ce == e0:
         return frame[columns] if columns else frame.copy(deep=not _pd_copy_on_write())
@@ -457,8 +457,8 @@ def _pd_copy_on_write() -> bool:
 
 
 def _reordered(frame: pd.DataFrame, rows: np.ndarray, columns: list[str]) -> pd.DataFrame:
-    """``frame.iloc[rows][columns]`` with a RangeIndex, in one copy (a day of gpu_telemetry copied twice cost
-    ~0.5 CPU s more on every write through the run cache)."""
+    """``frame.iloc[rows][columns]`` with a RangeIndex, in one copy (every write through the run cache takes
+    this path)."""
     if list(frame.columns) == columns:
         out = frame.iloc[rows]
     else:
