@@ -16,7 +16,7 @@ from gpu_health.defs.alerting.sensors import AlertmanagerResource, alertmanager_
 from gpu_health.defs.resources import WarehouseResource
 from gpu_health.delivery.alertmanager import AlertmanagerError
 from gpu_health.diagnosis import alerts as A
-from gpu_health.diagnosis.detect import Finding
+from gpu_health.diagnosis.finding import Finding
 from gpu_health.storage.warehouse import Warehouse
 from gpu_health_tests.services.alertmanager import start_alertmanager
 

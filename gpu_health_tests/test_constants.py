@@ -101,7 +101,7 @@ def test_device_literals_are_written_once():
 
 def test_cause_families_are_one_enum():
     from gpu_health.diagnosis.decompose import BASE_FAMILY, FAMILIES
-    from gpu_health.diagnosis.detect import RUNBOOKS
+    from gpu_health.diagnosis.detectors import RUNBOOKS
 
     every = {f.value for f in C.CauseFamily}
     assert set(FAMILIES) == set(C.LOSS_FAMILIES) <= every

@@ -16,7 +16,7 @@ from gpu_health.diagnosis.convergence import (
     divergence,
     gradient_norm,
 )
-from gpu_health.diagnosis.detect import PartitionContext
+from gpu_health.diagnosis.context import PartitionContext
 from gpu_health.sim.platform import fallback_jobs
 from gpu_health.sim.scenario import load_scenario
 from gpu_health.sim.telemetry import Window

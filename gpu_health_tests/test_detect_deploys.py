@@ -2,7 +2,8 @@
 
 import pandas as pd
 
-from gpu_health.diagnosis.detect import PartitionContext, detect_deploys
+from gpu_health.diagnosis.context import PartitionContext
+from gpu_health.diagnosis.detectors.software import detect_deploys
 
 DEPLOY = pd.Timestamp("2026-11-05T15:00:00Z")
 FIVE = pd.Timedelta(minutes=5)

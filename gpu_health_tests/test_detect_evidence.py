@@ -11,9 +11,12 @@ import numpy as np
 import pandas as pd
 
 from gpu_health.contracts.models import columns, conform, empty_frame
-from gpu_health.diagnosis.detect import (
-    PartitionContext, detect, detect_hardware, detect_missing_data, detect_no_progress, detect_stalls,
-)
+from gpu_health.diagnosis.context import PartitionContext
+from gpu_health.diagnosis.detect import detect
+from gpu_health.diagnosis.detectors.gaming import detect_no_progress
+from gpu_health.diagnosis.detectors.hardware import detect_hardware
+from gpu_health.diagnosis.detectors.missing_data import detect_missing_data
+from gpu_health.diagnosis.detectors.stalls import detect_stalls
 from gpu_health.metrics import goodput as G
 from gpu_health.metrics.models import GoodputLeaves
 
@@ -320,7 +323,7 @@ def link_rows(nodes=("n1",), loss=2.0, retransmits=1500, minutes=range(5)):
 
 
 def test_a_failing_link_under_an_uninstrumented_job_pages_on_both_counters():
-    from gpu_health.diagnosis.detect import detect_slowdowns
+    from gpu_health.diagnosis.detectors.slowdowns import detect_slowdowns
 
     ctx = context(gpu_rows())
     ctx.network = link_rows()

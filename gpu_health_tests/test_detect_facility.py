@@ -10,7 +10,10 @@ import pandas as pd
 import pytest
 
 from gpu_health.contracts.models import columns, conform, empty_frame
-from gpu_health.diagnosis.detect import DETECTORS, PartitionContext, detect, detect_thermal
+from gpu_health.diagnosis.context import PartitionContext
+from gpu_health.diagnosis.detect import detect
+from gpu_health.diagnosis.detectors import DETECTORS
+from gpu_health.diagnosis.detectors.hardware import detect_thermal
 from gpu_health.diagnosis.facility import (
     defer_to_rack,
     detect_change_policy,
@@ -212,7 +215,7 @@ def test_change_policy_never_pages_through_detect():
 
 
 def test_the_facility_detectors_are_in_the_detector_list():
-    names = {d.__name__ for d in DETECTORS}
+    names = {d.name for d in DETECTORS}
     assert {"detect_rack_cooling", "detect_rack_power", "detect_change_policy", "detect_thermal"} <= names
 
 

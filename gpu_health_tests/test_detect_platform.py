@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 
 from gpu_health.contracts import conform, empty_frame
-from gpu_health.diagnosis.detect import DETECTORS, PartitionContext
+from gpu_health.diagnosis.context import PartitionContext
+from gpu_health.diagnosis.detectors import DETECTORS
 from gpu_health.diagnosis.platform import (
     CPU_SLOWDOWN_FACTOR,
     PENDING_PAGE_PODS,
@@ -167,5 +168,5 @@ def test_device_plugin_missing_pages_with_dcgm_seeing_the_gpus():
 def test_absent_kube_tables_are_silence_never_a_page(kube_pods, kube_nodes):
     ctx = context(kube_pods, kube_nodes, gpu=gpu_rows(util=0.0))
     assert detect_platform(ctx) == []
-    wired = [d for d in DETECTORS if d.__name__ == "detect_platform"]
+    wired = [d for d in DETECTORS if d.name == "detect_platform"]
     assert len(wired) == 1 and wired[0](ctx) == []

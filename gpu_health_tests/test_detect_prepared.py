@@ -14,17 +14,13 @@ import pytest
 
 from gpu_health.codes import refactorize
 from gpu_health.diagnosis import alerts as A
+from gpu_health.diagnosis import context as C
 from gpu_health.diagnosis import detect as D
-from gpu_health.diagnosis.detect import (
-    PartitionContext,
-    aged_blocked,
-    detect_deploys,
-    detect_no_progress,
-    detect_scheduling,
-    job_table,
-    jobs_as_of,
-    prepare_range,
-)
+from gpu_health.diagnosis.detectors import hardware as H
+from gpu_health.diagnosis.context import PartitionContext, job_table, jobs_as_of, prepare_range
+from gpu_health.diagnosis.detectors.gaming import detect_no_progress
+from gpu_health.diagnosis.detectors.scheduling import aged_blocked, detect_scheduling
+from gpu_health.diagnosis.detectors.software import detect_deploys
 from gpu_health.metrics.goodput import maintenance_mask
 from gpu_health_tests import test_detect_evidence as EV
 from gpu_health_tests import test_detect_scheduling as SC
@@ -135,8 +131,8 @@ def test_maintenance_is_judged_against_every_window_covering_the_partition():
     ctx = dataclasses.replace(ctx, maintenance=windows)
     g = ctx.gpu
     want = maintenance_mask(pd.Series(mid, index=g.index), g["region"], g["node_id"], windows)
-    assert (D._in_maintenance(ctx, g["node_id"], g["region"]) == want).all()
-    assert (D._gpu_maint(ctx) == want).all()
+    assert (C._in_maintenance(ctx, g["node_id"], g["region"]) == want).all()
+    assert (C._gpu_maint(ctx) == want).all()
     assert want.sum() == 2 * 8 * 5  # n1 and n3, every minute
 
 
@@ -150,7 +146,7 @@ def test_reporting_gpus_are_counted_once_per_node_and_minute():
     minutes = pd.date_range(ctx.start, ctx.end, freq="1min", inclusive="left")
     per_min = gpu.groupby(["node_id", "ts"], observed=True)["gpu_uuid"].nunique().unstack("ts", fill_value=0)
     want = per_min.reindex(index=expected.index, columns=minutes, fill_value=0).rsub(expected, axis=0).clip(lower=0)
-    got = D._short_gpus(ctx, expected)
+    got = H._short_gpus(ctx, expected)
     assert (got == want.to_numpy(dtype=float)).all()
     assert got[0].tolist() == [0, 1, 1, 1, 1] and got[1].tolist() == [0, 0, 0, 0, 8]
 
@@ -176,7 +172,7 @@ def test_prepared_rollout_groups_follow_each_partitions_change_events():
     for changes in (DP.CHANGES, pd.concat([DP.CHANGES, rollback], ignore_index=True), DP.CHANGES):
         ctx = dataclasses.replace(DP.context(end, **DP.BORDERLINE), changes=changes)
         fast = detect_deploys(dataclasses.replace(ctx, prepared=prep))
-        assert fast == D.detect_deploys(ctx)
+        assert fast == detect_deploys(ctx)
         seen.append([f.change_event for f in fast])
     # while the rollback is in the window it supersedes the upgrade (and is judged itself)
     assert seen == [["chg-1"], ["chg-2"], ["chg-1"]]
@@ -184,9 +180,9 @@ def test_prepared_rollout_groups_follow_each_partitions_change_events():
 
 def test_a_context_derived_with_other_frames_does_not_reuse_the_first_ones_views():
     ctx = EV.context(EV.xid79_and_gone())
-    assert [f.severity for f in D.detect_hardware(ctx)] == ["page"]
+    assert [f.severity for f in H.detect_hardware(ctx)] == ["page"]
     healthy = dataclasses.replace(ctx, gpu=EV.gpu_rows())
-    assert D.detect_hardware(healthy) == []
+    assert H.detect_hardware(healthy) == []
 
 
 def test_the_prepared_framework_cohort_finds_what_the_full_metadata_merge_finds():
@@ -244,7 +240,7 @@ def test_detectors_on_range_codes_find_what_the_partitions_own_codes_find():
     whole = pd.concat([before, ctx.gpu], ignore_index=True)
     prep = prepare_range(job_table(ctx.sched, ctx.inventory), ctx.meta, job_lookback=LOOKBACK, gpu=whole)
     cut = dataclasses.replace(ctx, gpu=whole.iloc[len(before):], gpu_rows=slice(len(before), len(whole)), prepared=prep)
-    assert D._gpu_codes(cut, "node_id")[1].tolist() == D._gpu_codes(ctx, "node_id")[1].tolist()
+    assert C._gpu_codes(cut, "node_id")[1].tolist() == C._gpu_codes(ctx, "node_id")[1].tolist()
     own, ranged = D.detect(ctx), D.detect(cut)
     assert any(f.family == "hardware" for f in own)
     assert ranged == own
@@ -268,14 +264,14 @@ def test_reporting_gpus_counted_once_per_range_are_each_partitions_own_counts():
     prep = prepare_range(job_table(ctx.sched, ctx.inventory), ctx.meta, job_lookback=LOOKBACK, gpu=whole)
     a, b = len(before), len(before) + len(part)
     cut = dataclasses.replace(ctx, gpu=whole.iloc[a:b], gpu_rows=slice(a, b), prepared=prep)
-    own = D._short_gpus(ctx, expected)
+    own = H._short_gpus(ctx, expected)
     assert own[0].tolist() == [0, 1, 1, 1, 1] and own[1].tolist() == [0, 0, 0, 0, 8]
-    assert (D._short_gpus(cut, expected) == own).all()
+    assert (H._short_gpus(cut, expected) == own).all()
     assert "presence" in prep.derived  # (the range path was the one taken)
     later = dataclasses.replace(EV.context(after), start=EV.T0 + 5 * EV.MIN, end=EV.T0 + 10 * EV.MIN)
     cut_later = dataclasses.replace(later, gpu=whole.iloc[b:], gpu_rows=slice(b, len(whole)), prepared=prep)
-    assert D._short_gpus(later, expected)[1].tolist() == [1, 1, 1, 1, 1]
-    assert (D._short_gpus(cut_later, expected) == D._short_gpus(later, expected)).all()
+    assert H._short_gpus(later, expected)[1].tolist() == [1, 1, 1, 1, 1]
+    assert (H._short_gpus(cut_later, expected) == H._short_gpus(later, expected)).all()
 
 
 def test_jobs_killed_by_their_node_are_found_once_per_range_as_each_partition_finds_them():
@@ -299,7 +295,7 @@ def test_jobs_killed_by_their_node_are_found_once_per_range_as_each_partition_fi
     sched = conform(sched.assign(ts=pd.to_datetime(sched["ts"], utc=True)), "scheduler_events")
     ctx = EV.context(EV.gpu_rows(), sched=sched[(sched["ts"] >= EV.T0 - 6 * EV.MIN) & (sched["ts"] < EV.T0 + 5 * EV.MIN)])
     prep = prepare_range(job_table(sched, ctx.inventory), ctx.meta, job_lookback=LOOKBACK, windows={"sched": sched})
-    own = D._failed_on_fault(ctx)
+    own = H._failed_on_fault(ctx)
     assert own == {"n1": ["Xid 79: GPU has fallen off the bus", "node_fail"], "n2": ["Xid 79: GPU has fallen off the bus"]}
-    assert D._failed_on_fault(dataclasses.replace(ctx, prepared=prep)) == own
+    assert H._failed_on_fault(dataclasses.replace(ctx, prepared=prep)) == own
     assert "fault_ends" in prep.derived

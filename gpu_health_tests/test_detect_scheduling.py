@@ -7,13 +7,13 @@ import pandas as pd
 import pytest
 
 from gpu_health.diagnosis import alerts as A
-from gpu_health.diagnosis.detect import (
+from gpu_health.diagnosis.context import PartitionContext
+from gpu_health.diagnosis.detectors.scheduling import (
     AGED_WAIT,
     SCHED_MIN_JOBS,
     SCHED_PAGE_SHARE,
     SCHED_PAGE_SHARE_AFTER_CHANGE,
     SCHED_TICKET_SHARE,
-    PartitionContext,
     aged_blocked,
     detect_scheduling,
 )
@@ -278,7 +278,7 @@ def test_a_gpu_freed_a_moment_ago_is_being_placed_not_blocked():
 
 
 def test_paged_partitions_are_read_from_the_warehouse_by_severity_and_status(sqlite_url):
-    from gpu_health.diagnosis.detect import Finding
+    from gpu_health.diagnosis.finding import Finding
     from gpu_health.steps.compute import _paged_partitions
     from gpu_health.storage.warehouse import Warehouse
 
@@ -360,7 +360,7 @@ def test_the_idle_gpus_of_nodes_back_from_a_window_are_not_held_back_capacity_fo
 
 
 def test_idle_cells_are_counted_as_np_unique_along_an_axis_counts_them():
-    from gpu_health.diagnosis.detect import _count_cells
+    from gpu_health.diagnosis.detectors.scheduling import _count_cells
 
     rng = np.random.default_rng(1)
     for _ in range(200):

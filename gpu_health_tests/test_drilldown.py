@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_health.diagnosis import drilldown
+from gpu_health.diagnosis import drilldown_stats
 from gpu_health.diagnosis.drilldown import UNKNOWN, Cause, LeafSet, adtributor, drill_down, drill_down_codes
 from gpu_health_tests import rca_benchmark as rca
 
@@ -581,4 +581,4 @@ def test_one_leaf_set_drills_several_measures_as_fresh_sets_would():
 def test_group_medians_are_the_medians_of_array_split(n, groups):
     z = np.random.default_rng(n).normal(size=(3, n))
     expected = [[np.median(row[p]) for p in np.array_split(np.arange(n), groups)] for row in z]
-    np.testing.assert_array_equal(drilldown._group_medians(z, groups), np.array(expected))
+    np.testing.assert_array_equal(drilldown_stats._group_medians(z, groups), np.array(expected))

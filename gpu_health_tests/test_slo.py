@@ -4,7 +4,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_health.diagnosis.detect import DETECTORS, PartitionContext, detect_slo_burn
+from gpu_health.diagnosis.context import PartitionContext
+from gpu_health.diagnosis.detectors import DETECTORS
+from gpu_health.diagnosis.detectors.serving import detect_slo_burn
 from gpu_health.metrics.slo import (
     BURN_WINDOWS,
     MIN_BAD_EVENTS,
@@ -156,7 +158,7 @@ def _ctx(slo_rows) -> PartitionContext:
 
 
 def test_the_detector_pages_with_family_software_and_says_when_the_sli_is_interpolated():
-    assert detect_slo_burn in DETECTORS
+    assert detect_slo_burn in [d.run for d in DETECTORS]
     bad = np.r_[np.full(852, 10.0), np.full(12, 1200.0)]  # 20 % over 0.3 s for the last hour: 20x a 1 % budget
     rows = _rows(864, 6000.0, bad, slo="ttft-p99", model="support-assistant")
     rows["interpolated"] = True

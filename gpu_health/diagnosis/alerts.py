@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from gpu_health.constants import PARTITION, SEVERITY_RANK
-from gpu_health.diagnosis.detect import RUNBOOKS, Finding
+from gpu_health.diagnosis.detectors import RUNBOOKS
+from gpu_health.diagnosis.finding import Finding
 
 CLEAR_PARTITIONS = 2
 FOLLOWS_WINDOW = pd.Timedelta(hours=2)

@@ -79,22 +79,17 @@ ranked by how few elements they need, then by surprise.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import combinations
 from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
-from scipy.sparse import csr_matrix
-from scipy.special import ndtri
 
 from gpu_health.codes import factorize
-from gpu_health.constants import MAD_TO_SIGMA
+from gpu_health.diagnosis.drilldown_stats import (_Cells, _cuboids, _group, _js, _Lattice, _lattice, _LeafStats,
+                                                  _Leaves, _noise_variance, _numbers, _score_cells, _shares,
+                                                  _shuffled_max, _typical_move)
 
 UNKNOWN = "unknown"
-
-# Group cells through a dense bincount when the key space is at most this many
-# times the number of rows; otherwise through np.unique (sort based).
-_DENSE_FACTOR = 8
 # Default cap on causes: the stop rule (no candidate beyond noise) ends the
 # search first on any data whose causes are fewer; the cap only bounds the
 # time and the length of an alert.
@@ -108,32 +103,12 @@ MAX_CAUSES = 5
 # failing on every device, some more than others). The same bar tells a part
 # that "stayed put" (_moves_as_one).
 MIN_LEAF_Z = 1.0
-# Noise model fit (_noise_variance): at most this many level groups, of at
-# least this many leaves each (a median of 20 values is within about 30 % of
-# the spread; only the ratio between groups matters for the choice of model).
-_NOISE_BUCKETS = 8
-_NOISE_BUCKET_LEAVES = 20
-# ... on at most this many leaves (every k-th by level): medians of 5,000 are
-# within about 2 % of the spread, and the fit stays fast on large frames.
-_NOISE_SAMPLE = 5000
-# Candidate crossover levels of the two noise sources, in multiples of the
-# median leaf level: a geometric grid (factor 4) wide enough to cover leaves
-# from a 1000th to 1000 times the typical one.
-_KAPPA_GRID = (1 / 1024, 1 / 256, 1 / 64, 1 / 16, 1 / 4, 1.0, 4.0, 16.0, 64.0, 256.0, 1024.0)
-# Relative noise floor: measures are floats; without a floor a noise-free
-# frame would make every difference infinitely significant.
-_NOISE_FLOOR = 1e-6
 # _moves_as_one: a set does not move as one when the parts of it that stayed
 # put carry at least a third of its evidence (information): then at least one
 # leaf in three did not move, and the set overstates the cause's breadth by
 # half or more; a smaller share (a few odd leaves inside a cause, a device
 # that barely moved) leaves the set the best description of what moved.
 _STAYED_SHARE = 1 / 3
-# _shuffled_max: shuffles of the leaves' deviations per round (the largest of 9
-# null maxima is about their 90th percentile: see _shuffled_max) and the fixed
-# seed that makes the answer reproducible.
-_SHUFFLES = 9
-_SHUFFLE_SEED = 20_190_901
 # Candidates per round tested against the shuffled noise before the search
 # stops: the best ones failing means what is left is noise (bounds the time).
 _NULL_CHECKS = 3
@@ -201,21 +176,6 @@ class DimensionExplanation:
             f"{self.dimension} in {{{values}}}: {self.explanatory_power:.0%} of the change, "
             f"surprise {self.surprise:.3f}"
         )
-
-
-@dataclass
-class _Leaves:
-    dimensions: list[str]
-    codes: np.ndarray  # (rows, dims) int64 codes into labels
-    labels: list[np.ndarray]  # per dimension: value of each code (object)
-    cards: list[int]
-    actual: np.ndarray
-    expected: np.ndarray  # a ratio: the numerator expected at the observed denominator
-    base_actual: np.ndarray | None = None  # a ratio: the denominator observed
-    base_expected: np.ndarray | None = None  # a ratio: the denominator expected
-    history: np.ndarray | None = None  # a ratio: the numerator expected (as given)
-    sampling: np.ndarray | None = None  # a ratio: the numerator's sampling variance at the observed denominator
-    volume: np.ndarray | None = None  # a ratio: the observed denominator at the common ratio
 
 
 def drill_down(
@@ -542,311 +502,6 @@ def _leaves_of(dimensions: list[str], codes: np.ndarray, labels: list[np.ndarray
             measures[:, 1], measures[:, 3], measures[:, 2]
         )
     return leaves
-
-
-def _numbers(frame: pd.DataFrame, column: str) -> np.ndarray:
-    values = pd.to_numeric(frame[column], errors="raise").to_numpy(dtype=float, na_value=np.nan)
-    return np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)
-
-
-def _cuboids(leaves: _Leaves, max_combination: int) -> list[tuple[int, ...]]:
-    """Cuboids up to ``max_combination`` dimensions, without ones that repeat a coarser cuboid.
-
-    A pair where one dimension determines the other (every value of one maps
-    to a single value of the other, constant dimensions included) makes any
-    cuboid holding both equal to a smaller one.
-    """
-    k = len(leaves.dimensions)
-    present = [len(np.unique(leaves.codes[:, j])) for j in range(k)]
-    dependent = set()
-    for i, j in combinations(range(k), 2):
-        key = leaves.codes[:, i] * leaves.cards[j] + leaves.codes[:, j]
-        space = leaves.cards[i] * leaves.cards[j]
-        if space <= _DENSE_FACTOR * max(len(key), 128):
-            cells = int((np.bincount(key, minlength=space) > 0).sum())
-        else:
-            cells = len(np.unique(key))
-        if cells == present[i] or cells == present[j]:
-            dependent.add((i, j))
-    result = []
-    for size in range(1, min(max_combination, k) + 1):
-        for cuboid in combinations(range(k), size):
-            if size > 1 and any(pair in dependent for pair in combinations(cuboid, 2)):
-                continue
-            result.append(cuboid)
-    return result
-
-
-def _shares(a: np.ndarray, e: np.ndarray, smoothing: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per-leaf shares of the expected and the actual total, with a pseudo-count per leaf."""
-    a_pos, e_pos = np.clip(a, 0, None), np.clip(e, 0, None)
-    pseudo = smoothing * (a_pos.sum() + e_pos.sum()) / (2 * len(a))
-    if pseudo == 0:
-        pseudo = 1.0
-    a_s, e_s = a_pos + pseudo, e_pos + pseudo
-    return e_s / e_s.sum(), a_s / a_s.sum()
-
-
-def _weighted_median(x: np.ndarray, w: np.ndarray) -> float:
-    order = np.argsort(x, kind="stable")
-    cumulative = np.cumsum(w[order])
-    return float(x[order][np.searchsorted(cumulative, cumulative[-1] / 2)])
-
-
-def _js(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Each element's term of the Jensen-Shannon divergence (base 2); 0 log 0 = 0."""
-    m = p + q
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tp = np.where(p > 0, p * np.log2(2 * p / m), 0.0)
-        tq = np.where(q > 0, q * np.log2(2 * q / m), 0.0)
-    return 0.5 * (tp + tq)
-
-
-def _group(codes: np.ndarray, cards: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Cell id of each row (0..cells-1) and each cell's code tuple, for the given columns."""
-    key = codes[:, 0].copy()
-    space = cards[0]
-    for j in range(1, codes.shape[1]):
-        key = key * cards[j] + codes[:, j]
-        space *= cards[j]
-    if space <= _DENSE_FACTOR * max(len(key), 128):
-        present = np.bincount(key, minlength=space) > 0
-        cell_keys = np.flatnonzero(present)
-        lookup = np.cumsum(present) - 1
-        inverse = lookup[key]
-    else:
-        cell_keys, inverse = np.unique(key, return_inverse=True)
-    cell_codes = np.empty((len(cell_keys), codes.shape[1]), dtype=np.int64)
-    rest = cell_keys
-    for j in range(codes.shape[1] - 1, -1, -1):
-        rest, cell_codes[:, j] = np.divmod(rest, cards[j])
-    return inverse, cell_codes
-
-
-@dataclass
-class _LeafStats:
-    d: np.ndarray  # actual - expected
-    dev: np.ndarray  # change beyond the typical leaf's move (0 on uninformative leaves)
-    x: np.ndarray  # weight * level * dev
-    h: np.ndarray  # weight * level ** 2 (information)
-    informative: np.ndarray  # level > 0
-
-
-@dataclass
-class _Cells:
-    """Every cell of every cuboid (numbered as :class:`_Lattice` numbers them), scored."""
-
-    g: np.ndarray  # score: squared z of the cell's common move
-    move: np.ndarray  # the common move (deviation-score units)
-    count: np.ndarray  # informative leaves
-    change: np.ndarray  # actual - expected
-
-
-def _typical_move(d: np.ndarray, level: np.ndarray, expected: np.ndarray, pseudo: float) -> float:
-    """The typical leaf's relative move ``d / level``: the densest value (half-sample mode).
-
-    Leaves that carry no cause share one move (none, or a change spread evenly
-    over every leaf) up to noise, so they form the densest cluster of moves,
-    while causes move their leaves by different amounts. The half-sample mode
-    (Bickel & Fruehwirth 2006: keep, repeatedly, the half of the sorted values
-    with the smallest range) finds that cluster even when causes move up to
-    half of the leaves, where a median would slide toward them; and 0 (no
-    move) is kept unless most leaves are closer to the mode than to 0. Each leaf
-    counts once (mass would let a few large leaves decide); leaves whose
-    expected value is under the pseudo-count have no baseline to move from
-    and do not count; with none left the typical move is 0.
-    """
-    based = (np.abs(expected) > pseudo) & (level > 0)
-    if not based.any():
-        return 0.0
-    moves = d[based] / level[based]
-    mode = _half_sample_mode(moves)
-    # "nothing moved" wins unless most leaves sit closer to the mode than to 0
-    # (half the leaves moving alike is an incident, not the typical leaf)
-    if (np.abs(moves) <= np.abs(moves - mode)).sum() * 2 >= len(moves):
-        return 0.0
-    return mode
-
-
-def _half_sample_mode(values: np.ndarray) -> float:
-    x = np.sort(values)
-    while len(x) > 3:
-        half = (len(x) + 1) // 2
-        widths = x[half - 1:] - x[: len(x) - half + 1]
-        start = int(np.argmin(widths))
-        x = x[start:start + half]
-    if len(x) == 3:
-        x = x[:2] if x[1] - x[0] < x[2] - x[1] else x[1:] if x[1] - x[0] > x[2] - x[1] else x[1:2]
-    return float(np.mean(x))
-
-
-def _noise_variance(dev: np.ndarray, level: np.ndarray, informative: np.ndarray) -> np.ndarray:
-    """Each leaf's noise variance, ``s**2 * (level**2 + kappa * level)``, fitted on the leaves.
-
-    Two sources of noise hold for any measure: a relative one (a forecast
-    off by a few percent: sd proportional to the level) and a counting one
-    (events, sessions, GPU-minutes of a few jobs: Poisson-like, variance
-    proportional to the level); ``kappa`` is the level where they are equal.
-    Of the candidate ``kappa`` (0: purely relative; multiples of the leaves'
-    median level; infinite: purely counting) the one under which the
-    standardized deviations ``dev / sqrt(level**2 + kappa * level)`` have the
-    same robust spread at every level is kept: leaves are cut into up to
-    ``_NOISE_BUCKETS`` groups by level, and the spread of the groups'
-    log-spreads is minimized (ties: the smaller ``kappa``). ``s`` is the robust
-    spread (1.4826 x the median absolute value) of the standardized
-    deviations, so causes, a minority of the leaves, barely count. A floor of
-    ``_NOISE_FLOOR`` relative keeps scores finite on noise-free data.
-    """
-    lv, dv = level[informative], np.abs(dev[informative])
-    order = np.argsort(lv, kind="stable")
-    if order.size > _NOISE_SAMPLE:  # every k-th leaf by level: the same spread, fewer medians to take
-        order = order[:: order.size // _NOISE_SAMPLE + 1]
-    lv, dv = lv[order], dv[order]
-    buckets = max(1, min(_NOISE_BUCKETS, len(lv) // _NOISE_BUCKET_LEAVES))
-    typical = float(np.median(lv))
-    kappas = [0.0, *(typical * f for f in _KAPPA_GRID), np.inf]
-    z = np.stack([dv / (np.sqrt(lv) if np.isinf(kappa) else np.sqrt(lv**2 + kappa * lv)) for kappa in kappas])
-    # the medians of every kappa at once (one call per shape, not one per kappa and group: the same values)
-    spreads = MAD_TO_SIGMA * np.median(z, axis=1)
-    locals_ = MAD_TO_SIGMA * _group_medians(z, buckets)
-    best = None
-    for kappa, spread, local in zip(kappas, spreads, locals_):
-        spread = float(spread)
-        if spread <= 0:
-            continue
-        local = np.where(local > 0, local, spread)
-        dispersion = float(((np.log(local / spread)) ** 2).sum())
-        if best is None or dispersion < best[0] - 1e-12:
-            best = (dispersion, kappa, spread)
-    if best is None:
-        return (_NOISE_FLOOR * level) ** 2 + np.finfo(float).tiny
-    _, kappa, spread = best
-    base2 = level if np.isinf(kappa) else level**2 + kappa * level
-    return spread**2 * base2 + (_NOISE_FLOOR * level) ** 2 + np.finfo(float).tiny
-
-
-def _group_medians(z: np.ndarray, groups: int) -> np.ndarray:
-    """Per row of ``z``, the median of each of ``groups`` consecutive groups of its columns, cut as
-    ``np.array_split`` cuts them (the first ``columns % groups`` groups one longer)."""
-    n = z.shape[1]
-    size, longer = divmod(n, groups)
-    cut = longer * (size + 1)
-    parts = []
-    if longer:
-        parts.append(np.median(z[:, :cut].reshape(len(z), longer, size + 1), axis=2))
-    if groups > longer:
-        parts.append(np.median(z[:, cut:].reshape(len(z), groups - longer, size), axis=2))
-    return np.concatenate(parts, axis=1)
-
-
-def _tempered(dev: np.ndarray, variance: np.ndarray, informative: np.ndarray) -> np.ndarray:
-    """Deviations clipped at the largest one noise alone would give among the leaves.
-
-    The noise test treats standardized deviations ``u = dev / sd`` as normal.
-    Real telemetry has heavier tails (a few leaves 6-25 sigma off with no
-    cause, as in RobustSpot's incidents), and each such leaf would pass a
-    Bonferroni test on its own. So no leaf counts more than
-    ``c = Phi^-1(1 - 0.25 / n)`` sigmas, the size the largest of ``n`` normal
-    leaves stays under with probability about 3/4 (a Huber-type bound): on
-    normal noise almost nothing changes, one wild leaf cannot be a cause by
-    itself (``c**2`` is below the Bonferroni bound over the sets), and a cause
-    is a set of leaves that all moved -- its score grows with its leaves.
-    """
-    n = int(informative.sum())
-    if n == 0:
-        return dev
-    cap = float(ndtri(1 - 0.25 / n)) if n > 1 else 1.0
-    sd = np.sqrt(variance)
-    return np.where(informative, np.clip(dev, -cap * sd, cap * sd), dev)
-
-
-@dataclass
-class _Lattice:
-    """Each cuboid's cell of every leaf (grouped once), numbered across cuboids: cuboid ``i``'s cells are
-    ``offsets[i]..offsets[i+1]-1`` in the order :func:`_group` numbers them, and ``members`` is the
-    cells x leaves 0/1 matrix, so that one product scores every cell of every cuboid (a frame of a few hundred
-    leaves has tens of cuboids: one pass over them all costs what one pass per cuboid costs in call overhead).
-
-    The product sums each cell's leaves one after the other in leaf order, as a ``bincount`` per cuboid does
-    (``csr_matvecs``: ``y += 1.0 * x`` per stored entry, entries sorted by leaf): the same floats.
-    """
-
-    cuboids: list[tuple[int, ...]]
-    inverse: list[np.ndarray]  # per cuboid: the leaf's cell within the cuboid
-    codes: list[np.ndarray]  # per cuboid: (cells, len(cuboid)) code tuples
-    offsets: np.ndarray  # (cuboids + 1,): first global cell of each cuboid
-    cell: np.ndarray  # (cuboids, leaves): the leaf's global cell in each cuboid
-    cuboid_of: np.ndarray  # per global cell: its cuboid
-    members: csr_matrix  # (cells, leaves): 1 where the leaf is in the cell
-
-
-def _lattice(leaves: _Leaves, cuboids: list[tuple[int, ...]]) -> _Lattice:
-    inverse, codes = [], []
-    for cuboid in cuboids:
-        inv, cell_codes = _group(leaves.codes[:, list(cuboid)], [leaves.cards[j] for j in cuboid])
-        inverse.append(inv)
-        codes.append(cell_codes)
-    sizes = np.array([len(c) for c in codes], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    n = leaves.codes.shape[0]
-    cell = (np.stack(inverse) + offsets[:-1, None]) if cuboids else np.zeros((0, n), dtype=np.int64)
-    cuboid_of = np.repeat(np.arange(len(cuboids)), sizes)
-    members = csr_matrix((np.ones(cell.size), (cell.ravel(), np.tile(np.arange(n), len(cuboids)))),
-                         shape=(int(offsets[-1]), n))
-    return _Lattice(cuboids, inverse, codes, offsets, cell, cuboid_of, members)
-
-
-def _score_cells(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray) -> _Cells | None:
-    """Every cell of every cuboid on the leaves not attributed yet, with its score (None: no such leaf).
-
-    Each cell's sums run over its leaves in leaf order, as a bincount per cuboid would sum them."""
-    use = (alive & stats.informative).astype(float)
-    if not use.any():
-        return None
-    sums = lattice.members @ np.column_stack([stats.x * use, stats.h * use, use, stats.d * use])
-    sx, sh = sums[:, 0], sums[:, 1]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        g = np.where(sh > 0, sx**2 / sh, 0.0)
-        move = np.where(sh > 0, sx / sh, 0.0)
-    return _Cells(g, move, sums[:, 2], sums[:, 3])
-
-
-def _shuffled_max(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, round_: int) -> float:
-    """The best score (in sigmas) any set reaches when the leaves' deviations carry no structure.
-
-    The standardized deviations of the leaves not attributed yet are shuffled
-    across those leaves, with random signs, ``_SHUFFLES`` times (a fixed seed:
-    the answer is reproducible), and every cell is scored as in the search;
-    the largest score of all shuffles is the bar. This is the noise test
-    measured on the data's own deviations: heavy tails, clusters of odd leaves
-    and the sheer number of small sets are all in it, where the Bonferroni
-    bound assumes normal noise. The largest of ``K`` null maxima exceeds the
-    null's ``1 - 1/(K+1)`` quantile: with ``K = 9`` a frame of noise alone
-    shows a set above the bar about one time in ten (Bonferroni's bound, at
-    ``alpha``, applies as well).
-    """
-    rows = np.flatnonzero(alive & stats.informative)
-    if rows.size < 2:
-        return 0.0
-    rng = np.random.default_rng([_SHUFFLE_SEED, round_])
-    h = stats.h[rows]
-    root_h = np.sqrt(h)
-    u = stats.x[rows] / root_h
-    k = _SHUFFLES
-    order = np.argsort(rng.random((k, u.size)), axis=1)  # k independent permutations
-    signs = rng.integers(0, 2, size=(k, u.size)) * 2.0 - 1.0
-    # every cell's sums over the leaves not attributed yet (the others count 0: adding 0.0 changes no sum)
-    n = len(stats.h)
-    shuffled = np.zeros((n, k))
-    shuffled[rows] = (u[order] * signs * root_h).T
-    weight = np.zeros(n)
-    weight[rows] = h
-    # each cell's largest score over the shuffles: its largest |sum| squared, over its information (squaring and
-    # dividing by a positive number are monotone, in floats too: the same maximum as scoring every shuffle)
-    peak = np.abs(lattice.members @ shuffled).max(axis=1)  # (cells,)
-    sh = lattice.members @ weight
-    present = sh > 0
-    return float(np.sqrt(max(0.0, float((peak[present] ** 2 / sh[present]).max()))))
 
 
 def _select(

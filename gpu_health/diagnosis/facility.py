@@ -1,6 +1,7 @@
 """Facility and change-policy detectors (issue #18): racks' cooling and power, changes without a ticket or window.
 
-Pure pandas; each detector takes the :class:`~gpu_health.diagnosis.detect.PartitionContext` of one partition.
+Pure pandas; each detector takes the :class:`~gpu_health.diagnosis.context.PartitionContext` of one partition
+(the registry and the facility runbook: gpu_health.diagnosis.detectors.facility).
 The rule of every detector holds here: **a page rests on two independent witnesses**, and **an absent optional
 signal is missing data** -- a cluster without ``facility_telemetry`` (``ctx.facility`` None or empty), a rack
 whose inlet or PSU count is null, GPUs whose exporter has no clock-event bitmask: each is not judged, never
@@ -63,9 +64,6 @@ CONTINUOUS_LOAD_SHARE = 0.8
 # kinds whose change must land inside a maintenance window: they reboot, drain or re-flash nodes (a driver, kernel,
 # firmware or BIOS install) -- the calendar exists so that such work is planned, announced and excluded from paging
 WINDOW_KINDS = ("driver_upgrade", "kernel_upgrade", "firmware_update", "bios_update")
-FACILITY_RUNBOOK = ("Name the rack in the alert to the facility operator; check its cooling (CRAH / rear-door unit, "
-                    "blanking panels, inlet probes) or its power feed and cap; move or checkpoint the rack's jobs "
-                    "before its GPUs shut down. Runbook: docs/runbooks.md#facility")
 
 
 def _several(hit: int, nodes: int) -> bool:
@@ -345,10 +343,3 @@ def detect_change_policy(ctx) -> list:
             evidence=f"change_events: {ev.kind} on {ev.scope} at {pd.Timestamp(ev.ts):%Y-%m-%d %H:%M}Z by {actor}, "
                      f"ticket {ticket or 'none'}: {ev.description}"))
     return out
-
-
-def with_facility(detectors: list, thermal) -> list:
-    """The detector list with the thermal detector deferring to racks (:func:`defer_to_rack`) and the facility and
-    change-policy detectors appended."""
-    return [defer_to_rack(d) if d is thermal else d for d in detectors] + [
-        detect_rack_cooling, detect_rack_power, detect_change_policy]

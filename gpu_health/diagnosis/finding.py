@@ -1,6 +1,8 @@
 """What a detector reports: one finding per incident scope and partition (the alert lifecycle in
-``diagnosis.alerts`` turns findings into alerts). Below every detector module, which all import it."""
+``diagnosis.alerts`` turns findings into alerts), and what the detector registry holds of each detector. Below every
+detector module, which all import it."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -20,3 +22,21 @@ class Finding:
     evidence: str = ""
     baseline: float | None = None
     value: float | None = None
+
+
+@dataclass(frozen=True)
+class Detector:
+    """One entry of the detector registry (``gpu_health.diagnosis.detectors.DETECTORS``): the function that judges a
+    partition, the findings it raises as (detector name, cause family) pairs, and the PartitionContext fields it
+    reads (``needs``: the frames a step must give for the detector to judge anything)."""
+
+    run: Callable[..., list[Finding]]  # run(ctx: PartitionContext) -> list[Finding]
+    emits: tuple[tuple[str, str], ...]
+    needs: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.run.__name__
+
+    def __call__(self, ctx) -> list[Finding]:
+        return self.run(ctx)

@@ -1,6 +1,6 @@
 """Detectors of the Kubernetes platform layer (issue #17): what kube-state-metrics shows and the GPUs confirm.
 
-Pure pandas, the rules of :mod:`gpu_health.diagnosis.detect`: a page rests on two independent witnesses; an absent
+Pure pandas, the rules of :mod:`gpu_health.diagnosis.detectors`: a page rests on two independent witnesses; an absent
 ``kube_pods`` / ``kube_nodes`` table (a Slurm cluster, kube-state-metrics not scraped) is missing data, and every
 detector here is then silent -- it never pages on what it cannot see.
 

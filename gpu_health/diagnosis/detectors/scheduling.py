@@ -1,0 +1,442 @@
+"""Scheduling: GPUs idle while jobs that could use them wait (``scheduling_blocked``).
+
+==================  ===========  =====================================================================
+detector            family       pages on (the two witnesses) / tickets on
+==================  ===========  =====================================================================
+scheduling_blocked  scheduling   idle GPUs while jobs that could use them (same queue's nodes) have
+                                 waited over 3 minutes, above the region's seasonal share
+==================  ===========  =====================================================================
+"""
+
+from collections import namedtuple
+
+import numpy as np
+import pandas as pd
+
+from gpu_health.constants import MAD_TO_SIGMA, CauseFamily
+from gpu_health.diagnosis.context import (DEPLOY_LOOKBACK, _NAT, PartitionContext, _gpu_codes, _gpu_maint,
+                                          _gpu_xid_fault, _job_arrays, job_table, _leaf_rows, _ns, _per_frame,
+                                          _per_inventory)
+from gpu_health.diagnosis.finding import Detector, Finding
+from gpu_health.metrics.goodput import BLOCKED_WAIT, placements, queue_nodes
+
+
+AGED_WAIT = BLOCKED_WAIT  # a job waiting this long while GPUs it could use idle is blocked (as the fragmentation KPI)
+# ... beside a GPU idle this long: three minutes is many scheduling cycles (Slurm's backfill runs every 30 s,
+# the Kubernetes scheduler places within seconds), so a GPU idle that long beside a job that fits is not dispatch
+AGED_IDLE_MINUTES = int(BLOCKED_WAIT / pd.Timedelta(minutes=1))
+# impact floors, shares of the region's paid GPU-minutes idle beside jobs that could use them: a page needs 2 %
+# (12 GPUs of a 600-GPU region, tens of dollars an hour), a ticket 1.25 %. Whether it is unusual is not theirs
+# to say: the seasonal gate compares with the region's own history at this hour (SCHED_SEASONAL_MARGIN)
+SCHED_PAGE_SHARE = 0.02
+SCHED_TICKET_SHARE = 0.0125
+SCHED_PAGE_SHARE_AFTER_CHANGE = 0.015  # lower bar within DEPLOY_LOOKBACK of a scheduler_config change
+SCHED_MIN_JOBS = 4                     # jobs held back: one long-waiting large job is normal, a pile-up is not
+_LOOSEST_TICKET = min(SCHED_TICKET_SHARE, SCHED_PAGE_SHARE, SCHED_PAGE_SHARE_AFTER_CHANGE)  # no region below it reports
+# known seasonality never pages: the region's idle_blocked share must stand one percentage point above its own
+# usual share at this hour (same hour of the week, or of the previous days at cold start)
+SCHED_SEASONAL_MARGIN = 0.01
+WEEKLY = "same hour last week"  # the seasonal baseline once a week of history exists
+# before a week of history (cold start) a weekday's pattern (a retrain wave, a cron surge held by quotas and fair
+# share) cannot be told from a fault by the level of the pile-up: it pages only with its cause in the evidence --
+# a scheduler change in flight that the pile-up followed, or a pile-up of multi-GPU requests while single-GPU
+# requests are not held (fewer than SCHED_MIN_JOBS of them: no pile-up of their own). A single free GPU fits a
+# single-GPU request, so capacity in the wrong shape (fragmentation, a packing or gang-placement fault) holds back
+# only larger requests; demand, quotas and priorities hold back every size. Both are definitions, not levels, and
+# hold on any cluster.
+NO_HISTORY = "no history yet"  # the seasonal baseline before any partition of the region was recorded
+
+
+def aged_blocked(ctx: PartitionContext) -> pd.DataFrame:
+    """Per region: GPU-minutes idle while jobs that could use them have waited over AGED_WAIT.
+
+    Short waits are normal (and make the loss tree's idle_blocked noisy at 5-minute grain); a healthy
+    scheduler does not keep a job waiting for minutes while GPUs it could run on sit idle. A job can
+    run on the nodes its queue places on (learned from the placements of the last hours, like a
+    Slurm partition's node list) that have as many GPUs free as the queue's smallest waiting request
+    (whole free nodes for a request larger than a node); idle GPUs of another pool do not block it.
+    Free GPUs of the queue's nodes that no node has enough of, but that together could host the smallest
+    waiting job, are fragmentation (``fragmented_gpu_minutes``, included in the blocked total): packing,
+    not demand, keeps them idle. A queue with no placement yet is matched against its whole region. A GPU
+    freed a moment ago is being placed again: it counts from its second idle minute in a row.
+    """
+    return pd.DataFrame(_aged_rows(ctx), columns=list(_AgedRow._fields))
+
+
+_AgedRow = namedtuple("_AgedRow", ["region", "blocked_gpu_minutes", "paid_gpu_minutes", "aged_jobs", "wait_p95_min",
+                                   "fragmented_gpu_minutes", "aged_single_gpu_jobs"])
+
+
+def _count_cells(region: np.ndarray, node: np.ndarray, ts: np.ndarray) -> tuple:
+    """The distinct (region, node, ts) triples (codes >= 0) in lexicographic order and the rows of each, as
+    np.unique(np.stack([region, node, ts]), axis=1, return_counts=True) gives them: the triple packed into
+    one int64 key (ts by its rank, so the order is the same), because np.unique along an axis sorts rows of
+    a structured view, several times slower than one sort of integers."""
+    if not len(ts):
+        return region[:0], node[:0], ts[:0], np.zeros(0, dtype=np.int64)
+    t_uni, t_code = np.unique(ts, return_inverse=True)
+    n_nodes, n_ts = int(node.max()) + 1, len(t_uni)
+    keys, counts = np.unique((region * n_nodes + node) * n_ts + t_code.reshape(-1), return_counts=True)
+    pair = keys // n_ts
+    return pair // n_nodes, pair % n_nodes, t_uni[keys % n_ts], counts
+
+
+def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
+    """aged_blocked()'s rows (_AgedRow), one per region of the inventory (wait_p95_min None unless ``waits``)."""
+    minutes = pd.date_range(ctx.start, ctx.end, freq="1min", inclusive="left")
+    inv = ctx.inventory
+    if ctx.sched is None or ctx.sched.empty or inv.empty:
+        return []
+    jobs = _jobs_now(ctx)
+    reach = None
+    paid = _per_inventory(ctx, "paid_gpus", lambda i: i.groupby("region")["gpus"].sum()) * len(minutes)
+    mid = (minutes + pd.Timedelta(seconds=30)).values.astype(np.int64)
+    one_min = pd.Timedelta(minutes=1).value
+
+    g = ctx.gpu
+    no_job = _gpu_codes(ctx, "job_id")[0] < 0
+    idle = np.flatnonzero(no_job & ~_gpu_xid_fault(ctx) & ~_gpu_maint(ctx)
+                          & ~_gpu_returning(ctx))
+    node_code, node_uni = _gpu_codes(ctx, "node_id")
+    region_code, region_uni = _gpu_codes(ctx, "region")
+    ts = _ns(g["ts"])[idle]
+    node_i, region_i = node_code[idle], region_code[idle]
+    # a GPU freed a moment ago is being placed again (dispatch takes scheduling cycles; in a saturated pool
+    # every job that ends leaves such a gap): a GPU counts as free once it has been idle for AGED_IDLE_MINUTES
+    # minutes in a row -- as long as a job may wait before it counts as held back, the same bar on both sides
+    # (the partition's first minutes have no minutes before them here and count as sampled)
+    minute = (ts - ctx.start.value) // one_min
+    gi = g["gpu_index"].to_numpy(dtype=np.int64)[idle]
+    span = int(gi.max() - gi.min() + 1) if len(gi) else 1
+    gpu_id = np.where(node_i >= 0, node_i * span + (gi - (gi.min() if len(gi) else 0)), -1)
+    gpu_minute = gpu_id * (len(minutes) + 1) + minute
+    settled = np.ones(len(minute), dtype=bool)
+    for k in range(1, AGED_IDLE_MINUTES):
+        settled &= (minute < k) | np.isin(gpu_minute - k, gpu_minute)
+    keep = settled & (node_i >= 0) & (region_i >= 0)
+    # idle GPUs per (region, node, minute), with the node's size
+    f_region, f_node, f_ts, free = _count_cells(region_i[keep], node_i[keep], ts[keep])
+    free = free.astype(float)
+    f_minute = ((f_ts - ctx.start.value) // one_min).astype(int)
+    node_size = _per_inventory(ctx, "node_size", lambda i: dict(zip(i["node_id"], pd.to_numeric(
+        i["gpus"], errors="coerce").to_numpy(dtype=float, na_value=np.nan))))
+    size_of = np.array([node_size.get(n) for n in node_uni], dtype=float)  # (None: NaN)
+    size_of[np.isnan(size_of)] = 0.0  # a node outside the inventory (or of unknown size) hosts nothing
+    f_size = size_of[f_node] if len(f_node) else np.zeros(0)
+    region_pos = {r: i for i, r in enumerate(region_uni)}
+
+    backlog = _window_backlog(ctx)
+    rows = []
+    for region in paid.index:
+        in_r = f_region == region_pos.get(region, -2)
+        r_minute, r_node, r_free, r_size = f_minute[in_r], f_node[in_r], free[in_r], f_size[in_r]
+        idle_m = np.bincount(r_minute, weights=r_free, minlength=len(minutes)).astype(float)
+        blocked_m = np.zeros(len(minutes))
+        frag_m = np.zeros(len(minutes))
+        aged_jobs = aged_single = 0
+        # positions of the region's jobs that may wait, ascending (a queue's jobs are then compared among
+        # these few, not over the whole look-back's job table)
+        waiting = np.flatnonzero((jobs["region"] == region) & jobs["may_wait"])
+        held_until = max(backlog.get(region, _NAT), backlog.get("*", _NAT))
+        if held_until != _NAT:  # a recent window's backlog is planned: only jobs submitted after it count
+            waiting = waiting[jobs["sub"][waiting] >= held_until]
+        w_queue = jobs["queue"][waiting]
+        for queue in sorted(set(w_queue)):
+            q = waiting[w_queue == queue]
+            aged = ((jobs["sub"][q][:, None] <= (mid - AGED_WAIT.value)[None, :])
+                    & (jobs["left"][q][:, None] > mid[None, :]))  # jobs x minutes
+            if not aged.any():
+                continue
+            gpus = jobs["gpus"][q][:, None]
+            demand = (aged * gpus).sum(axis=0)
+            smallest = np.where(aged, gpus, np.inf).min(axis=0)  # the smallest waiting request, per minute
+            if reach is None:
+                reach = _queue_reach(ctx.placements if ctx.placements is not None else placements(ctx.sched))
+            nodes = reach.get(queue)
+            on = np.array([n in nodes for n in node_uni], dtype=bool)[r_node] if nodes else np.ones(len(r_node), dtype=bool)
+            fm = r_minute[on]
+            r = smallest[fm]
+            size, fr = r_size[on], r_free[on]
+            # a node can host the smallest waiting job when it has that many GPUs free; scattered single GPUs do
+            # not block a 4-GPU job (that is fragmentation, its own KPI). A request larger than a node needs whole
+            # free nodes, enough of them at once: fewer whole free nodes than it needs are a gang being assembled
+            # (a scheduler's reservation drains nodes until the job fits), not capacity it could use now
+            whole = fr >= size
+            gang_ready = np.bincount(fm, weights=fr * whole, minlength=len(minutes)) >= smallest
+            fits = np.where(r <= size, fr >= r, whole & gang_ready[fm])
+            usable = np.bincount(fm, weights=fr * fits, minlength=len(minutes))
+            blocked_m += np.minimum(usable, demand)
+            # fragmentation: no node can host the smallest waiting job, but the queue's free GPUs together could
+            # (the fragmentation KPI's definition): idle capacity the scheduler's packing leaves unusable
+            free_all = np.bincount(fm, weights=fr, minlength=len(minutes))
+            scattered = (usable < smallest) & (free_all >= smallest) & np.isfinite(smallest)
+            frag_m += np.where(scattered, np.minimum(free_all - usable, np.maximum(demand - usable, 0)), 0.0)
+            held = aged.any(axis=1)
+            aged_jobs += int(held.sum())
+            aged_single += int((held & (jobs["gpus"][q] <= 1)).sum())
+        blocked_m = np.minimum(blocked_m, idle_m)  # queues sharing nodes cannot both use one idle GPU
+        frag = float(np.minimum(frag_m, idle_m - blocked_m).sum())
+        blocked = float(blocked_m.sum()) + frag
+        p95 = _wait_p95(ctx, region) if waits else None
+        rows.append(_AgedRow(region, blocked, float(paid[region]), aged_jobs, p95, frag, aged_single))
+    return rows
+
+
+def _wait_p95(ctx: PartitionContext, region: str) -> float:
+    """p95 queue wait (minutes) of the region's jobs that left the queue in the partition (NaN: none did)."""
+    jobs = _jobs_now(ctx)
+    started = ((jobs["region"] == region) & (jobs["left"] >= ctx.start.value) & (jobs["left"] < ctx.end.value)
+               & (jobs["sub"] != _NAT))
+    waits = pd.to_timedelta(jobs["left"][started] - jobs["sub"][started], unit="ns").total_seconds().to_numpy() / 60
+    # (Series.quantile's own computation: numpy's linear percentile of q x 100)
+    return float(np.percentile(waits, np.asarray([0.95]) * 100.0)[0]) if len(waits) else np.nan
+
+
+def _queue_reach(placed: pd.DataFrame) -> dict:
+    """queue_nodes() of ``placed``, from the categorical codes placements() gives (no string work per row)."""
+    if placed is None or placed.empty or not (isinstance(placed["queue"].dtype, pd.CategoricalDtype)
+                                              and isinstance(placed["node_id"].dtype, pd.CategoricalDtype)):
+        return queue_nodes(placed)
+    q, n = placed["queue"].cat.codes.to_numpy(), placed["node_id"].cat.codes.to_numpy()
+    ok = (q >= 0) & (n >= 0)
+    if not ok.all():
+        return queue_nodes(placed)
+    seen = np.zeros((len(placed["queue"].cat.categories), len(placed["node_id"].cat.categories)), dtype=bool)
+    seen[q, n] = True
+    queues, nodes = placed["queue"].cat.categories.astype(object), placed["node_id"].cat.categories.astype(object)
+    return {queues[i]: frozenset(nodes[np.flatnonzero(seen[i])]) for i in np.flatnonzero(seen.any(axis=1))}
+
+
+def _jobs_now(ctx: PartitionContext) -> dict:
+    """The job table as known at the partition's end, as arrays: sub / left (int64 ns; a job still waiting
+    has left = never), gpus, queue, region, and may_wait (a job that can have waited AGED_WAIT at some minute
+    of the partition: submitted AGED_WAIT before its last minute's middle and not gone before its first)."""
+    if "jobs_now" in ctx.memo:
+        return ctx.memo["jobs_now"]
+    if ctx.prepared is not None:
+        j = ctx.prepared.jobs_between(ctx.end - ctx.prepared.job_lookback, ctx.end)
+        # a queue's region as known then: from the placements a run of this partition alone reads (its look-back),
+        # never from placements later in the range (a queue first placed at 06:00 had no region at 04:10)
+        regions = (ctx.prepared.regions_as_of(ctx.start - ctx.prepared.job_lookback, ctx.end, j["queue_code"])
+                   if "queue_code" in j else None)
+        if regions is not None:
+            j["region"] = regions
+    else:
+        sub = ctx.jobs if ctx.jobs is not None else job_table(ctx.sched, ctx.inventory)
+        j = _job_arrays(sub)
+    first_mid = (ctx.start + pd.Timedelta(seconds=30)).value
+    last_mid = (ctx.end - pd.Timedelta(seconds=30)).value
+    j["may_wait"] = (j["sub"] <= last_mid - AGED_WAIT.value) & (j["left"] > first_mid) & j["has_queue"]
+    ctx.memo["jobs_now"] = j
+    return j
+
+
+def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
+    """GPUs idle beside jobs that could use them (:func:`aged_blocked`), region by region.
+
+    Page: a pile-up (SCHED_MIN_JOBS jobs waited AGED_WAIT; one fewer after a scheduler change) beside idle GPUs of
+    their queues' nodes worth SCHED_PAGE_SHARE of the region's paid GPU-minutes (the lower bar after a change) --
+    the scheduler's events (the waits) and the GPU telemetry (the idle GPUs) are the two witnesses -- above the
+    region's own share at this hour (SCHED_SEASONAL_MARGIN over its history), outside a maintenance window. Before
+    a week of history the weekly pattern is not known, so a page also needs its cause in the evidence: a
+    scheduler change in flight that the pile-up followed (it rose above the region's hour before the change and
+    its scatter: :func:`_bar_after_change`), or only multi-GPU requests held (capacity in the wrong shape);
+    otherwise it is a ticket saying so. Ticket: the same between the ticket and page bars, seasonal, planned, or
+    with no cause before a week of history. Never: a queue built by a maintenance window (while it lasts and its
+    backlog after).
+    """
+    out = []
+    if ctx.sched is None or ctx.sched.empty or ctx.inventory.empty or not _jobs_now(ctx)["may_wait"].any():
+        return out  # no job can have waited AGED_WAIT in the partition: nothing is held back
+    ab = _aged_rows(ctx, waits=False)
+    lv = ctx.leaves
+    blocked_leaf = None
+    ch = ctx.changes
+    sched_cfg = None  # the scheduler changes of the look-back, once a region passes the first gate
+    for r in ab:
+        share = r.blocked_gpu_minutes / r.paid_gpu_minutes if r.paid_gpu_minutes else 0.0
+        key = f"scheduling_blocked|{r.region}"
+        # the loosest bars any scheduler change allows (SCHED_MIN_JOBS - 1 jobs, the ticket bar; half of both
+        # to stay open): a region below them is judged no further
+        if not (r.aged_jobs >= SCHED_MIN_JOBS - 1 and share >= _LOOSEST_TICKET) and not (
+                key in ctx.open_baselines and r.aged_jobs >= 1 and share >= _LOOSEST_TICKET / 2):
+            continue
+        if sched_cfg is None:
+            sched_cfg = ch[(ch["kind"] == "scheduler_config") & (ch["ts"] >= ctx.end - DEPLOY_LOOKBACK) & (ch["ts"] < ctx.end)] if len(ch) else ch
+        cfg = sched_cfg[sched_cfg["scope"].isin([r.region, "*"])] if len(sched_cfg) else sched_cfg
+        page_bar, jobs = (SCHED_PAGE_SHARE_AFTER_CHANGE, SCHED_MIN_JOBS - 1) if len(cfg) else (SCHED_PAGE_SHARE, SCHED_MIN_JOBS)
+        ticket_bar = min(SCHED_TICKET_SHARE, page_bar)
+        is_open = key in ctx.open_baselines
+        piled_up = r.aged_jobs >= jobs
+        # an open alert stays open above half the ticket bar (no flapping); the lifecycle keeps a page a page
+        keeps_open = is_open and share >= ticket_bar / 2 and r.aged_jobs >= max(1, jobs // 2)
+        if not (piled_up and share >= ticket_bar) and not keeps_open:
+            continue
+        if blocked_leaf is None:
+            rows = _leaf_rows(ctx, "idle_blocked") if len(lv) else ()
+            blocked_leaf = lv.iloc[rows].groupby("region")["gpu_minutes"].sum() if len(lv) else pd.Series(dtype=float)
+        base, base_from = _history_baseline(ctx.region_history, r.region, ctx.start)
+        idle_blocked = blocked_leaf.get(r.region, 0.0) / r.paid_gpu_minutes if r.paid_gpu_minutes else 0.0
+        unseasonal = idle_blocked >= base + SCHED_SEASONAL_MARGIN
+        # before a week of history the weekly pattern (retrain waves, cron) is not known yet: a pile-up pages only
+        # with its cause in evidence (see the constants above SCHED_MIN_JOBS)
+        shaped = r.aged_jobs - r.aged_single_gpu_jobs >= jobs and r.aged_single_gpu_jobs < SCHED_MIN_JOBS
+        before = _bar_after_change(ctx.region_history, r.region, cfg.iloc[-1]["ts"]) if len(cfg) else None
+        change_caused = len(cfg) and (before is None or idle_blocked >= before)
+        uncaused = base_from != WEEKLY and not change_caused and not shaped
+        planned = _maintenance_in_region(ctx, r.region)
+        severity = "page" if piled_up and share >= page_bar and unseasonal and not planned and not uncaused else "ticket"
+        base_text = base_from if base_from == NO_HISTORY else f"{base_from} {base:.1%}"
+        cfg_text = f"; follows scheduler change {cfg.iloc[-1]['event_id']} at {cfg.iloc[-1]['ts']:%H:%M}" if len(cfg) else ""
+        if len(cfg) and not change_caused:
+            cfg_text += (f" (not its cause: the pile-up did not rise above {before:.1%}, the hour before it and its "
+                         "scatter)" if before == before
+                         else " (the hour before it was held by a paged incident: the pile-up predates it)")
+        out.append(Finding("scheduling_blocked", "scheduling", severity, r.region, key,
+                           lost_gpu_minutes=float(r.blocked_gpu_minutes), baseline=0.0, value=share,
+                           change_event=cfg.iloc[-1]["event_id"] if len(cfg) else None,
+                           summary=f"GPUs idle while jobs wait in {r.region}",
+                           evidence=f"{r.blocked_gpu_minutes:.0f} GPU-minutes ({share:.1%} of paid"
+                                    + (f"; {r.fragmented_gpu_minutes:.0f} of them scattered too thinly for the smallest "
+                                       "waiting job" if r.fragmented_gpu_minutes >= 1 else "")
+                                    + f") idle while {r.aged_jobs} "
+                                    f"job(s) of the region's queues waited over {AGED_WAIT.seconds // 60} min; queue wait p95 "
+                                    f"{_wait_p95(ctx, r.region):.1f} min; idle_blocked {idle_blocked:.1%} ({base_text}"
+                                    f"{'' if unseasonal else ': seasonal, not paged'})"
+                                    + (f"; {planned}: planned capacity, not paged" if planned else "")
+                                    + (f"; only multi-GPU requests held ({r.aged_single_gpu_jobs} single-GPU): free "
+                                       "capacity in the wrong shape" if shaped else "")
+                                    + ("; under a week of history and no cause in evidence (no scheduler change it "
+                                       "followed; "
+                                       f"{r.aged_single_gpu_jobs} single-GPU requests held too: demand, quotas or "
+                                       "priorities): not paged" if uncaused else "")
+                                    + cfg_text))
+    return out
+
+
+def _recent_windows(ctx: PartitionContext) -> pd.DataFrame:
+    """The maintenance windows that ended before this partition and no longer ago than they lasted: the
+    windows whose backlog the pool is still working through (see :func:`_window_backlog`). Once per partition,
+    from the windows' bounds as int64 once per frame (two detectors ask; each asking built two DatetimeIndexes)."""
+    w = ctx.maintenance
+    hit = ctx.memo.get("recent_windows")
+    if hit is None or hit[0] is not w:  # (kept with the frame it came from: a context given other windows asks anew)
+        if w is None or w.empty:
+            recent = w.iloc[0:0] if w is not None else pd.DataFrame(columns=["start", "end", "region", "node_ids"])
+        else:
+            lo, hi = _per_frame(ctx, "maintenance_ns", w, lambda f: (_ns(f["start"]), _ns(f["end"])))
+            t = ctx.start.value
+            # (a window missing either bound is recent never: pandas' comparisons with NaT are false)
+            inside = (lo != _NAT) & (hi != _NAT) & (hi <= t) & (t < hi + (hi - lo))
+            # (most partitions follow no window: the frame's empty slice, made once, not a mask's new frame)
+            recent = w[inside] if inside.any() else _per_frame(ctx, "maintenance_none", w, lambda f: f.iloc[0:0])
+        hit = ctx.memo["recent_windows"] = (w, recent)
+    return hit[1]
+
+
+def _window_backlog(ctx: PartitionContext) -> dict:
+    """region (or '*') -> the end (int64 ns) of the latest window of :func:`_recent_windows` there.
+
+    A window drains capacity on purpose. The jobs submitted before it ended queued for what it took away, and
+    its nodes come back to the pool one by one (validated, resumed, refilled); until the pool has worked through
+    that, idle GPUs beside those jobs are the window's planned aftermath, not a scheduler holding work back.
+    For as long again as the window lasted -- the queue built up over the window's length while its nodes were
+    out, and they are what it drains onto, so it drains in about that long; the window's own length, on any
+    cluster, not a constant -- jobs submitted before its end do not count as held back (:func:`_aged_rows`), nor
+    do the idle GPUs of its nodes (:func:`_gpu_returning`). A scheduling fault right after a window still pages:
+    the jobs submitted after it pile up beside the region's other idle GPUs like anywhere else."""
+    out: dict = {}
+    w = _recent_windows(ctx)
+    if not len(w):  # (most partitions: no window ended lately)
+        return out
+    for region, e in zip(np.asarray(w["region"], dtype=object), pd.DatetimeIndex(w["end"])):
+        out[region] = max(out.get(region, _NAT), pd.Timestamp(e).value)
+    return out
+
+
+def _gpu_returning(ctx: PartitionContext) -> np.ndarray:
+    """Per GPU row: its node was drained by a window of :func:`_recent_windows` (capacity still coming back)."""
+    g = ctx.gpu
+    w = _recent_windows(ctx)
+    if not len(g) or w.empty or "node_ids" not in w.columns:
+        return np.zeros(len(g), dtype=bool)
+    nodes = {n for ids in w["node_ids"].dropna() for n in str(ids).split(",") if n}
+    code, names = _gpu_codes(ctx, "node_id")  # each distinct node looked up once (a missing one: code -1, not drained)
+    return np.append(np.array([n in nodes for n in names], dtype=bool), False)[code]
+
+
+def _maintenance_in_region(ctx: PartitionContext, region: str) -> str | None:
+    """The planned window draining part of the region in this partition: planned capacity makes jobs wait, and
+    maintenance never pages -- neither does the queue it causes while it lasts. After it, its backlog and its
+    returning nodes are left out of the judgement (:func:`_window_backlog`), not the region: a scheduling fault
+    right after a window (the suite's Friday incidents start three minutes after one) must still page."""
+    w = ctx.maintenance
+    if w is None or w.empty:
+        return None
+    hit = w[(w["start"] < ctx.end) & (w["end"] > ctx.start) & w["region"].astype(object).isin([region, "*"])]
+    if hit.empty:
+        return None
+    first = hit.sort_values("start").iloc[0]
+    return f"maintenance window {first['window_id']} ({first['start']:%H:%M}-{first['end']:%H:%M})"
+
+
+# a change caused a pile-up that rose this many robust standard deviations (MAD x MAD_TO_SIGMA) of the region's
+# partitions in the hour before it above their median (and by SCHED_SEASONAL_MARGIN at least): three sigmas, a
+# bound on the region's own scatter in that hour, so a wave's ups and downs after a change are not its effect
+CHANGE_RISE_SIGMAS = 3.0
+
+
+def _bar_after_change(hist: pd.DataFrame, region: str, change_ts: pd.Timestamp) -> float | None:
+    """The idle_blocked share a pile-up must reach to have followed a change: the median of the region's partitions
+    in the hour before the change, plus CHANGE_RISE_SIGMAS of their robust scatter (SCHED_SEASONAL_MARGIN at
+    least). A change is the cause of a pile-up that rose above it, not of one already there (a revert after an
+    incident, a change in the middle of a retrain wave). None: the region has no history before the change at all
+    (nothing says the pile-up predates it); NaN: it has, but none of that hour -- those partitions were held as a
+    paged incident (:func:`_history_baseline`'s caller forgets them), so the region was piled up already."""
+    if hist is None or hist.empty:
+        return None
+    h = hist[(hist["region"] == region) & hist["share_idle_blocked"].notna() & (hist["partition_start"] < change_ts)]
+    if h.empty:
+        return None
+    hour = h[h["partition_start"] >= change_ts - pd.Timedelta(hours=1)]["share_idle_blocked"].to_numpy(dtype=float)
+    if not len(hour):
+        return float("nan")
+    mid = float(np.median(hour))
+    sigma = MAD_TO_SIGMA * float(np.median(np.abs(hour - mid)))
+    return mid + max(SCHED_SEASONAL_MARGIN, CHANGE_RISE_SIGMAS * sigma)
+
+
+def _history_baseline(hist: pd.DataFrame, region: str, start: pd.Timestamp) -> tuple[float, str]:
+    """The region's usual idle_blocked share at this hour, and where it comes from.
+
+    The same hour of the week (+-30 min, 7 days back) once a week of history exists; before that (cold
+    start) the median of the same hour on the previous days, and with under two such days the median of the
+    trailing two hours. Partitions a scheduling page held are left out by the caller (incidents do not teach
+    the baseline).
+    """
+    if hist is None or hist.empty:
+        return 0.0, NO_HISTORY
+    h = hist[(hist["region"] == region) & hist["share_idle_blocked"].notna()]
+    tod = (h["partition_start"] - h["partition_start"].dt.normalize())
+    target = start - start.normalize()
+    same_hour = h[((tod - target).abs() <= pd.Timedelta(minutes=30)) & (h["partition_start"] < start - pd.Timedelta(hours=12))]
+    last_week = same_hour[same_hour["partition_start"] <= start - pd.Timedelta(days=6, hours=12)]["share_idle_blocked"]
+    if len(last_week) >= 6:
+        return float(last_week.median()), WEEKLY
+    days = same_hour.groupby((same_hour["partition_start"] - target + pd.Timedelta(hours=12)).dt.normalize())["share_idle_blocked"].median()
+    if len(days) >= 2:
+        return float(days.median()), f"same hour, median of the last {len(days)} days"
+    trailing = h[(h["partition_start"] >= start - pd.Timedelta(hours=2)) & (h["partition_start"] < start)]["share_idle_blocked"]
+    return (float(trailing.median()), "trailing two hours") if len(trailing) else (0.0, NO_HISTORY)
+
+
+RUNBOOKS = {
+    CauseFamily.SCHEDULING.value:
+        "Revert the latest scheduler configuration change; check priorities, quotas, backfill and "
+        "fragmentation (free GPUs vs the smallest pending job). Runbook: docs/runbooks.md#scheduling",
+}
+DETECTORS = [
+    Detector(detect_scheduling, emits=(("scheduling_blocked", CauseFamily.SCHEDULING.value),),
+             needs=("sched", "jobs", "placements", "inventory", "changes", "leaves", "gpu", "maintenance",
+                    "region_history", "open_baselines")),
+]

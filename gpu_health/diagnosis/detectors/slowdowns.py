@@ -1,0 +1,223 @@
+"""Slowdowns: loader wait (``data_io_slowdown``) and gradient sync (``network_slowdown``) above their baselines,
+judged per node, each paged with the storage or link counters as its second witness.
+
+==================  ===========  =====================================================================
+detector            family       pages on (the two witnesses) / tickets on
+==================  ===========  =====================================================================
+data_io_slowdown    data_io      loader wait above its baseline (slowdown_data_io) AND storage
+                                 saturated on those nodes; ticket without the storage witness
+network_slowdown    network      gradient-sync time above its baseline AND IB loss or retransmits on
+                                 the jobs' links; ticket without the link witness
+==================  ===========  =====================================================================
+"""
+
+
+import numpy as np
+import pandas as pd
+
+from gpu_health.constants import CauseFamily
+from gpu_health.diagnosis.context import PartitionContext, _leaf_rows
+from gpu_health.diagnosis.finding import Detector, Finding
+
+
+# a component's excess over the workload's own healthy baseline on 10 % of a node's allocated (multi-node, for
+# network) GPU-minutes: the same effect-size floor as the step-time cohort judge (STEP_EFFECT_FLOOR)
+NODE_SLOW_SHARE = 0.10
+NODE_SLOW_MIN_GPU_MINUTES = 5  # one GPU's whole partition
+# InfiniBand is lossless by design (credit-based flow control) and RoCE runs lossless with PFC: sustained loss
+# of 0.1 % of packets, or 100 retransmits on a link in a minute, is a link fault, not traffic
+LINK_RETRANSMITS = 100
+LINK_LOSS_PCT = 0.1
+LINK_FAULT_MINUTES = 3  # a link failing three minutes of a partition is a fault, not a burst
+
+
+# the loss-tree states of minutes whose jobs report step progress (where a slowdown can be measured)
+MEASURED_STATES = ["productive", "slowdown_data_io", "slowdown_network", "slowdown_checkpoint", "slowdown_compute"]
+ALLOC_STATES = ["allocated_idle", "allocated_unproductive", "failure_loss", "slowdown_data_io", "slowdown_network",
+                "slowdown_checkpoint", "slowdown_compute", "productive"]
+
+
+def _slow_nodes(lv: pd.DataFrame, state: str, denominator: pd.Series, rows: np.ndarray | None = None) -> pd.DataFrame:
+    """Nodes where ``state`` holds at least NODE_SLOW_SHARE of the denominator GPU-minutes (``rows``: the
+    positions of the leaves in ``state``, when known)."""
+    slow = lv[lv["state"] == state] if rows is None else lv.iloc[rows]
+    slow = slow.groupby(["region", "node_id"])["gpu_minutes"].sum()
+    frame = pd.DataFrame({"slow": slow, "den": denominator.reindex(slow.index).fillna(0.0)})
+    frame = frame[(frame["slow"] >= NODE_SLOW_MIN_GPU_MINUTES) & (frame["slow"] >= NODE_SLOW_SHARE * frame["den"])]
+    return frame.reset_index()
+
+
+_NO_SLOW_NODES = pd.DataFrame({"region": pd.Series(dtype=object), "node_id": pd.Series(dtype=object),
+                               "slow": pd.Series(dtype=float), "den": pd.Series(dtype=float)})
+
+
+def _no_slow_nodes() -> pd.DataFrame:
+    """_slow_nodes() finding none (one shared frame: its readers never modify it)."""
+    return _NO_SLOW_NODES
+
+
+def _may_reach(ctx: PartitionContext, rows: np.ndarray, floor: float) -> bool:
+    """Whether some (region, node) of the leaves at ``rows`` can hold ``floor`` GPU-minutes: a cheap,
+    conservative pre-check (plain per-node sums, a margin for their rounding) before the exact group-by."""
+    if not len(rows):
+        return False
+    if "leaf_nodes" not in ctx.memo:
+        lv = ctx.leaves
+        region, node = pd.factorize(lv["region"])[0], pd.factorize(lv["node_id"])[0]
+        codes = np.where((region >= 0) & (node >= 0), region.astype(np.int64) * (len(lv) + 1) + node, -1)
+        ctx.memo["leaf_nodes"] = (codes, lv["gpu_minutes"].to_numpy(dtype=float, na_value=0.0))
+    codes, minutes = ctx.memo["leaf_nodes"]
+    c, w = codes[rows], minutes[rows]
+    ok = c >= 0
+    if not ok.any():
+        return False
+    sums = np.bincount(np.unique(c[ok], return_inverse=True)[1], weights=w[ok])
+    return bool(np.nanmax(sums) >= floor - 1e-6)
+
+
+# no (region, node) pair: built once (an index is immutable; building an empty MultiIndex costs ~0.5 ms, and most
+# partitions have no saturated storage)
+_NO_NODES = pd.MultiIndex.from_tuples([], names=["region", "node_id"])
+
+
+def _saturated_storage(ctx: PartitionContext) -> pd.MultiIndex:
+    """(region, node) pairs whose local storage was saturated (NVMe >= 95 % busy) in 3+ minutes of the partition."""
+    node = ctx.node
+    if node is None or node.empty:
+        return _NO_NODES
+    saturated = node["nvme_util_pct"].to_numpy(dtype=float, na_value=np.nan) >= 95
+    if not saturated.any():
+        return _NO_NODES
+    hot = node[saturated].groupby(["region", "node_id"], observed=True)["ts"].nunique()
+    return hot[hot >= LINK_FAULT_MINUTES].index
+
+
+def detect_slowdowns(ctx: PartitionContext) -> list[Finding]:
+    """Loader wait (data_io) and gradient sync (network) above their baselines, judged per node:
+    storage or fabric trouble hits a set of nodes, which a region-wide share would dilute."""
+    out = []
+    lv = ctx.leaves
+    if lv.empty:
+        return _faulty_links(ctx, set())
+    # the share is of the minutes where a slowdown can be measured (jobs reporting step progress): minutes of
+    # uninstrumented jobs cannot show a slowdown and must not dilute one
+    # (the denominators only matter where a slowdown can reach its floor, or storage is saturated)
+    hot_nodes = _saturated_storage(ctx)
+    io_rows, net_rows = _leaf_rows(ctx, "slowdown_data_io"), _leaf_rows(ctx, "slowdown_network")
+    io_ok = _may_reach(ctx, io_rows, NODE_SLOW_MIN_GPU_MINUTES)
+    net_ok = _may_reach(ctx, net_rows, NODE_SLOW_MIN_GPU_MINUTES)
+    if len(hot_nodes) or io_ok or net_ok:
+        measured = lv[lv["state"].isin(MEASURED_STATES)]
+        per_node = measured.groupby(["region", "node_id"])["gpu_minutes"].sum()
+        multi = measured[measured["workload_class"] == "distributed"].groupby(["region", "node_id"])["gpu_minutes"].sum()
+    else:
+        per_node = multi = pd.Series(dtype=float)
+    io_nodes = _slow_nodes(lv, "slowdown_data_io", per_node, io_rows) if io_ok else _no_slow_nodes()
+    # storage saturated on several nodes at once (a shared filesystem, a hot dataset) is judged over those nodes
+    # together: few of their jobs may report loader time, each node's share alone would be too thin to see
+    if len(hot_nodes):
+        slow_io = lv[lv["state"] == "slowdown_data_io"].groupby(["region", "node_id"])["gpu_minutes"].sum()
+        pooled = pd.DataFrame({"slow": slow_io.reindex(hot_nodes).fillna(0.0), "den": per_node.reindex(hot_nodes).fillna(0.0)})
+        pooled = pooled[pooled["slow"] > 0].reset_index()
+        for region, grp in pooled.groupby("region"):
+            slow, den = grp["slow"].sum(), grp["den"].sum()
+            if slow >= NODE_SLOW_MIN_GPU_MINUTES and slow >= NODE_SLOW_SHARE * den:
+                io_nodes = pd.concat([io_nodes[io_nodes["region"] != region], grp], ignore_index=True)
+    # an open data-loader alert stays open while its storage witness lasts (the loader share of a few
+    # instrumented jobs comes and goes around its bar; the incident does not)
+    for region in sorted({r for r, _ in hot_nodes} - set(io_nodes["region"])):
+        if f"data_io_slowdown|{region}" in ctx.open_keys:
+            nodes = sorted(n for r, n in hot_nodes if r == region)
+            out.append(Finding("data_io_slowdown", "data_io", "ticket", region, f"data_io_slowdown|{region}", nodes=nodes,
+                               summary=f"Storage still saturated in {region} on {len(nodes)} node(s)",
+                               evidence=f"NVMe >= 95 % busy on {', '.join(nodes[:8])}; loader wait this partition under "
+                                        "the bar (few jobs report it)"))
+    for region, grp in io_nodes.groupby("region"):
+        nodes = sorted(grp["node_id"])
+        sat = ctx.node[(ctx.node["region"] == region) & ctx.node["node_id"].isin(nodes)]
+        hot = sat[sat["nvme_util_pct"] >= 95]
+        total = float(grp["slow"].sum())
+        out.append(Finding("data_io_slowdown", "data_io", "page" if len(hot) else "ticket", region,
+                           f"data_io_slowdown|{region}", nodes=nodes, lost_gpu_minutes=total,
+                           value=float(total / max(grp["den"].sum(), 1e-9)),
+                           summary=f"Data-loader slowdown in {region} on {len(nodes)} node(s)",
+                           evidence=f"{total:.0f} GPU-minutes ({total / max(grp['den'].sum(), 1e-9):.0%} of those nodes' "
+                                    f"measured training time) lost to loader wait above baseline; storage saturated on "
+                                    f"{hot['node_id'].nunique()} node(s) (NVMe >= 95 %, read "
+                                    f"{sat['disk_read_mbps'].median() if len(sat) else float('nan'):.0f} MB/s median)"))
+    net_nodes = _slow_nodes(lv, "slowdown_network", multi, net_rows) if net_ok else _no_slow_nodes()
+    for region, grp in net_nodes.groupby("region"):
+        nodes = sorted(grp["node_id"])
+        links = ctx.network[(ctx.network["region"] == region) & ctx.network["node_id"].isin(nodes)]
+        bad = links[(links["retransmits"].fillna(0) >= LINK_RETRANSMITS) | (links["packet_loss_pct"].fillna(0) >= LINK_LOSS_PCT)]
+        # switch-port and node-exporter IB counters have no retransmits: absence is not "0 retransmits"
+        retransmits = ("no link telemetry" if links.empty
+                       else f"{int(links['retransmits'].fillna(0).sum())} retransmits" if links["retransmits"].notna().any()
+                       else "retransmits not exported")
+        total = float(grp["slow"].sum())
+        bad_nodes = sorted(set(bad["node_id"])) or nodes
+        out.append(Finding("network_slowdown", "network", "page" if len(bad) else "ticket", region,
+                           f"network_slowdown|{region}", nodes=bad_nodes, lost_gpu_minutes=total,
+                           value=float(total / max(grp["den"].sum(), 1e-9)),
+                           summary=f"Collective-communication slowdown in {region} on {len(bad_nodes)} node(s)",
+                           evidence=f"{total:.0f} GPU-minutes ({total / max(grp['den'].sum(), 1e-9):.0%} of multi-node jobs' "
+                                    f"time there) lost to gradient sync above baseline; {bad['link_id'].nunique() if len(bad) else 0} "
+                                    f"link(s) with loss up to {links['packet_loss_pct'].max() if len(links) else 0:.2f} % and "
+                                    f"{retransmits}"))
+    out += _faulty_links(ctx, {n for f in out if f.family == "network" for n in f.nodes})
+    return out
+
+
+def _faulty_links(ctx: PartitionContext, judged: set) -> list[Finding]:
+    """Links failing on the port counters while a job uses the node, where no job reports gradient-sync time
+    (uninstrumented or unknown jobs: the slowdown cannot be measured, the fault can).
+
+    Page: on one link, packet loss >= LINK_LOSS_PCT AND retransmits >= LINK_RETRANSMITS in the same minute (two
+    counters: the link layer's losses and the transport's retries) for LINK_FAULT_MINUTES minutes, on a node
+    whose GPUs hold a job. One counter only (e.g. retransmits not exported): a ticket."""
+    net = ctx.network
+    if net is None or net.empty:
+        return []
+    if not ((net["packet_loss_pct"].to_numpy(dtype=float, na_value=0.0) >= LINK_LOSS_PCT).any()
+            or (net["retransmits"].to_numpy(dtype=float, na_value=0.0) >= LINK_RETRANSMITS).any()):
+        return []  # no link over either bar
+    net = net[~net["node_id"].isin(judged)]
+    loss = net["packet_loss_pct"].fillna(0) >= LINK_LOSS_PCT
+    retr = net["retransmits"].fillna(0) >= LINK_RETRANSMITS
+    bad = net[loss | retr].assign(both=(loss & retr)[loss | retr])
+    if bad.empty:
+        return []
+    busy_nodes = set(ctx.gpu.loc[ctx.gpu["job_id"].notna(), "node_id"].astype(object)) if len(ctx.gpu) else set()
+    per_link = bad.groupby(["region", "node_id", "link_id"], observed=True).agg(
+        minutes=("ts", "nunique"), both=("both", "sum"), loss=("packet_loss_pct", "max"), retr=("retransmits", "sum"))
+    per_link = per_link[per_link["minutes"] >= LINK_FAULT_MINUTES].reset_index()
+    per_link = per_link[per_link["node_id"].isin(busy_nodes)]
+    out = []
+    for region, grp in per_link.groupby("region"):
+        paging = grp[grp["both"] >= LINK_FAULT_MINUTES]
+        rows = paging if len(paging) else grp
+        nodes = sorted(set(rows["node_id"]))
+        out.append(Finding("network_slowdown", "network", "page" if len(paging) else "ticket", region,
+                           f"network_slowdown|{region}", nodes=nodes,
+                           summary=f"InfiniBand / RoCE link faults in {region} on {len(nodes)} node(s) running jobs",
+                           evidence=f"{len(rows)} link(s) failing for {int(rows['minutes'].max())}+ minutes: packet loss up "
+                                    f"to {rows['loss'].max():.2f} % and {int(rows['retr'].fillna(0).sum())} retransmits "
+                                    + ("(both counters)" if len(paging) else "(one counter: the other is not exported or "
+                                       "below its bar)") + "; the jobs there report no gradient-sync time, so the slowdown "
+                                    "itself cannot be measured"))
+    return out
+
+
+RUNBOOKS = {
+    CauseFamily.DATA_IO.value:
+        "Check the shared filesystem / object store throughput and the dataset's hot partitions; raise data "
+        "loader workers or stage data to local NVMe. Runbook: docs/runbooks.md#data_io",
+    CauseFamily.NETWORK.value:
+        "Check the IB / RoCE links with errors (ibdiagnet, port counters), reseat or replace cables, "
+        "drain the nodes from multi-node jobs. Runbook: docs/runbooks.md#network",
+}
+DETECTORS = [
+    Detector(detect_slowdowns, emits=(("data_io_slowdown", CauseFamily.DATA_IO.value),
+                                      ("network_slowdown", CauseFamily.NETWORK.value)),
+             needs=("leaves", "node", "network", "gpu", "open_keys")),
+]

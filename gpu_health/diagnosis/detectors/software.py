@@ -1,0 +1,206 @@
+"""Software: a change (driver, kernel, firmware, framework release) whose cohort does worse than the rest in the
+same minutes (``deploy_regression``).
+
+==================  ===========  =====================================================================
+detector            family       pages on (the two witnesses) / tickets on
+==================  ===========  =====================================================================
+deploy_regression   software     a change event's cohort worse than the rest in the same minutes:
+                                 job failure rate (Fisher exact test + rate-ratio floor) or step time
+                                 over baseline (Mann-Whitney cohort judge + effect floor)
+==================  ===========  =====================================================================
+
+Hung trainers (``training_stall``) are software too: gpu_health.diagnosis.detectors.stalls.
+"""
+
+
+import numpy as np
+import pandas as pd
+
+from gpu_health.constants import PARTITION, CauseFamily
+from gpu_health.diagnosis.cohort import REGRESSION, judge_cohorts
+from gpu_health.diagnosis.context import (DEPLOY_LOOKBACK, PartitionContext, _gpu_codes, _leaf_rows, _scope_nodes,
+                                          _ts_slice)
+from gpu_health.diagnosis.finding import Detector, Finding
+
+
+# a change's cohort fails: at least 3 failures (fewer cannot reach p < 1e-3 against any realistic base rate),
+# three times the rate of the rest in the same minutes, Fisher exact p < 1e-3 spent over the looks (Bonferroni)
+FAILURE_RATE_RATIO = 3.0
+FAILURE_P = 1e-3
+MIN_COHORT_FAILURES = 3
+DEPLOY_WINDOW = pd.Timedelta(minutes=30)  # a change (judged for DEPLOY_LOOKBACK) is judged on its last 30 minutes
+STEP_EFFECT_FLOOR = 0.10  # a step-time regression worth a page is 10 % slower than the old version's cohort
+
+
+def detect_deploys(ctx: PartitionContext) -> list[Finding]:
+    ch = ctx.changes
+    out = []
+    if ch is None or ch.empty:
+        return out
+    window = _ts_slice(ch, ctx.end - DEPLOY_LOOKBACK, ctx.end)  # (a slice of the time-sorted events, not a mask)
+    if ctx.prepared is None:
+        recent = _rollout_groups(window, ctx.inventory)
+    else:  # the same change events and inventory give the same groups: a range computes them once per change
+        # (the rows' values as the key; one object array, not a namedtuple per row)
+        key = (tuple(window.columns), tuple(map(tuple, window.to_numpy(dtype=object))))
+        hit = ctx.prepared.rollouts.get(key)
+        if hit is None or hit[0] is not ctx.inventory:
+            groups = _rollout_groups(window, ctx.inventory)
+            # (the groups' rows kept as the tuples the loop below reads: itertuples costs a millisecond a call)
+            hit = ctx.prepared.rollouts[key] = (ctx.inventory, list(groups.itertuples(index=False)))
+        recent = hit[1]
+    for ev in (recent.itertuples(index=False) if ctx.prepared is None else recent):
+        since = max(ev.ts, ctx.end - DEPLOY_WINDOW)
+        # a change is judged again every partition for DEPLOY_LOOKBACK: spend the false-alarm rate over those
+        # looks (Bonferroni), so a benign deploy does not page by chance hours later; a real regression shows
+        # in the first looks, where the bar is highest
+        alpha = FAILURE_P / max(1, int(np.ceil((ctx.end - ev.ts) / PARTITION)))
+        if ev.kind in ("driver_upgrade", "kernel_upgrade", "firmware_update"):
+            f = _node_cohort_failures(ctx, ev, since, alpha)
+        elif ev.kind == "framework_release" and pd.notna(ev.to_version):
+            f = _framework_cohort(ctx, ev, since, alpha)
+        else:
+            continue
+        if f is not None:
+            out.append(f)
+    return out
+
+
+NODE_CHANGE_KINDS = ("driver_upgrade", "kernel_upgrade", "firmware_update")
+_VERSION_COLUMN = {"driver_upgrade": "driver_version", "kernel_upgrade": "kernel_version"}
+
+
+def _rollout_groups(recent: pd.DataFrame, inventory: pd.DataFrame) -> pd.DataFrame:
+    """Change events, with the node changes of one rollout merged: events of one kind moving to one version
+    (a rolling upgrade announced node by node or batch by batch) are one change, first event's id and time,
+    scope the union of their nodes. A rollout judged batch by batch would leave each batch too few jobs to
+    test, and the regression would never page."""
+    if recent.empty:
+        return recent
+    node_kind = recent["kind"].isin(NODE_CHANGE_KINDS) & recent["to_version"].notna()
+    out = [recent[~node_kind]]
+    for _, grp in recent[node_kind].sort_values("ts").groupby(["kind", "to_version"], sort=False):
+        first = grp.iloc[[0]].copy()
+        nodes = set().union(*(_scope_nodes(s, inventory) for s in grp["scope"]))
+        first["scope"] = ",".join(sorted(nodes)) if len(grp) > 1 else first["scope"]
+        out.append(first)
+    return pd.concat([o for o in out if len(o)], ignore_index=True) if any(len(o) for o in out) else recent.iloc[0:0]
+
+
+def _node_cohort(ctx: PartitionContext, ev) -> set[str]:
+    """The nodes on the change's new version: its scope, and every node whose own telemetry reports the new
+    version (the node is the witness of what it runs, whatever the change calendar's scope spelling)."""
+    cohort = _scope_nodes(ev.scope, ctx.inventory)
+    col = _VERSION_COLUMN.get(ev.kind)
+    if col and len(ctx.node) and pd.notna(ev.to_version):
+        cohort |= set(ctx.node.loc[ctx.node[col].astype(object) == ev.to_version, "node_id"].astype(object))
+    return cohort
+
+
+def _node_cohort_failures(ctx: PartitionContext, ev, since, alpha: float = FAILURE_P) -> Finding | None:
+    # a later change of the same kind to another version on these nodes supersedes this one (e.g. the rollback)
+    cohort = _node_cohort(ctx, ev)
+    ch = ctx.changes
+    later = ch[(ch["ts"] > ev.ts) & (ch["ts"] < ctx.end) & (ch["kind"] == ev.kind) & (ch["to_version"] != ev.to_version)]
+    if any(_scope_nodes(s, ctx.inventory) & cohort for s in later["scope"]):
+        return None
+    ended = _ts_slice(ctx.sched, since, ctx.end, ctx.memo)
+    ended = ended[(ended["event"] == "ended").to_numpy(dtype=bool, na_value=False)]
+    if ended.empty:
+        return None
+    on = ended["node_ids"].fillna("").map(lambda s: bool(cohort & set(s.split(","))))
+    failed = ended["exit_state"].isin(["failed", "node_fail"])
+    a, b = int((on & failed).sum()), int((on & ~failed).sum())
+    c, d = int((~on & failed).sum()), int((~on & ~failed).sum())
+    if a < MIN_COHORT_FAILURES:
+        return None
+    rate_new = a / max(a + b, 1)
+    rate_old = (c + 0.5) / max(c + d + 1, 1)
+    from scipy.stats import fisher_exact  # here: scipy.stats costs every process importing this module ~0.6 s
+
+    p = fisher_exact([[a, b], [c, d]], alternative="greater")[1]
+    if p >= alpha or rate_new < FAILURE_RATE_RATIO * rate_old:
+        return None
+    nodes_hit = sorted(cohort & set(",".join(ended.loc[on & failed, "node_ids"].fillna("")).split(",")))
+    reasons = ended.loc[on & failed, "reason"].fillna("").value_counts().head(3)
+    region = _region_of(nodes_hit or sorted(cohort), ctx.inventory)
+    lost = float(ctx.leaves[(ctx.leaves["state"] == "failure_loss") & ctx.leaves["node_id"].isin(cohort)]["gpu_minutes"].sum()) if len(ctx.leaves) else 0.0
+    first_fail = ended.loc[on & failed, "ts"].min()
+    onset = (first_fail - ev.ts) / pd.Timedelta(minutes=1)
+    return Finding("deploy_regression", "software", "page", region, f"deploy_regression|{ev.event_id}",
+                   nodes=sorted(cohort), cohort=f"{ev.kind} {ev.from_version} -> {ev.to_version}", change_event=ev.event_id,
+                   lost_gpu_minutes=lost,
+                   summary=f"Job failures after {ev.kind} {ev.from_version} -> {ev.to_version} on {len(cohort)} node(s) in {region}",
+                   evidence=f"cohort failure rate {rate_new:.0%} ({a}/{a + b} jobs) vs {c / max(c + d, 1):.1%} elsewhere since "
+                            f"{since:%H:%M}, Fisher p={p:.1g}; first failure {onset:.0f} min after the change; top reasons: "
+                            + "; ".join(f"{k} ({v})" for k, v in reasons.items()))
+
+
+def _framework_cohort(ctx: PartitionContext, ev, since, alpha: float = FAILURE_P) -> Finding | None:
+    rt = ctx.runtime[(ctx.runtime["ts"] >= since) & (ctx.runtime["ts"] < ctx.end) & (ctx.runtime["steps"] > 0)]
+    if rt.empty or ctx.meta is None or ctx.meta.empty or ctx.baselines is None or ctx.baselines.empty:
+        return None
+    rt = rt[["ts", "job_id", "step_time_s"]]  # what the cohorts are judged on (no column below shares a name)
+    m = ctx.meta
+    # the metadata rows of these jobs only, in their order (the inner merge gives the same rows)
+    fast = ctx.prepared is not None and ctx.prepared.meta is m and rt["job_id"].notna().all()
+    mine = m.iloc[ctx.prepared.meta_rows(rt["job_id"].unique())] if fast else m
+    rows = rt.merge(mine[["job_id", "framework_version", "model_type"]], on="job_id", how="inner")
+    # (the GPU rows of these jobs only: the inner merge drops every other job's anyway)
+    on_job = ctx.gpu["job_id"].notna().to_numpy(dtype=bool)
+    if ctx.prepared is not None:
+        job_code, job_uni = _gpu_codes(ctx, "job_id")
+        wanted = set(rows["job_id"].astype(object))
+        on_job = on_job & np.append(np.array([j in wanted for j in job_uni], dtype=bool), False)[job_code]
+    grp = ctx.gpu.loc[on_job, ["ts", "job_id", "sku", "region"]].groupby(["ts", "job_id"])
+    place = grp[["sku", "region"]].first()  # per job and minute: its SKU, GPU count and region
+    place.insert(1, "gpus", grp.size())
+    place = place.reset_index()
+    rows = rows.merge(place, on=["ts", "job_id"], how="inner")
+    b = ctx.baselines
+    if b is None or b.empty:
+        return None
+    b = b.astype({"model_type": object, "sku": object})[["model_type", "sku", "gpus", "step_time_s"]].rename(columns={"step_time_s": "base"})
+    rows = rows.astype({"model_type": object, "sku": object}).merge(b, on=["model_type", "sku", "gpus"], how="inner")
+    if rows.empty:
+        return None
+    rows["ratio"] = rows["step_time_s"] / rows["base"]
+    new = rows[rows["framework_version"] == ev.to_version]
+    old = rows[rows["framework_version"] != ev.to_version]
+    if len(new) < 8 or len(old) < 8:
+        return None
+    v = judge_cohorts(new, old, metric="ratio", time_col="ts", higher_is_worse=True, effect_floor=STEP_EFFECT_FLOOR,
+                      alpha=alpha, start=since)
+    if v.verdict != REGRESSION:
+        return None
+    region = new["region"].mode().iloc[0] if new["region"].nunique() == 1 else "*"
+    slow = ctx.leaves.iloc[_leaf_rows(ctx, "slowdown_compute")] if len(ctx.leaves) else ctx.leaves
+    lost = float(slow[(slow["framework_version"] == ev.to_version).to_numpy(dtype=bool, na_value=False)]["gpu_minutes"].sum())
+    if fast:  # the release's teams, from the range's metadata once per version
+        key = ("teams", ev.to_version)
+        if key not in ctx.prepared.lookups:
+            ctx.prepared.lookups[key] = sorted(m.loc[m["framework_version"] == ev.to_version, "team"].dropna().unique())
+        teams = ctx.prepared.lookups[key]
+    else:
+        teams = sorted(m.loc[m["framework_version"] == ev.to_version, "team"].dropna().unique())
+    return Finding("deploy_regression", "software", "page", region, f"deploy_regression|{ev.event_id}",
+                   team=",".join(teams) if teams else None, cohort=f"framework {ev.to_version}", change_event=ev.event_id,
+                   lost_gpu_minutes=lost,
+                   summary=f"Step time regression on {ev.to_version} ({new['job_id'].nunique()} jobs)",
+                   evidence=v.describe())
+
+
+def _region_of(nodes, inventory: pd.DataFrame) -> str:
+    regions = set(inventory.loc[inventory["node_id"].isin(nodes), "region"])
+    return regions.pop() if len(regions) == 1 else "*"
+
+
+RUNBOOKS = {
+    CauseFamily.SOFTWARE.value:
+        "Roll back the deploy named in the alert (driver / framework / kernel) for the affected cohort; "
+        "collect NCCL_DEBUG=INFO logs and py-spy dumps of hung ranks. Runbook: docs/runbooks.md#software",
+}
+DETECTORS = [
+    Detector(detect_deploys, emits=(("deploy_regression", CauseFamily.SOFTWARE.value),),
+             needs=("changes", "inventory", "node", "sched", "leaves", "runtime", "meta", "baselines", "gpu")),
+]
