@@ -8,6 +8,11 @@ Row-level rules (ranges, enums, nullability, grain uniqueness, cross-column
 predicates) live here. What depends on the partition being read (timestamps
 inside the window) or on the file as a whole (missing columns, naive
 timestamps) is judged by :mod:`gpu_health.contracts.validate`.
+
+Each table's catalogue entry (``SOURCE_TABLES``: partition column, cadence,
+landing layout, optional family, storage, owner, grain, description) follows
+the models; every list of sources (``CONTRACTS``, ``FIVE_MINUTE_SOURCES``,
+``OPTIONAL_SOURCES``, ...) is computed from those entries.
 """
 
 import numpy as np
