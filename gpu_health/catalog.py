@@ -5,11 +5,15 @@ names tables derives from that entry — the SQL warehouse schema
 (:mod:`gpu_health.storage.schema`, and its reviewed rendering ``sql/schema.sql``),
 which tables the columnar telemetry store holds instead, the source assets'
 owners and grains (``defs/telemetry/assets.py``), and the table list of
-``docs/tables.md`` (:func:`markdown`, checked by a test). The reason is drift:
-a table described in four places is described four ways, and the places that
-disagree are found by users, not by tests.
+``docs/tables.md`` (:func:`markdown`, checked by a test), every Dagster asset's
+description, owners, group and column schema (``defs.common.asset_from_catalog``),
+and every list of sources (the 5-minute, optional, daily and calendar ones). The
+reason is drift: a table described in four places is described four ways, and the
+places that disagree are found by users, not by tests.
 
-Each :class:`Table` says
+A source's entry is declared beside its contract (``SOURCE_TABLES`` in
+:mod:`gpu_health.contracts.models`); the derived and quality tables' here. Each
+:class:`~gpu_health.contracts.table.Table` says
 
 * ``model`` — its pandera contract (the columns, types, units and grain); ``None``
   only for the two quarantine tables, whose SQLAlchemy declaration in
@@ -18,17 +22,23 @@ Each :class:`Table` says
 * ``partition_column`` — the column that places a row in a partition (``None``: the
   table is read whole, e.g. the maintenance calendar);
 * ``cadence`` — the time grain of its rows: ``minute`` (a sample a minute, written a
-  5-minute partition at a time), ``5-minute`` (one value per partition), ``daily``
-  (one per day), ``event`` (one per event, landed in the partition of its time) or
-  ``calendar`` (not partitioned);
+  5-minute partition at a time), ``five_minute`` (one value per partition, the
+  cadence of the steps that run on 5-minute partitions), ``daily`` (one per day),
+  ``event`` (one per event, landed in the partition of its time) or ``calendar``
+  (not partitioned);
 * ``storage`` — ``sql`` (the SQL warehouse, where the KPI, loss-tree, alert and
   finance tables are joined) or ``columnar`` (Parquet in the telemetry store: see
-  :data:`COLUMNAR` for why);
+  the comment above ``_TABLES`` for why);
 * ``group`` — the Dagster asset group (= folder under ``defs/``);
 * ``owner`` — the team that answers for it (``infra``, ``ml_platform``, ``finance``);
 * ``grain`` — one row per what, in words (the model's ``Config.unique`` says it in
   columns);
-* ``description`` — one line for the docs.
+* ``description`` — what it holds, for the docs and the Dagster UI (the only one);
+* for a source: ``landing`` — its landing layout (``five_minute``: a file per
+  5-minute partition, ``daily``: a file per day, ``calendar``: one whole file),
+  ``optional`` — the optional family it belongs to (``serving``, ``facility``,
+  ``platform``; ``None``: every producer writes it and a partition waits for it)
+  and ``optional_columns`` — columns added after files were written.
 
 This module imports the models it lists and nothing that reads or writes data,
 so the storage layer can build its schema from it without importing the
@@ -37,46 +47,27 @@ metric logic back (the old ``metrics`` <-> ``storage.schema`` cycle).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import pandera.pandas as pa
-
-from gpu_health.constants import OWNERS
-from gpu_health.contracts.models import CONTRACTS, PARTITION_COLUMN
+from gpu_health.constants import OWNERS  # noqa: F401  (re-exported: the owners an entry may name)
+from gpu_health.contracts.models import SOURCE_TABLES
+from gpu_health.contracts.table import (  # noqa: F401  (re-exported: the vocabularies and the entry)
+    CADENCES,
+    CALENDAR,
+    COLUMNAR,
+    DAILY,
+    EVENT,
+    EVERY_MINUTE,
+    FIVE_MINUTE,
+    GROUPS,
+    KINDS,
+    SQL,
+    STORAGES,
+    Table,
+)
 from gpu_health.diagnosis.decompose import GoodputDecomposition
 from gpu_health.metrics import models as M
 from gpu_health.metrics.facility import RackFacility
 from gpu_health.metrics.kpi_baselines import KpiBaselines
 from gpu_health.metrics.kpis import KpiValues
-
-CADENCES = ("minute", "5-minute", "daily", "event", "calendar")
-STORAGES = ("sql", "columnar")
-GROUPS = ("telemetry", "kpis", "baselines", "diagnosis", "alerting", "finance")
-KINDS = ("source", "derived", "quality")
-
-
-@dataclass(frozen=True)
-class Table:
-    name: str
-    kind: str  # source (landed and validated), derived (computed), quality (rejects and gaps of the sources)
-    model: type[pa.DataFrameModel] | None
-    partition_column: str | None
-    cadence: str
-    storage: str
-    group: str
-    owner: str
-    grain: str
-    description: str
-
-    def __post_init__(self):
-        for value, allowed, what in ((self.kind, KINDS, "kind"), (self.cadence, CADENCES, "cadence"),
-                                     (self.storage, STORAGES, "storage"), (self.group, GROUPS, "group"),
-                                     (self.owner, OWNERS, "owner")):
-            if value not in allowed:
-                raise ValueError(f"catalog: table {self.name!r} has {what} {value!r}, not one of {allowed}")
-        if self.model is None and self.kind != "quality":
-            raise ValueError(f"catalog: table {self.name!r} has no pandera model")
-
 
 # Stored columnar (Parquet in the telemetry store), never as SQL rows: every table whose rows grow with the fleet or
 # the event rate and that is read by time window, never joined in SQL by finance.
@@ -98,14 +89,6 @@ class Table:
 #
 # Every reader goes through ``Warehouse.read_window`` and ``gpu-health export``, which do not care where a table is.
 # ``change_events`` (a few a day), the quarantine tables and everything finance joins stay in SQL.
-COLUMNAR = "columnar"
-SQL = "sql"
-
-
-def _source(name: str, cadence: str, storage: str, owner: str, grain: str, description: str) -> Table:
-    return Table(name, "source", CONTRACTS[name], PARTITION_COLUMN[name], cadence, storage, "telemetry", owner,
-                 grain, description)
-
 
 def _derived(name: str, model, cadence: str, group: str, owner: str, grain: str, description: str,
              partition_column: str = "partition_start", storage: str = SQL) -> Table:
@@ -114,129 +97,121 @@ def _derived(name: str, model, cadence: str, group: str, owner: str, grain: str,
 
 _TABLES: tuple[Table, ...] = (
     # --- sources: landed, validated against their contract ---------------------------------------------------------
-    _source("gpu_telemetry", "minute", COLUMNAR, "infra", "one row per reporting GPU per minute",
-            "DCGM exporter fields per GPU: utilization, SM/tensor activity, framebuffer, power, temperature, "
-            "SM clock, clock-event reasons, ECC and Xid."),
-    _source("node_telemetry", "minute", COLUMNAR, "infra", "one row per node per minute",
-            "Per node: CPU, memory, disk and NVMe load, driver and kernel versions, health state."),
-    _source("network_telemetry", "minute", COLUMNAR, "infra", "one row per InfiniBand/RoCE link per minute",
-            "Per fabric link: throughput, packet loss, retransmits, latency, link up."),
-    _source("scheduler_events", "event", COLUMNAR, "ml_platform", "one row per scheduler event",
-            "Submissions, starts, ends, preemptions and requeues from the scheduler."),
-    _source("job_runtime_metrics", "minute", COLUMNAR, "ml_platform",
-            "one row per running job per minute that reports training metrics",
-            "Training-loop progress reported by jobs: steps, step time, loader wait, gradient sync, checkpoints, "
-            "loss and (where logged) gradient norm."),
-    _source("job_metadata", "event", COLUMNAR, "ml_platform", "one row per job, in the partition of its submission",
-            "What each job is: team, model type, workload class, dataset, requested GPUs, image, framework, SLA."),
-    _source("change_events", "event", SQL, "ml_platform", "one row per deploy or configuration change",
-            "Deploys and configuration changes (driver, firmware, framework, scheduler config) with their scope."),
-    _source("cost_capacity", "daily", SQL, "finance", "one row per region x SKU per day",
-            "Finance's daily GPU capacity, reserved GPUs and USD per GPU-hour (reserved and on demand)."),
-    _source("maintenance_windows", "calendar", SQL, "infra",
-            "one row per planned-maintenance window (the whole calendar)",
-            "Planned maintenance: nodes drained on purpose, never paged on."),
-    _source("inference_requests", "minute", COLUMNAR, "ml_platform",
-            "one row per region x model x version x minute (optional: serving)",
-            "Per deployment: requests, errors, latency sum, queue depth, replicas, GPUs."),
-    _source("inference_latency_buckets", "minute", COLUMNAR, "ml_platform",
-            "one row per region x model x version x histogram x le x minute (optional: serving)",
-            "Serving latency and time-to-first-token histograms per deployment."),
-    _source("facility_telemetry", "minute", COLUMNAR, "infra",
-            "one row per rack per minute (optional: facility power and cooling)",
-            "Per rack: power draw and budget, inlet and outlet temperature, failed PSUs, the hall's power for PUE."),
-    _source("kube_pods", "minute", COLUMNAR, "ml_platform", "one row per pod per minute while it exists (optional: Kubernetes)",
-            "kube-state-metrics and events per pod: phase, reason, node, GPU request, restarts, job."),
-    _source("kube_nodes", "minute", COLUMNAR, "infra", "one row per node per minute (optional: Kubernetes)",
-            "Per Kubernetes node: GPU capacity and allocatable, taints, ready, unschedulable."),
+    *SOURCE_TABLES,  # declared beside their contracts (gpu_health.contracts.models)
     # --- quality of the sources -------------------------------------------------------------------------------------
-    Table("source_rejects", "quality", None, "partition_start", "event", SQL, "telemetry", "infra",
+    Table("source_rejects", "quality", None, "partition_start", EVENT, SQL, "telemetry", "infra",
           "one row per rejected source row (or quarantined file) with the check it broke",
           "Quarantined source rows with the reason they broke their contract."),
-    Table("source_gaps", "quality", None, "partition_start", "5-minute", SQL, "telemetry", "infra",
+    Table("source_gaps", "quality", None, "partition_start", FIVE_MINUTE, SQL, "telemetry", "infra",
           "one row per source x 5-minute partition written empty because its producer was silent",
           "Missing data: partitions computed without a silent source instead of waiting forever."),
     # --- derived: baselines --------------------------------------------------------------------------------------------
-    _derived("node_inventory", M.NodeInventory, "5-minute", "baselines", "infra",
+    _derived("node_inventory", M.NodeInventory, FIVE_MINUTE, "baselines", "infra",
              "one row per node seen per 5-minute partition",
-             "Nodes and GPUs that reported; the trailing day is the inventory behind paid GPU-minutes.", storage=COLUMNAR),
-    _derived("workload_step_stats", M.WorkloadStepStats, "5-minute", "baselines", "ml_platform",
+             "Nodes and GPUs that reported: the trailing day of it (as of each partition) is the inventory behind "
+             "paid GPU-minutes and tells a node gone silent from a collector gone silent; a region none of whose "
+             "nodes reported in a day keeps its inventory as of its last report for up to 7 days "
+             "(steps.compute.inventory_segments).", storage=COLUMNAR),
+    _derived("workload_step_stats", M.WorkloadStepStats, FIVE_MINUTE, "baselines", "ml_platform",
              "one row per workload signature (model_type, sku, gpus) per 5-minute partition",
-             "Median step time, loader wait and gradient sync of healthy, progressing job-minutes.", storage=COLUMNAR),
-    _derived("step_time_baselines", M.StepTimeBaselines, "5-minute", "baselines", "ml_platform",
+             "Median step time, loader wait and gradient sync of healthy, progressing job-minutes (no slowdown "
+             "throttling, no Xid, node ok, outside maintenance).", storage=COLUMNAR),
+    _derived("step_time_baselines", M.StepTimeBaselines, FIVE_MINUTE, "baselines", "ml_platform",
              "one row per workload signature per 5-minute partition",
-             "The baseline step time each partition is judged against.", storage=COLUMNAR),
-    _derived("kpi_baselines", KpiBaselines, "5-minute", "baselines", "ml_platform",
+             "The baseline step time each partition is judged against: weighted median of 7 days of "
+             "workload_step_stats as of the partition's hour; the partition's own cohort at cold start.",
+             storage=COLUMNAR),
+    _derived("kpi_baselines", KpiBaselines, FIVE_MINUTE, "baselines", "ml_platform",
              "one row per KPI series or loss-state share x slice per 5-minute partition",
-             "Expected value (median, MAD, quantiles) of every KPI and loss-state share.", storage=COLUMNAR),
+             "Expected value (median, MAD, quantiles) of every KPI and loss-state share: the same hour of the week "
+             "(2+ weeks of history), else the same hour of day on days of the same type, else the trailing two hours "
+             "(cold start); incident (paged) and maintenance minutes never teach it.", storage=COLUMNAR),
     # --- derived: the loss tree and KPIs -------------------------------------------------------------------------------
-    _derived("goodput_leaves", M.GoodputLeaves, "5-minute", "kpis", "ml_platform",
+    _derived("goodput_leaves", M.GoodputLeaves, FIVE_MINUTE, "kpis", "ml_platform",
              "one row per (region, node, sku, driver, team, workload class, model type, framework, queue) x state "
              "per partition",
              "GPU-minutes per loss state at the drill-down grain.", storage=COLUMNAR),
-    _derived("goodput_states", M.GoodputStates, "5-minute", "kpis", "ml_platform",
+    _derived("goodput_states", M.GoodputStates, FIVE_MINUTE, "kpis", "ml_platform",
              "one row per region x sku x workload_class x team x state per 5-minute partition",
              "GPU-minutes per loss state; every paid GPU-minute is in exactly one state."),
-    _derived("goodput_node_states", M.GoodputNodeStates, "5-minute", "kpis", "infra",
+    _derived("goodput_node_states", M.GoodputNodeStates, FIVE_MINUTE, "kpis", "infra",
              "one row per node x state per 5-minute partition",
              "GPU-minutes per loss state per node, for the hardware drill-down.", storage=COLUMNAR),
-    _derived("job_failures", M.JobFailures, "5-minute", "kpis", "ml_platform",
+    _derived("job_failures", M.JobFailures, FIVE_MINUTE, "kpis", "ml_platform",
              "one row per failed job, in the partition of its failure",
              "Jobs that failed and the GPU-minutes they threw away since their last checkpoint."),
-    _derived("cluster_goodput", M.ClusterGoodput, "5-minute", "kpis", "finance",
+    _derived("cluster_goodput", M.ClusterGoodput, FIVE_MINUTE, "kpis", "finance",
              "one row per region (and * for the cluster) per 5-minute partition",
              "North star, provisional: productive / paid GPU-minutes, with each state's share."),
-    _derived("kpi_values", KpiValues, "5-minute", "kpis", "ml_platform",
+    _derived("kpi_values", KpiValues, FIVE_MINUTE, "kpis", "ml_platform",
              "one row per KPI x region x sku x workload_class x team slice per 5-minute partition",
-             "The supporting KPIs of the KPI catalogue (docs/kpis.md)."),
-    _derived("serving_slis", M.ServingSlis, "5-minute", "kpis", "ml_platform",
+             "The supporting KPIs of the KPI catalogue (docs/kpis.md): definition, owner and alert intent are code "
+             "(gpu_health/metrics/kpi_catalog.py). A KPI whose optional source field is missing says 'degraded' with "
+             "a null value, never 0."),
+    _derived("serving_slis", M.ServingSlis, FIVE_MINUTE, "kpis", "ml_platform",
              "one row per region x model x version x 5-minute partition",
-             "Serving SLIs: requests, errors, error rate, latency quantiles, time to first token."),
-    _derived("slo_error_budgets", M.SloErrorBudgets, "5-minute", "kpis", "ml_platform",
+             "Serving SLIs: requests, errors, error rate, p50 / p95 / p99 latency and p99 time to first token, each "
+             "quantile computed from the partition's summed bucket counts with Prometheus' own histogram_quantile "
+             "interpolation (gpu_health/metrics/serving.py). Empty on a cluster without serving."),
+    _derived("slo_error_budgets", M.SloErrorBudgets, FIVE_MINUTE, "kpis", "ml_platform",
              "one row per SLO x region x model x 5-minute partition",
-             "Each serving SLO's events, bad events and error budget remaining over its rolling window."),
-    _derived("slo_version_events", M.SloVersionEvents, "5-minute", "kpis", "ml_platform",
+             "Each serving SLO's events, bad events and error budget remaining over its rolling 30-day window (the "
+             "SLO catalogue: gpu_health/metrics/slo_catalog.py, docs/slos.md); the slo_burn detector reads it. A "
+             "threshold inside a histogram bucket is marked interpolated. Empty on a cluster without serving."),
+    _derived("slo_version_events", M.SloVersionEvents, FIVE_MINUTE, "kpis", "ml_platform",
              "one row per SLO x region x model x version x 5-minute partition",
-             "Each serving SLO's events and bad events per model version: which release spends the budget."),
-    _derived("rack_facility", RackFacility, "5-minute", "kpis", "infra",
+             "Each serving SLO's events and bad events per model version (slo_error_budgets split by version): which "
+             "release spends the budget. The release_regression detector judges a new version by it against the "
+             "version it replaced. Empty on a cluster without serving."),
+    _derived("rack_facility", RackFacility, FIVE_MINUTE, "kpis", "infra",
              "one row per rack x 5-minute partition",
-             "Each rack's energy, peak draw against 80 % of its rating, hottest inlet, failed PSUs, GPUs throttled."),
+             "Each rack's energy, peak draw against 80 % of its rating (NEC continuous-load limit), hottest inlet, "
+             "failed PSUs and its GPUs throttled for power or heat (gpu_health/metrics/facility.py). Empty on a "
+             "cluster without facility_telemetry."),
     # --- derived: diagnosis and alerting -------------------------------------------------------------------------------
-    _derived("goodput_decomposition", GoodputDecomposition, "5-minute", "diagnosis", "infra",
+    _derived("goodput_decomposition", GoodputDecomposition, FIVE_MINUTE, "diagnosis", "infra",
              "one row per ranked cause per 5-minute partition",
-             "Why goodput moved against its baseline: the ranked causes of the change."),
-    _derived("alerts", M.Alerts, "5-minute", "alerting", "infra",
+             "Why goodput moved against its baseline (the same slot of the previous days, or the trailing two hours "
+             "at cold start): the loss-state deltas explain the change exactly; inside the states that grew, a "
+             "drill-down (Adtributor explanatory power and surprise, with combinations) names the narrowest set of "
+             "dimension values (region, node, sku, driver, framework, queue, team, model type) carrying it, with its "
+             "cause family and share of the drop."),
+    _derived("alerts", M.Alerts, FIVE_MINUTE, "alerting", "infra",
              "one row per alert per 5-minute partition in which it is open",
-             "One alert per incident: what, where, since when, top cause and evidence, USD per hour burning."),
+             "One alert per incident: what is broken, where, since when, the top cause with its evidence, USD per "
+             "hour burning, the first action and the deploy it follows. Pages are ERROR checks, tickets WARN checks; "
+             "dashboards are metadata only. A re-run partition re-derives the later partitions' alerts (withdrawing "
+             "those whose evidence vanished)."),
     # --- derived: finance ----------------------------------------------------------------------------------------------
-    _derived("cluster_goodput_daily", M.ClusterGoodputDaily, "daily", "finance", "finance",
+    _derived("cluster_goodput_daily", M.ClusterGoodputDaily, DAILY, "finance", "finance",
              "one row per day per region (and * for the cluster)",
-             "North star, settled: work thrown away by failures moved back to the minutes where it was spent.",
+             "North star, settled: work thrown away by failures moved back to the minutes where it was spent. Finance"
+             " reads this one; the 5-minute cluster_goodput is the leading, provisional view.",
              partition_column="date"),
-    _derived("capacity_demand_daily", M.CapacityDemandDaily, "daily", "finance", "finance",
+    _derived("capacity_demand_daily", M.CapacityDemandDaily, DAILY, "finance", "finance",
              "one row per day x region x SKU x workload class",
-             "GPU-hour demand: allocated loss-tree states plus the demand that waited (max of queue backlog and "
-             "idle_blocked).", partition_column="date"),
-    _derived("capacity_forecast", M.CapacityForecast, "daily", "finance", "finance",
+             "GPU-hour demand: allocated loss-tree states plus the demand that waited (queue backlog, or idle_blocked"
+             " where larger). What users asked for, so growth shows even at capacity.", partition_column="date"),
+    _derived("capacity_forecast", M.CapacityForecast, DAILY, "finance", "finance",
              "one row per forecast day x region x SKU x workload class x horizon day",
-             "Demand forecast 1-84 days ahead with p10 / p50 / p90, by the method with the lower rolling-origin MASE.",
+             "Demand forecast 1-84 days (12 weeks) ahead, p10 / p50 / p90, by the method with the lower "
+             "rolling-origin MASE on the series' history (seasonal-naive or day-of-week + trend).",
              partition_column="date"),
-    _derived("capacity_headroom", M.CapacityHeadroom, "daily", "finance", "finance",
+    _derived("capacity_headroom", M.CapacityHeadroom, DAILY, "finance", "finance",
              "one row per day x region x SKU",
-             "Installed GPUs minus the p90 forecast, the first run-out date within 12 weeks, and the cheapest reserved mix.",
+             "Installed GPUs minus the p90 forecast, the first day within 12 weeks demand runs out of them, and the "
+             "reserved mix that would have cost least over the last 30 days and over the next 30.",
              partition_column="date"),
-    _derived("wasted_spend", M.WastedSpend, "daily", "finance", "finance",
+    _derived("wasted_spend", M.WastedSpend, DAILY, "finance", "finance",
              "one row per day x region x SKU x state x team",
-             "USD per loss state, cause family and team at that day's blended GPU-hour cost.",
+             "USD per loss state, cause family and team: settled GPU-hours x that day's blended USD per GPU-hour "
+             "(reserved + burst spend / paid GPU-hours). Productive rows reconcile to total spend.",
              partition_column="date"),
 )
 
 CATALOG: dict[str, Table] = {t.name: t for t in _TABLES}
 if len(CATALOG) != len(_TABLES):  # pragma: no cover - a declaration error
     raise ValueError("catalog: a table is declared twice")
-_missing = set(CONTRACTS) - set(CATALOG)
-if _missing:  # pragma: no cover - a declaration error
-    raise ValueError(f"catalog: source contracts without a catalogue entry: {sorted(_missing)}")
 
 SOURCES: tuple[str, ...] = tuple(t.name for t in _TABLES if t.kind == "source")
 DERIVED: tuple[str, ...] = tuple(t.name for t in _TABLES if t.kind == "derived")

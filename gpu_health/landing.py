@@ -13,8 +13,12 @@ from pathlib import Path
 
 import pandas as pd
 
-DAILY_SOURCES = frozenset({"cost_capacity"})
-WHOLE_SOURCES = frozenset({"maintenance_windows"})
+from gpu_health.contracts.models import SOURCE_TABLES
+from gpu_health.contracts.table import CALENDAR, DAILY
+
+# each source's layout is its catalogue entry's ``landing``; every other source has a file per 5-minute partition
+DAILY_SOURCES = frozenset(t.name for t in SOURCE_TABLES if t.landing == DAILY)
+WHOLE_SOURCES = frozenset(t.name for t in SOURCE_TABLES if t.landing == CALENDAR)
 
 
 def partition_path(landing: str | Path, source: str, start: pd.Timestamp | None = None) -> Path:

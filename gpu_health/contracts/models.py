@@ -8,6 +8,11 @@ Row-level rules (ranges, enums, nullability, grain uniqueness, cross-column
 predicates) live here. What depends on the partition being read (timestamps
 inside the window) or on the file as a whole (missing columns, naive
 timestamps) is judged by :mod:`gpu_health.contracts.validate`.
+
+Each table's catalogue entry (``SOURCE_TABLES``: partition column, cadence,
+landing layout, optional family, storage, owner, grain, description) follows
+the models; every list of sources (``CONTRACTS``, ``FIVE_MINUTE_SOURCES``,
+``OPTIONAL_SOURCES``, ...) is computed from those entries.
 """
 
 import numpy as np
@@ -15,6 +20,21 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.engines import pandas_engine
 from pandera.typing import Series
+
+from gpu_health.contracts.table import (
+    CALENDAR,
+    COLUMNAR,
+    DAILY,
+    EVENT,
+    EVERY_MINUTE,
+    FACILITY,
+    FIVE_MINUTE,
+    PLATFORM,
+    SERVING,
+    SQL,
+    Table,
+    source,
+)
 
 UTC = pd.DatetimeTZDtype("ns", "UTC")
 _TS = {"dtype_kwargs": {"unit": "ns", "tz": "UTC"}}
@@ -447,73 +467,84 @@ class KubeNodes(_NodeKeyed):
         return df["gpu_allocatable"] <= df["gpu_capacity"]
 
 
-# Source table name -> contract, and which column places a row in a partition.
-CONTRACTS: dict[str, type[ContractModel]] = {
-    "gpu_telemetry": GpuTelemetry,
-    "node_telemetry": NodeTelemetry,
-    "network_telemetry": NetworkTelemetry,
-    "scheduler_events": SchedulerEvents,
-    "job_runtime_metrics": JobRuntimeMetrics,
-    "job_metadata": JobMetadata,
-    "cost_capacity": CostCapacity,
-    "change_events": ChangeEvents,
-    "maintenance_windows": MaintenanceWindows,
-    "inference_requests": InferenceRequests,
-    "inference_latency_buckets": InferenceLatencyBuckets,
-    "facility_telemetry": FacilityTelemetry,
-    "kube_pods": KubePods,
-    "kube_nodes": KubeNodes,
-}
+# --- the source tables' catalogue entries ---------------------------------------------------------------------------
+# Each source's entry, beside its contract: every fact about the table (see gpu_health.catalog, which collects these
+# with the derived tables'). Every list of sources below, and those of the landing zone and the adapters, is computed
+# from them.
+SOURCE_TABLES: tuple[Table, ...] = (
+    source("gpu_telemetry", GpuTelemetry, "ts", EVERY_MINUTE, COLUMNAR, "infra",
+           "one row per reporting GPU per minute",
+           "DCGM exporter fields per GPU: utilization, SM/tensor activity, framebuffer, power, temperature, "
+           "SM clock, clock-event reasons, ECC and Xid."),
+    source("node_telemetry", NodeTelemetry, "ts", EVERY_MINUTE, COLUMNAR, "infra", "one row per node per minute",
+           "Per node: CPU, memory, disk and NVMe load, driver and kernel versions, health state."),
+    source("network_telemetry", NetworkTelemetry, "ts", EVERY_MINUTE, COLUMNAR, "infra",
+           "one row per InfiniBand/RoCE link per minute",
+           "Per fabric link: throughput, packet loss, retransmits, latency, link up."),
+    source("scheduler_events", SchedulerEvents, "ts", EVENT, COLUMNAR, "ml_platform", "one row per scheduler event",
+           "Submissions, starts, ends, preemptions and requeues from the scheduler."),
+    source("job_runtime_metrics", JobRuntimeMetrics, "ts", EVERY_MINUTE, COLUMNAR, "ml_platform",
+           "one row per running job per minute that reports training metrics",
+           "Training-loop progress reported by jobs: steps, step time, loader wait, gradient sync, checkpoints, "
+           "loss and (where logged) gradient norm.",
+           optional_columns=("grad_norm",)),  # the trainer's gradient norm, logged only when asked
+    source("job_metadata", JobMetadata, "submitted_at", EVENT, COLUMNAR, "ml_platform",
+           "one row per job, in the partition of its submission",
+           "What each job is: team, model type, workload class, dataset, requested GPUs, image, framework, SLA."),
+    source("change_events", ChangeEvents, "ts", EVENT, SQL, "ml_platform", "one row per deploy or configuration change",
+           "Deploys and configuration changes (driver, firmware, framework, scheduler config) with their scope.",
+           optional_columns=("actor", "ticket")),
+    source("cost_capacity", CostCapacity, "date", DAILY, SQL, "finance", "one row per region x SKU per day",
+           "Finance's daily GPU capacity, reserved GPUs and USD per GPU-hour (reserved and on demand).",
+           landing=DAILY),
+    source("maintenance_windows", MaintenanceWindows, None, CALENDAR, SQL, "infra",
+           "one row per planned-maintenance window (the whole calendar)",
+           "Planned maintenance: nodes drained on purpose, never paged on.", landing=CALENDAR),
+    source("inference_requests", InferenceRequests, "ts", EVERY_MINUTE, COLUMNAR, "ml_platform",
+           "one row per region x model x version x minute (optional: serving)",
+           "Per deployment: requests, errors, latency sum, queue depth, replicas, GPUs.", optional=SERVING),
+    source("inference_latency_buckets", InferenceLatencyBuckets, "ts", EVERY_MINUTE, COLUMNAR, "ml_platform",
+           "one row per region x model x version x histogram x le x minute (optional: serving)",
+           "Serving latency and time-to-first-token histograms per deployment.", optional=SERVING),
+    source("facility_telemetry", FacilityTelemetry, "ts", EVERY_MINUTE, COLUMNAR, "infra",
+           "one row per rack per minute (optional: facility power and cooling)",
+           "Per rack: power draw and budget, inlet and outlet temperature, failed PSUs, the hall's power for PUE.",
+           optional=FACILITY),
+    source("kube_pods", KubePods, "ts", EVERY_MINUTE, COLUMNAR, "ml_platform",
+           "one row per pod per minute while it exists (optional: Kubernetes)",
+           "kube-state-metrics and events per pod: phase, reason, node, GPU request, restarts, job.",
+           optional=PLATFORM),
+    source("kube_nodes", KubeNodes, "ts", EVERY_MINUTE, COLUMNAR, "infra",
+           "one row per node per minute (optional: Kubernetes)",
+           "Per Kubernetes node: GPU capacity and allocatable, taints, ready, unschedulable.", optional=PLATFORM),
+)
 
-PARTITION_COLUMN: dict[str, str | None] = {
-    "gpu_telemetry": "ts",
-    "node_telemetry": "ts",
-    "network_telemetry": "ts",
-    "scheduler_events": "ts",
-    "job_runtime_metrics": "ts",
-    "job_metadata": "submitted_at",
-    "cost_capacity": "date",
-    "change_events": "ts",
-    "maintenance_windows": None,
-    "inference_requests": "ts",
-    "inference_latency_buckets": "ts",
-    "facility_telemetry": "ts",
-    "kube_pods": "ts",
-    "kube_nodes": "ts",
-}
+# Source table name -> contract, and which column places a row in a partition.
+CONTRACTS: dict[str, type[ContractModel]] = {t.name: t.model for t in SOURCE_TABLES}
+PARTITION_COLUMN: dict[str, str | None] = {t.name: t.partition_column for t in SOURCE_TABLES}
 
 # Minute-grain tables: ``ts`` is the minute's start. Collectors stamp the scrape instant (dcgm-exporter's sample
 # time, 250 ms or 40 s into the minute), so validate.py floors ``ts`` to its minute before the key and partition
 # checks; the event tables (scheduler_events, change_events) keep their exact times.
-MINUTE_GRAIN_SOURCES = frozenset(t for t, m in CONTRACTS.items() if issubclass(m, _MinuteGrain))
+MINUTE_GRAIN_SOURCES = frozenset(t.name for t in SOURCE_TABLES if t.cadence == EVERY_MINUTE)
 
-FIVE_MINUTE_SOURCES = [
-    "gpu_telemetry",
-    "node_telemetry",
-    "network_telemetry",
-    "scheduler_events",
-    "job_runtime_metrics",
-    "job_metadata",
-    "change_events",
-]
+# The 5-minute sources every producer must write and the sensor waits for.
+FIVE_MINUTE_SOURCES = [t.name for t in SOURCE_TABLES if t.landing == FIVE_MINUTE and t.optional is None]
 
-# Optional 5-minute sources: the serving layer. A cluster that serves no models has none of their files, exporter
-# series or simulator rows, and must run exactly as before: an absent partition of these is zero rows ("nothing was
-# served"), never data a partition waits for, and they are not among FIVE_MINUTE_SOURCES (which every producer must
-# write and the sensor waits for).
-OPTIONAL_SOURCES = ["inference_requests", "inference_latency_buckets"]
-# The facility layer (issue #18) is optional the same way: a cluster whose PDUs and BMCs are not exported has no
-# facility_telemetry files or series; its absence is missing facility data, never a wait and never a page.
-OPTIONAL_SOURCES += ["facility_telemetry"]
+
+def _optional(family: str | None = None) -> list[str]:
+    return [t.name for t in SOURCE_TABLES if t.optional is not None and family in (None, t.optional)]
+
+
+# Optional 5-minute sources (contracts.table.OPTIONAL_FAMILIES): an absent partition of these is zero rows ("nothing
+# was served", "no facility data"), never data a partition waits for, and they are not among FIVE_MINUTE_SOURCES.
+OPTIONAL_SOURCES = _optional()
+SERVING_SOURCES = _optional(SERVING)
+FACILITY_SOURCES = _optional(FACILITY)
+PLATFORM_SOURCES = _optional(PLATFORM)
 # Columns added to a contract after files were written: an older file without them reads as null (validate.py
 # adds a missing optional column as nulls before judging the file).
-OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {"change_events": ("actor", "ticket"),
-                                                 # issue #17: the trainer's gradient norm, logged only when asked
-                                                 "job_runtime_metrics": ("grad_norm",)}
-# The platform layer (kube-state-metrics) is optional the same way: a Slurm or bare-metal cluster has no Kubernetes
-# API, and its absence is missing data for the platform detectors (they stay silent), never a partition's wait.
-PLATFORM_SOURCES = ["kube_pods", "kube_nodes"]
-OPTIONAL_SOURCES += PLATFORM_SOURCES
+OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {t.name: t.optional_columns for t in SOURCE_TABLES if t.optional_columns}
 
 # Optional DCGM fields: a missing value is null, never a zero reading.
 OPTIONAL_DCGM_COLUMNS = ["sm_active", "tensor_active", "throttle_reasons", "ecc_sbe_delta", "ecc_dbe_delta"]

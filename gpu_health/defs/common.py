@@ -109,32 +109,52 @@ def output_metadata(frame: pd.DataFrame, **extra) -> dict:
     return {"rows": len(frame), "preview": preview(frame), **extra}
 
 
-def derived_asset(name: str, *, partitions_def, description: str | None = None, checks=None, check_specs=None):
-    """The asset of table ``name``, computed and stored by its declared step (``gpu_health.steps.registry``):
-    its ``deps`` come from the step's declared reads; its model, group, owner and grain from the table catalogue
-    (``gpu_health.catalog``); ``description`` (default: the catalogue's) says more for the UI. Its rows are the
-    ones the step stored (the IO manager leaves them alone: STORED_BY_STEP), so Dagster and the bulk path write
-    the same.
+def asset_from_catalog(name: str, *, partitions_def=None, out: bool = False, **kwargs):
+    """The Dagster asset of table ``name`` as its catalogue entry (``gpu_health.catalog``) declares it: group,
+    owners, kinds, the Dagster type and column schema of its model, its grain, and its description (the
+    catalogue's, the only one; a source's also says where its rows come from and where its rejects go). Its rows
+    are the ones its step stored (STORED_BY_STEP: the IO manager leaves them alone), so Dagster and the bulk path
+    write the same.
 
-    ``checks(result, warehouse, start, end)`` returns (check results, extra output metadata) from the step's
-    :class:`~gpu_health.steps.graph.StepResult`.
+    The ``@dg.asset`` decorator, partitioned by ``partitions_def`` (the partitions of the entry's cadence, or of a
+    source's landing layout; None: read whole) with one run per range; ``kwargs`` are the asset's own (``deps``,
+    ``check_specs``). ``out=True``: the ``AssetOut`` of one table of a multi-asset (which carries the partitions).
     """
     from dagster_pandera import pandera_schema_to_dagster_type
 
     from gpu_health.catalog import CATALOG
-    from gpu_health.defs.resources import STORED_BY_STEP, WarehouseResource
-    from gpu_health.steps.registry import asset_deps, step
+    from gpu_health.defs.resources import STORED_BY_STEP
 
     entry = CATALOG[name]
+    description = f"{entry.description} Grain: {entry.grain}."
+    if entry.kind == "source":
+        description += (f" Read from the configured source and validated against the `{entry.model.__name__}` "
+                        f"contract; rows that break it are quarantined in `source_rejects`.")
+    facts = {"group_name": entry.group, "owners": OWNER_TAGS[entry.owner], "kinds": KINDS,
+             "io_manager_key": "warehouse_io_manager", "description": description,
+             "dagster_type": pandera_schema_to_dagster_type(entry.model.to_schema()),
+             "metadata": {"dagster/column_schema": column_schema(entry.model), "grain": entry.grain,
+                          STORED_BY_STEP: True}}
+    if out:
+        return dg.AssetOut(**facts, is_required=True, **kwargs)
+    return dg.asset(name=name, partitions_def=partitions_def,
+                    backfill_policy=dg.BackfillPolicy.single_run() if partitions_def is not None else None,
+                    **facts, **kwargs)
+
+
+def derived_asset(name: str, *, partitions_def, checks=None, check_specs=None):
+    """The asset of table ``name`` (:func:`asset_from_catalog`), computed and stored by its declared step
+    (``gpu_health.steps.registry``): its ``deps`` come from the step's declared reads.
+
+    ``checks(result, warehouse, start, end)`` returns (check results, extra output metadata) from the step's
+    :class:`~gpu_health.steps.graph.StepResult`.
+    """
+    from gpu_health.defs.resources import WarehouseResource
+    from gpu_health.steps.registry import asset_deps, step
+
     the_step = step(name)
 
-    @dg.asset(
-        name=name, group_name=entry.group, owners=OWNER_TAGS[entry.owner], kinds=KINDS, partitions_def=partitions_def,
-        backfill_policy=dg.BackfillPolicy.single_run(), io_manager_key="warehouse_io_manager",
-        dagster_type=pandera_schema_to_dagster_type(entry.model.to_schema()), deps=asset_deps(name),
-        check_specs=check_specs, description=f"{description or entry.description} Grain: {entry.grain}.",
-        metadata={"dagster/column_schema": column_schema(entry.model), "grain": entry.grain, STORED_BY_STEP: True},
-    )
+    @asset_from_catalog(name, partitions_def=partitions_def, deps=asset_deps(name), check_specs=check_specs)
     @retry_transient_errors
     def _asset(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
         start, end = window_of(context)

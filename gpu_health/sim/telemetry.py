@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_health.constants import CLOCKS_IDLE, THERMAL_BITS
-from gpu_health.contracts import columns, conform
+from gpu_health.contracts import FIVE_MINUTE_SOURCES, columns, conform
 from gpu_health.sim import hashing as H
 from gpu_health.sim.jobs import MODEL_STEP, POOLS, PRIORITY, SCHEDULER, build_plan, from_s, to_s
 from gpu_health.sim.scenario import Scenario
@@ -124,8 +124,7 @@ class Window:
         return self._grid
 
     def tables(self) -> dict[str, pd.DataFrame]:
-        for name in ("gpu_telemetry", "node_telemetry", "network_telemetry", "scheduler_events",
-                     "job_runtime_metrics", "job_metadata", "change_events"):
+        for name in FIVE_MINUTE_SOURCES:
             self.table(name)
         if self.scen.cluster.spec.serving:  # the serving layer only where the scenario turns it on
             self.table("inference_requests")

@@ -36,10 +36,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from gpu_health.contracts import columns, conform, empty_frame
+from gpu_health.contracts import PLATFORM_SOURCES, columns, conform, empty_frame
 from gpu_health.sources.prom_frames import _K, _V
 
-KUBE_TABLES = frozenset({"kube_pods", "kube_nodes"})
+KUBE_TABLES = frozenset(PLATFORM_SOURCES)  # the platform family of the catalogue
 GPU_RESOURCE_LABEL = "nvidia_com_gpu"  # kube-state-metrics sanitizes nvidia.com/gpu into a label value this way
 POD_KEY = ["namespace", "pod"]
 

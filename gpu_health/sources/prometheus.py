@@ -59,7 +59,7 @@ import pandas as pd
 import requests
 
 from gpu_health.constants import MINUTE, XID_NEEDS_RESET
-from gpu_health.contracts import columns, empty_frame
+from gpu_health.contracts import PLATFORM_SOURCES, SERVING_SOURCES, columns, empty_frame
 from gpu_health.sources import dcgm_fields as F
 from gpu_health.sources.base import DEFAULT_ABSENT_AFTER, DataNotReady, Fetched, SourceError
 from gpu_health.sources.prom_frames import _K, _V, _coalesce_labels, _increase
@@ -294,12 +294,12 @@ class PrometheusSource:
                 | (SERVING_TABLES if self.serving else frozenset()))
 
     def read(self, table: str, start: pd.Timestamp, end: pd.Timestamp) -> Fetched:
-        if self.kube_state_metrics and table in ("kube_pods", "kube_nodes"):
+        if self.kube_state_metrics and table in PLATFORM_SOURCES:
             from gpu_health.sources.kube_state_metrics import read_kube
             start, end = pd.Timestamp(start).tz_convert("UTC"), pd.Timestamp(end).tz_convert("UTC")
             return Fetched(frame=read_kube(self, table, _Window(start, end)),
                            origin=f"{self.url} ({table} {start.isoformat()}..{end.isoformat()})")
-        if self.serving and table in ("inference_requests", "inference_latency_buckets"):
+        if self.serving and table in SERVING_SOURCES:
             from gpu_health.sources.serving_metrics import read_serving
             start, end = pd.Timestamp(start).tz_convert("UTC"), pd.Timestamp(end).tz_convert("UTC")
             return Fetched(frame=read_serving(self, table, _Window(start, end), self.serving_families),

@@ -40,12 +40,12 @@ import re
 import numpy as np
 import pandas as pd
 
-from gpu_health.contracts import columns, conform, empty_frame
+from gpu_health.contracts import SERVING_SOURCES, columns, conform, empty_frame
 from gpu_health.sources.prom_frames import _K, _V, _coalesce_labels, _increase
 
 log = logging.getLogger(__name__)
 
-SERVING_TABLES = frozenset({"inference_requests", "inference_latency_buckets"})
+SERVING_TABLES = frozenset(SERVING_SOURCES)  # the serving family of the catalogue
 # the simulator's exposition (gpu_health.promexport.SERVING_HISTOGRAMS) and a prometheus_client service's names
 DEFAULT_FAMILIES = {
     "latency": "inference_request_duration_seconds",

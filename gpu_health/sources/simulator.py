@@ -5,15 +5,12 @@ from collections import OrderedDict
 
 import pandas as pd
 
+from gpu_health.contracts import CONTRACTS
 from gpu_health.sim.scenario import Scenario
 from gpu_health.sim.telemetry import Window, cost_capacity, maintenance_windows
 from gpu_health.sources.base import DataNotReady, Fetched
 
-ALL_TABLES = frozenset({
-    "gpu_telemetry", "node_telemetry", "network_telemetry", "scheduler_events", "job_runtime_metrics",
-    "job_metadata", "change_events", "cost_capacity", "maintenance_windows",
-    "inference_requests", "inference_latency_buckets", "facility_telemetry", "kube_pods", "kube_nodes",
-})
+ALL_TABLES = frozenset(CONTRACTS)  # the simulator writes every source table (its optional layers when turned on)
 
 
 class SimulatorSource:

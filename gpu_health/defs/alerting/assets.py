@@ -29,9 +29,5 @@ def _checks(result, wh, start, end):
 def build_alerting_assets(five_minute) -> list:
     return [
         derived_asset("alerts", partitions_def=five_minute,
-                      description="One alert per incident: what is broken, where, since when, the top cause with its "
-                                  "evidence, USD per hour burning, the first action and the deploy it follows. Pages are "
-                                  "ERROR checks, tickets WARN checks; dashboards are metadata only. A re-run partition "
-                                  "re-derives the later partitions' alerts (withdrawing those whose evidence vanished).",
                       checks=_checks, check_specs=CHECKS),
     ]

@@ -2,13 +2,11 @@
 
 import dagster as dg
 import pandas as pd
-from dagster_pandera import pandera_schema_to_dagster_type
 
 from gpu_health.constants import PARTITION
-from gpu_health.catalog import CATALOG
-from gpu_health.defs.common import KINDS, OWNER_TAGS, column_schema, derived_asset, output_metadata, window_of
+from gpu_health.defs.common import asset_from_catalog, derived_asset, output_metadata, window_of
 from gpu_health.defs.common import retry_transient_errors
-from gpu_health.defs.resources import STORED_BY_STEP, WarehouseResource
+from gpu_health.defs.resources import WarehouseResource
 from gpu_health.metrics import charts
 from gpu_health.metrics.goodput import STATES
 from gpu_health.steps.registry import asset_deps, step
@@ -46,17 +44,7 @@ def paid_invariant(found: dict) -> dg.AssetCheckResult:
 
 
 def build_kpi_assets(five_minute) -> list:
-    outs = {
-        name: dg.AssetOut(
-            group_name=CATALOG[name].group, owners=OWNER_TAGS[CATALOG[name].owner], kinds=KINDS,
-            io_manager_key="warehouse_io_manager", dagster_type=pandera_schema_to_dagster_type(CATALOG[name].model.to_schema()),
-            description=f"{CATALOG[name].description} Grain: {CATALOG[name].grain}.",
-            metadata={"dagster/column_schema": column_schema(CATALOG[name].model), "grain": CATALOG[name].grain,
-                      STORED_BY_STEP: True},
-            is_required=True,
-        )
-        for name in OUTS
-    }
+    outs = {name: asset_from_catalog(name, out=True) for name in OUTS}
 
     @dg.multi_asset(
         name="goodput", outs=outs, partitions_def=five_minute, backfill_policy=dg.BackfillPolicy.single_run(),
@@ -85,11 +73,7 @@ def build_kpi_assets(five_minute) -> list:
             yield dg.Output(frame, output_name=name, metadata=output_metadata(frame, **extra))
         yield paid_invariant(result.findings["paid_invariant"])
 
-    kpis = derived_asset(
-        "kpi_values", partitions_def=five_minute,
-        description="The supporting KPIs of the catalog (docs/kpis.md): definition, owner and alert intent are code "
-                    "(gpu_health/metrics/kpi_catalog.py). A KPI whose optional source field is missing says 'degraded' "
-                    "with a null value, never 0.")
+    kpis = derived_asset("kpi_values", partitions_def=five_minute)
 
     def _serving(result, wh, start, end):
         slis, mismatched = result.tables["serving_slis"], result.findings["mismatched"]
@@ -101,27 +85,11 @@ def build_kpi_assets(five_minute) -> list:
         return [check], {"deployments": int(slis[["region", "model_name", "model_version"]].drop_duplicates().shape[0]) if len(slis) else 0}
 
     serving = derived_asset(
-        "serving_slis", partitions_def=five_minute,
-        description="Serving SLIs: requests, errors, error rate, p50 / p95 / p99 latency and p99 time to first token, "
-                    "each quantile computed from the partition's summed bucket counts with Prometheus' own "
-                    "histogram_quantile interpolation (gpu_health/metrics/serving.py). Empty on a cluster without serving.",
-        checks=_serving,
+        "serving_slis", partitions_def=five_minute, checks=_serving,
         check_specs=[dg.AssetCheckSpec("latency_count_matches_requests", asset="serving_slis",
                                        description="WARN when a minute's latency +Inf bucket differs from its requests "
                                                    "(the two source tables came from different scrapes).")])
-    budgets = derived_asset(
-        "slo_error_budgets", partitions_def=five_minute,
-        description="Each serving SLO's events, bad events and error budget remaining over its rolling 30-day window "
-                    "(the SLO catalogue: gpu_health/metrics/slo_catalog.py, docs/slos.md); the slo_burn detector reads "
-                    "it. A threshold inside a histogram bucket is marked interpolated. Empty on a cluster without serving.")
-    versions = derived_asset(
-        "slo_version_events", partitions_def=five_minute,
-        description="Each serving SLO's events and bad events per model version (slo_error_budgets split by "
-                    "version): which release spends the budget. The release_regression detector judges a new "
-                    "version by it against the version it replaced. Empty on a cluster without serving.")
-    racks = derived_asset(
-        "rack_facility", partitions_def=five_minute,
-        description="Each rack's energy, peak draw against 80 % of its rating (NEC continuous-load limit), hottest "
-                    "inlet, failed PSUs and its GPUs throttled for power or heat (gpu_health/metrics/facility.py). "
-                    "Empty on a cluster without facility_telemetry.")
+    budgets = derived_asset("slo_error_budgets", partitions_def=five_minute)
+    versions = derived_asset("slo_version_events", partitions_def=five_minute)
+    racks = derived_asset("rack_facility", partitions_def=five_minute)
     return [goodput, kpis, serving, budgets, versions, racks]

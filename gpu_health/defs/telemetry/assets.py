@@ -2,13 +2,11 @@
 
 import dagster as dg
 import pandas as pd
-from dagster_pandera import pandera_schema_to_dagster_type
 
-from gpu_health.catalog import CATALOG, SOURCES
-from gpu_health.contracts import CONTRACTS, FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES
-from gpu_health.defs.common import KINDS, OWNER_TAGS, column_schema, contract_check_result, contract_check_spec, preview
+from gpu_health.catalog import CALENDAR, CATALOG, DAILY, FIVE_MINUTE, SOURCES
+from gpu_health.defs.common import asset_from_catalog, contract_check_result, contract_check_spec, preview
 from gpu_health.defs.common import retry_transient_errors
-from gpu_health.defs.resources import STORED_BY_STEP, TelemetrySourceResource, WarehouseResource
+from gpu_health.defs.resources import TelemetrySourceResource, WarehouseResource
 from gpu_health.sources.read import read_validated  # noqa: F401  (re-exported: tests and tools import it here)
 from gpu_health.steps.registry import step
 
@@ -18,23 +16,7 @@ GRAIN = {name: CATALOG[name].grain for name in SOURCES}
 
 
 def build_source_asset(table: str, partitions_def) -> dg.AssetsDefinition:
-    model = CONTRACTS[table]
-
-    @dg.asset(
-        name=table,
-        group_name="telemetry",
-        owners=OWNER_TAGS[OWNER[table]],
-        kinds=KINDS,
-        partitions_def=partitions_def,
-        backfill_policy=dg.BackfillPolicy.single_run() if partitions_def is not None else None,
-        io_manager_key="warehouse_io_manager",
-        dagster_type=pandera_schema_to_dagster_type(model.to_schema()),
-        check_specs=[contract_check_spec(table)],
-        description=f"Source table `{table}` ({GRAIN[table]}), read from the configured source and "
-                    f"validated against the `{model.__name__}` contract; rows that break it are quarantined "
-                    f"in `source_rejects`.",
-        metadata={"dagster/column_schema": column_schema(model), "grain": GRAIN[table], STORED_BY_STEP: True},
-    )
+    @asset_from_catalog(table, partitions_def=partitions_def, check_specs=[contract_check_spec(table)])
     @retry_transient_errors
     def _asset(context: dg.AssetExecutionContext, source: TelemetrySourceResource, warehouse: WarehouseResource):
         start = end = None
@@ -67,7 +49,7 @@ def build_source_asset(table: str, partitions_def) -> dg.AssetsDefinition:
 
 
 def build_telemetry_assets(five_minute, daily) -> list[dg.AssetsDefinition]:
-    assets = [build_source_asset(t, five_minute) for t in FIVE_MINUTE_SOURCES + OPTIONAL_SOURCES]
-    assets.append(build_source_asset("cost_capacity", daily))
-    assets.append(build_source_asset("maintenance_windows", None))
-    return assets
+    """One asset per source, partitioned as its files land (its entry's ``landing``): the 5-minute sources first."""
+    partitions = {FIVE_MINUTE: five_minute, DAILY: daily, CALENDAR: None}
+    by_layout = sorted(SOURCES, key=lambda t: list(partitions).index(CATALOG[t].landing))
+    return [build_source_asset(t, partitions[CATALOG[t].landing]) for t in by_layout]
