@@ -343,7 +343,7 @@ def _resolve_incident(scen: Scenario, i: int, spec: dict) -> Incident:
             node_ids = tuple(chosen[:max(want, 1)]) if chosen else tuple(_pick(scen.seed, salt, ids, want))
         else:
             node_ids = tuple(_pick(scen.seed, salt, ids, want))
-    elif "fraction" in scope and kind == "driver_regression" and "rollout" in spec:
+    elif "fraction" in scope and kind == "driver_regression" and spec.get("rollout") is not None:
         # a rollout's share of the scope's nodes, picked as a change's fraction is
         ids = cand["node_id"].tolist()
         node_ids = tuple(_pick(scen.seed, salt, ids, max(1, round(float(scope["fraction"]) * len(ids)))))
