@@ -10,7 +10,7 @@ import json
 import pandas as pd
 import pytest
 
-from gpu_health.contracts.models import FIVE_MINUTE_SOURCES
+from gpu_health.contracts.models import FIVE_MINUTE_SOURCES, PARTITION_COLUMN
 from gpu_health.contracts.validate import validate_frame
 from gpu_health.sim.labels import labels_frame
 from gpu_health.sim.scenario import load_scenario
@@ -145,7 +145,6 @@ def test_a_partition_alone_equals_the_same_minutes_of_the_rollout_window(rollout
     """Requeues and failures are pure functions of the job: a 5-minute slot generated alone in a fresh scenario
     (a wave's drain and return, the late failures and reruns, after the rollback) equals the window's minutes."""
     _, t = rollout
-    from gpu_health.contracts.models import PARTITION_COLUMN
     col = PARTITION_COLUMN[table]
     for start in ("2026-11-03T09:15:00Z", "2026-11-03T10:50:00Z", "2026-11-03T11:10:00Z"):
         lo = pd.Timestamp(start)

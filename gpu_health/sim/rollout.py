@@ -66,10 +66,8 @@ def requeue_drained(scen: Scenario, plan: pd.DataFrame, rows: np.ndarray, s: int
     drain ends at ``e``; the notebooks are evicted (cancelled). Returns their next runs."""
     pool = plan["pool"].to_numpy()[rows]
     slurm = rows[pool != "interactive"]
-    evicted = plan.index[rows[pool == "interactive"]]
-    plan.loc[evicted, ["end_s", "exit_state", "reason"]] = [s, "cancelled", f"node drained for {kind.replace('_', ' ')}"]
-    nxt, kept = _again(scen.seed, plan, slurm, np.full(len(slurm), e))
-    plan.loc[plan.index[slurm], ["end_s", "exit_state", "reason"]] = [s, "cancelled", f"node drained for {kind.replace('_', ' ')}"]
+    nxt, kept = _again(scen.seed, plan, slurm, np.full(len(slurm), e))  # copied before the runs are cut
+    plan.loc[plan.index[rows], ["end_s", "exit_state", "reason"]] = [s, "cancelled", f"node drained for {kind.replace('_', ' ')}"]
     plan.loc[plan.index[slurm[kept]], "requeued"] = True
     return nxt
 
