@@ -28,6 +28,8 @@ import pandas as pd
 from gpu_health.sim import hashing as H
 from gpu_health.sim.cluster import TEAMS
 from gpu_health.sim.clock import ORIGIN, from_s, to_s  # noqa: F401  (to_s, from_s: re-exported)
+from gpu_health.sim.rollout import apply_rollout, requeue_drained
+from gpu_health.sim.rollout import lanes_on as _lanes_on
 from gpu_health.sim.scenario import Scenario
 
 MIN = 60
@@ -410,6 +412,11 @@ def _attributes(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
     plan["dummy"] = False
     plan["stall_from_s"] = np.int64(-1)
     plan["incident"] = np.int64(-1)  # index of the incident whose target the job is (hung / dummy jobs)
+    # a job that runs again after a requeue: its later runs (attempt > 0) are further rows with its job_id; a run
+    # that was requeued ends in a ``requeued`` event; a run the driver killed raises its Xid on all its GPUs
+    plan["attempt"] = np.int64(0)
+    plan["requeued"] = False
+    plan["xid_all"] = False
     plan["tree"] = plan["model_type"].isin(list(TREE_MODELS)).to_numpy()
     reports = np.array([POOLS[p].reports_metrics for p in pool], dtype=bool) & ~plan["tree"].to_numpy()
     if spec.uninstrumented:
@@ -437,12 +444,6 @@ def _attributes(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
     sla = np.isin(plan["team"], list(sla_teams)) & (pool != "interactive") & (H.uniform(seed, F_SLA, lane, epoch, k) < 0.5)
     plan["sla_deadline_s"] = np.where(sla, plan["submit_s"] + (dur * 1.6).astype(np.int64) + 1800, -1)
     return plan
-
-
-def _lanes_on(scen: Scenario, node_ids) -> np.ndarray:
-    node_ids = set(node_ids)
-    lanes = scen.cluster.lanes
-    return lanes.loc[[bool(node_ids & set(ns)) for ns in lanes["node_ids"]], "lane"].to_numpy()
 
 
 def _lanes_of_gpus(scen: Scenario, gpu_uuids) -> np.ndarray:
@@ -476,7 +477,7 @@ def _apply_incidents(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
             plan.loc[hit, ["end_s", "exit_state", "reason", "xid_on_end"]] = [s + 60, "failed", text, 0]
             blocked = _lanes_on(scen, inc.node_ids) if inc.kind == "gpu_ecc_fault" else bad_lanes
             drop |= (plan["lane"].isin(blocked) & starts_in).to_numpy()
-        elif inc.kind == "driver_regression":
+        elif inc.kind == "driver_regression" and inc.rollout is None:  # a rollout: after the drains, below
             lanes = _lanes_on(scen, inc.node_ids)
             on = plan["lane"].isin(lanes) & (plan["start_s"] < e) & (plan["end_s"] > s) & ~pd.Series(drop)
             idx = np.flatnonzero(on.to_numpy())
@@ -547,6 +548,7 @@ def _apply_incidents(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
             drop |= (plan["lane"].isin(stalled_lanes) & starts_in).to_numpy()
     # a rolling driver upgrade drains each batch's nodes while the driver installs: jobs starting then wait
     # for other nodes, a job running there is cancelled (and requeued), as a maintenance drain does
+    reruns = []
     for ch in scen.changes:
         if not ch.drain_s:
             continue
@@ -555,10 +557,18 @@ def _apply_incidents(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
         on = plan["lane"].isin(lanes)
         drop |= (on & (plan["start_s"] >= s) & (plan["start_s"] < e)).to_numpy()
         cut = _running_at(plan, lanes, s) & ~pd.Series(drop)
+        if ch.requeue:  # the Slurm jobs there run again once the drain ends
+            reruns.append(requeue_drained(scen, plan, np.flatnonzero(cut.to_numpy()), s, e, ch.kind))
+            continue
         plan.loc[cut, ["end_s", "exit_state", "reason"]] = [s, "cancelled", f"node drained for {ch.kind.replace('_', ' ')}"]
     plan = plan[~drop]
     if extra:
         plan = pd.concat([plan, pd.DataFrame(extra)], ignore_index=True)
+    if reruns:
+        plan = pd.concat([plan, *reruns], ignore_index=True)
+    for n, inc in enumerate(scen.incidents):
+        if inc.kind == "driver_regression" and inc.rollout is not None:
+            plan = apply_rollout(scen, plan, n, inc)
     # a job cut short by an earlier incident may now end before it starts its successor: fine;
     # a job whose start was pushed past its end is removed
     plan = plan[plan["end_s"] > plan["start_s"]]

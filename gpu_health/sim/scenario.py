@@ -27,6 +27,19 @@ Scope keys: ``region``; ``nodes`` (a count, picked deterministically) or
 ``node_ids`` (a list); ``pool`` (interactive | batch | distributed);
 ``team``; ``fraction`` (share of the jobs / lanes in scope); ``gpus`` (GPUs
 per node for GPU-level faults, default 1).
+
+A ``driver_regression`` may instead arrive as a real rollout does, in waves (``rollout``)::
+
+      - kind: driver_regression
+        start: 2026-11-08T10:07:00Z   # the first wave's drain
+        duration: 2h                  # then the rollback
+        magnitude: 0.5                # share of the jobs starting on an upgraded node that fail
+        scope: {fraction: 0.25}       # share of the scope's nodes (as a change's scope), or nodes / node_ids
+        rollout: {waves: 5, every: 20m, drain: 8m, fail_within: 5m, failure_xids: [13, 31, 119], requeue: 0.4}
+
+Each wave's nodes are drained (no job starts there, running jobs are requeued), take the new driver and return;
+a job starting on a returned node fails with probability ``magnitude`` within ``fail_within`` of its start, its
+GPUs raising one of ``failure_xids``; a ``requeue`` share of the failed Slurm jobs is requeued and runs again.
 """
 
 import re
@@ -133,6 +146,39 @@ def parse_ts(value, what: str) -> pd.Timestamp:
     return ts.tz_convert("UTC")
 
 
+@dataclass(frozen=True)
+class Rollout:
+    """How a driver_regression's upgrade reaches its nodes: in waves, each drained while it installs."""
+    waves: int = 4
+    every_s: int = 1200         # between the waves' drains
+    drain_s: int = 480          # each wave's nodes drained (GPUs unavailable) while the driver installs
+    fail_within_s: int = 300    # a failing job dies this soon after it starts (set-up, first kernels)
+    failure_xids: tuple[int, ...] = (13, 31, 119)
+    requeue: float = 0.4        # share of the failed Slurm jobs requeued (``--requeue``), run once more
+
+
+ROLLOUT_KEYS = {"waves", "every", "drain", "fail_within", "failure_xids", "requeue"}
+
+
+def parse_rollout(spec, what: str) -> Rollout:
+    if not isinstance(spec, dict):
+        raise ValueError(f"{what}: rollout must be a mapping with keys {sorted(ROLLOUT_KEYS)}")
+    unknown = set(spec) - ROLLOUT_KEYS
+    if unknown:
+        raise ValueError(f"{what}: unknown rollout key(s) {sorted(unknown)}; known: {sorted(ROLLOUT_KEYS)}")
+    d = Rollout()
+    secs = lambda key, default: int(parse_duration(spec[key]).total_seconds()) if key in spec else default  # noqa: E731
+    out = Rollout(waves=max(1, int(spec.get("waves", d.waves))), every_s=secs("every", d.every_s),
+                  drain_s=secs("drain", d.drain_s), fail_within_s=secs("fail_within", d.fail_within_s),
+                  failure_xids=tuple(int(x) for x in spec.get("failure_xids", d.failure_xids)),
+                  requeue=float(spec.get("requeue", d.requeue)))
+    if out.drain_s < 120:
+        raise ValueError(f"{what}: rollout drain {spec.get('drain')!r} is under 2 minutes")
+    if out.fail_within_s < 60 or not out.failure_xids or not 0.0 <= out.requeue <= 1.0:
+        raise ValueError(f"{what}: rollout needs fail_within >= 1m, at least one failure Xid and 0 <= requeue <= 1")
+    return out
+
+
 @dataclass
 class Incident:
     incident_id: str
@@ -152,6 +198,15 @@ class Incident:
     from_version: str | None = None
     to_version: str | None = None
     job_ids: tuple[str, ...] = ()
+    rollout: Rollout | None = None
+
+    def waves(self) -> list[tuple[pd.Timestamp, tuple[str, ...]]]:
+        """A rollout's waves: (drain start, nodes), every ``every_s`` from the start, before the rollback."""
+        r = self.rollout
+        if r is None:
+            return []
+        out = [(self.start + pd.Timedelta(seconds=k * r.every_s), self.node_ids[k::r.waves]) for k in range(r.waves)]
+        return [(ts, part) for ts, part in out if part and ts < self.end]
 
     def active(self, t_min: np.ndarray) -> np.ndarray:
         """Boolean mask of minutes (int minutes since epoch origin) inside the incident."""
@@ -171,6 +226,7 @@ class Change:
     drain_s: int = 0    # the nodes are drained (GPUs unavailable) for this long from ts while the change installs
     actor: str | None = None   # who made it (change_events.actor)
     ticket: str | None = None  # its change-request reference (change_events.ticket)
+    requeue: bool = False  # the drain requeues the Slurm jobs running there (they run again after it)
 
 
 @dataclass
@@ -287,6 +343,10 @@ def _resolve_incident(scen: Scenario, i: int, spec: dict) -> Incident:
             node_ids = tuple(chosen[:max(want, 1)]) if chosen else tuple(_pick(scen.seed, salt, ids, want))
         else:
             node_ids = tuple(_pick(scen.seed, salt, ids, want))
+    elif "fraction" in scope and kind == "driver_regression" and spec.get("rollout") is not None:
+        # a rollout's share of the scope's nodes, picked as a change's fraction is
+        ids = cand["node_id"].tolist()
+        node_ids = tuple(_pick(scen.seed, salt, ids, max(1, round(float(scope["fraction"]) * len(ids)))))
     elif region or pool:
         node_ids = tuple(cand["node_id"])
     else:
@@ -315,6 +375,9 @@ def _resolve_incident(scen: Scenario, i: int, spec: dict) -> Incident:
     if kind == "driver_regression":
         inc.from_version = spec.get("from_version", scen.cluster.spec.driver_version)
         inc.to_version = spec.get("to_version", "560.35.03")
+        if spec.get("rollout") is not None:
+            inc.rollout = parse_rollout(spec["rollout"], f"incident {i}")
+            inc.fraction = 1.0  # the scope's fraction chose the nodes: every job there is exposed
     if kind == "framework_regression":
         inc.from_version = spec.get("from_version")
         inc.to_version = spec.get("to_version", "torch-2.14.0")
@@ -380,7 +443,16 @@ def _incident_changes(scen: Scenario) -> list[Change]:
     n_nodes = len(scen.cluster.nodes)
     for inc in scen.incidents:
         scope = _scope_text(inc.region, inc.node_ids, n_nodes)
-        if inc.kind == "driver_regression":
+        if inc.kind == "driver_regression" and inc.rollout is not None:
+            waves = inc.waves()
+            for k, (ts, part) in enumerate(waves):
+                out.append(Change(f"{inc.incident_id}-deploy-w{k + 1}", ts, "driver_upgrade",
+                                  _scope_text(inc.region, part, n_nodes), inc.from_version, inc.to_version,
+                                  f"NVIDIA driver {inc.from_version} -> {inc.to_version} (wave {k + 1} of {len(waves)})",
+                                  part, drain_s=inc.rollout.drain_s, requeue=True))
+            out.append(Change(f"{inc.incident_id}-rollback", inc.end, "driver_upgrade", scope, inc.to_version, inc.from_version,
+                              f"rollback NVIDIA driver {inc.to_version} -> {inc.from_version}", inc.node_ids))
+        elif inc.kind == "driver_regression":
             out.append(Change(f"{inc.incident_id}-deploy", inc.start, "driver_upgrade", scope, inc.from_version, inc.to_version,
                               f"NVIDIA driver {inc.from_version} -> {inc.to_version}", inc.node_ids))
             out.append(Change(f"{inc.incident_id}-rollback", inc.end, "driver_upgrade", scope, inc.to_version, inc.from_version,

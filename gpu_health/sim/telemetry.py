@@ -285,6 +285,7 @@ class Window:
         first_gpu = gpus.groupby("lane")["gpu_row"].min().reindex(np.arange(len(lanes_df))).to_numpy()
         last_min = has & (end_s >= t) & (end_s < t + 90) & (xid_end > 0) & (gi == first_gpu[g["lane"]])
         xid = np.where(last_min, xid_end, xid)
+        xid = self._driver_fault_xids(xid)
         keep = np.ones(n, bool)
         uuid_row = {u_: i for i, u_ in enumerate(gpus["gpu_uuid"])}
         for _, inc in self._incidents("gpu_ecc_fault", "gpu_fell_off_bus"):
@@ -355,6 +356,23 @@ class Window:
             "xid": xid,
         })
         return df[keep].reset_index(drop=True)
+
+    def _driver_fault_xids(self, xid: np.ndarray) -> np.ndarray:
+        """A run the driver killed (a rollout's failures) leaves its Xid on every GPU of the job in the minute it
+        fails and the next: the exporter reports the driver's last Xid until it is read again."""
+        plan = self.plan
+        if not plan["xid_all"].any() or not len(self.m_s):
+            return xid
+        hit = plan[plan["xid_all"].to_numpy(bool) & (plan["end_s"] >= self.m_s[0] - 120) & (plan["end_s"] < self.m_s[-1] + 60)]
+        gpus = self.scen.cluster.gpus[["lane", "gpu_row"]]
+        rows = hit[["lane", "end_s", "xid_on_end"]].merge(gpus, on="lane")
+        M = len(self.m_s)
+        xid = xid.copy()
+        for later in (0, 60):
+            minute = (rows["end_s"].to_numpy() // 60 * 60 + later - self.m_s[0]) // 60
+            ok = (minute >= 0) & (minute < M)
+            xid[rows["gpu_row"].to_numpy()[ok] * M + minute[ok]] = rows["xid_on_end"].to_numpy()[ok]
+        return xid
 
     def _draining(self):
         """Changes whose drain (the nodes' GPUs unavailable while they install) overlaps this window."""
@@ -607,14 +625,21 @@ class Window:
         lanes_df = self.scen.cluster.lanes
         node_text = np.array([",".join(ns) for ns in lanes_df["node_ids"]], dtype=object)
         parts = []
-        for event, col in (("submitted", "submit_s"), ("started", "start_s"), ("ended", "end_s")):
+        for event, col in (("submitted", "submit_s"), ("started", "start_s"), ("ended", "end_s"), ("requeued", "end_s")):
             sel = plan[(plan[col] >= lo) & (plan[col] < hi)]
+            # a job is submitted once (its later runs start from the requeue); a requeued run ends in
+            # ``requeued``, with no exit state, and each later run's events carry the run's number
+            if event == "submitted":
+                sel = sel[sel["attempt"] == 0]
+            elif event in ("ended", "requeued"):
+                sel = sel[sel["requeued"] == (event == "requeued")]
             if sel.empty:
                 continue
+            run = ("#" + sel["attempt"].astype(str)).where(sel["attempt"] > 0, "")
             pool = sel["pool"].to_numpy()
             sla = sel["sla_deadline_s"].to_numpy() >= 0
             parts.append(pd.DataFrame({
-                "event_id": sel["job_id"] + f":{event}",
+                "event_id": sel["job_id"] + f":{event}" + run,
                 "ts": from_s(sel[col].to_numpy()),
                 "job_id": sel["job_id"].to_numpy(),
                 "event": event,
@@ -625,7 +650,7 @@ class Window:
                 "gpus": sel["gpus"].to_numpy(),
                 "node_ids": node_text[sel["lane"].to_numpy()] if event != "submitted" else None,
                 "exit_state": sel["exit_state"].to_numpy() if event == "ended" else None,
-                "reason": sel["reason"].to_numpy() if event == "ended" else None,
+                "reason": sel["reason"].to_numpy() if event in ("ended", "requeued") else None,
             }))
         if not parts:
             return _empty("scheduler_events")
@@ -635,6 +660,7 @@ class Window:
         plan = self.plan
         lo, hi = to_s(self.start), to_s(self.end)
         sel = plan[(plan["submit_s"] >= lo) & (plan["submit_s"] < hi)]
+        sel = sel[sel["attempt"] == 0]  # one row per job, however often it ran
         if sel.empty:
             return _empty("job_metadata")
         sla = sel["sla_deadline_s"].to_numpy()
