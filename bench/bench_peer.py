@@ -55,7 +55,7 @@ def main() -> None:
     from gpu_health.cli import run, simulate
     from gpu_health.evaluation.prometheus import PrometheusProcess
     from gpu_health.evaluation.static_rules import query_range
-    from gpu_health.promexport import backfill, write_openmetrics_chunks
+    from gpu_health.evaluation.promexport import backfill, write_openmetrics_chunks
     from gpu_health.storage.warehouse import Warehouse
 
     _rules_match_the_deploy_kit()

@@ -17,12 +17,25 @@ packages Python runs on the way to ``a.b.c`` are not edges: a package
 ``__init__`` that re-exports its own submodules is a table of contents, not a
 mutual dependency, unless a submodule imports a name from it — which is an
 explicit edge and is counted.
+
+The same graph holds the floors of the design's layout.md: every
+top-level part of the package has a floor (:data:`FLOORS`), a module imports
+only its own floor and the floors below, and each "Never" rule of the layout
+is a test of its own. A rule's violations are edges (importer, imported); the
+few that other changes still have to remove are listed in
+:data:`KNOWN_VIOLATIONS`, and a listed edge that is no longer a violation fails
+too, so the list only shrinks.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+
+import pytest
 
 import gpu_health
 
@@ -220,3 +233,264 @@ def test_no_import_cycle():
     graph = import_graph()
     found = [c for c in cycles(graph) if frozenset(c) not in KNOWN_CYCLES]
     assert not found, "import cycles:\n" + "\n".join(_describe(c, graph) for c in found)
+
+
+# --- the floors (the design's layout.md) -----------------------------------------------------------------------
+# Every top-level module or package of gpu_health -> its floor; a part missing here fails
+# test_every_module_has_a_floor, so a new one is placed on purpose. Floor 1 holds facts and small helpers.
+FLOORS: dict[str, int] = {
+    "cli": 7, "report": 7, "traces": 7,                      # the command; importers of public traces
+    "definitions": 6, "defs": 6, "evaluation": 6,            # Dagster wiring; scoring, the static-rules peer
+    "steps": 5, "kpi_export": 5, "delivery": 5,              # the step graph and runners; Prometheus, Alertmanager
+    "diagnosis": 4, "storage": 4,
+    "metrics": 3, "sources": 3, "sim": 3,
+    "catalog": 2, "contracts": 2,
+    "__init__": 1,                                           # the package itself: pandas' Copy-on-Write switch
+    "constants": 1,                                          # the partition, DCGM / device facts, cause families
+    "partitions": 1,                                         # the partition key formats (and Dagster's definitions)
+    "codes": 1, "timestamps": 1, "arrow_text": 1,            # column helpers
+    "landing": 1,                                            # the landing zone's layout (contracts.md), its writer
+    "serving_families": 1,                                   # the serving service's metric names
+    "settings": 1,                                           # deployment settings read from the environment
+    "faults": 1,                                             # which errors are transient
+    "allocator": 1,                                          # the C allocator of a range-running process
+}
+# Dagster's own packages, and the libraries that hold a connection (a database, HTTP, a socket).
+DAGSTER = frozenset({"dagster", "dagster_pandera"})
+CONNECTIONS = frozenset({"sqlalchemy", "sqlite3", "psycopg", "psycopg2", "duckdb", "requests", "urllib", "http",
+                         "socket"})
+# The parts the Dagster wiring may live in; the parts that must run without Dagster (the logic and the bulk path).
+WIRING = frozenset({"defs", "definitions", "cli"})
+WITHOUT_DAGSTER = frozenset({"metrics", "diagnosis", "contracts", "sim", "steps"})
+
+_CATALOG_MODELS = frozenset(("gpu_health.catalog", f"gpu_health.{m}") for m in (
+    "diagnosis.decompose", "metrics.facility", "metrics.kpi_baselines", "metrics.kpis", "metrics.models"))
+# Violations other changes still have to remove, by rule: each must still be one (test_known_violations_are_still_
+# violations), and nothing is added here.
+KNOWN_VIOLATIONS: dict[str, frozenset[tuple[str, str]]] = {
+    # constants re-exports the Xid and throttle facts of sources.dcgm_fields (floor 3), and metrics.baselines and
+    # diagnosis.detect read them there: they move to floor 1, beside the other DCGM facts.
+    "floors": frozenset({("gpu_health.constants", "gpu_health.sources.dcgm_fields"), *_CATALOG_MODELS}),
+    "floor_one_imports_only_floor_one": frozenset({("gpu_health.constants", "gpu_health.sources.dcgm_fields")}),
+    "logic_imports_no_adapter": frozenset({("gpu_health.diagnosis.detect", "gpu_health.sources.dcgm_fields"),
+                                           ("gpu_health.metrics.baselines", "gpu_health.sources.dcgm_fields")}),
+    # the catalogue takes the pandera models of derived tables from the metric and detector modules that compute
+    # them: they move beside the source models (contracts/).
+    "tables_know_no_computation": _CATALOG_MODELS,
+    # partitions.py holds the partition key formats (floor 1) and builds Dagster's PartitionsDefinitions (wiring):
+    # once the formats live apart, steps.readiness reads them without loading Dagster.
+    "logic_runs_without_dagster": frozenset({("gpu_health.steps.readiness", "gpu_health.partitions")}),
+    "dagster_only_in_the_wiring": frozenset({("gpu_health.partitions", "dagster")}),
+}
+
+
+def part(module: str) -> str:
+    """The top-level part of the package a module belongs to (``__init__`` for the package itself)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def third_party_imports(path: Path) -> set[str]:
+    """The top-level names of the modules outside the package that a file imports anywhere in its body."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found - {PACKAGE}
+
+
+@dataclass(frozen=True)
+class House:
+    graph: dict[str, set[str]]          # module -> the package modules it imports
+    external: dict[str, set[str]]       # module -> the outside modules it imports (top-level names)
+
+    def reach(self, module: str) -> set[str]:
+        """Every package module ``module`` loads, through any chain of imports (itself excluded)."""
+        seen: set[str] = set()
+        todo = [module]
+        while todo:
+            for nxt in self.graph.get(todo.pop(), ()):
+                if nxt not in seen and nxt != module:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    def edges(self, src: Callable[[str], bool], dst: Callable[[str], bool]) -> set[tuple[str, str]]:
+        return {(a, b) for a, bs in self.graph.items() if src(a) for b in bs if dst(b)}
+
+
+@cache
+def the_house() -> House:
+    modules = module_names()
+    return House(import_graph(modules), {name: third_party_imports(path) for name, path in modules.items()})
+
+
+def _floor(module: str) -> int:
+    """A module's floor; a part missing from FLOORS counts as floor 1 here (test_every_module_has_a_floor names it)."""
+    return FLOORS.get(part(module), 1)
+
+
+def _in(*parts: str) -> Callable[[str], bool]:
+    return lambda module: part(module) in parts
+
+
+# Each rule: the house -> its violations. The names are the tests' and KNOWN_VIOLATIONS' keys.
+def floors(h: House) -> set[tuple[str, str]]:
+    """A floor imports only its own floor and the floors below."""
+    return {(a, b) for a, b in h.edges(lambda m: True, lambda m: True) if _floor(b) > _floor(a)}
+
+
+def floor_one_imports_only_floor_one(h: House) -> set[tuple[str, str]]:
+    """Floor 1 imports nothing of the package but floor 1: its facts may build on each other (the partition key
+    format on the partition width), nothing else."""
+    return h.edges(lambda m: _floor(m) == 1, lambda m: _floor(m) != 1)
+
+
+def logic_runs_without_dagster(h: House) -> set[tuple[str, str]]:
+    """metrics/, diagnosis/, contracts/, sim/, steps/ load no Dagster, neither themselves nor through a module they
+    import: (module, the package module that imports Dagster, or ``dagster`` itself)."""
+    out = set()
+    for m in filter(lambda m: part(m) in WITHOUT_DAGSTER, h.graph):
+        out |= {(m, d) for d in sorted(DAGSTER & h.external[m])}
+        out |= {(m, x) for x in h.reach(m) if DAGSTER & h.external[x]}
+    return out
+
+
+def dagster_only_in_the_wiring(h: House) -> set[tuple[str, str]]:
+    """Only defs/, definitions and the CLI import Dagster."""
+    return {(m, d) for m, names in h.external.items() if part(m) not in WIRING for d in DAGSTER & names}
+
+
+def logic_takes_frames(h: House) -> set[tuple[str, str]]:
+    """metrics/ and diagnosis/ take frames: they import no storage/ module and no connection library."""
+    logic = _in("metrics", "diagnosis")
+    return h.edges(logic, _in("storage")) | {(m, c) for m in filter(logic, h.external) for c in CONNECTIONS & h.external[m]}
+
+
+def tables_know_no_computation(h: House) -> set[tuple[str, str]]:
+    """storage/ and catalog.py import no metric or detector code."""
+    return h.edges(_in("storage", "catalog"), _in("metrics", "diagnosis"))
+
+
+def logic_imports_no_adapter(h: House) -> set[tuple[str, str]]:
+    """metrics/ and diagnosis/ import nothing of sources/: facts they share with adapters live on floor 1."""
+    return h.edges(_in("metrics", "diagnosis"), _in("sources"))
+
+
+def metrics_import_no_diagnosis(h: House) -> set[tuple[str, str]]:
+    """metrics/ does not import diagnosis/: the steps run both."""
+    return h.edges(_in("metrics"), _in("diagnosis"))
+
+
+def sim_runs_no_tested_code(h: House) -> set[tuple[str, str]]:
+    """sim/ loads no metrics/ or diagnosis/ module, directly or through another: it never runs the code it tests."""
+    tested = _in("metrics", "diagnosis")
+    return {(m, x) for m in filter(_in("sim"), h.graph) for x in h.reach(m) if tested(x)}
+
+
+def nothing_drives_the_cli(h: House) -> set[tuple[str, str]]:
+    """traces/ and evaluation/ call steps or write landing zones: they load no CLI, directly or through another."""
+    return {(m, x) for m in filter(_in("traces", "evaluation"), h.graph) for x in h.reach(m) if part(x) == "cli"}
+
+
+RULES = {rule.__name__: rule for rule in (
+    floors, floor_one_imports_only_floor_one, logic_runs_without_dagster, dagster_only_in_the_wiring,
+    logic_takes_frames, tables_know_no_computation, logic_imports_no_adapter, metrics_import_no_diagnosis,
+    sim_runs_no_tested_code, nothing_drives_the_cli)}
+
+
+def _check(rule) -> None:
+    found = rule(the_house()) - KNOWN_VIOLATIONS.get(rule.__name__, frozenset())
+    assert not found, f"{rule.__doc__}\n" + "\n".join(f"  {a} -> {b}" for a, b in sorted(found))
+
+
+# --- the rules themselves ---------------------------------------------------
+
+
+@pytest.mark.parametrize("rule, graph, external, expected", [
+    (floors, {"gpu_health.metrics.a": {"gpu_health.steps.b"}, "gpu_health.steps.b": {"gpu_health.metrics.a"}}, {},
+     {("gpu_health.metrics.a", "gpu_health.steps.b")}),
+    (floor_one_imports_only_floor_one, {"gpu_health.codes": {"gpu_health.constants", "gpu_health.contracts"}}, {},
+     {("gpu_health.codes", "gpu_health.contracts")}),
+    (logic_runs_without_dagster, {"gpu_health.steps.a": {"gpu_health.codes"}, "gpu_health.codes": set(),
+                                  "gpu_health.sim.b": set()},
+     {"gpu_health.codes": {"dagster"}, "gpu_health.sim.b": {"dagster_pandera"}},
+     {("gpu_health.steps.a", "gpu_health.codes"), ("gpu_health.sim.b", "dagster_pandera")}),
+    (dagster_only_in_the_wiring, {}, {"gpu_health.defs.a": {"dagster"}, "gpu_health.report": {"dagster", "yaml"}},
+     {("gpu_health.report", "dagster")}),
+    (logic_takes_frames, {"gpu_health.diagnosis.a": {"gpu_health.storage.warehouse"}},
+     {"gpu_health.metrics.b": {"pandas", "sqlalchemy"}},
+     {("gpu_health.diagnosis.a", "gpu_health.storage.warehouse"), ("gpu_health.metrics.b", "sqlalchemy")}),
+    (tables_know_no_computation, {"gpu_health.catalog": {"gpu_health.metrics.kpis", "gpu_health.contracts"}}, {},
+     {("gpu_health.catalog", "gpu_health.metrics.kpis")}),
+    (logic_imports_no_adapter, {"gpu_health.metrics.a": {"gpu_health.sources.slurm", "gpu_health.constants"}}, {},
+     {("gpu_health.metrics.a", "gpu_health.sources.slurm")}),
+    (metrics_import_no_diagnosis, {"gpu_health.metrics.a": {"gpu_health.diagnosis.detect"}}, {},
+     {("gpu_health.metrics.a", "gpu_health.diagnosis.detect")}),
+    (sim_runs_no_tested_code, {"gpu_health.sim.a": {"gpu_health.contracts"},
+                               "gpu_health.contracts": {"gpu_health.metrics.models"}}, {},
+     {("gpu_health.sim.a", "gpu_health.metrics.models")}),
+    (nothing_drives_the_cli, {"gpu_health.traces.a": {"gpu_health.report"}, "gpu_health.report": {"gpu_health.cli"}},
+     {}, {("gpu_health.traces.a", "gpu_health.cli")}),
+], ids=lambda v: v.__name__ if callable(v) else "")
+def test_rule_finds_its_violation(rule, graph, external, expected):
+    graph = {**{m: set() for targets in graph.values() for m in targets}, **graph}
+    house = House(graph, {m: external.get(m, set()) for m in {*graph, *external}})
+    assert rule(house) == expected
+
+
+# --- the package's floors -------------------------------------------------------
+
+
+def test_every_module_has_a_floor():
+    parts = {part(m) for m in module_names()}
+    assert not parts - FLOORS.keys(), f"parts of the package with no floor in FLOORS: {sorted(parts - FLOORS.keys())}"
+    assert not FLOORS.keys() - parts, f"FLOORS names parts that no longer exist: {sorted(FLOORS.keys() - parts)}"
+
+
+@pytest.mark.parametrize("rule", sorted(KNOWN_VIOLATIONS))
+def test_known_violations_are_still_violations(rule):
+    fixed = KNOWN_VIOLATIONS[rule] - RULES[rule](the_house())
+    assert not fixed, f"fixed violations still listed in KNOWN_VIOLATIONS[{rule!r}] (remove them): {sorted(fixed)}"
+
+
+def test_no_module_imports_a_higher_floor():
+    _check(floors)
+
+
+def test_floor_one_imports_only_floor_one():
+    _check(floor_one_imports_only_floor_one)
+
+
+def test_logic_and_bulk_path_run_without_dagster():
+    _check(logic_runs_without_dagster)
+
+
+def test_dagster_only_in_the_wiring():
+    _check(dagster_only_in_the_wiring)
+
+
+def test_metrics_and_diagnosis_take_frames_not_a_warehouse():
+    _check(logic_takes_frames)
+
+
+def test_storage_and_catalog_import_no_metric_or_detector():
+    _check(tables_know_no_computation)
+
+
+def test_metrics_and_diagnosis_import_no_adapter():
+    _check(logic_imports_no_adapter)
+
+
+def test_metrics_do_not_import_diagnosis():
+    _check(metrics_import_no_diagnosis)
+
+
+def test_simulator_runs_no_code_it_tests():
+    _check(sim_runs_no_tested_code)
+
+
+def test_traces_and_evaluation_do_not_drive_the_cli():
+    _check(nothing_drives_the_cli)

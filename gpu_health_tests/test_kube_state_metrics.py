@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from gpu_health.contracts.validate import validate_frame
-from gpu_health.promexport import scrape_to_openmetrics
+from gpu_health.evaluation.promexport import scrape_to_openmetrics
 from gpu_health.sources.prometheus import PrometheusSource
 from gpu_health_tests.services.prometheus import prometheus_factory  # noqa: F401  (fixture)
 

@@ -42,7 +42,7 @@ from gpu_health.definitions import build_definitions
 from gpu_health.defs.alerting.sensors import AlertmanagerResource
 from gpu_health.defs.resources import TelemetrySourceResource, WarehouseIOManager, WarehouseResource
 from gpu_health.landing import partition_path
-from gpu_health.readiness import SensorCursor
+from gpu_health.steps.readiness import SensorCursor
 from gpu_health.settings import Settings
 from gpu_health.storage.warehouse import Warehouse
 from gpu_health_tests.conftest import iso

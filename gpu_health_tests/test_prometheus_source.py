@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from gpu_health.contracts.models import GpuTelemetry
-from gpu_health.promexport import scrape_to_openmetrics
+from gpu_health.evaluation.promexport import scrape_to_openmetrics
 from gpu_health.sources import dcgm_fields as F
 from gpu_health.sources.base import DataNotReady, SourceError
 from gpu_health.sources.prometheus import PrometheusSource, label_matchers, promql_escape, promql_string

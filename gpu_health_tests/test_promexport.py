@@ -7,7 +7,7 @@ import requests
 
 from gpu_health.contracts import columns
 from gpu_health.contracts.models import GpuTelemetry, NetworkTelemetry, NodeTelemetry
-from gpu_health.promexport import backfill, escape_label_value, write_openmetrics, write_openmetrics_chunks
+from gpu_health.evaluation.promexport import backfill, escape_label_value, write_openmetrics, write_openmetrics_chunks
 from gpu_health.sources import dcgm_fields as F
 from gpu_health.sources.prometheus import PrometheusSource
 from gpu_health_tests.services.prometheus import prometheus_factory  # noqa: F401  (fixture)

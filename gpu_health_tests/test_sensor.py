@@ -1,6 +1,6 @@
 """The 5-minute sensor: which partitions it requests, and what its cursor remembers.
 
-Two layers: the pure planner (``gpu_health.readiness.plan_requests``) against a
+Two layers: the pure planner (``gpu_health.steps.readiness.plan_requests``) against a
 real ``LandingSource`` in a tmp dir, with "now" passed in; and the Dagster
 sensor of the assembled code location through ``dg.build_sensor_context``,
 with "now" pinned by ``dg.partition_loading_context(effective_dt=...)``.
@@ -24,7 +24,7 @@ from gpu_health.defs.resources import TelemetrySourceResource, WarehouseIOManage
 from gpu_health.landing import partition_path, write_partition
 from gpu_health.defs.telemetry.sensors import build_partition_sensor, latest_partition_runs
 from gpu_health.partitions import five_minute_partitions
-from gpu_health.readiness import (Correction, PartitionRun, RangeRun, Request, SensorCursor, Settle, data_version,
+from gpu_health.steps.readiness import (Correction, PartitionRun, RangeRun, Request, SensorCursor, Settle, data_version,
                                   plan_range_retries, plan_rederive, plan_requests, plan_retries, plan_settles)
 from gpu_health.settings import Settings
 from gpu_health.sim.scenario import default_scenario

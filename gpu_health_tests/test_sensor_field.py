@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from gpu_health.contracts import FIVE_MINUTE_SOURCES
-from gpu_health.readiness import ABSENT_MARK, SensorCursor, plan_requests
+from gpu_health.steps.readiness import ABSENT_MARK, SensorCursor, plan_requests
 from gpu_health.sources import landing as landing_module
 from gpu_health.sources.landing import LandingSource
 from gpu_health.storage.warehouse import Warehouse

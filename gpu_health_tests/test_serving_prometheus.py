@@ -14,7 +14,7 @@ import pytest
 
 from gpu_health.contracts.validate import validate_frame
 from gpu_health.metrics.serving import serving_slis
-from gpu_health.promexport import SERVING_HISTOGRAMS, scrape_to_openmetrics
+from gpu_health.evaluation.promexport import SERVING_HISTOGRAMS, scrape_to_openmetrics
 from gpu_health.sim.scenario import load_scenario
 from gpu_health.sim.telemetry import Window
 from gpu_health.sources.prometheus import PrometheusSource

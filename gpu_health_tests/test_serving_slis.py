@@ -13,7 +13,7 @@ import pytest
 import requests as http
 
 from gpu_health.metrics.serving import count_at_or_below, histogram_quantile, serving_slis, threshold_on_bucket_bound
-from gpu_health.promexport import SERVING_HISTOGRAMS, write_serving_openmetrics
+from gpu_health.evaluation.promexport import SERVING_HISTOGRAMS, write_serving_openmetrics
 from gpu_health.sim.scenario import load_scenario
 from gpu_health.sim.telemetry import Window
 from gpu_health_tests.services.prometheus import prometheus_factory  # noqa: F401  (fixture)

@@ -25,9 +25,9 @@ import pytest
 
 from gpu_health.contracts import empty_frame
 from gpu_health.landing import write_partition
-from gpu_health.promexport import scrape_to_openmetrics
+from gpu_health.evaluation.promexport import scrape_to_openmetrics
 from gpu_health.sources import dcgm_fields as F
-from gpu_health.promexport import backfill
+from gpu_health.evaluation.promexport import backfill
 from gpu_health.storage.warehouse import Warehouse
 from gpu_health_tests.services.prometheus import PrometheusServer, require_binary
 from gpu_health_tests.test_deploy_kit import dashboard_exprs

@@ -7,6 +7,7 @@
 * :mod:`.static_rules` — the peer: the seeds' Prometheus rules replayed on the same telemetry and
   scored by the same scorer (``gpu-health evaluate --static-rules``);
 * :mod:`.prometheus` — the ``prometheus`` process the peer queries.
+* :mod:`.promexport` — contract frames as the exporters' OpenMetrics text, backfilled into it with ``promtool``.
 
 Nothing in the pipeline imports this package; it imports the pipeline's pieces, never the CLI.
 """

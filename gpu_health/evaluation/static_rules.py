@@ -11,7 +11,7 @@ scenarios? :func:`evaluate_static_rules` answers with Prometheus itself:
    ``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL``, ``DCGM_FI_DEV_XID_ERRORS`` (with the
    exporter's ``DCGM_EXP_XID_ERRORS_TOTAL``, which the writer adds) and
    ``training_last_step_timestamp_seconds``. The other GPU columns are nulled,
-   so :mod:`gpu_health.promexport` omits them (no change to the writer);
+   so :mod:`gpu_health.evaluation.promexport` omits them (no change to the writer);
 2. **write** each day as OpenMetrics chunk files (``write_openmetrics_chunks``)
    and **backfill** them with ``promtool tsdb create-blocks-from openmetrics``
    (``backfill(..., parallel=2)``), deleting the text after each day;
@@ -218,7 +218,7 @@ def _jobs_frame(jobs: pd.DataFrame, carried: dict[str, int]) -> pd.DataFrame:
 
 def export_scenario(scen, data_dir: Path, scratch: Path, *, parallel: int = 2, on_day=None) -> ExportStats:
     """Simulate ``scen`` day by day and backfill the rules' metric families into ``data_dir``."""
-    from gpu_health.promexport import backfill, write_openmetrics_chunks
+    from gpu_health.evaluation.promexport import backfill, write_openmetrics_chunks
     from gpu_health.sim.telemetry import Window
 
     stats = ExportStats()
@@ -482,7 +482,7 @@ def main_static(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(asctime)s %(message)s")
-    logging.getLogger("gpu_health.promexport").setLevel(logging.WARNING)  # one line per chunk file
+    logging.getLogger("gpu_health.evaluation.promexport").setLevel(logging.WARNING)  # one line per chunk file
     try:
         report = evaluate_static(args.scenarios, args.out, pattern=args.pattern, workdir=args.workdir, parallel=args.parallel)
     except (RuntimeError, ValueError, FileNotFoundError) as err:

@@ -4,7 +4,7 @@
 ``gpu-health slo export [--out FILE]`` writes the catalogue as OpenSLO v1 documents (one ``Service``, one ``SLO`` per
 entry, ``apiVersion: openslo/v1``), whose SLIs are ratio metrics (``counter: true``: the queries name the raw
 counters, the evaluating tool takes their increase over its windows) over the Prometheus series a ``prometheus_client``
-service exports (``gpu_health.promexport.SERVING_HISTOGRAMS``): a latency SLO counts ``_bucket{le="<threshold>"}``
+service exports (``gpu_health.serving_families``): a latency SLO counts ``_bucket{le="<threshold>"}``
 against ``_count``, an availability SLO the error counter against ``_count``.
 """
 
@@ -15,12 +15,12 @@ import yaml
 
 from gpu_health.metrics.slo import BURN_WINDOWS, MIN_BAD_EVENTS
 from gpu_health.metrics.slo_catalog import CATALOG, WINDOW_DAYS, Slo
-from gpu_health.promexport import SERVING_HISTOGRAMS
+from gpu_health.serving_families import SERVING_FAMILIES, SERVING_HISTOGRAMS
 
 DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "slos.md"
 REGENERATE = "python -m gpu_health.metrics.slo_docs"
 SERVICE = "model-serving"
-ERRORS_TOTAL = "inference_request_errors_total"
+ERRORS_TOTAL = SERVING_FAMILIES["errors"]
 ANNOTATION = "gpu-health.io"
 
 

@@ -3,7 +3,7 @@
 dcgm-exporter and node-exporter names (metrics and label variants) are
 written here once and used by both directions:
 :mod:`gpu_health.sources.prometheus` reads them into contract frames and
-:mod:`gpu_health.promexport` writes contract frames back as those metrics.
+:mod:`gpu_health.evaluation.promexport` writes contract frames back as those metrics.
 
 Every derived column says here how it is computed from the raw series, so
 the reader and the writer cannot drift apart:

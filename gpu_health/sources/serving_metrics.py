@@ -41,20 +41,14 @@ import numpy as np
 import pandas as pd
 
 from gpu_health.contracts import SERVING_SOURCES, columns, conform, empty_frame
+from gpu_health.serving_families import SERVING_FAMILIES
 from gpu_health.sources.prom_frames import _K, _V, _coalesce_labels, _increase
 
 log = logging.getLogger(__name__)
 
 SERVING_TABLES = frozenset(SERVING_SOURCES)  # the serving family of the catalogue
-# the simulator's exposition (gpu_health.promexport.SERVING_HISTOGRAMS) and a prometheus_client service's names
-DEFAULT_FAMILIES = {
-    "latency": "inference_request_duration_seconds",
-    "ttft": "inference_time_to_first_token_seconds",
-    "errors": "inference_request_errors_total",
-    "queue_depth": "inference_queue_depth",
-    "replicas": "inference_replicas_ready",
-    "gpus": "inference_gpus_allocated",
-}
+# a prometheus_client service's names, which the simulator's exposition writes too
+DEFAULT_FAMILIES = dict(SERVING_FAMILIES)
 MODEL_LABELS = ("model_name", "model")
 VERSION_LABELS = ("model_version", "version")
 UNVERSIONED = "unversioned"

@@ -1,8 +1,9 @@
 """The real-trace report: a window of a real trace through the whole pipeline, and what came out.
 
 :func:`run_report` imports ``[start, end)`` of a trace into a temporary landing
-zone, runs every asset over it (:func:`gpu_health.cli.run`) into a temporary
-SQLite warehouse, and reads back:
+zone, runs every asset over it through Dagster runs (:func:`run_pipeline`, what
+``gpu-health run --landing`` runs) into a temporary SQLite warehouse, and reads
+back:
 
 * rows landed per source, and what the contract does with them -- first as it
   stands with the trace's gaps left null (validated in memory: rows it would
@@ -486,8 +487,28 @@ def run_report(trace: str, start, end, *, data_dir: str | Path | None = None, wo
     return _run(trace, start, end, data, ReportRun(Path(workdir)), limit, fills, feeds)
 
 
+def run_pipeline(landing: Path, warehouse_url: str, start: pd.Timestamp, end: pd.Timestamp) -> dict:
+    """Every asset over ``[start, end)`` from ``landing`` into ``warehouse_url``, through the Dagster range runs
+    ``gpu-health run --landing`` starts (:func:`gpu_health.defs.range_runs.run_range`), with the environment's
+    source settings as that command reads them; returns the range's summary. Raises ``RuntimeError`` naming each
+    failed piece once the range has run, as the command fails."""
+    from gpu_health.defs.range_runs import CodeLocation, run_range
+    from gpu_health.defs.resources import SOURCE_ENVIRONMENT, SourceSpec, TelemetrySourceResource, default_resources
+    from gpu_health.partitions import FIVE_MINUTE_FMT
+
+    env = default_resources()["source"]
+    settings = {k: getattr(env, k) for k in SOURCE_ENVIRONMENT if k not in ("kind", "scenario", "live", "landing_dir")}
+    source = TelemetrySourceResource(kind="landing", landing_dir=str(landing), **settings)
+    location = CodeLocation(url=warehouse_url, telemetry_dir="", source=SourceSpec(source),
+                            partition_start=start.normalize().strftime(FIVE_MINUTE_FMT))
+    summary = run_range(location, start, end)
+    if summary.get("failed_partitions"):
+        raise RuntimeError("; ".join(f"{e['step']} {e['partitions']} failed: {e['reason']}"
+                                     for e in summary["failed_partitions"]))
+    return summary
+
+
 def _run(trace, start, end, data, where: ReportRun, limit, fills, feeds) -> dict:
-    from gpu_health.cli import run as run_pipeline
     from gpu_health.storage.warehouse import Warehouse
 
     frames = BUILDERS[trace](data, limit=limit)
@@ -500,8 +521,7 @@ def _run(trace, start, end, data, where: ReportRun, limit, fills, feeds) -> dict
         for series in ABSENT_SOURCE_FEEDS.get(source, ()):
             feeds.setdefault(series, []).append(f"{source} (absent)")
     try:
-        run = run_pipeline(start.isoformat(), end.isoformat(), landing=str(where.landing),
-                           warehouse=where.warehouse_url, quiet=True)
+        run = run_pipeline(where.landing, where.warehouse_url, start, end)
         error = None
     except RuntimeError as err:  # the run failed (e.g. a blocking contract check): report what got stored
         run, error = None, str(err)

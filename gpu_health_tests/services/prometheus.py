@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_health.promexport import backfill
+from gpu_health.evaluation.promexport import backfill
 from gpu_health.evaluation.prometheus import PrometheusProcess
 
 

@@ -1,6 +1,6 @@
 """The 5-minute sensor: one run per closed partition whose data is ready.
 
-Readiness comes from :mod:`gpu_health.readiness` (pure, testable without
+Readiness comes from :mod:`gpu_health.steps.readiness` (pure, testable without
 Dagster). The cursor keeps the oldest partition not yet requested and the data
 version each recent partition was run with, so that
 
@@ -51,7 +51,7 @@ import pandas as pd
 from gpu_health.constants import PARTITION
 from gpu_health.defs.common import JUDGED_LATER_TAG, RANGE_END_TAG, RANGE_START_TAG
 from gpu_health.defs.resources import TelemetrySourceResource
-from gpu_health.readiness import (Correction, PartitionRun, RangeRequest, RangeRun, Request, SensorCursor,
+from gpu_health.steps.readiness import (Correction, PartitionRun, RangeRequest, RangeRun, Request, SensorCursor,
                                   corrections, describe_wait, partition_start, plan_range_retries, plan_rederive,
                                   plan_requests, plan_retries, plan_settles)
 

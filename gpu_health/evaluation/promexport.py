@@ -38,6 +38,10 @@ spills families to temporary files and concatenates them;
 is what a large export should use: promtool (about 10^5 samples/s per process,
 the slow step) then parses each file once and :func:`backfill` runs several
 in parallel. A week at 1,200 GPUs is ~130M GPU samples, ~17 GB of text.
+
+It belongs to the evaluation: it fills a real Prometheus for the seeds' static
+rules (:mod:`.static_rules`) and for the tests of the Prometheus source; no step
+of the pipeline writes exporter metrics.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gpu_health.serving_families import SERVING_HISTOGRAMS
 from gpu_health.sources import dcgm_fields as F
 
 log = logging.getLogger(__name__)
@@ -592,7 +597,6 @@ def backfill(
 
 
 # --- the serving layer (issue #17) ---------------------------------------------------------
-SERVING_HISTOGRAMS = {"latency": "inference_request_duration_seconds", "ttft": "inference_time_to_first_token_seconds"}
 SERVING_LABELS = ("region", "model_name", "model_version")
 
 

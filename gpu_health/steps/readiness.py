@@ -7,6 +7,10 @@ data: for the landing zone, every source's file exists (a zero-row file says
 the partition's end: it runs without it, with a ``source_gaps`` row); for the
 simulator, the wall clock has passed the window. Its *version* is the files'
 (mtime, size) tokens, so a replaced or late-arriving file yields a new version.
+
+It lives with the steps (floor 5 of the import layout), below the sensor that asks it
+(``defs.telemetry.sensors``): it plans runs over the sources and the contracts'
+tables, which a floor-1 module may not import.
 """
 
 import hashlib
