@@ -126,7 +126,7 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
         quiet: bool = False, telemetry_dir: str | None = None, direct: bool = False, workers: int = 1,
         targets: list[str] | None = None, chunk_hours: float | None = None, **source_options: str | None) -> dict:
     from gpu_health.defs.resources import SourceSpec, TelemetrySourceResource, default_resources
-    from gpu_health.partitions import FIVE_MINUTE_FMT
+    from gpu_health.constants import PARTITION_KEY_FMT
     from gpu_health.storage.warehouse import masked_url
 
     start_ts, end_ts = _ts(start), _ts(end)
@@ -167,7 +167,7 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
         from gpu_health.defs.range_runs import CodeLocation, run_range
 
         location = CodeLocation(url=url, telemetry_dir=tdir, source=SourceSpec(src),
-                                partition_start=partition_start or start_ts.normalize().strftime(FIVE_MINUTE_FMT))
+                                partition_start=partition_start or start_ts.normalize().strftime(PARTITION_KEY_FMT))
         summary = {"warehouse": masked_url(url), "source": kind}
         summary.update(run_range(location, start_ts, end_ts, workers=workers, progress=progress))
     # findings about the data, not progress: on stderr even with --quiet

@@ -25,6 +25,8 @@ PARTITION_FREQ = "5min"
 # The same width as a cron schedule (Dagster's TimeWindowPartitionsDefinition) and the partition key format.
 PARTITION_CRON = "*/5 * * * *"
 PARTITION_KEY_FMT = "%Y-%m-%d-%H:%M"
+# The key of a daily partition (Dagster's DailyPartitionsDefinition format).
+DAILY_KEY_FMT = "%Y-%m-%d"
 # One sample of minute-grain telemetry: the grid the simulator, the contracts and the loss tree share (DCGM
 # exporter's and node exporter's default scrape interval is <= 60 s; a GPU-minute is the loss tree's unit).
 MINUTE = pd.Timedelta(minutes=1)

@@ -11,14 +11,12 @@ import dagster as dg
 
 from gpu_health.constants import PARTITION_CRON, PARTITION_KEY_FMT
 
-FIVE_MINUTE_FMT = PARTITION_KEY_FMT
-DAILY_FMT = "%Y-%m-%d"  # the key of a daily partition (DailyPartitionsDefinition's format)
 DEFAULT_START = "2026-11-01-00:00"
 
 
 def five_minute_partitions(start: str = DEFAULT_START) -> dg.TimeWindowPartitionsDefinition:
     return dg.TimeWindowPartitionsDefinition(
-        cron_schedule=PARTITION_CRON, start=start, fmt=FIVE_MINUTE_FMT, timezone="UTC", end_offset=0,
+        cron_schedule=PARTITION_CRON, start=start, fmt=PARTITION_KEY_FMT, timezone="UTC", end_offset=0,
     )
 
 

@@ -20,9 +20,8 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from gpu_health.constants import PARTITION, PARTITION_FREQ
+from gpu_health.constants import DAILY_KEY_FMT, PARTITION, PARTITION_FREQ, PARTITION_KEY_FMT
 from gpu_health.contracts import FIVE_MINUTE_SOURCES
-from gpu_health.partitions import DAILY_FMT, FIVE_MINUTE_FMT
 from gpu_health.sources.base import ABSENT
 
 # A version with tables judged absent ends in this mark and a hex bit mask of them (in FIVE_MINUTE_SOURCES order):
@@ -120,11 +119,11 @@ def plan_retries(latest: Iterable[PartitionRun], versions: dict[str, str], *, no
 
 
 def partition_key(start: pd.Timestamp) -> str:
-    return start.strftime(FIVE_MINUTE_FMT)
+    return start.strftime(PARTITION_KEY_FMT)
 
 
 def partition_start(key: str) -> pd.Timestamp:
-    return pd.to_datetime(key, format=FIVE_MINUTE_FMT, utc=True)
+    return pd.to_datetime(key, format=PARTITION_KEY_FMT, utc=True)
 
 
 @dataclass(frozen=True)
@@ -273,12 +272,12 @@ def plan_settles(done: Iterable[Correction], daily: Iterable[PartitionRun], *, f
     out = set()
     for fix in done:
         for day in finance_days(partition_start(fix.first), partition_start(fix.last) + PARTITION):
-            run = latest.get(day.strftime(DAILY_FMT))
+            run = latest.get(day.strftime(DAILY_KEY_FMT))
             if run is None or run.status == "in_progress":
                 continue
             began = run.started_at if run.started_at is not None else run.ended_at
             if began is not None and began < fix.ended_at:
-                out.add(Settle(day.strftime(DAILY_FMT), fix.key))
+                out.add(Settle(day.strftime(DAILY_KEY_FMT), fix.key))
     return sorted(out, key=lambda s: (s.day, s.correction))
 
 

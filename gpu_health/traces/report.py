@@ -494,13 +494,13 @@ def run_pipeline(landing: Path, warehouse_url: str, start: pd.Timestamp, end: pd
     failed piece once the range has run, as the command fails."""
     from gpu_health.defs.range_runs import CodeLocation, run_range
     from gpu_health.defs.resources import SOURCE_ENVIRONMENT, SourceSpec, TelemetrySourceResource, default_resources
-    from gpu_health.partitions import FIVE_MINUTE_FMT
+    from gpu_health.constants import PARTITION_KEY_FMT
 
     env = default_resources()["source"]
     settings = {k: getattr(env, k) for k in SOURCE_ENVIRONMENT if k not in ("kind", "scenario", "live", "landing_dir")}
     source = TelemetrySourceResource(kind="landing", landing_dir=str(landing), **settings)
     location = CodeLocation(url=warehouse_url, telemetry_dir="", source=SourceSpec(source),
-                            partition_start=start.normalize().strftime(FIVE_MINUTE_FMT))
+                            partition_start=start.normalize().strftime(PARTITION_KEY_FMT))
     summary = run_range(location, start, end)
     if summary.get("failed_partitions"):
         raise RuntimeError("; ".join(f"{e['step']} {e['partitions']} failed: {e['reason']}"
