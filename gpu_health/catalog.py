@@ -42,12 +42,10 @@ from dataclasses import dataclass
 import pandera.pandas as pa
 
 from gpu_health.constants import OWNERS
+from gpu_health.contracts import derived as M
+from gpu_health.contracts.derived import KpiBaselines, KpiValues, RackFacility
 from gpu_health.contracts.models import CONTRACTS, PARTITION_COLUMN
 from gpu_health.diagnosis.decompose import GoodputDecomposition
-from gpu_health.metrics import models as M
-from gpu_health.metrics.facility import RackFacility
-from gpu_health.metrics.kpi_baselines import KpiBaselines
-from gpu_health.metrics.kpis import KpiValues
 
 CADENCES = ("minute", "5-minute", "daily", "event", "calendar")
 STORAGES = ("sql", "columnar")

@@ -13,7 +13,7 @@ import pytest
 
 from gpu_health.contracts.models import columns, conform, empty_frame
 from gpu_health.diagnosis.detect import PartitionContext, detect, detect_no_progress, detect_slowdowns, detect_thermal
-from gpu_health.metrics.models import GoodputLeaves
+from gpu_health.contracts.derived import GoodputLeaves
 
 T0 = pd.Timestamp("2026-11-03T10:00:00Z")
 MIN = pd.Timedelta(minutes=1)

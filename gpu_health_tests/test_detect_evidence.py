@@ -15,7 +15,7 @@ from gpu_health.diagnosis.detect import (
     PartitionContext, detect, detect_hardware, detect_missing_data, detect_no_progress, detect_stalls,
 )
 from gpu_health.metrics import goodput as G
-from gpu_health.metrics.models import GoodputLeaves
+from gpu_health.contracts.derived import GoodputLeaves
 
 T0 = pd.Timestamp("2026-11-03T10:00:00Z")
 MIN = pd.Timedelta(minutes=1)

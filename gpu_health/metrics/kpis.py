@@ -47,23 +47,21 @@ rows.
 
 import numpy as np
 import pandas as pd
-import pandera.pandas as pa
 from pandas._libs import lib
-from pandera.typing import Series
 
 from gpu_health.constants import (MINUTE, PARTITION_FREQ, PARTITION_NS, POWER_BITS, REPORTED_BUSY_UTIL_PCT,
                                   SLOW_THROTTLE_BITS, THERMAL_BITS)
 from gpu_health.codes import factorize, first_rows, is_missing, unique_ints
-from gpu_health.contracts.models import WORKLOAD_CLASSES, ContractModel, empty_frame
+from gpu_health.contracts.derived import SERIES_UNITS, KpiValues
+from gpu_health.contracts.models import WORKLOAD_CLASSES, empty_frame
 from gpu_health.metrics.goodput import BLOCKED_WAIT, first_node
 from gpu_health.metrics.device import IDLE_SM, IDLE_TENSOR, LOW_POWER_SHARE, device_idle, reference_power
 from gpu_health.metrics.facility import kpi_rows as facility_kpi_rows
-from gpu_health.metrics.kpi_catalog import CATALOG, DIMENSIONS, by_name, series_units
+from gpu_health.metrics.kpi_catalog import CATALOG, DIMENSIONS, by_name
 from gpu_health.timestamps import as_utc
 
 STAR = "*"
 UNKNOWN = "unknown"
-STATUSES = ["ok", "degraded", "no_data"]
 UTC_NS = pd.DatetimeTZDtype("ns", "UTC")
 
 MIN_COVERAGE = 0.5  # share of a slice's observations that must report a needed field
@@ -72,7 +70,6 @@ QUANTILE = 0.95
 FAILED_EXITS = ["failed", "node_fail", "timeout"]
 UNSCHEDULABLE = ["drained", "down"]
 OUT_COLUMNS = ["partition_start", "kpi", *DIMENSIONS, "value", "numerator", "denominator", "unit", "status"]
-SERIES_UNITS = series_units()
 
 # reason class of a failed job: first matching pattern (case-insensitive) wins
 REASON_CLASSES = [
@@ -80,42 +77,6 @@ REASON_CLASSES = [
     ("nccl", r"nccl|collective"),
     ("oom", r"out of memory|\boom\b"),
 ]
-
-
-class KpiValues(ContractModel):
-    """One row per KPI series x dimension slice x 5-minute partition (see gpu_health.metrics.kpi_catalog)."""
-
-    partition_start: Series[pd.DatetimeTZDtype] = pa.Field(
-        description="Start of the 5-minute partition, UTC.", dtype_kwargs={"unit": "ns", "tz": "UTC"})
-    kpi: Series[pd.StringDtype] = pa.Field(
-        isin=list(SERIES_UNITS), description="Series: a catalog KPI name, or <kpi>.<component>.")
-    region: Series[pd.StringDtype] = pa.Field(description="Region; '*' when the KPI is not sliced by region.")
-    sku: Series[pd.StringDtype] = pa.Field(description="GPU model; '*' when not sliced by SKU.")
-    workload_class: Series[pd.StringDtype] = pa.Field(
-        description="interactive | batch | distributed | unknown; '*' when not sliced by class.")
-    team: Series[pd.StringDtype] = pa.Field(description="Team ('unknown' without metadata); '*' when not sliced by team.")
-    value: Series[float] = pa.Field(nullable=True, description="The KPI value in `unit`; NaN unless status is ok.")
-    numerator: Series[float] = pa.Field(
-        nullable=True, description="Additive numerator of a ratio series (NaN for quantile series).")
-    denominator: Series[float] = pa.Field(
-        ge=0, nullable=True, description="Additive denominator of a ratio series (number of observations for a quantile).")
-    unit: Series[pd.StringDtype] = pa.Field(description="Unit of value (ratio, s, gpus, usd per productive gpu-hour, ...).")
-    status: Series[pd.StringDtype] = pa.Field(isin=STATUSES, description="ok | degraded (a needed field is missing) | no_data.")
-
-    class Config:
-        unique = ["partition_start", "kpi", *DIMENSIONS]
-
-    @pa.dataframe_check(name="value_iff_ok")
-    def value_iff_ok(cls, df: pd.DataFrame) -> Series[bool]:
-        return (df["status"] == "ok") == df["value"].notna()
-
-    @pa.dataframe_check(name="partition_start_aligned_5min")
-    def partition_start_aligned_5min(cls, df: pd.DataFrame) -> Series[bool]:
-        return df["partition_start"] == df["partition_start"].dt.floor(PARTITION_FREQ)
-
-    @pa.dataframe_check(name="unit_matches_series")
-    def unit_matches_series(cls, df: pd.DataFrame) -> Series[bool]:
-        return df["unit"].astype(object) == df["kpi"].astype(object).map(SERIES_UNITS)
 
 
 # --- public helpers ---------------------------------------------------------------------
