@@ -167,3 +167,24 @@ class Severity(StrEnum):
 
 SEVERITIES = ("page", "ticket", "dashboard")
 SEVERITY_RANK = {Severity.DASHBOARD.value: 0, Severity.TICKET.value: 1, Severity.PAGE.value: 2}
+
+
+# --- the loss tree's states ----------------------------------------------------------------------------------------------
+# Every paid GPU-minute is in exactly one of these states (gpu_health.metrics.goodput says how it gets there), in
+# the order of the loss tree's precedence; the derived tables' contracts check their state columns against this list
+# and the loss tree, the KPIs and finance name the states from it.
+LOSS_TREE_STATES = [
+    "no_data", "maintenance", "hw_unavailable", "idle_blocked", "idle_no_demand", "allocated_idle",
+    "allocated_unproductive", "failure_loss", "slowdown_data_io", "slowdown_network", "slowdown_checkpoint",
+    "slowdown_compute", "productive",
+]
+# The states of a progressing minute that are not productive: the step-time excess and the checkpoint share.
+SLOWDOWN_STATES = ["slowdown_data_io", "slowdown_network", "slowdown_checkpoint", "slowdown_compute"]
+# Each state's family: CauseFamily's values where a state is a loss of one (checkpoint and productive are not
+# causes), as plain strings: they are written to tables as text.
+STATE_FAMILY = {
+    "no_data": "missing_data", "maintenance": "planned", "hw_unavailable": "hardware", "idle_blocked": "scheduling",
+    "idle_no_demand": "capacity", "allocated_idle": "waste", "allocated_unproductive": "gaming",
+    "failure_loss": "software", "slowdown_data_io": "data_io", "slowdown_network": "network",
+    "slowdown_checkpoint": "checkpoint", "slowdown_compute": "hardware", "productive": "productive",
+}

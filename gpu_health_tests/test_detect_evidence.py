@@ -18,7 +18,7 @@ from gpu_health.diagnosis.detectors.hardware import detect_hardware
 from gpu_health.diagnosis.detectors.missing_data import detect_missing_data
 from gpu_health.diagnosis.detectors.stalls import detect_stalls
 from gpu_health.metrics import goodput as G
-from gpu_health.metrics.models import GoodputLeaves
+from gpu_health.contracts.derived import GoodputLeaves
 
 T0 = pd.Timestamp("2026-11-03T10:00:00Z")
 MIN = pd.Timedelta(minutes=1)

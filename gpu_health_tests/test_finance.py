@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from gpu_health.metrics import finance as F
 from gpu_health.steps import compute as P
 from gpu_health.metrics.goodput import STATE_FAMILY, STATES
-from gpu_health.metrics.models import WastedSpend
+from gpu_health.contracts.derived import WastedSpend
 from gpu_health.storage.views import READ_ONLY_ROLE, VIEWS, grant_finance_read_only
 from gpu_health.storage.warehouse import Warehouse, engine_for
 from gpu_health_tests.test_goodput import E, S, fill_warehouse, scenario

@@ -270,7 +270,7 @@ def test_a_latency_regression_release_pages_on_the_p99_slo():
 def test_a_burn_finding_becomes_an_alert_and_an_alertmanager_payload():
     from gpu_health.delivery.alertmanager import alert_to_payload
     from gpu_health.diagnosis import alerts as A
-    from gpu_health.metrics.models import Alerts
+    from gpu_health.contracts.derived import Alerts
 
     bad = np.r_[np.full(852, 1.0), np.full(12, 120.0)]
     found = detect_slo_burn(_ctx(_rows(864, 6000.0, bad)))

@@ -28,37 +28,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pandera.pandas as pa
-from pandera.typing import Series
 
 from gpu_health.constants import PARTITION, PARTITION_FREQ, POWER_BITS, THERMAL_BITS
-from gpu_health.contracts.models import ContractModel
+from gpu_health.contracts.derived import RackFacility
 
 CONTINUOUS_LOAD_SHARE = 0.8  # NEC 210.20(A): a continuous load at most 80 % of the circuit's rating
-_TS = {"dtype_kwargs": {"unit": "ns", "tz": "UTC"}}
-
-
-class RackFacility(ContractModel):
-    """One row per rack per 5-minute partition: energy, peak draw against the continuous-load limit, inlet, PSUs
-    and the rack's GPUs throttled for power or heat (metrics/facility.py)."""
-
-    partition_start: Series[pd.DatetimeTZDtype] = pa.Field(description="Start of the 5-minute partition, UTC.", **_TS)
-    region: Series[pd.StringDtype] = pa.Field(description="Region (hall).")
-    rack_id: Series[pd.StringDtype] = pa.Field(description="Rack.")
-    minutes: Series[int] = pa.Field(ge=0, le=5, description="Minutes the rack reported in the partition.")
-    energy_kwh: Series[float] = pa.Field(ge=0, description="Rack energy over its reported minutes, kWh (sum of power_kw / 60).")
-    peak_power_kw: Series[float] = pa.Field(ge=0, description="Highest minute draw, kW.")
-    power_budget_kw: Series[float] = pa.Field(gt=0, description="The rack's rating in the partition (its lowest, when it changed), kW.")
-    headroom_kw: Series[float] = pa.Field(description="0.8 x power_budget_kw - peak_power_kw (NEC continuous-load limit); negative = over it.")
-    headroom_share: Series[float] = pa.Field(description="headroom_kw / (0.8 x power_budget_kw).")
-    inlet_max_c: Series[float] = pa.Field(nullable=True, description="Hottest minute's inlet, C; null = not exported.")
-    psus_failed: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True, description="Most PSUs failed in any minute; null = not exported.")
-    gpus: Series[int] = pa.Field(ge=0, description="GPUs of the rack's nodes that reported in the partition.")
-    gpus_throttled_power: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True, description="Of them, GPUs with a power clock-event bit (0x4 | 0x80) in any minute; null = no GPU of the rack reports the bitmask.")
-    gpus_throttled_thermal: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True, description="GPUs with a thermal clock-event bit (0x20 | 0x40) in any minute; null as above.")
-
-    class Config:
-        unique = ["partition_start", "region", "rack_id"]
 
 
 def node_racks(facility: pd.DataFrame) -> pd.DataFrame:

@@ -32,7 +32,7 @@ from gpu_health.codes import factorize, first_rows
 from gpu_health.metrics.goodput import STATES, first_node
 from gpu_health.timestamps import as_utc
 
-# Every loss-tree state a job holds the GPU in (goodput.py rule 5): the GPU is allocated whether it computes,
+# Every loss-tree state a job holds the GPU in (the goodput package's rule 5): the GPU is allocated whether it computes,
 # hangs, slows down or throws its work away. no_data / maintenance / hw_unavailable are not demand (no job asked),
 # idle_no_demand is free capacity, idle_blocked is waiting demand (counted apart).
 ALLOCATED_STATES = STATES[STATES.index("allocated_idle"):]

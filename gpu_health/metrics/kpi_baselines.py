@@ -65,18 +65,14 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
-import pandera.pandas as pa
-from pandera.typing import Series
 
-from gpu_health.constants import PARTITION, PARTITION_FREQ
+from gpu_health.constants import PARTITION
 from gpu_health.codes import factorize
-from gpu_health.contracts.models import ContractModel
+from gpu_health.contracts.derived import METHODS, SLICE, KpiBaselines  # noqa: F401  (KpiBaselines: its contract)
 from gpu_health.metrics.goodput import STATES
 from gpu_health.timestamps import as_utc
 
 STAR = "*"
-SLICE = ["region", "sku", "workload_class", "team"]
-METHODS = ["hour_of_week", "hour_of_day", "trailing", "none"]
 OUT_COLUMNS = ["partition_start", "series", *SLICE, "expected", "mad", "q10", "q90", "n_samples", "method"]
 SHARE_SERIES = [f"share_{s}" for s in STATES]
 # share slices: the finest (region x sku x workload_class) and its '*' totals
@@ -103,47 +99,6 @@ _COLMASK = np.zeros((len(METHODS), len(_OFFSETS)), dtype=bool)  # method -> usab
 _COLMASK[0, :_NW] = True
 _COLMASK[1, _NW:_NW + _ND] = True
 _COLMASK[2, _NW + _ND:] = True
-
-
-class KpiBaselines(ContractModel):
-    """One row per 5-minute partition x series (KPI series or loss-state share) x slice: what it is judged against."""
-
-    partition_start: Series[pd.DatetimeTZDtype] = pa.Field(
-        description="Start of the 5-minute partition judged, UTC.", dtype_kwargs={"unit": "ns", "tz": "UTC"})
-    series: Series[pd.StringDtype] = pa.Field(
-        description="A kpi_values series (<kpi> or <kpi>.<component>) or share_<state> of the loss tree.")
-    region: Series[pd.StringDtype] = pa.Field(description="Region; '*' when the series is not sliced by region.")
-    sku: Series[pd.StringDtype] = pa.Field(description="GPU model; '*' when not sliced by SKU.")
-    workload_class: Series[pd.StringDtype] = pa.Field(description="Workload class; '*' when not sliced by class.")
-    team: Series[pd.StringDtype] = pa.Field(description="Team; '*' when not sliced by team (always for shares).")
-    expected: Series[float] = pa.Field(
-        nullable=True, description="Median of the samples, in the series' unit; NaN for method none.")
-    mad: Series[float] = pa.Field(
-        ge=0, nullable=True, description="Median absolute deviation of the samples (unscaled), in the series' unit.")
-    q10: Series[float] = pa.Field(
-        nullable=True, description="10% quantile of the samples (linear interpolation), in the series' unit.")
-    q90: Series[float] = pa.Field(
-        nullable=True, description="90% quantile of the samples (linear interpolation), in the series' unit.")
-    n_samples: Series[int] = pa.Field(ge=0, description="Past partitions the statistics are computed from.")
-    method: Series[pd.StringDtype] = pa.Field(
-        isin=METHODS, description="hour_of_week | hour_of_day | trailing (cold start) | none (no baseline).")
-
-    class Config:
-        unique = ["partition_start", "series", *SLICE]
-
-    @pa.dataframe_check(name="statistics_iff_baseline")
-    def statistics_iff_baseline(cls, df: pd.DataFrame) -> Series[bool]:
-        has = df["method"] != "none"
-        return (has == df["expected"].notna()) & (has == (df["n_samples"] > 0))
-
-    @pa.dataframe_check(name="quantiles_ordered")
-    def quantiles_ordered(cls, df: pd.DataFrame) -> Series[bool]:
-        tol = 1e-9 * (1 + df["expected"].abs())
-        return df["expected"].isna() | ((df["q10"] <= df["expected"] + tol) & (df["expected"] <= df["q90"] + tol))
-
-    @pa.dataframe_check(name="partition_start_aligned_5min")
-    def partition_start_aligned_5min(cls, df: pd.DataFrame) -> Series[bool]:
-        return df["partition_start"] == df["partition_start"].dt.floor(PARTITION_FREQ)
 
 
 # --- public helpers ---------------------------------------------------------------------

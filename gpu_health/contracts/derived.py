@@ -1,13 +1,20 @@
-"""Pandera contracts of the derived tables (the KPI, baseline and finance assets)."""
+"""Pandera contracts of the derived tables (the loss tree, KPI, baseline, facility, alert, SLO, forecast and finance
+assets), beside the source tables' in :mod:`gpu_health.contracts.models`.
+
+The catalog (gpu_health/catalog.py) and the storage layer build their schema from these without importing the code
+that computes the tables; what a contract checks against (the loss-tree states, the KPI series and their units)
+comes from floor 1 (gpu_health/constants.py) or from this package (:mod:`gpu_health.contracts.kpi_catalog`).
+"""
 
 import pandas as pd
 import pandera.pandas as pa
 from pandera.engines import pandas_engine
 from pandera.typing import Series
 
-from gpu_health.constants import SEVERITIES
+from gpu_health.constants import LOSS_TREE_STATES as STATES
+from gpu_health.constants import PARTITION_FREQ, SEVERITIES
+from gpu_health.contracts.kpi_catalog import DIMENSIONS, series_units
 from gpu_health.contracts.models import ContractModel
-from gpu_health.metrics.goodput import STATES
 
 _TS = {"dtype_kwargs": {"unit": "ns", "tz": "UTC"}}
 Str = pd.StringDtype
@@ -335,3 +342,114 @@ class CapacityHeadroom(ContractModel):
 
     class Config:
         unique = ["date", "region", "sku"]
+
+# --- KPIs and their baselines -----------------------------------------------------------------------------------------
+# a kpi_values row's status: a value, a value from fewer fields than it needs, or none
+STATUSES = ["ok", "degraded", "no_data"]
+# every series the KPI catalog defines -> its unit (a kpi_values row's kpi and unit are checked against it)
+SERIES_UNITS = series_units()
+# the dimensions a kpi_baselines series is sliced by, and the rules a baseline comes from
+SLICE = ["region", "sku", "workload_class", "team"]
+METHODS = ["hour_of_week", "hour_of_day", "trailing", "none"]
+
+
+class KpiValues(ContractModel):
+    """One row per KPI series x dimension slice x 5-minute partition (see gpu_health.metrics.kpi_catalog)."""
+
+    partition_start: Series[pd.DatetimeTZDtype] = pa.Field(
+        description="Start of the 5-minute partition, UTC.", dtype_kwargs={"unit": "ns", "tz": "UTC"})
+    kpi: Series[pd.StringDtype] = pa.Field(
+        isin=list(SERIES_UNITS), description="Series: a catalog KPI name, or <kpi>.<component>.")
+    region: Series[pd.StringDtype] = pa.Field(description="Region; '*' when the KPI is not sliced by region.")
+    sku: Series[pd.StringDtype] = pa.Field(description="GPU model; '*' when not sliced by SKU.")
+    workload_class: Series[pd.StringDtype] = pa.Field(
+        description="interactive | batch | distributed | unknown; '*' when not sliced by class.")
+    team: Series[pd.StringDtype] = pa.Field(description="Team ('unknown' without metadata); '*' when not sliced by team.")
+    value: Series[float] = pa.Field(nullable=True, description="The KPI value in `unit`; NaN unless status is ok.")
+    numerator: Series[float] = pa.Field(
+        nullable=True, description="Additive numerator of a ratio series (NaN for quantile series).")
+    denominator: Series[float] = pa.Field(
+        ge=0, nullable=True, description="Additive denominator of a ratio series (number of observations for a quantile).")
+    unit: Series[pd.StringDtype] = pa.Field(description="Unit of value (ratio, s, gpus, usd per productive gpu-hour, ...).")
+    status: Series[pd.StringDtype] = pa.Field(isin=STATUSES, description="ok | degraded (a needed field is missing) | no_data.")
+
+    class Config:
+        unique = ["partition_start", "kpi", *DIMENSIONS]
+
+    @pa.dataframe_check(name="value_iff_ok")
+    def value_iff_ok(cls, df: pd.DataFrame) -> Series[bool]:
+        return (df["status"] == "ok") == df["value"].notna()
+
+    @pa.dataframe_check(name="partition_start_aligned_5min")
+    def partition_start_aligned_5min(cls, df: pd.DataFrame) -> Series[bool]:
+        return df["partition_start"] == df["partition_start"].dt.floor(PARTITION_FREQ)
+
+    @pa.dataframe_check(name="unit_matches_series")
+    def unit_matches_series(cls, df: pd.DataFrame) -> Series[bool]:
+        return df["unit"].astype(object) == df["kpi"].astype(object).map(SERIES_UNITS)
+
+
+class KpiBaselines(ContractModel):
+    """One row per 5-minute partition x series (KPI series or loss-state share) x slice: what it is judged against."""
+
+    partition_start: Series[pd.DatetimeTZDtype] = pa.Field(
+        description="Start of the 5-minute partition judged, UTC.", dtype_kwargs={"unit": "ns", "tz": "UTC"})
+    series: Series[pd.StringDtype] = pa.Field(
+        description="A kpi_values series (<kpi> or <kpi>.<component>) or share_<state> of the loss tree.")
+    region: Series[pd.StringDtype] = pa.Field(description="Region; '*' when the series is not sliced by region.")
+    sku: Series[pd.StringDtype] = pa.Field(description="GPU model; '*' when not sliced by SKU.")
+    workload_class: Series[pd.StringDtype] = pa.Field(description="Workload class; '*' when not sliced by class.")
+    team: Series[pd.StringDtype] = pa.Field(description="Team; '*' when not sliced by team (always for shares).")
+    expected: Series[float] = pa.Field(
+        nullable=True, description="Median of the samples, in the series' unit; NaN for method none.")
+    mad: Series[float] = pa.Field(
+        ge=0, nullable=True, description="Median absolute deviation of the samples (unscaled), in the series' unit.")
+    q10: Series[float] = pa.Field(
+        nullable=True, description="10% quantile of the samples (linear interpolation), in the series' unit.")
+    q90: Series[float] = pa.Field(
+        nullable=True, description="90% quantile of the samples (linear interpolation), in the series' unit.")
+    n_samples: Series[int] = pa.Field(ge=0, description="Past partitions the statistics are computed from.")
+    method: Series[pd.StringDtype] = pa.Field(
+        isin=METHODS, description="hour_of_week | hour_of_day | trailing (cold start) | none (no baseline).")
+
+    class Config:
+        unique = ["partition_start", "series", *SLICE]
+
+    @pa.dataframe_check(name="statistics_iff_baseline")
+    def statistics_iff_baseline(cls, df: pd.DataFrame) -> Series[bool]:
+        has = df["method"] != "none"
+        return (has == df["expected"].notna()) & (has == (df["n_samples"] > 0))
+
+    @pa.dataframe_check(name="quantiles_ordered")
+    def quantiles_ordered(cls, df: pd.DataFrame) -> Series[bool]:
+        tol = 1e-9 * (1 + df["expected"].abs())
+        return df["expected"].isna() | ((df["q10"] <= df["expected"] + tol) & (df["expected"] <= df["q90"] + tol))
+
+    @pa.dataframe_check(name="partition_start_aligned_5min")
+    def partition_start_aligned_5min(cls, df: pd.DataFrame) -> Series[bool]:
+        return df["partition_start"] == df["partition_start"].dt.floor(PARTITION_FREQ)
+
+
+# --- facility -------------------------------------------------------------------------------------------------------
+
+class RackFacility(ContractModel):
+    """One row per rack per 5-minute partition: energy, peak draw against the continuous-load limit, inlet, PSUs
+    and the rack's GPUs throttled for power or heat (metrics/facility.py)."""
+
+    partition_start: Series[pd.DatetimeTZDtype] = pa.Field(description="Start of the 5-minute partition, UTC.", **_TS)
+    region: Series[pd.StringDtype] = pa.Field(description="Region (hall).")
+    rack_id: Series[pd.StringDtype] = pa.Field(description="Rack.")
+    minutes: Series[int] = pa.Field(ge=0, le=5, description="Minutes the rack reported in the partition.")
+    energy_kwh: Series[float] = pa.Field(ge=0, description="Rack energy over its reported minutes, kWh (sum of power_kw / 60).")
+    peak_power_kw: Series[float] = pa.Field(ge=0, description="Highest minute draw, kW.")
+    power_budget_kw: Series[float] = pa.Field(gt=0, description="The rack's rating in the partition (its lowest, when it changed), kW.")
+    headroom_kw: Series[float] = pa.Field(description="0.8 x power_budget_kw - peak_power_kw (NEC continuous-load limit); negative = over it.")
+    headroom_share: Series[float] = pa.Field(description="headroom_kw / (0.8 x power_budget_kw).")
+    inlet_max_c: Series[float] = pa.Field(nullable=True, description="Hottest minute's inlet, C; null = not exported.")
+    psus_failed: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True, description="Most PSUs failed in any minute; null = not exported.")
+    gpus: Series[int] = pa.Field(ge=0, description="GPUs of the rack's nodes that reported in the partition.")
+    gpus_throttled_power: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True, description="Of them, GPUs with a power clock-event bit (0x4 | 0x80) in any minute; null = no GPU of the rack reports the bitmask.")
+    gpus_throttled_thermal: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True, description="GPUs with a thermal clock-event bit (0x20 | 0x40) in any minute; null as above.")
+
+    class Config:
+        unique = ["partition_start", "region", "rack_id"]
