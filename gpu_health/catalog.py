@@ -64,8 +64,7 @@ from gpu_health.contracts.table import (  # noqa: F401  (re-exported: the vocabu
     Table,
 )
 from gpu_health.contracts import derived as M
-from gpu_health.contracts.derived import KpiBaselines, KpiValues, RackFacility
-from gpu_health.diagnosis.decompose import GoodputDecomposition
+from gpu_health.contracts.derived import GoodputDecomposition, KpiBaselines, KpiValues, RackFacility
 
 # Stored columnar (Parquet in the telemetry store), never as SQL rows: every table whose rows grow with the fleet or
 # the event rate and that is read by time window, never joined in SQL by finance.

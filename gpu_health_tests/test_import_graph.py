@@ -21,10 +21,8 @@ explicit edge and is counted.
 The same graph holds the floors of the design's layout.md: every
 top-level part of the package has a floor (:data:`FLOORS`), a module imports
 only its own floor and the floors below, and each "Never" rule of the layout
-is a test of its own. A rule's violations are edges (importer, imported); the
-few that other changes still have to remove are listed in
-:data:`KNOWN_VIOLATIONS`, and a listed edge that is no longer a violation fails
-too, so the list only shrinks.
+is a test of its own. A rule's violations are edges (importer, imported), and
+none is allowed.
 """
 
 from __future__ import annotations
@@ -262,16 +260,6 @@ CONNECTIONS = frozenset({"sqlalchemy", "sqlite3", "psycopg", "psycopg2", "duckdb
 WIRING = frozenset({"defs", "definitions", "partitions", "cli"})
 WITHOUT_DAGSTER = frozenset({"metrics", "diagnosis", "contracts", "sim", "steps"})
 
-_CATALOG_MODELS = frozenset(("gpu_health.catalog", f"gpu_health.{m}") for m in (
-    "diagnosis.decompose", "metrics.facility", "metrics.kpi_baselines", "metrics.kpis", "metrics.models"))
-# Violations other changes still have to remove, by rule: each must still be one (test_known_violations_are_still_
-# violations), and nothing is added here.
-KNOWN_VIOLATIONS: dict[str, frozenset[tuple[str, str]]] = {
-    # the catalogue takes the pandera models of derived tables from the metric and detector modules that compute
-    # them: they move beside the source models (contracts/).
-    "floors": _CATALOG_MODELS,
-    "tables_know_no_computation": _CATALOG_MODELS,
-}
 
 
 def part(module: str) -> str:
@@ -326,7 +314,7 @@ def _in(*parts: str) -> Callable[[str], bool]:
     return lambda module: part(module) in parts
 
 
-# Each rule: the house -> its violations. The names are the tests' and KNOWN_VIOLATIONS' keys.
+# Each rule: the house -> its violations. The names are the tests'.
 def floors(h: House) -> set[tuple[str, str]]:
     """A floor imports only its own floor and the floors below."""
     return {(a, b) for a, b in h.edges(lambda m: True, lambda m: True) if _floor(b) > _floor(a)}
@@ -392,7 +380,7 @@ RULES = {rule.__name__: rule for rule in (
 
 
 def _check(rule) -> None:
-    found = rule(the_house()) - KNOWN_VIOLATIONS.get(rule.__name__, frozenset())
+    found = rule(the_house())
     assert not found, f"{rule.__doc__}\n" + "\n".join(f"  {a} -> {b}" for a, b in sorted(found))
 
 
@@ -438,12 +426,6 @@ def test_every_module_has_a_floor():
     parts = {part(m) for m in module_names()}
     assert not parts - FLOORS.keys(), f"parts of the package with no floor in FLOORS: {sorted(parts - FLOORS.keys())}"
     assert not FLOORS.keys() - parts, f"FLOORS names parts that no longer exist: {sorted(FLOORS.keys() - parts)}"
-
-
-@pytest.mark.parametrize("rule", sorted(KNOWN_VIOLATIONS))
-def test_known_violations_are_still_violations(rule):
-    fixed = KNOWN_VIOLATIONS[rule] - RULES[rule](the_house())
-    assert not fixed, f"fixed violations still listed in KNOWN_VIOLATIONS[{rule!r}] (remove them): {sorted(fixed)}"
 
 
 def test_no_module_imports_a_higher_floor():

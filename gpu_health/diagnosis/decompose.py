@@ -61,12 +61,10 @@ import json
 
 import numpy as np
 import pandas as pd
-import pandera.pandas as pa
-from pandera.typing import Series
 
 from gpu_health.constants import LOSS_FAMILIES, PARTITION
 from gpu_health.codes import factorize, unique_ints
-from gpu_health.contracts.models import ContractModel
+from gpu_health.contracts.derived import GoodputDecomposition  # noqa: F401  (the table's contract, re-exported)
 from gpu_health.diagnosis.drilldown import LeafSet, drill_down, drill_down_codes
 from gpu_health.metrics.goodput import LEAF_DIMS, STATE_FAMILY, STATES
 from gpu_health.timestamps import as_utc
@@ -90,40 +88,6 @@ TRAILING = pd.Timedelta(hours=2)
 OUT_COLUMNS = ["partition_start", "window_end", "rank", "state", "cause_family", "share_of_drop", "elements",
                "explanatory_power", "surprise", "actual_gpu_minutes", "expected_gpu_minutes", "evidence"]
 _EPOCH = pd.Timestamp("1970-01-01", tz="UTC")
-
-
-class GoodputDecomposition(ContractModel):
-    """One row per ranked cause of a window's goodput change against its baseline."""
-
-    partition_start: Series[pd.DatetimeTZDtype] = pa.Field(
-        description="Start of the window decomposed, UTC.", dtype_kwargs={"unit": "ns", "tz": "UTC"})
-    window_end: Series[pd.DatetimeTZDtype] = pa.Field(
-        description="End of the window (exclusive), UTC.", dtype_kwargs={"unit": "ns", "tz": "UTC"})
-    rank: Series[int] = pa.Field(
-        ge=1, description="1 = the named cause that moved the most GPU-minutes; spread rests ({}) after them.")
-    state: Series[pd.StringDtype] = pa.Field(isin=LOSS_STATES, description="Loss-tree state that grew.")
-    cause_family: Series[pd.StringDtype] = pa.Field(isin=FAMILIES, description="Cause family (see decompose's table).")
-    share_of_drop: Series[float] = pa.Field(
-        nullable=True, description="The cause's change in GPU-minutes / the drop in productive GPU-minutes, signed "
-                                   "(NaN when goodput did not move).")
-    elements: Series[pd.StringDtype] = pa.Field(
-        description="JSON object of the dimension values that carry it ({} = the rest of the state, spread).")
-    explanatory_power: Series[float] = pa.Field(description="Share of the state's change it carries, signed.")
-    surprise: Series[float] = pa.Field(ge=0, description="Jensen-Shannon surprise of the set (0 for the spread rest).")
-    actual_gpu_minutes: Series[float] = pa.Field(ge=0, description="GPU-minutes of the state in the set, window.")
-    expected_gpu_minutes: Series[float] = pa.Field(ge=0, description="Expected GPU-minutes (baseline scaled to paid).")
-    evidence: Series[pd.StringDtype] = pa.Field(description="The numbers behind it, in words.")
-
-    class Config:
-        unique = ["partition_start", "window_end", "rank"]
-
-    @pa.dataframe_check(name="window_not_empty")
-    def window_not_empty(cls, df: pd.DataFrame) -> Series[bool]:
-        return df["window_end"] > df["partition_start"]
-
-    @pa.dataframe_check(name="elements_json_object")
-    def elements_json_object(cls, df: pd.DataFrame) -> Series[bool]:
-        return df["elements"].map(lambda text: isinstance(json.loads(text), dict))
 
 
 # --- public ------------------------------------------------------------------------------
