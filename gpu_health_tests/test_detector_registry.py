@@ -78,3 +78,13 @@ def test_runbooks_doc_is_generated_from_the_detectors_and_not_stale():
     for d in DETECTORS:
         for name, family in d.emits:
             assert f"`{name}`" in runbooks_doc.family_block(family)
+
+
+def test_every_detector_module_is_registered():
+    """A module dropped into diagnosis/detectors/ and not named in MODULE_NAMES would never run."""
+    from pathlib import Path
+
+    from gpu_health.diagnosis import detectors
+
+    files = {p.stem for p in Path(detectors.__file__).parent.glob("*.py") if p.stem != "__init__"}
+    assert files == set(detectors.MODULE_NAMES)

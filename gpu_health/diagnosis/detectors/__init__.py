@@ -1,7 +1,7 @@
 """The detector registry: one module per cause family, each a list of :class:`~gpu_health.diagnosis.finding.Detector`
 (the function, the findings it raises with their families, the PartitionContext fields it reads) and the runbooks
 of the families it owns. :data:`DETECTORS` runs them in one order, which is the order of a partition's findings
-(alerts that merge findings read the first: keep it). Adding a detector is a module here and its name in MODULES.
+(alerts that merge findings read the first: keep it). Adding a detector is a module here and its name in MODULE_NAMES.
 
 The rule every detector keeps: **a page rests on direct evidence from at least two independent witnesses; the
 absence of an optional signal is missing data.** A field a collector does not export, a job that reports no
@@ -15,14 +15,15 @@ baselines, the same hour of the week, the SKU's working power in the same minute
 on any cluster. Planned maintenance never pages: nodes inside a window are excluded.
 """
 
+import importlib
 from dataclasses import fields
 
 from gpu_health.diagnosis.context import PartitionContext
-from gpu_health.diagnosis.detectors import (convergence, facility, gaming, hardware, inventory, missing_data, platform,
-                                            scheduling, serving, slowdowns, software, stalls)
 
-MODULES = (hardware, software, slowdowns, scheduling, gaming, stalls, missing_data, serving, platform, convergence,
-           inventory, facility)
+# the detector modules of this package, in the order their findings are listed
+MODULE_NAMES = ("hardware", "software", "slowdowns", "scheduling", "gaming", "stalls", "missing_data", "serving",
+                "platform", "convergence", "inventory", "facility")
+MODULES = tuple(importlib.import_module(f"{__name__}.{name}") for name in MODULE_NAMES)
 DETECTORS = [d for m in MODULES for d in m.DETECTORS]
 # family -> the first action an alert of the family quotes (and its docs/runbooks.md anchor); each family's is one
 # module's
