@@ -79,7 +79,8 @@ def context(gpu=None, network=None, leaves_frame=None, meta=None) -> PartitionCo
 
 def test_thermal_detector_fires_on_hot_throttled_gpus():
     (f,) = detect_thermal(context(gpu=gpu_rows(temp_c=88.0)))
-    assert (f.family, f.severity, f.nodes) == ("hardware", "page", NODES)
+    # (a ticket: the leaves show no compute slowdown on the nodes -- the page rule is test_detect_facility's)
+    assert (f.family, f.severity, f.nodes) == ("hardware", "ticket", NODES)
     assert "88 C" in f.evidence
 
 
@@ -107,7 +108,7 @@ def test_without_clock_event_reasons_a_hot_gpu_whose_clock_stepped_down_is_throt
     assert detect_thermal(context(gpu=gpu)) == []  # hot, but at its peers' clock
     gpu.loc[n1, "sm_clock_mhz"] = 950.0  # stepped down by a fifth
     (f,) = detect_thermal(context(gpu=gpu))
-    assert (f.severity, f.nodes) == ("page", ["n1"]) and "without clock-event reasons" in f.evidence
+    assert f.nodes == ["n1"] and "without clock-event reasons" in f.evidence
     cool = gpu.copy()
     cool.loc[n1, "temp_c"] = 75.0  # slow but not hot: not thermal
     assert detect_thermal(context(gpu=cool)) == []

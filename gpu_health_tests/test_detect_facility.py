@@ -54,14 +54,24 @@ def facility_rows(inlet=None, power=None, budget=50.0, psus=None) -> pd.DataFram
     return conform(frame, "facility_telemetry")
 
 
-def context(gpu=None, facility=None, changes=None, maintenance=None) -> PartitionContext:
+def slowdown(minutes: dict) -> pd.DataFrame:
+    """Goodput leaves: ``minutes`` (node -> GPU-minutes of slowdown_compute), the rest of each node's 40 productive."""
+    rows = [{"region": "r1", "node_id": n, "state": state, "gpu_minutes": v}
+            for n in NODES for state, v in (("slowdown_compute", minutes.get(n, 0.0)),
+                                            ("productive", 40.0 - minutes.get(n, 0.0))) if v > 0]
+    return pd.DataFrame(rows, columns=["region", "node_id", "state", "gpu_minutes"])
+
+
+def context(gpu=None, facility=None, changes=None, maintenance=None, leaves=None, start=T0) -> PartitionContext:
+    if start != T0 and gpu is not None:
+        gpu = gpu.assign(ts=gpu["ts"] + (start - T0))
     return PartitionContext(
-        start=T0, end=T0 + 5 * MIN, gpu=gpu if gpu is not None else gpu_rows(),
+        start=start, end=start + 5 * MIN, gpu=gpu if gpu is not None else gpu_rows(),
         node=empty_frame("node_telemetry"), network=empty_frame("network_telemetry"),
         runtime=empty_frame("job_runtime_metrics"), sched=empty_frame("scheduler_events"),
         changes=changes if changes is not None else empty_frame("change_events"),
         maintenance=maintenance if maintenance is not None else empty_frame("maintenance_windows"),
-        leaves=pd.DataFrame(columns=["region", "node_id", "state", "gpu_minutes"]), baselines=pd.DataFrame(),
+        leaves=leaves if leaves is not None else slowdown({}), baselines=pd.DataFrame(),
         meta=empty_frame("job_metadata"),
         inventory=pd.DataFrame({"node_id": NODES, "region": "r1", "sku": SKU, "gpus": 8}),
         region_history=pd.DataFrame(columns=["partition_start", "region", "share_idle_blocked"]),
@@ -129,6 +139,48 @@ def test_thermal_detector_defers_the_hot_racks_nodes_to_the_rack():
     assert thermal.nodes == ["n3"]  # rack b's inlet is normal: its hot GPU stays a hardware alert
     families = {(f.detector, f.family) for f in detect(ctx)}
     assert families == {("thermal_throttle", "hardware"), ("rack_cooling", "facility")}
+
+
+# --- GPU-level thermal throttling: a page needs an impact and a cause ------------------------------------------
+
+def one_hot_gpu(node="n3", gpu_index=0) -> pd.DataFrame:
+    g = gpu_rows()
+    hot = ((g["node_id"] == node) & (g["gpu_index"] == gpu_index)).to_numpy()
+    g.loc[hot, "temp_c"], g.loc[hot, "throttle_reasons"] = 87.0, 0x40
+    return g
+
+
+def test_a_single_gpu_throttled_five_minutes_without_slowdown_does_not_page():
+    found = detect(context(gpu=one_hot_gpu(), facility=facility_rows()))
+    thermal = [f for f in found if f.detector == "thermal_throttle"]
+    assert [f.severity for f in found] in ([], ["ticket"]) and all(f.nodes == ["n3"] for f in thermal)
+
+
+def test_throttling_that_slows_the_jobs_with_a_cause_pages_and_without_a_cause_tickets():
+    hot = gpu_rows(temp={"n3": 88.0}, throttle={"n3": 0x40})  # n3 runs 20 C over the same SKU's GPUs elsewhere
+    (f,) = detect_thermal(context(gpu=hot, leaves=slowdown({"n3": 12.0})))
+    assert (f.family, f.severity, f.nodes) == ("hardware", "page", ["n3"])
+    assert "warmer than" in f.evidence and "12 GPU-minutes of compute slowdown" in f.evidence
+    # the same heat, but the jobs on it lose nothing: no impact, a ticket
+    (f,) = detect_thermal(context(gpu=hot, leaves=slowdown({})))
+    assert f.severity == "ticket"
+    # every GPU of the region equally hot and slow: no node's cooling stands out (no cause witness), a ticket
+    everywhere = gpu_rows(temp={n: 88.0 for n in NODES}, throttle={n: 0x40 for n in NODES})
+    (f,) = detect_thermal(context(gpu=everywhere, leaves=slowdown({n: 12.0 for n in NODES})))
+    assert f.severity == "ticket"
+
+
+def test_a_node_throttling_briefly_again_and_again_is_one_ticket():
+    from gpu_health.diagnosis import alerts as A
+
+    snap, ids, severities = A.empty(), set(), set()
+    for k, throttled in enumerate([True, True, False, True, True, False, True]):
+        start = T0 + k * 5 * MIN
+        ctx = context(gpu=one_hot_gpu() if throttled else gpu_rows(), start=start)
+        snap = A.step(snap, detect(ctx), start, rates={}, changes=empty_frame("change_events"))
+        ids |= set(snap["alert_id"])
+        severities |= set(snap["severity"])
+    assert len(ids) == 1 and severities == {"ticket"}
 
 
 # --- rack power ------------------------------------------------------------------------------------------------

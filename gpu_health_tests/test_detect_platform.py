@@ -120,10 +120,53 @@ def test_ordinary_queueing_is_no_finding():
                       message="waiting for admission by queue us-east/batch") for k in range(4)]
     ctx = context(pods(*_pending(4, message=full), *busy, *gated), nodes())
     assert detect_pods_pending_gpu(ctx) == []
-    # the same refusal while a Ready node has all its GPUs free: the scheduler refuses capacity that exists
-    ctx = context(pods(*_pending(4, message=full), busy[0]), nodes())
+    # the same refusal of pods that one Ready node's 8 free GPUs could take, for longer than the scheduler's
+    # retry cycle: the scheduler refuses capacity that exists
+    ctx = context(pods(*_pending(PENDING_PAGE_PODS, message=full, gpu_request=2), busy[0]), nodes())
     [f] = detect_pods_pending_gpu(ctx)
     assert f.severity == "page" and "8 GPUs free" in f.evidence
+
+
+FULL = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+
+
+def test_a_pod_no_single_node_can_take_is_no_page():
+    # 4 GPUs free on each node (8 in the cluster), a pod asking for 8: no node can take it -- queueing, not a fault
+    half = [pod_rows(f"w{k}", range(-2, 5), job=f"busy{k}", node=f"n{k + 1}", gpu_request=4) for k in range(2)]
+    found = detect_pods_pending_gpu(context(pods(*_pending(PENDING_PAGE_PODS, message=FULL), *half), nodes()))
+    assert "page" not in {f.severity for f in found}
+
+
+def test_a_mass_refusal_the_free_gpus_cannot_serve_is_a_capacity_ticket():
+    # 4 pods of 8 GPUs against one node's 8 free: each fits alone, together they are capacity
+    busy = pod_rows("w0", range(-2, 5), job="busy0", node="n1", gpu_request=8)
+    [f] = detect_pods_pending_gpu(context(pods(*_pending(4, message=FULL), busy), nodes()))
+    assert f.severity == "ticket" and "capacity" in f.evidence
+
+
+def test_a_refusal_within_the_schedulers_retry_cycle_or_with_other_constraints_is_no_page():
+    busy = pod_rows("w0", range(-2, 5), job="busy0", node="n1", gpu_request=8)
+    # refused for 4 minutes: within the scheduler's retry of unschedulable pods (churn)
+    short = _pending(PENDING_PAGE_PODS, minutes=range(1, 5), message=FULL, gpu_request=2)
+    assert detect_pods_pending_gpu(context(pods(*short, busy), nodes())) == []
+    # n2 freed only at the partition's last minute (its pod ended then): the scheduler has not yet retried
+    ending = pod_rows("w1", range(-2, 4), job="busy1", node="n2", gpu_request=8)
+    late = _pending(PENDING_PAGE_PODS, message=FULL, gpu_request=2)
+    assert detect_pods_pending_gpu(context(pods(*late, busy, ending), nodes())) == []
+    # the free node is excluded by another of the pods' constraints (the scheduler says so): not the scheduler's fault
+    other = "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) didn't match Pod's node affinity/selector."
+    found = detect_pods_pending_gpu(context(pods(*_pending(PENDING_PAGE_PODS, message=other, gpu_request=2), busy),
+                                            nodes()))
+    assert "page" not in {f.severity for f in found}
+
+
+def test_a_crash_looping_pod_holding_gpus_is_its_jobs_software_fault_not_scheduling():
+    restarts = [0, 1, 2, 2, 3, 3, 4, 4, 4, 5, 5, 5, 5, 5, 6]
+    loop = [pod_rows(f"j1-{k}", range(-10, 5), reason="CrashLoopBackOff", restarts=restarts, node=f"n{k + 1}")
+            for k in range(2)]
+    pending = _pending(PENDING_PAGE_PODS, message=FULL, gpu_request=8)
+    found = detect_platform(context(pods(*loop, *pending), nodes()))
+    assert [(f.detector, f.family) for f in found] == [("crash_loop", "software")]
 
 
 # --- crash_loop ---

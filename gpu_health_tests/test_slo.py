@@ -168,6 +168,26 @@ def test_the_detector_pages_with_family_software_and_says_when_the_sli_is_interp
     assert "interpolated" in found[0].evidence and "14.4x" in found[0].evidence
 
 
+def test_a_burn_at_the_first_look_or_with_windows_not_filled_does_not_page():
+    # the service's first partition: every window holds these five minutes, none is filled
+    first = detect_slo_burn(_ctx(_rows(1, 6000.0, 1200.0, slo="ttft-p99", model="support-assistant")))
+    assert [f.severity for f in first] == ["ticket"]
+    # forty minutes of data: the one-hour window is not yet covered
+    part = detect_slo_burn(_ctx(_rows(8, 6000.0, 1200.0, slo="ttft-p99", model="support-assistant")))
+    assert [f.severity for f in part] == ["ticket"]
+
+
+def test_a_chronic_breach_is_a_ticket_naming_the_objective_and_a_new_burn_pages():
+    # TTFT p99 over its objective for three days: the service's own history burns as much, nothing new
+    chronic = detect_slo_burn(_ctx(_rows(864, 6000.0, 1200.0, slo="ttft-p99", model="support-assistant")))
+    assert [(f.detector, f.severity) for f in chronic] == [("slo_burn", "ticket")]
+    assert f"{BY_NAME['ttft-p99'].objective:.3%}" in chronic[0].summary and "chronic" in chronic[0].summary
+    # the same burn after two healthy hours: new against the service's history, a page
+    bad = np.r_[np.full(24, 10.0), np.full(12, 1200.0)]
+    (f,) = detect_slo_burn(_ctx(_rows(36, 6000.0, bad, slo="ttft-p99", model="support-assistant")))
+    assert f.severity == "page"
+
+
 def test_the_detector_tickets_an_absent_sli_as_missing_data_and_is_silent_without_serving():
     rows = _rows(24, 6000.0, 1.0).iloc[:-1]
     found = detect_slo_burn(_ctx(rows))

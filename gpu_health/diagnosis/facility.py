@@ -118,7 +118,9 @@ def _gpu_heat_by_node(ctx) -> pd.DataFrame:
                       "busy": g["gpu_util_pct"].to_numpy(dtype=float) >= REPORTED_BUSY_UTIL_PCT, "temp": temp,
                       "thermal": ~np.isnan(thr) & ((bits & THERMAL_BITS) > 0) & (temp >= THERMAL_TEMP_C)})
     racks = _racks(ctx)
-    d["rack_id"] = d["node_id"].map(racks.set_index("node_id")["rack_id"]) if len(racks) else None
+    rack = d["node_id"].map(racks.set_index("node_id")["rack_id"]) if len(racks) else pd.Series(np.nan, index=d.index)
+    # a node in no known rack (no facility data for it) is its own unit of cooling: its peers are the other nodes
+    d["rack_id"] = rack.astype(object).where(rack.notna(), "node:" + d["node_id"].astype(str))
     d = d[~np.isnan(d["temp"].to_numpy())]
     # peers: the same region, SKU, state and minute in other racks (a median per rack, then over the racks, so a
     # big rack does not outvote the rest)
@@ -130,6 +132,24 @@ def _gpu_heat_by_node(ctx) -> pd.DataFrame:
     peer_mean = (d["sum"] - d["rack_med"]) / peers.where(peers > 0)
     d["excess"] = d["temp"] - peer_mean
     return d.groupby("node_id").agg(thermal=("thermal", "sum"), excess=("excess", "median")).reset_index()
+
+
+def thermal_causes(ctx, nodes) -> dict[str, str]:
+    """node -> the cause its GPUs' heat has, for those of ``nodes`` with one: its rack's inlet above INLET_MAX_C
+    (hot_racks), or its GPUs GPU_WARMER_C over the same SKU's GPUs in the same state elsewhere in the region (its
+    own cooling lost: fans, airflow, heatsink). A node as hot as its peers has no cause of its own: the load (or
+    a hall too warm for all, which its racks' inlets name)."""
+    out: dict[str, str] = {}
+    hot = hot_racks(ctx)
+    if len(hot):
+        racks = _racks(ctx).merge(hot, on=["region", "rack_id"])
+        for r in racks[racks["node_id"].isin(nodes)].itertuples(index=False):
+            out[r.node_id] = f"rack {r.rack_id}'s inlet {r.inlet_max:.1f} C above the {INLET_MAX_C:.0f} C ASHRAE limit"
+    heat = _gpu_heat_by_node(ctx)
+    warm = heat[heat["node_id"].isin(nodes) & (heat["excess"] >= GPU_WARMER_C)]
+    for n, excess in zip(warm["node_id"], warm["excess"]):
+        out.setdefault(n, f"its GPUs {excess:.1f} C warmer than the same SKU's GPUs elsewhere in the region")
+    return out
 
 
 def detect_rack_cooling(ctx) -> list:

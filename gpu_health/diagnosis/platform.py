@@ -14,9 +14,12 @@ cpu_fallback            software     ml-platform     every pod of a GPU job Runn
 pods_pending_gpu        scheduling   ml-platform     pods Unschedulable on the untolerated ``nvidia.com/gpu``
                                                      taint for 3+ minutes (the scheduler's message) + the
                                                      region's GPU nodes carry that taint (the nodes' spec), 3+
-                                                     pods; ``Insufficient nvidia.com/gpu`` only while a Ready,
-                                                     schedulable node has the free allocatable GPUs (else it is
-                                                     ordinary queueing: nothing); ticket under 3 pods
+                                                     pods; ``Insufficient nvidia.com/gpu`` only past the
+                                                     scheduler's 5-min retry while a Ready, schedulable node
+                                                     has the pod's request free all partition (else queueing:
+                                                     nothing), every node refused for GPUs alone and the free
+                                                     GPUs enough for them all (else a capacity ticket);
+                                                     ticket under 3 pods
 crash_loop              software     ml-platform     pods in CrashLoopBackOff whose restart counter rose by 3+
                                                      in 10 minutes (from 0 for a pod created in them; 1+ once
                                                      the alert is open: the kubelet's back-off caps at 5
@@ -64,8 +67,16 @@ RESTART_LOOP = 3
 RESTART_KEEP = 1
 # a job's workers all looping is the job broken (a page when they hold GPUs); one pod is its owner's ticket
 CRASH_PAGE_PODS = 2
+# The kube-scheduler retries every unschedulable pod at the latest after podMaxInUnschedulablePodsDuration (5 min
+# by default; a freed node usually triggers the retry at once): a pod refused for ``Insufficient nvidia.com/gpu``
+# for longer than that, while a node could take it, was retried against that node and refused again -- shorter is
+# the churn of pods ending and starting between two scheduling cycles
+PENDING_CHURN = pd.Timedelta(minutes=5)
 TAINT_MESSAGE = re.compile(r"untolerated taint[^:]*\{\s*" + re.escape(GPU_RESOURCE), re.IGNORECASE)
 INSUFFICIENT_MESSAGE = re.compile(r"Insufficient " + re.escape(GPU_RESOURCE), re.IGNORECASE)
+# the scheduler's verdict per node: "0/N nodes are available: K Insufficient nvidia.com/gpu[, M <another reason>]"
+NODES_AVAILABLE = re.compile(r"0/(\d+) nodes are available:")
+NODES_INSUFFICIENT = re.compile(r"(\d+) Insufficient " + re.escape(GPU_RESOURCE), re.IGNORECASE)
 
 
 def _evidence(detector: str, text: str) -> str:
@@ -197,24 +208,37 @@ def _pending_runs(pods: pd.DataFrame, ctx, pattern: re.Pattern) -> pd.DataFrame:
     return last.merge(minutes.reset_index(), on=["namespace", "pod"])
 
 
-def _free_gpus(ctx, region: str) -> tuple[int, bool]:
-    """The most free allocatable GPUs on one Ready, schedulable node of ``region`` in the partition's last minute
-    (allocatable less the running pods' requests), and whether its GPU nodes carry the nvidia.com/gpu taint."""
+def _free_gpus(ctx, region: str) -> tuple[pd.Series, bool]:
+    """Free allocatable GPUs per Ready, schedulable node of ``region`` (allocatable less the running pods' requests)
+    at their fewest over the partition's minutes -- a node NotReady, cordoned or unreported in a minute has none
+    then -- and whether the region's GPU nodes carry the nvidia.com/gpu taint (the partition's last minute)."""
     nodes = ctx.kube_nodes
+    none = pd.Series(dtype=float)
     if not _present(nodes):
-        return 0, False
-    n = _in_partition(nodes, ctx)
+        return none, False
+    n = _obj(_in_partition(nodes, ctx), ["node_id", "region"])
     n = n[n["region"] == region]
     if n.empty:
-        return 0, False
-    n = n[n["ts"] == n["ts"].max()]
-    tainted = bool(n.loc[n["gpu_capacity"] > 0, "taints"].fillna("").astype(str).str.contains(GPU_RESOURCE, regex=False).any())
+        return none, False
+    last = n[n["ts"] == n["ts"].max()]
+    tainted = bool(last.loc[last["gpu_capacity"] > 0, "taints"].fillna("").astype(str).str.contains(GPU_RESOURCE, regex=False).any())
     p = ctx.kube_pods
-    p = p[(p["ts"] == n["ts"].iloc[0]) & (p["phase"] == "Running")]
-    used = p.groupby(p["node_id"].astype(object))["gpu_request"].sum()
+    p = _obj(p[p["ts"].isin(set(n["ts"])) & (p["phase"] == "Running")], ["node_id"])
+    used = p.groupby(["ts", "node_id"])["gpu_request"].sum()
     ok = n[n["ready"] & ~n["unschedulable"]]
-    free = ok["gpu_allocatable"].to_numpy() - used.reindex(ok["node_id"].astype(object)).fillna(0).to_numpy()
-    return int(free.max()) if len(free) else 0, tainted
+    free = ok["gpu_allocatable"].to_numpy() - used.reindex(pd.MultiIndex.from_frame(ok[["ts", "node_id"]])).fillna(0).to_numpy()
+    grid = pd.Series(free, index=pd.MultiIndex.from_frame(ok[["node_id", "ts"]])).unstack("ts")
+    grid = grid.reindex(columns=sorted(set(n["ts"]))).fillna(0)
+    return grid.min(axis=1).clip(lower=0), tainted
+
+
+def _only_gpus_refused(message) -> bool:
+    """The scheduler refused every node for GPUs alone ("0/N nodes are available: N Insufficient nvidia.com/gpu"):
+    no other constraint of the pod (affinity, selector, taint, CPU, memory) excluded a node. An unparsable message
+    tells nothing and is not read as GPUs alone."""
+    text = "" if pd.isna(message) else str(message)
+    total, gpus = NODES_AVAILABLE.search(text), NODES_INSUFFICIENT.search(text)
+    return bool(total and gpus and int(gpus.group(1)) == int(total.group(1)))
 
 
 def detect_pods_pending_gpu(ctx) -> list[Finding]:
@@ -224,9 +248,12 @@ def detect_pods_pending_gpu(ctx) -> list[Finding]:
       take them -- never ordinary queueing. Witness 1 the scheduler's message on each pod, for PLATFORM_MINUTES or
       more in a row; witness 2 the nodes' own spec: the region's GPU nodes carry the nvidia.com/gpu taint. Page
       from PENDING_PAGE_PODS pods with both; a ticket under that, or when kube_nodes is absent.
-    * ``Insufficient nvidia.com/gpu``: ordinary queueing while the cluster is full (nothing), and a finding only
-      while a Ready, schedulable node of the region has at least the pod's request free (allocatable less the
-      running pods' requests: the scheduler refuses capacity that exists).
+    * ``Insufficient nvidia.com/gpu``: ordinary queueing while no node can take a pod by its own request (nothing).
+      Judged for pods refused longer than PENDING_CHURN while a Ready, schedulable node had at least the pod's
+      request free in every minute of the partition (allocatable less the running pods' requests). Page from
+      PENDING_PAGE_PODS such pods when the scheduler names GPUs as every node's only shortfall and the free GPUs
+      could take them all (the scheduler refuses capacity that exists); a ticket when the pods need more than is
+      free (capacity) or other constraints of theirs exclude nodes.
     Pods held by a queue (``SchedulingGated``) are queueing by definition and never read here.
     """
     pods = ctx.kube_pods
@@ -236,22 +263,30 @@ def detect_pods_pending_gpu(ctx) -> list[Finding]:
     taint = _pending_runs(pods, ctx, TAINT_MESSAGE)
     taint = taint[taint["minutes"] >= PLATFORM_MINUTES]
     short = _pending_runs(pods, ctx, INSUFFICIENT_MESSAGE)
-    short = short[short["minutes"] >= PLATFORM_MINUTES]
+    short = short[short["minutes"] > PENDING_CHURN / MINUTE]
     for region in sorted(set(taint["region"]) | set(short["region"])):
         free, tainted = _free_gpus(ctx, region)
+        most = int(free.max()) if len(free) else 0
         t = taint[taint["region"] == region]
-        s = short[(short["region"] == region) & (short["gpu_request"] <= free)] if free > 0 else short.iloc[0:0]
+        s = short[(short["region"] == region) & (short["gpu_request"] <= most)] if most > 0 else short.iloc[0:0]
         rows = pd.concat([t, s])
         if rows.empty:
             continue
-        witnessed = (len(t) and tainted) or (len(s) and free > 0)
+        only_gpus = s["message"].map(_only_gpus_refused).astype(bool) if len(s) else s["message"].astype(bool)
+        need, have = int(s["gpu_request"].sum()), int(free.sum())
+        capacity = need > have
+        witnessed = (len(t) and tainted) or (len(s) and only_gpus.all() and not capacity)
         severity = "page" if witnessed and len(rows) >= PENDING_PAGE_PODS else "ticket"
         what = []
         if len(t):
             what.append(f"{len(t)} pod(s) lack the toleration of the GPU taint ({GPU_RESOURCE}) "
                         + ("which the region's GPU nodes carry" if tainted else "(kube_nodes absent: the taint is unconfirmed)"))
         if len(s):
-            what.append(f"{len(s)} pod(s) refused for Insufficient {GPU_RESOURCE} while a Ready node has {free} GPUs free")
+            what.append(f"{len(s)} pod(s) refused for Insufficient {GPU_RESOURCE} for over "
+                        f"{int(PENDING_CHURN / MINUTE)} minutes while a Ready node has {most} GPUs free all partition"
+                        + (f" (capacity: they request {need} GPUs, the free nodes hold {have})" if capacity else "")
+                        + ("" if only_gpus.all() else
+                           f" ({int((~only_gpus).sum())} of them excluded from nodes by other constraints of theirs)"))
         out.append(Finding(
             "pods_pending_gpu", FAMILY["pods_pending_gpu"], severity, region, f"pods_pending_gpu|{region}",
             team=",".join(sorted(set(rows["namespace"]))),

@@ -26,7 +26,7 @@ from gpu_health.constants import THERMAL_BITS, THERMAL_TEMP_C, XID_GPU_FAULT, Ca
 from gpu_health.diagnosis.context import (DEPLOY_LOOKBACK, MIN_MISSING_MINUTES, _MINUTE_NS, _NAT, PartitionContext,
                                           _gpu_codes, _gpu_maint, _gpu_minute, _gpu_xid_fault, _in_maintenance, _ns,
                                           _per_inventory, _scope_nodes, _state, _ts_slice, _windows_now)
-from gpu_health.diagnosis.facility import defer_to_rack
+from gpu_health.diagnosis.facility import defer_to_rack, thermal_causes
 from gpu_health.diagnosis.finding import Detector, Finding
 
 
@@ -342,6 +342,15 @@ def detect_hardware(ctx: PartitionContext) -> list[Finding]:
 
 
 def detect_thermal(ctx: PartitionContext) -> list[Finding]:
+    """GPUs thermally throttled (THERMAL_BITS at THERMAL_TEMP_C, or a stepped-down clock where the bits are not
+    exported) for MIN_THERMAL_GPU_MINUTES on a node, one finding per region.
+
+    Page: on a node whose throttling costs work -- the loss tree's slowdown_compute on it reaches what the
+    smallest thermal clock step costs on its throttled busy GPU-minutes (THERMAL_CLOCK_RATIO) -- AND whose heat
+    has a cause of its own (:func:`gpu_health.diagnosis.facility.thermal_causes`: its rack's inlet, or its GPUs
+    warmer than the same SKU's elsewhere). Ticket otherwise: a GPU meeting its slowdown temperature under a heavy
+    kernel with no job slowed is the node's history, kept under the region's one alert key (re-opened and
+    updated each time it recurs), never a page of its own."""
     g = ctx.gpu
     out = []
     if not (g["temp_c"].to_numpy(dtype=float, na_value=np.nan) >= THERMAL_TEMP_C).any():
@@ -359,15 +368,27 @@ def detect_thermal(ctx: PartitionContext) -> list[Finding]:
             continue
         nodes = sorted(per_node.index)
         sub = grp[grp["node_id"].isin(nodes)]
-        busy = sub["job_id"].notna().any()
+        busy = sub[sub["job_id"].notna()].groupby("node_id").size()  # throttled GPU-minutes a job held
         slow = _state(ctx, "slowdown_compute", ["region", "node_id"])
-        lost = float(sum(v for (r, n), v in slow.items() if r == region and n in nodes))
-        out.append(Finding("thermal_throttle", "hardware", "page" if busy else "ticket", region, f"thermal_throttle|{region}",
-                           nodes=nodes, lost_gpu_minutes=lost,
-                           summary=f"Thermal throttling in {region} on {', '.join(nodes)}",
+        lost_on = {n: float(v) for (r, n), v in slow.items() if r == region and n in nodes}
+        lost = float(sum(lost_on.values()))
+        # a thermal step takes at least 1 - THERMAL_CLOCK_RATIO of the clock: a job bound by the GPU loses at least
+        # that share of the throttled minutes; a loss tree showing less on the node saw no job slowed by it
+        slowed = [n for n in nodes if busy.get(n, 0) > 0 and lost_on.get(n, 0.0) >= (1 - THERMAL_CLOCK_RATIO) * busy[n]]
+        causes = thermal_causes(ctx, nodes)
+        paging = [n for n in slowed if n in causes]
+        if paging:
+            summary = f"Thermal throttling in {region} on {', '.join(nodes)} slows the jobs on {', '.join(paging)}"
+        else:
+            why = "no job slowed by it" if not slowed else "no cause of its own seen (inlet, node cooling)"
+            summary = f"Thermal throttling in {region} on {', '.join(nodes)} ({why}): the nodes' history, no page"
+        out.append(Finding("thermal_throttle", "hardware", "page" if paging else "ticket", region,
+                           f"thermal_throttle|{region}", nodes=nodes, lost_gpu_minutes=lost, summary=summary,
                            evidence=f"{int(per_node.sum())} GPU-minutes thermally throttled at up to "
                                     f"{sub['temp_c'].max():.0f} C, SM clock median {sub['sm_clock_mhz'].median():.0f} MHz; "
                                     f"{lost:.0f} GPU-minutes of compute slowdown"
+                                    + (f" (jobs slowed on {', '.join(slowed)})" if slowed else "")
+                                    + "".join(f"; {n}: {c}" for n, c in sorted(causes.items()))
                                     + (f" ({no_bits} of the GPU-minutes from a collector without clock-event reasons: "
                                        f"slowdown temperature and an SM clock under {THERMAL_CLOCK_RATIO:.0%} of the "
                                        "SKU's other busy GPUs)" if no_bits else "")))

@@ -6,6 +6,7 @@ guard and absence rule are gpu_health.metrics.slo's (docs/slos.md).
 
 import pandas as pd
 
+from gpu_health.constants import PARTITION
 from gpu_health.diagnosis.context import PartitionContext
 from gpu_health.diagnosis.finding import Detector, Finding
 
@@ -19,6 +20,28 @@ SLO_ABSENT_FAMILY = "missing_data"  # an SLI's series gone: its exporter or scra
 def _window_text(td: pd.Timedelta) -> str:
     minutes = int(td / pd.Timedelta(minutes=1))
     return f"{minutes // 1440} d" if minutes % 1440 == 0 else f"{minutes // 60} h" if minutes % 60 == 0 else f"{minutes} min"
+
+
+def _not_new(rows: pd.DataFrame, r, start: pd.Timestamp, budget: float) -> str | None:
+    """Why the page-level burn ``r`` (an evaluate_burns row) is not a page, None when it is one.
+
+    A page says the service started burning: its long window must be filled -- the service's SLI reported from
+    the window's first partition on (a window holding less is the first look at a service, whose burn may be a
+    week old) -- and the same span just before that window, the service's own history, must have burned below the
+    factor. A history burning as fast is a chronic breach of the objective (a ticket); none is no contrast."""
+    key = (rows["slo"] == r["slo"]) & (rows["region"] == r["region"]) & (rows["model_name"] == r["model_name"])
+    mine = rows[key & rows["total_events"].astype("float64").notna() & (rows["partition_start"] <= start)]
+    long_w = r["long_window"]
+    if mine.empty or mine["partition_start"].min() > start - long_w + PARTITION:
+        return f"its {_window_text(long_w)} window not yet filled: the first look at the service"
+    before = mine[(mine["partition_start"] > start - 2 * long_w) & (mine["partition_start"] <= start - long_w)]
+    total, bad = float(before["total_events"].sum()), float(before["bad_events"].sum())
+    if not total > 0:
+        return f"no history in the {_window_text(long_w)} before the window to tell a new burn from an old one"
+    if bad / total / budget > r["factor"]:
+        return (f"chronic: it burned {bad / total / budget:.1f}x in the {_window_text(long_w)} before the window "
+                f"as well, no new burn")
+    return None
 
 
 def _release_findings(ctx: PartitionContext) -> list[Finding]:
@@ -61,7 +84,9 @@ def detect_slo_burn(ctx: PartitionContext) -> list[Finding]:
 
     Burns are judged by :func:`gpu_health.metrics.slo.evaluate_burns` on the slo_error_budgets rows; the two
     witnesses of a page are the long and the short window over the factor, each with at least
-    ``MIN_BAD_EVENTS`` bad events. A threshold inside a histogram bucket is said to be interpolated."""
+    ``MIN_BAD_EVENTS`` bad events -- and a page needs its long window filled and the service's history before it
+    burning slower (:func:`_not_new`): the first look at a service, or a chronic breach, is a ticket naming the
+    objective. A threshold inside a histogram bucket is said to be interpolated."""
     release = _release_findings(ctx)
     if ctx.slo_events is None or ctx.slo_events.empty:
         return release
@@ -81,15 +106,20 @@ def detect_slo_burn(ctx: PartitionContext) -> list[Finding]:
                          f"report nothing in this partition: the SLO cannot be judged. Check the model's exporter and "
                          f"its scrape (and whether the model was retired on purpose)."))
             continue
+        severity, summary = r["severity"], (f"{r['model_name']} in {r['region']} burns the error budget of {slo.name} "
+                                             f"({slo.title}) at {r['long_burn']:.1f}x over {_window_text(r['long_window'])}")
+        why = _not_new(ctx.slo_events, r, ctx.start, slo.budget) if severity == "page" else None
+        if why:
+            severity = "ticket"
+            summary = (f"{r['model_name']} in {r['region']} breaches the objective {slo.objective:.3%} of {slo.name} "
+                       f"({slo.title}), {r['long_burn']:.1f}x over {_window_text(r['long_window'])}; {why}")
         budget_left = r["error_budget_remaining"]
         left = f"; error budget remaining over {slo.window}: {budget_left:.0%}" if pd.notna(budget_left) else ""
         interp = (f" The threshold {slo.threshold_s:g} s is no bucket bound of the histogram: the bad events are "
                   f"interpolated linearly within the bucket (Prometheus' rule), an estimate, not a count."
                   if r["interpolated"] else "")
         out.append(Finding(
-            detector="slo_burn", family=SLO_FAMILY, severity=r["severity"], region=r["region"], key=key,
-            summary=f"{r['model_name']} in {r['region']} burns the error budget of {slo.name} ({slo.title}) at "
-                    f"{r['long_burn']:.1f}x over {_window_text(r['long_window'])}",
+            detector="slo_burn", family=SLO_FAMILY, severity=severity, region=r["region"], key=key, summary=summary,
             evidence=f"Burn rate {r['long_burn']:.1f}x over {_window_text(r['long_window'])} and {r['short_burn']:.1f}x "
                      f"over {_window_text(r['short_window'])} (alert above {r['factor']:g}x in both, each window with "
                      f"at least {MIN_BAD_EVENTS} bad events): {r['bad_events']:.0f} bad of {r['total_events']:.0f} "
