@@ -12,17 +12,12 @@ import pandas as pd
 import pytest
 
 from gpu_health.contracts.models import columns, conform, empty_frame
-<<<<<<< HEAD
 from gpu_health.diagnosis.context import PartitionContext
 from gpu_health.diagnosis.detect import detect
 from gpu_health.diagnosis.detectors.gaming import detect_no_progress
 from gpu_health.diagnosis.detectors.hardware import detect_thermal
 from gpu_health.diagnosis.detectors.slowdowns import detect_slowdowns
-from gpu_health.metrics.models import GoodputLeaves
-=======
-from gpu_health.diagnosis.detect import PartitionContext, detect, detect_no_progress, detect_slowdowns, detect_thermal
 from gpu_health.contracts.derived import GoodputLeaves
->>>>>>> wt-metrics
 
 T0 = pd.Timestamp("2026-11-03T10:00:00Z")
 MIN = pd.Timedelta(minutes=1)
