@@ -253,17 +253,21 @@ def serve_metrics(warehouse: str | None, port: int, address: str, *, once: bool 
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gpu-health", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+# --- the command line: one parser and one dispatch per sub-command --------------------------
+_WAREHOUSE_HELP = "SQLAlchemy URL (default: $GPU_HEALTH_WAREHOUSE_URL or sqlite:///var/warehouse.db)"
+
+
+def _add_simulate(sub) -> argparse.ArgumentParser:
     p_sim = sub.add_parser("simulate", help="write a scenario's landing zone and labels.parquet")
     p_sim.add_argument("--scenario", required=True)
     p_sim.add_argument("--start")
     p_sim.add_argument("--end")
     p_sim.add_argument("--landing", required=True)
-    p_run = sub.add_parser("run", help="materialize every asset for each partition in a range, in-process")
-    p_run.add_argument("--start", required=True)
-    p_run.add_argument("--end", required=True)
+    return p_sim
+
+
+def _add_run_sources(p_run: argparse.ArgumentParser) -> None:
+    """``run``'s flags naming where the telemetry comes from (a scenario, a landing zone, Prometheus, Slurm, IPMI)."""
     g = p_run.add_mutually_exclusive_group()
     g.add_argument("--scenario", help="simulate this scenario (the embedded default source)")
     g.add_argument("--landing", help="read the landing zone in this directory")
@@ -290,7 +294,14 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--ipmi-racks", help="rack inventory (CSV/YAML: rack_id, region, node_ids, power_budget_kw): read "
                                             "facility_telemetry from ipmi_exporter series in the --prometheus-url Prometheus")
     p_run.add_argument("--ipmi-hall-metric", help="the hall power meter's metric (watts, region label) for PUE")
-    p_run.add_argument("--warehouse", help="SQLAlchemy URL (default: $GPU_HEALTH_WAREHOUSE_URL or sqlite:///var/warehouse.db)")
+
+
+def _add_run(sub) -> argparse.ArgumentParser:
+    p_run = sub.add_parser("run", help="materialize every asset for each partition in a range, in-process")
+    p_run.add_argument("--start", required=True)
+    p_run.add_argument("--end", required=True)
+    _add_run_sources(p_run)
+    p_run.add_argument("--warehouse", help=_WAREHOUSE_HELP)
     p_run.add_argument("--partition-start", help="first partition key of the code location (default: the range start)")
     p_run.add_argument("--direct", action="store_true",
                        help="the bulk path: run the same steps over the range without Dagster runs (no run history "
@@ -305,6 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--chunk-hours", type=float,
                        help="with --direct: the pieces of each day the range runs in (default 8; 24: whole days). "
                             "Shorter pieces hold less memory at once for a little more CPU; the tables are the same")
+    return p_run
+
+
+def _add_evaluate(sub) -> argparse.ArgumentParser:
     p_eval = sub.add_parser("evaluate", help="score detection, attribution and false pages on a scenario suite")
     p_eval.add_argument("--scenarios", required=True, help="directory of scenario YAML files")
     p_eval.add_argument("--out", required=True, help="JSON report path")
@@ -316,34 +331,115 @@ def main(argv: list[str] | None = None) -> int:
     p_eval.add_argument("--static-rules", action="store_true",
                         help="score the seeds' static Prometheus rules (deploy/prometheus/seed_rules.yml) on the same "
                              "simulated telemetry instead, replayed by a real Prometheus")
+    return p_eval
+
+
+def _add_report(sub) -> argparse.ArgumentParser:
     p_rep = sub.add_parser("report", help="a window's alerts and goodput decomposition, as Markdown")
-    p_rep.add_argument("--warehouse", help="SQLAlchemy URL (default: $GPU_HEALTH_WAREHOUSE_URL or sqlite:///var/warehouse.db)")
+    p_rep.add_argument("--warehouse", help=_WAREHOUSE_HELP)
     p_rep.add_argument("--start", required=True)
     p_rep.add_argument("--end", required=True)
     p_rep.add_argument("--scenario", help="add this scenario's injected incidents (ground truth)")
     p_rep.add_argument("--out", help="write the Markdown here instead of printing it")
+    return p_rep
+
+
+def _add_export(sub) -> argparse.ArgumentParser:
     p_exp = sub.add_parser("export", help="write one table's rows for a range to Parquet or CSV, wherever it is stored")
     p_exp.add_argument("table", help="table name, e.g. gpu_telemetry, goodput_states, alerts")
     p_exp.add_argument("--start", required=True)
     p_exp.add_argument("--end", required=True)
     p_exp.add_argument("--out", required=True, help="FILE.parquet or FILE.csv (the suffix picks the format)")
-    p_exp.add_argument("--warehouse", help="SQLAlchemy URL (default: $GPU_HEALTH_WAREHOUSE_URL or sqlite:///var/warehouse.db)")
-    for p in (p_run, p_rep, p_exp):
-        p.add_argument("--telemetry-dir", help="the columnar telemetry store (default: $GPU_HEALTH_TELEMETRY_DIR, or "
-                                               "beside a SQLite warehouse: var/warehouse.db -> var/telemetry/)")
+    p_exp.add_argument("--warehouse", help=_WAREHOUSE_HELP)
+    return p_exp
+
+
+def _add_serve_metrics(sub) -> argparse.ArgumentParser:
     p_srv = sub.add_parser("serve-metrics", help="expose the latest partition's north star, loss tree, KPIs, open alerts "
                                                  "and wasted spend for Prometheus to scrape (OpenMetrics)")
-    p_srv.add_argument("--warehouse", help="SQLAlchemy URL (default: $GPU_HEALTH_WAREHOUSE_URL or sqlite:///var/warehouse.db)")
+    p_srv.add_argument("--warehouse", help=_WAREHOUSE_HELP)
     p_srv.add_argument("--port", type=int, default=9464)
     p_srv.add_argument("--address", default="0.0.0.0", help="listen address (default 0.0.0.0; 127.0.0.1 for loopback only)")
     p_srv.add_argument("--once", action="store_true", help="print the exposition once and exit (no server)")
+    return p_srv
+
+
+def _add_slo(sub) -> None:
     p_slo = sub.add_parser("slo", help="the serving SLO catalogue (docs/slos.md)")
     slo_sub = p_slo.add_subparsers(dest="slo_command", required=True)
     p_slo_exp = slo_sub.add_parser("export", help="write the SLO catalogue as OpenSLO v1 YAML")
     p_slo_exp.add_argument("--out", help="write the YAML here instead of printing it")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpu-health", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_sim, p_run, p_eval = _add_simulate(sub), _add_run(sub), _add_evaluate(sub)
+    p_rep, p_exp, p_srv = _add_report(sub), _add_export(sub), _add_serve_metrics(sub)
+    _add_slo(sub)
+    for p in (p_run, p_rep, p_exp):
+        p.add_argument("--telemetry-dir", help="the columnar telemetry store (default: $GPU_HEALTH_TELEMETRY_DIR, or "
+                                               "beside a SQLite warehouse: var/warehouse.db -> var/telemetry/)")
     for p in (p_sim, p_run, p_eval, p_rep, p_exp, p_srv):
         p.add_argument("--quiet", action="store_true")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _slo(args) -> int:
+    from gpu_health.metrics.slo_docs import openslo_yaml
+
+    text = openslo_yaml()
+    if args.out:
+        Path(args.out).write_text(text)
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _evaluate(args) -> dict:
+    from gpu_health.evaluation.scorer import table
+
+    if args.static_rules:
+        from gpu_health.evaluation.static_rules import evaluate_static
+
+        report = evaluate_static(args.scenarios, args.out, pattern=args.pattern)
+    else:
+        from gpu_health.evaluation.harness import evaluate
+
+        report = evaluate(args.scenarios, args.out, run=run, workers=args.workers, pattern=args.pattern,
+                          resume=args.resume)
+    print(table(report))
+    return report["overall"]
+
+
+def _run(args) -> dict:
+    return run(args.start, args.end, scenario=args.scenario, landing=args.landing, source=args.source,
+               warehouse=args.warehouse, partition_start=args.partition_start, quiet=args.quiet,
+               telemetry_dir=args.telemetry_dir, direct=args.direct, workers=args.workers,
+               targets=[t.strip() for t in args.only.split(",") if t.strip()] if args.only else None,
+               chunk_hours=args.chunk_hours,
+               **{name: getattr(args, name) for name in SOURCE_FLAGS})
+
+
+# sub-command -> what it does with the parsed arguments; the result is printed as JSON, except for the commands in
+# _EXIT_CODE_COMMANDS, which print their own output and return the exit code
+_COMMANDS = {
+    "slo": _slo,
+    "simulate": lambda args: simulate(args.scenario, args.landing, args.start, args.end, quiet=args.quiet),
+    "evaluate": _evaluate,
+    "serve-metrics": lambda args: serve_metrics(args.warehouse, args.port, args.address, once=args.once, quiet=args.quiet),
+    "report": lambda args: report_window(args.start, args.end, warehouse=args.warehouse, scenario=args.scenario,
+                                         out=args.out, telemetry_dir=args.telemetry_dir),
+    "export": lambda args: export(args.table, args.start, args.end, args.out, warehouse=args.warehouse,
+                                  telemetry_dir=args.telemetry_dir),
+    "run": _run,
+}
+_EXIT_CODE_COMMANDS = frozenset({"slo", "serve-metrics"})
+
+
+def _quiet_libraries() -> None:
+    """Deprecation, beta and preview warnings and Dagster's info logs off: the command's output is its result."""
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     try:
         import dagster as dg
@@ -353,48 +449,15 @@ def main(argv: list[str] | None = None) -> int:
     except (ImportError, AttributeError):
         pass
     logging.getLogger("dagster").setLevel(logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _quiet_libraries()
     try:
-        if args.command == "slo":
-            from gpu_health.metrics.slo_docs import openslo_yaml
-
-            text = openslo_yaml()
-            if args.out:
-                Path(args.out).write_text(text)
-                print(f"wrote {args.out}", file=sys.stderr)
-            else:
-                sys.stdout.write(text)
-            return 0
-        if args.command == "simulate":
-            out = simulate(args.scenario, args.landing, args.start, args.end, quiet=args.quiet)
-        elif args.command == "evaluate":
-            from gpu_health.evaluation.scorer import table
-
-            if args.static_rules:
-                from gpu_health.evaluation.static_rules import evaluate_static
-
-                report = evaluate_static(args.scenarios, args.out, pattern=args.pattern)
-            else:
-                from gpu_health.evaluation.harness import evaluate
-
-                report = evaluate(args.scenarios, args.out, run=run, workers=args.workers, pattern=args.pattern,
-                                  resume=args.resume)
-            print(table(report))
-            out = report["overall"]
-        elif args.command == "serve-metrics":
-            return serve_metrics(args.warehouse, args.port, args.address, once=args.once, quiet=args.quiet)
-        elif args.command == "report":
-            out = report_window(args.start, args.end, warehouse=args.warehouse, scenario=args.scenario, out=args.out,
-                                telemetry_dir=args.telemetry_dir)
-        elif args.command == "export":
-            out = export(args.table, args.start, args.end, args.out, warehouse=args.warehouse,
-                         telemetry_dir=args.telemetry_dir)
-        else:
-            out = run(args.start, args.end, scenario=args.scenario, landing=args.landing, source=args.source,
-                      warehouse=args.warehouse, partition_start=args.partition_start, quiet=args.quiet,
-                      telemetry_dir=args.telemetry_dir, direct=args.direct, workers=args.workers,
-                      targets=[t.strip() for t in args.only.split(",") if t.strip()] if args.only else None,
-                      chunk_hours=args.chunk_hours,
-                      **{name: getattr(args, name) for name in SOURCE_FLAGS})
+        out = _COMMANDS[args.command](args)
+        if args.command in _EXIT_CODE_COMMANDS:
+            return out
     except RangeFailed as failed:
         import json
 
@@ -407,7 +470,6 @@ def main(argv: list[str] | None = None) -> int:
 
     print(json.dumps(out, default=str))
     return 0
-
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

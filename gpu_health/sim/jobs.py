@@ -341,17 +341,13 @@ def team_table(spec) -> tuple[list[str], dict, dict, dict, set, dict | None]:
             {t.name for t in teams if t.sla}, ratio)
 
 
-def _attributes(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
-    seed = scen.seed
-    spec = scen.cluster.spec
-    team_names, team_weights, team_models, team_fw, sla_teams, fs_ratio = team_table(spec)
-    lanes = scen.cluster.lanes.set_index("lane")
+def _team_exit_wait(scen: Scenario, plan: pd.DataFrame, team_names, team_weights, fs_ratio) -> tuple[np.ndarray, ...]:
+    """Per job of ``plan``, pool by pool: its team (index into ``team_names``), its exit state (index into
+    EXIT_STATES) and its queue wait in seconds (behind a busy lane, fair share, held back by a scheduling
+    incident; capped at the pool's longest wait)."""
+    seed, spec = scen.seed, scen.cluster.spec
     lane, epoch, k = plan["lane"].to_numpy(), plan["epoch"].to_numpy(), plan["k"].to_numpy()
     pool = plan["pool"].to_numpy()
-    plan["region"] = lanes["region"].to_numpy()[lane]
-    plan["type_idx"] = lanes["type_idx"].to_numpy()[lane]
-    plan["gpus"] = lanes["gpus"].to_numpy()[lane]
-    plan["multi_node"] = lanes["multi_node"].to_numpy()[lane]
     team = np.zeros(len(plan), dtype=np.int64)
     exit_idx = np.zeros(len(plan), dtype=np.int64)
     wait = np.zeros(len(plan))
@@ -394,6 +390,21 @@ def _attributes(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
                 longer = np.minimum(longer, (start_s - to_s(inc.start)) + w)
                 w = np.where(during, longer, w)
         wait[m] = np.minimum(w, model.wait_max_s)  # capped: a window's plan reaches back wait_max_s
+    return team, exit_idx, wait
+
+
+def _attributes(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
+    seed = scen.seed
+    spec = scen.cluster.spec
+    team_names, team_weights, team_models, team_fw, sla_teams, fs_ratio = team_table(spec)
+    lanes = scen.cluster.lanes.set_index("lane")
+    lane, epoch, k = plan["lane"].to_numpy(), plan["epoch"].to_numpy(), plan["k"].to_numpy()
+    pool = plan["pool"].to_numpy()
+    plan["region"] = lanes["region"].to_numpy()[lane]
+    plan["type_idx"] = lanes["type_idx"].to_numpy()[lane]
+    plan["gpus"] = lanes["gpus"].to_numpy()[lane]
+    plan["multi_node"] = lanes["multi_node"].to_numpy()[lane]
+    team, exit_idx, wait = _team_exit_wait(scen, plan, team_names, team_weights, fs_ratio)
     plan["team"] = np.array(team_names, dtype=object)[team]
     mu = H.uniform(seed, F_MODEL, lane, epoch, k)
     plan["model_type"] = [team_models[t][int(u * len(team_models[t]))] for t, u in zip(plan["team"], mu)]
@@ -455,6 +466,65 @@ def _running_at(plan: pd.DataFrame, lanes: np.ndarray, t: int) -> pd.Series:
     return plan["lane"].isin(lanes) & (plan["start_s"] <= t) & (plan["end_s"] > t)
 
 
+def _dummy_workload(scen: Scenario, plan: pd.DataFrame, n: int, inc, s: int, e: int, starts_in: pd.Series,
+                    extra: list) -> np.ndarray:
+    """Incident ``n``, a dummy workload: on the batch lanes it targets, a job that looks busy and does nothing runs
+    from when the lane frees until the incident ends (its rows appended to ``extra``); returns the jobs it displaces
+    (those that would have started on those lanes during it)."""
+    seed = scen.seed
+    lanes_df = scen.cluster.lanes
+    pool_lanes = lanes_df[(lanes_df["pool"] == "batch")]
+    if inc.node_ids:
+        pool_lanes = pool_lanes[[bool(set(ns) & set(inc.node_ids)) for ns in pool_lanes["node_ids"]]]
+    u = H.uniform(seed, F_DUMMY, n, pool_lanes["lane"].to_numpy())
+    target = pool_lanes["lane"].to_numpy()[u < inc.magnitude]
+    on = plan["lane"].isin(target)
+    starting_there = (on & starts_in).to_numpy()
+    running = on & (plan["start_s"] < s) & (plan["end_s"] > s)
+    busy_until = plan[running].groupby("lane")["end_s"].max()
+    team = inc.team or ("ml-research" if not scen.cluster.spec.teams else scen.cluster.spec.teams[-1].name)
+    for lane in target:
+        st = int(max(s, busy_until.get(lane, s))) + 30
+        if st >= e:
+            continue
+        row = plan[plan["lane"] == lane].iloc[0].copy() if (plan["lane"] == lane).any() else None
+        if row is None:
+            continue
+        row["k"], row["epoch"] = 900 + n, int(s // DAY)
+        row["job_id"] = f"d{lane:05d}-{n:02d}-{s // 300 % 100000:05d}"
+        row["start_s"], row["end_s"], row["submit_s"] = st, e, st - 20
+        row["team"], row["model_type"], row["dummy"] = team, "fraud-transformer", True
+        row["exit_state"], row["reason"], row["xid_on_end"] = "cancelled", "cancelled by user", 0
+        row["reports_metrics"], row["sla_deadline_s"], row["slow_framework"] = False, -1, 0.0
+        row["framework_version"] = FRAMEWORKS[0]
+        row["setup_s"], row["tree"], row["components"] = 0, False, True
+        if scen.cluster.spec.queue_per_team:
+            row["queue"] = f"{row['region']}/{team}"
+        row["stall_from_s"], row["incident"] = -1, n
+        extra.append(row)
+    return starting_there
+
+
+def _drain_for_changes(scen: Scenario, plan: pd.DataFrame, drop: np.ndarray) -> list[pd.DataFrame]:
+    """A rolling driver upgrade drains each batch's nodes while the driver installs: jobs starting then wait
+    for other nodes (marked in ``drop``), a job running there is cancelled (and requeued: the returned reruns),
+    as a maintenance drain does."""
+    reruns = []
+    for ch in scen.changes:
+        if not ch.drain_s:
+            continue
+        s, e = to_s(ch.ts), to_s(ch.ts) + ch.drain_s
+        lanes = _lanes_on(scen, ch.node_ids)
+        on = plan["lane"].isin(lanes)
+        drop |= (on & (plan["start_s"] >= s) & (plan["start_s"] < e)).to_numpy()
+        cut = _running_at(plan, lanes, s) & ~pd.Series(drop)
+        if ch.requeue:  # the Slurm jobs there run again once the drain ends
+            reruns.append(requeue_drained(scen, plan, np.flatnonzero(cut.to_numpy()), s, e, ch.kind))
+            continue
+        plan.loc[cut, ["end_s", "exit_state", "reason"]] = [s, "cancelled", f"node drained for {ch.kind.replace('_', ' ')}"]
+    return reruns
+
+
 def _apply_incidents(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
     seed = scen.seed
     drop = np.zeros(len(plan), dtype=bool)
@@ -501,36 +571,7 @@ def _apply_incidents(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
             plan.loc[cand, "framework_version"] = inc.to_version
             plan.loc[cand, "slow_framework"] = inc.magnitude
         elif inc.kind == "dummy_workload":
-            lanes_df = scen.cluster.lanes
-            pool_lanes = lanes_df[(lanes_df["pool"] == "batch")]
-            if inc.node_ids:
-                pool_lanes = pool_lanes[[bool(set(ns) & set(inc.node_ids)) for ns in pool_lanes["node_ids"]]]
-            u = H.uniform(seed, F_DUMMY, n, pool_lanes["lane"].to_numpy())
-            target = pool_lanes["lane"].to_numpy()[u < inc.magnitude]
-            on = plan["lane"].isin(target)
-            drop |= (on & starts_in).to_numpy()
-            running = on & (plan["start_s"] < s) & (plan["end_s"] > s)
-            busy_until = plan[running].groupby("lane")["end_s"].max()
-            team = inc.team or ("ml-research" if not scen.cluster.spec.teams else scen.cluster.spec.teams[-1].name)
-            for lane in target:
-                st = int(max(s, busy_until.get(lane, s))) + 30
-                if st >= e:
-                    continue
-                row = plan[plan["lane"] == lane].iloc[0].copy() if (plan["lane"] == lane).any() else None
-                if row is None:
-                    continue
-                row["k"], row["epoch"] = 900 + n, int(s // DAY)
-                row["job_id"] = f"d{lane:05d}-{n:02d}-{s // 300 % 100000:05d}"
-                row["start_s"], row["end_s"], row["submit_s"] = st, e, st - 20
-                row["team"], row["model_type"], row["dummy"] = team, "fraud-transformer", True
-                row["exit_state"], row["reason"], row["xid_on_end"] = "cancelled", "cancelled by user", 0
-                row["reports_metrics"], row["sla_deadline_s"], row["slow_framework"] = False, -1, 0.0
-                row["framework_version"] = FRAMEWORKS[0]
-                row["setup_s"], row["tree"], row["components"] = 0, False, True
-                if scen.cluster.spec.queue_per_team:
-                    row["queue"] = f"{row['region']}/{team}"
-                row["stall_from_s"], row["incident"] = -1, n
-                extra.append(row)
+            drop |= _dummy_workload(scen, plan, n, inc, s, e, starts_in, extra)
         elif inc.kind == "training_stall":
             lanes = _lanes_on(scen, inc.node_ids)
             lanes = scen.cluster.lanes.loc[scen.cluster.lanes["lane"].isin(lanes) & (scen.cluster.lanes["pool"] == "distributed"), "lane"].to_numpy()
@@ -546,21 +587,7 @@ def _apply_incidents(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
             plan.loc[rows, ["exit_state", "reason"]] = ["failed", "NCCL watchdog timeout: collective operation hung"]
             stalled_lanes = plan.loc[rows, "lane"].unique()
             drop |= (plan["lane"].isin(stalled_lanes) & starts_in).to_numpy()
-    # a rolling driver upgrade drains each batch's nodes while the driver installs: jobs starting then wait
-    # for other nodes, a job running there is cancelled (and requeued), as a maintenance drain does
-    reruns = []
-    for ch in scen.changes:
-        if not ch.drain_s:
-            continue
-        s, e = to_s(ch.ts), to_s(ch.ts) + ch.drain_s
-        lanes = _lanes_on(scen, ch.node_ids)
-        on = plan["lane"].isin(lanes)
-        drop |= (on & (plan["start_s"] >= s) & (plan["start_s"] < e)).to_numpy()
-        cut = _running_at(plan, lanes, s) & ~pd.Series(drop)
-        if ch.requeue:  # the Slurm jobs there run again once the drain ends
-            reruns.append(requeue_drained(scen, plan, np.flatnonzero(cut.to_numpy()), s, e, ch.kind))
-            continue
-        plan.loc[cut, ["end_s", "exit_state", "reason"]] = [s, "cancelled", f"node drained for {ch.kind.replace('_', ' ')}"]
+    reruns = _drain_for_changes(scen, plan, drop)
     plan = plan[~drop]
     if extra:
         plan = pd.concat([plan, pd.DataFrame(extra)], ignore_index=True)

@@ -168,6 +168,7 @@ class Window:
         return kube_nodes(self)
 
     # --- gpu_telemetry -------------------------------------------------------------------
+    # kept whole: one vectorized pass whose stages each rewrite the per-row arrays (util, load, temp, keep) the next reads
     def _gpu_telemetry(self) -> pd.DataFrame:
         scen, seed = self.scen, self.scen.seed
         gpus, nodes, plan = scen.cluster.gpus, scen.cluster.nodes, self.plan

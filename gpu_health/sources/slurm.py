@@ -72,10 +72,8 @@ collect them.
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -88,11 +86,24 @@ import pandas as pd
 from gpu_health.constants import PARTITION
 from gpu_health.contracts import columns, empty_frame
 from gpu_health.sources.base import DEFAULT_ABSENT_AFTER, DataNotReady, Fetched, SourceError
+from gpu_health.sources.slurm_fields import (  # how Slurm writes a field; the public ones importable from here too
+    _JOBID,
+    UNKNOWN,
+    _int_or_none,
+    _slurm_time,
+    _to_utc,
+    expand_nodelist,
+    gpus_from_tres,
+    map_state,
+    parse_mem_gb,
+    parse_tres,
+    team_for,
+    workload_class,
+)
 
 log = logging.getLogger(__name__)
 
 SCHEDULER = "slurm"
-UNKNOWN = "unknown"
 
 # The 37 fields of rug-cit-hpc/hb-jobinfo's ``sacct --format=…`` (headerless dump).
 HB_JOBINFO_FIELDS: tuple[str, ...] = (
@@ -106,222 +117,6 @@ HB_JOBINFO_FIELDS: tuple[str, ...] = (
 REQUIRED_SACCT_FIELDS = ("JobID", "State", "Submit")
 
 REJECT_COLUMNS = ["origin", "line_no", "raw", "reason"]
-
-# State (first word) -> (exit_state on `ended` or None, reason or None, kind)
-# kind: "pending" (submitted only), "running" (no ended), "ended", "requeued".
-_STATES: dict[str, tuple[str | None, str | None, str]] = {
-    "PENDING": (None, None, "pending"),
-    "REQUEUE_HOLD": (None, None, "pending"),
-    "REQUEUE_FED": (None, None, "pending"),
-    "RUNNING": (None, None, "running"),
-    "SUSPENDED": (None, None, "running"),
-    "COMPLETING": (None, None, "running"),
-    "CONFIGURING": (None, None, "running"),
-    "RESIZING": (None, None, "running"),
-    "SIGNALING": (None, None, "running"),
-    "STAGE_OUT": (None, None, "running"),
-    "STOPPED": (None, None, "running"),
-    "COMPLETED": ("completed", None, "ended"),
-    "FAILED": ("failed", None, "ended"),
-    "OUT_OF_MEMORY": ("failed", "OUT_OF_MEMORY", "ended"),
-    "CANCELLED": ("cancelled", None, "ended"),
-    "TIMEOUT": ("timeout", None, "ended"),
-    "DEADLINE": ("timeout", "DEADLINE", "ended"),
-    "NODE_FAIL": ("node_fail", None, "ended"),
-    "BOOT_FAIL": ("node_fail", "BOOT_FAIL", "ended"),
-    "PREEMPTED": ("cancelled", "PREEMPTED", "preempted"),
-    "REVOKED": ("cancelled", "REVOKED", "ended"),
-    "SPECIAL_EXIT": ("failed", "SPECIAL_EXIT", "ended"),
-    "REQUEUED": (None, "REQUEUED", "requeued"),
-}
-_STATE_ALIASES = {"CA": "CANCELLED", "CD": "COMPLETED", "F": "FAILED", "TO": "TIMEOUT", "NF": "NODE_FAIL",
-                  "OOM": "OUT_OF_MEMORY", "PD": "PENDING", "R": "RUNNING", "S": "SUSPENDED", "CG": "COMPLETING",
-                  "PR": "PREEMPTED", "BF": "BOOT_FAIL", "DL": "DEADLINE", "RQ": "REQUEUED"}
-
-# JobID: 123, 123_4, 123_[1-5%2], 123+0 (het) with an optional .step suffix.
-_JOBID = re.compile(r"^(?P<job>\d+(?:_(?:\d+|\[[^\]]*\]))?(?:\+\d+)?)(?:\.(?P<step>[^.\s]+))?$")
-_NO_TIME = {"", "unknown", "none", "n/a", "(null)"}
-_NO_NODES = {"", "none assigned", "(null)", "n/a"}
-_MEM = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?P<unit>[KMGTP]?)(?P<per>[nc]?)$", re.I)
-_MEM_TO_GB = {"K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0, "T": 1024.0, "P": 1024.0**2}
-_INTERACTIVE_PARTITION = re.compile(r"interactive|debug|devel|jupyter", re.I)
-_INTERACTIVE_NAMES = re.compile(r"^(bash|sh|zsh|tcsh|interactive|jupyter.*|sys/dashboard.*)$", re.I)
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def expand_nodelist(nodelist: str | None) -> list[str]:
-    """Expand a Slurm hostlist: ``gpu[01-03,07],cpu5`` -> ``[gpu01, gpu02, gpu03, gpu07, cpu5]``.
-
-    Zero padding is kept (``[08-10]`` -> ``08, 09, 10``); several bracket groups
-    in one name expand to their product. ``None assigned`` / empty -> ``[]``.
-    Raises ``ValueError`` on unbalanced brackets or a malformed range.
-    """
-    if nodelist is None or nodelist.strip().lower() in _NO_NODES:
-        return []
-    items, depth, cur = [], 0, []
-    for ch in nodelist.strip():
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-            if depth < 0:
-                raise ValueError(f"unbalanced ']' in node list {nodelist!r}")
-        if ch == "," and depth == 0:
-            items.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    if depth != 0:
-        raise ValueError(f"unbalanced '[' in node list {nodelist!r}")
-    items.append("".join(cur))
-    out: list[str] = []
-    for item in items:
-        if not item:
-            raise ValueError(f"empty host name in node list {nodelist!r}")
-        parts = re.split(r"(\[[^\]]*\])", item)
-        choices: list[list[str]] = []
-        for part in parts:
-            if part.startswith("["):
-                choices.append(_expand_ranges(part[1:-1], nodelist))
-            elif part:
-                choices.append([part])
-        out.extend("".join(p) for p in itertools.product(*choices))
-    return out
-
-
-def _expand_ranges(body: str, whole: str) -> list[str]:
-    vals: list[str] = []
-    for rng in body.split(","):
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", rng.strip())
-        if not m:
-            raise ValueError(f"malformed range {rng!r} in node list {whole!r}")
-        lo, hi = m.group(1), m.group(2) or m.group(1)
-        if int(hi) < int(lo):
-            raise ValueError(f"descending range {rng!r} in node list {whole!r}")
-        width = len(lo)
-        vals.extend(str(i).zfill(width) for i in range(int(lo), int(hi) + 1))
-    return vals
-
-
-def parse_tres(tres: str | None) -> dict[str, str]:
-    """``billing=8,cpu=8,gres/gpu:v100=1,mem=10G`` -> ``{"billing": "8", …}``."""
-    out: dict[str, str] = {}
-    for item in (tres or "").split(","):
-        if "=" in item:
-            k, v = item.split("=", 1)
-            out[k.strip()] = v.strip()
-    return out
-
-
-def gpus_from_tres(tres: str | None) -> int | None:
-    """GPU count of a TRES string: ``gres/gpu=N``, else the sum of ``gres/gpu:<type>=N``.
-
-    ``None`` when the string names no GPU at all (callers read that as 0).
-    Also understands the per-job/per-node request form ``gres:gpu:a100:2`` /
-    ``gres/gpu:2`` used by ``squeue``'s ``tres_per_*`` fields.
-    """
-    if not tres:
-        return None
-    d = parse_tres(tres)
-    if "gres/gpu" in d:
-        return int(float(d["gres/gpu"]))
-    typed = [int(float(v)) for k, v in d.items() if k.startswith("gres/gpu:")]
-    if typed:
-        return sum(typed)
-    total = None
-    for item in tres.split(","):  # request forms without '='
-        m = re.fullmatch(r"(?:gres[:/])?gpu(?::[\w.-]+)?:(\d+)", item.strip())
-        if m:
-            total = (total or 0) + int(m.group(1))
-    return total
-
-
-def parse_mem_gb(req_mem: str | None, *, ncpus: int | None = None, nnodes: int | None = None) -> float | None:
-    """``ReqMem`` -> GB (Slurm binary units). ``4Gn`` is per node, ``4Gc`` per CPU, bare is the job total.
-
-    ``None`` for an empty or zero ("all of the node's memory") request. Raises
-    ``ValueError`` on text that is not a memory size.
-    """
-    text = (req_mem or "").strip()
-    if not text:
-        return None
-    m = _MEM.match(text)
-    if not m:
-        raise ValueError(f"not a memory size: {req_mem!r}")
-    gb = float(m.group("num")) * _MEM_TO_GB[(m.group("unit") or "M").upper()]
-    per = m.group("per").lower()
-    if per == "n":
-        gb *= nnodes or 1
-    elif per == "c":
-        gb *= ncpus or 1
-    return gb if gb > 0 else None
-
-
-def map_state(state: str) -> tuple[str | None, str | None, str]:
-    """``State`` text -> (exit_state, reason, kind). Raises ``ValueError`` for an unknown state.
-
-    ``CANCELLED by 10304007`` -> ``("cancelled", "CANCELLED by 10304007", "ended")``.
-    """
-    text = (state or "").strip()
-    head = text.split()[0].upper() if text else ""
-    head = _STATE_ALIASES.get(head, head)
-    if head not in _STATES:
-        raise ValueError(f"unknown State {state!r}")
-    exit_state, reason, kind = _STATES[head]
-    if text.upper() != head:  # extra text, e.g. "CANCELLED by <uid>": keep it
-        reason = text
-    return exit_state, reason, kind
-
-
-def workload_class(*, nnodes: int | None, partition: str | None, job_name: str | None) -> str:
-    """The documented rule: distributed (>1 node) > interactive (partition/job name) > batch."""
-    if nnodes is not None and nnodes > 1:
-        return "distributed"
-    if partition and _INTERACTIVE_PARTITION.search(partition):
-        return "interactive"
-    if job_name and _INTERACTIVE_NAMES.match(job_name.strip()):
-        return "interactive"
-    return "batch"
-
-
-def team_for(user: str | None, account: str | None, team_map: Mapping[str, str] | None) -> str:
-    """``team_map[account]`` > ``team_map[user]`` > account > user > ``unknown``."""
-    team_map = team_map or {}
-    for key in (account, user):
-        if key and key in team_map:
-            return team_map[key]
-    return account or user or UNKNOWN
-
-
-def _slurm_time(text: str | None, column: str) -> datetime | None:
-    value = (text or "").strip()
-    if value.lower() in _NO_TIME:
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError(f"{column} {text!r} is not a Slurm time (YYYY-MM-DDTHH:MM:SS, Unknown or None)") from None
-
-
-def _int_or_none(text: str | None, column: str) -> int | None:
-    value = (text or "").strip()
-    if not value:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"{column} {text!r} is not an integer") from None
-
-
-def _to_utc(values: Sequence[datetime | None], tz: str) -> pd.DatetimeIndex:
-    idx = pd.DatetimeIndex(pd.to_datetime(list(values)))
-    if idx.tz is not None:
-        return idx.tz_convert("UTC")
-    if tz == "UTC":
-        return idx.tz_localize("UTC")
-    return idx.tz_localize(tz, ambiguous=np.ones(len(idx), dtype=bool), nonexistent="shift_forward").tz_convert("UTC")
 
 
 # --------------------------------------------------------------------------- results
@@ -424,33 +219,15 @@ def _detect_layout(lines: list[str], delimiter: str | None, fields: Sequence[str
     )
 
 
-def parse_sacct(
-    text: str,
-    *,
-    origin: str = "<sacct>",
-    fields: Sequence[str] | None = None,
-    delimiter: str | None = None,
-    team_map: Mapping[str, str] | None = None,
-    cluster_tz: str = "UTC",
-) -> SlurmParse:
-    """Parse ``sacct`` parsable output (see the module docstring) into contract frames.
+_Row = tuple[int, str, dict]  # (1-based line number, raw line, record by field name)
 
-    Lines that cannot be parsed are returned in ``rejects`` (origin, 1-based
-    line number, raw text, reason); nothing is dropped silently.
-    """
-    lines = text.splitlines()
-    delimiter, names, first_data = _detect_layout(lines, delimiter, fields, origin)
-    missing = [f for f in REQUIRED_SACCT_FIELDS if f not in names]
-    if missing:
-        raise ValueError(f"{origin}: sacct dump lacks required field(s) {missing}; has {names}")
+
+def _sacct_records(lines: list[str], first_data: int, delimiter: str, names: list[str], reject) -> tuple[list[_Row], dict[str, list[_Row]]]:
+    """The job rows of a dump and, per job, its step rows (``1234.batch``); a line with the wrong number of fields
+    or a JobID that is no Slurm job id is rejected, and so is a step whose job row is not in the dump."""
     n = len(names)
-    rejects: list[dict] = []
-    jobs: list[tuple[int, str, dict]] = []  # (line_no, raw, record)
-    steps: dict[str, list[tuple[int, str, dict]]] = {}
-
-    def reject(line_no: int, raw: str, reason: str) -> None:
-        rejects.append({"origin": origin, "line_no": line_no, "raw": raw, "reason": reason})
-
+    jobs: list[_Row] = []
+    steps: dict[str, list[_Row]] = {}
     for line_no, raw in enumerate(lines[first_data:], start=first_data + 1):
         if not raw.strip():
             continue
@@ -476,35 +253,109 @@ def parse_sacct(
         if job not in job_ids:
             for line_no, raw, rec in rows:
                 reject(line_no, raw, f"step {rec['JobID']!r} without its job row {job!r}")
+    return jobs, steps
 
-    ev_rows: list[dict] = []
-    ev_times: list[datetime] = []
+
+@dataclass
+class _SacctJob:
+    """The typed fields of one job row of a sacct dump."""
+
+    exit_state: str | None
+    reason: str | None
+    kind: str
+    submit: datetime
+    start: datetime | None
+    end: datetime | None
+    nnodes: int | None
+    priority: int
+    nodes: list[str]
+    req_gpus: int
+    alloc_gpus: int
+    mem_gb: float | None
+
+
+def _sacct_job(rec: dict) -> _SacctJob:
+    """``rec``'s fields parsed; ValueError naming the field and its value when one cannot be."""
+    exit_state, reason, kind = map_state(rec["State"])
+    submit = _slurm_time(rec["Submit"], "Submit")
+    if submit is None:
+        raise ValueError(f"Submit {rec['Submit']!r}: a job without a submit time cannot be placed")
+    start = _slurm_time(rec.get("Start"), "Start")
+    end = _slurm_time(rec.get("End"), "End")
+    nnodes = _int_or_none(rec.get("NNodes"), "NNodes")
+    ncpus = _int_or_none(rec.get("NCPUs") or rec.get("ReqCPUS"), "NCPUs")
+    priority = _int_or_none(rec.get("Priority"), "Priority") or 0
+    nodes = expand_nodelist(rec.get("NodeList"))
+    req_gpus = gpus_from_tres(rec.get("ReqTRES")) or 0
+    alloc_gpus = gpus_from_tres(rec.get("AllocTRES"))
+    alloc_gpus = req_gpus if alloc_gpus is None and not rec.get("AllocTRES") else (alloc_gpus or 0)
+    mem_gb = parse_mem_gb(rec.get("ReqMem"), ncpus=ncpus, nnodes=nnodes)
+    if mem_gb is None:
+        tres_mem = parse_tres(rec.get("ReqTRES")).get("mem")
+        mem_gb = parse_mem_gb(tres_mem) if tres_mem else None
+    return _SacctJob(exit_state, reason, kind, submit, start, end, nnodes, priority, nodes, req_gpus, alloc_gpus, mem_gb)
+
+
+def _sacct_events(job: str, attempt: int, j: _SacctJob, reason: str | None, queue: str) -> list[tuple[dict, datetime]]:
+    """The scheduler_events of one job row, each with its time: submitted; started when it ran; and when it
+    stopped, preempted and ended, requeued, or ended."""
+    started = j.start is not None and j.kind != "pending"
+    node_ids = ",".join(j.nodes) if (started and j.nodes) else None
+
+    def event(name: str, ts: datetime, **kw) -> tuple[dict, datetime]:
+        return _event(job, attempt, name, queue=queue, priority=j.priority, **kw), ts
+
+    events = [event("submitted", j.submit, gpus=j.req_gpus, node_ids=None)]
+    if started:
+        events.append(event("started", j.start, gpus=j.alloc_gpus, node_ids=node_ids))
+    if j.kind in ("ended", "preempted", "requeued") and j.end is not None:
+        after = {"gpus": j.alloc_gpus if started else 0, "node_ids": node_ids, "reason": reason}
+        if j.kind == "preempted":
+            events.append(event("preempted", j.end, **after))
+        if j.kind == "requeued":
+            events.append(event("requeued", j.end, **after))
+        else:
+            events.append(event("ended", j.end, exit_state=j.exit_state, **after))
+    return events
+
+
+def parse_sacct(
+    text: str,
+    *,
+    origin: str = "<sacct>",
+    fields: Sequence[str] | None = None,
+    delimiter: str | None = None,
+    team_map: Mapping[str, str] | None = None,
+    cluster_tz: str = "UTC",
+) -> SlurmParse:
+    """Parse ``sacct`` parsable output (see the module docstring) into contract frames.
+
+    Lines that cannot be parsed are returned in ``rejects`` (origin, 1-based
+    line number, raw text, reason); nothing is dropped silently.
+    """
+    lines = text.splitlines()
+    delimiter, names, first_data = _detect_layout(lines, delimiter, fields, origin)
+    missing = [f for f in REQUIRED_SACCT_FIELDS if f not in names]
+    if missing:
+        raise ValueError(f"{origin}: sacct dump lacks required field(s) {missing}; has {names}")
+    rejects: list[dict] = []
+
+    def reject(line_no: int, raw: str, reason: str) -> None:
+        rejects.append({"origin": origin, "line_no": line_no, "raw": raw, "reason": reason})
+
+    jobs, steps = _sacct_records(lines, first_data, delimiter, names, reject)
+    events: list[tuple[dict, datetime]] = []
     md_rows: list[dict] = []
     md_times: list[datetime] = []
     attempts: dict[str, int] = {}
     for line_no, raw, rec in jobs:
         job = rec["_job"]
         try:
-            exit_state, reason, kind = map_state(rec["State"])
-            submit = _slurm_time(rec["Submit"], "Submit")
-            if submit is None:
-                raise ValueError(f"Submit {rec['Submit']!r}: a job without a submit time cannot be placed")
-            start = _slurm_time(rec.get("Start"), "Start")
-            end = _slurm_time(rec.get("End"), "End")
-            nnodes = _int_or_none(rec.get("NNodes"), "NNodes")
-            ncpus = _int_or_none(rec.get("NCPUs") or rec.get("ReqCPUS"), "NCPUs")
-            priority = _int_or_none(rec.get("Priority"), "Priority") or 0
-            nodes = expand_nodelist(rec.get("NodeList"))
-            req_gpus = gpus_from_tres(rec.get("ReqTRES")) or 0
-            alloc_gpus = gpus_from_tres(rec.get("AllocTRES"))
-            alloc_gpus = req_gpus if alloc_gpus is None and not rec.get("AllocTRES") else (alloc_gpus or 0)
-            mem_gb = parse_mem_gb(rec.get("ReqMem"), ncpus=ncpus, nnodes=nnodes)
-            if mem_gb is None:
-                tres_mem = parse_tres(rec.get("ReqTRES")).get("mem")
-                mem_gb = parse_mem_gb(tres_mem) if tres_mem else None
+            j = _sacct_job(rec)
         except ValueError as exc:
             reject(line_no, raw, str(exc))
             continue
+        reason = j.reason
         for _, _, st in steps.get(job, []):
             if st["State"].strip().upper().startswith("OUT_OF_MEMORY"):
                 note = f"OUT_OF_MEMORY in step {st['JobID']}"
@@ -512,36 +363,19 @@ def parse_sacct(
         attempt = attempts.get(job, 0)
         attempts[job] = attempt + 1
         queue = rec.get("Partition", "").strip()
-        started = start is not None and kind != "pending"
-        node_ids = ",".join(nodes) if (started and nodes) else None
-        common = {"queue": queue, "priority": priority}
-        ev_rows.append(_event(job, attempt, "submitted", gpus=req_gpus, node_ids=None, **common))
-        ev_times.append(submit)
-        if started:
-            ev_rows.append(_event(job, attempt, "started", gpus=alloc_gpus, node_ids=node_ids, **common))
-            ev_times.append(start)
-        gpus_after = alloc_gpus if started else 0
-        if kind in ("ended", "preempted", "requeued") and end is not None:
-            if kind == "preempted":
-                ev_rows.append(_event(job, attempt, "preempted", gpus=gpus_after, node_ids=node_ids, reason=reason, **common))
-                ev_times.append(end)
-            if kind == "requeued":
-                ev_rows.append(_event(job, attempt, "requeued", gpus=gpus_after, node_ids=node_ids, reason=reason, **common))
-            else:
-                ev_rows.append(_event(job, attempt, "ended", gpus=gpus_after, node_ids=node_ids,
-                                      exit_state=exit_state, reason=reason, **common))
-            ev_times.append(end)
+        events += _sacct_events(job, attempt, j, reason, queue)
         if attempt == 0:
             user, account = rec.get("User", "").strip() or None, rec.get("Account", "").strip() or None
-            md_rows.append(_metadata(job, team_for(user, account, team_map), nnodes=nnodes, queue=queue,
-                                     job_name=rec.get("JobName"), gpus=req_gpus, mem_gb=mem_gb))
-            md_times.append(submit)
+            md_rows.append(_metadata(job, team_for(user, account, team_map), nnodes=j.nnodes, queue=queue,
+                                     job_name=rec.get("JobName"), gpus=j.req_gpus, mem_gb=j.mem_gb))
+            md_times.append(j.submit)
 
+    job_ids = {rec["_job"] for _, _, rec in jobs}
     stats = {"lines": sum(1 for ln in lines[first_data:] if ln.strip()), "jobs": len(md_rows),
              "job_rows": len(jobs), "steps_folded": sum(len(v) for k, v in steps.items() if k in job_ids),
              "rejects": len(rejects)}
     return SlurmParse(
-        _events_frame(ev_rows, _to_utc(ev_times, cluster_tz)),
+        _events_frame([e for e, _ in events], _to_utc([t for _, t in events], cluster_tz)),
         _metadata_frame(md_rows, _to_utc(md_times, cluster_tz)),
         _rejects_frame(rejects),
         stats,

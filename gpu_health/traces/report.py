@@ -616,8 +616,15 @@ def render_markdown(reports: list[dict], command: str, findings: str = "") -> st
 
 
 def _section(r: dict) -> list[str]:
+    """One run's figures: its rows, what the trace lacks, KPIs, alerts and known outages."""
     lo, hi = r["window"]
-    lines = [f"## `{r['trace']}`: {lo} to {hi} ({r['partitions']} partitions)", ""]
+    return ([f"## `{r['trace']}`: {lo} to {hi} ({r['partitions']} partitions)", ""] + _absent_sources_part(r) + _rows_part(r) + _lacks_part(r)
+            + _kpis_part(r) + _alerts_part(r) + _outages_part(r))
+
+
+def _absent_sources_part(r: dict) -> list[str]:
+    """The sources the trace lacks, landed as zero-row files, and what reads them."""
+    lines: list[str] = []
     if r["absent_sources"]:
         lines += [f"Sources not in the trace, landed as zero-row files: {', '.join(f'`{s}`' for s in r['absent_sources'])}.", ""]
         read = [[f"`{s}`", ", ".join(sorted(k for k, v in r["placeholder_feeds"].items() if f"{s} (absent)" in v))]
@@ -625,8 +632,12 @@ def _section(r: dict) -> list[str]:
         if read:
             lines += ["Zero rows say \"nothing happened\"; what reads them as a finding stands on the absence:", ""]
             lines += _table(["absent source", "read by"], read) + [""]
+    return lines
 
-    lines += ["### Rows: landed, accepted, quarantined", ""]
+
+def _rows_part(r: dict) -> list[str]:
+    """Rows landed, accepted and quarantined per source; the placeholders; the run's outcome."""
+    lines = ["### Rows: landed, accepted, quarantined", ""]
     stands, filled = r["contract_as_it_stands"], r["contract_with_placeholders"]
     rows = []
     for t in sorted(r["landed"]):
@@ -669,12 +680,20 @@ def _section(r: dict) -> list[str]:
     if skipped:
         lines += ["Not landed by the importer (whole trace, by reason): "
                   + "; ".join(f"{k}: {v:,}" for k, v in skipped.items()) + ".", ""]
+    return lines
 
-    lines += ["### What the trace lacks", ""]
+
+def _lacks_part(r: dict) -> list[str]:
+    """The nullable fields null in every accepted row."""
+    lines = ["### What the trace lacks", ""]
     lack = [[f"`{t}`", ", ".join(f"`{c}`" for c in cols) or "--"] for t, cols in r["fields_the_trace_lacks"].items()]
     lines += (_table(["source", "nullable fields null in every accepted row"], lack) if lack else ["(no accepted rows)"]) + [""]
+    return lines
 
-    lines += ["### KPIs", "", "Partitions per status (over the series' slices: ok if any slice is ok).", ""]
+
+def _kpis_part(r: dict) -> list[str]:
+    """Partitions per KPI status; which KPIs stand on real readings."""
+    lines = ["### KPIs", "", "Partitions per status (over the series' slices: ok if any slice is ok).", ""]
     krows = [[f"`{k['series']}`", k["ok"], k["degraded"], k["no_data"],
               ", ".join(f"`{f}`" for f in k["missing_fields"]) or "--",
               ", ".join(f"`{f}`" for f in k["placeholders"]) or "--"] for k in r["kpis"]]
@@ -687,8 +706,12 @@ def _section(r: dict) -> list[str]:
               f"Computed from a placeholder or an absent source (not a measurement): "
               f"{', '.join(f'`{s}`' for s in fake) or 'none'}. "
               f"Degraded: {', '.join(f'`{s}`' for s in degraded) or 'none'}.", ""]
+    return lines
 
-    lines += ["### Alerts", ""]
+
+def _alerts_part(r: dict) -> list[str]:
+    """The alerts raised, with their last evidence."""
+    lines = ["### Alerts", ""]
     if r["alerts"]:
         lines += _table(["family", "detector", "severity", "region", "opened", "resolved", "firing partitions", "summary"],
                         [[a["family"], a["detector"], a["severity"], a["region"], a["opened_at"],
@@ -697,8 +720,12 @@ def _section(r: dict) -> list[str]:
     else:
         lines += ["No alert was raised."]
     lines += [""]
+    return lines
 
-    lines += ["### Known outages", ""]
+
+def _outages_part(r: dict) -> list[str]:
+    """Each known outage of the window against the other partitions: the verdict."""
+    lines = ["### Known outages", ""]
     if not r["outages"]:
         lines += ["No known outage of the trace lies in the window.", ""]
     for o in r["outages"]:
