@@ -53,7 +53,7 @@ def render_kpi_docs() -> str:
         f"<!-- Generated from gpu_health/metrics/kpi_catalog.py by `{REGENERATE}`; do not edit by hand. -->",
         "",
         "The north star is cluster goodput (productive / paid GPU-minutes, the loss tree of "
-        "`gpu_health/metrics/goodput.py`). "
+        "`gpu_health/metrics/goodput/`). "
         f"These {len(SUPPORTING)} KPIs explain its moves, route them to an owner and keep it from being gamed; "
         f"{len(FACILITY_KPIS)} more watch the facility (power and cooling: "
         f"{', '.join(f'`{k.name}`' for k in FACILITY_KPIS)}; per rack: the `rack_facility` table), and "
