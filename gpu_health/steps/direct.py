@@ -201,7 +201,9 @@ def _forwarded(cut: list[list], k: int) -> list[str]:
 # What the stages' steps import (most of it lazily, inside the steps), imported once by the stages' fork server
 # (pipeline.stage_context). Not Dagster: only the source stage's source needs it.
 STAGE_MODULES = ("gpu_health.storage.warehouse", "gpu_health.contracts.validate", "gpu_health.sources.landing",
-                 "gpu_health.steps.compute", "gpu_health.steps.capacity", "gpu_health.metrics.goodput",
+                 "gpu_health.steps.telemetry", "gpu_health.steps.kpis",
+                 "gpu_health.steps.diagnosis", "gpu_health.steps.finance", "gpu_health.steps.capacity",
+                 "gpu_health.metrics.goodput",
                  "gpu_health.metrics.kpis", "gpu_health.metrics.baselines", "gpu_health.metrics.kpi_baselines",
                  "gpu_health.metrics.serving", "gpu_health.metrics.slo", "gpu_health.metrics.facility",
                  "gpu_health.diagnosis.detect", "gpu_health.diagnosis.alerts", "gpu_health.diagnosis.decompose",

@@ -14,7 +14,7 @@ def build_baseline_assets(five_minute) -> list:
                       description="Nodes and GPUs that reported: the trailing day of it (as of each partition) is the inventory "
                                   "behind paid GPU-minutes and tells a node gone silent from a collector gone silent; a region "
                                   "none of whose nodes reported in a day keeps its inventory as of its last report for up to "
-                                  "7 days (steps.compute.inventory_segments)."),
+                                  "7 days (steps.telemetry.inventory_segments)."),
         derived_asset("workload_step_stats", partitions_def=five_minute,
                       description="Median step time, loader wait and gradient sync of healthy, progressing job-minutes "
                                   "(no slowdown throttling, no Xid, node ok, outside maintenance)."),

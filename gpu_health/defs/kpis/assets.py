@@ -33,7 +33,7 @@ def _pictures(frame: pd.DataFrame, history: pd.DataFrame, end) -> dict:
 
 
 def paid_invariant(found: dict) -> dg.AssetCheckResult:
-    """States must sum to paid GPU-minutes (steps.compute.paid_invariant) as an ERROR check."""
+    """States must sum to paid GPU-minutes (steps.telemetry.paid_invariant) as an ERROR check."""
     bad = found["examples"]
     return dg.AssetCheckResult(
         check_name="paid_minutes_invariant", asset_key="goodput_states", passed=found["passed"],
