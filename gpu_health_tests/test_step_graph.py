@@ -163,3 +163,13 @@ def test_a_step_body_never_holds_the_warehouse(module):
     for word in ("read_window", "Warehouse", "wh.", "wh,"):
         assert word not in source, f"gpu_health/steps/{module}.py uses {word!r}: read through the step's Inputs"
 
+
+def test_the_loss_tree_asset_reads_its_trend_through_the_steps_declaration():
+    """The goodput asset draws the last day's goodput: a read of cluster_goodput the step declares (optional: its
+    body never makes it), taken through the step's Inputs, not the warehouse."""
+    import inspect
+
+    import gpu_health.defs.kpis.assets as assets
+
+    assert any(r.table == "cluster_goodput" and r.optional for r in step("goodput").reads)
+    assert "read_window" not in inspect.getsource(assets)

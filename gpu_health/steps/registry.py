@@ -56,6 +56,10 @@ PAGED_KPI_HISTORY = pd.Timedelta(days=15)
 # partitions paged in the day before those are no sample of them
 LEAF_HISTORY = D.DECOMPOSITION_DAYS * DAY
 PAGED_LEAF_HISTORY = LEAF_HISTORY + DAY
+# the loss tree's own goodput of the GOODPUT_TREND before a window's end: the trend the Dagster asset draws (on a
+# range run and on the partition closing each hour; the step's body never reads it, hence optional)
+GOODPUT_TREND = pd.Timedelta(hours=24)
+TREND = Read("cluster_goodput", before=GOODPUT_TREND, optional=True)
 
 
 # --- sources --------------------------------------------------------------------------------------------------
@@ -187,7 +191,7 @@ DERIVED_STEPS = [
          reads=(*(Read(t) for t in WINDOW_SOURCES), Read("job_runtime_metrics", before=G.FAILURE_LOOKBACK),
                 Read("scheduler_events", before=T.META_LOOKBACK), Read("job_metadata", before=T.META_LOOKBACK),
                 Read("maintenance_windows", whole=True), CAPACITY, *INVENTORY,
-                Read("node_inventory", before=G.FAULT_MEMORY), Read("step_time_baselines"), RENAMED),
+                Read("node_inventory", before=G.FAULT_MEMORY), Read("step_time_baselines"), RENAMED, TREND),
          run=_goodput),
     Step("kpi_values", FIVE_MINUTE, writes=("kpi_values",),
          reads=(*(Read(t) for t in ("gpu_telemetry", "node_telemetry", "network_telemetry", "job_runtime_metrics",

@@ -10,7 +10,7 @@ from gpu_health.defs.common import retry_transient_errors
 from gpu_health.defs.resources import STORED_BY_STEP, WarehouseResource
 from gpu_health.metrics import charts
 from gpu_health.metrics.goodput import STATES
-from gpu_health.steps.registry import asset_deps, step
+from gpu_health.steps.registry import GOODPUT_TREND, asset_deps, inputs_for, step
 
 # the loss tree's five tables: one step, one multi-asset; model, group, owner and grain from the catalogue
 OUTS = step("goodput").writes
@@ -69,8 +69,10 @@ def build_kpi_assets(five_minute) -> list:
         mid-write leaves the partition's old loss tree or its new one, never some tables of each."""
         wh = warehouse.get()
         start, end = window_of(context)
-        history = wh.read_window("cluster_goodput", end - pd.Timedelta(hours=24), start,
-                                 columns=["partition_start", "region", "goodput"]) if _render_pictures(start, end) else None
+        # (the step's declared trend: the only table read here, through the step's declaration)
+        history = inputs_for("goodput", wh, start, end).span(
+            "cluster_goodput", end - GOODPUT_TREND, start, columns=["partition_start", "region", "goodput"]) \
+            if _render_pictures(start, end) else None
         result = step("goodput").run(wh, start, end)  # stores the outputs (STORED_BY_STEP: the IO manager skips them)
         tables = result.tables
         for name in OUTS:
