@@ -107,34 +107,11 @@ def alerts(inputs: Inputs, *, unstored: tuple[pd.Timestamp, pd.DataFrame] | None
     inventory_at = {p: inv for s0, s1, inv in segments for p in pd.date_range(s0, s1, freq=five, inclusive="left")}
     moved_p = _by_partition(moved_gpus(inputs, segments, frames["gpu_telemetry"]), "ts", start, end)
     # the seasonal baseline of the scheduling detector: the declared history of the loss tree
-    hist = inputs.window("cluster_goodput", columns=["partition_start", "region", "share_idle_blocked"])
-    # incident minutes do not teach the seasonal baseline: forget the partitions a scheduling page held
-    held = inputs.span("alerts", inputs.since("alerts"), start,
-                       columns=["partition_start", "region", "cause_family", "severity", "status"],
-                       where={"cause_family": "scheduling", **FIRING_PAGE})
-    prev = inputs.span("alerts", start - five, start)
-    if unstored is not None:
-        since, fresh = unstored
-        held = pd.concat([held[held["partition_start"] < since], _firing_pages(fresh)[held.columns]]) if len(fresh) else \
-            held[held["partition_start"] < since]
-        if since <= start - five:
-            prev = fresh[fresh["partition_start"] == start - five] if len(fresh) else A.empty()
-    hist = _forget_paged(hist, held)
+    hist, prev = _history(inputs, unstored)
     cost = capacity_as_of(inputs)
     rates = blended_rate_by_region(cost)
     cost_days = dict(tuple(cost.groupby(pd.to_datetime(cost["date"].astype(str)).dt.date))) if len(cost) else {}
-    rejects = inputs.in_window("source_rejects", columns=["source", "partition_start", "origin", "reason"])
-    # a cost_capacity reject is filed under its day's midnight: a ticket of its day (cost_p), not of one partition
-    rejects = rejects[rejects["source"] != "cost_capacity"] if len(rejects) else rejects
-    rejects_p = dict(tuple(rejects.groupby("partition_start"))) if len(rejects) else {}
-    # Finance's cost file of each partition's day and of the day before: live, a day is settled (its cost file
-    # read) after its partitions ran, so its reject is stored while the next day's partitions run
-    cost_rejects = inputs.span("source_rejects", start.normalize() - COST_REJECT_DAYS, end,
-                               columns=["partition_start", "origin", "row_index", "reason"],
-                               where={"source": "cost_capacity"})
-    cost_p = dict(tuple(cost_rejects.groupby(cost_rejects["partition_start"].dt.normalize()))) if len(cost_rejects) else {}
-    gaps = inputs.in_window("source_gaps", columns=["source", "partition_start", "missing_family", "reason"])
-    gaps_p = dict(tuple(gaps.groupby("partition_start"))) if len(gaps) else {}
+    rejects_p, cost_p, gaps_p = _data_tickets(inputs)
     slo_rows = inputs.window("slo_error_budgets",
                              columns=["partition_start", "slo", "region", "model_name", "total_events", "bad_events",
                                       "interpolated", "error_budget_remaining"])
@@ -200,6 +177,45 @@ def alerts(inputs: Inputs, *, unstored: tuple[pd.Timestamp, pd.DataFrame] | None
             hist = _forget_paged(hist, snap)
         prev = snap
     return pd.concat(out, ignore_index=True) if out else A.empty()
+
+
+def _history(inputs: Inputs, unstored) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The loss tree's history the scheduling detector's seasonal baseline reads (the partitions a scheduling page
+    held forgotten: incident minutes do not teach it) and the alert snapshot of the partition before the window;
+    ``unstored``: as :func:`alerts` takes it."""
+    from gpu_health.diagnosis import alerts as A
+
+    start, five = inputs.start, PARTITION
+    hist = inputs.window("cluster_goodput", columns=["partition_start", "region", "share_idle_blocked"])
+    held = inputs.span("alerts", inputs.since("alerts"), start,
+                       columns=["partition_start", "region", "cause_family", "severity", "status"],
+                       where={"cause_family": "scheduling", **FIRING_PAGE})
+    prev = inputs.span("alerts", start - five, start)
+    if unstored is not None:
+        since, fresh = unstored
+        held = pd.concat([held[held["partition_start"] < since], _firing_pages(fresh)[held.columns]]) if len(fresh) else \
+            held[held["partition_start"] < since]
+        if since <= start - five:
+            prev = fresh[fresh["partition_start"] == start - five] if len(fresh) else A.empty()
+    return _forget_paged(hist, held), prev
+
+
+def _data_tickets(inputs: Inputs) -> tuple[dict, dict, dict]:
+    """partition -> its source rejects, day -> Finance's cost-file rejects, partition -> its source gaps."""
+    start, end = inputs.start, inputs.end
+    rejects = inputs.in_window("source_rejects", columns=["source", "partition_start", "origin", "reason"])
+    # a cost_capacity reject is filed under its day's midnight: a ticket of its day (cost_p), not of one partition
+    rejects = rejects[rejects["source"] != "cost_capacity"] if len(rejects) else rejects
+    rejects_p = dict(tuple(rejects.groupby("partition_start"))) if len(rejects) else {}
+    # Finance's cost file of each partition's day and of the day before: live, a day is settled (its cost file
+    # read) after its partitions ran, so its reject is stored while the next day's partitions run
+    cost_rejects = inputs.span("source_rejects", start.normalize() - COST_REJECT_DAYS, end,
+                               columns=["partition_start", "origin", "row_index", "reason"],
+                               where={"source": "cost_capacity"})
+    cost_p = dict(tuple(cost_rejects.groupby(cost_rejects["partition_start"].dt.normalize()))) if len(cost_rejects) else {}
+    gaps = inputs.in_window("source_gaps", columns=["source", "partition_start", "missing_family", "reason"])
+    gaps_p = dict(tuple(gaps.groupby("partition_start"))) if len(gaps) else {}
+    return rejects_p, cost_p, gaps_p
 
 
 def _days_rejects(by_day: dict, first: pd.Timestamp, last: pd.Timestamp) -> pd.DataFrame | None:
