@@ -53,7 +53,14 @@ from gpu_health.storage.warehouse import Warehouse  # noqa: E402
 
 
 def _alerts_function():
-    """The alerts step, wherever the pipeline module lives."""
+    """The alerts step, wherever the pipeline module lives: ``alerts(wh, start, end)``."""
+    try:  # a body reading through its step's declared inputs
+        from gpu_health.steps.diagnosis import alerts
+        from gpu_health.steps.registry import inputs_for
+
+        return lambda wh, start, end: alerts(inputs_for("alerts", wh, start, end))
+    except ImportError:
+        pass
     for name in ("gpu_health.steps.compute", "gpu_health.metrics.pipeline"):
         try:
             module = __import__(name, fromlist=["alerts"])

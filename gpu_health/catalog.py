@@ -108,7 +108,7 @@ _TABLES: tuple[Table, ...] = (
              "Nodes and GPUs that reported: the trailing day of it (as of each partition) is the inventory behind "
              "paid GPU-minutes and tells a node gone silent from a collector gone silent; a region none of whose "
              "nodes reported in a day keeps its inventory as of its last report for up to 7 days "
-             "(steps.compute.inventory_segments).", storage=COLUMNAR),
+             "(steps.telemetry.inventory_segments).", storage=COLUMNAR),
     _derived("workload_step_stats", M.WorkloadStepStats, FIVE_MINUTE, "baselines", "ml_platform",
              "one row per workload signature (model_type, sku, gpus) per 5-minute partition",
              "Median step time, loader wait and gradient sync of healthy, progressing job-minutes (no slowdown "

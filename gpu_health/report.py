@@ -37,9 +37,10 @@ def alert_timeline(wh: Warehouse, start: pd.Timestamp, end: pd.Timestamp) -> pd.
 def window_decomposition(wh: Warehouse, start: pd.Timestamp, end: pd.Timestamp, *, max_causes: int = 3) -> pd.DataFrame:
     """Ranked causes of the window's goodput change against the same slots of the previous days."""
     from gpu_health.diagnosis.decompose import decompose
-    from gpu_health.steps.compute import actual_and_expected_leaves
+    from gpu_health.steps.diagnosis import actual_and_expected_leaves
+    from gpu_health.steps.registry import inputs_for
 
-    actual, expected = actual_and_expected_leaves(wh, start, end)
+    actual, expected = actual_and_expected_leaves(inputs_for("goodput_decomposition", wh, start, end))
     if actual.empty or expected.empty:
         return pd.DataFrame()
     return decompose(actual, expected, start=start, end=end, max_causes=max_causes)

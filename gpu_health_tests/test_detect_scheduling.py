@@ -246,7 +246,7 @@ def test_a_wave_seen_at_this_hour_last_week_is_known():
 
 
 def test_paged_partitions_do_not_teach_the_seasonal_baseline():
-    from gpu_health.steps.compute import _forget_paged
+    from gpu_health.steps.diagnosis import _forget_paged
 
     paid = 4 * 8 * 5
     usual = 40 / paid
@@ -279,7 +279,8 @@ def test_a_gpu_freed_a_moment_ago_is_being_placed_not_blocked():
 
 def test_paged_partitions_are_read_from_the_warehouse_by_severity_and_status(sqlite_url):
     from gpu_health.diagnosis.finding import Finding
-    from gpu_health.steps.compute import _paged_partitions
+    from gpu_health.steps.diagnosis import _paged_partitions
+    from gpu_health.steps.registry import inputs_for
     from gpu_health.storage.warehouse import Warehouse
 
     page = Finding("thermal_throttle", "hardware", "page", "r1", "thermal_throttle|r1", lost_gpu_minutes=50.0,
@@ -294,7 +295,9 @@ def test_paged_partitions_are_read_from_the_warehouse_by_severity_and_status(sql
     Warehouse(sqlite_url).replace_window("alerts", frame, START, START + 4 * FIVE)
     assert set(frame["status"]) > {"firing"} and set(frame["severity"]) >= {"page", "ticket"}
     # a firing page holds its partitions; a ticket and the page's resolved snapshot do not
-    assert _paged_partitions(Warehouse(sqlite_url), START, START + 4 * FIVE) == {START, START + FIVE}
+    # (the decomposition step's declared alerts reach back before START: its window's own partitions are read)
+    assert _paged_partitions(inputs_for("goodput_decomposition", Warehouse(sqlite_url), START, START + 4 * FIVE)) \
+        == {START, START + FIVE}
 
 
 def test_before_a_week_of_history_a_page_needs_its_cause_in_evidence():

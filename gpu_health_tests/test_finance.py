@@ -18,9 +18,11 @@ import pytest
 import sqlalchemy as sa
 
 from gpu_health.metrics import finance as F
-from gpu_health.steps import compute as P
 from gpu_health.metrics.goodput import STATE_FAMILY, STATES
 from gpu_health.contracts.derived import WastedSpend
+from gpu_health.steps import telemetry as T
+from gpu_health.steps.finance import finance_day
+from gpu_health.steps.registry import inputs_for
 from gpu_health.storage.views import READ_ONLY_ROLE, VIEWS, grant_finance_read_only
 from gpu_health.storage.warehouse import Warehouse, engine_for
 from gpu_health_tests.test_goodput import E, S, fill_warehouse, scenario
@@ -152,12 +154,12 @@ def day(tmp_path_factory):
         {"kind": "training_stall", "start": _at(12), "end": _at(38), "scope": {"region": "eu-west", "nodes": 6}},
     )
     wh = fill_warehouse(f"sqlite:///{tmp_path_factory.mktemp('finance') / 'wh.db'}", scen, S, E)
-    leaves, failures = P.goodput(wh, S, E)
-    tables = P.rollups(leaves)
+    leaves, failures = T.goodput(inputs_for("goodput", wh, S, E))
+    tables = T.rollups(leaves)
     for name, frame in (("goodput_states", tables["goodput_states"]), ("cluster_goodput", tables["cluster_goodput"]),
                         ("job_failures", failures)):
         wh.replace_window(name, frame, S, E)
-    out = P.finance_day(wh, DAY, NEXT)
+    out = finance_day(inputs_for("cluster_goodput_daily", wh, DAY, NEXT))
     return {"wh": wh, "states": tables["goodput_states"], "provisional": tables["cluster_goodput"], "failures": failures,
             "cost": wh.read_window("cost_capacity", DAY, NEXT), **out}
 

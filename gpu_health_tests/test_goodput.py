@@ -21,11 +21,12 @@ import pandas as pd
 import pytest
 
 from gpu_health.metrics import goodput as G
-from gpu_health.steps import compute as P
 from gpu_health.metrics.baselines import step_baseline, workload_step_stats
 from gpu_health.sim.labels import labels_frame
 from gpu_health.sim.scenario import KINDS, load_scenario
 from gpu_health.sim.telemetry import THERMAL_BITS, Window, cost_capacity, maintenance_windows
+from gpu_health.steps import telemetry as T
+from gpu_health.steps.registry import inputs_for
 from gpu_health.storage.warehouse import Warehouse
 
 S = pd.Timestamp("2026-11-03T10:00:00Z")
@@ -67,7 +68,7 @@ def incident(kind, start=I0, end=I1) -> dict:
 
 def inventory_of(frames: dict) -> pd.DataFrame:
     """What pipeline.inventory_as_of reads back (no region silent): nodes seen with the most GPUs each reported."""
-    inv = P.node_inventory(frames)
+    inv = T.node_inventory(frames)
     return (inv.groupby("node_id").agg(region=("region", "last"), sku=("sku", "last"), gpus=("gpus_seen", "max"))
             .reset_index().astype({"node_id": object, "region": object, "sku": object}))
 
@@ -109,7 +110,7 @@ class Sim:
         if self._before is None:
             quiet = scenario()
             hist = Window(quiet, S - HISTORY, S).tables()
-            old_meta = Window(quiet, S - P.META_LOOKBACK, S - HISTORY).table("job_metadata")
+            old_meta = Window(quiet, S - T.META_LOOKBACK, S - HISTORY).table("job_metadata")
             meta = pd.concat([old_meta, hist["job_metadata"]], ignore_index=True)
             baseline = step_baseline(workload_step_stats(hist, meta=meta, maintenance=None), None)
             self._before = hist, meta, baseline
@@ -398,21 +399,21 @@ def fill_warehouse(url: str, scen, start, end, history=HISTORY) -> Warehouse:
     h0 = start - history
     tables = Window(scen, h0, end).tables()
     running = set(tables["gpu_telemetry"]["job_id"].dropna()) | set(tables["scheduler_events"]["job_id"])
-    old = Window(scen, start - P.META_LOOKBACK, h0).table("job_metadata")
+    old = Window(scen, start - T.META_LOOKBACK, h0).table("job_metadata")
     # of the metadata before the history only the jobs still running matter (writing 4 days costs seconds)
     tables["job_metadata"] = pd.concat([old[old["job_id"].isin(running)], tables["job_metadata"]], ignore_index=True)
     # scheduler events over the pipeline's lookback (pending demand, queues, job starts) and an hour more
-    sched_from = start - P.SCHED_LOOKBACK - pd.Timedelta(hours=1)
+    sched_from = start - T.SCHED_LOOKBACK - pd.Timedelta(hours=1)
     older = Window(scen, sched_from, h0).table("scheduler_events")
     tables["scheduler_events"] = pd.concat([older, tables["scheduler_events"]], ignore_index=True)
     for name, frame in tables.items():
-        wh.replace_window(name, frame, start - P.META_LOOKBACK, end)
+        wh.replace_window(name, frame, start - T.META_LOOKBACK, end)
     day = start.normalize()
     wh.replace_window("cost_capacity", cost_capacity(scen, day), day, day + pd.Timedelta(days=1))
     wh.replace_window("maintenance_windows", maintenance_windows(scen), None, None)
-    wh.replace_window("node_inventory", P.node_inventory(tables), h0, end)
-    wh.replace_window("workload_step_stats", P.step_stats(wh, h0, end, frames=tables), h0, end)
-    wh.replace_window("step_time_baselines", P.step_baselines(wh, start, end), start, end)
+    wh.replace_window("node_inventory", T.node_inventory(tables), h0, end)
+    wh.replace_window("workload_step_stats", T.step_stats(inputs_for("workload_step_stats", wh, h0, end), frames=tables), h0, end)
+    wh.replace_window("step_time_baselines", T.step_baselines(inputs_for("step_time_baselines", wh, start, end)), start, end)
     return wh
 
 
@@ -431,8 +432,8 @@ def range_and_partitions(tmp_path_factory):
         {"kind": "gpu_fell_off_bus", "start": _at(17).isoformat(), "end": _at(57).isoformat(), "scope": {"region": "us-east", "nodes": 1}},
     )
     wh = fill_warehouse(f"sqlite:///{tmp_path_factory.mktemp('goodput') / 'wh.db'}", scen, S, E)
-    ranged = P.goodput(wh, S, E)
-    parts = [P.goodput(wh, p, p + FIVE) for p in PARTITIONS]
+    ranged = T.goodput(inputs_for("goodput", wh, S, E))
+    parts = [T.goodput(inputs_for("goodput", wh, p, p + FIVE)) for p in PARTITIONS]
     return ranged, parts
 
 

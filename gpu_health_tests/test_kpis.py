@@ -164,7 +164,7 @@ def row(out: pd.DataFrame, kpi: str, **dims) -> pd.Series:
 
 
 def inventory(start=T0, end=T0 + 10 * MIN, nodes=(("n1", "r1", SKU, 2),)):
-    """One inventory segment (as steps.compute.inventory_segments gives them) over [start, end)."""
+    """One inventory segment (as steps.telemetry.inventory_segments gives them) over [start, end)."""
     return [(start, end, pd.DataFrame(list(nodes), columns=["node_id", "region", "sku", "gpus"]))]
 
 

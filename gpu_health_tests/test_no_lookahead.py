@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from gpu_health.cli import run
-from gpu_health.steps import compute as P
+from gpu_health.steps import diagnosis as D
+from gpu_health.steps.registry import inputs_for
 from gpu_health.storage.warehouse import Warehouse
 from gpu_health_tests.conftest import REPO
 
@@ -45,7 +46,7 @@ def _snapshots(frame: pd.DataFrame, before: pd.Timestamp) -> pd.DataFrame:
 def test_later_data_never_changes_a_partitions_alerts(warehouse, cut):
     a = START + pd.Timedelta(hours=3)
     b = pd.Timestamp(f"2026-11-02T{cut}:00Z")
-    short = P.alerts(warehouse, a, b)
-    longer = P.alerts(warehouse, a, END)
+    short = D.alerts(inputs_for("alerts", warehouse, a, b))
+    longer = D.alerts(inputs_for("alerts", warehouse, a, END))
     # (before the fix the longer range paged us-east's queue at 04:10, the shorter one raised nothing: this fails)
     pd.testing.assert_frame_equal(_snapshots(longer, b), _snapshots(short, b), obj=f"alerts [{a}, {END}) before {b}")

@@ -11,7 +11,7 @@ import pytest
 
 from gpu_health.cli import run
 from gpu_health.landing import partition_path, write_partition
-from gpu_health.steps import compute as P
+from gpu_health.steps import diagnosis as D
 from gpu_health.steps import rederive as R
 from gpu_health.storage.warehouse import Warehouse
 from gpu_health_tests.conftest import LANDING_END, LANDING_START
@@ -73,7 +73,7 @@ def test_partitions_past_the_bound_are_reported_stale_and_keep_their_rows(copy_l
     url = f"sqlite:///{tmp_path / 'wh.db'}"
     run(_iso(LANDING_START), _iso(LANDING_END), landing=str(landing), warehouse=url, quiet=True, direct=True)
     bound = pd.Timedelta(minutes=10)
-    monkeypatch.setattr(P, "ALERT_LOOKAHEAD", bound)
+    monkeypatch.setattr(D, "ALERT_LOOKAHEAD", bound)
     past = FIXED + FIVE + bound
     before = _table(url, "goodput_states", past)
     _relabel(landing)

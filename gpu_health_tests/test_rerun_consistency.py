@@ -17,7 +17,8 @@ import yaml
 from gpu_health.cli import main, run
 from gpu_health.defs.alerting.sensors import latest_alerts
 from gpu_health.delivery.alertmanager import alert_to_payload
-from gpu_health.steps import compute as P
+from gpu_health.steps import diagnosis as D
+from gpu_health.steps.registry import inputs_for
 from gpu_health.storage.telemetry_store import Staged
 from gpu_health.storage.warehouse import Warehouse, engine_for
 
@@ -124,7 +125,7 @@ def test_a_rerun_partition_whose_evidence_vanished_withdraws_its_page(zones, tmp
     assert _firing_pages(url) == []
     cur = _current(url).set_index("alert_id")
     withdrawn = cur.loc[paged[0]]
-    assert withdrawn["status"] == "resolved" and withdrawn["description"].startswith(P.WITHDRAWN)
+    assert withdrawn["status"] == "resolved" and withdrawn["description"].startswith(D.WITHDRAWN)
     # what the delivery sensor reads and posts: the page ends at the end of the partition it opened in
     latest = latest_alerts(Warehouse(url), LAST).set_index("alert_id").loc[paged[0]]
     payload = alert_to_payload({**latest.to_dict(), "alert_id": paged[0]})
@@ -143,7 +144,7 @@ def test_a_rerun_partition_whose_evidence_vanished_withdraws_its_page(zones, tmp
     run(*FIXED, landing=str(landing), warehouse=url, quiet=True)
     pd.testing.assert_frame_equal(_all_alerts(url), before)
     wh, s, e = Warehouse(url), pd.Timestamp(FIXED[0]), pd.Timestamp(FIXED[1])
-    _, stop, meta = P.alerts_after_rerun(wh, s, e, P.alerts(wh, s, e))
+    _, stop, meta = D.alerts_after_rerun(inputs_for("alerts", wh, s, e), D.alerts(inputs_for("alerts", wh, s, e)))
     assert (stop, meta["alerts_rederived_partitions"], meta["alerts_rederive_converged"]) == (e, 0, True)
 
 
@@ -155,12 +156,12 @@ def test_without_the_lookahead_the_page_stays_firing(zones, tmp_path, monkeypatc
     url = f"sqlite:///{tmp_path / 'wh.db'}"
     run(START, END, landing=str(landing), warehouse=url, quiet=True)
     _redeliver_clean(landing, clean)
-    monkeypatch.setattr(P, "ALERT_LOOKAHEAD", pd.Timedelta(0))
+    monkeypatch.setattr(D, "ALERT_LOOKAHEAD", pd.Timedelta(0))
     run(*FIXED, landing=str(landing), warehouse=url, quiet=True)
     assert _firing_pages(url) == ["hardware_fault-us-east-202611031110"]
     # a horizon shorter than the stale chain re-derives up to it and says it did not converge
     wh, s, e = Warehouse(url), pd.Timestamp(FIXED[0]), pd.Timestamp(FIXED[1])
-    rows, stop, meta = P.alerts_after_rerun(wh, s, e, P.alerts(wh, s, e), horizon=pd.Timedelta(minutes=10))
+    rows, stop, meta = D.alerts_after_rerun(inputs_for("alerts", wh, s, e), D.alerts(inputs_for("alerts", wh, s, e)), horizon=pd.Timedelta(minutes=10))
     assert (stop, meta["alerts_rederived_partitions"], meta["alerts_rederive_converged"]) == (e + pd.Timedelta(minutes=10), 2, False)
     assert set(rows["partition_start"]) <= set(pd.date_range(s, stop, freq="5min", inclusive="left"))
 

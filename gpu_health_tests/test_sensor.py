@@ -480,13 +480,13 @@ def test_dagster_sensor_requests_the_correction_and_the_re_derivation_of_the_lat
 
 
 def test_dagster_sensor_marks_the_partitions_past_the_bound_stale(landing, sensor_and_resources, monkeypatch):
-    from gpu_health.steps import compute as P
+    from gpu_health.steps import diagnosis as D
 
     sensor, resources, defs = sensor_and_resources
     for m in (0, 5, 10, 15):
         land(landing, at(m))
     first = evaluate(sensor, resources, None, now=at(21), defs=defs)
-    monkeypatch.setattr(P, "ALERT_LOOKAHEAD", FIVE)
+    monkeypatch.setattr(D, "ALERT_LOOKAHEAD", FIVE)
     write_partition(landing, "change_events", at(0), one_change(at(1)))
     fix = evaluate(sensor, resources, first.cursor, now=at(22), defs=defs)
     _, rng = fix.run_requests

@@ -107,3 +107,69 @@ def test_the_assets_deps_are_the_declared_reads():
             key = graph.get(__import__("dagster").AssetKey(table))
             got = sorted(k.to_user_string() for k in key.parent_keys)
             assert got == asset_deps(s.name), f"{table}: Dagster deps {got} != declared {asset_deps(s.name)}"
+
+
+# --- the resolver: a body reads only through its step's declaration ------------------------------------------------
+BODIES = ("telemetry", "kpis", "diagnosis", "finance", "capacity")
+
+
+def test_a_body_asking_for_an_undeclared_table_or_past_its_look_back_is_refused(warehouse):
+    from gpu_health.steps.registry import inputs_for
+    from gpu_health.steps.resolve import UndeclaredRead
+
+    wh, _ = warehouse
+    start, end = WINDOW
+    inputs = inputs_for("kpi_values", wh, start, end)
+    with pytest.raises(UndeclaredRead, match="kpi_values reads 'alerts', which it does not declare"):
+        inputs.window("alerts")
+    since = inputs.since("job_metadata")
+    assert since == start - max(r.before for r in step("kpi_values").reads if r.table == "job_metadata")
+    assert len(inputs.span("job_metadata", since, start)) == len(wh.read_window("job_metadata", since, start))
+    with pytest.raises(UndeclaredRead, match="outside its declared"):
+        inputs.span("job_metadata", since - pd.Timedelta(minutes=5), start)
+    with pytest.raises(UndeclaredRead, match="outside its declared"):
+        inputs.span("gpu_telemetry", start, end + pd.Timedelta(minutes=5))
+    with pytest.raises(UndeclaredRead, match="reads all of 'gpu_telemetry'"):
+        inputs.span("gpu_telemetry", None, None)
+    # a later window of the same run keeps the bounds declared around the step's own window
+    with pytest.raises(UndeclaredRead, match="outside its declared"):
+        inputs.at(end, end + pd.Timedelta(minutes=5)).in_window("gpu_telemetry")
+
+
+def test_a_re_deriving_step_reads_past_its_window_only_for_the_later_partitions(warehouse):
+    from gpu_health.steps.registry import inputs_for
+
+    wh, _ = warehouse
+    start, end = WINDOW
+    alerts = step("alerts")
+    assert alerts.rederives_later
+    rec = RecordingWarehouse(wh)
+    inputs = inputs_for("alerts", rec, start, end)
+    inputs.window("network_telemetry")
+    assert rec.reads == [("network_telemetry", start, end)]  # the declared ``after`` is the reach, not a window's read
+    later = inputs.at(end, end + pd.Timedelta(minutes=5))
+    later.window("network_telemetry")
+    assert rec.reads[-1] == ("network_telemetry", end, end + pd.Timedelta(minutes=5))
+
+
+@pytest.mark.parametrize("module", BODIES)
+def test_a_step_body_never_holds_the_warehouse(module):
+    """Only the resolver (steps/resolve.py) and the step's store (registry._store) touch the warehouse for a step:
+    a body module that reads a table by name from the warehouse would read past its declaration unchecked."""
+    import importlib
+    import inspect
+
+    source = inspect.getsource(importlib.import_module(f"gpu_health.steps.{module}"))
+    for word in ("read_window", "Warehouse", "wh.", "wh,"):
+        assert word not in source, f"gpu_health/steps/{module}.py uses {word!r}: read through the step's Inputs"
+
+
+def test_the_loss_tree_asset_reads_its_trend_through_the_steps_declaration():
+    """The goodput asset draws the last day's goodput: a read of cluster_goodput the step declares (optional: its
+    body never makes it), taken through the step's Inputs, not the warehouse."""
+    import inspect
+
+    import gpu_health.defs.kpis.assets as assets
+
+    assert any(r.table == "cluster_goodput" and r.optional for r in step("goodput").reads)
+    assert "read_window" not in inspect.getsource(assets)

@@ -6,6 +6,7 @@ import pandera.pandas as pa
 
 from gpu_health.defs.retry import retry_transient_errors, transient_retry  # noqa: F401  (re-exported)
 # above this share of a partition's rows rejected, downstream numbers would be wrong (the source step quarantines it)
+from gpu_health.steps.checks import contract_check
 from gpu_health.steps.ingest import ERROR_REJECT_SHARE
 
 KINDS = {"pandas", "pandera", "sql"}
@@ -34,7 +35,7 @@ def preview(frame: pd.DataFrame, rows: int = 5) -> dg.MetadataValue:
 
 def contract_check_spec(asset_name: str) -> dg.AssetCheckSpec:
     return dg.AssetCheckSpec(
-        name=f"{asset_name}_contract", asset=asset_name, blocking=True,
+        name=contract_check(asset_name), asset=asset_name, blocking=True,
         description=f"Rows of {asset_name} that break the pandera contract are quarantined; "
                     f"judged per partition: a partition with more than {ERROR_REJECT_SHARE:.0%} of its rows rejected "
                     f"is quarantined whole, like a file that is unreadable, wrong-shaped or outside its partition, "
@@ -83,7 +84,7 @@ def contract_check_result(asset_name: str, accepted: int, rejects: pd.DataFrame,
                     "file": f["origin"], "check": f["check"], "reason": f["reason"]}
                    for _, f in files.head(MAX_CHECK_EXAMPLES).iterrows()]
     return dg.AssetCheckResult(
-        check_name=f"{asset_name}_contract", asset_key=asset_name, passed=n_rej == 0 and len(files) == 0,
+        check_name=contract_check(asset_name), asset_key=asset_name, passed=n_rej == 0 and len(files) == 0,
         severity=dg.AssetCheckSeverity.ERROR if error else dg.AssetCheckSeverity.WARN,
         metadata={"accepted_rows": accepted, "rejected_rows": n_rej, "rejected_share": round(share, 6),
                   "rejects_by_reason": dg.MetadataValue.json({str(k): int(v) for k, v in by_reason.items()}),

@@ -206,7 +206,7 @@ class PartitionContext:
     loss_history: pd.DataFrame | None = None  # job_runtime_metrics (loss, checkpoints) of the convergence look-back
     facility: pd.DataFrame | None = None  # facility_telemetry rows of the partition (None / empty: no facility data)
     capacity: pd.DataFrame | None = None  # cost_capacity rows of the partition's day (None: not given)
-    # GPUs reporting under another node name than the inventory's (gpu_health.steps.compute.moved_gpus rows of the
+    # GPUs reporting under another node name than the inventory's (gpu_health.steps.telemetry.moved_gpus rows of the
     # partition: ts, gpu_uuid, node_id = the old name, region, sku, new_node; None: none)
     moved: pd.DataFrame | None = None
     # source_rejects of Finance's cost file of the partition's day and of the day before (partition_start = the

@@ -17,7 +17,7 @@ unpriced|R|S                GPUs reporting in region R, SKU S with no cost_capac
                             names a priced region spelled the same but for case or whitespace
 gpu_identity|R              a GPU UUID reported by two nodes in the same minute (one GPU sits in one node)
 node_renamed|R              a node of the inventory that reports no GPU while the UUIDs it last reported report
-                            under another name (re-imaged or renamed: gpu_health.steps.compute.moved_gpus); the
+                            under another name (re-imaged or renamed: gpu_health.steps.telemetry.moved_gpus); the
                             loss tree expects them under the new name only, and the old one is not missing
 ==========================  ==================================================================================
 """

@@ -1,7 +1,8 @@
 """Bodies of the capacity steps (capacity_demand_daily, capacity_forecast, capacity_headroom) over one UTC day.
 
-Reads and writes through the warehouse passed in; the logic is in :mod:`gpu_health.metrics.forecast`. Each step
-reads every table it declares (gpu_health/steps/registry.py), even when an earlier one came back empty.
+No warehouse here: each body reads what its step declares (gpu_health/steps/registry.py) through the
+:class:`~gpu_health.steps.resolve.Inputs` it is given, a day at a time (``inputs.at``), and reads every table it
+declares, even when an earlier one came back empty; the logic is in :mod:`gpu_health.metrics.forecast`.
 """
 
 from __future__ import annotations
@@ -10,14 +11,12 @@ import numpy as np
 import pandas as pd
 
 from gpu_health.metrics import forecast as F
-from gpu_health.storage.warehouse import Warehouse
+from gpu_health.steps.resolve import Inputs
 
 DAY = pd.Timedelta(days=1)
 # a job that waited longer than this before the day started is not seen (its submitted event is not read): queues
 # are placed within minutes to hours (the simulator's caps are 30 min - 6 h); a day is the bar of a queue gone stuck
 BACKLOG_LOOKBACK = DAY
-# job metadata of jobs submitted up to this long before the day: the loss tree's META_LOOKBACK
-from gpu_health.steps.compute import META_LOOKBACK  # noqa: E402
 
 # the history a forecast rests on: 26 weeks hold FIT_DAYS for the fit plus the 12-week horizon's past errors
 FORECAST_HISTORY = pd.Timedelta(days=182)
@@ -31,12 +30,14 @@ ALL_CLASSES = "*"
 SCHED_COLUMNS = ["ts", "job_id", "event", "queue", "gpus", "node_ids"]
 
 
-def demand_day(wh: Warehouse, day_start, day_end) -> pd.DataFrame:
-    """capacity_demand_daily rows of one day."""
-    states = wh.read_window("goodput_states", day_start, day_end)
-    sched = wh.read_window("scheduler_events", day_start - BACKLOG_LOOKBACK, day_end, columns=SCHED_COLUMNS)
-    meta = wh.read_window("job_metadata", day_start - META_LOOKBACK, day_end, columns=["job_id", "workload_class"])
-    inv = wh.read_window("node_inventory", day_start, day_end, columns=["node_id", "region", "sku"])
+def demand_day(inputs: Inputs) -> pd.DataFrame:
+    """capacity_demand_daily rows of the window's one day (its job metadata as far back as the step declares: the
+    loss tree's META_LOOKBACK)."""
+    day_start, day_end = inputs.start, inputs.end
+    states = inputs.in_window("goodput_states")
+    sched = inputs.window("scheduler_events", columns=SCHED_COLUMNS)
+    meta = inputs.window("job_metadata", columns=["job_id", "workload_class"])
+    inv = inputs.in_window("node_inventory", columns=["node_id", "region", "sku"])
     inv = inv.drop_duplicates("node_id")
     classes = meta.drop_duplicates("job_id").set_index("job_id")["workload_class"] if len(meta) else None
     place = F.job_places(sched, dict(zip(inv["node_id"], inv["sku"])), dict(zip(inv["node_id"], inv["region"])), classes)
@@ -44,9 +45,8 @@ def demand_day(wh: Warehouse, day_start, day_end) -> pd.DataFrame:
     return F.daily_demand(F.allocated_daily(states), backlog, day_start)
 
 
-def demand(wh: Warehouse, start, end) -> pd.DataFrame:
-    days = pd.date_range(start, end, freq="D", inclusive="left")
-    frames = [demand_day(wh, d, d + DAY) for d in days]
+def demand(inputs: Inputs) -> pd.DataFrame:
+    frames = [demand_day(inputs.at(d, d + DAY)) for d in inputs.period.days()]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -63,10 +63,10 @@ def _series(hist: pd.DataFrame) -> dict[tuple, pd.Series]:
     return out
 
 
-def forecast_day(wh: Warehouse, day_start) -> pd.DataFrame:
-    """capacity_forecast rows made at the end of ``day_start``'s day from the history up to it."""
-    hist = wh.read_window("capacity_demand_daily", day_start - FORECAST_HISTORY, day_start + DAY)
-    day = pd.Timestamp(day_start).tz_localize(None).normalize()
+def forecast_day(inputs: Inputs) -> pd.DataFrame:
+    """capacity_forecast rows made at the end of the window's day from the history up to it."""
+    hist = inputs.window("capacity_demand_daily")
+    day = inputs.start.tz_localize(None).normalize()
     rows = []
     for (region, sku, wc), y in _series(hist).items():
         y = y[y.index <= day]
@@ -84,17 +84,19 @@ def forecast_day(wh: Warehouse, day_start) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 
-def forecasts(wh: Warehouse, start, end) -> pd.DataFrame:
-    days = pd.date_range(start, end, freq="D", inclusive="left")
-    return pd.concat([forecast_day(wh, d) for d in days], ignore_index=True) if len(days) else pd.DataFrame()
+def forecasts(inputs: Inputs) -> pd.DataFrame:
+    days = inputs.period.days()
+    return pd.concat([forecast_day(inputs.at(d, d + DAY)) for d in days], ignore_index=True) if len(days) \
+        else pd.DataFrame()
 
 
-def headroom_day(wh: Warehouse, day_start) -> pd.DataFrame:
-    """capacity_headroom rows of one day: per region x SKU of cost_capacity."""
-    fc = wh.read_window("capacity_forecast", day_start, day_start + DAY)
-    cost = wh.read_window("cost_capacity", day_start, day_start + DAY)
-    hist = wh.read_window("capacity_demand_daily", day_start - RESERVED_WINDOW + DAY, day_start + DAY)
-    day = pd.Timestamp(day_start).tz_localize(None).normalize()
+def headroom_day(inputs: Inputs) -> pd.DataFrame:
+    """capacity_headroom rows of the window's one day: per region x SKU of cost_capacity (the demand of the
+    RESERVED_WINDOW up to the day, as the step declares it)."""
+    fc = inputs.in_window("capacity_forecast")
+    cost = inputs.in_window("cost_capacity")
+    hist = inputs.window("capacity_demand_daily")
+    day = inputs.start.tz_localize(None).normalize()
     rows = []
     for c in cost.itertuples(index=False):
         f = fc[(fc["region"] == c.region) & (fc["sku"] == c.sku) & (fc["workload_class"] == ALL_CLASSES)] \
@@ -133,6 +135,7 @@ def headroom_day(wh: Warehouse, day_start) -> pd.DataFrame:
     return out
 
 
-def headrooms(wh: Warehouse, start, end) -> pd.DataFrame:
-    days = pd.date_range(start, end, freq="D", inclusive="left")
-    return pd.concat([headroom_day(wh, d) for d in days], ignore_index=True) if len(days) else pd.DataFrame()
+def headrooms(inputs: Inputs) -> pd.DataFrame:
+    days = inputs.period.days()
+    return pd.concat([headroom_day(inputs.at(d, d + DAY)) for d in days], ignore_index=True) if len(days) \
+        else pd.DataFrame()

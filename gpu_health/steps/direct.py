@@ -42,18 +42,15 @@ _EVER = pd.Timestamp.max.tz_localize("UTC")  # finance(_EVER): every pending day
 
 def _findings(step, result, summary: dict, start, end) -> None:
     """The checks the Dagster assets would fail, from a step's findings, into ``summary``: ``failed_checks``
-    (``asset:check``), ``quarantined_files`` and ``dropped_columns`` (as ``gpu-health run`` reports them)."""
+    (``asset:check``, judged as the assets judge them: :mod:`gpu_health.steps.checks`), ``quarantined_files`` and
+    ``dropped_columns`` (as ``gpu-health run`` reports them)."""
+    from gpu_health.steps.checks import failed_checks
+
     found = result.findings
     failed = summary.setdefault("failed_checks", [])
-
-    def fail(name):
-        if name not in failed:
-            failed.append(name)
-
+    failed += [name for name in failed_checks(step.name, result) if name not in failed]
     if "rejects" in found:  # a source step
         table = step.name
-        if len(found["rejects"]) or len(found["quarantined"]):
-            fail(f"{table}:{table}_contract")
         for _, f in found["quarantined"].iterrows():
             entry = {"source": table, "partition": None if pd.isna(f["partition_start"]) else pd.Timestamp(f["partition_start"]).isoformat(),
                      "file": f["origin"], "check": f["check"], "reason": f["reason"]}
@@ -61,17 +58,6 @@ def _findings(step, result, summary: dict, start, end) -> None:
                 summary["quarantined_files"].append(entry)
         for col, origins in found["dropped_columns"].items():
             summary.setdefault("dropped_columns", {}).setdefault(table, {})[col] = origins
-    if "paid_invariant" in found and not found["paid_invariant"]["passed"]:
-        fail("goodput_states:paid_minutes_invariant")
-    if "mismatched" in found and len(found["mismatched"]):
-        fail("serving_slis:latency_count_matches_requests")
-    if step.name == "alerts":
-        frame = result.tables["alerts"]
-        last = frame[frame["partition_start"] == frame["partition_start"].max()] if len(frame) else frame
-        firing = last[last["status"] == "firing"] if len(last) else last
-        for check, severity in (("pages", "page"), ("tickets", "ticket")):
-            if len(firing) and (firing["severity"] == severity).any():
-                fail(f"alerts:{check}")
 
 
 def run_step(step, wh, s0, s1, inputs: dict, failed: set, summary: dict):
@@ -201,7 +187,9 @@ def _forwarded(cut: list[list], k: int) -> list[str]:
 # What the stages' steps import (most of it lazily, inside the steps), imported once by the stages' fork server
 # (pipeline.stage_context). Not Dagster: only the source stage's source needs it.
 STAGE_MODULES = ("gpu_health.storage.warehouse", "gpu_health.contracts.validate", "gpu_health.sources.landing",
-                 "gpu_health.steps.compute", "gpu_health.steps.capacity", "gpu_health.metrics.goodput",
+                 "gpu_health.steps.telemetry", "gpu_health.steps.kpis",
+                 "gpu_health.steps.diagnosis", "gpu_health.steps.finance", "gpu_health.steps.capacity",
+                 "gpu_health.metrics.goodput",
                  "gpu_health.metrics.kpis", "gpu_health.metrics.baselines", "gpu_health.metrics.kpi_baselines",
                  "gpu_health.metrics.serving", "gpu_health.metrics.slo", "gpu_health.metrics.facility",
                  "gpu_health.diagnosis.detect", "gpu_health.diagnosis.alerts", "gpu_health.diagnosis.decompose",

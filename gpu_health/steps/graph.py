@@ -11,9 +11,9 @@ re-derived after a re-run) -- the facts a scheduler needs and a reader of the co
 * ``gpu_health_tests/test_step_graph.py`` records the reads each step actually makes and fails when they differ
   from its declaration (a table read but not declared, declared but not read, or read further back than declared).
 
-Nothing here imports Dagster; the steps' bodies are in :mod:`gpu_health.steps.compute` (reads and writes through
-the :class:`~gpu_health.storage.warehouse.Warehouse` passed in) over the pure functions of ``metrics`` and
-``diagnosis``, which never read the warehouse.
+Nothing here imports Dagster; the steps' bodies are in :mod:`gpu_health.steps.telemetry`, ``kpis``, ``diagnosis``,
+``finance`` and ``capacity`` (reading what their step declares through :mod:`gpu_health.steps.resolve`; the step
+stores what they return) over the pure functions of ``metrics`` and ``diagnosis``, which never read the warehouse.
 """
 
 from __future__ import annotations

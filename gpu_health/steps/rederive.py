@@ -4,7 +4,7 @@ A window ``[start, end)`` run again (its landing files replaced: a late correcti
 partition read of it through a declared look-back (``registry.py``): the loss tree and the KPIs of a job running
 after it read its metadata up to ``META_LOOKBACK`` back, the baselines a week of statistics, the alerts the
 previous snapshot and a week of history. So after the window, the later partitions already computed -- the
-unbroken run of stored loss-tree partitions from ``end`` (:func:`~gpu_health.steps.compute.computed_until`, as
+unbroken run of stored loss-tree partitions from ``end`` (:func:`~gpu_health.steps.diagnosis.computed_until`, as
 the alerts' re-derivation finds them) -- are computed again, in order, up to a bound; those past the bound keep
 their rows and are reported stale. The days whose finance read a re-derived partition (a day's failures settle
 back into it up to a day later) are settled again when they are already stored.
@@ -15,7 +15,7 @@ the longest declared look-back of the 5-minute steps (:func:`reach`: a month, th
 metadata 4 days, the baselines a week), where nothing reads the corrected window any more; that is always
 further than the bound, so inside it an unchanged partition proves nothing about the next.
 (The alerts, whose snapshot chain converges, still stop their own look-ahead where it does:
-``compute.alerts_after_rerun``; here they run with ``judged_later``, the next window following in order.)
+``diagnosis.alerts_after_rerun``; here they run with ``judged_later``, the next window following in order.)
 
 Both range paths call this at a range's end (its last window is a correction of what follows):
 ``steps.direct.run_range`` through :func:`rederive`, ``defs.range_runs.run_range`` with :func:`plan` and Dagster runs
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from gpu_health.constants import PARTITION, PIECE, day_chunks
-from gpu_health.steps import compute as P
+from gpu_health.steps import diagnosis as D
 from gpu_health.steps.graph import DAILY, FIVE_MINUTE
 
 DAY = pd.Timedelta(days=1)
@@ -37,10 +37,10 @@ DAY = pd.Timedelta(days=1)
 
 def default_bound() -> pd.Timedelta:
     """How far past a corrected window its later partitions are re-derived: the alerts' look-ahead
-    (``compute.ALERT_LOOKAHEAD``, a day), one bound for both: the longest window one ordinary run covers (``gpu-health
+    (``diagnosis.ALERT_LOOKAHEAD``, a day), one bound for both: the longest window one ordinary run covers (``gpu-health
     run`` and a backfill run a range as day-long runs), so a correction costs at most one more such run, and the
     alerts' re-derivation is the case of this one. Read at call time, so one setting moves both."""
-    return P.ALERT_LOOKAHEAD
+    return D.ALERT_LOOKAHEAD
 
 
 def reach() -> pd.Timedelta:
@@ -81,10 +81,11 @@ def plan(wh, end, *, bound: pd.Timedelta | None = None) -> Plan:
     unbroken run of stored partitions that goes on past it, as far as a declared look-back reaches)."""
     end = pd.Timestamp(end)
     limit = default_bound() if bound is None else bound
-    stop = P.computed_until(wh, end, limit)
+    # (no step: which partitions are stored, read from the warehouse itself; see computed_until)
+    stop = D.computed_until(wh.read_window, end, limit)
     stale = None
     if stop == end + limit:  # the bound reached: the stored partitions may go on past it
-        last = P.computed_until(wh, stop, end + reach() - stop)
+        last = D.computed_until(wh.read_window, stop, end + reach() - stop)
         stale = (stop, last) if last > stop else None
     return Plan(end, stop, stale)
 

@@ -2,8 +2,12 @@
 
 The Dagster assets (``gpu_health/defs``) and the bulk path (:mod:`gpu_health.steps.direct`) both call
 ``step.run``; a step validates its tables against their pandera models and stores them itself (one transaction
-for a step's tables), so both paths write the same rows by construction. Look-backs name the constant they come
-from, so a change of a look-back is a change of the declaration (``test_step_graph.py`` holds them equal).
+for a step's tables), so both paths write the same rows by construction. A step's body (``telemetry``, ``kpis``,
+``diagnosis``, ``finance``, ``capacity``) never holds the warehouse: it reads through the
+:class:`~gpu_health.steps.resolve.Inputs` of its declaration, which refuses a table not declared here or a span
+past the declared look-back, so a look-back is typed here once and the body asks for "the declared span"
+(``test_step_graph.py`` records the reads and holds them to the declarations). Only the resolver and ``_store``
+touch the warehouse for a step.
 """
 
 from __future__ import annotations
@@ -19,27 +23,43 @@ from gpu_health.metrics import goodput as G
 from gpu_health.metrics.slo import LOOKBACK as SLO_LOOKBACK
 from gpu_health.metrics.slo import RELEASE_LOOKBACK
 from gpu_health.metrics.slo_catalog import WINDOW_DAYS as SLO_WINDOW_DAYS
-from gpu_health.steps import compute as P
+from gpu_health.steps import diagnosis as D
+from gpu_health.steps import finance as F
+from gpu_health.steps import kpis as K
+from gpu_health.steps import telemetry as T
 from gpu_health.steps.graph import CALENDAR, DAILY, FIVE_MINUTE, Read, Step, StepResult
+from gpu_health.steps.resolve import Inputs, Window
 
 DAY = pd.Timedelta(days=1)
 HOUR = pd.Timedelta(hours=1)
 # a window's day: cost_capacity and the like are read from the day the window starts in (start.normalize())
 TO_DAY_START = DAY
-# Finance's capacity as of a window's days: the last day it sent, up to CAPACITY_MEMORY back (P.capacity_as_of)
-CAPACITY = Read("cost_capacity", before=TO_DAY_START + P.CAPACITY_MEMORY)
+# Finance's capacity as of a window's days: the last day it sent, up to CAPACITY_MEMORY back (F.capacity_as_of)
+CAPACITY = Read("cost_capacity", before=TO_DAY_START + F.CAPACITY_MEMORY)
 # the inventory as of a partition: the trailing day of node_inventory, and for a silent region its inventory as
-# of its last report up to SILENT_REGION_MEMORY back (P.inventory_segments)
-INVENTORY = (Read("node_inventory", before=P.INVENTORY_LOOKBACK + P.FIVE),
-             Read("node_inventory", before=P.SILENT_REGION_MEMORY + P.INVENTORY_LOOKBACK, optional=True))
+# of its last report up to SILENT_REGION_MEMORY back (T.inventory_segments)
+INVENTORY = (Read("node_inventory", before=T.INVENTORY_LOOKBACK + T.FIVE),
+             Read("node_inventory", before=T.SILENT_REGION_MEMORY + T.INVENTORY_LOOKBACK, optional=True))
 # a renamed node: the GPU UUIDs a node silent in the partition reported at its last report, up to the inventory's
-# look-back (P.moved_gpus): that node's rows of that partition only
-RENAMED = Read("gpu_telemetry", before=P.INVENTORY_LOOKBACK + P.FIVE, optional=True, filtered=True)
-# the rejects of Finance's cost file of a window's day and of the day before (P.COST_REJECT_DAYS), filed under the
+# look-back (T.moved_gpus): that node's rows of that partition only
+RENAMED = Read("gpu_telemetry", before=T.INVENTORY_LOOKBACK + T.FIVE, optional=True, filtered=True)
+# the rejects of Finance's cost file of a window's day and of the day before (D.COST_REJECT_DAYS), filed under the
 # day's midnight: the missing_data ticket of a day whose money is null
-COST_REJECTS = Read("source_rejects", before=TO_DAY_START + P.COST_REJECT_DAYS)
+COST_REJECTS = Read("source_rejects", before=TO_DAY_START + D.COST_REJECT_DAYS)
 # the history of the loss tree and the alerts the scheduling detector's seasonal baseline reads
 ALERT_HISTORY = pd.Timedelta(days=7, hours=1)
+# the KPIs' expected values: the same slot (padded) on each of the previous K.KPI_SLOT_DAYS days; the partitions
+# paged in the previous 15 days are no sample of them
+KPI_HISTORY = K.KPI_SLOT_DAYS * DAY + K.KPI_SLOT_PAD
+PAGED_KPI_HISTORY = pd.Timedelta(days=15)
+# the decomposition's expected leaves: the same slot on each of the previous D.DECOMPOSITION_DAYS days; the
+# partitions paged in the day before those are no sample of them
+LEAF_HISTORY = D.DECOMPOSITION_DAYS * DAY
+PAGED_LEAF_HISTORY = LEAF_HISTORY + DAY
+# the loss tree's own goodput of the GOODPUT_TREND before a window's end: the trend the Dagster asset draws (on a
+# range run and on the partition closing each hour; the step's body never reads it, hence optional)
+GOODPUT_TREND = pd.Timedelta(hours=24)
+TREND = Read("cluster_goodput", before=GOODPUT_TREND, optional=True)
 
 
 # --- sources --------------------------------------------------------------------------------------------------
@@ -53,7 +73,7 @@ def _ingest(table: str, lookback: pd.Timedelta | None):
 
 def redelivery_lookback(table: str, cadence: str) -> pd.Timedelta | None:
     """How far back a source step looks in its own stored table for the rows a file delivers again (at-least-once
-    delivery: contracts.validate._redelivered); None: it does not.
+    delivery: contracts.redelivery._redelivered); None: it does not.
 
     A job's events and metadata: as far back as every consumer looks for a job (META_LOOKBACK), so a re-sent ending
     or description of a job is never counted twice by them. The other 5-minute tables: one partition, the file
@@ -61,7 +81,7 @@ def redelivery_lookback(table: str, cadence: str) -> pd.Timedelta | None:
     misplaced row, rejected as a row with its reason (kept in source_rejects, never lost)."""
     if cadence != FIVE_MINUTE:
         return None
-    return P.META_LOOKBACK if table in ("scheduler_events", "job_metadata") else P.FIVE
+    return T.META_LOOKBACK if table in ("scheduler_events", "job_metadata") else T.FIVE
 
 
 def _source_step(table: str, cadence: str) -> Step:
@@ -87,58 +107,66 @@ def _store(wh, tables: dict, start, end, **kw) -> dict:
     return tables
 
 
+def inputs_for(name: str, wh, start, end) -> Inputs:
+    """What step ``name``'s body reads for ``[start, end)``: its declared reads, resolved (steps/resolve.py); also
+    for a report, a trace or a test calling one step's body on a warehouse."""
+    return Inputs(BY_NAME[name], wh, Window(start, end))
+
+
 def _single(name: str, compute):
     def run(wh, start, end) -> StepResult:
-        return StepResult(_store(wh, {name: compute(wh, start, end)}, start, end))
+        return StepResult(_store(wh, {name: compute(inputs_for(name, wh, start, end))}, start, end))
     return run
 
 
-def _inventory(wh, start, end):
-    return P.node_inventory(P.read_sources(wh, start, end, ["gpu_telemetry", "node_telemetry"]))
+def _inventory(inputs: Inputs):
+    return T.node_inventory({t: inputs.in_window(t) for t in ("gpu_telemetry", "node_telemetry")})
 
 
-def _decomposition(wh, start, end):
+def _decomposition(inputs: Inputs):
     from gpu_health.diagnosis.decompose import GoodputDecomposition
 
-    frame = P.decomposition(wh, start, end)
+    frame = D.decomposition(inputs)
     return frame if len(frame) else pd.DataFrame(columns=list(GoodputDecomposition.to_schema().columns))
 
 
 def _goodput(wh, start, end) -> StepResult:
     """The five tables of the loss tree commit together (one transaction): a crash or a database killed mid-write
     leaves the partition's old loss tree or its new one, never some tables of each."""
-    segments = P.inventory_segments(wh, start, end)  # (the inventory each partition is judged and paid against)
-    frames = P.read_sources(wh, start, end, ["gpu_telemetry", "node_telemetry", "job_runtime_metrics"])
-    moved = P.moved_gpus(wh, start, end, segments, frames["gpu_telemetry"])  # (a renamed node's GPUs)
-    leaves, failures = P.goodput(wh, start, end, frames=frames, segments=segments, moved=moved)
-    tables = _store(wh, {"goodput_leaves": leaves, "job_failures": failures, **P.rollups(leaves)}, start, end)
-    return StepResult(tables, findings={"paid_invariant": P.paid_invariant(tables["goodput_states"], wh, start, end,
+    inputs = inputs_for("goodput", wh, start, end)
+    segments = T.inventory_segments(inputs)  # (the inventory each partition is judged and paid against)
+    frames = {t: inputs.in_window(t) for t in T.LOSS_TREE_SOURCES}
+    moved = T.moved_gpus(inputs, segments, frames["gpu_telemetry"])  # (a renamed node's GPUs)
+    leaves, failures = T.goodput(inputs, frames=frames, segments=segments, moved=moved)
+    tables = _store(wh, {"goodput_leaves": leaves, "job_failures": failures, **T.rollups(leaves)}, start, end)
+    return StepResult(tables, findings={"paid_invariant": T.paid_invariant(tables["goodput_states"], inputs,
                                                                            segments=segments, moved=moved)})
 
 
 def _alerts(wh, start, end, *, judged_later: bool = False) -> StepResult:
     """This window's alerts, and the later partitions' re-derived from them when it re-runs
-    (P.alerts_after_rerun), stored in one transaction: a crash leaves the old chain or the new one.
+    (D.alerts_after_rerun), stored in one transaction: a crash leaves the old chain or the new one.
     ``judged_later``: the caller computes the partitions after ``end`` next, in order (a bulk run's next day), so
     none is re-derived here (it would be recomputed at once; alerts withdrawn inside the window still are)."""
-    frame = P.alerts(wh, start, end)
-    rows, stop, rerun = P.alerts_after_rerun(wh, start, end, frame, horizon=pd.Timedelta(0) if judged_later else None)
+    inputs = inputs_for("alerts", wh, start, end)
+    frame = D.alerts(inputs)
+    rows, stop, rerun = D.alerts_after_rerun(inputs, frame, horizon=pd.Timedelta(0) if judged_later else None)
     if judged_later:
         rerun["alerts_rederive_converged"] = True  # the caller's next window carries on from here
-    _store(wh, {"alerts": rows}, start, stop, lock_partitions=P.FIVE)
+    _store(wh, {"alerts": rows}, start, stop, lock_partitions=T.FIVE)
     frame = rows[(rows["partition_start"] >= start) & (rows["partition_start"] < end)] if len(rows) else frame
     return StepResult({"alerts": frame}, metadata={**rerun, "rederived_until": stop})
 
 
 def _serving(wh, start, end) -> StepResult:
-    slis, mismatched = P.serving_slis(wh, start, end)
+    slis, mismatched = K.serving_slis(inputs_for("serving_slis", wh, start, end))
     return StepResult(_store(wh, {"serving_slis": slis}, start, end), findings={"mismatched": mismatched})
 
 
 def _finance(name: str):
     def run(wh, start, end) -> StepResult:
-        days = pd.date_range(start, end, freq="D", inclusive="left")
-        out = [P.finance_day(wh, d, d + DAY) for d in days]
+        inputs = inputs_for(name, wh, start, end)
+        out = [F.finance_day(inputs.at(d, d + DAY)) for d in inputs.period.days()]
         frame = pd.concat([o[name] for o in out], ignore_index=True)
         meta = {"settled_gpu_minutes_moved": float(sum(o["moved_gpu_minutes"] for o in out))} \
             if name == "cluster_goodput_daily" else {}
@@ -151,63 +179,62 @@ DERIVED_STEPS = [
     Step("node_inventory", FIVE_MINUTE, writes=("node_inventory",),
          reads=(Read("gpu_telemetry"), Read("node_telemetry")), run=_single("node_inventory", _inventory)),
     Step("workload_step_stats", FIVE_MINUTE, writes=("workload_step_stats",),
-         reads=(*(Read(t) for t in WINDOW_SOURCES), Read("job_metadata", before=P.META_LOOKBACK),
+         reads=(*(Read(t) for t in WINDOW_SOURCES), Read("job_metadata", before=T.META_LOOKBACK),
                 Read("maintenance_windows", whole=True)),
-         run=_single("workload_step_stats", P.step_stats)),
+         run=_single("workload_step_stats", T.step_stats)),
     Step("step_time_baselines", FIVE_MINUTE, writes=("step_time_baselines",),
          # 7 days before the window's first hour
          reads=(Read("workload_step_stats", before=B.LOOKBACK + HOUR),),
-         run=_single("step_time_baselines", P.step_baselines)),
+         run=_single("step_time_baselines", T.step_baselines)),
     Step("goodput", FIVE_MINUTE,
          writes=("goodput_leaves", "goodput_states", "goodput_node_states", "job_failures", "cluster_goodput"),
          reads=(*(Read(t) for t in WINDOW_SOURCES), Read("job_runtime_metrics", before=G.FAILURE_LOOKBACK),
-                Read("scheduler_events", before=P.META_LOOKBACK), Read("job_metadata", before=P.META_LOOKBACK),
+                Read("scheduler_events", before=T.META_LOOKBACK), Read("job_metadata", before=T.META_LOOKBACK),
                 Read("maintenance_windows", whole=True), CAPACITY, *INVENTORY,
-                Read("node_inventory", before=G.FAULT_MEMORY), Read("step_time_baselines"), RENAMED),
+                Read("node_inventory", before=G.FAULT_MEMORY), Read("step_time_baselines"), RENAMED, TREND),
          run=_goodput),
     Step("kpi_values", FIVE_MINUTE, writes=("kpi_values",),
          reads=(*(Read(t) for t in ("gpu_telemetry", "node_telemetry", "network_telemetry", "job_runtime_metrics",
                                     "change_events", "goodput_states", "step_time_baselines", "facility_telemetry")),
-                Read("job_metadata", before=P.META_LOOKBACK), Read("scheduler_events", before=P.SCHED_LOOKBACK),
+                Read("job_metadata", before=T.META_LOOKBACK), Read("scheduler_events", before=T.SCHED_LOOKBACK),
                 CAPACITY, *INVENTORY),
-         run=_single("kpi_values", P.kpi_values)),
+         run=_single("kpi_values", K.kpi_values)),
     Step("rack_facility", FIVE_MINUTE, writes=("rack_facility",),
          # the GPUs' clock-event bits are read only when the window has facility rows (a rack to attribute them to)
          reads=(Read("facility_telemetry"), Read("gpu_telemetry", optional=True)),
-         run=_single("rack_facility", P.rack_facility)),
+         run=_single("rack_facility", K.rack_facility)),
     Step("serving_slis", FIVE_MINUTE, writes=("serving_slis",),
          reads=(Read("inference_requests"), Read("inference_latency_buckets")), run=_serving),
     Step("slo_error_budgets", FIVE_MINUTE, writes=("slo_error_budgets",),
          reads=(Read("inference_requests"), Read("inference_latency_buckets"),
                 Read("slo_error_budgets", before=pd.Timedelta(days=SLO_WINDOW_DAYS))),
-         run=_single("slo_error_budgets", P.slo_error_budgets)),
+         run=_single("slo_error_budgets", K.slo_error_budgets)),
     Step("slo_version_events", FIVE_MINUTE, writes=("slo_version_events",),
          reads=(Read("inference_requests"), Read("inference_latency_buckets")),
-         run=_single("slo_version_events", P.slo_version_events)),
+         run=_single("slo_version_events", K.slo_version_events)),
     Step("alerts", FIVE_MINUTE, writes=("alerts",),
-         # a re-run re-derives up to ALERT_LOOKAHEAD of later partitions (P.alerts_after_rerun): every read
-         # reaches that far past the window
-         reads=tuple(Read(r.table, r.before, P.ALERT_LOOKAHEAD, r.whole, r.optional, r.filtered) for r in (
+         # a re-run re-derives up to ALERT_LOOKAHEAD of later partitions (D.alerts_after_rerun): every read
+         # reaches that far past the window; and whether the partition just past that is stored (the
+         # re-derivation cut short by the horizon: not converged)
+         reads=(*(Read(r.table, r.before, D.ALERT_LOOKAHEAD, r.whole, r.optional, r.filtered) for r in (
              Read("gpu_telemetry"), Read("node_telemetry"), Read("network_telemetry"),
-             Read("job_runtime_metrics", before=P.FIVE), Read("scheduler_events", before=P.SCHED_LOOKBACK),
+             Read("job_runtime_metrics", before=T.FIVE), Read("scheduler_events", before=T.SCHED_LOOKBACK),
              Read("change_events", before=DEPLOY_LOOKBACK), Read("maintenance_windows", whole=True),
-             Read("goodput_leaves"), Read("step_time_baselines"), Read("job_metadata", before=P.META_LOOKBACK),
+             Read("goodput_leaves"), Read("step_time_baselines"), Read("job_metadata", before=T.META_LOOKBACK),
              *INVENTORY, RENAMED, Read("cluster_goodput", before=ALERT_HISTORY), Read("alerts", before=ALERT_HISTORY),
              CAPACITY, Read("source_rejects"), COST_REJECTS, Read("source_gaps"),
              Read("slo_error_budgets", before=SLO_LOOKBACK), Read("slo_version_events", before=RELEASE_LOOKBACK),
              Read("facility_telemetry"),
              Read("kube_pods", before=PLATFORM_RESTART_WINDOW), Read("kube_nodes"),
              Read("job_runtime_metrics", before=CONVERGENCE_LOOKBACK))),
+             Read("cluster_goodput", after=D.ALERT_LOOKAHEAD + T.FIVE, optional=True, filtered=True)),
          run=_alerts, rederives_later=True),
     Step("kpi_baselines", FIVE_MINUTE, writes=("kpi_baselines",),
-         # the same slot +-35 min on each of the previous 14 days; paged partitions of the previous 15
-         reads=(Read("kpi_values", before=pd.Timedelta(days=14, minutes=35)),
-                Read("goodput_states", before=pd.Timedelta(days=14, minutes=35)),
-                Read("alerts", before=pd.Timedelta(days=15)), Read("maintenance_windows", whole=True)),
-         run=_single("kpi_baselines", P.kpi_baselines)),
+         reads=(Read("kpi_values", before=KPI_HISTORY), Read("goodput_states", before=KPI_HISTORY),
+                Read("alerts", before=PAGED_KPI_HISTORY), Read("maintenance_windows", whole=True)),
+         run=_single("kpi_baselines", K.kpi_baselines)),
     Step("goodput_decomposition", FIVE_MINUTE, writes=("goodput_decomposition",),
-         # the same slot of the previous 3 days; paged partitions of the previous 4
-         reads=(Read("goodput_leaves", before=pd.Timedelta(days=3)), Read("alerts", before=pd.Timedelta(days=4))),
+         reads=(Read("goodput_leaves", before=LEAF_HISTORY), Read("alerts", before=PAGED_LEAF_HISTORY)),
          run=_single("goodput_decomposition", _decomposition)),
     Step("cluster_goodput_daily", DAILY, writes=("cluster_goodput_daily",),
          # failures up to a day later settle back into the day
@@ -229,7 +256,7 @@ def _capacity(name: str):
 
         compute = {"capacity_demand_daily": C.demand, "capacity_forecast": C.forecasts,
                    "capacity_headroom": C.headrooms}[name]
-        frame = compute(wh, start, end)
+        frame = compute(inputs_for(name, wh, start, end))
         if frame.empty:
             from gpu_health.steps.models import model_of
 
@@ -244,7 +271,7 @@ def _capacity_steps() -> list[Step]:
     return [
         Step("capacity_demand_daily", DAILY, writes=("capacity_demand_daily",),
              reads=(Read("goodput_states"), Read("scheduler_events", before=C.BACKLOG_LOOKBACK),
-                    Read("job_metadata", before=C.META_LOOKBACK), Read("node_inventory")),
+                    Read("job_metadata", before=T.META_LOOKBACK), Read("node_inventory")),
              run=_capacity("capacity_demand_daily")),
         Step("capacity_forecast", DAILY, writes=("capacity_forecast",),
              reads=(Read("capacity_demand_daily", before=C.FORECAST_HISTORY),),

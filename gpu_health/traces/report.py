@@ -349,15 +349,16 @@ def alert_summary(alerts: pd.DataFrame) -> list[dict]:
 
 def partition_run_flags(wh, region: str, parts: pd.DatetimeIndex) -> dict[pd.Timestamp, bool]:
     """Whether ``missing_data`` fires for ``region`` in each partition of ``parts`` computed alone, as the
-    sensor computes it (the inventory as of the partition: :func:`gpu_health.steps.compute.inventory_segments`)
-    -- :func:`gpu_health.steps.compute.alerts` over ``[p, p + 5 min)`` on the run's warehouse, read only. A range
+    sensor computes it (the inventory as of the partition: :func:`gpu_health.steps.telemetry.inventory_segments`)
+    -- :func:`gpu_health.steps.diagnosis.alerts` over ``[p, p + 5 min)`` on the run's warehouse, read only. A range
     run judges each partition against the same inventory; they can still differ through the open alerts carried
     from the previous partition."""
-    from gpu_health.steps.compute import alerts as partition_alerts
+    from gpu_health.steps.diagnosis import alerts as partition_alerts
+    from gpu_health.steps.registry import inputs_for
 
     out = {}
     for p in parts:
-        a = partition_alerts(wh, p, p + PARTITION)
+        a = partition_alerts(inputs_for("alerts", wh, p, p + PARTITION))
         out[p] = bool(len(a) and ((a["status"] == "firing") & (a["cause_family"] == MISSING_DATA)
                                   & a["region"].isin([region, "*"])).any())
     return out

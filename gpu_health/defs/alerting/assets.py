@@ -3,6 +3,7 @@
 import dagster as dg
 
 from gpu_health.defs.common import derived_asset
+from gpu_health.steps.checks import ALERT_CHECKS, firing_in_last_partition
 
 CHECKS = [
     dg.AssetCheckSpec("pages", asset="alerts", description="Fails (ERROR) while a page-severity alert fires."),
@@ -13,10 +14,11 @@ CHECKS = [
 def _checks(result, wh, start, end):
     """Pages and tickets firing in the window's last partition, as ERROR and WARN checks."""
     frame, rerun = result.tables["alerts"], result.metadata
-    last = frame[frame["partition_start"] == frame["partition_start"].max()] if len(frame) else frame
-    firing = last[last["status"] == "firing"] if len(last) else last
+    firing = firing_in_last_partition(frame)
     events = []
-    for name, severity, level in (("pages", "page", dg.AssetCheckSeverity.ERROR), ("tickets", "ticket", dg.AssetCheckSeverity.WARN)):
+    levels = {"page": dg.AssetCheckSeverity.ERROR, "ticket": dg.AssetCheckSeverity.WARN}
+    for name, severity in ALERT_CHECKS:
+        level = levels[severity]
         hit = firing[firing["severity"] == severity] if len(firing) else firing
         events.append(dg.AssetCheckResult(
             check_name=name, asset_key="alerts", passed=hit.empty, severity=level,

@@ -9,7 +9,8 @@ from gpu_health.defs.common import retry_transient_errors
 from gpu_health.defs.resources import WarehouseResource
 from gpu_health.metrics import charts
 from gpu_health.metrics.goodput import STATES
-from gpu_health.steps.registry import asset_deps, step
+from gpu_health.steps.checks import LATENCY_MATCHES_REQUESTS, PAID_INVARIANT
+from gpu_health.steps.registry import GOODPUT_TREND, asset_deps, inputs_for, step
 
 # the loss tree's five tables: one step, one multi-asset; model, group, owner and grain from the catalogue
 OUTS = step("goodput").writes
@@ -32,10 +33,10 @@ def _pictures(frame: pd.DataFrame, history: pd.DataFrame, end) -> dict:
 
 
 def paid_invariant(found: dict) -> dg.AssetCheckResult:
-    """States must sum to paid GPU-minutes (steps.compute.paid_invariant) as an ERROR check."""
+    """States must sum to paid GPU-minutes (steps.telemetry.paid_invariant) as an ERROR check."""
     bad = found["examples"]
     return dg.AssetCheckResult(
-        check_name="paid_minutes_invariant", asset_key="goodput_states", passed=found["passed"],
+        check_name=PAID_INVARIANT[1], asset_key=PAID_INVARIANT[0], passed=found["passed"],
         severity=dg.AssetCheckSeverity.ERROR,
         metadata={"slices": found["slices"], "violations": found["violations"],
                   "max_abs_error_gpu_minutes": found["max_abs_error_gpu_minutes"],
@@ -49,7 +50,7 @@ def build_kpi_assets(five_minute) -> list:
     @dg.multi_asset(
         name="goodput", outs=outs, partitions_def=five_minute, backfill_policy=dg.BackfillPolicy.single_run(),
         deps=asset_deps("goodput"),
-        check_specs=[dg.AssetCheckSpec("paid_minutes_invariant", asset="goodput_states", blocking=True,
+        check_specs=[dg.AssetCheckSpec(PAID_INVARIANT[1], asset=PAID_INVARIANT[0], blocking=True,
                                        description="Every partition's states sum exactly to paid GPU-minutes.")],
     )
     @retry_transient_errors
@@ -58,8 +59,10 @@ def build_kpi_assets(five_minute) -> list:
         mid-write leaves the partition's old loss tree or its new one, never some tables of each."""
         wh = warehouse.get()
         start, end = window_of(context)
-        history = wh.read_window("cluster_goodput", end - pd.Timedelta(hours=24), start,
-                                 columns=["partition_start", "region", "goodput"]) if _render_pictures(start, end) else None
+        # (the step's declared trend: the only table read here, through the step's declaration)
+        history = inputs_for("goodput", wh, start, end).span(
+            "cluster_goodput", end - GOODPUT_TREND, start, columns=["partition_start", "region", "goodput"]) \
+            if _render_pictures(start, end) else None
         result = step("goodput").run(wh, start, end)  # stores the outputs (STORED_BY_STEP: the IO manager skips them)
         tables = result.tables
         for name in OUTS:
@@ -78,7 +81,7 @@ def build_kpi_assets(five_minute) -> list:
     def _serving(result, wh, start, end):
         slis, mismatched = result.tables["serving_slis"], result.findings["mismatched"]
         check = dg.AssetCheckResult(
-            check_name="latency_count_matches_requests", asset_key="serving_slis", passed=mismatched.empty,
+            check_name=LATENCY_MATCHES_REQUESTS[1], asset_key=LATENCY_MATCHES_REQUESTS[0], passed=mismatched.empty,
             severity=dg.AssetCheckSeverity.WARN,
             metadata={"mismatched_minutes": len(mismatched),
                       "examples": dg.MetadataValue.md(mismatched.head(20).to_markdown(index=False) if len(mismatched) else "(none)")})
@@ -86,7 +89,7 @@ def build_kpi_assets(five_minute) -> list:
 
     serving = derived_asset(
         "serving_slis", partitions_def=five_minute, checks=_serving,
-        check_specs=[dg.AssetCheckSpec("latency_count_matches_requests", asset="serving_slis",
+        check_specs=[dg.AssetCheckSpec(LATENCY_MATCHES_REQUESTS[1], asset=LATENCY_MATCHES_REQUESTS[0],
                                        description="WARN when a minute's latency +Inf bucket differs from its requests "
                                                    "(the two source tables came from different scrapes).")])
     budgets = derived_asset("slo_error_budgets", partitions_def=five_minute)

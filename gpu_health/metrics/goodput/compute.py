@@ -114,7 +114,7 @@ def compute_states(frames: dict, *, start, end, capacity: pd.DataFrame | None, i
     ``start`` to ``end``, which name a job's queue (default: those of ``sched_history``).
     Each row's job is known as its partition's own run would know it (:func:`_row_attributes`).
     ``moved``: GPUs reporting under another name than the inventory's (ts, gpu_uuid, node_id = the old name:
-    gpu_health.steps.compute.moved_gpus); the old name does not expect them in those minutes.
+    gpu_health.steps.telemetry.moved_gpus); the old name does not expect them in those minutes.
 
     The stages are the module docstring's.
     """
