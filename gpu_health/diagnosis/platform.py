@@ -71,7 +71,7 @@ CRASH_PAGE_PODS = 2
 # by default; a freed node usually triggers the retry at once): a pod refused for ``Insufficient nvidia.com/gpu``
 # for longer than that, while a node could take it, was retried against that node and refused again -- shorter is
 # the churn of pods ending and starting between two scheduling cycles
-PENDING_CHURN = pd.Timedelta(minutes=5)
+PENDING_CHURN = pd.Timedelta(minutes=5)  # not the partition: the kube-scheduler default above
 TAINT_MESSAGE = re.compile(r"untolerated taint[^:]*\{\s*" + re.escape(GPU_RESOURCE), re.IGNORECASE)
 INSUFFICIENT_MESSAGE = re.compile(r"Insufficient " + re.escape(GPU_RESOURCE), re.IGNORECASE)
 # the scheduler's verdict per node: "0/N nodes are available: K Insufficient nvidia.com/gpu[, M <another reason>]"
