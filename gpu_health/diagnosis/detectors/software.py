@@ -136,10 +136,15 @@ def _first_start_on(ctx: PartitionContext, ev, changed: dict) -> pd.Timestamp | 
 
 
 def _node_cohort_failures(ctx: PartitionContext, ev, since) -> Finding | None:
-    """The runs started on a node after the change reached it against the runs started in the same minutes on
-    nodes it has not reached, on failures so far: a regression of the GPU stack kills jobs in their first minutes,
-    while jobs that started before the change ran on the old version (they are neither cohort). A stream
-    without starts is judged by where its jobs ended (job_runs)."""
+    """A node change judged on two witnesses of its jobs, each an exact test against the jobs of the nodes it has not
+    reached in the same minutes (jobs on its nodes from before it reached them are in neither group):
+
+    - ``started``: the jobs started on a node after the change reached it, failed so far -- a regression of the GPU
+      stack kills jobs in their first minutes, while a job that started before ran the old version;
+    - ``ended``: the jobs that ended on a node after the change reached it -- a change taking effect under running
+      jobs kills them; a stream without starts is judged on this one alone.
+
+    The false-alarm rate is split between the witnesses that have a cohort."""
     # a later change of the same kind to another version on these nodes supersedes this one (e.g. the rollback)
     cohort = _node_cohort(ctx, ev)
     ch = ctx.changes
@@ -150,19 +155,33 @@ def _node_cohort_failures(ctx: PartitionContext, ev, since) -> Finding | None:
     if runs.empty:
         return None
     changed, waves = _changed_at(ctx, ev, cohort)
-    # the looks that spend the false-alarm rate are those since a job first started on the new version: before
-    # that the cohort is empty (a rollout drains its nodes first) and no look could page; a stream without starts
-    # counts them from the change
+    # per run: when the change reached the first of its nodes it reached (NaT: none of them)
+    reached = pd.Series([min((changed[n] for n in str(p).split(",") if n in changed), default=pd.NaT) if pd.notna(p)
+                         else pd.NaT for p in runs["node_ids"]], index=runs.index, dtype=runs["start"].dtype)
+    touched, placed = reached.notna(), runs["node_ids"].notna()
+    started, ended = runs["start"] >= since, runs["end"] >= since
+    # the looks that spend the false-alarm rate on the started witness are those since a job first started on the new
+    # version: before that its cohort is empty (a rollout drains its nodes first) and no look could page
     first = _first_start_on(ctx, ev, changed)
-    alpha = _alpha(ctx, ev.ts if first is None else first)
-    new, elsewhere = np.zeros(len(runs), dtype=bool), np.zeros(len(runs), dtype=bool)
-    for i, (placed, start) in enumerate(zip(runs["node_ids"], runs["start"])):
-        hit = [changed[n] for n in str(placed).split(",") if n in changed] if pd.notna(placed) else []
-        new[i] = bool(hit) and (pd.isna(start) or min(hit) <= start)
-        elsewhere[i] = pd.notna(placed) and not hit  # (runs on its nodes before the change reached them: neither)
+    witnesses = [("started", started & touched & (reached <= runs["start"]), started & ~touched & placed,
+                  _alpha(ctx, ev.ts if first is None else first)),
+                 ("ended", ended & touched & (reached <= runs["end"]), ended & ~touched & placed, _alpha(ctx, ev.ts))]
+    witnesses = [w for w in witnesses if w[1].any()]
+    for name, new, old, alpha in witnesses:
+        f = _failure_test(ctx, ev, runs, new.to_numpy(dtype=bool), old.to_numpy(dtype=bool), cohort, since,
+                          alpha / len(witnesses), name, waves)
+        if f is not None:
+            return f
+    return None
+
+
+def _failure_test(ctx: PartitionContext, ev, runs: pd.DataFrame, new: np.ndarray, old: np.ndarray, cohort: set,
+                  since, alpha: float, witness: str, waves: list[str]) -> Finding | None:
+    """Fisher's exact test of the failures of the ``new`` runs against the ``old``; the finding when they fail
+    significantly (``alpha``) and FAILURE_RATE_RATIO times as often, on MIN_FAILED_NODES of the change's nodes."""
     failed = runs["failed"].to_numpy(dtype=bool)
     a, b = int((new & failed).sum()), int((new & ~failed).sum())
-    c, d = int((elsewhere & failed).sum()), int((elsewhere & ~failed).sum())
+    c, d = int((old & failed).sum()), int((old & ~failed).sum())
     if a < MIN_COHORT_FAILURES:
         return None
     # one node of a change failing its jobs is that node's fault (hardware's to judge); the change's shows on many
@@ -179,19 +198,18 @@ def _node_cohort_failures(ctx: PartitionContext, ev, since) -> Finding | None:
     reasons = runs.loc[new & failed, "reason"].fillna("(none given)").value_counts().head(5)
     region = _region_of(nodes_hit or sorted(cohort), ctx.inventory)
     lost = float(ctx.leaves[(ctx.leaves["state"] == "failure_loss") & ctx.leaves["node_id"].isin(cohort)]["gpu_minutes"].sum()) if len(ctx.leaves) else 0.0
-    first_fail = runs.loc[new & failed, "end"].min()
-    onset = (first_fail - ev.ts) / pd.Timedelta(minutes=1)
+    onset = (runs.loc[new & failed, "end"].min() - ev.ts) / pd.Timedelta(minutes=1)
     change = f"{ev.kind} {ev.from_version} -> {ev.to_version}"
-    rollout = f"{ev.event_id}" + (f" and {len(waves) - 1} later wave(s) ({', '.join(waves[1:])})" if len(waves) > 1 else "")
+    later = f" and {len(waves) - 1} later wave(s) ({', '.join(waves[1:])})" if len(waves) > 1 else ""
     return Finding("deploy_regression", "software", "page", region, f"deploy_regression|{ev.event_id}",
                    nodes=sorted(cohort), cohort=change, change_event=ev.event_id,
                    lost_gpu_minutes=lost,
                    summary=f"Job failures after {change} on {len(cohort)} node(s) in {region}: roll back {ev.event_id}",
-                   evidence=f"{a} of {a + b} jobs started on the new version since {since:%H:%M} failed ({rate_new:.0%}) vs "
-                            f"{c} of {c + d} ({c / max(c + d, 1):.1%}) started on other nodes, Fisher p={p:.1g}; failures on "
+                   evidence=f"{a} of {a + b} jobs {witness} on the new version since {since:%H:%M} failed ({rate_new:.0%}) "
+                            f"vs {c} of {c + d} ({c / max(c + d, 1):.1%}) on other nodes, Fisher p={p:.1g}; failures on "
                             f"{len(nodes_hit)} of the change's {len(cohort)} nodes ({', '.join(nodes_hit[:12])}"
                             f"{', ...' if len(nodes_hit) > 12 else ''}); first failure {onset:.0f} min after the change "
-                            f"{rollout}; top reasons: " + "; ".join(f"{k} ({v})" for k, v in reasons.items()))
+                            f"{ev.event_id}{later}; top reasons: " + "; ".join(f"{k} ({v})" for k, v in reasons.items()))
 
 
 def _framework_cohort(ctx: PartitionContext, ev, since, alpha: float = FAILURE_P) -> Finding | None:
