@@ -165,3 +165,16 @@ def test_a_run_requeued_for_a_gpu_error_failed_and_one_requeued_by_a_drain_did_n
     ])
     runs = job_runs(ctx, DEPLOY)
     assert sorted(zip(runs["node_ids"], runs["failed"])) == [("n1", True), ("n2", False), ("n3", False)]
+
+
+def test_a_node_is_in_the_cohort_by_the_version_it_reports_last():
+    """A node that took the new driver inside the partition (its first rows still the old version) is the
+    change's; a node of the scope still reporting the old version at the end is not reached yet."""
+    end = DEPLOY + 4 * FIVE
+    ctx = context(end, **BORDERLINE)
+    ctx.changes = CHANGES.assign(scope="n1,n2,n3")
+    ctx.node = pd.DataFrame([{"ts": end - FIVE + pd.Timedelta(minutes=m), "node_id": n, "kernel_version": "6.8",
+                              "driver_version": "550.144.03" if n != "n3" and m >= 2 else "550.127.08"}
+                             for m in range(5) for n in ("n1", "n2", "n3")])
+    (f,) = detect_deploys(ctx)
+    assert f.nodes == COHORT

@@ -5,8 +5,10 @@ same minutes (``deploy_regression``).
 detector            family       pages on (the two witnesses) / tickets on
 ==================  ===========  =====================================================================
 deploy_regression   software     a change event's cohort worse than the rest in the same minutes:
-                                 job failure rate (Fisher exact test + rate-ratio floor) or step time
-                                 over baseline (Mann-Whitney cohort judge + effect floor)
+                                 job failure rate (Fisher exact test + rate-ratio floor) of the jobs
+                                 started on a node after the change reached it, or of the jobs that
+                                 ended on it, failures on 2+ of its nodes; or step time over baseline
+                                 (Mann-Whitney cohort judge + effect floor)
 ==================  ===========  =====================================================================
 
 Hung trainers (``training_stall``) are software too: gpu_health.diagnosis.detectors.stalls.
@@ -96,14 +98,17 @@ def _rollout_groups(recent: pd.DataFrame, inventory: pd.DataFrame) -> pd.DataFra
 def _node_cohort(ctx: PartitionContext, ev) -> set[str]:
     """The nodes on the change's new version: its scope, and every node whose own telemetry reports the new
     version (the node is the witness of what it runs, whatever the change calendar's scope spelling); not a node of
-    the scope whose telemetry still reports the old version (a scope the rollout has not reached yet)."""
+    the scope whose telemetry still reports the old version at the partition's end (a scope the rollout has not
+    reached yet)."""
     cohort = _scope_nodes(ev.scope, ctx.inventory)
     col = _VERSION_COLUMN.get(ev.kind)
     if col and len(ctx.node) and pd.notna(ev.to_version):
         version = ctx.node[col].astype(object)
         cohort |= set(ctx.node.loc[version == ev.to_version, "node_id"].astype(object))
-        if pd.notna(ev.from_version):
-            cohort -= set(ctx.node.loc[version == ev.from_version, "node_id"].astype(object))
+        if pd.notna(ev.from_version):  # (what a node runs now: its last row of the partition)
+            last = ctx.node.assign(_v=version).sort_values("ts", kind="stable").drop_duplicates("node_id", keep="last") \
+                if "ts" in ctx.node.columns else ctx.node.assign(_v=version).drop_duplicates("node_id", keep="last")
+            cohort -= set(last.loc[last["_v"] == ev.from_version, "node_id"].astype(object))
     return cohort
 
 
