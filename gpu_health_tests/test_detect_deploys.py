@@ -75,3 +75,106 @@ def test_the_cohort_is_whoever_reports_the_new_version():
                              "kernel_version": "6.8"})
     (f,) = detect_deploys(ctx)
     assert f.severity == "page" and set(COHORT) <= set(f.nodes)
+
+
+
+def run_events(runs, until: pd.Timestamp, *, ended_nodes: bool = False) -> pd.DataFrame:
+    """A scheduler stream up to ``until`` of runs given as (node, start, end, exit_state) tuples; the ``ended``
+    events name no node unless ``ended_nodes`` (the contract allows either: many streams place a job only on its
+    ``started`` event)."""
+    rows = []
+    for i, (node, start, end, exit_state) in enumerate(runs):
+        job = f"j{i}"
+        rows.append({"event_id": f"s{i}", "ts": start, "job_id": job, "event": "started", "scheduler": "slurm",
+                     "node_ids": node, "exit_state": None, "reason": None})
+        rows.append({"event_id": f"e{i}", "ts": end, "job_id": job, "event": "ended", "scheduler": "slurm",
+                     "node_ids": node if ended_nodes else None, "exit_state": exit_state,
+                     "reason": "Xid 13: Graphics Engine Exception" if exit_state == "failed" else None})
+    s = pd.DataFrame(rows)
+    return s[s["ts"] < until].sort_values("ts", kind="stable").reset_index(drop=True)
+
+
+def started_after(at: pd.Timestamp, nodes, *, failed: int, total: int):
+    """``total`` runs started on ``nodes`` from ``at`` on, one a minute: the first ``failed`` of them fail 3 minutes
+    in, the others complete after 8 minutes."""
+    out = []
+    for i in range(total):
+        start = at + pd.Timedelta(minutes=i % 15)
+        out.append((nodes[i % len(nodes)], start, start + pd.Timedelta(minutes=3 if i < failed else 8),
+                    "failed" if i < failed else "completed"))
+    return out
+
+
+def runs_context(end: pd.Timestamp, runs, **kw) -> PartitionContext:
+    ctx = context(end, cohort_failed=0, cohort_total=0, other_failed=0, other_total=0)
+    ctx.sched = run_events(runs, end, **kw)
+    return ctx
+
+
+def test_jobs_placed_only_on_their_started_event_are_judged():
+    """The ended events carry no node_ids: each job's placement comes from its own started event."""
+    ctx = runs_context(DEPLOY + 4 * FIVE, started_after(DEPLOY + FIVE, COHORT, failed=7, total=20)
+                       + started_after(DEPLOY + FIVE, OTHERS, failed=3, total=100))
+    (f,) = detect_deploys(ctx)
+    assert (f.family, f.severity, f.change_event, f.nodes) == ("software", "page", "chg-1", COHORT)
+    assert "Xid 13" in f.evidence and "roll back chg-1" in f.summary
+
+
+def test_the_cohort_is_the_jobs_started_after_the_change():
+    """Jobs that started on the cohort's nodes before the change ran the old version: their normal ends do not
+    dilute the failures of the jobs started after it."""
+    end = DEPLOY + 4 * FIVE
+    before = [(COHORT[i % 2], DEPLOY - pd.Timedelta(minutes=30 + i), end - pd.Timedelta(minutes=1 + i % 15), "completed")
+              for i in range(40)]
+    ctx = runs_context(end, before + started_after(DEPLOY + FIVE, COHORT, failed=4, total=6)
+                       + started_after(DEPLOY + FIVE, OTHERS, failed=3, total=100), ended_nodes=True)
+    (f,) = detect_deploys(ctx)
+    assert f.severity == "page" and "4 of 6 jobs started on the new version" in f.evidence
+
+
+def test_a_rollout_drained_first_is_judged_from_its_first_job_on_the_new_version():
+    """No job starts on a drained node: the looks before the first start on the new version spend no false-alarm
+    rate, so borderline evidence in the first partitions after it pages as it would right after a change."""
+    back = DEPLOY + pd.Timedelta(hours=2)
+    ctx = runs_context(back + 4 * FIVE, started_after(back + FIVE, COHORT, failed=7, total=20)
+                       + started_after(back + FIVE, OTHERS, failed=3, total=100), ended_nodes=True)
+    assert len(detect_deploys(ctx)) == 1
+
+
+def test_one_node_failing_its_jobs_is_not_the_change():
+    """Every failure of the cohort on one of its nodes: that node's fault (hardware judges it), not the driver's."""
+    ctx = runs_context(DEPLOY + 4 * FIVE, started_after(DEPLOY + FIVE, ["n1"], failed=10, total=10)
+                       + started_after(DEPLOY + FIVE, ["n2"], failed=0, total=10)
+                       + started_after(DEPLOY + FIVE, OTHERS, failed=3, total=100), ended_nodes=True)
+    assert detect_deploys(ctx) == []
+
+
+def test_a_run_requeued_for_a_gpu_error_failed_and_one_requeued_by_a_drain_did_not():
+    from gpu_health.diagnosis.context import job_runs
+
+    t = DEPLOY + FIVE
+    ctx = context(DEPLOY + 4 * FIVE, cohort_failed=0, cohort_total=0, other_failed=0, other_total=0)
+    ctx.sched = pd.DataFrame([
+        {"event_id": "1", "ts": t, "job_id": "a", "event": "started", "node_ids": "n1", "exit_state": None, "reason": None},
+        {"event_id": "2", "ts": t + FIVE, "job_id": "a", "event": "requeued", "node_ids": "n1", "exit_state": None,
+         "reason": "NCCL error: unhandled cuda error"},
+        {"event_id": "3", "ts": t, "job_id": "b", "event": "started", "node_ids": "n3", "exit_state": None, "reason": None},
+        {"event_id": "4", "ts": t + FIVE, "job_id": "b", "event": "requeued", "node_ids": "n3", "exit_state": None,
+         "reason": "node drained for driver upgrade"},
+        {"event_id": "5", "ts": t + 2 * FIVE, "job_id": "a", "event": "started", "node_ids": "n2", "exit_state": None, "reason": None},
+    ])
+    runs = job_runs(ctx, DEPLOY)
+    assert sorted(zip(runs["node_ids"], runs["failed"])) == [("n1", True), ("n2", False), ("n3", False)]
+
+
+def test_a_node_is_in_the_cohort_by_the_version_it_reports_last():
+    """A node that took the new driver inside the partition (its first rows still the old version) is the
+    change's; a node of the scope still reporting the old version at the end is not reached yet."""
+    end = DEPLOY + 4 * FIVE
+    ctx = context(end, **BORDERLINE)
+    ctx.changes = CHANGES.assign(scope="n1,n2,n3")
+    ctx.node = pd.DataFrame([{"ts": end - FIVE + pd.Timedelta(minutes=m), "node_id": n, "kernel_version": "6.8",
+                              "driver_version": "550.144.03" if n != "n3" and m >= 2 else "550.127.08"}
+                             for m in range(5) for n in ("n1", "n2", "n3")])
+    (f,) = detect_deploys(ctx)
+    assert f.nodes == COHORT

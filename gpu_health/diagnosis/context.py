@@ -417,3 +417,61 @@ def _scope_nodes(scope: str, inventory: pd.DataFrame) -> set[str]:
     if scope in set(inventory["region"]):
         return set(inventory.loc[inventory["region"] == scope, "node_id"])
     return {s.strip() for s in str(scope).split(",") if s.strip()}
+
+
+
+
+# A requeue is the scheduler taking a run back: the run failed when the reason names the GPU stack (an Xid, a CUDA or
+# NCCL error, a GSP timeout); a requeue for a drain, an admin's or a preemption is not the run failing.
+_GPU_STACK_REASON = r"(?i)\bxid\b|cuda|nccl|\bgsp\b|launch failure"
+_RUN_ENDS = ["ended", "requeued", "preempted"]
+_FAILED_EXITS = ["failed", "node_fail"]
+_RUN_COLUMNS = ["start", "end", "node_ids", "failed", "reason"]
+
+
+def job_runs(ctx: PartitionContext, lo: pd.Timestamp) -> pd.DataFrame:
+    """The job runs of ``ctx.sched`` that started or ended in [lo, ctx.end), one row each: ``start`` (NaT: a run
+    whose start the look-back does not hold, or a stream that gives no starts), ``end`` (NaT: still running at
+    ctx.end), ``node_ids`` (the placement of its ``started`` event -- many streams give it only there -- else of
+    its end), ``failed`` so far (ended failed / node_fail, or requeued for a GPU-stack reason) and the ending
+    event's ``reason``."""
+    key = ("job_runs", id(ctx.sched))
+    if key not in ctx.memo:  # (the runs of the whole look-back, once per partition)
+        ctx.memo[key] = _job_runs(ctx.sched)
+    runs = ctx.memo[key]
+    return runs[(runs["start"] >= lo).to_numpy(dtype=bool, na_value=False)
+                | (runs["end"] >= lo).to_numpy(dtype=bool, na_value=False)]
+
+
+def _job_runs(s: pd.DataFrame | None) -> pd.DataFrame:
+    """Every run of the scheduler events ``s``: each start with the event that ends it, and each end without one."""
+    if s is None or not len(s):
+        return pd.DataFrame({"start": pd.Series(dtype="datetime64[ns, UTC]"), "end": pd.Series(dtype="datetime64[ns, UTC]"),
+                             "node_ids": pd.Series(dtype=object), "failed": pd.Series(dtype=bool),
+                             "reason": pd.Series(dtype=object)})
+    seq = s[s["event"].isin(["started", *_RUN_ENDS]).to_numpy(dtype=bool, na_value=False)]
+    # each event beside the one before it of the same job (a start sorts before an end of the same second)
+    seq = seq.assign(_job=seq["job_id"].astype(object), _end=(seq["event"] != "started").to_numpy(dtype=bool))
+    seq = seq.sort_values(["_job", "ts", "_end"], kind="stable").reset_index(drop=True)
+    prev = seq.shift(1)
+    is_end = seq["_end"].to_numpy(dtype=bool)
+    opened = (prev["_job"] == seq["_job"]).to_numpy(dtype=bool) & ~prev["_end"].to_numpy(dtype=bool, na_value=True)
+    opened &= is_end  # an end whose start is the event before it
+    how, reason = seq["event"].astype(object), seq["reason"].astype(object)
+    failed = (((how == "ended") & seq["exit_state"].isin(_FAILED_EXITS))
+              | ((how == "requeued") & reason.str.contains(_GPU_STACK_REASON, na=False))).to_numpy(dtype=bool)
+    # one row per run: at its start when the look-back holds it, else at its end
+    closing = np.full(len(seq), -1)
+    closing[np.flatnonzero(opened) - 1] = np.flatnonzero(opened)
+    rows = np.flatnonzero(~is_end | ~opened)
+    end_row = np.where(is_end[rows], rows, closing[rows])
+    has_end = end_row >= 0
+    at_end = np.where(has_end, end_row, 0)
+
+    def pick(col: pd.Series) -> pd.Series:  # the run's ending event's value (null while it runs)
+        return col.iloc[at_end].reset_index(drop=True).where(has_end)
+
+    start = seq["ts"].iloc[rows].reset_index(drop=True).where(~is_end[rows])
+    placed = seq["node_ids"].astype(object).iloc[rows].reset_index(drop=True)
+    return pd.DataFrame({"start": start, "end": pick(seq["ts"]), "node_ids": placed.fillna(pick(seq["node_ids"].astype(object))),
+                         "failed": failed[at_end] & has_end, "reason": pick(reason)})

@@ -5,8 +5,10 @@ same minutes (``deploy_regression``).
 detector            family       pages on (the two witnesses) / tickets on
 ==================  ===========  =====================================================================
 deploy_regression   software     a change event's cohort worse than the rest in the same minutes:
-                                 job failure rate (Fisher exact test + rate-ratio floor) or step time
-                                 over baseline (Mann-Whitney cohort judge + effect floor)
+                                 job failure rate (Fisher exact test + rate-ratio floor) of the jobs
+                                 started on a node after the change reached it, or of the jobs that
+                                 ended on it, failures on 2+ of its nodes; or step time over baseline
+                                 (Mann-Whitney cohort judge + effect floor)
 ==================  ===========  =====================================================================
 
 Hung trainers (``training_stall``) are software too: gpu_health.diagnosis.detectors.stalls.
@@ -19,7 +21,7 @@ import pandas as pd
 from gpu_health.constants import PARTITION, CauseFamily
 from gpu_health.diagnosis.cohort import REGRESSION, judge_cohorts
 from gpu_health.diagnosis.context import (DEPLOY_LOOKBACK, PartitionContext, _gpu_codes, _leaf_rows, _scope_nodes,
-                                          _ts_slice)
+                                          _ts_slice, job_runs)
 from gpu_health.diagnosis.finding import Detector, Finding
 
 
@@ -28,6 +30,8 @@ from gpu_health.diagnosis.finding import Detector, Finding
 FAILURE_RATE_RATIO = 3.0
 FAILURE_P = 1e-3
 MIN_COHORT_FAILURES = 3
+# a change's failures on at least two of its nodes (when it has two): one node failing its jobs is that node's fault
+MIN_FAILED_NODES = 2
 DEPLOY_WINDOW = pd.Timedelta(minutes=30)  # a change (judged for DEPLOY_LOOKBACK) is judged on its last 30 minutes
 STEP_EFFECT_FLOOR = 0.10  # a step-time regression worth a page is 10 % slower than the old version's cohort
 
@@ -51,12 +55,9 @@ def detect_deploys(ctx: PartitionContext) -> list[Finding]:
         recent = hit[1]
     for ev in (recent.itertuples(index=False) if ctx.prepared is None else recent):
         since = max(ev.ts, ctx.end - DEPLOY_WINDOW)
-        # a change is judged again every partition for DEPLOY_LOOKBACK: spend the false-alarm rate over those
-        # looks (Bonferroni), so a benign deploy does not page by chance hours later; a real regression shows
-        # in the first looks, where the bar is highest
-        alpha = FAILURE_P / max(1, int(np.ceil((ctx.end - ev.ts) / PARTITION)))
+        alpha = _alpha(ctx, ev.ts)
         if ev.kind in ("driver_upgrade", "kernel_upgrade", "firmware_update"):
-            f = _node_cohort_failures(ctx, ev, since, alpha)
+            f = _node_cohort_failures(ctx, ev, since)
         elif ev.kind == "framework_release" and pd.notna(ev.to_version):
             f = _framework_cohort(ctx, ev, since, alpha)
         else:
@@ -64,6 +65,13 @@ def detect_deploys(ctx: PartitionContext) -> list[Finding]:
         if f is not None:
             out.append(f)
     return out
+
+
+def _alpha(ctx: PartitionContext, first_look: pd.Timestamp) -> float:
+    """The false-alarm rate of this look at a change. A change is judged again every partition for DEPLOY_LOOKBACK:
+    the rate is spent over the looks since ``first_look`` (Bonferroni), so a benign deploy does not page by chance
+    hours later; a real regression shows in the first looks, where the bar is highest."""
+    return FAILURE_P / max(1, int(np.ceil((ctx.end - first_look) / PARTITION)))
 
 
 NODE_CHANGE_KINDS = ("driver_upgrade", "kernel_upgrade", "firmware_update")
@@ -89,30 +97,101 @@ def _rollout_groups(recent: pd.DataFrame, inventory: pd.DataFrame) -> pd.DataFra
 
 def _node_cohort(ctx: PartitionContext, ev) -> set[str]:
     """The nodes on the change's new version: its scope, and every node whose own telemetry reports the new
-    version (the node is the witness of what it runs, whatever the change calendar's scope spelling)."""
+    version (the node is the witness of what it runs, whatever the change calendar's scope spelling); not a node of
+    the scope whose telemetry still reports the old version at the partition's end (a scope the rollout has not
+    reached yet)."""
     cohort = _scope_nodes(ev.scope, ctx.inventory)
     col = _VERSION_COLUMN.get(ev.kind)
     if col and len(ctx.node) and pd.notna(ev.to_version):
-        cohort |= set(ctx.node.loc[ctx.node[col].astype(object) == ev.to_version, "node_id"].astype(object))
+        version = ctx.node[col].astype(object)
+        cohort |= set(ctx.node.loc[version == ev.to_version, "node_id"].astype(object))
+        if pd.notna(ev.from_version):  # (what a node runs now: its last row of the partition)
+            last = ctx.node.assign(_v=version).sort_values("ts", kind="stable").drop_duplicates("node_id", keep="last") \
+                if "ts" in ctx.node.columns else ctx.node.assign(_v=version).drop_duplicates("node_id", keep="last")
+            cohort -= set(last.loc[last["_v"] == ev.from_version, "node_id"].astype(object))
     return cohort
 
 
-def _node_cohort_failures(ctx: PartitionContext, ev, since, alpha: float = FAILURE_P) -> Finding | None:
+def _changed_at(ctx: PartitionContext, ev, cohort: set[str]) -> tuple[dict, list[str]]:
+    """node -> when the change reached it (the first event of the rollout naming it; the rollout's first event for
+    a node only its telemetry places on the new version), and the ids of the rollout's events."""
+    ch = ctx.changes
+    waves = ch[(ch["kind"] == ev.kind) & (ch["to_version"] == ev.to_version) & (ch["ts"] >= ev.ts)
+               & (ch["ts"] < ctx.end)].sort_values("ts", kind="stable")
+    at = {}
+    for w in waves.itertuples(index=False):
+        for n in _scope_nodes(w.scope, ctx.inventory) & cohort:
+            at.setdefault(n, w.ts)
+    for n in cohort - set(at):
+        at[n] = ev.ts
+    return at, list(waves["event_id"].astype(object)) or [ev.event_id]
+
+
+def _first_start_on(ctx: PartitionContext, ev, changed: dict) -> pd.Timestamp | None:
+    """When the first job started on a node the change had reached (None: none yet, or a stream without starts)."""
+    s = _ts_slice(ctx.sched, ev.ts, ctx.end, ctx.memo) if ctx.sched is not None and len(ctx.sched) else None
+    if s is None or not len(s):
+        return None
+    st = s[s["event"].eq("started").to_numpy(dtype=bool, na_value=False) & s["node_ids"].notna().to_numpy(dtype=bool)]
+    st = st if st["ts"].is_monotonic_increasing else st.sort_values("ts", kind="stable")
+    for ts, placed in zip(st["ts"], st["node_ids"].astype(object)):  # (time order: the first hit ends the scan)
+        if any(n in changed and changed[n] <= ts for n in placed.split(",")):
+            return ts
+    return None
+
+
+def _node_cohort_failures(ctx: PartitionContext, ev, since) -> Finding | None:
+    """A node change judged on two witnesses of its jobs, each an exact test against the jobs of the nodes it has not
+    reached in the same minutes (jobs on its nodes from before it reached them are in neither group):
+
+    - ``started``: the jobs started on a node after the change reached it, failed so far -- a regression of the GPU
+      stack kills jobs in their first minutes, while a job that started before ran the old version;
+    - ``ended``: the jobs that ended on a node after the change reached it -- a change taking effect under running
+      jobs kills them; a stream without starts is judged on this one alone.
+
+    The false-alarm rate is split between the witnesses that have a cohort."""
     # a later change of the same kind to another version on these nodes supersedes this one (e.g. the rollback)
     cohort = _node_cohort(ctx, ev)
     ch = ctx.changes
     later = ch[(ch["ts"] > ev.ts) & (ch["ts"] < ctx.end) & (ch["kind"] == ev.kind) & (ch["to_version"] != ev.to_version)]
-    if any(_scope_nodes(s, ctx.inventory) & cohort for s in later["scope"]):
+    if not cohort or any(_scope_nodes(s, ctx.inventory) & cohort for s in later["scope"]):
         return None
-    ended = _ts_slice(ctx.sched, since, ctx.end, ctx.memo)
-    ended = ended[(ended["event"] == "ended").to_numpy(dtype=bool, na_value=False)]
-    if ended.empty:
+    runs = job_runs(ctx, since)
+    if runs.empty:
         return None
-    on = ended["node_ids"].fillna("").map(lambda s: bool(cohort & set(s.split(","))))
-    failed = ended["exit_state"].isin(["failed", "node_fail"])
-    a, b = int((on & failed).sum()), int((on & ~failed).sum())
-    c, d = int((~on & failed).sum()), int((~on & ~failed).sum())
+    changed, waves = _changed_at(ctx, ev, cohort)
+    # per run: when the change reached the first of its nodes it reached (NaT: none of them)
+    reached = pd.Series([min((changed[n] for n in str(p).split(",") if n in changed), default=pd.NaT) if pd.notna(p)
+                         else pd.NaT for p in runs["node_ids"]], index=runs.index, dtype=runs["start"].dtype)
+    touched, placed = reached.notna(), runs["node_ids"].notna()
+    started, ended = runs["start"] >= since, runs["end"] >= since
+    # the looks that spend the false-alarm rate on the started witness are those since a job first started on the new
+    # version: before that its cohort is empty (a rollout drains its nodes first) and no look could page
+    first = _first_start_on(ctx, ev, changed)
+    witnesses = [("started", started & touched & (reached <= runs["start"]), started & ~touched & placed,
+                  _alpha(ctx, ev.ts if first is None else first)),
+                 ("ended", ended & touched & (reached <= runs["end"]), ended & ~touched & placed, _alpha(ctx, ev.ts))]
+    witnesses = [w for w in witnesses if w[1].any()]
+    for name, new, old, alpha in witnesses:
+        f = _failure_test(ctx, ev, runs, new.to_numpy(dtype=bool), old.to_numpy(dtype=bool), cohort, since,
+                          alpha / len(witnesses), name, waves)
+        if f is not None:
+            return f
+    return None
+
+
+def _failure_test(ctx: PartitionContext, ev, runs: pd.DataFrame, new: np.ndarray, old: np.ndarray, cohort: set,
+                  since, alpha: float, witness: str, waves: list[str]) -> Finding | None:
+    """Fisher's exact test of the failures of the ``new`` runs against the ``old``; the finding when they fail
+    significantly (``alpha``) and FAILURE_RATE_RATIO times as often, on MIN_FAILED_NODES of the change's nodes."""
+    failed = runs["failed"].to_numpy(dtype=bool)
+    a, b = int((new & failed).sum()), int((new & ~failed).sum())
+    c, d = int((old & failed).sum()), int((old & ~failed).sum())
     if a < MIN_COHORT_FAILURES:
+        return None
+    # one node of a change failing its jobs is that node's fault (hardware's to judge); the change's shows on many
+    nodes_hit = sorted(cohort & set(",".join(runs.loc[new & failed, "node_ids"].astype(str)).split(",")))
+    if len(nodes_hit) < min(MIN_FAILED_NODES, len(cohort)):
         return None
     rate_new = a / max(a + b, 1)
     rate_old = (c + 0.5) / max(c + d + 1, 1)
@@ -121,19 +200,21 @@ def _node_cohort_failures(ctx: PartitionContext, ev, since, alpha: float = FAILU
     p = fisher_exact([[a, b], [c, d]], alternative="greater")[1]
     if p >= alpha or rate_new < FAILURE_RATE_RATIO * rate_old:
         return None
-    nodes_hit = sorted(cohort & set(",".join(ended.loc[on & failed, "node_ids"].fillna("")).split(",")))
-    reasons = ended.loc[on & failed, "reason"].fillna("").value_counts().head(3)
+    reasons = runs.loc[new & failed, "reason"].fillna("(none given)").value_counts().head(5)
     region = _region_of(nodes_hit or sorted(cohort), ctx.inventory)
     lost = float(ctx.leaves[(ctx.leaves["state"] == "failure_loss") & ctx.leaves["node_id"].isin(cohort)]["gpu_minutes"].sum()) if len(ctx.leaves) else 0.0
-    first_fail = ended.loc[on & failed, "ts"].min()
-    onset = (first_fail - ev.ts) / pd.Timedelta(minutes=1)
+    onset = (runs.loc[new & failed, "end"].min() - ev.ts) / pd.Timedelta(minutes=1)
+    change = f"{ev.kind} {ev.from_version} -> {ev.to_version}"
+    later = f" and {len(waves) - 1} later wave(s) ({', '.join(waves[1:])})" if len(waves) > 1 else ""
     return Finding("deploy_regression", "software", "page", region, f"deploy_regression|{ev.event_id}",
-                   nodes=sorted(cohort), cohort=f"{ev.kind} {ev.from_version} -> {ev.to_version}", change_event=ev.event_id,
+                   nodes=sorted(cohort), cohort=change, change_event=ev.event_id,
                    lost_gpu_minutes=lost,
-                   summary=f"Job failures after {ev.kind} {ev.from_version} -> {ev.to_version} on {len(cohort)} node(s) in {region}",
-                   evidence=f"cohort failure rate {rate_new:.0%} ({a}/{a + b} jobs) vs {c / max(c + d, 1):.1%} elsewhere since "
-                            f"{since:%H:%M}, Fisher p={p:.1g}; first failure {onset:.0f} min after the change; top reasons: "
-                            + "; ".join(f"{k} ({v})" for k, v in reasons.items()))
+                   summary=f"Job failures after {change} on {len(cohort)} node(s) in {region}: roll back {ev.event_id}",
+                   evidence=f"{a} of {a + b} jobs {witness} on the new version since {since:%H:%M} failed ({rate_new:.0%}) "
+                            f"vs {c} of {c + d} ({c / max(c + d, 1):.1%}) on other nodes, Fisher p={p:.1g}; failures on "
+                            f"{len(nodes_hit)} of the change's {len(cohort)} nodes ({', '.join(nodes_hit[:12])}"
+                            f"{', ...' if len(nodes_hit) > 12 else ''}); first failure {onset:.0f} min after the change "
+                            f"{ev.event_id}{later}; top reasons: " + "; ".join(f"{k} ({v})" for k, v in reasons.items()))
 
 
 def _framework_cohort(ctx: PartitionContext, ev, since, alpha: float = FAILURE_P) -> Finding | None:
