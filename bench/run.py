@@ -1,4 +1,4 @@
-"""Benchmarks of the pipeline core (issue #14): one JSON line per measurement (name, gpus, seconds, peak_mib,
+"""Benchmarks of the pipeline core: one JSON line per measurement (name, gpus, seconds, peak_mib,
 cpu_seconds, ...).
 
     python bench/run.py                          # week_bulk, store_size, live_partition at 1,200 GPUs
@@ -62,7 +62,7 @@ def _cpu_seconds(reference: dict | None = None) -> dict:
 
 def reference_work() -> None:
     """A fixed piece of work made of what the pipeline spends its time on, ~2-3 CPU s and ~0.3 GB on the machines
-    of issue #14 (under any measurement's peak, which it would otherwise raise): pandas on a million rows (a text
+    of this project (under any measurement's peak, which it would otherwise raise): pandas on a million rows (a text
     column of 1,200 values factorized, a group-by of three keys, a sort, a join), numpy (a sort and a bincount of 2
     million integers), a protocol-5 pickle round trip, and a Python loop over dicts. Seeded: the same work on every
     machine."""
@@ -218,7 +218,7 @@ def live_partition(data: Path, gpus: int) -> dict:
     import pandas as pd
 
     from gpu_health.cli import run
-    from gpu_health.definitions import build_definitions
+    from gpu_health.defs.build import build_definitions
     from gpu_health.defs.resources import TelemetrySourceResource, WarehouseIOManager, WarehouseResource
     from gpu_health.settings import Settings
 

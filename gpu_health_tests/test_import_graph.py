@@ -373,10 +373,16 @@ def nothing_drives_the_cli(h: House) -> set[tuple[str, str]]:
     return {(m, x) for m in filter(_in("traces", "evaluation"), h.graph) for x in h.reach(m) if part(x) == "cli"}
 
 
+def nothing_loads_the_code_location(h: House) -> set[tuple[str, str]]:
+    """The code location (definitions.py) builds the Definitions from the environment when imported: only Dagster's
+    workspace loads it; code that needs the Definitions builds them (defs.build)."""
+    return {(m, x) for m, targets in h.graph.items() for x in targets if x == f"{PACKAGE}.definitions"}
+
+
 RULES = {rule.__name__: rule for rule in (
     floors, floor_one_imports_only_floor_one, logic_runs_without_dagster, dagster_only_in_the_wiring,
     logic_takes_frames, tables_know_no_computation, logic_imports_no_adapter, metrics_import_no_diagnosis,
-    sim_runs_no_tested_code, nothing_drives_the_cli)}
+    sim_runs_no_tested_code, nothing_drives_the_cli, nothing_loads_the_code_location)}
 
 
 def _check(rule) -> None:
@@ -412,6 +418,8 @@ def _check(rule) -> None:
      {("gpu_health.sim.a", "gpu_health.metrics.models")}),
     (nothing_drives_the_cli, {"gpu_health.traces.a": {"gpu_health.report"}, "gpu_health.report": {"gpu_health.cli"}},
      {}, {("gpu_health.traces.a", "gpu_health.cli")}),
+    (nothing_loads_the_code_location, {"gpu_health.defs.a": {"gpu_health.definitions", "gpu_health.defs.build"}}, {},
+     {("gpu_health.defs.a", "gpu_health.definitions")}),
 ], ids=lambda v: v.__name__ if callable(v) else "")
 def test_rule_finds_its_violation(rule, graph, external, expected):
     graph = {**{m: set() for targets in graph.values() for m in targets}, **graph}
@@ -466,3 +474,7 @@ def test_simulator_runs_no_code_it_tests():
 
 def test_traces_and_evaluation_do_not_drive_the_cli():
     _check(nothing_drives_the_cli)
+
+
+def test_nothing_loads_the_code_location():
+    _check(nothing_loads_the_code_location)

@@ -38,7 +38,7 @@ import requests
 
 from gpu_health.cli import run, simulate
 from gpu_health.contracts import FIVE_MINUTE_SOURCES
-from gpu_health.definitions import build_definitions
+from gpu_health.defs.build import build_definitions
 from gpu_health.defs.alerting.sensors import AlertmanagerResource
 from gpu_health.defs.resources import TelemetrySourceResource, WarehouseIOManager, WarehouseResource
 from gpu_health.landing import partition_path

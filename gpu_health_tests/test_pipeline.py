@@ -17,7 +17,7 @@ import pytest
 
 from gpu_health.contracts import FIVE_MINUTE_SOURCES, PARTITION_COLUMN
 from gpu_health.contracts.validate import validate_frame
-from gpu_health.definitions import build_definitions
+from gpu_health.defs.build import build_definitions
 from gpu_health.defs.resources import TelemetrySourceResource, WarehouseIOManager, WarehouseResource
 from gpu_health.landing import partition_path
 from gpu_health.settings import Settings

@@ -173,7 +173,7 @@ def test_the_source_asset_drops_redeliveries_and_counts_them(quiet_zone, tmp_pat
     frame.assign(ts=frame["ts"] + pd.Timedelta(milliseconds=250)).to_parquet(path, index=False)
     url = f"sqlite:///{tmp_path / 'warehouse.db'}"
     res = resources(url, kind="landing", landing_dir=str(root))
-    from gpu_health.definitions import build_definitions
+    from gpu_health.defs.build import build_definitions
     from gpu_health.settings import Settings
 
     assets = list(build_definitions(Settings(), res).assets)

@@ -31,7 +31,7 @@ def repository_snapshot(defs) -> str:
 
 
 def test_a_password_from_the_environment_is_not_in_the_repository_snapshot(monkeypatch):
-    from gpu_health.definitions import build_definitions
+    from gpu_health.defs.build import build_definitions
     from gpu_health.settings import Settings
 
     monkeypatch.setenv("GPU_HEALTH_WAREHOUSE_URL", PG_URL)

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from gpu_health.contracts import FIVE_MINUTE_SOURCES, empty_frame
-from gpu_health.definitions import build_definitions
+from gpu_health.defs.build import build_definitions
 from gpu_health.defs.resources import TelemetrySourceResource, WarehouseIOManager, WarehouseResource
 from gpu_health.landing import partition_path, write_partition
 from gpu_health.defs.telemetry.sensors import build_partition_sensor, latest_partition_runs

@@ -106,7 +106,7 @@ SERVING_ASSETS = ["inference_requests", "inference_latency_buckets", "serving_sl
 def _materialize(url: str, scenario: str):
     import dagster as dg
 
-    from gpu_health.definitions import build_definitions
+    from gpu_health.defs.build import build_definitions
     from gpu_health.defs.resources import TelemetrySourceResource, WarehouseIOManager, WarehouseResource
     from gpu_health.settings import Settings
 

@@ -205,7 +205,7 @@ def test_a_quiet_simulated_hour_raises_nothing():
 def test_the_five_minute_job_fills_slo_error_budgets_and_alerts_reads_them(sqlite_url, tmp_path):
     import dagster as dg
 
-    from gpu_health.definitions import build_definitions
+    from gpu_health.defs.build import build_definitions
     from gpu_health.defs.resources import TelemetrySourceResource, WarehouseIOManager, WarehouseResource
     from gpu_health.settings import Settings
     from gpu_health.storage.warehouse import Warehouse

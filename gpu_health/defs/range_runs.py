@@ -47,7 +47,7 @@ class CodeLocation:
     partition_start: str
 
     def definitions(self):
-        from gpu_health.definitions import build_definitions
+        from gpu_health.defs.build import build_definitions
         from gpu_health.defs.resources import (WarehouseIOManager, WarehouseResource, default_resources,
                                                warehouse_url_field)
         from gpu_health.settings import Settings
