@@ -1,4 +1,4 @@
-"""CPU cost of the alerts step (pipeline ``alerts``) over a range of partitions (issue #14).
+"""CPU cost of the alerts step (pipeline ``alerts``) over a range of partitions.
 
     python bench/bench_alert_loop.py --warehouse sqlite:///var/wh.db --start 2026-11-02T00:00Z --end 2026-11-03T00:00Z
     python bench/bench_alert_loop.py ... --profile var/alerts.prof      # and a cProfile (CPU time) of it
@@ -6,7 +6,7 @@
 Runs the alerts step on stored data (a warehouse that ``gpu-health run`` filled) and prints, in CPU seconds
 (``time.process_time``: wall time on a shared machine measures the neighbours) and per partition: the whole
 step, the detectors (``detect``), the alert lifecycle (``alerts.step``) and the rest (reads, per-range set-up,
-per-partition context building). Issue #14's budget is 20 ms a partition for the step.
+per-partition context building). The budget is 20 ms a partition for the step.
 
 Measured (2026-11-24, 2 shared cores, 1,200 GPUs, one simulated day = 288 partitions, CPU seconds; alert rows
 identical before and after, pd.testing.assert_frame_equal exact; "loop" = everything after the reads, with
@@ -20,7 +20,7 @@ pipeline.alerts passing ``prepared=prepare_range(...)`` as the branch detect-spe
 Without the pipeline change (this script on the quiet day, detectors of this branch): 49.4 ms a partition,
 detect 11.8, alerts.step 0.2, the rest 37.4 (reads plus per-partition jobs_as_of / window masks).
 
-Branch alerts (2026-11-24, issue #14 point 4; prof5 warehouse copy of the quiet week, 1,200 GPUs, 288 partitions
+Branch alerts (2026-11-24; prof5 warehouse copy of the quiet week, 1,200 GPUs, 288 partitions
 a day, CPU s; this script, reads cold from the warehouse and the telemetry store; alerts and every finding of
 every partition identical to main's):
 

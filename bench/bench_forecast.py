@@ -1,4 +1,4 @@
-"""Rolling-origin backtest of the demand forecast (issue #18): MASE against seasonal-naive, 80 % interval coverage.
+"""Rolling-origin backtest of the demand forecast: MASE against seasonal-naive, 80 % interval coverage.
 
 Data sets: the public traces with months of job history (gpu_health/traces/demand.py: Philly's sampled jobs,
 Alibaba openb, Helios Earth's May) and a simulated quarter of the default 1,200-GPU cluster with demand growth

@@ -1,4 +1,4 @@
-"""Time reading + validating a window of a landing zone: ``read_window`` for every source table (issue #14).
+"""Time reading + validating a window of a landing zone: ``read_window`` for every source table.
 
 What the source assets do per day chunk: each table's files are read and judged against their contract
 (rejects, quarantined files, dropped columns, sentinels). Prints one JSON line: per table its seconds
@@ -10,7 +10,7 @@ Run: .venv/bin/python bench/bench_ingest.py LANDING_DIR START END [REPEATS]
 The best of REPEATS (default 1) runs is reported per table (the machine may be shared).
 
 Measured on this project's machine (2 cores shared with other jobs, load 6-8) for the quiet day of the
-1,200-GPU default cluster (2,018 files, 3.3 M rows; 2026-11-02), before -> after the batched read (issue #14):
+1,200-GPU default cluster (2,018 files, 3.3 M rows; 2026-11-02), before -> after the batched read:
 21.3 s wall at load ~1 and 37-54 s wall / 20.9-22.6 s CPU at load ~6 -> 5.0-8.4 s wall / 3.3-4.0 s CPU at
 load ~6 (CPU counts pyarrow's reader threads too). gpu_telemetry alone: 8.2 s at load ~1 -> 2.9-5.2 s at load ~6.
 """

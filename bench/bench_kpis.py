@@ -5,7 +5,7 @@ Prints one JSON line per window: {"name", "gpus", "minutes", "rows", "seconds"}
 (seconds of compute_kpis alone; generating the telemetry is not timed).
 Run: .venv/bin/python bench/bench_kpis.py [minutes ...]   (default: 5 and 1440)
 
-Steps mode (issue #14: kpi_values, kpi_baselines, workload_step_stats, step_time_baselines <= 4 s a day together):
+Steps mode (kpi_values, kpi_baselines, workload_step_stats, step_time_baselines <= 4 s a day together):
 
     .venv/bin/python bench/bench_kpis.py --steps --warehouse sqlite:////COPY/w.db --telemetry /COPY/w.telemetry \
         --landing /COPY/landing --day 2026-11-04

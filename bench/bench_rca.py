@@ -1,4 +1,4 @@
-"""Score drill_down on the public multi-dimensional root-cause benchmarks (issue #19).
+"""Score drill_down on the public multi-dimensional root-cause benchmarks.
 
     python bench/bench_rca.py --data /work/scratch/rca            # B0 and RS, every case
     python bench/bench_rca.py --data DIR --limit 20               # the first 20 cases of each B0 setting

@@ -1,4 +1,4 @@
-"""CPU seconds of the telemetry store's own writes and reads per table, on an existing store (issue #14).
+"""CPU seconds of the telemetry store's own writes and reads per table, on an existing store.
 
     PYTHONPATH=. .venv/bin/python bench/bench_store_codec.py --store var/bench.telemetry \
         [--day 2026-11-03] [--read-days 2] [--repeat 3]

@@ -3,8 +3,8 @@
 
     PYTHONPATH=. nice .venv/bin/python bench/bench_store_layout.py WAREHOUSE.db TELEMETRY_DIR --workdir DIR
 
-WAREHOUSE.db and TELEMETRY_DIR (a warehouse written by ``gpu-health run``, e.g. with the layout before issue #14's
-move) are only read: they are copied to ``--workdir`` (which must not exist) and the copy is measured, moved, and
+WAREHOUSE.db and TELEMETRY_DIR (a warehouse written by ``gpu-health run``, e.g. one written before
+the minute-grain tables moved to Parquet) are only read: they are copied to ``--workdir`` (which must not exist) and the copy is measured, moved, and
 measured again. SQLite bytes are each table's B-tree pages with its indexes (``dbstat``) after ``VACUUM`` (4 KiB
 pages), so free pages of deleted rows do not count; store bytes are the table folder's files. Days: the distinct UTC
 days of ``cluster_goodput``. One JSON line per table (``store_layout_table``: where it lives after, MB a day before

@@ -4,7 +4,7 @@ the same tables.
     python bench/compare.py 839d6a2 HEAD --landing /tmp/wk/landing          # 3 days, 8-hour pieces, 2 rounds
     python bench/compare.py main my-branch --landing DIR --days 1 --chunk-hours 24 --rounds 3
 
-The machines of issue #14 change speed by up to 2x within an hour (``bench/run.py``'s reference work took 1.3 s in
+The machines this project runs on change speed by up to 2x within an hour (``bench/run.py``'s reference work took 1.3 s in
 one run and 3.0 s in another), so two runs one after another differ by more than most changes do: the bulk week of
 one commit measured 237.6 and 246.1 s back to back. Here each round runs both revisions at once, each ``gpu-health
 run --direct --workers 1`` in a process of its own (on 2 cores, a core each), so both see the same machine; the

@@ -372,7 +372,7 @@ SUPPORTING: tuple[Kpi, ...] = (
     ),
 )
 
-# The facility's KPIs (issue #18; gpu_health/metrics/facility.py): the operations half of the seeds (power, cooling),
+# The facility's KPIs (gpu_health/metrics/facility.py): the operations half of the seeds (power, cooling),
 # beside the north star's supporting KPIs rather than among them -- they explain the hall, not goodput.
 FACILITY_KPIS: tuple[Kpi, ...] = (
     Kpi(

@@ -55,7 +55,7 @@ CHANGE_KINDS = [
     "scheduler_config",
     "firmware_update",
     "kernel_upgrade",
-    # change and access monitoring (issue #18): configuration, firmware and access changes beyond deploys
+    # change and access monitoring: configuration, firmware and access changes beyond deploys
     "node_label",
     "node_taint",
     "bios_update",
@@ -317,7 +317,7 @@ class MaintenanceWindows(SourceModel):
         return df["end"] > df["start"]
 
 
-# --- the serving layer (issue #17; contracts.md "The other layers") ---------------------------------------------
+# --- the serving layer (contracts.md "The other layers") ---------------------------------------------
 HISTOGRAMS = ["latency", "ttft"]
 
 
@@ -376,7 +376,7 @@ class InferenceLatencyBuckets(_ServingKeyed):
 
 
 class FacilityTelemetry(_MinuteGrain):
-    """One row per rack per minute (issue #18): the rack's PDU draw against its provisioned budget, its power
+    """One row per rack per minute: the rack's PDU draw against its provisioned budget, its power
     supplies, its inlet / outlet temperatures and the hall's draw (for PUE). Optional source: a cluster that
     exports no facility data lands zero rows and runs as before (OPTIONAL_SOURCES)."""
 
@@ -421,7 +421,7 @@ def inf_bucket_matches_requests(buckets: pd.DataFrame, requests: pd.DataFrame) -
     return merged[merged["count"].astype("int64") != merged["requests"].astype("int64")].reset_index(drop=True)
 
 
-# --- the platform layer (issue #17; contracts.md "The other layers"): what kube-state-metrics says -----------------
+# --- the platform layer (contracts.md "The other layers"): what kube-state-metrics says -----------------
 POD_PHASES = ["Pending", "Running", "Succeeded", "Failed", "Unknown"]
 
 

@@ -1,6 +1,6 @@
 """Judge a frame against its contract: fail the table, or quarantine the rows.
 
-Two kinds of breakage, handled differently (contracts.md, issue #2):
+Two kinds of breakage, handled differently (contracts.md):
 
 * **Table-level** -- the file as a whole is wrong: unreadable, a missing
   column, a column whose type cannot be coerced, naive timestamps, or

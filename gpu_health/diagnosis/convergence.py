@@ -1,4 +1,4 @@
-"""Training convergence from the trainer's own metrics (issue #17, application layer): diverging loss, an exploding
+"""Training convergence from the trainer's own metrics (the application layer): diverging loss, an exploding
 gradient norm and failed checkpoints, judged per job against the job's own earlier minutes. Pure pandas.
 
 ======================  ========  ==================================================================================

@@ -4,7 +4,7 @@ Given leaves -- one row per combination of dimension values (region, node,
 sku, driver_version, ...) with a measure observed (``actual``) and expected
 (``expected``), e.g. GPU-minutes in one loss state -- find every set of
 leaves (a dimension value, or an intersection of two or three) that moved
-together beyond the leaves' noise: the root causes (issue #19).
+together beyond the leaves' noise: the root causes.
 
 A ratio KPI (failure rate, a state's share of paid GPU-minutes, queue wait per
 job) is drilled by its numerator and denominator (as RiskLoc and RobustSpot
@@ -227,10 +227,10 @@ def drill_down(
     that holds whatever the measure: ``alpha`` = 0.05 (the usual family-wise
     level), ``min_leaf_z`` = 1 (a cause shows in its typical leaf:
     :data:`MIN_LEAF_Z`), no share or size floor (``min_explanatory_power`` =
-    ``min_excess`` = 0: a cause is judged by its own deviation against noise,
-    issue #19), ``max_causes`` = 5 (a bound on time and alert length; the stop
+    ``min_excess`` = 0: a cause is judged by its own deviation against
+    noise), ``max_causes`` = 5 (a bound on time and alert length; the stop
     rule ends the search first), ``max_combination`` = 3 and
-    ``combination_penalty`` = 0.1 as before. The same set scores Squeeze's B0
+    ``combination_penalty`` = 0.1. The same set scores Squeeze's B0
     and RobustSpot's RS in ``bench/bench_rca.py`` (docs/rca.md).
     """
     _check_parameters(max_causes, max_combination, combination_penalty, actual_base, expected_base)

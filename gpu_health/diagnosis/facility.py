@@ -1,4 +1,4 @@
-"""Facility and change-policy detectors (issue #18): racks' cooling and power, changes without a ticket or window.
+"""Facility and change-policy detectors: racks' cooling and power, changes without a ticket or window.
 
 Pure pandas; each detector takes the :class:`~gpu_health.diagnosis.context.PartitionContext` of one partition
 (the registry and the facility runbook: gpu_health.diagnosis.detectors.facility).

@@ -1,4 +1,4 @@
-"""Detectors of the Kubernetes platform layer (issue #17): what kube-state-metrics shows and the GPUs confirm.
+"""Detectors of the Kubernetes platform layer: what kube-state-metrics shows and the GPUs confirm.
 
 Pure pandas, the rules of :mod:`gpu_health.diagnosis.detectors`: a page rests on two independent witnesses; an absent
 ``kube_pods`` / ``kube_nodes`` table (a Slurm cluster, kube-state-metrics not scraped) is missing data, and every

@@ -596,7 +596,7 @@ def backfill(
             future.result()
 
 
-# --- the serving layer (issue #17) ---------------------------------------------------------
+# --- the serving layer ---------------------------------------------------------
 SERVING_LABELS = ("region", "model_name", "model_version")
 
 

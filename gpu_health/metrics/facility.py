@@ -1,4 +1,4 @@
-"""Facility KPIs (issue #18): PUE from energy, rack power headroom, GPUs throttled for power or heat.
+"""Facility KPIs: PUE from energy, rack power headroom, GPUs throttled for power or heat.
 
 Pure pandas. Two outputs:
 

@@ -1,4 +1,4 @@
-"""Serving SLIs from classic Prometheus histograms (issue #17): quantiles exactly as Prometheus computes them.
+"""Serving SLIs from classic Prometheus histograms: quantiles exactly as Prometheus computes them.
 
 ``serving_slis`` holds one row per region x model x version x 5-minute partition: requests, errors, error rate and
 p50 / p95 / p99 latency and p99 time to first token, each quantile computed from the partition's summed bucket counts

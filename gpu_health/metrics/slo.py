@@ -1,4 +1,4 @@
-"""SLO events, error budgets and multi-window burn rates (issue #17; the catalogue: metrics/slo_catalog.py).
+"""SLO events, error budgets and multi-window burn rates (the catalogue: metrics/slo_catalog.py).
 
 Per 5-minute partition and per SLO x region x model (all versions together: an SLO belongs to the service, and a
 bad release shows as the service burning), :func:`slo_events` counts the SLO's events and its bad events:

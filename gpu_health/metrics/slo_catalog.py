@@ -1,4 +1,4 @@
-"""The serving SLOs, as code (issue #17): objective, window, owner, page / ticket, and how each is measured.
+"""The serving SLOs, as code: objective, window, owner, page / ticket, and how each is measured.
 
 Everything a reader sees about an SLO comes from here: :mod:`gpu_health.metrics.slo` computes each SLO's good and
 bad events per partition and its error budget, the ``slo_burn`` detector pages or tickets on its burn rate,

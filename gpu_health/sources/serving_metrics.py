@@ -1,5 +1,4 @@
-"""inference_requests and inference_latency_buckets from a serving runtime's Prometheus series (issue #17, item 1
-for the application layer).
+"""inference_requests and inference_latency_buckets from a serving runtime's Prometheus series.
 
 A model server instrumented with a Prometheus client library exports each latency as a classic histogram: the
 counters ``<family>_bucket{le}``, ``<family>_count`` and ``<family>_sum``. The mapping, written once (series ->

@@ -249,7 +249,7 @@ DERIVED_STEPS = [
 
 
 
-# --- capacity planning (issue #18): demand history, its forecast, headroom against cost_capacity ----------------
+# --- capacity planning: demand history, its forecast, headroom against cost_capacity ----------------
 def _capacity(name: str):
     def run(wh, start, end) -> StepResult:
         from gpu_health.steps import capacity as C
