@@ -254,8 +254,8 @@ def env_value(value: str) -> str:
 
 def default_resources() -> dict:
     """Resources from the environment (docs/running.md: Configuration). Here, not beside the Definitions, so that the
-    command line reads its settings without building every asset (~0.5 CPU s of each ``gpu-health run``'s start
-    on 2 cores)."""
+    command line reads its settings without building every asset (a noticeable part of each ``gpu-health run``'s
+    start)."""
     url = warehouse_url_field(WAREHOUSE_URL.get_value(DEFAULT_WAREHOUSE_URL))
     telemetry_dir = TELEMETRY_DIR.get_value("")  # empty: beside the warehouse (WarehouseResource)
     source = {field: dg.EnvVar(var).get_value(default) for field, (var, default) in SOURCE_ENVIRONMENT.items()}

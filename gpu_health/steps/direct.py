@@ -30,10 +30,9 @@ DAY = pd.Timedelta(days=1)
 # The pieces a range runs in, each cut from one UTC day (:func:`~gpu_health.constants.day_chunks`): what a step
 # computes at once and a stage hands on. A step's working arrays, its cache and a stage's hand-over scale with the
 # piece, and every partition's rows are the same whatever the piece (each reads its declared look-back), so the
-# piece trades memory for per-piece work: the bulk week at 1,200 GPUs over 3 processes held at once 6.7 GB in
-# whole days, 4.2 GB in 12-hour pieces and 3.4 GB in 8-hour ones (the largest process 2.4, 1.4, 1.2 GB), for
-# ~12-19 % more CPU, every table equal (2026-12-03): not the look-back reads (9.1 against 4.6 CPU s of stored reads
-# over 3 days) but a set-up each step pays per piece, spread over them all (docs/architecture.md, "Memory"). The rows of a piece
+# piece trades memory for per-piece work: 8-hour pieces hold about half the memory of whole days for a tenth or so
+# more CPU, every table equal -- not the look-back reads but a set-up each step pays per piece (docs/architecture.md,
+# "Memory"; docs/benchmarks.md has the figures). The rows of a piece
 # scale with the cluster; ``gpu-health run --direct --chunk-hours`` sets it. One length with the loss tree's chunks
 # (constants.PIECE).
 RUN_CHUNK = PIECE
@@ -150,7 +149,7 @@ def cache_depths(steps, chunk: pd.Timedelta = DAY) -> dict[str, int]:
     time, in time order) finds the run's earlier windows it looks back to in it: the chunks its declared
     ``[start - before, end)`` spans (a run in order reads past its window only at its end: ``judged_later``). A
     day's 14 days of KPI history are then stitched from the cache (FrameCache) instead of read back from the
-    database every day (a run's seventh day: 300,000 rows, ~2 CPU s, growing with each day to the 14th)."""
+    database every day (a run's seventh day would read 300,000 rows back, more with each day to the 14th)."""
     out: dict[str, int] = {}
     for step in steps:
         if _is_source(step):
@@ -176,9 +175,8 @@ def stage_cache(steps, chunk: pd.Timedelta = DAY):
 
 def _forwarded(cut: list[list], k: int) -> list[str]:
     """The tables stages up to ``k`` write that later stages read: their day's frames travel with the day's
-    hand-over, as a run's cache would serve them in one process. Columnar ones too: a day of gpu_telemetry (1.7
-    million rows at 1,200 GPUs) costs 3.3 CPU seconds to read back from the store and 0.5 to pickle across; three
-    quiet days over 3 processes took 126.6 CPU seconds with the store read back, 118.4 forwarded (one process: 95)."""
+    hand-over, as a run's cache would serve them in one process. Columnar ones too: reading a day of gpu_telemetry
+    (1.7 million rows at 1,200 GPUs) back from the store costs several times what pickling it across does."""
     written = {t for stage in cut[:k + 1] for s in stage for t in s.writes}
     read = {r.table for stage in cut[k + 1:] for s in stage for r in s.reads}
     return sorted(written & read)

@@ -38,16 +38,15 @@ class Handover:
     profile of the bulk week on 2 cores, 13 % of the samples were in that pickling and piping). In a file, pickled
     with protocol 5, the arrays' memory is written once, out of band, and the next stage maps the file (privately:
     its writes stay its own) and unpickles arrays pointing into the mapping, copying nothing; it unlinks the file at
-    once, so the memory goes when the frames do. Five days of the first stage's frames handed over: 14.9 -> 9.6 CPU s
-    (both processes). Each table in a file of its own: a day's file whole kept mapped while the next stage kept
-    one of its tables (14 days of KPI rows for the baselines) cost the bulk week 600 MB of peak memory.
+    once, so the memory goes when the frames do. Each table in a file of its own: a day's file kept mapped whole
+    while the next stage kept one of its tables (14 days of KPI rows for the baselines) would hold the rest too.
     ``folder`` is best in memory (:func:`handover_folder`); a payload that cannot be written there (no room) goes
     through the pipe as before.
 
     A middle stage hands on the sources' frames it took in, unchanged (a day of GPU telemetry travels from the
     sources to the loss tree's stage and on to the diagnosis'): it keeps their files (``get(keep=True)``) and
     passes each such item's file on as it is (``put(..., passing=inbox)``) instead of pickling the frame into a
-    new one (~0.7 CPU s a day at 1,200 GPUs on 2 cores, and a second copy of 0.3 GB in memory); the files of the
+    new one (and a second copy of the frame in memory); the files of the
     day it does not pass on go once it handed the day on (:meth:`release`)."""
 
     ALIGN = 64  # each array's buffer starts on a cache line, as numpy's own allocations do
@@ -142,9 +141,8 @@ class _SharedTextPickler(pickle.Pickler):
     thousand string objects -- as every text column read from the landing zone or the telemetry store does
     (``arrow_text.text_values``) -- as each row's integer code (out of band, like any array) and the distinct
     objects once (:func:`_shared_objects` rebuilds it), instead of a reference per row pickled and unpickled one by
-    one. Rows that held one object still do, so identity-based shortcuts (``codes.factorize``) keep working. A
-    day's GPU telemetry at 1,200 GPUs (1.7 M rows, five text columns): pickling 0.43 -> 0.27 CPU s, unpickling
-    0.29 -> 0.13 (each day is unpickled by two stages). Any other object pickles as it always does."""
+    one. Rows that held one object still do, so identity-based shortcuts (``codes.factorize``) keep working, and
+    both ends do less (each day is unpickled by two stages). Any other object pickles as it always does."""
 
     def reducer_override(self, obj):
         import numpy as np
@@ -310,7 +308,7 @@ def stage_context(preload=()):
     """The multiprocessing context stage processes start from: forked by a fork server (a fresh interpreter started
     per run, single-threaded, never the parent itself) that imported ``preload`` first, so each stage starts with
     the modules its steps run (pandas, pyarrow, SQLAlchemy, pandera, the pipeline's) imported once, not once per
-    stage: ~2.2 CPU s a stage, paid once per run instead of once per stage. A spawned process imported them all
+    stage: seconds of imports paid once per run instead of once per stage. A spawned process imported them all
     itself. :func:`run_stages` stops the server when its stages are done (:func:`_stop_fork_server`)."""
     import multiprocessing
 

@@ -60,8 +60,8 @@ def _gpus_seen(gpu: pd.DataFrame, fault: np.ndarray) -> pd.DataFrame:
         gpu.assign(partition_start=ts floored, fault_uuid=gpu_uuid.where(fault)).groupby(["partition_start",
         "node_id"]).agg(region=first, sku=first, gpus_seen=gpu_uuid nunique, fatal_gpus=fault_uuid nunique)
 
-    gives, from integer codes: that group-by's text "first" and "nunique" hashed a day's 1.7 million strings four
-    times (~1.4 CPU s a day at 1,200 GPUs; this ~0.3). A (partition, node) pair is a cell of a dense grid: a
+    gives, from integer codes: that group-by's text "first" and "nunique" hash a day's 1.7 million strings four
+    times. A (partition, node) pair is a cell of a dense grid: a
     day's 288 partitions x the nodes seen."""
     n = len(gpu)
     p_code, p_uni = factorize(gpu["ts"].dt.floor(PARTITION_FREQ), sort=True)

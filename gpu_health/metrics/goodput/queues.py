@@ -21,7 +21,7 @@ def queue_table(sched: pd.DataFrame) -> pd.DataFrame:
     if "queue" in sched.columns:
         agg["queue"] = ("queue", "first")
     # grouped by the job ids' codes (sorted as the ids sort; a missing id -1, dropped as groupby drops it): the
-    # ids are hashed once for both group-bys (two days of events: 0.66 -> 0.2 s), the result is groupby's
+    # ids are hashed once for both group-bys, the result is groupby's
     job, ids = factorize(sched["job_id"], sort=True)
     event = sched["event"]
     submitted = (event == "submitted").to_numpy(dtype=bool, na_value=False) & (job >= 0)
