@@ -1,4 +1,4 @@
-"""Fault injection: every class of bad landing input costs only its own partition (issue #15).
+"""Fault injection: every class of bad landing input costs only its own partition.
 
 A quiet 30-minute landing zone (a small cluster, no incident: any page is a
 false page) is written once by ``gpu-health simulate``. Each case breaks the
@@ -194,7 +194,7 @@ def missing_column(root):
 
 def extra_column(root):
     # the issue's case: every change_events file of the range carries two new fields (actor and ticket were such
-    # fields until issue #18 made them contract columns; approver and risk are not); and a file with rows
+    # fields until they became contract columns; approver and risk are not); and a file with rows
     for start in PARTITIONS:
         p = _file(root, "change_events", start)
         pd.read_parquet(p).assign(approver=pd.Series(dtype="string"), risk=pd.Series(dtype="string")).to_parquet(p, index=False)
@@ -376,7 +376,7 @@ CASES = {f.__name__: f for f in [
     backslash_n_text, phantom_rows, region_with_trailing_space, unpriced_region, renamed_node,
 ]}
 # Classes whose quarantined rows the detectors still read as a GPU that stopped reporting (a hardware page).
-# Not this module's to fix (the detectors' "missing is not broken", issue #15 item 1); strict: a class that
+# Not this module's to fix (the detectors' "missing is not broken"); strict: a class that
 # stops paging fails here until it is removed from the list.
 # Measured on this branch: each pages "GPU hardware fault" on the node whose GPU rows were rejected.
 # empty since the detectors read rows a contract rejected as missing data (no_data + a missing_data ticket)

@@ -226,7 +226,7 @@ def test_missing_column_fails_the_table(frames, source, column):
 
 @pytest.mark.parametrize("source", list(CONTRACTS))
 def test_unexpected_column_is_dropped_and_named_and_the_rows_kept(frames, source):
-    # schema evolution (an exporter's new field), not corruption: issue #15
+    # schema evolution (an exporter's new field), not corruption
     # (15 rows: one whole latency histogram-minute, +Inf bucket included, for inference_latency_buckets)
     clean = frames[source].head(15).reset_index(drop=True)
     df = clean.copy()
@@ -675,7 +675,7 @@ def test_maintenance_window_must_end_after_it_starts(frames):
     assert_rows_rejected(result, clean, [0], "maintenance_windows", None, "end_after_start")
 
 
-# --- values no collector reads: +-inf, over-long text, NUL (issue #15) ----------------------------
+# --- values no collector reads: +-inf, over-long text, NUL ----------------------------
 
 @pytest.mark.parametrize("source, column, value", [
     ("job_runtime_metrics", "step_time_s", np.inf), ("gpu_telemetry", "power_w", np.inf),
@@ -770,7 +770,7 @@ def test_several_breaks_in_one_frame_are_all_reported(frames):
     }
 
 
-# --- files judged one by one (issue #15): a bad file costs its own partition ----------------------
+# --- files judged one by one: a bad file costs its own partition ----------------------
 
 def _fetched(frame, origin, start, **kw):
     from gpu_health.sources.base import Fetched

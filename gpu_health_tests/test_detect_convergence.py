@@ -1,4 +1,4 @@
-"""Training convergence (issue #17, application layer): diverging loss against the job's own scatter and failed
+"""Training convergence (the application layer): diverging loss against the job's own scatter and failed
 checkpoints, on small frames; and the simulator's diverging_run leaves a loss the rule catches."""
 
 import dataclasses

@@ -1,4 +1,4 @@
-"""Pages rest on direct evidence, never on the absence of an optional signal (issue #13, #15).
+"""Pages rest on direct evidence, never on the absence of an optional signal.
 
 Small hand-built partitions, one rule each: dummy load is judged on the device (SM / tensor activity
 and power), never on missing step metrics; a GPU fault pages on two independent witnesses and never

@@ -1,4 +1,4 @@
-"""Facility and change-policy detectors (issue #18) on hand-built partitions.
+"""Facility and change-policy detectors on hand-built partitions.
 
 Two racks of two nodes (a: n1, n2; b: n3, n4), one region, one SKU. Each test changes one witness and checks the
 verdict: a page needs the facility's sensor AND the GPUs; one of them is a ticket or nothing; absent facility data

@@ -1,4 +1,4 @@
-"""The platform detectors (issue #17) on small hand-built frames: each pages on its two witnesses, tickets on one,
+"""The platform detectors on small hand-built frames: each pages on its two witnesses, tickets on one,
 stays silent on ordinary queueing, and an absent kube table is silence, never a page."""
 
 import pandas as pd

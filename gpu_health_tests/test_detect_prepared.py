@@ -1,4 +1,4 @@
-"""The detectors' shortcuts give what the plain computation gives (gpu_health.diagnosis.detect, issue #14).
+"""The detectors' shortcuts give what the plain computation gives (gpu_health.diagnosis.detect).
 
 prepare_range() computes once per range what every partition used to recompute (the job table as known at a
 partition's end, the team lookup, time windows of range frames); the per-partition fast paths (maintenance

@@ -14,7 +14,7 @@ from gpu_health_tests import rca_benchmark as rca
 FIXTURES = Path(__file__).parent / "fixtures" / "rca"
 DIMS = ["region", "node", "driver_version", "team", "queue"]
 
-# The benchmark floors. The method of issue #19 (noise-relative scores, the
+# The benchmark floors. The method (noise-relative scores, the
 # ripple check, shuffled noise) measures F1 = 0.81 on the 18 fixture cases and
 # 0.96 on the 48 generated ones. Three fixture cases put causes on half of the
 # leaves (two of c's four values, or two of d's three under one c; the
@@ -422,7 +422,7 @@ def test_fixture_files_are_what_the_generator_writes(tmp_path):
         )
 
 
-# ------------------------------------------------------------ issue #19: new rules
+# ------------------------------------------------------------ new rules
 
 
 def test_a_cause_moving_against_the_net_change_is_a_cause():

@@ -1,4 +1,4 @@
-"""End to end (issue #18): `gpu-health evaluate` on a short facility scenario -- the simulator's rack cooling
+"""End to end: `gpu-health evaluate` on a short facility scenario -- the simulator's rack cooling
 failure and power cap page under the facility family within 15 minutes, the unticketed change is a ticket, and
 nothing else pages."""
 

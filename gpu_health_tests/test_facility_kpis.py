@@ -1,4 +1,4 @@
-"""Facility KPIs (issue #18): PUE from energy, headroom against 80 % of the rating, throttled GPUs by rack."""
+"""Facility KPIs: PUE from energy, headroom against 80 % of the rating, throttled GPUs by rack."""
 
 import numpy as np
 import pandas as pd

@@ -1,4 +1,4 @@
-"""The facility layer's source (issue #18): the ``facility_telemetry`` contract, the simulator's racks, the optional
+"""The facility layer's source: the ``facility_telemetry`` contract, the simulator's racks, the optional
 source, and the older ``change_events`` files without ``actor`` / ``ticket``.
 
 A cluster without facility data must run exactly as before: the knob off gives zero rows, an absent landing file

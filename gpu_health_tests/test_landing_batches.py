@@ -1,4 +1,4 @@
-"""The landing zone's batched read (issue #14) judges exactly like the file-by-file read.
+"""The landing zone's batched read judges exactly like the file-by-file read.
 
 ``LandingSource.read_batches`` reads runs of same-schema files in one pyarrow call and
 ``validate_files`` prechecks a batch at once; ``passes_contract`` clears a clean frame without

@@ -1,5 +1,5 @@
 """A range run judges each partition on what was known when it closed: data after a partition never changes its
-alerts (issue #13: detection that holds in the live path, which runs one partition at a time as its files land).
+alerts (detection that holds in the live path, which runs one partition at a time as its files land).
 
 The bulk path and ``gpu-health evaluate`` run a day as one range; the sensor runs each partition alone. Any
 detector state built once per range (a job table, a queue's region, a baseline) must be cut at each partition's

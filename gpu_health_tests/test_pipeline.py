@@ -194,7 +194,7 @@ def test_a_landing_file_missing_a_column_is_quarantined_whole_naming_file_and_co
     pd.read_parquet(path).drop(columns=["health"]).to_parquet(path, index=False)
 
     result = materialize_sources(sqlite_url, partition_key=start.strftime(FMT), kind="landing", landing_dir=str(root))
-    assert result.success  # the partition is missing data, not a failed run (issue #15)
+    assert result.success  # the partition is missing data, not a failed run
     assert stored(sqlite_url, "node_telemetry", start, start + FIVE).empty
     rejects = stored(sqlite_url, "source_rejects", start, start + FIVE, where={"source": "node_telemetry"})
     assert len(rejects) == 1

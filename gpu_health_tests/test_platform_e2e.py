@@ -1,4 +1,4 @@
-"""End to end on a small cluster (issue #17): the simulator writes the platform tables to the landing zone in the
+"""End to end on a small cluster: the simulator writes the platform tables to the landing zone in the
 contract's layout, the pipeline reads them back, and each platform incident opens its alert with its family within
 15 minutes of its start; nothing pages before the incidents, and the landing zone holds one file per partition."""
 

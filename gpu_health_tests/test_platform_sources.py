@@ -1,4 +1,4 @@
-"""The platform layer's source tables (issue #17): kube_pods / kube_nodes contracts, simulator rows, optional.
+"""The platform layer's source tables: kube_pods / kube_nodes contracts, simulator rows, optional.
 
 A cluster without Kubernetes data must run exactly as before: the knob off gives zero rows, an absent landing file is
 zero rows (never a wait); the knob on gives valid rows derived from the simulated jobs, and each platform incident

@@ -1,4 +1,4 @@
-"""CI precision guard (issue #13): a quiet day of the second cluster profile pages nothing.
+"""CI precision guard: a quiet day of the second cluster profile pages nothing.
 
 The day runs through the pipeline exactly as `gpu-health evaluate` runs it (`gpu-health run --direct
 --scenario`: the bulk path, which writes what the Dagster path writes -- test_direct_path -- into a fresh SQLite

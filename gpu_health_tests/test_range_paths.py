@@ -1,4 +1,4 @@
-"""The range paths (issue #14: no per-partition loop where a group-by does the work) give exactly what the
+"""The range paths (no per-partition loop where a group-by does the work) give exactly what the
 per-partition computations give: step_baselines_range vs step_baseline partition by partition,
 decompose_range vs decompose partition by partition, and the integer-code paths of maintenance_mask and
 workload_step_stats vs their pandas joins."""

@@ -1,4 +1,4 @@
-"""Re-runs converge and a step's outputs commit together (issue #15, items 4 and 5).
+"""Re-runs converge and a step's outputs commit together.
 
 The runs are whole ``gpu-health run`` ranges over a landing zone written by ``gpu-health simulate``: a small
 cluster (96 GPUs) for 40 minutes, with a GPU ECC fault at 11:12 on one us-east node (Xid 48 + a double-bit

@@ -1,4 +1,4 @@
-"""The serving layer's source tables (issue #17): contracts, the simulator's rows, optional sources.
+"""The serving layer's source tables: contracts, the simulator's rows, optional sources.
 
 A cluster without serving must run exactly as before, so the tests pin both sides: the knob off gives zero rows
 (the default profile unchanged), an absent landing file is zero rows, never a wait; the knob on gives valid,

@@ -641,7 +641,7 @@ def test_fields_switched_off_are_null_never_zero(fields, nulls, present):
     assert list(g.columns) == columns("gpu_telemetry")
 
 
-# --- the messy profile (issue #13): real clusters' quirks as cluster knobs -------------------------------
+# --- the messy profile: real clusters' quirks as cluster knobs -------------------------------
 
 M_DAY = pd.Timestamp("2026-11-04T00:00:00Z")        # a Wednesday
 M_ROLL = pd.Timestamp("2026-11-04T09:00:00Z")       # the rolling upgrade's first batch
@@ -946,7 +946,7 @@ def test_every_knob_is_a_yaml_field_of_the_cluster_mapping(tmp_path):
     assert set(md.loc[md["model_type"] == "xgb-risk", "framework_version"]) == {"xgboost-2.1.1"}
 
 
-# --- the gradient norm (issue #17): a share of the jobs, its own draws -------------------------------------------------
+# --- the gradient norm: a share of the jobs, its own draws -------------------------------------------------
 
 def test_a_share_of_jobs_report_a_slowly_decaying_noisy_gradient_norm(runs):
     _, _, w = runs(None)

@@ -1,4 +1,4 @@
-"""The tables issue #14 moved from SQL rows to the columnar store read back exactly as SQL held them, and a step's
+"""The tables moved from SQL rows to the columnar store read back exactly as SQL held them, and a step's
 tables still commit together across the two stores.
 
 The pipeline runs once (bulk path, a small cluster, an ECC fault that pages, a maintenance window) into a warehouse

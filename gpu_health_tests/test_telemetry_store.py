@@ -40,13 +40,13 @@ def frames() -> dict[str, pd.DataFrame]:
     """One simulated partition of every columnar table, as its contract holds it, with nulls in the nullable
     numbers (blanked on every 50th row) and a few links down."""
     raw = Window(load_scenario(THERMAL_WEEK), T0, T0 + FIVE).tables()
-    # the serving layer's tables (issue #17) are off on the thermal week's cluster: from a scenario that serves
+    # the serving layer's tables are off on the thermal week's cluster: from a scenario that serves
     serving = Window(load_scenario({"seed": 7, "cluster": {"serving": True}}), T0, T0 + FIVE)
     raw.update({t: serving.table(t) for t in ("inference_requests", "inference_latency_buckets")})
-    # and the platform layer's (issue #17), off there too: from a small cluster that exports them
+    # and the platform layer's, off there too: from a small cluster that exports them
     kube = Window(load_scenario({"seed": 7, "cluster": {"gpus": 96, "platform": True}}), T0, T0 + FIVE)
     raw.update({t: kube.table(t) for t in ("kube_pods", "kube_nodes")})
-    # and the facility layer's (issue #18)
+    # and the facility layer's
     raw["facility_telemetry"] = Window(load_scenario({"seed": 7, "cluster": {"facility": True}}), T0, T0 + FIVE).table(
         "facility_telemetry")
     gpu = raw["gpu_telemetry"].copy()

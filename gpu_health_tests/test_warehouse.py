@@ -59,7 +59,7 @@ def frames() -> dict[str, pd.DataFrame]:
     raw = yaml.safe_load(THERMAL_WEEK.read_text())
     raw["changes"] = [{"kind": "kernel_upgrade", "ts": "2026-11-03T14:01:30.250Z", "scope": {"region": "eu-west", "nodes": 4},
                        "from_version": "6.8.0-49-generic", "to_version": "6.8.0-51-generic"}]
-    raw["cluster"] = {"profile": raw["cluster"], "serving": True,  # the serving tables too (issue #17)
+    raw["cluster"] = {"profile": raw["cluster"], "serving": True,  # the serving tables too
                       "facility": True, "platform": True}  # the facility (#18) and kube (#17) tables
     scen = load_scenario(raw)
     raw_frames = Window(scen, T0, T1).tables()

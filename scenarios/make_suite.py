@@ -1,4 +1,4 @@
-"""Writes scenarios/suite/*.yaml: the evaluation suite of issue #5 (run once; the YAML files are what is reviewed).
+"""Writes scenarios/suite/*.yaml: the evaluation suite (run once; the YAML files are what is reviewed).
 
 One simulated week (Mon 2026-11-02 .. Mon 2026-11-09, weekday retrain waves Mon/Thu 01:00-09:00 UTC) per
 incident kind with four incidents: two magnitudes x two scopes (one node vs a cohort / region), at awkward
@@ -6,7 +6,7 @@ times: mid-partition on a Tuesday afternoon, inside Thursday's retrain wave, rig
 on Friday, and across midnight on Saturday. Plus a quiet week (two maintenance windows, benign deploys) that
 must page nothing, a week of overlapping incidents of different families, and the brief's findings A and B.
 
-Issue #13: the same weeks again on the second cluster profile, ``cluster: messy`` (other regions, SKUs, node
+The same weeks again on the second cluster profile, ``cluster: messy`` (other regions, SKUs, node
 names, teams, uninstrumented work, collector gaps; gpu_health/sim/cluster.py), as ``*_messy.yaml``: a quiet week
 with a benign rolling driver upgrade, and one week per incident kind, each also holding that rollout.
 
