@@ -467,3 +467,13 @@ def test_a_request_larger_than_a_node_is_shape_blocked_by_free_gpus_in_pieces():
     gang = [("r1/batch", f"w16-{i}", 16) for i in range(SCHED_MIN_JOBS)]
     row = aged_blocked(_spread_context(spread, gang + SINGLE)).iloc[0]
     assert row["shape_blocked_jobs"] == SCHED_MIN_JOBS and row["fragmented_gpu_minutes"] == 24 * 5
+
+
+def test_a_job_whose_events_name_no_queue_is_matched_against_its_regions_nodes():
+    """A collector that leaves the queue out of the scheduler's events must not blind the detector: the waiting
+    job could run on any of the region's nodes, and is judged against them."""
+    spread = {"b1": 6, "b2": 6, "i1": 8, "i2": 8} | {f"f{i}": 6 for i in range(6)}
+    unnamed = [(None, f"w8-{i}", 8) for i in range(SCHED_MIN_JOBS)]
+    row = aged_blocked(_spread_context(spread, unnamed)).iloc[0]
+    assert (row["aged_jobs"], row["shape_blocked_jobs"]) == (SCHED_MIN_JOBS, SCHED_MIN_JOBS)
+    assert [f.severity for f in detect_scheduling(_spread_context(spread, unnamed))] == ["page"]

@@ -66,6 +66,7 @@ def aged_blocked(ctx: PartitionContext) -> pd.DataFrame:
     return pd.DataFrame(_aged_rows(ctx), columns=list(_AgedRow._fields))
 
 
+_NO_QUEUE = "\x00no queue"  # the queue key of jobs whose events name none (no queue name is this string)
 _AgedRow = namedtuple("_AgedRow", ["region", "blocked_gpu_minutes", "paid_gpu_minutes", "aged_jobs", "wait_p95_min",
                                    "fragmented_gpu_minutes", "aged_single_gpu_jobs", "shape_blocked_jobs",
                                    "shape_sizes", "largest_free_block"])
@@ -130,6 +131,14 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
     region_pos = {r: i for i, r in enumerate(region_uni)}
 
     backlog = _window_backlog(ctx)
+    # a job with no home region (no queue in its events, or a queue placed across regions) can run on any region's
+    # nodes (of its queue's reach): it is judged in each region against that region's nodes, never dropped; a queue
+    # never placed yet has no known nodes and holds nothing back
+    homeless = pd.isna(jobs["region"])
+    roaming = homeless & ~jobs["has_queue"]
+    if (homeless & jobs["has_queue"]).any():
+        reach = _queue_reach(ctx.placements if ctx.placements is not None else placements(ctx.sched))
+        roaming |= homeless & np.array([q in reach for q in jobs["queue"]], dtype=bool)
     rows = []
     for region in paid.index:
         in_r = f_region == region_pos.get(region, -2)
@@ -141,11 +150,11 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
         shape_sizes, shape_block = set(), 0.0
         # positions of the region's jobs that may wait, ascending (a queue's jobs are then compared among
         # these few, not over the whole look-back's job table)
-        waiting = np.flatnonzero((jobs["region"] == region) & jobs["may_wait"])
+        waiting = np.flatnonzero(((jobs["region"] == region) | roaming) & jobs["may_wait"])
         held_until = max(backlog.get(region, _NAT), backlog.get("*", _NAT))
         if held_until != _NAT:  # a recent window's backlog is planned: only jobs submitted after it count
             waiting = waiting[jobs["sub"][waiting] >= held_until]
-        w_queue = jobs["queue"][waiting]
+        w_queue = np.where(jobs["has_queue"][waiting], jobs["queue"][waiting], _NO_QUEUE)
         for queue in sorted(set(w_queue)):
             q = waiting[w_queue == queue]
             aged = ((jobs["sub"][q][:, None] <= (mid - AGED_WAIT.value)[None, :])
@@ -274,7 +283,8 @@ def _jobs_now(ctx: PartitionContext) -> dict:
         j = _job_arrays(sub)
     first_mid = (ctx.start + pd.Timedelta(seconds=30)).value
     last_mid = (ctx.end - pd.Timedelta(seconds=30)).value
-    j["may_wait"] = (j["sub"] <= last_mid - AGED_WAIT.value) & (j["left"] > first_mid) & j["has_queue"]
+    # (a job whose events name no queue may wait too: _aged_rows matches it against its region's nodes)
+    j["may_wait"] = (j["sub"] <= last_mid - AGED_WAIT.value) & (j["left"] > first_mid)
     ctx.memo["jobs_now"] = j
     return j
 
