@@ -420,3 +420,60 @@ def test_a_scheduler_change_is_the_cause_only_of_a_pile_up_that_followed_it():
     ctx.region_history = with_hour_before(now)
     assert [f.severity for f in detect_scheduling(ctx)] == ["page"]
 
+
+
+def _spread_context(busy: dict[str, int], waiting, filler: int = 6) -> PartitionContext:
+    """A region of 10 x 8 GPUs whose batch queue places on b1, b2 and the filler nodes; ``busy[node]`` GPUs of each
+    node hold a job (filler nodes included); no history yet."""
+    ctx = context(busy, waiting, filler=filler, history_share=0.0)
+    rows = [(minute, "r1", node, i, f"j-{node}" if i < busy.get(node, 0) else None, 0)
+            for minute in pd.date_range(START, START + FIVE, freq="1min", inclusive="left")
+            for node in inventory(filler)["node_id"] for i in range(8)]
+    ctx.gpu = pd.DataFrame(rows, columns=["ts", "region", "node_id", "gpu_index", "job_id", "xid"])
+    ctx.leaves = pd.DataFrame({"state": ["idle_blocked"], "region": ["r1"],
+                               "gpu_minutes": [float(ctx.gpu["job_id"].isna().sum())]})
+    taught = pd.DataFrame([(f"e-t{i}", START - pd.Timedelta(hours=2), f"t{i}", "started", "r1/batch", 8, f"f{i}")
+                           for i in range(filler)], columns=ctx.sched.columns)
+    ctx.sched = pd.concat([ctx.sched, taught], ignore_index=True)
+    return ctx
+
+
+def test_capacity_in_the_wrong_shape_is_judged_per_request_size():
+    """Eight-GPU jobs wait beside 16 free GPUs spread two per node while single-GPU jobs wait too (a quota holds
+    them): no node holds an 8-GPU request, the free GPUs summed would: fragmentation, its cause in evidence, though
+    single-GPU requests pile up beside it. One whole free node hosts the 8-GPU requests: not fragmentation."""
+    spread = {"b1": 6, "b2": 6, "i1": 8, "i2": 8} | {f"f{i}": 6 for i in range(6)}
+    large = [("r1/batch", f"w8-{i}", 8) for i in range(SCHED_MIN_JOBS)]
+    row = aged_blocked(_spread_context(spread, large + SINGLE)).iloc[0]
+    assert row["aged_single_gpu_jobs"] == len(SINGLE)
+    assert row["fragmented_gpu_minutes"] == 16 * 5  # every free GPU sits on a node holding fewer than 8
+    assert row["shape_blocked_jobs"] == SCHED_MIN_JOBS
+    found = detect_scheduling(_spread_context(spread, large + SINGLE))
+    assert [f.severity for f in found] == ["page"]
+    assert "wrong shape" in found[0].evidence and "8-GPU" in found[0].evidence
+    assert "largest free block 2 GPUs per node" in found[0].evidence
+    # the same 16 free GPUs as two whole free nodes: the 8-GPU requests fit, nothing is in the wrong shape, and the
+    # single-GPU pile-up has no cause in evidence before a week of history
+    whole = {"b1": 0, "b2": 0, "i1": 8, "i2": 8} | {f"f{i}": 8 for i in range(6)}
+    row = aged_blocked(_spread_context(whole, large + SINGLE)).iloc[0]
+    assert (row["fragmented_gpu_minutes"], row["shape_blocked_jobs"]) == (0.0, 0)
+    found = detect_scheduling(_spread_context(whole, large + SINGLE))
+    assert [f.severity for f in found] == ["ticket"] and "wrong shape" not in found[0].evidence
+
+
+def test_a_request_larger_than_a_node_is_shape_blocked_by_free_gpus_in_pieces():
+    # a 16-GPU request beside four free GPUs on each of six nodes: 24 free, no whole node; single-GPU requests wait
+    spread = {"b1": 8, "b2": 8, "i1": 8, "i2": 8} | {f"f{i}": 4 for i in range(6)}
+    gang = [("r1/batch", f"w16-{i}", 16) for i in range(SCHED_MIN_JOBS)]
+    row = aged_blocked(_spread_context(spread, gang + SINGLE)).iloc[0]
+    assert row["shape_blocked_jobs"] == SCHED_MIN_JOBS and row["fragmented_gpu_minutes"] == 24 * 5
+
+
+def test_a_job_whose_events_name_no_queue_is_matched_against_its_regions_nodes():
+    """A collector that leaves the queue out of the scheduler's events must not blind the detector: the waiting
+    job could run on any of the region's nodes, and is judged against them."""
+    spread = {"b1": 6, "b2": 6, "i1": 8, "i2": 8} | {f"f{i}": 6 for i in range(6)}
+    unnamed = [(None, f"w8-{i}", 8) for i in range(SCHED_MIN_JOBS)]
+    row = aged_blocked(_spread_context(spread, unnamed)).iloc[0]
+    assert (row["aged_jobs"], row["shape_blocked_jobs"]) == (SCHED_MIN_JOBS, SCHED_MIN_JOBS)
+    assert [f.severity for f in detect_scheduling(_spread_context(spread, unnamed))] == ["page"]

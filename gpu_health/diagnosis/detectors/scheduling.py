@@ -40,10 +40,11 @@ WEEKLY = "same hour last week"  # the seasonal baseline once a week of history e
 # before a week of history (cold start) a weekday's pattern (a retrain wave, a cron surge held by quotas and fair
 # share) cannot be told from a fault by the level of the pile-up: it pages only with its cause in the evidence --
 # a scheduler change in flight that the pile-up followed, or a pile-up of multi-GPU requests while single-GPU
-# requests are not held (fewer than SCHED_MIN_JOBS of them: no pile-up of their own). A single free GPU fits a
-# single-GPU request, so capacity in the wrong shape (fragmentation, a packing or gang-placement fault) holds back
-# only larger requests; demand, quotas and priorities hold back every size. Both are definitions, not levels, and
-# hold on any cluster.
+# requests are not held (fewer than SCHED_MIN_JOBS of them: no pile-up of their own), or a pile-up of requests
+# that fit no node while their nodes' free GPUs summed would hold them (fragmentation, judged per request size:
+# single-GPU requests a quota holds beside them do not hide it). A single free GPU fits a single-GPU request, so
+# capacity in the wrong shape (fragmentation, a packing or gang-placement fault) holds back only larger requests;
+# demand, quotas and priorities hold back every size. Both are definitions, not levels, and hold on any cluster.
 NO_HISTORY = "no history yet"  # the seasonal baseline before any partition of the region was recorded
 
 
@@ -55,16 +56,20 @@ def aged_blocked(ctx: PartitionContext) -> pd.DataFrame:
     run on the nodes its queue places on (learned from the placements of the last hours, like a
     Slurm partition's node list) that have as many GPUs free as the queue's smallest waiting request
     (whole free nodes for a request larger than a node); idle GPUs of another pool do not block it.
-    Free GPUs of the queue's nodes that no node has enough of, but that together could host the smallest
-    waiting job, are fragmentation (``fragmented_gpu_minutes``, included in the blocked total): packing,
-    not demand, keeps them idle. A queue with no placement yet is matched against its whole region. A GPU
+    Fragmentation is judged per request size (:func:`_shape_blocked`): a waiting request that fits no node's
+    free GPUs while its queue's nodes' free GPUs summed would hold it is shape-blocked (``shape_blocked_jobs``,
+    their ``shape_sizes``, the ``largest_free_block`` one node held meanwhile), and the free GPUs on nodes
+    holding fewer than it needs are ``fragmented_gpu_minutes`` (included in the blocked total): packing, not
+    demand, keeps them idle -- even while a quota holds the queue's single-GPU requests beside them. A queue with no placement yet is matched against its whole region. A GPU
     freed a moment ago is being placed again: it counts from its second idle minute in a row.
     """
     return pd.DataFrame(_aged_rows(ctx), columns=list(_AgedRow._fields))
 
 
+_NO_QUEUE = "\x00no queue"  # the queue key of jobs whose events name none (no queue name is this string)
 _AgedRow = namedtuple("_AgedRow", ["region", "blocked_gpu_minutes", "paid_gpu_minutes", "aged_jobs", "wait_p95_min",
-                                   "fragmented_gpu_minutes", "aged_single_gpu_jobs"])
+                                   "fragmented_gpu_minutes", "aged_single_gpu_jobs", "shape_blocked_jobs",
+                                   "shape_sizes", "largest_free_block"])
 
 
 def _count_cells(region: np.ndarray, node: np.ndarray, ts: np.ndarray) -> tuple:
@@ -126,6 +131,14 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
     region_pos = {r: i for i, r in enumerate(region_uni)}
 
     backlog = _window_backlog(ctx)
+    # a job with no home region (no queue in its events, or a queue placed across regions) can run on any region's
+    # nodes (of its queue's reach): it is judged in each region against that region's nodes, never dropped; a queue
+    # never placed yet has no known nodes and holds nothing back
+    homeless = pd.isna(jobs["region"])
+    roaming = homeless & ~jobs["has_queue"]
+    if (homeless & jobs["has_queue"]).any():
+        reach = _queue_reach(ctx.placements if ctx.placements is not None else placements(ctx.sched))
+        roaming |= homeless & np.array([q in reach for q in jobs["queue"]], dtype=bool)
     rows = []
     for region in paid.index:
         in_r = f_region == region_pos.get(region, -2)
@@ -133,14 +146,15 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
         idle_m = np.bincount(r_minute, weights=r_free, minlength=len(minutes)).astype(float)
         blocked_m = np.zeros(len(minutes))
         frag_m = np.zeros(len(minutes))
-        aged_jobs = aged_single = 0
+        aged_jobs = aged_single = shape_jobs = 0
+        shape_sizes, shape_block = set(), 0.0
         # positions of the region's jobs that may wait, ascending (a queue's jobs are then compared among
         # these few, not over the whole look-back's job table)
-        waiting = np.flatnonzero((jobs["region"] == region) & jobs["may_wait"])
+        waiting = np.flatnonzero(((jobs["region"] == region) | roaming) & jobs["may_wait"])
         held_until = max(backlog.get(region, _NAT), backlog.get("*", _NAT))
         if held_until != _NAT:  # a recent window's backlog is planned: only jobs submitted after it count
             waiting = waiting[jobs["sub"][waiting] >= held_until]
-        w_queue = jobs["queue"][waiting]
+        w_queue = np.where(jobs["has_queue"][waiting], jobs["queue"][waiting], _NO_QUEUE)
         for queue in sorted(set(w_queue)):
             q = waiting[w_queue == queue]
             aged = ((jobs["sub"][q][:, None] <= (mid - AGED_WAIT.value)[None, :])
@@ -158,28 +172,71 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
             r = smallest[fm]
             size, fr = r_size[on], r_free[on]
             # a node can host the smallest waiting job when it has that many GPUs free; scattered single GPUs do
-            # not block a 4-GPU job (that is fragmentation, its own KPI). A request larger than a node needs whole
+            # not block a 4-GPU job (that is fragmentation: _shape_blocked). A request larger than a node needs whole
             # free nodes, enough of them at once: fewer whole free nodes than it needs are a gang being assembled
             # (a scheduler's reservation drains nodes until the job fits), not capacity it could use now
             whole = fr >= size
             gang_ready = np.bincount(fm, weights=fr * whole, minlength=len(minutes)) >= smallest
             fits = np.where(r <= size, fr >= r, whole & gang_ready[fm])
-            usable = np.bincount(fm, weights=fr * fits, minlength=len(minutes))
-            blocked_m += np.minimum(usable, demand)
-            # fragmentation: no node can host the smallest waiting job, but the queue's free GPUs together could
-            # (the fragmentation KPI's definition): idle capacity the scheduler's packing leaves unusable
-            free_all = np.bincount(fm, weights=fr, minlength=len(minutes))
-            scattered = (usable < smallest) & (free_all >= smallest) & np.isfinite(smallest)
-            frag_m += np.where(scattered, np.minimum(free_all - usable, np.maximum(demand - usable, 0)), 0.0)
+            shape = _shape_blocked(aged, jobs["gpus"][q], fm, size, fr, len(minutes))
+            # the union of the free GPUs the smallest request could use and those stranded for a shape-blocked one
+            counted = fits | shape.stranded
+            blocked_m += np.minimum(np.bincount(fm, weights=fr * counted, minlength=len(minutes)), demand)
+            frag_m += shape.fragmented
             held = aged.any(axis=1)
             aged_jobs += int(held.sum())
             aged_single += int((held & (jobs["gpus"][q] <= 1)).sum())
+            shape_jobs += shape.jobs
+            shape_sizes |= shape.sizes
+            shape_block = max(shape_block, shape.largest_block)
         blocked_m = np.minimum(blocked_m, idle_m)  # queues sharing nodes cannot both use one idle GPU
-        frag = float(np.minimum(frag_m, idle_m - blocked_m).sum())
-        blocked = float(blocked_m.sum()) + frag
+        frag = float(np.minimum(frag_m, blocked_m).sum())
         p95 = _wait_p95(ctx, region) if waits else None
-        rows.append(_AgedRow(region, blocked, float(paid[region]), aged_jobs, p95, frag, aged_single))
+        rows.append(_AgedRow(region, float(blocked_m.sum()), float(paid[region]), aged_jobs, p95, frag, aged_single,
+                             shape_jobs, tuple(sorted(shape_sizes)), shape_block))
     return rows
+
+
+_Shape = namedtuple("_Shape", ["stranded", "fragmented", "jobs", "sizes", "largest_block"])
+
+
+def _shape_blocked(aged: np.ndarray, gpus: np.ndarray, fm: np.ndarray, size: np.ndarray, fr: np.ndarray,
+                   n_minutes: int) -> _Shape:
+    """One queue's requests in the wrong shape, judged per request size (a queue's 1-GPU requests held by a quota
+    must not hide its 8-GPU requests that no node can take).
+
+    ``aged``: its jobs x minutes, waited over AGED_WAIT; ``gpus``: their requests; ``fm``, ``size``, ``fr``: per
+    (node, minute) cell of the queue's nodes with free GPUs, its minute, the node's size and its free GPUs. A
+    request is shape-blocked at a minute when no node has it free (a request larger than a node: not enough whole
+    free nodes smaller than it) while the free GPUs of those nodes summed would hold it: the scheduler's wait and
+    the telemetry's idle GPUs witness capacity that exists in pieces too small for it. This is the definition of
+    fragmentation (Slurm and Kubernetes place a job's GPUs of one node on that node), not a level. Returns the
+    cells stranded for the smallest shape-blocked request of their minute (free GPUs on a node holding fewer than
+    it needs), their GPU-minutes capped by the shape-blocked requests, how many jobs were shape-blocked, their
+    request sizes, and the largest free block one node held while they waited."""
+    known = size > 0  # a node outside the inventory (or of unknown size) hosts nothing
+    free_all = np.bincount(fm, weights=fr * known, minlength=n_minutes)
+    whole = (fr >= size) & known
+    held = np.zeros(len(gpus), dtype=bool)
+    smallest, demand, sizes = np.full(n_minutes, np.inf), np.zeros(n_minutes), set()
+    for r in np.unique(gpus[aged.any(axis=1)]):
+        if not r > 0:  # (a 0-GPU or unknown request holds no GPU)
+            continue
+        of_r = aged[gpus == r]
+        one_node = np.bincount(fm, weights=(size >= r) & (fr >= r), minlength=n_minutes) > 0
+        gang = np.bincount(fm, weights=fr * (whole & (size < r)), minlength=n_minutes) >= r
+        hit = of_r & (~one_node & ~gang & (free_all >= r))[None, :]
+        if not hit.any():
+            continue
+        held[gpus == r] |= hit.any(axis=1)
+        demand += r * hit.sum(axis=0)
+        smallest = np.where(hit.any(axis=0), np.minimum(smallest, r), smallest)
+        sizes.add(int(r))
+    when = np.isfinite(smallest[fm])
+    stranded = when & known & (fr < np.minimum(smallest[fm], size))
+    fragmented = np.minimum(np.bincount(fm, weights=fr * stranded, minlength=n_minutes), demand)
+    largest = float(fr[when & known].max()) if (when & known).any() else 0.0
+    return _Shape(stranded, fragmented, int(held.sum()), sizes, largest)
 
 
 def _wait_p95(ctx: PartitionContext, region: str) -> float:
@@ -226,7 +283,8 @@ def _jobs_now(ctx: PartitionContext) -> dict:
         j = _job_arrays(sub)
     first_mid = (ctx.start + pd.Timedelta(seconds=30)).value
     last_mid = (ctx.end - pd.Timedelta(seconds=30)).value
-    j["may_wait"] = (j["sub"] <= last_mid - AGED_WAIT.value) & (j["left"] > first_mid) & j["has_queue"]
+    # (a job whose events name no queue may wait too: _aged_rows matches it against its region's nodes)
+    j["may_wait"] = (j["sub"] <= last_mid - AGED_WAIT.value) & (j["left"] > first_mid)
     ctx.memo["jobs_now"] = j
     return j
 
@@ -240,7 +298,8 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
     region's own share at this hour (SCHED_SEASONAL_MARGIN over its history), outside a maintenance window. Before
     a week of history the weekly pattern is not known, so a page also needs its cause in the evidence: a
     scheduler change in flight that the pile-up followed (it rose above the region's hour before the change and
-    its scatter: :func:`_bar_after_change`), or only multi-GPU requests held (capacity in the wrong shape);
+    its scatter: :func:`_bar_after_change`), or capacity in the wrong shape (only multi-GPU requests held, or
+    requests of a size no node has free while the free GPUs summed would hold them: :func:`_fragmented`);
     otherwise it is a ticket saying so. Ticket: the same between the ticket and page bars, seasonal, planned, or
     with no cause before a week of history. Never: a queue built by a maintenance window (while it lasts and its
     backlog after).
@@ -280,7 +339,8 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         unseasonal = idle_blocked >= base + SCHED_SEASONAL_MARGIN
         # before a week of history the weekly pattern (retrain waves, cron) is not known yet: a pile-up pages only
         # with its cause in evidence (see the constants above SCHED_MIN_JOBS)
-        shaped = r.aged_jobs - r.aged_single_gpu_jobs >= jobs and r.aged_single_gpu_jobs < SCHED_MIN_JOBS
+        shaped = ((r.aged_jobs - r.aged_single_gpu_jobs >= jobs and r.aged_single_gpu_jobs < SCHED_MIN_JOBS)
+                  or _fragmented(r, jobs, ticket_bar))
         before = _bar_after_change(ctx.region_history, r.region, cfg.iloc[-1]["ts"]) if len(cfg) else None
         change_caused = len(cfg) and (before is None or idle_blocked >= before)
         uncaused = base_from != WEEKLY and not change_caused and not shaped
@@ -297,14 +357,15 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
                            change_event=cfg.iloc[-1]["event_id"] if len(cfg) else None,
                            summary=f"GPUs idle while jobs wait in {r.region}",
                            evidence=f"{r.blocked_gpu_minutes:.0f} GPU-minutes ({share:.1%} of paid"
-                                    + (f"; {r.fragmented_gpu_minutes:.0f} of them scattered too thinly for the smallest "
-                                       "waiting job" if r.fragmented_gpu_minutes >= 1 else "")
+                                    + (f"; {r.fragmented_gpu_minutes:.0f} of them on nodes holding fewer than a "
+                                       "waiting request needs" if r.fragmented_gpu_minutes >= 1 else "")
                                     + f") idle while {r.aged_jobs} "
                                     f"job(s) of the region's queues waited over {AGED_WAIT.seconds // 60} min; queue wait p95 "
                                     f"{_wait_p95(ctx, r.region):.1f} min; idle_blocked {idle_blocked:.1%} ({base_text}"
                                     f"{'' if unseasonal else ': seasonal, not paged'})"
                                     + (f"; {planned}: planned capacity, not paged" if planned else "")
-                                    + (f"; only multi-GPU requests held ({r.aged_single_gpu_jobs} single-GPU): free "
+                                    + (_shape_text(r) if _fragmented(r, jobs, ticket_bar) else
+                                       f"; only multi-GPU requests held ({r.aged_single_gpu_jobs} single-GPU): free "
                                        "capacity in the wrong shape" if shaped else "")
                                     + ("; under a week of history and no cause in evidence (no scheduler change it "
                                        "followed; "
@@ -312,6 +373,21 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
                                        "priorities): not paged" if uncaused else "")
                                     + cfg_text))
     return out
+
+
+def _fragmented(r: _AgedRow, jobs: int, bar: float) -> bool:
+    """Capacity in the wrong shape is the pile-up's cause: ``jobs`` requests (the pile-up's bar) fit no node while
+    their nodes' free GPUs summed would hold them (:func:`_shape_blocked`), and the GPUs stranded so are ``bar`` of
+    the region's paid GPU-minutes (the impact stands on the fragmentation itself, not beside it)."""
+    return r.shape_blocked_jobs >= jobs and r.paid_gpu_minutes > 0 and r.fragmented_gpu_minutes / r.paid_gpu_minutes >= bar
+
+
+def _shape_text(r: _AgedRow) -> str:
+    """The evidence of capacity in the wrong shape: the request sizes held and the largest free block one node had."""
+    sizes = ", ".join(f"{s}-GPU" for s in r.shape_sizes)
+    return (f"; capacity in the wrong shape: {r.shape_blocked_jobs} request(s) of {sizes} fit no node's free GPUs "
+            f"(largest free block {r.largest_free_block:.0f} GPUs per node) while the free GPUs of their nodes summed "
+            f"would hold them; {r.fragmented_gpu_minutes:.0f} GPU-minutes stranded on nodes holding fewer than they need")
 
 
 def _recent_windows(ctx: PartitionContext) -> pd.DataFrame:
