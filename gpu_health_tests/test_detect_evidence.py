@@ -387,7 +387,7 @@ def test_a_loader_wait_the_gpus_do_not_show_is_a_ticket():
 
 
 def test_a_data_io_slowdown_below_the_impact_floor_tickets_even_with_a_saturated_disk():
-    (f,) = remote_storage_slowdown(other_paid=20000.0, nvme=99.0)
+    (f,) = remote_storage_slowdown(other_paid=20000.0, nvme=99.0)  # 53 of 20,160: 0.3 %
     assert f.severity == "ticket" and "floor" in f.evidence
     (f,) = remote_storage_slowdown(nvme=99.0, nodes=("n1",))  # one job: its own input pipeline, the team's ticket
     assert f.severity == "ticket"
@@ -404,7 +404,7 @@ def network_slowdown(slow: dict, other_paid: float):
 
 
 def test_a_network_blip_below_the_impact_floor_tickets_and_a_real_degradation_pages():
-    (f,) = network_slowdown({"n1": 6.0}, other_paid=2000.0)  # 6 GPU-minutes of a 2,040 GPU-minute region
+    (f,) = network_slowdown({"n1": 6.0}, other_paid=2000.0)  # 6 GPU-minutes of a 2,040 GPU-minute region: 0.3 %
     assert f.severity == "ticket" and "floor" in f.evidence
-    (f,) = network_slowdown({n: 12.0 for n in FOUR}, other_paid=2000.0)  # 48 of 2,160
+    (f,) = network_slowdown({n: 12.0 for n in FOUR}, other_paid=2000.0)  # 48 of 2,160: 2.2 %
     assert f.severity == "page" and "nan" not in f.evidence

@@ -36,11 +36,12 @@ NODE_SLOW_MIN_GPU_MINUTES = 5  # one GPU's whole partition
 LINK_RETRANSMITS = 100
 LINK_LOSS_PCT = 0.1
 LINK_FAULT_MINUTES = 3  # a link failing three minutes of a partition is a fault, not a burst
-# The impact a slowdown page needs, by definition: the GPU-minutes it cost (the loss tree's slowdown state,
-# compute the jobs did not do) are at least 1 % of the region's paid GPU-minutes of the partition (every paid
-# GPU-minute is in one loss-tree state, so the leaves' sum is the region's paid time). The goodput KPIs are read to
-# the percent of paid time: a loss under one percent does not move them and waits for working hours (a ticket).
-IMPACT_PAGE_SHARE = 0.01
+# The impact a slowdown page needs, by definition: the GPU-minutes it cost (compute the jobs did not do) are at
+# least half a percentage point of the region's paid GPU-minutes of the partition (every paid GPU-minute is in one
+# loss-tree state, so the leaves' sum is the region's paid time) -- five times the smallest state change the
+# drill-down attributes (diagnosis.decompose.MIN_STATE_GROWTH, 0.1 point): a paged slowdown is one the region's
+# goodput shows unambiguously; a smaller one (a blip) waits for working hours as a ticket
+IMPACT_PAGE_SHARE = 0.005
 # data_io is the shared storage path: one job's slow input is its own pipeline (workers, dataset format), its
 # team's ticket; two jobs slowed at once are the fewest that point at something they share
 IMPACT_MIN_JOBS = 2
@@ -205,21 +206,28 @@ def _data_io_finding(ctx: PartitionContext, region: str, grp: pd.DataFrame) -> F
     Witness 1, the trainer: step time above the signature's baseline by loader wait above its baseline (the
     slowdown_data_io state). Witness 2, the device: DCGM shows the jobs' GPUs idle at least that share of the time
     (UTIL_SLACK_PCT), or, where the storage is local, the nodes' NVMe saturated (the cause, seen). A page also
-    needs the impact floor (:func:`_impact`, IMPACT_MIN_JOBS jobs); a ticket otherwise."""
+    needs the impact floor (:func:`_impact`, IMPACT_MIN_JOBS jobs) on the loss over the nodes' allocated time; a
+    ticket otherwise."""
     nodes = sorted(grp["node_id"])
     sat = ctx.node[(ctx.node["region"] == region) & ctx.node["node_id"].isin(nodes)]
     hot = sat[sat["nvme_util_pct"] >= 95]
     total, den = float(grp["slow"].sum()), float(max(grp["den"].sum(), 1e-9))
     share = min(total / den, 1.0)
     jobs = _measured_jobs(ctx, nodes)
+    # the jobs there that report no loader time read from the same storage: the measured share of the nodes'
+    # instrumented time, over all their allocated time, estimates the loss (the measured minutes are its floor)
+    lv = ctx.leaves
+    alloc = float(lv.loc[(lv["region"] == region) & lv["node_id"].isin(nodes) & lv["state"].isin(ALLOC_STATES),
+                         "gpu_minutes"].sum())
+    lost = max(total, share * alloc)
     g = ctx.gpu[ctx.gpu["node_id"].isin(nodes) & ctx.gpu["job_id"].isin(jobs)] if jobs else ctx.gpu.iloc[0:0]
     util = float(g["gpu_util_pct"].median()) if len(g) and g["gpu_util_pct"].notna().any() else None
     bound = 100.0 * (1.0 - share) + UTIL_SLACK_PCT
     idle = util is not None and util <= bound
-    matters, impact = _impact(ctx, region, total, len(jobs), IMPACT_MIN_JOBS)
+    matters, impact = _impact(ctx, region, lost, len(jobs), IMPACT_MIN_JOBS)
     device = ("their GPUs' utilization not reported" if util is None else
-              f"their GPUs {util:.0f} % utilized (median; " + ("idle " if idle else "NOT idle ")
-              + f"the loader's share: at most {bound:.0f} % expected)")
+              f"their GPUs {util:.0f} % utilized (median; GPUs waiting that share of the time show at most "
+              f"{bound:.0f} %: " + ("they do" if idle else "they compute through it, the wait is hidden") + ")")
     storage = (f"local storage saturated on {hot['node_id'].nunique()} node(s) (NVMe >= 95 %, read "
                f"{sat['disk_read_mbps'].median():.0f} MB/s median)" if len(hot)
                else "no local storage saturated (remote storage, or not exported)")
@@ -227,7 +235,8 @@ def _data_io_finding(ctx: PartitionContext, region: str, grp: pd.DataFrame) -> F
                    f"data_io_slowdown|{region}", nodes=nodes, lost_gpu_minutes=total, value=float(share),
                    summary=f"Data-loader slowdown in {region} on {len(nodes)} node(s)",
                    evidence=f"{total:.0f} GPU-minutes ({share:.0%} of those nodes' measured training time) lost to "
-                            f"loader wait above baseline on {len(jobs)} job(s); {device}; {storage}; {impact}")
+                            f"loader wait above baseline on {len(jobs)} job(s) reporting it (~{lost:.0f} over all "
+                            f"{alloc:.0f} allocated GPU-minutes there); {device}; {storage}; {impact}")
 
 
 def _faulty_links(ctx: PartitionContext, judged: set) -> list[Finding]:
