@@ -338,12 +338,16 @@ def test_a_failing_link_under_an_uninstrumented_job_pages_on_both_counters():
 
 # --- slowdowns: a page needs the job side, the device side and an impact that matters ---------------------------
 
-def slow_leaves(slow: dict, state="slowdown_data_io", per_node=40.0, cls="batch", other_paid=0.0) -> pd.DataFrame:
-    """Per node of ``slow`` (node -> GPU-minutes in ``state``) the rest of its 8 GPUs' partition productive; plus
-    ``other_paid`` GPU-minutes idle on the region's other nodes (its paid capacity)."""
+def slow_leaves(slow: dict, state="slowdown_data_io", per_node=40.0, cls="batch", other_paid=0.0,
+                uninstrumented=0.0) -> pd.DataFrame:
+    """Per node of ``slow`` (node -> GPU-minutes in ``state``) the rest of its 8 GPUs' partition productive
+    (``uninstrumented`` of it busy without step metrics); plus ``other_paid`` GPU-minutes idle on the region's other
+    nodes (its paid capacity)."""
     rows = []
     for node, minutes in slow.items():
-        rows += [(node, state, minutes, cls), (node, "productive", per_node - minutes, cls)]
+        rows += [(node, state, minutes, cls), (node, "productive", per_node - minutes - uninstrumented, cls)]
+        if uninstrumented:
+            rows.append((node, "allocated_unproductive", uninstrumented, cls))
     if other_paid:
         rows.append(("n-other", "idle_no_demand", other_paid, "none"))
     return GoodputLeaves.validate(pd.DataFrame([{
@@ -391,6 +395,18 @@ def test_a_data_io_slowdown_below_the_impact_floor_tickets_even_with_a_saturated
     assert f.severity == "ticket" and "floor" in f.evidence
     (f,) = remote_storage_slowdown(nvme=99.0, nodes=("n1",))  # one job: its own input pipeline, the team's ticket
     assert f.severity == "ticket"
+
+
+def test_a_storage_slowdown_thin_on_each_of_many_nodes_is_judged_over_them_together():
+    """Jobs of one storage spread over many nodes, few reporting loader time on each: every node shows the effect
+    size (>= 10 % of its measured time) but under the minutes floor alone; together they page."""
+    from gpu_health.diagnosis.detectors.slowdowns import detect_slowdowns
+
+    nodes = tuple(f"n{k}" for k in range(1, 9))
+    ctx = context(gpu_rows(nodes=nodes, util=60.0), runtime=progress_rows([f"job-{n}" for n in nodes]), nodes=nodes,
+                  leaves=slow_leaves({n: 3.0 for n in nodes}, uninstrumented=20.0))
+    (f,) = [x for x in detect_slowdowns(ctx) if x.family == "data_io"]
+    assert f.severity == "page" and f.nodes == sorted(nodes)
 
 
 def network_slowdown(slow: dict, other_paid: float):

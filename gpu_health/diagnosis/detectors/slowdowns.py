@@ -57,14 +57,21 @@ ALLOC_STATES = ["allocated_idle", "allocated_unproductive", "failure_loss", "slo
                 "slowdown_checkpoint", "slowdown_compute", "productive"]
 
 
-def _slow_nodes(lv: pd.DataFrame, state: str, denominator: pd.Series, rows: np.ndarray | None = None) -> pd.DataFrame:
+def _slow_nodes(lv: pd.DataFrame, state: str, denominator: pd.Series, rows: np.ndarray | None = None,
+                pooled: bool = False) -> pd.DataFrame:
     """Nodes where ``state`` holds at least NODE_SLOW_SHARE of the denominator GPU-minutes (``rows``: the
-    positions of the leaves in ``state``, when known)."""
+    positions of the leaves in ``state``, when known) and NODE_SLOW_MIN_GPU_MINUTES of them -- on each node, or
+    (``pooled``) over the region's nodes showing the share together: a shared storage's jobs spread over many
+    nodes, few of them reporting loader time on each, show the effect size on every node and the minutes only
+    together."""
     slow = lv[lv["state"] == state] if rows is None else lv.iloc[rows]
     slow = slow.groupby(["region", "node_id"])["gpu_minutes"].sum()
     frame = pd.DataFrame({"slow": slow, "den": denominator.reindex(slow.index).fillna(0.0)})
-    frame = frame[(frame["slow"] >= NODE_SLOW_MIN_GPU_MINUTES) & (frame["slow"] >= NODE_SLOW_SHARE * frame["den"])]
-    return frame.reset_index()
+    frame = frame[(frame["slow"] > 0) & (frame["slow"] >= NODE_SLOW_SHARE * frame["den"])]
+    if not pooled:
+        return frame[frame["slow"] >= NODE_SLOW_MIN_GPU_MINUTES].reset_index()
+    total = frame.groupby(level="region")["slow"].transform("sum")
+    return frame[total >= NODE_SLOW_MIN_GPU_MINUTES].reset_index()
 
 
 _NO_SLOW_NODES = pd.DataFrame({"region": pd.Series(dtype=object), "node_id": pd.Series(dtype=object),
@@ -124,7 +131,7 @@ def detect_slowdowns(ctx: PartitionContext) -> list[Finding]:
     # (the denominators only matter where a slowdown can reach its floor, or storage is saturated)
     hot_nodes = _saturated_storage(ctx)
     io_rows, net_rows = _leaf_rows(ctx, "slowdown_data_io"), _leaf_rows(ctx, "slowdown_network")
-    io_ok = _may_reach(ctx, io_rows, NODE_SLOW_MIN_GPU_MINUTES)
+    io_ok = len(io_rows) > 0 and lv["gpu_minutes"].to_numpy()[io_rows].sum() >= NODE_SLOW_MIN_GPU_MINUTES - 1e-6
     net_ok = _may_reach(ctx, net_rows, NODE_SLOW_MIN_GPU_MINUTES)
     if len(hot_nodes) or io_ok or net_ok:
         measured = lv[lv["state"].isin(MEASURED_STATES)]
@@ -132,7 +139,7 @@ def detect_slowdowns(ctx: PartitionContext) -> list[Finding]:
         multi = measured[measured["workload_class"] == "distributed"].groupby(["region", "node_id"])["gpu_minutes"].sum()
     else:
         per_node = multi = pd.Series(dtype=float)
-    io_nodes = _slow_nodes(lv, "slowdown_data_io", per_node, io_rows) if io_ok else _no_slow_nodes()
+    io_nodes = _slow_nodes(lv, "slowdown_data_io", per_node, io_rows, pooled=True) if io_ok else _no_slow_nodes()
     # storage saturated on several nodes at once (a shared filesystem, a hot dataset) is judged over those nodes
     # together: few of their jobs may report loader time, each node's share alone would be too thin to see
     if len(hot_nodes):
@@ -196,7 +203,7 @@ def _impact(ctx: PartitionContext, region: str, lost: float, jobs: int, jobs_nee
     floor = IMPACT_PAGE_SHARE * paid
     matters = paid > 0 and lost >= floor and jobs >= jobs_needed
     return matters, (f"impact {lost:.0f} GPU-minutes on {jobs} job(s) against a page floor of {floor:.0f} "
-                     f"({IMPACT_PAGE_SHARE:.0%} of the region's {paid:.0f} paid GPU-minutes) and {jobs_needed} job(s)"
+                     f"({IMPACT_PAGE_SHARE:.1%} of the region's {paid:.0f} paid GPU-minutes) and {jobs_needed} job(s)"
                      + ("" if matters else ": under the floor, a ticket"))
 
 
