@@ -297,5 +297,5 @@ RUNBOOKS = {
 DETECTORS = [
     Detector(detect_slowdowns, emits=(("data_io_slowdown", CauseFamily.DATA_IO.value),
                                       ("network_slowdown", CauseFamily.NETWORK.value)),
-             needs=("leaves", "node", "network", "gpu", "open_keys")),
+             needs=("leaves", "node", "network", "gpu", "runtime", "open_keys")),
 ]
