@@ -334,3 +334,93 @@ def test_a_failing_link_under_an_uninstrumented_job_pages_on_both_counters():
     assert f.severity == "ticket"
     ctx.network = link_rows(minutes=range(2))  # a burst, not a fault
     assert detect_slowdowns(ctx) == []
+
+
+# --- slowdowns: a page needs the job side, the device side and an impact that matters ---------------------------
+
+def slow_leaves(slow: dict, state="slowdown_data_io", per_node=40.0, cls="batch", other_paid=0.0,
+                uninstrumented=0.0) -> pd.DataFrame:
+    """Per node of ``slow`` (node -> GPU-minutes in ``state``) the rest of its 8 GPUs' partition productive
+    (``uninstrumented`` of it busy without step metrics); plus ``other_paid`` GPU-minutes idle on the region's other
+    nodes (its paid capacity)."""
+    rows = []
+    for node, minutes in slow.items():
+        rows += [(node, state, minutes, cls), (node, "productive", per_node - minutes - uninstrumented, cls)]
+        if uninstrumented:
+            rows.append((node, "allocated_unproductive", uninstrumented, cls))
+    if other_paid:
+        rows.append(("n-other", "idle_no_demand", other_paid, "none"))
+    return GoodputLeaves.validate(pd.DataFrame([{
+        "partition_start": T0, "region": "r1", "node_id": n, "sku": SKU, "driver_version": "550.54", "team": "t1",
+        "workload_class": c, "model_type": "m", "framework_version": "f", "queue": "q", "state": s,
+        "gpu_minutes": float(m)} for n, s, m, c in rows]))
+
+
+def progress_rows(jobs) -> pd.DataFrame:
+    rows = [{"ts": T0 + m * MIN, "job_id": j, "steps": 40, "samples": 1280, "last_step": 1000 + 40 * m,
+             "step_time_s": 1.5, "data_loader_time_s": 0.6, "grad_sync_time_s": 0.1, "checkpoint_time_s": 0.0,
+             "loss": 1.0, "last_checkpoint_step": 900, "grad_norm": None} for m in range(5) for j in jobs]
+    return conform(pd.DataFrame(rows, columns=columns("job_runtime_metrics")), "job_runtime_metrics")
+
+
+FOUR = ("n1", "n2", "n3", "n4")
+
+
+def remote_storage_slowdown(util=60.0, other_paid=0.0, nodes=FOUR, nvme=5.0):
+    """Four jobs on four nodes: a third of their time lost to loader wait, no local disk busy (remote storage)."""
+    from gpu_health.diagnosis.detectors.slowdowns import detect_slowdowns
+
+    node = node_rows(nodes).assign(nvme_util_pct=nvme)
+    ctx = context(gpu_rows(nodes=nodes, util=util), node=node, runtime=progress_rows([f"job-{n}" for n in nodes]),
+                  nodes=nodes, leaves=slow_leaves({n: 13.3 for n in nodes}, other_paid=other_paid))
+    return [f for f in detect_slowdowns(ctx) if f.family == "data_io"]
+
+
+def test_a_remote_storage_slowdown_of_many_jobs_pages_without_local_disk_saturation():
+    """Loader wait above baseline on many jobs (the trainer) with their GPUs idle that share of the time (DCGM)
+    pages; a saturated local disk is a cause in evidence, not a requirement."""
+    (f,) = remote_storage_slowdown()
+    assert f.severity == "page" and f.nodes == list(FOUR)
+    assert "4 job(s)" in f.evidence and "nan" not in f.evidence
+
+
+def test_a_loader_wait_the_gpus_do_not_show_is_a_ticket():
+    """The GPUs computing at full rate contradict the loader wait (prefetch overlaps it): one witness, a ticket."""
+    (f,) = remote_storage_slowdown(util=95.0)
+    assert f.severity == "ticket"
+
+
+def test_a_data_io_slowdown_below_the_impact_floor_tickets_even_with_a_saturated_disk():
+    (f,) = remote_storage_slowdown(other_paid=20000.0, nvme=99.0)  # 53 of 20,160: 0.3 %
+    assert f.severity == "ticket" and "floor" in f.evidence
+    (f,) = remote_storage_slowdown(nvme=99.0, nodes=("n1",))  # one job: its own input pipeline, the team's ticket
+    assert f.severity == "ticket"
+
+
+def test_a_storage_slowdown_thin_on_each_of_many_nodes_is_judged_over_them_together():
+    """Jobs of one storage spread over many nodes, few reporting loader time on each: every node shows the effect
+    size (>= 10 % of its measured time) but under the minutes floor alone; together they page."""
+    from gpu_health.diagnosis.detectors.slowdowns import detect_slowdowns
+
+    nodes = tuple(f"n{k}" for k in range(1, 9))
+    ctx = context(gpu_rows(nodes=nodes, util=60.0), runtime=progress_rows([f"job-{n}" for n in nodes]), nodes=nodes,
+                  leaves=slow_leaves({n: 3.0 for n in nodes}, uninstrumented=20.0))
+    (f,) = [x for x in detect_slowdowns(ctx) if x.family == "data_io"]
+    assert f.severity == "page" and f.nodes == sorted(nodes)
+
+
+def network_slowdown(slow: dict, other_paid: float):
+    from gpu_health.diagnosis.detectors.slowdowns import detect_slowdowns
+
+    nodes = tuple(slow)
+    ctx = context(gpu_rows(nodes=nodes), runtime=progress_rows([f"job-{n}" for n in nodes]), nodes=nodes,
+                  leaves=slow_leaves(slow, state="slowdown_network", cls="distributed", other_paid=other_paid))
+    ctx.network = link_rows(nodes=nodes)
+    return [f for f in detect_slowdowns(ctx) if f.family == "network"]
+
+
+def test_a_network_blip_below_the_impact_floor_tickets_and_a_real_degradation_pages():
+    (f,) = network_slowdown({"n1": 6.0}, other_paid=2000.0)  # 6 GPU-minutes of a 2,040 GPU-minute region: 0.3 %
+    assert f.severity == "ticket" and "floor" in f.evidence
+    (f,) = network_slowdown({n: 12.0 for n in FOUR}, other_paid=2000.0)  # 48 of 2,160: 2.2 %
+    assert f.severity == "page" and "nan" not in f.evidence

@@ -144,6 +144,18 @@ def test_a_mass_refusal_the_free_gpus_cannot_serve_is_a_capacity_ticket():
     assert f.severity == "ticket" and "capacity" in f.evidence
 
 
+def test_free_gpus_in_pieces_no_node_can_give_every_pod_are_a_capacity_ticket():
+    # 6 GPUs free on each node (12 in all) and three pods of 4: the sum would take them, but a node takes one pod
+    # (6 - 4 leaves 2): the third fits nowhere -- routine refusal, the scheduler is right
+    part = [pod_rows(f"w{k}", range(-2, 5), job=f"busy{k}", node=f"n{k + 1}", gpu_request=2) for k in range(2)]
+    [f] = detect_pods_pending_gpu(context(pods(*_pending(3, message=FULL, gpu_request=4), *part), nodes()))
+    assert f.severity == "ticket" and "capacity" in f.evidence
+    # a batch submission of many one-GPU pods refused at once against 8 free GPUs: capacity, never a page
+    busy = pod_rows("w0", range(-2, 5), job="busy0", node="n1", gpu_request=8)
+    [f] = detect_pods_pending_gpu(context(pods(*_pending(256, message=FULL, gpu_request=1), busy), nodes()))
+    assert f.severity == "ticket" and "capacity" in f.evidence
+
+
 def test_a_refusal_within_the_schedulers_retry_cycle_or_with_other_constraints_is_no_page():
     busy = pod_rows("w0", range(-2, 5), job="busy0", node="n1", gpu_request=8)
     # refused for 4 minutes: within the scheduler's retry of unschedulable pods (churn)

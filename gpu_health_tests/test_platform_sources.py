@@ -186,3 +186,36 @@ def test_absent_kube_landing_files_are_zero_rows(tmp_path):
     write_partition(tmp_path, "kube_nodes", T0, ksm_nodes().assign(ts=T0))
     v, _ = read_window(src, "kube_nodes", T0, T1)
     assert len(v.valid) == 3
+
+
+def test_messy_routine_refusals_are_the_schedulers_own_verdict_and_never_page():
+    """The messy profile's everyday refusals (a batch of pods at once that drains, a whole-node pod) read
+    "Insufficient" on every node only in minutes no node has the pod's request free, and page nothing."""
+    from gpu_health.diagnosis.context import PartitionContext
+    from gpu_health.diagnosis.platform import detect_pods_pending_gpu
+
+    scen = load_scenario({"seed": 5, "start": "2026-11-03T09:00:00Z", "end": "2026-11-03T13:00:00Z",
+                          "cluster": {"profile": "messy", "platform": True}})
+    win = Window(scen, pd.Timestamp("2026-11-03T11:00:00Z"), pd.Timestamp("2026-11-03T11:50:00Z"))
+    pods, nodes = win.table("kube_pods"), win.table("kube_nodes")
+    refused = pods[(pods["reason"] == "Unschedulable") & pods["message"].str.contains("Insufficient nvidia.com/gpu")]
+    per_minute = refused.groupby("ts").size()
+    assert per_minute.max() >= 200 and per_minute.iloc[-1] < per_minute.max()  # a batch at once, then it drains
+    batch = set(refused["pod"])
+    assert pods[pods["pod"].isin(batch) & (pods["phase"] == "Running")]["pod"].nunique() > 100  # placed as it drains
+    used = pods[pods["phase"] == "Running"].astype({"node_id": object}).groupby(["ts", "node_id"])["gpu_request"].sum()
+    n = nodes.astype({"node_id": object})
+    free = n.set_index(["ts", "node_id"])["gpu_allocatable"] - used.reindex(pd.MultiIndex.from_frame(n[["ts", "node_id"]])).fillna(0).to_numpy()
+    free = free.rename("free").reset_index().merge(n[["ts", "node_id", "region"]], on=["ts", "node_id"])
+    all_gpus = refused[refused["message"].str.match(r"0/(\d+) nodes are available: \1 Insufficient")]
+    for (ts, region, need), _ in all_gpus.groupby(["ts", "region", "gpu_request"]):
+        assert not (free[(free["ts"] == ts) & (free["region"] == region)]["free"] >= need).any()
+    empty = pd.DataFrame()
+    for k in range(10):
+        start = win.start + k * pd.Timedelta(minutes=5)
+        ctx = PartitionContext(
+            start=start, end=start + pd.Timedelta(minutes=5), gpu=win.table("gpu_telemetry"), node=empty, network=empty,
+            runtime=empty, sched=empty, changes=empty, maintenance=empty, leaves=empty, baselines=empty, meta=empty,
+            inventory=scen.cluster.nodes, region_history=empty, kube_pods=pods[pods["ts"] < start + pd.Timedelta(minutes=5)],
+            kube_nodes=nodes[(nodes["ts"] >= start) & (nodes["ts"] < start + pd.Timedelta(minutes=5))])
+        assert "page" not in {f.severity for f in detect_pods_pending_gpu(ctx)}

@@ -463,6 +463,19 @@ def test_io_bottleneck(runs):
     assert training.loc[during(training), "gpu_util_pct"].median() < training.loc[before(training), "gpu_util_pct"].median() - 15
 
 
+def test_io_bottleneck_of_remote_storage_leaves_the_local_disks_quiet():
+    """``storage: remote``: the same loader wait and idle GPUs, no local NVMe saturated (a shared filesystem)."""
+    scen = scenario(incident("io_bottleneck", {"region": "us-east", "nodes": 3, "storage": "remote"}))
+    inc, w = scen.incidents[0], Window(scen, W0, W1)
+    n, g, m = w.table("node_telemetry"), w.table("gpu_telemetry"), w.table("job_runtime_metrics")
+    assert (n["nvme_util_pct"] < 95).all()
+    gon = g["node_id"].isin(inc.node_ids) & g["job_id"].notna()
+    jobs = set(g.loc[gon & during(g), "job_id"]) & set(g.loc[gon & before(g), "job_id"])
+    mm = m[m["job_id"].isin(jobs) & m["steps"].gt(0)]
+    loader = mm[during(mm)].groupby("job_id")["data_loader_time_s"].median() / mm[before(mm)].groupby("job_id")["data_loader_time_s"].median()
+    assert len(loader.dropna()) >= 3 and (loader.dropna() > 5).all()
+
+
 def test_network_degradation(runs):
     scen, inc, w = runs("network_degradation")
     net, g, m = w.table("network_telemetry"), w.table("gpu_telemetry"), w.table("job_runtime_metrics")

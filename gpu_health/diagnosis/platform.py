@@ -18,7 +18,8 @@ pods_pending_gpu        scheduling   ml-platform     pods Unschedulable on the u
                                                      scheduler's 5-min retry while a Ready, schedulable node
                                                      has the pod's request free all partition (else queueing:
                                                      nothing), every node refused for GPUs alone and the free
-                                                     GPUs enough for them all (else a capacity ticket);
+                                                     GPUs able to place them all, each pod on one node (else
+                                                     a capacity ticket);
                                                      ticket under 3 pods
 crash_loop              software     ml-platform     pods in CrashLoopBackOff whose restart counter rose by 3+
                                                      in 10 minutes (from 0 for a pod created in them; 1+ once
@@ -241,6 +242,19 @@ def _only_gpus_refused(message) -> bool:
     return bool(total and gpus and int(gpus.group(1)) == int(total.group(1)))
 
 
+def _all_fit(requests, free: pd.Series) -> bool:
+    """Whether every pod's GPU request fits on some node's free GPUs at once, as the scheduler places pods: each
+    pod whole on one node (first fit, largest request first). Free GPUs summed over nodes are not capacity: a pod
+    of 4 does not fit two nodes with 2 free each."""
+    room = sorted((float(x) for x in free.to_numpy()), reverse=True)
+    for need in sorted((float(r) for r in requests), reverse=True):
+        at = next((k for k, have in enumerate(room) if have >= need), None)
+        if at is None:
+            return False
+        room[at] -= need
+    return True
+
+
 def detect_pods_pending_gpu(ctx) -> list[Finding]:
     """GPU pods the scheduler refuses for a reason other than a full cluster.
 
@@ -252,8 +266,9 @@ def detect_pods_pending_gpu(ctx) -> list[Finding]:
       Judged for pods refused longer than PENDING_CHURN while a Ready, schedulable node had at least the pod's
       request free in every minute of the partition (allocatable less the running pods' requests). Page from
       PENDING_PAGE_PODS such pods when the scheduler names GPUs as every node's only shortfall and the free GPUs
-      could take them all (the scheduler refuses capacity that exists); a ticket when the pods need more than is
-      free (capacity) or other constraints of theirs exclude nodes.
+      could take them all, each pod whole on one node (the scheduler refuses capacity that exists); a ticket when
+      the pods need more than the nodes' free GPUs can place (capacity, e.g. a batch submitted at once, or free
+      GPUs in pieces) or other constraints of theirs exclude nodes.
     Pods held by a queue (``SchedulingGated``) are queueing by definition and never read here.
     """
     pods = ctx.kube_pods
@@ -274,7 +289,7 @@ def detect_pods_pending_gpu(ctx) -> list[Finding]:
             continue
         only_gpus = s["message"].map(_only_gpus_refused).astype(bool) if len(s) else s["message"].astype(bool)
         need, have = int(s["gpu_request"].sum()), int(free.sum())
-        capacity = need > have
+        capacity = len(s) > 0 and not _all_fit(s["gpu_request"], free)
         witnessed = (len(t) and tainted) or (len(s) and only_gpus.all() and not capacity)
         severity = "page" if witnessed and len(rows) >= PENDING_PAGE_PODS else "ticket"
         what = []
@@ -284,7 +299,8 @@ def detect_pods_pending_gpu(ctx) -> list[Finding]:
         if len(s):
             what.append(f"{len(s)} pod(s) refused for Insufficient {GPU_RESOURCE} for over "
                         f"{int(PENDING_CHURN / MINUTE)} minutes while a Ready node has {most} GPUs free all partition"
-                        + (f" (capacity: they request {need} GPUs, the free nodes hold {have})" if capacity else "")
+                        + (f" (capacity: they request {need} GPUs, the free nodes hold {have}, not placeable pod by "
+                           "pod)" if capacity else "")
                         + ("" if only_gpus.all() else
                            f" ({int((~only_gpus).sum())} of them excluded from nodes by other constraints of theirs)"))
         out.append(Finding(

@@ -130,6 +130,7 @@ class ClusterSpec:
     # --- the platform layer: kube-state-metrics' pods and nodes (gpu_health.sim.platform). Off on both
     # profiles, so their rows are unchanged; a scenario turns it on with ``cluster: {platform: true}``.
     platform: bool = False
+    routine_refusals: bool = False  # ordinary Insufficient-GPU refusals on the platform layer (sim.platform)
 
     @property
     def total_gpus(self) -> int:
@@ -249,6 +250,7 @@ MESSY = ClusterSpec(
     row_loss_rate=0.001,
     node_gaps_per_day=0.5,
     node_gap_minutes=(2, 6),
+    routine_refusals=True,  # batch submissions and oversized pods the scheduler refuses (sim.platform)
 )
 
 PROFILES = {"default": ClusterSpec(), "messy": MESSY}

@@ -27,6 +27,13 @@ The platform incidents (``PLATFORM_INCIDENT_KINDS`` in :mod:`gpu_health.sim.scen
   pod is gone; the GPUs are still there).
 
 Synthetic pods (pending, crash-looping) belong to no job of the plan: the other tables do not see them.
+
+Where the profile sets ``routine_refusals`` (the messy one), the scheduler also refuses pods for ``Insufficient
+nvidia.com/gpu`` the way it does every day, never an incident: every REFUSAL_EVERY_S per region a batch of
+BATCH_PODS one-GPU pods submitted at once that drains over BATCH_DRAIN_S (each runs BATCH_RUN_S once placed),
+and a pod asking for a whole node's GPUs that waits OVERSIZED_S (its owner then deletes it). The scheduler's message is the kube-scheduler's per-node
+verdict of that minute: a node with a GPU free that the pod still did not get is excluded by another of the pod's
+constraints (its node selector), never reported "Insufficient" beside free GPUs.
 """
 
 import numpy as np
@@ -37,6 +44,7 @@ from gpu_health.sim import hashing as H
 from gpu_health.sim.jobs import from_s, to_s
 from gpu_health.sim.scenario import ORIGIN
 
+GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TAINT = "nvidia.com/gpu=present:NoSchedule"
 CORDON_TAINT = "node.kubernetes.io/unschedulable:NoSchedule"
 TAINT_MESSAGE = "0/{n} nodes are available: {n} node(s) had untolerated taint {{nvidia.com/gpu: present}}. " \
@@ -46,6 +54,10 @@ S_FALLBACK = 601
 # "Container restarts"); the container is taken to exit at once
 BACKOFF_FIRST_S, BACKOFF_CAP_S = 10, 300
 TRAINING_POOLS = ("batch", "distributed")
+# routine refusals (messy profile): a batch of 256 pods at once is the size of a large array job or a Spark /
+# Ray submission; a whole-node pod waits for a node to empty while every node has some GPUs free
+REFUSAL_EVERY_S, BATCH_PODS, BATCH_DRAIN_S, BATCH_RUN_S, OVERSIZED_S = 7200, 256, 900, 600, 2700
+S_REFUSAL = 611
 # diverging_run: how much faster the gradient norm grows than the loss, on log scale (see _diverge)
 GRAD_LEAD = 8.0
 
@@ -197,6 +209,8 @@ def kube_pods(win) -> pd.DataFrame:
         return empty_frame("kube_pods")
     parts = [_plan_pods(win)] if not plan.empty else []
     parts += _incident_pods(win)
+    if scen.cluster.spec.routine_refusals:
+        parts += _routine_refusals(win, parts[0] if not plan.empty else empty_frame("kube_pods"))
     parts = [p for p in parts if len(p)]
     if not parts:
         return empty_frame("kube_pods")
@@ -285,3 +299,63 @@ def _incident_pods(win) -> list[pd.DataFrame]:
         frame["container_image"] = f"registry.internal/{team}/trainer:broken"
         out.append(frame)
     return out
+
+
+def _refusal_message(n_nodes: int, fit: int) -> str:
+    """The kube-scheduler's verdict on a pod no node took: ``fit`` nodes had the GPUs and failed another of its
+    constraints (its node selector), the others lacked GPUs."""
+    if fit <= 0:
+        return f"0/{n_nodes} nodes are available: {n_nodes} Insufficient {GPU_RESOURCE}."
+    return (f"0/{n_nodes} nodes are available: {n_nodes - fit} Insufficient {GPU_RESOURCE}, "
+            f"{fit} node(s) didn't match Pod's node affinity/selector.")
+
+
+
+def _routine_refusals(win, plan_pods: pd.DataFrame) -> list[pd.DataFrame]:
+    """The messy profile's everyday Insufficient-GPU refusals (the module docstring): per region and
+    REFUSAL_EVERY_S slot, a batch of one-GPU pods that drains and an oversized pod, each at a hashed offset."""
+    scen, m_s = win.scen, win.m_s
+    nodes = scen.cluster.nodes
+    if not len(m_s):
+        return []
+    lo, hi = int(m_s[0]), int(m_s[-1]) + 60
+    running = plan_pods[plan_pods["phase"] == "Running"] if len(plan_pods) else plan_pods
+    used = running.groupby(["ts", "node_id"])["gpu_request"].sum() if len(running) else pd.Series(dtype=float)
+    out = []
+    for r, region in enumerate(sorted(set(nodes["region"]))):
+        mine = nodes[nodes["region"] == region]
+        names, gpus = mine["node_id"].to_numpy(dtype=object), mine["gpus"].to_numpy()
+        for q in range((lo - BATCH_DRAIN_S - BATCH_RUN_S) // REFUSAL_EVERY_S, hi // REFUSAL_EVERY_S + 1):
+            at = q * REFUSAL_EVERY_S + int(H.uniform(scen.seed, S_REFUSAL, r, q) * (REFUSAL_EVERY_S - OVERSIZED_S))
+            k = np.arange(BATCH_PODS)
+            placed = at + 60 + (k * BATCH_DRAIN_S) // BATCH_PODS  # the batch drains in submission order
+            owner, t = _expand(np.full(BATCH_PODS, at), placed + BATCH_RUN_S, m_s)
+            if len(owner):
+                run = t + 30 >= placed[owner]
+                out.append(pd.DataFrame({
+                    "ts": from_s(t), "region": region, "namespace": "batch-array", "pod": [f"arr-{r}-{q}-{x}" for x in owner],
+                    "node_id": np.where(run, names[owner % len(names)], None), "phase": np.where(run, "Running", "Pending"),
+                    "reason": np.where(run, None, "Unschedulable"), "message": None, "gpu_request": 1,
+                    "restarts": 0, "job_id": f"arr-{r}-{q}", "container_image": "registry.internal/batch-array/etl:1"}))
+            owner, t = _expand(np.array([at]), np.array([at + OVERSIZED_S]), m_s)
+            if len(owner):
+                out.append(pd.DataFrame({
+                    "ts": from_s(t), "region": region, "namespace": "research", "pod": f"big-{r}-{q}", "node_id": None,
+                    "phase": "Pending", "reason": "Unschedulable", "message": None,
+                    "gpu_request": int(gpus.max()), "restarts": 0, "job_id": f"big-{r}-{q}",
+                    "container_image": "registry.internal/research/trainer:1"}))
+    if not out:
+        return []
+    df = pd.concat(out, ignore_index=True)
+    # each refused pod's verdict per minute: how many of the region's nodes had its request free (the plan's pods
+    # and the batch's own placed pods taken off)
+    batch_run = df[(df["phase"] == "Running")].groupby(["ts", "node_id"])["gpu_request"].sum()
+    taken = used.add(batch_run, fill_value=0) if len(used) else batch_run
+    cap = pd.Series(nodes["gpus"].to_numpy(), index=nodes["node_id"].to_numpy(dtype=object))
+    pend = (df["phase"] == "Pending") & df["message"].isna()
+    for (ts, region, need), idx in df[pend].groupby(["ts", "region", "gpu_request"]).groups.items():
+        mine = nodes.loc[nodes["region"] == region, "node_id"].to_numpy(dtype=object)
+        busy = taken.reindex(pd.MultiIndex.from_arrays([[ts] * len(mine), mine])).fillna(0).to_numpy()
+        fit = int((cap.reindex(mine).to_numpy() - busy >= need).sum())
+        df.loc[idx, "message"] = _refusal_message(len(mine), fit)
+    return [df]

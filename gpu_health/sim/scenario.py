@@ -26,7 +26,8 @@ Format (YAML; see docs/scenarios.md)::
 Scope keys: ``region``; ``nodes`` (a count, picked deterministically) or
 ``node_ids`` (a list); ``pool`` (interactive | batch | distributed);
 ``team``; ``fraction`` (share of the jobs / lanes in scope); ``gpus`` (GPUs
-per node for GPU-level faults, default 1).
+per node for GPU-level faults, default 1); ``storage: remote`` (an ``io_bottleneck`` of
+shared storage: no local disk saturates).
 
 A ``driver_regression`` may instead arrive as a real rollout does, in waves (``rollout``)::
 

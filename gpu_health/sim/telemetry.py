@@ -408,6 +408,8 @@ class Window:
         kernel = np.full(N * M, scen.cluster.spec.kernel_version, dtype=object)
         keep = np.ones(N * M, bool)
         for _, inc in self._incidents("io_bottleneck"):
+            if inc.scope.get("storage") == "remote":
+                continue  # a shared filesystem or object store: the nodes' own disks stay quiet
             hit = self._node_mask(ni, inc.node_ids) & (t >= to_s(inc.start)) & (t < to_s(inc.end))
             read = np.where(hit & (alloc > 0), 1750 + 80 * u(S_DISK), read)
             nvme = np.where(hit & (alloc > 0), 97 + 3 * u(S_DISK + 60), nvme)

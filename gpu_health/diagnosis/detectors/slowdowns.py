@@ -4,10 +4,17 @@ judged per node, each paged with the storage or link counters as its second witn
 ==================  ===========  =====================================================================
 detector            family       pages on (the two witnesses) / tickets on
 ==================  ===========  =====================================================================
-data_io_slowdown    data_io      loader wait above its baseline (slowdown_data_io) AND storage
-                                 saturated on those nodes; ticket without the storage witness
+data_io_slowdown    data_io      step time above baseline by loader wait above its baseline
+                                 (slowdown_data_io: the trainer) AND the jobs' GPUs idle that share
+                                 of the time (DCGM) or local storage saturated on those nodes, with
+                                 an impact past IMPACT_PAGE_SHARE of the region's paid GPU-minutes on
+                                 IMPACT_MIN_JOBS jobs; a ticket otherwise (remote storage needs no
+                                 local disk: its saturation is a cause in evidence, not a witness
+                                 the page waits for)
 network_slowdown    network      gradient-sync time above its baseline AND IB loss or retransmits on
-                                 the jobs' links; ticket without the link witness
+                                 the jobs' links, with an impact past IMPACT_PAGE_SHARE of the
+                                 region's paid GPU-minutes; a ticket without the link witness or
+                                 below the impact floor (a blip)
 ==================  ===========  =====================================================================
 """
 
@@ -29,6 +36,19 @@ NODE_SLOW_MIN_GPU_MINUTES = 5  # one GPU's whole partition
 LINK_RETRANSMITS = 100
 LINK_LOSS_PCT = 0.1
 LINK_FAULT_MINUTES = 3  # a link failing three minutes of a partition is a fault, not a burst
+# The impact a slowdown page needs, by definition: the GPU-minutes it cost (compute the jobs did not do) are at
+# least half a percentage point of the region's paid GPU-minutes of the partition (every paid GPU-minute is in one
+# loss-tree state, so the leaves' sum is the region's paid time) -- five times the smallest state change the
+# drill-down attributes (diagnosis.decompose.MIN_STATE_GROWTH, 0.1 point): a paged slowdown is one the region's
+# goodput shows unambiguously; a smaller one (a blip) waits for working hours as a ticket
+IMPACT_PAGE_SHARE = 0.005
+# data_io is the shared storage path: one job's slow input is its own pipeline (workers, dataset format), its
+# team's ticket; two jobs slowed at once are the fewest that point at something they share
+IMPACT_MIN_JOBS = 2
+# DCGM's GPU utilization is the share of time a kernel runs; during the step-time excess a job spends waiting on
+# its input no kernel runs, so GPUs really starved for data show at most 100 % x (1 - that share). 5 points cover
+# the exporter's sampling of a minute; above it the GPUs contradict the loader wait (prefetch hides it)
+UTIL_SLACK_PCT = 5.0
 
 
 # the loss-tree states of minutes whose jobs report step progress (where a slowdown can be measured)
@@ -37,14 +57,21 @@ ALLOC_STATES = ["allocated_idle", "allocated_unproductive", "failure_loss", "slo
                 "slowdown_checkpoint", "slowdown_compute", "productive"]
 
 
-def _slow_nodes(lv: pd.DataFrame, state: str, denominator: pd.Series, rows: np.ndarray | None = None) -> pd.DataFrame:
+def _slow_nodes(lv: pd.DataFrame, state: str, denominator: pd.Series, rows: np.ndarray | None = None,
+                pooled: bool = False) -> pd.DataFrame:
     """Nodes where ``state`` holds at least NODE_SLOW_SHARE of the denominator GPU-minutes (``rows``: the
-    positions of the leaves in ``state``, when known)."""
+    positions of the leaves in ``state``, when known) and NODE_SLOW_MIN_GPU_MINUTES of them -- on each node, or
+    (``pooled``) over the region's nodes showing the share together: a shared storage's jobs spread over many
+    nodes, few of them reporting loader time on each, show the effect size on every node and the minutes only
+    together."""
     slow = lv[lv["state"] == state] if rows is None else lv.iloc[rows]
     slow = slow.groupby(["region", "node_id"])["gpu_minutes"].sum()
     frame = pd.DataFrame({"slow": slow, "den": denominator.reindex(slow.index).fillna(0.0)})
-    frame = frame[(frame["slow"] >= NODE_SLOW_MIN_GPU_MINUTES) & (frame["slow"] >= NODE_SLOW_SHARE * frame["den"])]
-    return frame.reset_index()
+    frame = frame[(frame["slow"] > 0) & (frame["slow"] >= NODE_SLOW_SHARE * frame["den"])]
+    if not pooled:
+        return frame[frame["slow"] >= NODE_SLOW_MIN_GPU_MINUTES].reset_index()
+    total = frame.groupby(level="region")["slow"].transform("sum")
+    return frame[total >= NODE_SLOW_MIN_GPU_MINUTES].reset_index()
 
 
 _NO_SLOW_NODES = pd.DataFrame({"region": pd.Series(dtype=object), "node_id": pd.Series(dtype=object),
@@ -104,7 +131,7 @@ def detect_slowdowns(ctx: PartitionContext) -> list[Finding]:
     # (the denominators only matter where a slowdown can reach its floor, or storage is saturated)
     hot_nodes = _saturated_storage(ctx)
     io_rows, net_rows = _leaf_rows(ctx, "slowdown_data_io"), _leaf_rows(ctx, "slowdown_network")
-    io_ok = _may_reach(ctx, io_rows, NODE_SLOW_MIN_GPU_MINUTES)
+    io_ok = len(io_rows) > 0 and lv["gpu_minutes"].to_numpy()[io_rows].sum() >= NODE_SLOW_MIN_GPU_MINUTES - 1e-6
     net_ok = _may_reach(ctx, net_rows, NODE_SLOW_MIN_GPU_MINUTES)
     if len(hot_nodes) or io_ok or net_ok:
         measured = lv[lv["state"].isin(MEASURED_STATES)]
@@ -112,7 +139,7 @@ def detect_slowdowns(ctx: PartitionContext) -> list[Finding]:
         multi = measured[measured["workload_class"] == "distributed"].groupby(["region", "node_id"])["gpu_minutes"].sum()
     else:
         per_node = multi = pd.Series(dtype=float)
-    io_nodes = _slow_nodes(lv, "slowdown_data_io", per_node, io_rows) if io_ok else _no_slow_nodes()
+    io_nodes = _slow_nodes(lv, "slowdown_data_io", per_node, io_rows, pooled=True) if io_ok else _no_slow_nodes()
     # storage saturated on several nodes at once (a shared filesystem, a hot dataset) is judged over those nodes
     # together: few of their jobs may report loader time, each node's share alone would be too thin to see
     if len(hot_nodes):
@@ -133,18 +160,7 @@ def detect_slowdowns(ctx: PartitionContext) -> list[Finding]:
                                evidence=f"NVMe >= 95 % busy on {', '.join(nodes[:8])}; loader wait this partition under "
                                         "the bar (few jobs report it)"))
     for region, grp in io_nodes.groupby("region"):
-        nodes = sorted(grp["node_id"])
-        sat = ctx.node[(ctx.node["region"] == region) & ctx.node["node_id"].isin(nodes)]
-        hot = sat[sat["nvme_util_pct"] >= 95]
-        total = float(grp["slow"].sum())
-        out.append(Finding("data_io_slowdown", "data_io", "page" if len(hot) else "ticket", region,
-                           f"data_io_slowdown|{region}", nodes=nodes, lost_gpu_minutes=total,
-                           value=float(total / max(grp["den"].sum(), 1e-9)),
-                           summary=f"Data-loader slowdown in {region} on {len(nodes)} node(s)",
-                           evidence=f"{total:.0f} GPU-minutes ({total / max(grp['den'].sum(), 1e-9):.0%} of those nodes' "
-                                    f"measured training time) lost to loader wait above baseline; storage saturated on "
-                                    f"{hot['node_id'].nunique()} node(s) (NVMe >= 95 %, read "
-                                    f"{sat['disk_read_mbps'].median() if len(sat) else float('nan'):.0f} MB/s median)"))
+        out.append(_data_io_finding(ctx, region, grp))
     net_nodes = _slow_nodes(lv, "slowdown_network", multi, net_rows) if net_ok else _no_slow_nodes()
     for region, grp in net_nodes.groupby("region"):
         nodes = sorted(grp["node_id"])
@@ -156,16 +172,78 @@ def detect_slowdowns(ctx: PartitionContext) -> list[Finding]:
                        else "retransmits not exported")
         total = float(grp["slow"].sum())
         bad_nodes = sorted(set(bad["node_id"])) or nodes
-        out.append(Finding("network_slowdown", "network", "page" if len(bad) else "ticket", region,
+        matters, impact = _impact(ctx, region, total, len(_measured_jobs(ctx, nodes)), jobs_needed=1)
+        out.append(Finding("network_slowdown", "network", "page" if len(bad) and matters else "ticket", region,
                            f"network_slowdown|{region}", nodes=bad_nodes, lost_gpu_minutes=total,
                            value=float(total / max(grp["den"].sum(), 1e-9)),
                            summary=f"Collective-communication slowdown in {region} on {len(bad_nodes)} node(s)",
                            evidence=f"{total:.0f} GPU-minutes ({total / max(grp['den'].sum(), 1e-9):.0%} of multi-node jobs' "
                                     f"time there) lost to gradient sync above baseline; {bad['link_id'].nunique() if len(bad) else 0} "
                                     f"link(s) with loss up to {links['packet_loss_pct'].max() if len(links) else 0:.2f} % and "
-                                    f"{retransmits}"))
+                                    f"{retransmits}; {impact}"))
     out += _faulty_links(ctx, {n for f in out if f.family == "network" for n in f.nodes})
     return out
+
+
+def _measured_jobs(ctx: PartitionContext, nodes) -> set:
+    """Jobs on ``nodes`` (the GPU exporter's mapping) that report step progress in the partition: the jobs whose
+    slowdown the loss tree measured there."""
+    rt = ctx.runtime
+    if rt is None or rt.empty or ctx.gpu is None or ctx.gpu.empty:
+        return set()
+    rt = rt[(rt["ts"] >= ctx.start) & (rt["ts"] < ctx.end) & (rt["steps"] > 0)]
+    on = ctx.gpu.loc[ctx.gpu["node_id"].isin(nodes), "job_id"].dropna()
+    return set(on.astype(object)) & set(rt["job_id"].astype(object))
+
+
+def _impact(ctx: PartitionContext, region: str, lost: float, jobs: int, jobs_needed: int) -> tuple[bool, str]:
+    """Whether ``lost`` GPU-minutes on ``jobs`` jobs reach the page's impact floor (IMPACT_PAGE_SHARE of the
+    region's paid GPU-minutes, ``jobs_needed`` jobs), and the sentence saying so."""
+    paid = float(ctx.leaves.loc[ctx.leaves["region"] == region, "gpu_minutes"].sum())
+    floor = IMPACT_PAGE_SHARE * paid
+    matters = paid > 0 and lost >= floor and jobs >= jobs_needed
+    return matters, (f"impact {lost:.0f} GPU-minutes on {jobs} job(s) against a page floor of {floor:.0f} "
+                     f"({IMPACT_PAGE_SHARE:.1%} of the region's {paid:.0f} paid GPU-minutes) and {jobs_needed} job(s)"
+                     + ("" if matters else ": under the floor, a ticket"))
+
+
+def _data_io_finding(ctx: PartitionContext, region: str, grp: pd.DataFrame) -> Finding:
+    """The data-loader finding of ``region`` over its slow nodes ``grp`` (slow, den GPU-minutes per node).
+
+    Witness 1, the trainer: step time above the signature's baseline by loader wait above its baseline (the
+    slowdown_data_io state). Witness 2, the device: DCGM shows the jobs' GPUs idle at least that share of the time
+    (UTIL_SLACK_PCT), or, where the storage is local, the nodes' NVMe saturated (the cause, seen). A page also
+    needs the impact floor (:func:`_impact`, IMPACT_MIN_JOBS jobs) on the loss over the nodes' allocated time; a
+    ticket otherwise."""
+    nodes = sorted(grp["node_id"])
+    sat = ctx.node[(ctx.node["region"] == region) & ctx.node["node_id"].isin(nodes)]
+    hot = sat[sat["nvme_util_pct"] >= 95]
+    total, den = float(grp["slow"].sum()), float(max(grp["den"].sum(), 1e-9))
+    share = min(total / den, 1.0)
+    jobs = _measured_jobs(ctx, nodes)
+    # the jobs there that report no loader time read from the same storage: the measured share of the nodes'
+    # instrumented time, over all their allocated time, estimates the loss (the measured minutes are its floor)
+    lv = ctx.leaves
+    alloc = float(lv.loc[(lv["region"] == region) & lv["node_id"].isin(nodes) & lv["state"].isin(ALLOC_STATES),
+                         "gpu_minutes"].sum())
+    lost = max(total, share * alloc)
+    g = ctx.gpu[ctx.gpu["node_id"].isin(nodes) & ctx.gpu["job_id"].isin(jobs)] if jobs else ctx.gpu.iloc[0:0]
+    util = float(g["gpu_util_pct"].median()) if len(g) and g["gpu_util_pct"].notna().any() else None
+    bound = 100.0 * (1.0 - share) + UTIL_SLACK_PCT
+    idle = util is not None and util <= bound
+    matters, impact = _impact(ctx, region, lost, len(jobs), IMPACT_MIN_JOBS)
+    device = ("their GPUs' utilization not reported" if util is None else
+              f"their GPUs {util:.0f} % utilized (median; GPUs waiting that share of the time show at most "
+              f"{bound:.0f} %: " + ("they do" if idle else "they compute through it, the wait is hidden") + ")")
+    storage = (f"local storage saturated on {hot['node_id'].nunique()} node(s) (NVMe >= 95 %, read "
+               f"{sat['disk_read_mbps'].median():.0f} MB/s median)" if len(hot)
+               else "no local storage saturated (remote storage, or not exported)")
+    return Finding("data_io_slowdown", "data_io", "page" if (idle or len(hot)) and matters else "ticket", region,
+                   f"data_io_slowdown|{region}", nodes=nodes, lost_gpu_minutes=total, value=float(share),
+                   summary=f"Data-loader slowdown in {region} on {len(nodes)} node(s)",
+                   evidence=f"{total:.0f} GPU-minutes ({share:.0%} of those nodes' measured training time) lost to "
+                            f"loader wait above baseline on {len(jobs)} job(s) reporting it (~{lost:.0f} over all "
+                            f"{alloc:.0f} allocated GPU-minutes there); {device}; {storage}; {impact}")
 
 
 def _faulty_links(ctx: PartitionContext, judged: set) -> list[Finding]:
@@ -219,5 +297,5 @@ RUNBOOKS = {
 DETECTORS = [
     Detector(detect_slowdowns, emits=(("data_io_slowdown", CauseFamily.DATA_IO.value),
                                       ("network_slowdown", CauseFamily.NETWORK.value)),
-             needs=("leaves", "node", "network", "gpu", "open_keys")),
+             needs=("leaves", "node", "network", "gpu", "runtime", "open_keys")),
 ]
