@@ -126,3 +126,20 @@ def test_a_renamed_node_reports_under_its_new_name_from_part_way_on():
     ev = w.table("scheduler_events")
     lists = ev.loc[ev["node_ids"].notna() & (ev["ts"] >= at), "node_ids"].astype(str)
     assert not lists.str.split(",").map(lambda ns: old in ns).any()
+
+
+def test_the_field_scenarios_load_at_the_profiles_full_size():
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1] / "scenarios"
+    paths = sorted(root.glob("smoke_field/*.yaml")) + sorted(root.glob("suite/*_field.yaml")) + \
+        sorted(root.glob("serving/*_field.yaml"))
+    assert len(paths) >= 11
+    for path in paths:
+        scen = load_scenario(path)
+        assert scen.cluster.spec.regions == FIELD.regions and len(scen.cluster.gpus) == FIELD.total_gpus, path
+        assert renames(scen)["node_id"].isin(scen.cluster.nodes["node_id"]).all()
+    rollout = load_scenario(root / "smoke_field" / "15_driver_rollout.yaml")
+    waves, maint = rollout.incidents[0].waves(), rollout.incidents[1]
+    # the maintenance window opens while a wave drains
+    drain = pd.Timedelta(seconds=rollout.incidents[0].rollout.drain_s)
+    assert any(ts < maint.start < ts + drain for ts, _ in waves)
