@@ -143,3 +143,17 @@ def test_the_field_scenarios_load_at_the_profiles_full_size():
     # the maintenance window opens while a wave drains
     drain = pd.Timedelta(seconds=rollout.incidents[0].rollout.drain_s)
     assert any(ts < maint.start < ts + drain for ts, _ in waves)
+
+
+def test_the_field_knobs_are_yaml_fields_on_any_profile():
+    spec = ClusterSpec.from_config({"profile": "default", "gpus": 200, "queue_names": {"batch": "gpumedium"},
+                                    "exit_weights": {"batch": [0.5, 0.3, 0.1, 0.05, 0.05]},
+                                    "evening_queue_utc": {"us-east": 22}, "evening_demand": 3.0,
+                                    "scrape_offset_s": 30, "renamed_nodes": 1, "early_fail_share": 0.5})
+    assert dict(spec.queue_names) == {"batch": "gpumedium"} and dict(spec.exit_weights)["batch"][1] == 0.3
+    assert dict(spec.evening_queue_utc) == {"us-east": 22}
+    scen = load_scenario({"seed": 5, **DAY, "cluster": {"profile": "default", "gpus": 200, "renamed_nodes": 1,
+                                                        "queue_names": {"batch": "gpumedium"}}})
+    assert len(renames(scen)) == 1
+    plan = build_plan(scen, to_s(scen.start) + 36_000, to_s(scen.start) + 39_600)
+    assert set(plan.loc[plan["pool"] == "batch", "queue"]) == {"us-east/gpumedium", "eu-west/gpumedium"}
