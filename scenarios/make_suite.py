@@ -10,6 +10,13 @@ The same weeks again on the second cluster profile, ``cluster: messy`` (other re
 names, teams, uninstrumented work, collector gaps; gpu_health/sim/cluster.py), as ``*_messy.yaml``: a quiet week
 with a benign rolling driver upgrade, and one week per incident kind, each also holding that rollout.
 
+And on the third profile, ``cluster: field`` (written from the public traces: evening queues, jobs failing in their
+first minutes, scrape-instant timestamps, renamed nodes), as ``*_field.yaml``: a quiet week, the failing rollout week
+with a maintenance window opening in the middle of a wave, and the gpu_fell_off_bus, fragmentation and
+priority_change weeks; ``smoke_field/`` holds one day of each of a quiet day, the rollout, a GPU off the bus, thermal
+throttling and a priority change; ``serving/quiet_week_serving_field.yaml`` the quiet week with the serving and
+platform layers on.
+
 A driver upgrade that breaks jobs as a real rollout does (``driver_rollout_week``, both profiles, and
 ``smoke_messy/15_driver_rollout.yaml``): a quarter of the nodes upgraded in waves with drains, half of the jobs
 starting on an upgraded node failing in their first minutes with GPU Xids, some requeued, while a maintenance
@@ -18,6 +25,7 @@ window holds other nodes; the rollback two hours after the first wave.
 
 from pathlib import Path
 
+import pandas as pd
 import yaml
 
 OUT = Path(__file__).parent / "suite"
@@ -105,6 +113,102 @@ QUIET_MESSY = {"seed": 8, **WEEK, "cluster": "messy", "incidents": [
                  "description": "benign kernel upgrade"}]}
 
 
+# the field profile's names for the default's regions and teams (gpu_health/sim/cluster.py FIELD)
+FIELD_NAMES = {"us-east": "us-west", "eu-west": "cn-east", "fraud-offline": "vc8Sj", "ml-research": "vcMod",
+               "personalization": "vcpDC", "credit-risk": "vcJLV"}
+# a benign rolling driver upgrade on the field profile's driver, as on the messy one
+FIELD_ROLLOUT = {**ROLLOUT, "ts": "2026-11-04T18:00:00Z", "from_version": "535.54.03", "to_version": "535.183.01"}
+
+
+def on_field(doc: dict, rollout: bool = True) -> dict:
+    """A default-profile scenario moved to the field profile: its regions and teams renamed (and the benign
+    rolling upgrade added)."""
+    def rename(v):
+        if isinstance(v, dict):
+            return {k: rename(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [rename(x) for x in v]
+        return FIELD_NAMES.get(v, v) if isinstance(v, str) else v
+    out = {"seed": doc["seed"], "start": doc["start"], "end": doc["end"], "cluster": "field", **rename(
+        {k: v for k, v in doc.items() if k not in ("seed", "start", "end", "cluster")})}
+    changes = list(out.get("changes") or []) + ([FIELD_ROLLOUT] if rollout else [])
+    out.pop("changes", None)
+    return {**out, **({"changes": changes} if changes else {})}
+
+
+def rollout_with_maintenance(start: str, region: str, reason: str) -> list[dict]:
+    """The failing rollout, and a maintenance window that opens in the middle of its second wave's drain (the
+    waves are 20 minutes apart and drain 8 minutes: 24 minutes after the first) and holds other nodes 2 hours."""
+    t0 = pd.Timestamp(start)
+    return [rollout_failing(start),
+            {"kind": "maintenance", "start": (t0 + pd.Timedelta(minutes=24)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+             "duration": "2h", "severity": "low", "scope": {"region": region, "nodes": 4, "reason": reason}}]
+
+
+QUIET_FIELD = {"seed": 9, **WEEK, "incidents": [
+    {"kind": "maintenance", "start": "2026-11-04T02:00:00Z", "duration": "3h", "severity": "low",
+     "scope": {"region": "us-west", "nodes": 6, "reason": "BIOS and BMC firmware"}},
+    {"kind": "maintenance", "start": "2026-11-06T10:00:00Z", "duration": "4h", "severity": "low",
+     "scope": {"region": "cn-east", "nodes": 10, "reason": "rack power work"}}],
+    "changes": [{"kind": "kernel_upgrade", "ts": "2026-11-05T06:10:00Z", "scope": {"region": "cn-east", "nodes": 6},
+                 "from_version": "4.18.0-513.el8.x86_64", "to_version": "4.18.0-553.el8.x86_64",
+                 "description": "benign kernel upgrade"}]}
+# one day, a Tuesday: the incident at 12:07 UTC, inside cn-east's evening pile-up (09-16 UTC), after 12 hours of
+# history that hold us-west's (01-08 UTC)
+FIELD_DAY = {"start": "2026-11-03T00:00:00Z", "end": "2026-11-04T00:00:00Z"}
+FIELD_SMOKE = {
+    "00_quiet": {"seed": 50, "incidents": [
+        {"kind": "maintenance", "start": "2026-11-03T10:00:00Z", "duration": "3h", "severity": "low",
+         "scope": {"region": "cn-east", "nodes": 6, "reason": "kernel and BIOS update"}}],
+        "changes": [{"kind": "kernel_upgrade", "ts": "2026-11-03T13:10:00Z", "scope": {"region": "cn-east", "nodes": 6},
+                     "from_version": "4.18.0-513.el8.x86_64", "to_version": "4.18.0-553.el8.x86_64",
+                     "description": "benign kernel upgrade"}]},
+    "02_gpu_fell_off_bus": {"seed": 52, "incidents": [
+        {"kind": "gpu_fell_off_bus", "start": "2026-11-03T12:07:00Z", "duration": "60m", "severity": "high",
+         "scope": {"region": "cn-east", "nodes": 1}}]},
+    "03_thermal_throttle": {"seed": 53, "incidents": [
+        {"kind": "thermal_throttle", "start": "2026-11-03T12:07:00Z", "duration": "60m", "severity": "high",
+         "scope": {"region": "us-west", "nodes": 2}, "magnitude": 0.38}]},
+    "06_priority_change": {"seed": 56, "incidents": [
+        {"kind": "priority_change", "start": "2026-11-03T12:07:00Z", "duration": "60m", "severity": "high",
+         "scope": {"region": "cn-east"}, "magnitude": 3.0}]},
+    "15_driver_rollout": {"seed": 65, "incidents": rollout_with_maintenance("2026-11-03T12:07:00Z", "us-west",
+                                                                           "rack power work")},
+}
+
+
+def smoke_field() -> None:
+    """scenarios/smoke_field/: one day of each of five cases on the field profile, at its full size."""
+    out = OUT.parent / "smoke_field"
+    out.mkdir(exist_ok=True)
+    for name, doc in FIELD_SMOKE.items():
+        with open(out / f"{name}.yaml", "w") as f:
+            f.write(f"# One day on the field profile: {name[3:].replace('_', ' ')} at 12:07 UTC (cn-east's evening pile-up).\n"
+                    "# Generated by scenarios/make_suite.py.\n")
+            yaml.safe_dump({"seed": doc["seed"], **FIELD_DAY, "cluster": "field",
+                            **{k: v for k, v in doc.items() if k != "seed"}}, f, sort_keys=False)
+
+
+def field_weeks() -> None:
+    """The field profile's weeks: a quiet one, the failing rollout, and three incident kinds."""
+    write("quiet_week_field", {**QUIET_FIELD, "cluster": "field", "changes": QUIET_FIELD["changes"] + [FIELD_ROLLOUT]},
+          "A quiet week on the field profile: evening queues, early job failures, scrape-instant timestamps, renamed "
+          "nodes, two maintenance windows, a benign rolling driver upgrade and a kernel upgrade. Must page nothing.")
+    rollout = on_field({**ROLLOUT_WEEK, "seed": 302, "incidents": rollout_with_maintenance(
+        "2026-11-08T10:07:00Z", "eu-west", "rack power work") + MAINT})
+    write("driver_rollout_week_field", rollout,
+          "The failing driver rollout week on the field profile; a maintenance window opens in the middle of the "
+          "second wave, and the week also holds the benign rolling driver upgrade.")
+    for i, kind in enumerate(("gpu_fell_off_bus", "fragmentation", "priority_change")):
+        write(f"{kind}_week_field", on_field(week(kind, 400 + list(KINDS).index(kind))),
+              f"One week on the field profile, four {kind} incidents (2 magnitudes x 2 scopes), a rolling driver upgrade.")
+    with open(OUT.parent / "serving" / "quiet_week_serving_field.yaml", "w") as f:
+        f.write("# The suite's field quiet week with the serving and platform layers on. Must page nothing.\n"
+                "# Generated by scenarios/make_suite.py.\n")
+        yaml.safe_dump({**QUIET_FIELD, "cluster": {"profile": "field", "serving": True, "platform": True},
+                        "changes": QUIET_FIELD["changes"] + [FIELD_ROLLOUT]}, f, sort_keys=False)
+
+
 def smoke_messy() -> None:
     """scenarios/smoke_messy/: the smoke suite (one incident of each kind, 3 h of history) on the messy profile,
     so that every incident kind is scored on both profiles in minutes (the weeks take hours)."""
@@ -127,7 +231,9 @@ def smoke_messy() -> None:
 
 def main() -> None:
     smoke_messy()
+    smoke_field()
     OUT.mkdir(exist_ok=True)
+    field_weeks()
     for i, kind in enumerate(KINDS):
         write(f"{kind}_week", week(kind, 100 + i), f"One week, four {kind} incidents (2 magnitudes x 2 scopes).")
         write(f"{kind}_week_messy", messy(week(kind, 200 + i)),

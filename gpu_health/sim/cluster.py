@@ -6,7 +6,12 @@ two SKUs (8-GPU DGX H100 and 16-GPU DGX-2 V100 systems). A second profile,
 regions, three SKUs, rack-and-slot node names, eight teams with quotas and
 per-team queues, cron retrains, uninstrumented work, collectors that miss
 fields, old drivers, weak GPUs, leftover framebuffer and lost rows -- each a
-field below whose default leaves the default profile's rows unchanged. A
+field below whose default leaves the default profile's rows unchanged. A third,
+``field``, is written from the public traces' scheduler and collector behaviour
+(Philly, Helios, Acme, Habrok's Slurm dumps; each number cites its file): other
+regions, 4- and 8-GPU nodes, Slurm partitions by time limit, queues that stay
+long every evening, jobs that fail in their first minutes, collectors that stamp
+the scrape instant and nodes re-imaged under new names (gpu_health.sim.collector). A
 scenario's ``cluster:`` names a profile or maps fields over one (``profile:``);
 ``gpus: 100000`` scales the node counts to the requested size (benchmarks).
 
@@ -119,6 +124,18 @@ class ClusterSpec:
     row_loss_rate: float = 0.0              # GPU-minute rows an exporter drops at random
     node_gaps_per_day: float = 0.0          # per node: a few minutes of its GPU rows missing (exporter restart)
     node_gap_minutes: tuple[int, int] = (2, 6)
+    # --- the scheduler and collector behaviour of the ``field`` profile (written from the public traces). Every
+    # default leaves the default and messy profiles' rows unchanged.
+    queue_names: tuple[tuple[str, str], ...] = ()   # pool -> queue (partition) name; () = jobs.QUEUES
+    exit_weights: tuple[tuple[str, tuple[float, ...]], ...] = ()  # pool -> (completed, failed, cancelled, timeout, node_fail)
+    early_fail_share: float = 0.0           # share of failed batch / distributed jobs that die in their first minutes
+    early_fail_within_s: int = 300          # ... within this long of their start (set-up, first kernels, bad config)
+    evening_queue_utc: tuple[tuple[str, int], ...] = ()  # region -> UTC hour its evening pile-up starts; () = none
+    evening_hours: int = 6                  # how long the evening pile-up lasts
+    evening_demand: float = 1.0             # factor on batch and distributed demand through the evening pile-up
+    evening_wait_factor: float = 1.0        # factor on the queue wait of a job that starts in the evening pile-up
+    scrape_offset_s: float = 0.0            # a node's scrape lands up to this many seconds into the minute (0 = on it)
+    renamed_nodes: int = 0                  # nodes re-imaged under a new host name part-way through a scenario
     # --- the serving layer: model deployments answering requests (gpu_health.sim.serving). Off on both
     # profiles, so their rows are unchanged; a scenario turns it on with ``cluster: {serving: true}``.
     serving: bool = False
@@ -138,7 +155,7 @@ class ClusterSpec:
 
     @classmethod
     def from_config(cls, config) -> "ClusterSpec":
-        """A profile name (``default``, ``messy``), or a mapping overriding fields of a profile (``profile:``,
+        """A profile name (``default``, ``messy``, ``field``), or a mapping overriding fields of a profile (``profile:``,
         default ``default``); ``gpus: N`` rescales node counts."""
         if config is None:
             config = "default"
@@ -173,6 +190,11 @@ class ClusterSpec:
                                                                           "models": tuple(t["models"])}) for t in teams)
         if "cron" in config:
             config["cron"] = tuple(c if isinstance(c, Cron) else Cron(**c) for c in config["cron"])
+        for key in ("queue_names", "evening_queue_utc"):
+            if isinstance(config.get(key), dict):
+                config[key] = tuple(config[key].items())
+        if isinstance(config.get("exit_weights"), dict):
+            config["exit_weights"] = tuple((k, tuple(v)) for k, v in config["exit_weights"].items())
         for key in ("idle_fb_leftover_mib", "node_gap_minutes"):
             if key in config:
                 config[key] = tuple(config[key])
@@ -253,9 +275,81 @@ MESSY = ClusterSpec(
     routine_refusals=True,  # batch submissions and oversized pods the scheduler refuses (sim.platform)
 )
 
-PROFILES = {"default": ClusterSpec(), "messy": MESSY}
+# --- the third profile: the scheduler and collectors as the public traces show them ----------------------------
+# Every number cites the file of /work/shared/real-data it comes from (README.md there describes each).
+FIELD_TEAMS = (
+    # virtual clusters named as Helios names its VCs (helios/earth_vc_sequence/vc*.csv), one team each
+    Team("vc3sl", (0.20, 0.16, 0.10), ("vit-train", "resnet-batch"), "torch-2.12.1", quota=0.14),
+    Team("vc6YE", (0.10, 0.18, 0.22), ("llm-sft", "bert-rerank"), "torch-2.13.0", quota=0.22),
+    Team("vc8Sj", (0.15, 0.14, 0.16), ("dlrm-ctr", "two-tower"), "torch-2.13.0", sla=True, quota=0.16),
+    Team("vcJLV", (0.15, 0.20, 0.06), ("xgb-risk", "tabular-mlp"), "torch-2.12.1", sla=True, quota=0.12),
+    Team("vcMod", (0.20, 0.12, 0.30), ("llm-sft", "vit-train"), "jax-0.10.2", quota=0.24),
+    Team("vcpDC", (0.20, 0.20, 0.16), ("tft-forecast", "lgbm-forecast"), "tensorflow-2.16.1", quota=0.12),
+)
 
-REGION_SHORT = {"us-east": "use", "eu-west": "euw", "us-central": "usc", "ap-southeast": "apse"}
+FIELD = ClusterSpec(
+    # other regions: US Pacific (Philly's local time, philly/README) and China east, UTC+8 (Helios, Zhejiang Lab)
+    regions=("us-west", "cn-east"),
+    business_hours_utc=(("us-west", 16), ("cn-east", 1)),   # 08:00 PST, 09:00 CST
+    # 4- and 8-GPU nodes, as Philly's fleet reports them (philly/revised_machine_list.csv: 271 4-GPU and 264 8-GPU
+    # machines): 4 x A100 per node as Habrok's a100gpu nodes (fixtures/slurm/hb-jobinfo/scontrol.txt:
+    # gres/gpu:a100=4), beside 8-GPU H100 systems -- 2 x (44 x 4 + 26 x 8) = 768 GPUs
+    node_types=(replace(A100, gpus=4, nodes_per_region=44, short="a100gpu"),
+                replace(H100, nodes_per_region=26, short="h100gpu")),
+    pool_shares=(("interactive", 0.20), ("batch", 0.50), ("distributed", 0.30)),
+    distributed_nodes_per_job=2,            # Philly's median multi-machine job spans 2 machines (philly_sampled_jobs.json)
+    driver_version="535.54.03",             # the driver of the A100 nvidia-smi capture (fixtures/nvidia-smi-xml)
+    kernel_version="4.18.0-513.el8.x86_64",
+    jobs_per_day_target=22_000,
+    node_name="{region_short}-{short}{n}",  # Slurm host names as Habrok's (scontrol.txt: a100gpu1 ... a100gpu6)
+    teams=FIELD_TEAMS,
+    # Slurm partitions by time limit, as Habrok's (sacct.txt: gpushort / gpumedium / gpulong)
+    queue_names=(("interactive", "gpushort"), ("batch", "gpumedium"), ("distributed", "gpulong")),
+    fair_share=True,
+    # Job outcomes of GPU jobs: Helios completes 0.624, cancels 0.221, fails 0.155 (acmetrace/cluster_summary.csv,
+    # helios/helios_cluster_summary.csv total); Philly, whose jobs are multi-GPU, completes 0.604, cancels 0.090 and
+    # fails 0.305 (acmetrace/cluster_summary.csv). Timeouts and node failures: sacct.txt (7 TIMEOUT, 1 NODE_FAIL of
+    # 100 jobs).
+    exit_weights=(("batch", (0.62, 0.155, 0.16, 0.05, 0.015)),
+                  ("distributed", (0.60, 0.29, 0.07, 0.02, 0.02))),
+    # Failed jobs die early: 3 of the 8 FAILED jobs in sacct.txt ended after 4, 10 and 11 s; Helios' failed jobs are
+    # 15.5 % of GPU jobs but hold 9.3 % of GPU time, Seren's 42.9 % and 12.4 % (acmetrace/cluster_summary.csv)
+    early_fail_share=0.4,
+    early_fail_within_s=300,
+    # Queues that stay long every evening: Helios Earth's pending GPU jobs climb from 4.7 (08:00-09:00 local) to 8.7
+    # at 17:00 and stay above 7 until 01:00 (helios/earth_vc_sequence, all 16 VCs, May 2020); Philly's median queue
+    # delay is 112 min for jobs submitted at 17:00 and 62 min at 18:00, against 5-12 min at midday
+    # (philly_sampled_jobs.json, submitted -> start). Demand then exceeds capacity for hours: the demand factor takes
+    # the batch pool past its saturation level (jobs.POOLS) and the wait factor is Philly's evening-over-midday
+    # delay. 17:00 local = 01 UTC (PST) and 09 UTC (CST).
+    evening_queue_utc=(("us-west", 1), ("cn-east", 9)),
+    evening_hours=7,
+    evening_demand=2.5,
+    evening_wait_factor=10.0,               # Philly: 112 min at 17:00 against ~10 min at midday (medians, above)
+    uninstrumented=(("batch", 0.25),),
+    setup_median_s=120.0,
+    no_sm_active_share=0.5,                 # dcgm-exporter's default counters (fixtures/dcgm-exporter): no SM_ACTIVE,
+    no_ecc_share=0.6,                       # no ECC, no clock-event bitmask
+    no_throttle_share=0.5,
+    old_driver_share=0.1,
+    old_driver_version="525.105.17",
+    idle_fb_leftover_share=0.2,             # the Tesla T4 capture: 1,032 MiB used at 0 % utilization
+    # Collectors stamp the scrape instant: the GenAI per-container series are sampled every 57-60 s
+    # (alibaba-clusterdata/v2026-GenAI), Zhejiang Lab's switch counters carry millisecond stamps (SaveTimeUTC);
+    # Prometheus spreads its targets over the scrape interval, so each node's rows land at its own second
+    scrape_offset_s=58.0,
+    # Philly's reporting machines drop out minute to minute (philly/philly_node_sequence.csv: 599 minutes missing)
+    row_loss_rate=0.0005,
+    node_gaps_per_day=0.3,
+    # Nodes change names: Philly's machine list and the GPUs its machines report disagree (cluster_machine_list.csv
+    # vs revised_machine_list.csv: m0 listed with 2 GPUs reports 8); a re-imaged node returns under another name
+    renamed_nodes=2,
+)
+
+PROFILES = {"default": ClusterSpec(), "messy": MESSY, "field": FIELD}
+
+REGION_SHORT = {"us-east": "use", "eu-west": "euw", "us-central": "usc", "ap-southeast": "apse", "us-west": "usw",
+                "cn-east": "cne"}
 
 
 def _region_short(region: str) -> str:

@@ -165,7 +165,7 @@ def facility_telemetry(win) -> pd.DataFrame:
         return empty_frame("facility_telemetry")
     from gpu_health.sim.clock import from_s, to_s
 
-    win.table("gpu_telemetry")  # records the GPU-minutes' draw (gpu_effects)
+    win.aligned("gpu_telemetry")  # records the GPU-minutes' draw (gpu_effects)
     node_row, t, draw = win._facility_draw
     racks = _racks(scen)
     codes, uniq = pd.factorize(racks["rack_id"])

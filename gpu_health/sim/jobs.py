@@ -111,6 +111,7 @@ BUSINESS_HOURS_UTC = {"us-east": (13, 23), "eu-west": (7, 17)}
 # field salts for hashing
 F_PHASE, F_GAP, F_DUR, F_WAIT, F_TEAM, F_MODEL, F_EXIT, F_REASON, F_SPEED, F_SLA, F_FRAC, F_DRV, F_DRVR, F_DUMMY, F_STALL, \
     F_DISPATCH, F_CRON, F_UNINSTR, F_SETUP, F_COMP = range(1, 21)
+F_EARLY = 200  # and 201: the field profile's early failures (apart from every other draw)
 # a work-conserving scheduler starts a job that arrives into free capacity within seconds (mean)
 DISPATCH_MEAN_S = 25.0
 
@@ -140,9 +141,45 @@ def demand(pool: str, region: np.ndarray, t_s: np.ndarray, spec=None) -> np.ndar
         base = np.where(wave, 3.0, np.where(dow < 5, 1.0, 0.8))
         if spec is not None and spec.cron:
             base = base * cron_boost(spec, t_s)
-        return base
+        return base * evening_boost(spec, region, hour)
     wave = ((dow == 0) | (dow == 3)) & (hour >= 0) & (hour < 6)
-    return np.where(wave, 1.5, 1.0)
+    return np.where(wave, 1.5, 1.0) * evening_boost(spec, region, hour)
+
+
+def evening(spec, region, hour: np.ndarray) -> np.ndarray | bool:
+    """Whether ``hour`` (UTC, per row of ``region``) lies in the region's evening pile-up: every day from the
+    region's ``evening_queue_utc`` hour for ``evening_hours`` (wrapping past midnight UTC). False without one."""
+    if spec is None or not spec.evening_queue_utc:
+        return False
+    region = np.broadcast_to(np.asarray(region), np.shape(hour))
+    out = np.zeros(np.shape(hour), dtype=bool)
+    for r, first in spec.evening_queue_utc:
+        out |= (region == r) & ((np.asarray(hour) - first) % 24 < spec.evening_hours)
+    return out
+
+
+def evening_boost(spec, region, hour: np.ndarray) -> np.ndarray | float:
+    """Batch and distributed demand factor of the region's evening pile-up (1 outside it, or without one)."""
+    if spec is None or not spec.evening_queue_utc:
+        return 1.0
+    return np.where(evening(spec, region, hour), spec.evening_demand, 1.0)
+
+
+def exit_weights(spec, pool: str) -> tuple:
+    """The pool's exit-state weights (EXIT_STATES order): the cluster's own where it sets them, else POOLS'."""
+    return dict(spec.exit_weights).get(pool, POOLS[pool].exit_weights) if spec is not None else POOLS[pool].exit_weights
+
+
+def early_failures(scen, pool: str, lane, epoch, k) -> np.ndarray:
+    """Seconds after its start that a job failing in its first minutes dies (0 = it does not): a share
+    ``early_fail_share`` of the pool's failed jobs (the same exit draw :func:`_team_exit_wait` makes)."""
+    spec = scen.cluster.spec
+    if spec.early_fail_share <= 0 or pool == "interactive":
+        return np.zeros(np.shape(lane), dtype=np.int64)
+    failed = H.choice(scen.seed, exit_weights(spec, pool), F_EXIT, lane, epoch, k) == EXIT_STATES.index("failed")
+    early = failed & (H.uniform(scen.seed, F_EARLY, lane, epoch, k) < spec.early_fail_share)
+    within = 10 + H.uniform(scen.seed, F_EARLY + 1, lane, epoch, k) * (spec.early_fail_within_s - 10)
+    return np.where(early, within, 0).astype(np.int64)
 
 
 def cron_boost(spec, t_s: np.ndarray) -> np.ndarray:
@@ -240,6 +277,9 @@ def build_plan(scen: Scenario, lo_s: int, hi_s: int) -> pd.DataFrame:
         epoch = e_lo[L] + E
         ep_start = epoch * model.epoch_s + phase[L]
         dur = np.clip(H.lognormal(seed, model.dur_median_s, model.dur_sigma, F_DUR, lane, epoch, K), model.dur_min_s, model.dur_max_s)
+        # a job that fails in its first minutes frees its lane then, and the next job follows it as after any other
+        early = early_failures(scen, pool, lane, epoch, K)
+        dur = np.where(early > 0, early, dur)
         gap0 = H.exponential(seed, F_GAP, lane, epoch, K) * model.gap_mean_s
         gap_mult = _gap_multiplier(scen, pool, sel, L)
         # pass 1 at base demand, pass 2 with demand at the approximate start time
@@ -357,11 +397,14 @@ def _team_exit_wait(scen: Scenario, plan: pd.DataFrame, team_names, team_weights
         if p == "batch" and spec.cron:
             cron = _cron_team(spec, plan["start_s"].to_numpy()[m], H.uniform(seed, F_CRON, lane[m], epoch[m], k[m]))
             team[m] = np.where(cron >= 0, cron, team[m])
-        exit_idx[m] = H.choice(seed, model.exit_weights, F_EXIT, lane[m], epoch[m], k[m])
+        exit_idx[m] = H.choice(seed, exit_weights(spec, p), F_EXIT, lane[m], epoch[m], k[m])
         w = H.exponential(seed, F_WAIT, lane[m], epoch[m], k[m]) * model.wait_mean_s
         start_s = plan["start_s"].to_numpy()[m]
         if p != "interactive":
             w = w * np.where(retrain_wave(start_s), 4.0, 1.0)
+            if spec.evening_queue_utc:  # behind the evening pile-up a job waits longer, as far as the queue goes back
+                w = w * np.where(evening(spec, plan["region"].to_numpy()[m], (start_s % DAY) / 3600.0),
+                                 spec.evening_wait_factor, 1.0)
         # queued behind a busy lane: the wait lies before the lane freed (plus the dispatch gap); arrived into
         # free capacity: it waits for dispatch only, inside its lane's idle gap
         gap_s = plan["gap_s"].to_numpy()[m]
@@ -444,11 +487,12 @@ def _attributes(scen: Scenario, plan: pd.DataFrame) -> pd.DataFrame:
         plan["setup_s"] = np.int64(0)
     plan["components"] = (H.uniform(seed, F_COMP, lane, epoch, k) < spec.component_metrics_share
                           if spec.component_metrics_share < 1.0 else True)
+    queues = {**QUEUES, **dict(spec.queue_names)}
     if spec.queue_per_team:
-        plan["queue"] = [f"{r}/{QUEUES[p]}" if p == "interactive" else f"{r}/{t}"
+        plan["queue"] = [f"{r}/{queues[p]}" if p == "interactive" else f"{r}/{t}"
                          for r, p, t in zip(plan["region"], pool, plan["team"])]
     else:
-        plan["queue"] = [f"{r}/{QUEUES[p]}" for r, p in zip(plan["region"], pool)]
+        plan["queue"] = [f"{r}/{queues[p]}" for r, p in zip(plan["region"], pool)]
     # fair share lowers the priority of a team over its quota (and raises it under it)
     plan["priority_adj"] = (np.round(-10 * (np.array([fs_ratio[t] for t in plan["team"]]) - 1)).clip(-20, 20).astype(np.int64)
                             if fs_ratio is not None else np.int64(0))

@@ -174,7 +174,7 @@ def kube_nodes(win) -> pd.DataFrame:
     ts = from_s(t)
     node_id = nodes["node_id"].to_numpy()[ni]
     drained = np.zeros(N * M, bool)
-    nt = win.table("node_telemetry")
+    nt = win.aligned("node_telemetry")
     if len(nt):
         key = pd.MultiIndex.from_arrays([nt["ts"], nt["node_id"].astype(object)])
         dr = pd.Series((nt["health"] == "drained").to_numpy(), index=key)

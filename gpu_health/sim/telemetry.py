@@ -28,6 +28,7 @@ import pandas as pd
 from gpu_health.constants import CLOCKS_IDLE, THERMAL_BITS
 from gpu_health.contracts import FIVE_MINUTE_SOURCES, columns, conform
 from gpu_health.sim import hashing as H
+from gpu_health.sim.collector import collector_view, renames
 from gpu_health.sim.jobs import MODEL_STEP, POOLS, PRIORITY, SCHEDULER, build_plan, from_s, to_s
 from gpu_health.sim.scenario import Scenario
 
@@ -56,6 +57,8 @@ class Window:
         lo, hi = int(self.m_s[0]) if len(self.m_s) else to_s(start), to_s(end)
         self.plan = build_plan(scen, lo, hi)
         self._tables: dict[str, pd.DataFrame] = {}
+        self._delivered: dict[str, pd.DataFrame] = {}
+        self._renames: pd.DataFrame | None = None
         self._grid = None
 
     # --- helpers -----------------------------------------------------------------
@@ -134,9 +137,19 @@ class Window:
         if self.scen.cluster.spec.platform:  # the Kubernetes layer only where the scenario turns it on
             self.table("kube_pods")
             self.table("kube_nodes")
-        return self._tables
+        return self._delivered
 
     def table(self, name: str) -> pd.DataFrame:
+        """Table ``name`` as the cluster's collectors deliver it (scrape instants, renamed hosts: sim.collector)."""
+        if name not in self._delivered:
+            if self._renames is None:
+                self._renames = renames(self.scen)
+            self._delivered[name] = collector_view(self.scen, name, self.aligned(name), self._renames)
+        return self._delivered[name]
+
+    def aligned(self, name: str) -> pd.DataFrame:
+        """Table ``name`` on the contract's grain (minute starts, each node under one name): what the
+        simulator's own modules join with each other."""
         if name not in self._tables:
             frame = getattr(self, f"_{name}")()[columns(name)]
             if self.scen.incidents and name in ("gpu_telemetry", "job_runtime_metrics"):
@@ -384,7 +397,7 @@ class Window:
     def _node_telemetry(self) -> pd.DataFrame:
         scen, seed = self.scen, self.scen.seed
         nodes = scen.cluster.nodes
-        gpu = self.table("gpu_telemetry")
+        gpu = self.aligned("gpu_telemetry")
         N, M = len(nodes), len(self.m_s)
         ni = np.repeat(np.arange(N), M)
         t = np.tile(self.m_s, N)
