@@ -137,3 +137,35 @@ def test_the_first_action_is_the_findings_own_where_it_knows_it():
     assert "First action: Roll back chg-7 (torch-2.13.1 -> torch-2.14.0)" in own["description"].iloc[0]
     generic = A.step(A.empty(), [_deploy()], P0, rates={}, changes=pd.DataFrame())
     assert RUNBOOKS["software"].split(" Runbook:")[0] in generic["description"].iloc[0]
+
+
+def test_a_later_run_reads_from_the_store_what_the_range_loop_carried(sqlite_url):
+    """The alerts a run starting at partition t may re-open, read from the stored snapshots (the alerts step's
+    declared history), are those the range loop carried to t -- also for a re-run that stands its own unstored
+    snapshots in for the stored ones."""
+    from gpu_health.steps import diagnosis as D
+    from gpu_health.steps.registry import inputs_for
+    from gpu_health.storage.warehouse import Warehouse
+
+    plan = {**_episodes([0, 40], _deploy()), **{i: [_thermal(n)] for n, i in enumerate((3, 20, 50))},
+            **_episodes([10], _hw(["n1"]))}
+    n = 60
+    prev, memory, out, carried = A.empty(), {}, [], {}
+    for i in range(n):
+        p = P0 + i * FIVE
+        carried[p] = {k: (r["partition_start"], r["key"]) for k, r in memory.items()}
+        snap = A.step(prev, [_copy(f) for f in plan.get(i, [])], p, rates={}, changes=pd.DataFrame(), recent=memory)
+        A.remember(memory, snap, p + FIVE)
+        out.append(snap)
+        prev = snap
+    frame = pd.concat([s for s in out if len(s)], ignore_index=True)
+    wh = Warehouse(sqlite_url)
+    wh.replace_window("alerts", frame, P0, P0 + n * FIVE)
+    for i in (1, 15, 45, 59):
+        t = P0 + i * FIVE
+        read = D._recent_alerts(inputs_for("alerts", wh, t, t + FIVE), None)
+        assert {k: (r["partition_start"], r["key"]) for k, r in read.items()} == carried[t]
+        since = P0 + (i // 2) * FIVE  # a re-run from `since`: its snapshots of [since, t) not stored yet
+        rerun = D._recent_alerts(inputs_for("alerts", wh, t, t + FIVE), (since, frame[frame["partition_start"] >= since]))
+        assert {k: (r["partition_start"], r["key"]) for k, r in rerun.items()} == carried[t]
+    assert carried[P0 + 45 * FIVE]  # not vacuous: alerts to re-open were carried

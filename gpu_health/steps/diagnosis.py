@@ -214,6 +214,7 @@ def _recent_alerts(inputs: Inputs, unstored) -> dict:
                         where={"severity": "ticket", "detector": list(A.HISTORY_TICKETS)})]
     if unstored is not None:
         since, fresh = unstored
+        fresh = fresh[fresh["partition_start"] < start] if len(fresh) else fresh
         rows = [r[r["partition_start"] < since] for r in rows] + ([fresh[A.RECALL_COLUMNS]] if len(fresh) else [])
     rows = [r for r in rows if len(r)]
     return A.recalled(pd.concat(rows, ignore_index=True)) if rows else {}
