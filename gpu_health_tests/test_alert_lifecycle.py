@@ -166,6 +166,7 @@ def test_a_later_run_reads_from_the_store_what_the_range_loop_carried(sqlite_url
         read = D._recent_alerts(inputs_for("alerts", wh, t, t + FIVE), None)
         assert {k: (r["partition_start"], r["key"]) for k, r in read.items()} == carried[t]
         since = P0 + (i // 2) * FIVE  # a re-run from `since`: its snapshots of [since, t) not stored yet
-        rerun = D._recent_alerts(inputs_for("alerts", wh, t, t + FIVE), (since, frame[frame["partition_start"] >= since]))
+        unstored = (since, frame[frame["partition_start"] >= since])  # (rows past t too: only those before count)
+        rerun = D._recent_alerts(inputs_for("alerts", wh, t, t + FIVE), unstored)
         assert {k: (r["partition_start"], r["key"]) for k, r in rerun.items()} == carried[t]
     assert carried[P0 + 45 * FIVE]  # not vacuous: alerts to re-open were carried

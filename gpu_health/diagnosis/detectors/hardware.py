@@ -13,7 +13,8 @@ hardware_fault      hardware     two independent channels on one node: a GPU-fau
 thermal_throttle    hardware     thermal clock-event bits AND temperature >= 83 C on busy GPUs (a GPU
                                  whose collector exposes no temperature or bits is not judged); the
                                  nodes of a rack with a hot inlet are left to rack_cooling
-                                 (gpu_health.diagnosis.facility.defer_to_rack)
+                                 (gpu_health.diagnosis.facility.defer_to_rack); a node throttling
+                                 again within a day re-opens its one ticket (alerts.HISTORY_TICKETS)
 ==================  ===========  =====================================================================
 """
 
@@ -390,7 +391,8 @@ def detect_thermal(ctx: PartitionContext) -> list[Finding]:
                            action=f"Check the cooling of {', '.join(paging or nodes)} (inlet, fans, airflow); drain "
                                   "them if it persists",
                            # the ticket's history over its episodes (alerts.HISTORY_TICKETS)
-                           tally={"throttled_gpu_minutes": float(per_node.sum()), "max_temp_c": float(sub["temp_c"].max())},
+                           tally={"throttled_gpu_minutes": float(per_node.sum()),
+                                  "max_temp_c": float(sub["temp_c"].max())},
                            evidence=f"{int(per_node.sum())} GPU-minutes thermally throttled at up to "
                                     f"{sub['temp_c'].max():.0f} C{_median_clock(sub)}; "
                                     f"{lost:.0f} GPU-minutes of compute slowdown"
