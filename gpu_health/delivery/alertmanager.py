@@ -10,8 +10,8 @@ Mapping of one ``alerts`` row to an Alertmanager alert (``alert_to_payload``):
   identifies an alert by its label set, so labels hold only these stable
   values; everything that changes while an alert is open is an annotation.
 - annotations: ``summary``, ``description``, ``runbook`` (URL or text),
-  ``usd_per_hour`` (two decimals), ``scope``, and ``first_partition_start``
-  when the row has it.
+  ``usd_per_hour`` (two decimals), ``scope``, ``first_partition_start``
+  when the row has it, and ``reopened`` when the alert was re-opened.
 - ``startsAt`` = ``opened_at``; ``endsAt`` = ``resolved_at`` for a resolved
   alert (Alertmanager resolves it), else ``now + ttl`` (see ``deliver`` for
   the resend cadence that keeps it firing).
@@ -132,6 +132,19 @@ def is_resolved(alert: Mapping[str, Any]) -> bool:
     return _optional(alert, "resolved_at") is not None
 
 
+def _reopened(scope: Any) -> str | None:
+    """"<when> (episode n)" of an alert the lifecycle re-opened (its scope's history), else None: a re-opened alert
+    keeps its alert_id and opened_at, so Alertmanager gets the same labels (fingerprint) and startsAt as its first
+    page, and this annotation says why it fires again."""
+    try:
+        history = json.loads(str(scope)).get("history") or {}
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(history, dict) or "reopened_at" not in history:
+        return None
+    return f"{history['reopened_at']} (episode {history.get('episodes', 2)})"
+
+
 def alert_to_payload(
     alert: Mapping[str, Any],
     *,
@@ -166,6 +179,9 @@ def alert_to_payload(
         "usd_per_hour": f"{usd_per_hour:.2f}",
         "scope": _text(values["scope"]),
     }
+    reopened = _reopened(values["scope"])
+    if reopened:
+        annotations["reopened"] = reopened
     first_partition_start = _optional(alert, "first_partition_start")
     if first_partition_start is not None:
         annotations["first_partition_start"] = rfc3339(_to_utc(first_partition_start, "first_partition_start"))

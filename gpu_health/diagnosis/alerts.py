@@ -25,6 +25,15 @@ from gpu_health.diagnosis.finding import Finding
 
 CLEAR_PARTITIONS = 2
 FOLLOWS_WINDOW = pd.Timedelta(hours=2)
+# A cause paged this recently that is detected again re-opens its alert instead of paging anew. A day, because that is
+# how long a cause already acted on keeps showing: jobs that adopted a bad version keep running (and failing or
+# slowing) after its rollback until they end or restart, training jobs run for hours to days, and a node that
+# overheats does so again whenever the load of the day's cycle returns to it -- while whoever was paged still owns
+# it. A cause that returns after a day of quiet is news (its fix did not hold), so it pages again.
+RECENT = pd.Timedelta(hours=24)
+# Tickets whose repeats are one ticket carrying its history: a node that throttles briefly and repeatedly is the
+# node's story (cooling, a hot slot, one job's kernels), not a new ticket per episode.
+HISTORY_TICKETS = ("thermal_throttle",)
 COLUMNS = ["partition_start", "alert_id", "key", "detector", "status", "severity", "cause_family", "region", "scope",
            "summary", "description", "usd_per_hour", "runbook", "opened_at", "first_partition_start", "paged_at",
            "updated_at", "resolved_at", "follows_change", "clear_count", "baseline_at_open", "lost_gpu_minutes"]
@@ -49,6 +58,8 @@ def _empty() -> pd.DataFrame:
 
 
 _EMPTY = _empty()
+# the description of an alert a re-run withdrew begins with this (gpu_health.steps.diagnosis.WITHDRAWN)
+WITHDRAWN_PREFIX = "Withdrawn:"
 
 
 def _follows(changes: pd.DataFrame, f: Finding, at: pd.Timestamp, inventory_nodes: dict,
@@ -78,26 +89,99 @@ def _recent_changes(changes: pd.DataFrame, at: pd.Timestamp) -> pd.DataFrame:
     return recent.sort_values("ts", ascending=False)
 
 
-def _scope_json(f: Finding) -> str:
+def _scope_json(f: Finding, history: dict | None = None) -> str:
     scope = {"region": f.region, "nodes": f.nodes}
     if f.team:
         scope["team"] = f.team
     if f.cohort:
         scope["cohort"] = f.cohort
+    if history:
+        scope["history"] = history
     return json.dumps(scope, sort_keys=True)
 
 
-def _describe(f: Finding, follows: str | None) -> str:
+def _history(old: dict | None, f: Finding, *, reopened: pd.Timestamp | None = None) -> dict | None:
+    """The alert's history after this partition's finding: its episodes (one more when ``reopened``, with when)
+    and the finding's ``tally`` numbers summed over its partitions (``max_*`` keys: the maximum)."""
+    if old is None and not f.tally and reopened is None:
+        return None
+    h = dict(old or {"episodes": 1})
+    if reopened is not None:
+        h["episodes"] = int(h.get("episodes", 1)) + 1
+        h["reopened_at"] = f"{reopened:%Y-%m-%dT%H:%MZ}"
+    for k, v in (f.tally or {}).items():
+        if v is None or not np.isfinite(v):
+            continue
+        h[k] = round(max(h.get(k, v), v) if k.startswith("max_") else h.get(k, 0.0) + v, 1)
+    return h
+
+
+def _history_text(h: dict | None) -> str:
+    if not h or int(h.get("episodes", 1)) < 2:
+        return ""
+    nums = ", ".join(f"{k.removeprefix('max_').replace('_', ' ')} {'max ' if k.startswith('max_') else ''}{v:g}"
+                     for k, v in sorted(h.items()) if isinstance(v, float))
+    return f" History: {h['episodes']} episodes, re-opened at {h['reopened_at']}" + (f"; {nums}." if nums else ".")
+
+
+def _describe(f: Finding, follows: str | None, history: dict | None = None) -> str:
     parts = [f"What: {f.summary}.", f"Evidence: {f.evidence}."]
     if follows:
         parts.append(f"Follows deploy: {follows}.")
-    parts.append(f"First action: {RUNBOOKS[f.family].split(' Runbook:')[0]}")
-    return " ".join(parts)
+    parts.append(f"First action: {f.action or RUNBOOKS[f.family].split(' Runbook:')[0]}")
+    return " ".join(parts) + _history_text(history)
+
+
+def _same_cause(f: Finding, r: dict) -> bool:
+    """Whether finding ``f`` is the cause alert row ``r`` was raised for: the same detector and the same change
+    event (its key names it), else the same version cohort, else an overlapping team, else overlapping nodes (the
+    identity of region-keyed detectors, whose key names only the region). A finding and an alert that both name a
+    cohort (or a team) and differ in it are two causes, whatever nodes they share."""
+    if r["detector"] != f.detector:
+        return False
+    if f.change_event is not None and r["key"] == f.key:
+        return True
+    scope = json.loads(r["scope"])
+    if f.cohort and scope.get("cohort"):
+        return f.cohort == scope["cohort"]
+    if f.team and scope.get("team"):
+        return bool(set(f.team.split(",")) & set(str(scope["team"]).split(",")))
+    return bool(f.nodes) and bool(set(f.nodes) & set(scope.get("nodes") or []))
+
+
+# the columns of a stored alert row a re-opening keeps (step overwrites the others)
+RECALL_COLUMNS = ["partition_start", "alert_id", "key", "detector", "status", "severity", "cause_family", "region",
+                  "scope", "description", "runbook", "opened_at", "first_partition_start", "paged_at", "follows_change",
+                  "baseline_at_open"]
+
+
+def recalled(rows: pd.DataFrame) -> dict:
+    """alert_id -> the latest row of each alert in ``rows`` (alert snapshots, any order) that :func:`step` may
+    re-open: the paged alerts and the HISTORY_TICKETS tickets, none withdrawn by a re-run."""
+    if rows is None or not len(rows):
+        return {}
+    keep = (rows["severity"] == "page") | ((rows["severity"] == "ticket") & rows["detector"].isin(HISTORY_TICKETS))
+    if "description" in rows:
+        keep &= ~rows["description"].astype(str).str.startswith(WITHDRAWN_PREFIX)
+    rows = rows[keep].sort_values("partition_start", kind="stable").drop_duplicates("alert_id", keep="last")
+    return {r["alert_id"]: r for r in rows.to_dict("records")}
+
+
+def remember(memory: dict, snap: pd.DataFrame, at: pd.Timestamp) -> dict:
+    """``memory`` (:func:`recalled`) with partition ``snap``'s rows, those older than RECENT before ``at`` dropped:
+    what :func:`recalled` gives of the stored rows of [at - RECENT, at) (a range run carries it from partition to
+    partition as a later run would read it)."""
+    if len(snap):
+        memory.update(recalled(snap))
+    for k in [k for k, r in memory.items() if r["partition_start"] < at - RECENT]:
+        del memory[k]
+    return memory
 
 
 def step(prev: pd.DataFrame, findings: list[Finding], start: pd.Timestamp, *, rates: dict, changes: pd.DataFrame,
-         inventory_nodes: dict | None = None) -> pd.DataFrame:
-    """Snapshot rows of partition ``start`` given the open alerts of the partition before it."""
+         inventory_nodes: dict | None = None, recent: dict | None = None) -> pd.DataFrame:
+    """Snapshot rows of partition ``start`` given the open alerts of the partition before it and ``recent``
+    (:func:`remember`: the alerts of the RECENT before it that a finding of the same cause re-opens)."""
     end = start + PARTITION
     open_prev = prev[prev["status"] != "resolved"] if len(prev) else prev
     by_key = {r["key"]: r for r in open_prev.to_dict("records")} if len(open_prev) else {}
@@ -114,25 +198,30 @@ def step(prev: pd.DataFrame, findings: list[Finding], start: pd.Timestamp, *, ra
             merged[f.key] = f
     rows = []
     used_ids = set(open_prev["alert_id"]) if len(open_prev) else set()
-    recent = _recent_changes(changes, end) if merged and changes is not None and len(changes) else None
+    latest = _recent_changes(changes, end) if merged and changes is not None and len(changes) else None
     for key, f in merged.items():
         rate = rates.get(f.region, rates.get("*", 0.0))
         usd_h = f.lost_gpu_minutes / 5.0 * rate  # lost GPU-minutes per 5 min -> GPU-hours per hour x USD per GPU-hour
-        follows = _follows(changes, f, end, inventory_nodes or {}, recent)
-        if key in by_key:
-            r = dict(by_key.pop(key))
+        follows = _follows(changes, f, end, inventory_nodes or {}, latest)
+        old = by_key.pop(key, None) or _reopen(f, recent, start, used_ids)
+        if old is not None:
+            r = dict(old)
             old_scope = json.loads(r["scope"])
             f.nodes = sorted(set(f.nodes) | set(old_scope.get("nodes", [])))
             severity = f.severity if SEVERITY_RANK[f.severity] > SEVERITY_RANK[r["severity"]] else r["severity"]
             paged_at = r["paged_at"] if pd.notna(r["paged_at"]) else (end if severity == "page" else pd.NaT)
             follows = r["follows_change"] or follows
-            r.update(status="firing", severity=severity, scope=_scope_json(f), summary=f.summary,
-                     description=_describe(f, follows), usd_per_hour=usd_h, updated_at=end, paged_at=paged_at,
-                     follows_change=follows, clear_count=0, lost_gpu_minutes=f.lost_gpu_minutes)
+            reopened = end if r["key"] != key or r["status"] == "resolved" else None
+            history = _history(old_scope.get("history"), f, reopened=reopened)
+            r.update(key=key, status="firing", severity=severity, scope=_scope_json(f, history), summary=f.summary,
+                     description=_describe(f, follows, history), usd_per_hour=usd_h, updated_at=end,
+                     paged_at=paged_at, resolved_at=pd.NaT, follows_change=follows, clear_count=0,
+                     lost_gpu_minutes=f.lost_gpu_minutes)
         else:
             r = {"alert_id": f"{f.detector}-{(f.team or f.region).replace('*', 'all')}-{start:%Y%m%d%H%M}", "key": key,
                  "detector": f.detector, "status": "firing", "severity": f.severity, "cause_family": f.family,
-                 "region": f.region, "scope": _scope_json(f), "summary": f.summary, "description": _describe(f, follows),
+                 "region": f.region, "scope": _scope_json(f, _history(None, f)), "summary": f.summary,
+                 "description": _describe(f, follows),
                  "usd_per_hour": usd_h, "runbook": RUNBOOKS[f.family], "opened_at": end, "first_partition_start": start,
                  "paged_at": end if f.severity == "page" else pd.NaT, "updated_at": end, "resolved_at": pd.NaT,
                  "follows_change": follows, "clear_count": 0,
@@ -161,6 +250,16 @@ def step(prev: pd.DataFrame, findings: list[Finding], start: pd.Timestamp, *, ra
     out = pd.DataFrame(rows)
     out["partition_start"] = start
     return out[COLUMNS]
+
+
+def _reopen(f: Finding, recent: dict | None, start: pd.Timestamp, used: set) -> dict | None:
+    """The latest row of the alert of ``recent`` that finding ``f`` re-opens (:func:`_same_cause`, last seen within
+    RECENT, no row of this partition yet), else None; the latest such alert when several are."""
+    if not recent:
+        return None
+    hits = [r for r in recent.values() if r["alert_id"] not in used and r["partition_start"] >= start - RECENT
+            and _same_cause(f, r)]
+    return max(hits, key=lambda r: (r["partition_start"], r["alert_id"])) if hits else None
 
 
 def open_baselines(prev: pd.DataFrame) -> dict:

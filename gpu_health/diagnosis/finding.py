@@ -22,6 +22,11 @@ class Finding:
     evidence: str = ""
     baseline: float | None = None
     value: float | None = None
+    # the first action where the finding knows it ("Roll back chg-1 (a -> b)", "Drain node-3"); else the runbook's
+    action: str | None = None
+    # numbers the alert sums over its partitions and episodes (``max_*``: the maximum), kept in its scope as its
+    # history: a ticket that recurs carries how often and how much
+    tally: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)

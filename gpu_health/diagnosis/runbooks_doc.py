@@ -36,7 +36,8 @@ def family_block(family: str) -> str:
                 if fam == family and (name, m) not in raisers:
                     raisers.append((name, m))
     where = ", ".join(f"`{name}` ({m.__name__.rsplit('.', 1)[1]}.py)" for name, m in raisers)
-    return "\n".join([BEGIN, f"First action (every {family} alert quotes it): {action}", "",
+    return "\n".join([BEGIN, f"First action (quoted by every {family} alert whose finding names none of its own): "
+                            f"{action}", "",
                       f"Detectors: {where}.", END])
 
 

@@ -108,6 +108,7 @@ def alerts(inputs: Inputs, *, unstored: tuple[pd.Timestamp, pd.DataFrame] | None
     moved_p = _by_partition(moved_gpus(inputs, segments, frames["gpu_telemetry"]), "ts", start, end)
     # the seasonal baseline of the scheduling detector: the declared history of the loss tree
     hist, prev = _history(inputs, unstored)
+    recent = _recent_alerts(inputs, unstored)  # the alerts a finding of their cause re-opens (alerts.RECENT)
     cost = capacity_as_of(inputs)
     rates = blended_rate_by_region(cost)
     cost_days = dict(tuple(cost.groupby(pd.to_datetime(cost["date"].astype(str)).dt.date))) if len(cost) else {}
@@ -171,7 +172,8 @@ def alerts(inputs: Inputs, *, unstored: tuple[pd.Timestamp, pd.DataFrame] | None
             loss_history=loss_hist.iloc[loss_ts.searchsorted(p + five - CONVERGENCE_LOOKBACK):loss_ts.searchsorted(p + five)]
             if len(loss_hist) else None,
         )
-        snap = A.step(prev, detect(ctx), p, rates=rates, changes=ctx.changes)
+        snap = A.step(prev, detect(ctx), p, rates=rates, changes=ctx.changes, recent=recent)
+        A.remember(recent, snap, p + five)
         if len(snap):
             out.append(snap)
             hist = _forget_paged(hist, snap)
@@ -198,6 +200,24 @@ def _history(inputs: Inputs, unstored) -> tuple[pd.DataFrame, pd.DataFrame]:
         if since <= start - five:
             prev = fresh[fresh["partition_start"] == start - five] if len(fresh) else A.empty()
     return _forget_paged(hist, held), prev
+
+
+def _recent_alerts(inputs: Inputs, unstored) -> dict:
+    """The alerts of the RECENT before the window that a finding of the same cause re-opens (alerts.recalled: the
+    paged ones and the HISTORY_TICKETS tickets), read as the loop carries them on (``alerts.remember``), so a range
+    run, its partitions run one by one and a re-run (``unstored``: as :func:`alerts` takes it) see the same."""
+    from gpu_health.diagnosis import alerts as A
+
+    lo, start = inputs.start - A.RECENT, inputs.start
+    rows = [inputs.span("alerts", lo, start, columns=A.RECALL_COLUMNS, where={"severity": "page"}),
+            inputs.span("alerts", lo, start, columns=A.RECALL_COLUMNS,
+                        where={"severity": "ticket", "detector": list(A.HISTORY_TICKETS)})]
+    if unstored is not None:
+        since, fresh = unstored
+        fresh = fresh[fresh["partition_start"] < start] if len(fresh) else fresh
+        rows = [r[r["partition_start"] < since] for r in rows] + ([fresh[A.RECALL_COLUMNS]] if len(fresh) else [])
+    rows = [r for r in rows if len(r)]
+    return A.recalled(pd.concat(rows, ignore_index=True)) if rows else {}
 
 
 def _data_tickets(inputs: Inputs) -> tuple[dict, dict, dict]:
@@ -263,6 +283,15 @@ def _sched_pages(frame: pd.DataFrame) -> set:
     return set(zip(pages["partition_start"], pages["region"])) if len(pages) else set()
 
 
+def _carried(frame: pd.DataFrame) -> tuple:
+    """What later partitions carry of these snapshots besides the previous one: the partitions scheduling pages
+    held and the alerts a finding of their cause re-opens (alerts.recalled), comparable stored or just computed."""
+    from gpu_health.diagnosis.alerts import recalled
+
+    again = {k: (_comparable(r["partition_start"]), r["key"], r["scope"]) for k, r in recalled(frame).items()}
+    return _sched_pages(frame), again
+
+
 def computed_until(read, end, horizon: pd.Timedelta) -> pd.Timestamp:
     """The end of the later partitions already computed: the unbroken run of partitions with a stored loss tree
     from ``end`` on, up to ``horizon`` past it (a partition that never ran stops it; its own run re-derives what
@@ -286,9 +315,11 @@ def alerts_after_rerun(inputs: Inputs, frame: pd.DataFrame, *,
     Rule: the partitions after ``end`` whose loss tree is already stored (cluster_goodput rows, an unbroken run of
     them up to ``horizon``, default ALERT_LOOKAHEAD) were judged with the open alerts of the partition before
     them, so when [start, end) re-runs (its landing files replaced) they are re-derived in order from the new
-    snapshots, until one comes out exactly as stored while the same partitions are held by scheduling pages: an alert's state is the previous
-    snapshot, and the seasonal baseline of the scheduling detector forgets the partitions a scheduling page held,
-    so with both equal every later partition would come out as stored too. ``stop`` is that partition. An alert
+    snapshots, until one comes out exactly as stored while the same partitions are held by scheduling pages and
+    the same alerts are there to re-open (:func:`_carried`): an alert's state is the previous snapshot, the
+    seasonal baseline of the scheduling detector forgets the partitions a scheduling page held, and a finding
+    re-opens an alert of its cause paged within a day, so with all equal every later partition would come out as
+    stored too. ``stop`` is that partition. An alert
     stored in [start, stop) that the re-derivation no longer produces (its evidence vanished) gets one ``resolved``
     row at the partition it opened in, saying it was withdrawn (WITHDRAWN), so ``alerts_current`` and Alertmanager
     see it resolve instead of a page left firing. Returns the rows to store for [start, stop), ``stop`` and
@@ -308,13 +339,13 @@ def alerts_after_rerun(inputs: Inputs, frame: pd.DataFrame, *,
         old = inputs.span("alerts", t, t1)
         new_p = dict(tuple(new.groupby("partition_start"))) if len(new) else {}
         old_p = dict(tuple(old.groupby("partition_start"))) if len(old) else {}
-        same_held = _sched_pages(inputs.span("alerts", start, t)) == _sched_pages(fresh)
+        same_held = _carried(inputs.span("alerts", start, t)) == _carried(fresh)
         for p in pd.date_range(t, t1, freq=FIVE, inclusive="left"):
             a, b = new_p.get(p, A.empty()), old_p.get(p, A.empty())
             if same_held and _snapshot_key(a) == _snapshot_key(b):
                 hit = p
                 break
-            same_held = same_held and _sched_pages(a) == _sched_pages(b)
+            same_held = same_held and _carried(a) == _carried(b)
         parts.append(new[new["partition_start"] < hit] if hit is not None and len(new) else new)
         t = t1
     stop = hit if hit is not None else t

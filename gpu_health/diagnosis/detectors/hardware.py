@@ -13,7 +13,8 @@ hardware_fault      hardware     two independent channels on one node: a GPU-fau
 thermal_throttle    hardware     thermal clock-event bits AND temperature >= 83 C on busy GPUs (a GPU
                                  whose collector exposes no temperature or bits is not judged); the
                                  nodes of a rack with a hot inlet are left to rack_cooling
-                                 (gpu_health.diagnosis.facility.defer_to_rack)
+                                 (gpu_health.diagnosis.facility.defer_to_rack); a node throttling
+                                 again within a day re-opens its one ticket (alerts.HISTORY_TICKETS)
 ==================  ===========  =====================================================================
 """
 
@@ -335,9 +336,12 @@ def detect_hardware(ctx: PartitionContext) -> list[Finding]:
             f"{r.node_id}: {r.detail}" + (f" [change in flight: {r.rollout}]" if r.rollout else "")
             for r in grp.sort_values(["severity", "node_id"], ascending=[False, True]).head(12).itertuples())
         evidence += f"; {lost:.0f} GPU-minutes unavailable"
+        faulty = sorted(paging["node_id"]) if len(paging) and not systemic else []
         out.append(Finding("hardware_fault", "hardware", "page" if len(paging) else "ticket", region,
                            f"hardware_fault|{region}", nodes=nodes, lost_gpu_minutes=lost,
-                           change_event=None, summary=summary, evidence=evidence))
+                           change_event=None, summary=summary, evidence=evidence,
+                           action=f"Cordon and drain {', '.join(faulty)}; run DCGM diagnostics (dcgmi diag -r 3) "
+                                  "on them; reseat or RMA a GPU with Xid 48/79/94/95" if faulty else None))
     return out
 
 
@@ -384,8 +388,13 @@ def detect_thermal(ctx: PartitionContext) -> list[Finding]:
             summary = f"Thermal throttling in {region} on {', '.join(nodes)} ({why}): the nodes' history, no page"
         out.append(Finding("thermal_throttle", "hardware", "page" if paging else "ticket", region,
                            f"thermal_throttle|{region}", nodes=nodes, lost_gpu_minutes=lost, summary=summary,
+                           action=f"Check the cooling of {', '.join(paging or nodes)} (inlet, fans, airflow); drain "
+                                  "them if it persists",
+                           # the ticket's history over its episodes (alerts.HISTORY_TICKETS)
+                           tally={"throttled_gpu_minutes": float(per_node.sum()),
+                                  "max_temp_c": float(sub["temp_c"].max())},
                            evidence=f"{int(per_node.sum())} GPU-minutes thermally throttled at up to "
-                                    f"{sub['temp_c'].max():.0f} C, SM clock median {sub['sm_clock_mhz'].median():.0f} MHz; "
+                                    f"{sub['temp_c'].max():.0f} C{_median_clock(sub)}; "
                                     f"{lost:.0f} GPU-minutes of compute slowdown"
                                     + (f" (jobs slowed on {', '.join(slowed)})" if slowed else "")
                                     + "".join(f"; {n}: {c}" for n, c in sorted(causes.items()))
@@ -393,6 +402,12 @@ def detect_thermal(ctx: PartitionContext) -> list[Finding]:
                                        f"slowdown temperature and an SM clock under {THERMAL_CLOCK_RATIO:.0%} of the "
                                        "SKU's other busy GPUs)" if no_bits else "")))
     return out
+
+
+def _median_clock(g: pd.DataFrame) -> str:
+    """", SM clock median <n> MHz" of the throttled rows, empty where their collector exports no clock."""
+    mhz = g["sm_clock_mhz"].median()
+    return f", SM clock median {mhz:.0f} MHz" if pd.notna(mhz) else ""
 
 
 def _clock_stepped_down(g: pd.DataFrame, at_temp: np.ndarray) -> np.ndarray:

@@ -204,11 +204,11 @@ def _failure_test(ctx: PartitionContext, ev, runs: pd.DataFrame, new: np.ndarray
     region = _region_of(nodes_hit or sorted(cohort), ctx.inventory)
     lost = float(ctx.leaves[(ctx.leaves["state"] == "failure_loss") & ctx.leaves["node_id"].isin(cohort)]["gpu_minutes"].sum()) if len(ctx.leaves) else 0.0
     onset = (runs.loc[new & failed, "end"].min() - ev.ts) / pd.Timedelta(minutes=1)
-    change = f"{ev.kind} {ev.from_version} -> {ev.to_version}"
+    change = f"{ev.kind} {_versions(ev)}"
     later = f" and {len(waves) - 1} later wave(s) ({', '.join(waves[1:])})" if len(waves) > 1 else ""
     return Finding("deploy_regression", "software", "page", region, f"deploy_regression|{ev.event_id}",
                    nodes=sorted(cohort), cohort=change, change_event=ev.event_id,
-                   lost_gpu_minutes=lost,
+                   lost_gpu_minutes=lost, action=_roll_back(ev),
                    summary=f"Job failures after {change} on {len(cohort)} node(s) in {region}: roll back {ev.event_id}",
                    evidence=f"{a} of {a + b} jobs {witness} on the new version since {since:%H:%M} failed ({rate_new:.0%}) "
                             f"vs {c} of {c + d} ({c / max(c + d, 1):.1%}) on other nodes, Fisher p={p:.1g}; failures on "
@@ -266,9 +266,19 @@ def _framework_cohort(ctx: PartitionContext, ev, since, alpha: float = FAILURE_P
         teams = sorted(m.loc[m["framework_version"] == ev.to_version, "team"].dropna().unique())
     return Finding("deploy_regression", "software", "page", region, f"deploy_regression|{ev.event_id}",
                    team=",".join(teams) if teams else None, cohort=f"framework {ev.to_version}", change_event=ev.event_id,
-                   lost_gpu_minutes=lost,
+                   lost_gpu_minutes=lost, action=_roll_back(ev),
                    summary=f"Step time regression on {ev.to_version} ({new['job_id'].nunique()} jobs)",
                    evidence=v.describe())
+
+
+def _versions(ev) -> str:
+    """"from -> to" of a change event; "to <version>" where the event does not say what it replaced."""
+    return f"{ev.from_version} -> {ev.to_version}" if pd.notna(ev.from_version) else f"to {ev.to_version}"
+
+
+def _roll_back(ev) -> str:
+    """The first action of a regression a change caused: undo that change, named with its version pair."""
+    return f"Roll back {ev.event_id} ({_versions(ev)}) on its cohort"
 
 
 def _region_of(nodes, inventory: pd.DataFrame) -> str:
