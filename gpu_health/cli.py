@@ -398,7 +398,7 @@ def _slo(args) -> int:
 
 
 def _evaluate(args) -> dict:
-    from gpu_health.evaluation.scorer import table
+    from gpu_health.evaluation.scorer import detector_tables, table
 
     if args.static_rules:
         from gpu_health.evaluation.static_rules import evaluate_static
@@ -410,6 +410,8 @@ def _evaluate(args) -> dict:
         report = evaluate(args.scenarios, args.out, run=run, workers=args.workers, pattern=args.pattern,
                           resume=args.resume)
     print(table(report))
+    print()
+    print(detector_tables(report))
     return report["overall"]
 
 

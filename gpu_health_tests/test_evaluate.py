@@ -116,7 +116,9 @@ def test_reduced_suite_end_to_end(tmp_path, capsys):
     assert report["overall"]["detection_rate"] == 1.0, report["scenarios"][0]["incidents"]
     assert report["overall"]["top1_accuracy"] == 1.0
     assert report["overall"]["ttd_max_min"] <= 15
-    assert "| short |" in capsys.readouterr().out
+    assert report["overall"]["by_detector"]["thermal_throttle"]["detected_right_family"] == 1
+    out = capsys.readouterr().out
+    assert "| short |" in out and "| thermal_throttle | 1 | 0 |" in out
 
 
 def test_a_page_is_scored_on_the_scope_it_paged_with():
@@ -188,3 +190,57 @@ def test_a_scenarios_profile_is_the_one_the_simulator_runs(tmp_path, cluster, pr
     assert scenario_profile(path) == profile
     # the simulator's cluster: the profile's regions (the messy profile has other ones)
     assert load_scenario(str(path)).cluster.spec.regions == PROFILES[profile].regions
+
+
+def test_per_detector_pages_false_pages_first_detections_and_misses():
+    """Each detector's precision budget: its pages, matched and false pages, the incidents it paged first (right or
+    wrong family), and the high-severity incidents of the families it emits that no page detected."""
+    from gpu_health.evaluation.scorer import detector_tables, overall
+
+    labels = _labels(("thermal_throttle", "hardware", "high", T0, 60, {"region": "us-east", "node_ids": ["n1"]}),
+                     ("io_bottleneck", "data_io", "high", T0 + pd.Timedelta(hours=3), 60,
+                      {"region": "eu-west", "node_ids": ["n9"]}),
+                     ("driver_regression", "software", "high", T0 + pd.Timedelta(hours=5), 60,
+                      {"region": "us-east", "node_ids": ["n3"]}),
+                     ("maintenance", "planned", "low", T0 + pd.Timedelta(hours=8), 60,
+                      {"region": "us-east", "node_ids": ["n7"]}))
+    alerts = _alerts(("a1", T0 + pd.Timedelta(minutes=8), "page", "hardware", "us-east", ["n1"]),
+                     ("a2", T0 + pd.Timedelta(hours=2), "page", "hardware", "eu-west", ["n4"]),
+                     ("a3", T0 + pd.Timedelta(hours=3, minutes=6), "page", "network", "eu-west", ["n9"]),
+                     ("a4", T0 + pd.Timedelta(hours=3, minutes=9), "page", "data_io", "eu-west", ["n9"]),
+                     ("a5", T0 + pd.Timedelta(hours=8, minutes=5), "page", "scheduling", "us-east", ["n7"]),
+                     ("t1", T0 + pd.Timedelta(hours=5, minutes=5), "ticket", "software", "us-east", ["n3"]))
+    alerts["detector"] = alerts["cause_family"].map({"hardware": "hardware_fault", "network": "network_slowdown",
+                                                     "data_io": "data_io_slowdown", "scheduling": "scheduling_blocked",
+                                                     "software": "deploy_regression"})
+    r = score(alerts, labels, None, pd.Timedelta(days=7))
+    assert r["incidents"][0]["page_detector"] == "hardware_fault"
+    assert r["incidents"][1]["page_detector"] == "network_slowdown"  # it paged first, with the wrong family
+    d = r["by_detector"]
+    hw = d["hardware_fault"]
+    assert (hw["pages"], hw["matched_pages"], hw["false_pages"]) == (2, 1, 1)
+    assert hw["precision"] == 0.5 and hw["false_pages_per_week"] == pytest.approx(1.0)
+    assert (hw["detected_right_family"], hw["detected_wrong_family"], hw["misses"]) == (1, 0, 0)
+    net = d["network_slowdown"]
+    assert (net["pages"], net["false_pages"], net["detected_right_family"], net["detected_wrong_family"]) == (1, 0, 0, 1)
+    io = d["data_io_slowdown"]  # a matched page, second after the network one: no first detection, no miss
+    assert (io["pages"], io["matched_pages"], io["detected_right_family"], io["misses"]) == (1, 1, 0, 0)
+    # a page on planned work is false
+    assert d["scheduling_blocked"]["false_pages"] == 1 and d["scheduling_blocked"]["precision"] == 0.0
+    # the driver regression only got a ticket: a miss of every detector that emits the software family
+    dep = d["deploy_regression"]
+    assert (dep["pages"], dep["precision"], dep["misses"], dep["missed_kinds"]) == (0, None, 1, {"driver_regression": 1})
+    assert d["training_stall"]["misses"] == 1
+    assert "thermal_throttle" not in d  # no page, nothing of its family missed: nothing to report
+    # the existing keys stay
+    assert r["false_pages_by_detector"] == {"hardware_fault": 1, "scheduling_blocked": 1}
+
+    o = overall([{**r, "profile": "messy"}, {**r, "profile": "messy"}])
+    for rows in (o["by_detector"], o["by_profile"]["messy"]["by_detector"]):
+        assert (rows["hardware_fault"]["pages"], rows["hardware_fault"]["false_pages"]) == (4, 2)
+        assert rows["hardware_fault"]["false_pages_per_week"] == pytest.approx(1.0)  # two weeks
+        assert rows["deploy_regression"]["misses"] == 2 and rows["network_slowdown"]["detected_wrong_family"] == 2
+    text = detector_tables({"overall": o})
+    assert "| detector | pages | false | false/week | precision | detected | misses |" in text
+    assert "| hardware_fault | 4 | 2 | 1.00 | 0.50 | 2 / 0 | 0 |" in text
+    assert "| deploy_regression | 0 | 0 | 0.00 | - | 0 / 0 | 2 |" in text

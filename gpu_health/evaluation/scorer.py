@@ -25,7 +25,15 @@ Definitions:
 * **page precision** = pages matched to an incident / all pages (ByteDance's Minder publishes 0.904);
   false pages are also counted **per detector** (``false_pages_by_detector``), and the overall report
   splits every figure **per cluster profile** (``by_profile``: the scenario's ``cluster:`` profile name,
-  ``default`` when it names none), so a detector's precision budget can be read per profile.
+  ``default`` when it names none), so a detector's precision budget can be read per profile;
+* **per detector** (``by_detector``, overall, per profile and per scenario), each detector's budget: its pages,
+  matched and false pages, false pages per simulated week, precision (matched / pages, None without pages), the
+  high-severity incidents whose first page was its own, with the incident's family or another
+  (``detected_right_family`` / ``detected_wrong_family``), and its **misses**: the high-severity incidents of the
+  families it emits (the registry's ``emits``) that no page detected. A missed incident is a miss of every
+  detector that emits its family: which of them should have paged is not in the labels. A detector the registry
+  does not know (a static rule) has ``misses`` None. The threshold margin that would have kept recall is not
+  reported: the alerts table keeps no finding's measured value beside its baseline, so it cannot be read back.
 """
 
 import json
@@ -122,6 +130,7 @@ def score(alerts: pd.DataFrame, labels: pd.DataFrame, maintenance: pd.DataFrame,
             "start": inc.start.isoformat(), "detected": first is not None,
             "ttd_min": float((first["paged_at"] - inc.start) / pd.Timedelta(minutes=1)) if first is not None else None,
             "page_family": first["cause_family"] if first is not None else None,
+            "page_detector": first["detector"] if first is not None else None,
             "ticketed": bool(len(tickets)),
             "alerts": sorted(set(cand["alert_id"]) | set(tickets["alert_id"])),
         })
@@ -134,19 +143,63 @@ def score(alerts: pd.DataFrame, labels: pd.DataFrame, maintenance: pd.DataFrame,
             if w.start <= p["paged_at"] < w.end + PARTITION and (nodes is None or (p["nodes"] and p["nodes"] <= nodes)):
                 maint_pages += 1
                 break
-    inc = pd.DataFrame(incidents, columns=[*incidents_cols, "start", "alerts"])
+    inc = pd.DataFrame(incidents, columns=[*incidents_cols, "page_detector", "start", "alerts"])
+    pages_by = {k: int(v) for k, v in pages["detector"].value_counts().items()}
+    false_by = {k: int(v) for k, v in false_pages["detector"].value_counts().items()}
     return {"incidents": incidents,
             "false_page_alerts": false_pages[["alert_id", "detector", "paged_at", "cause_family", "summary"]].astype(str).to_dict("records"),
             "pages": int(len(pages)), "matched_pages": int(len(pages) - len(false_pages)),
-            "pages_by_detector": {k: int(v) for k, v in pages["detector"].value_counts().items()},
-            "false_pages_by_detector": {k: int(v) for k, v in false_pages["detector"].value_counts().items()},
+            "pages_by_detector": pages_by, "false_pages_by_detector": false_by,
+            "by_detector": by_detector(pages_by, false_by, inc, span),
             "capacity_incidents": capacity,
             **_metrics(inc, len(false_pages), maint_pages, span)}
 
 
-def _metrics(inc: pd.DataFrame, false_pages: int, maintenance_pages: int, span: pd.Timedelta) -> dict:
+def _scored_high(inc: pd.DataFrame) -> pd.DataFrame:
+    """The high-severity incidents detection is scored on (planned work and silent collectors page no one)."""
     high = inc[inc["severity"] == "high"] if len(inc) else inc
-    high = high[~high["family"].isin(["planned", "missing_data"])] if len(high) else high
+    return high[~high["family"].isin(["planned", "missing_data"])] if len(high) else high
+
+
+def _emitted_families() -> dict[str, set[str]]:
+    """detector name (an alert's ``detector``) -> the cause families the registry says it raises."""
+    from gpu_health.diagnosis.detectors import DETECTORS
+
+    out: dict[str, set[str]] = {}
+    for d in DETECTORS:
+        for name, family in d.emits:
+            out.setdefault(name, set()).add(family)
+    return out
+
+
+def by_detector(pages_by: dict, false_by: dict, inc: pd.DataFrame, span: pd.Timedelta) -> dict:
+    """Each detector's budget (the module docstring's per-detector definitions) from its page counts and the
+    scored incidents (``page_detector``: the detector of each incident's first page). Lists the detectors that
+    paged, detected or missed something."""
+    weeks = max(span / WEEK, 1e-9)
+    high = _scored_high(inc)
+    det = high[high["detected"].astype(bool)] if len(high) else high
+    missed = high[~high["detected"].astype(bool)] if len(high) else high
+    emits = _emitted_families()
+    names = set(pages_by) | set(det["page_detector"].dropna() if len(det) else [])
+    names |= {d for d, fams in emits.items() if len(missed) and missed["family"].isin(fams).any()}
+    out = {}
+    for d in sorted(names):
+        pages, false = int(pages_by.get(d, 0)), int(false_by.get(d, 0))
+        first = det[det["page_detector"] == d] if len(det) else det
+        right = int((first["page_family"] == first["family"]).sum()) if len(first) else 0
+        mine = missed[missed["family"].isin(emits[d])] if d in emits and len(missed) else missed.iloc[0:0]
+        out[d] = {"pages": pages, "matched_pages": pages - false, "false_pages": false,
+                  "false_pages_per_week": round(false / weeks, 4),
+                  "precision": float((pages - false) / pages) if pages else None,
+                  "detected_right_family": right, "detected_wrong_family": int(len(first)) - right,
+                  "misses": int(len(mine)) if d in emits else None,
+                  "missed_kinds": {k: int(v) for k, v in mine["kind"].value_counts().sort_index().items()}}
+    return out
+
+
+def _metrics(inc: pd.DataFrame, false_pages: int, maintenance_pages: int, span: pd.Timedelta) -> dict:
+    high = _scored_high(inc)
     low = inc[(inc["severity"] == "low") & ~inc["family"].isin(["planned"])] if len(inc) else inc
     det = high[high["detected"]] if len(high) else high
     ttd = det["ttd_min"].astype(float).to_numpy() if len(det) else np.array([])
@@ -177,7 +230,8 @@ def _sum_counts(dicts) -> dict:
 
 def _overall(results: list[dict]) -> dict:
     inc = pd.DataFrame([i for r in results for i in r["incidents"]],
-                       columns=["incident_id", "kind", "family", "severity", "detected", "ttd_min", "page_family", "ticketed"])
+                       columns=["incident_id", "kind", "family", "severity", "detected", "ttd_min", "page_family",
+                                "page_detector", "ticketed"])
     span = pd.Timedelta(days=sum(r["simulated_days"] for r in results))
     out = _metrics(inc, sum(r["false_pages"] for r in results), sum(r["maintenance_pages"] for r in results), span)
     pages = sum(r.get("pages", 0) for r in results)
@@ -186,6 +240,8 @@ def _overall(results: list[dict]) -> dict:
     out["false_pages_by_detector"] = _sum_counts(r.get("false_pages_by_detector") for r in results)
     weeks = max(span / WEEK, 1e-9)
     out["false_pages_per_week_by_detector"] = {k: round(v / weeks, 4) for k, v in out["false_pages_by_detector"].items()}
+    out["pages_by_detector"] = _sum_counts(r.get("pages_by_detector") for r in results)
+    out["by_detector"] = by_detector(out["pages_by_detector"], out["false_pages_by_detector"], inc, span)
     out["scenarios"] = len(results)
     return out
 
@@ -202,13 +258,29 @@ def table(report: dict) -> str:
     cols = ["detection_rate", "ttd_p50_min", "ttd_p95_min", "ttd_max_min", "top1_accuracy", "false_pages_per_week",
             "maintenance_pages", "ticket_rate"]
 
-    def fmt(v):
-        if v is None or (isinstance(v, float) and math.isnan(v)):
-            return "-"
-        return f"{v:.2f}" if isinstance(v, float) else str(v)
-
     lines = ["| scenario | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
     for r in report["scenarios"]:
-        lines.append(f"| {r['scenario']} | " + " | ".join(fmt(r.get(c)) for c in cols) + " |")
-    lines.append("| **overall** | " + " | ".join(fmt(report["overall"].get(c)) for c in cols) + " |")
+        lines.append(f"| {r['scenario']} | " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
+    lines.append("| **overall** | " + " | ".join(_fmt(report["overall"].get(c)) for c in cols) + " |")
     return "\n".join(lines)
+
+
+def _fmt(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{v:.2f}" if isinstance(v, float) else str(v)
+
+
+def detector_tables(report: dict) -> str:
+    """The per-detector budget as Markdown, overall and per cluster profile: ``detected`` is right family / wrong
+    family of the incidents the detector paged first."""
+    head = ["| detector | pages | false | false/week | precision | detected | misses |", "|---" * 7 + "|"]
+    blocks = []
+    parts = [("overall", report["overall"])]
+    parts += [(f"profile {p}", o) for p, o in report["overall"].get("by_profile", {}).items()]
+    for title, o in parts:
+        rows = [f"| {d} | {r['pages']} | {r['false_pages']} | {_fmt(float(r['false_pages_per_week']))} | "
+                f"{_fmt(r['precision'])} | {r['detected_right_family']} / {r['detected_wrong_family']} | "
+                f"{_fmt(r['misses'])} |" for d, r in o.get("by_detector", {}).items()]
+        blocks.append("\n".join([f"per detector, {title}:", "", *head, *rows]))
+    return "\n\n".join(blocks)
