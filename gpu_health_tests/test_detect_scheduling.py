@@ -386,11 +386,15 @@ def test_a_few_jobs_among_many_of_the_hour_are_no_pile_up():
     assert f.severity == "ticket" and "too few for a pile-up" in f.evidence
 
 
-def test_a_scheduler_change_scoped_by_nodes_is_the_regions():
-    changes = pd.DataFrame([("c1", START - pd.Timedelta(minutes=30), "scheduler_config", "b1,b2")],
+@pytest.mark.parametrize("scope", ["b1,b2", "r1/batch"])
+def test_a_scheduler_change_scoped_by_nodes_or_queues_is_the_regions(scope):
+    changes = pd.DataFrame([("c1", START - pd.Timedelta(minutes=30), "scheduler_config", scope)],
                            columns=["event_id", "ts", "kind", "scope"])
     found = detect_scheduling(context(B2_IDLE, SINGLE, changes=changes, history_share=0.0))
     assert [(f.severity, f.change_event) for f in found] == [("page", "c1")]
+    elsewhere = changes.assign(scope="r2")
+    assert [f.severity for f in detect_scheduling(context(B2_IDLE, SINGLE, changes=elsewhere, history_share=0.0))] \
+        == ["ticket"]
 
 
 def test_the_queue_of_a_maintenance_window_is_a_ticket_while_it_lasts():

@@ -4,7 +4,9 @@
 detector            family       pages on (the two witnesses) / tickets on
 ==================  ===========  =====================================================================
 scheduling_blocked  scheduling   idle GPUs while jobs that could use them (same queue's nodes) have
-                                 waited over 3 minutes, above the region's seasonal share
+                                 waited over 3 minutes, a pile-up of the region's demand, above the
+                                 region's seasonal share; with no cause in evidence only on two weeks
+                                 of the hour of the week / ticket otherwise, in a maintenance window
 ==================  ===========  =====================================================================
 """
 
@@ -278,8 +280,7 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
     blocked_leaf = None
     sched_cfg = None  # the scheduler changes of the look-back, once a region passes the first gate
     for r in ab:
-        paid = max(r.paid_gpu_minutes - _window_gpu_minutes(ctx, r.region), 0.0) if len(ctx.maintenance) else \
-            r.paid_gpu_minutes
+        paid = max(r.paid_gpu_minutes - _window_gpu_minutes(ctx, r.region), 0.0)
         share = r.blocked_gpu_minutes / paid if paid else 0.0
         key = f"scheduling_blocked|{r.region}"
         # the loosest bars any scheduler change allows (SCHED_MIN_JOBS - 1 jobs, the ticket bar; half of both
@@ -309,9 +310,9 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         change_caused = bool(len(cfg)) and (before is None or idle_blocked >= before)
         caused = change_caused or shaped
         # ... without one, only a level above the highest of SEASON_WEEKS_TO_PAGE weeks of this hour of the week
-        alone = season.weeks >= SEASON_WEEKS_TO_PAGE and idle_blocked >= season.bar + SCHED_SEASONAL_MARGIN
-        unseasonal = idle_blocked >= season.usual + SCHED_SEASONAL_MARGIN and (caused or alone)
         uncaused = not caused and season.weeks < SEASON_WEEKS_TO_PAGE
+        unseasonal = idle_blocked >= season.usual + SCHED_SEASONAL_MARGIN and (
+            caused or uncaused or idle_blocked >= season.bar + SCHED_SEASONAL_MARGIN)
         demand = _demand_of_hour(ctx, r.region)
         enough = r.aged_jobs >= SCHED_JOB_SHARE * demand
         planned = _maintenance_in_region(ctx, r.region)
@@ -365,16 +366,19 @@ def _scheduler_changes(ctx: PartitionContext) -> pd.DataFrame:
 
 
 def _scope_in_region(ctx: PartitionContext, scope: pd.Series, region: str) -> np.ndarray:
-    """Per change scope (a region, '*', null, or comma-separated node ids as contracts.md allows): it reaches the
-    region -- by name, everywhere, or through one of its nodes (the inventory's region of each)."""
+    """Per change scope (a region, '*', null, or comma-separated node ids as contracts.md allows; a scheduler's
+    configuration may also name its queues): it reaches the region -- by name, everywhere, through one of its nodes
+    (the inventory's region of each) or one of its queues (the region its jobs run in)."""
     node_region = _per_inventory(ctx, "node_region", lambda i: dict(zip(i["node_id"].astype(object),
                                                                          i["region"].astype(object))))
+    j = _jobs_now(ctx)
+    queues = set(j["queue"][j["region"] == region])
     out = []
     for sc in np.asarray(scope, dtype=object):
         if not isinstance(sc, str) or sc.strip() in ("", "*", region):
             out.append(True)
             continue
-        out.append(any(node_region.get(n.strip()) == region for n in sc.split(",")))
+        out.append(any(node_region.get(n.strip()) == region or n.strip() in queues for n in sc.split(",")))
     return np.array(out, dtype=bool)
 
 
