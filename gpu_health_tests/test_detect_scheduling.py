@@ -495,3 +495,16 @@ def test_a_scheduler_change_is_the_cause_only_of_a_pile_up_that_followed_it():
     ctx.region_history = with_hour_before(now)
     assert [f.severity for f in detect_scheduling(ctx)] == ["page"]
 
+
+
+def test_the_gpus_a_window_returns_leave_the_paid_denominator_as_their_idle_gpus_leave_the_numerator():
+    """Nodes coming back from a window are out of the pool on purpose: out of the blocked GPU-minutes
+    (_gpu_returning) and out of the paid ones, so the share is of the capacity the scheduler has."""
+    between = filler_for((SCHED_TICKET_SHARE + SCHED_PAGE_SHARE) / 2, 40)
+    assert [f.severity for f in detect_scheduling(context(B2_IDLE, WAITING, filler=between))] == ["ticket"]
+    ctx = context(B2_IDLE, WAITING, filler=between)  # the waiting jobs came 20 minutes before, after the window
+    ctx.maintenance = pd.DataFrame({"window_id": ["mw-1"], "start": [START - pd.Timedelta(minutes=50)],
+                                    "end": [START - pd.Timedelta(minutes=21)], "region": [None],
+                                    "node_ids": [",".join(f"f{i}" for i in range(between))], "reason": ["firmware"]})
+    (f,) = detect_scheduling(ctx)
+    assert f.severity == "page" and f.value > SCHED_PAGE_SHARE

@@ -458,23 +458,32 @@ def _window_gpu_minutes(ctx: PartitionContext, region: str) -> float:
     w = ctx.maintenance
     if w is None or w.empty:
         return 0.0
+    lo, hi = _per_frame(ctx, "maintenance_ns", w, lambda f: (_ns(f["start"]), _ns(f["end"])))
+    now = (lo != _NAT) & (hi != _NAT) & (lo < ctx.end.value) & (hi > ctx.start.value)
+    recent = _recent_windows(ctx)
+    if not now.any() and not len(recent):  # (most partitions: no window holds or returns capacity)
+        return 0.0
     inv = ctx.inventory
     total = 0.0
-    back = set(_recent_windows(ctx).index)
+    back = set(recent.index)
+    w = w[now | w.index.isin(back)]
     for (i, row), regions in zip(w.iterrows(), _window_regions(ctx, w)):
         if regions is not None and region not in regions:
             continue
         lo, hi = pd.Timestamp(row["start"]), pd.Timestamp(row["end"])
         if pd.isna(lo) or pd.isna(hi):
             continue
-        until = hi + (hi - lo) if i in back else hi  # returning nodes: for as long again as the window lasted
+        ids = row["node_ids"] if "node_ids" in w.columns else None
+        named = [n.strip() for n in str(ids).split(",") if n.strip()] if isinstance(ids, str) else []
+        named = named if "*" not in named else []
+        # returning nodes, for as long again as the window lasted: the named ones, as _gpu_returning leaves out
+        # their idle GPUs (a window naming no node returns the region as a whole: it is judged again at once)
+        until = hi + (hi - lo) if i in back and named else hi
         minutes = (min(until, ctx.end) - max(lo, ctx.start)) / pd.Timedelta(minutes=1)
         if minutes <= 0:
             continue
-        ids = row["node_ids"] if "node_ids" in w.columns else None
-        named = [n.strip() for n in str(ids).split(",") if n.strip()] if isinstance(ids, str) else []
         mine = inv[inv["region"] == region]
-        if named and "*" not in named:
+        if named:
             mine = mine[mine["node_id"].isin(named)]
         total += minutes * float(pd.to_numeric(mine["gpus"], errors="coerce").fillna(0).sum())
     return total
