@@ -375,12 +375,12 @@ def test_the_evidence_shows_no_nan():
 
 
 def test_a_few_jobs_among_many_of_the_hour_are_no_pile_up():
-    """SCHED_JOB_SHARE: eight waiting requests page in a region whose queues held a few jobs in the hour, not in
-    one whose queues held hundreds (churn); the GPU evidence is the same."""
+    """SCHED_JOB_SHARE: eight waiting requests page in a region whose queues take in a few jobs a partition, not in
+    one whose queues take in hundreds (churn); the GPU evidence is the same."""
     assert [f.severity for f in detect_scheduling(context(B2_IDLE, WAITING))] == ["page"]
     ctx = context(B2_IDLE, WAITING)
     busy = [(f"e-b{i}-{ev}", START - pd.Timedelta(minutes=50), f"b{i}", ev, "r1/other", 1, None if ev == "submitted" else "i1")
-            for i in range(500) for ev in ("submitted", "started")]
+            for i in range(6000) for ev in ("submitted", "started")]
     ctx.sched = pd.concat([ctx.sched, pd.DataFrame(busy, columns=ctx.sched.columns)], ignore_index=True)
     (f,) = detect_scheduling(ctx)
     assert f.severity == "ticket" and "too few for a pile-up" in f.evidence

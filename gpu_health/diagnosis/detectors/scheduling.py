@@ -15,7 +15,7 @@ from collections import namedtuple
 import numpy as np
 import pandas as pd
 
-from gpu_health.constants import MAD_TO_SIGMA, CauseFamily
+from gpu_health.constants import MAD_TO_SIGMA, PARTITION, CauseFamily
 from gpu_health.diagnosis.context import (DEPLOY_LOOKBACK, _NAT, PartitionContext, _gpu_codes, _gpu_maint,
                                           _gpu_xid_fault, _job_arrays, job_table, _leaf_rows, _ns, _per_frame,
                                           _per_inventory)
@@ -63,11 +63,13 @@ LAST_WEEK = "same hour last week"  # one week only: a reference for what is seas
 # holds back only larger requests; demand, quotas and priorities hold back every size. Both are definitions, not
 # levels, and hold on any cluster.
 # Enough jobs: the evidence of a page is a pile-up, not a few requests waiting -- at least SCHED_MIN_JOBS jobs
-# held and at least SCHED_JOB_SHARE of the region's demand of the hour (the jobs its queues held at some moment of
-# the last hour: submitted in it, or still waiting when it began). The same share as the GPU floor
-# (SCHED_PAGE_SHARE): a page needs that much of the region's work held back, as it needs that much of its paid
-# capacity idle; on a cluster of many small jobs 4 waiting requests are churn, on one of few large jobs they are
-# not. A definition relative to the cluster's own demand, not a count tuned to one.
+# held and at least SCHED_JOB_SHARE of the region's demand: the jobs its queues took in per partition over the last
+# hour (those submitted in it or still waiting when it began, over the hour's partitions). The held jobs are a
+# partition's stock, so they are compared with a partition's intake, not with the hour's (a cluster of many short
+# jobs passes hundreds an hour through its queues). The same share as the GPU floor (SCHED_PAGE_SHARE): a page
+# needs that much of the region's work held back, as it needs that much of its paid capacity idle; on a cluster
+# that takes in hundreds of jobs a partition, a few waiting requests are churn. A definition relative to the
+# cluster's own demand, not a count tuned to one.
 SCHED_JOB_SHARE = SCHED_PAGE_SHARE
 DEMAND_HOUR = pd.Timedelta(hours=1)
 NO_HISTORY = "no history yet"  # the seasonal baseline before any partition of the region was recorded
@@ -345,7 +347,7 @@ def _evidence(ctx, r, share, idle_blocked, season, unseasonal, planned, shaped, 
                "waiting job" if r.fragmented_gpu_minutes >= 1 else "")
             + f") idle while {r.aged_jobs} "
             f"job(s) of the region's queues waited over {AGED_WAIT.seconds // 60} min"
-            + (f" (of {demand} in its queues in the last hour: too few for a pile-up, not paged)" if not enough else "")
+            + (f" (of {demand:.0f} its queues take in per partition: too few for a pile-up, not paged)" if not enough else "")
             + (f"; queue wait p95 {wait:.1f} min" if wait == wait else "; no queue wait recorded (no job started)")
             + f"; idle_blocked {idle_blocked:.1%} ({base_text}{'' if unseasonal else ': seasonal, not paged'})"
             + (f"; {planned}: planned capacity, not paged" if planned else "")
@@ -382,13 +384,14 @@ def _scope_in_region(ctx: PartitionContext, scope: pd.Series, region: str) -> np
     return np.array(out, dtype=bool)
 
 
-def _demand_of_hour(ctx: PartitionContext, region: str) -> int:
-    """The jobs the region's queues held at some moment of the DEMAND_HOUR before the partition's end: submitted
-    in it, or submitted before and still waiting when it began (SCHED_JOB_SHARE's denominator)."""
+def _demand_of_hour(ctx: PartitionContext, region: str) -> float:
+    """The jobs the region's queues took in per partition over the DEMAND_HOUR before the partition's end: those
+    submitted in it or submitted before and still waiting when it began, over the hour's partitions
+    (SCHED_JOB_SHARE's denominator)."""
     j = _jobs_now(ctx)
     lo = (ctx.end - DEMAND_HOUR).value
     mine = (j["region"] == region) & j["has_queue"] & (j["sub"] != _NAT) & (j["sub"] < ctx.end.value)
-    return int((mine & ((j["sub"] >= lo) | (j["left"] > lo))).sum())
+    return int((mine & ((j["sub"] >= lo) | (j["left"] > lo))).sum()) * (PARTITION / DEMAND_HOUR)
 
 
 def _recent_windows(ctx: PartitionContext) -> pd.DataFrame:
