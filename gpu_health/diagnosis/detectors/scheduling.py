@@ -43,7 +43,7 @@ SCHED_SEASONAL_MARGIN = 0.01
 # evening's pile-up) from that week's noise; two or three weeks that agree show it recurs and how much it varies
 # from week to week. Its bar is then the highest share the region showed at that hour (+-30 min) in those weeks,
 # plus the margin: with n earlier samples of the same weekly slot, a new one from the same pattern exceeds all of
-# them with probability at most 1/(n + 1) (a rank bound, whatever the distribution of the shares), about 1/13 a
+# them with probability at most 1/(n + 1) (a rank bound, whatever the distribution of the shares), about 1/27 a
 # partition with two weeks' 13 samples each before the margin and the impact floors -- the region's own
 # false-alarm budget, which holds on any cluster because it assumes nothing about its level or scatter.
 # SEASON_WEEKS weeks are read (the declared history of the loss tree, steps/registry.py), two of them suffice.
@@ -263,7 +263,7 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
     """GPUs idle beside jobs that could use them (:func:`aged_blocked`), region by region.
 
     Page: a pile-up (SCHED_MIN_JOBS jobs waited AGED_WAIT, one fewer after a scheduler change, and SCHED_JOB_SHARE
-    of the region's demand of the hour) beside idle GPUs of their queues' nodes worth SCHED_PAGE_SHARE of the
+    of the jobs its queues take in per partition) beside idle GPUs of their queues' nodes worth SCHED_PAGE_SHARE of the
     region's paid GPU-minutes (the lower bar after a change; the GPUs a maintenance window holds or returns are
     out of both) -- the scheduler's events (the waits) and the GPU telemetry (the idle GPUs) are the two witnesses
     -- outside a maintenance window. With its cause in evidence -- a scheduler change in flight that the pile-up
