@@ -303,8 +303,7 @@ def test_paged_partitions_are_read_from_the_warehouse_by_severity_and_status(sql
 def test_before_a_week_of_history_a_page_needs_its_cause_in_evidence():
     """A weekday retrain wave held by quotas cannot be told from a fault by its size before a week of history:
     without a scheduler change, a pile-up that holds single-GPU requests (any free GPU fits them: demand, quotas or
-    priorities) is a ticket, one of multi-GPU requests only (capacity in the wrong shape) pages; once the same
-    hour last week is known, the level alone decides."""
+    priorities) is a ticket, one of multi-GPU requests only (capacity in the wrong shape) pages."""
     cold = detect_scheduling(context(B2_IDLE, SINGLE, history_share=0.0))
     assert [f.severity for f in cold] == ["ticket"] and "no cause in evidence" in cold[0].evidence
     shaped = detect_scheduling(context(B2_IDLE, WAITING, history_share=0.0))
@@ -314,12 +313,88 @@ def test_before_a_week_of_history_a_page_needs_its_cause_in_evidence():
     assert [f.severity for f in detect_scheduling(context(B2_IDLE, mixed, history_share=0.0))] == ["page"]
     mixed = WAITING + SINGLE[:SCHED_MIN_JOBS]
     assert [f.severity for f in detect_scheduling(context(B2_IDLE, mixed, history_share=0.0))] == ["ticket"]
-    ctx = context(B2_IDLE, SINGLE)
-    week = pd.date_range(START - pd.Timedelta(days=7, minutes=30), START - pd.Timedelta(days=6, hours=23, minutes=30),
-                         freq="5min", inclusive="left")
-    ctx.region_history = pd.DataFrame({"partition_start": week, "region": "r1", "share_idle_blocked": 0.0})
-    warm = detect_scheduling(ctx)
-    assert [f.severity for f in warm] == ["page"] and "same hour last week" in warm[0].evidence
+
+
+def _weeks_history(start: pd.Timestamp, by_week: dict[int, float]) -> pd.DataFrame:
+    """The region's idle_blocked share at this hour of the week (+-30 min), ``by_week[k]`` k weeks ago."""
+    frames = [pd.DataFrame({"partition_start": pd.date_range(start - pd.Timedelta(days=7 * k, minutes=30),
+                                                             start - pd.Timedelta(days=7 * k) + pd.Timedelta(minutes=30),
+                                                             freq="5min", inclusive="left"),
+                            "region": "r1", "share_idle_blocked": share}) for k, share in by_week.items()]
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_a_level_alone_pages_only_on_weeks_of_this_hour_of_the_week():
+    """One week gives one sample of each weekly slot: a rise over it cannot tell a weekly pattern from noise, so a
+    pile-up with no cause in evidence is a ticket; on two or three weeks of this hour it pages above the highest
+    share the region showed at that hour, not above one sample."""
+    paid = 4 * 8 * 5
+    now = 40 / paid  # B2_IDLE's idle share
+    ctx = context(B2_IDLE, SINGLE)  # single-GPU requests: no shape, no change -- the level alone
+    ctx.region_history = _weeks_history(START, {1: 0.0})
+    (one,) = detect_scheduling(ctx)
+    assert one.severity == "ticket" and "same hour last week" in one.evidence and "no cause in evidence" in one.evidence
+    ctx.region_history = _weeks_history(START, {1: 0.0, 2: 0.0, 3: 0.0})
+    (three,) = detect_scheduling(ctx)
+    assert three.severity == "page" and "3 weeks" in three.evidence
+    # the same rise, but one of the three weeks was as high at this hour: within the region's own weekly range
+    ctx.region_history = _weeks_history(START, {1: 0.0, 2: now, 3: 0.0})
+    (seasonal,) = detect_scheduling(ctx)
+    assert seasonal.severity == "ticket" and "seasonal, not paged" in seasonal.evidence
+    # a cause in evidence (multi-GPU requests only: the shape) pages on one week above its usual share
+    ctx = context(B2_IDLE, WAITING)
+    ctx.region_history = _weeks_history(START, {1: 0.0})
+    assert [f.severity for f in detect_scheduling(ctx)] == ["page"]
+
+
+@pytest.mark.parametrize("region", [None, "*"])
+def test_a_window_that_names_only_its_nodes_is_of_their_region(region):
+    """A window with a null or '*' region that names its nodes drains those nodes' region (the inventory's): no
+    page inside it, and its backlog is planned after it."""
+    ctx = context(B2_IDLE, WAITING)
+    assert [f.severity for f in detect_scheduling(ctx)] == ["page"]
+    ctx.maintenance = pd.DataFrame({"window_id": ["mw-1"], "start": [START - pd.Timedelta(hours=2)],
+                                    "end": [START + pd.Timedelta(minutes=30)], "region": [region], "node_ids": ["i1,i2"],
+                                    "reason": ["firmware"]})
+    (f,) = detect_scheduling(ctx)
+    assert f.severity == "ticket" and "mw-1" in f.evidence
+    ctx.maintenance = ctx.maintenance.assign(end=START)  # it ended as the partition began: its backlog is planned
+    assert detect_scheduling(ctx) == []
+    ctx.maintenance = ctx.maintenance.assign(node_ids="elsewhere-7", end=START + pd.Timedelta(minutes=30))
+    (f,) = detect_scheduling(ctx)  # a node the inventory does not know: its region is unknown, planned everywhere
+    assert f.severity == "ticket"
+
+
+def test_the_evidence_shows_no_nan():
+    import re
+
+    # no waiting job started in the partition: there is no queue wait to show, and it says so
+    for found in (detect_scheduling(context(B2_IDLE, WAITING)), detect_scheduling(context(B2_IDLE, SINGLE))):
+        assert found and not any(re.search(r"\bnan\b", f.evidence, re.IGNORECASE) for f in found)
+        assert all("no queue wait recorded" in f.evidence for f in found)
+
+
+def test_a_few_jobs_among_many_of_the_hour_are_no_pile_up():
+    """SCHED_JOB_SHARE: eight waiting requests page in a region whose queues take in a few jobs a partition, not in
+    one whose queues take in hundreds (churn); the GPU evidence is the same."""
+    assert [f.severity for f in detect_scheduling(context(B2_IDLE, WAITING))] == ["page"]
+    ctx = context(B2_IDLE, WAITING)
+    busy = [(f"e-b{i}-{ev}", START - pd.Timedelta(minutes=50), f"b{i}", ev, "r1/other", 1, None if ev == "submitted" else "i1")
+            for i in range(6000) for ev in ("submitted", "started")]
+    ctx.sched = pd.concat([ctx.sched, pd.DataFrame(busy, columns=ctx.sched.columns)], ignore_index=True)
+    (f,) = detect_scheduling(ctx)
+    assert f.severity == "ticket" and "too few for a pile-up" in f.evidence
+
+
+@pytest.mark.parametrize("scope", ["b1,b2", "r1/batch"])
+def test_a_scheduler_change_scoped_by_nodes_or_queues_is_the_regions(scope):
+    changes = pd.DataFrame([("c1", START - pd.Timedelta(minutes=30), "scheduler_config", scope)],
+                           columns=["event_id", "ts", "kind", "scope"])
+    found = detect_scheduling(context(B2_IDLE, SINGLE, changes=changes, history_share=0.0))
+    assert [(f.severity, f.change_event) for f in found] == [("page", "c1")]
+    elsewhere = changes.assign(scope="r2")
+    assert [f.severity for f in detect_scheduling(context(B2_IDLE, SINGLE, changes=elsewhere, history_share=0.0))] \
+        == ["ticket"]
 
 
 def test_the_queue_of_a_maintenance_window_is_a_ticket_while_it_lasts():
@@ -477,3 +552,16 @@ def test_a_job_whose_events_name_no_queue_is_matched_against_its_regions_nodes()
     row = aged_blocked(_spread_context(spread, unnamed)).iloc[0]
     assert (row["aged_jobs"], row["shape_blocked_jobs"]) == (SCHED_MIN_JOBS, SCHED_MIN_JOBS)
     assert [f.severity for f in detect_scheduling(_spread_context(spread, unnamed))] == ["page"]
+
+
+def test_the_gpus_a_window_returns_leave_the_paid_denominator_as_their_idle_gpus_leave_the_numerator():
+    """Nodes coming back from a window are out of the pool on purpose: out of the blocked GPU-minutes
+    (_gpu_returning) and out of the paid ones, so the share is of the capacity the scheduler has."""
+    between = filler_for((SCHED_TICKET_SHARE + SCHED_PAGE_SHARE) / 2, 40)
+    assert [f.severity for f in detect_scheduling(context(B2_IDLE, WAITING, filler=between))] == ["ticket"]
+    ctx = context(B2_IDLE, WAITING, filler=between)  # the waiting jobs came 20 minutes before, after the window
+    ctx.maintenance = pd.DataFrame({"window_id": ["mw-1"], "start": [START - pd.Timedelta(minutes=50)],
+                                    "end": [START - pd.Timedelta(minutes=21)], "region": [None],
+                                    "node_ids": [",".join(f"f{i}" for i in range(between))], "reason": ["firmware"]})
+    (f,) = detect_scheduling(ctx)
+    assert f.severity == "page" and f.value > SCHED_PAGE_SHARE

@@ -16,6 +16,7 @@ import pandas as pd
 
 from gpu_health.contracts import FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES
 from gpu_health.diagnosis.detect import DEPLOY_LOOKBACK
+from gpu_health.diagnosis.detectors.scheduling import SEASON_HISTORY
 from gpu_health.diagnosis.convergence import CONVERGENCE_LOOKBACK
 from gpu_health.diagnosis.platform import RESTART_WINDOW as PLATFORM_RESTART_WINDOW
 from gpu_health.metrics import baselines as B
@@ -46,8 +47,13 @@ RENAMED = Read("gpu_telemetry", before=T.INVENTORY_LOOKBACK + T.FIVE, optional=T
 # the rejects of Finance's cost file of a window's day and of the day before (D.COST_REJECT_DAYS), filed under the
 # day's midnight: the missing_data ticket of a day whose money is null
 COST_REJECTS = Read("source_rejects", before=TO_DAY_START + D.COST_REJECT_DAYS)
-# the history of the loss tree and the alerts the scheduling detector's seasonal baseline reads
+# the alerts of the week before (the snapshot a window's first partition continues, the pages that held it)
 ALERT_HISTORY = pd.Timedelta(days=7, hours=1)
+# the history of the loss tree the scheduling detector's seasonal baseline reads (the same hour of the previous
+# SEASON_WEEKS weeks: three columns, a row per region and partition), and the scheduling pages that held it (a
+# filtered read: those rows only)
+SEASONAL_GOODPUT = Read("cluster_goodput", before=SEASON_HISTORY)
+SEASONAL_PAGES = Read("alerts", before=SEASON_HISTORY, filtered=True)
 # the KPIs' expected values: the same slot (padded) on each of the previous K.KPI_SLOT_DAYS days; the partitions
 # paged in the previous 15 days are no sample of them
 KPI_HISTORY = K.KPI_SLOT_DAYS * DAY + K.KPI_SLOT_PAD
@@ -221,7 +227,7 @@ DERIVED_STEPS = [
              Read("job_runtime_metrics", before=T.FIVE), Read("scheduler_events", before=T.SCHED_LOOKBACK),
              Read("change_events", before=DEPLOY_LOOKBACK), Read("maintenance_windows", whole=True),
              Read("goodput_leaves"), Read("step_time_baselines"), Read("job_metadata", before=T.META_LOOKBACK),
-             *INVENTORY, RENAMED, Read("cluster_goodput", before=ALERT_HISTORY), Read("alerts", before=ALERT_HISTORY),
+             *INVENTORY, RENAMED, SEASONAL_GOODPUT, Read("alerts", before=ALERT_HISTORY), SEASONAL_PAGES,
              CAPACITY, Read("source_rejects"), COST_REJECTS, Read("source_gaps"),
              Read("slo_error_budgets", before=SLO_LOOKBACK), Read("slo_version_events", before=RELEASE_LOOKBACK),
              Read("facility_telemetry"),

@@ -4,7 +4,9 @@
 detector            family       pages on (the two witnesses) / tickets on
 ==================  ===========  =====================================================================
 scheduling_blocked  scheduling   idle GPUs while jobs that could use them (same queue's nodes) have
-                                 waited over 3 minutes, above the region's seasonal share
+                                 waited over 3 minutes, a pile-up of the region's demand, above the
+                                 region's seasonal share; with no cause in evidence only on two weeks
+                                 of the hour of the week / ticket otherwise, in a maintenance window
 ==================  ===========  =====================================================================
 """
 
@@ -13,7 +15,7 @@ from collections import namedtuple
 import numpy as np
 import pandas as pd
 
-from gpu_health.constants import MAD_TO_SIGMA, CauseFamily
+from gpu_health.constants import MAD_TO_SIGMA, PARTITION, CauseFamily
 from gpu_health.diagnosis.context import (DEPLOY_LOOKBACK, _NAT, PartitionContext, _gpu_codes, _gpu_maint,
                                           _gpu_xid_fault, _job_arrays, job_table, _leaf_rows, _ns, _per_frame,
                                           _per_inventory)
@@ -36,15 +38,42 @@ _LOOSEST_TICKET = min(SCHED_TICKET_SHARE, SCHED_PAGE_SHARE, SCHED_PAGE_SHARE_AFT
 # known seasonality never pages: the region's idle_blocked share must stand one percentage point above its own
 # usual share at this hour (same hour of the week, or of the previous days at cold start)
 SCHED_SEASONAL_MARGIN = 0.01
-WEEKLY = "same hour last week"  # the seasonal baseline once a week of history exists
-# before a week of history (cold start) a weekday's pattern (a retrain wave, a cron surge held by quotas and fair
-# share) cannot be told from a fault by the level of the pile-up: it pages only with its cause in the evidence --
-# a scheduler change in flight that the pile-up followed, or a pile-up of multi-GPU requests while single-GPU
-# requests are not held (fewer than SCHED_MIN_JOBS of them: no pile-up of their own), or a pile-up of requests
-# that fit no node while their nodes' free GPUs summed would hold them (fragmentation, judged per request size:
-# single-GPU requests a quota holds beside them do not hide it). A single free GPU fits a single-GPU request, so
-# capacity in the wrong shape (fragmentation, a packing or gang-placement fault) holds back only larger requests;
-# demand, quotas and priorities hold back every size. Both are definitions, not levels, and hold on any cluster.
+# A level judged on its own against the same hour of the week needs SEASON_WEEKS_TO_PAGE previous weeks of that
+# hour: one week gives one sample per weekly slot, which cannot tell a pattern that recurs every week (Monday
+# evening's pile-up) from that week's noise; two or three weeks that agree show it recurs and how much it varies
+# from week to week. Its bar is then the highest share the region showed at that hour (+-30 min) in those weeks,
+# plus the margin: with n earlier samples of the same weekly slot, a new one from the same pattern exceeds all of
+# them with probability at most 1/(n + 1) (a rank bound, whatever the distribution of the shares), about 1/27 a
+# partition with two weeks' 13 samples each before the margin and the impact floors -- the region's own
+# false-alarm budget, which holds on any cluster because it assumes nothing about its level or scatter.
+# SEASON_WEEKS weeks are read (the declared history of the loss tree, steps/registry.py), two of them suffice.
+SEASON_WEEKS = 3
+SEASON_WEEKS_TO_PAGE = 2
+SEASON_SLOT = pd.Timedelta(minutes=30)  # the weekly slot: this hour of the week, +-30 min
+# the loss tree's history (and the scheduling pages that held it) the step reads: SEASON_WEEKS weeks and the slot
+SEASON_HISTORY = pd.Timedelta(days=7 * SEASON_WEEKS) + 2 * SEASON_SLOT
+SEASON_SLOT_SAMPLES = 6                 # a week counts once half its slot's 13 partitions are recorded
+WEEKLY = "same hour of the week"  # the seasonal baseline once SEASON_WEEKS_TO_PAGE weeks of history exist
+LAST_WEEK = "same hour last week"  # one week only: a reference for what is seasonal, no licence to page alone
+# with under SEASON_WEEKS_TO_PAGE weeks (cold start) a weekday's pattern (a retrain wave, a cron surge held by
+# quotas and fair share) cannot be told from a fault by the level of the pile-up: it pages only with its cause in
+# the evidence -- a scheduler change in flight that the pile-up followed, or a pile-up of multi-GPU requests while
+# single-GPU requests are not held (fewer than SCHED_MIN_JOBS of them: no pile-up of their own), or a pile-up of
+# requests that fit no node while their nodes' free GPUs summed would hold them (fragmentation, judged per request
+# size: single-GPU requests a quota holds beside them do not hide it). A single free GPU fits a single-GPU request,
+# so capacity in the wrong shape (fragmentation, a packing or gang-placement fault) holds back only larger
+# requests; demand, quotas and priorities hold back every size. Both are definitions, not levels, and hold on any
+# cluster.
+# Enough jobs: the evidence of a page is a pile-up, not a few requests waiting -- at least SCHED_MIN_JOBS jobs
+# held and at least SCHED_JOB_SHARE of the region's demand: the jobs its queues took in per partition over the last
+# hour (those submitted in it or still waiting when it began, over the hour's partitions). The held jobs are a
+# partition's stock, so they are compared with a partition's intake, not with the hour's (a cluster of many short
+# jobs passes hundreds an hour through its queues). The same share as the GPU floor (SCHED_PAGE_SHARE): a page
+# needs that much of the region's work held back, as it needs that much of its paid capacity idle; on a cluster
+# that takes in hundreds of jobs a partition, a few waiting requests are churn. A definition relative to the
+# cluster's own demand, not a count tuned to one.
+SCHED_JOB_SHARE = SCHED_PAGE_SHARE
+DEMAND_HOUR = pd.Timedelta(hours=1)
 NO_HISTORY = "no history yet"  # the seasonal baseline before any partition of the region was recorded
 
 
@@ -292,17 +321,18 @@ def _jobs_now(ctx: PartitionContext) -> dict:
 def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
     """GPUs idle beside jobs that could use them (:func:`aged_blocked`), region by region.
 
-    Page: a pile-up (SCHED_MIN_JOBS jobs waited AGED_WAIT; one fewer after a scheduler change) beside idle GPUs of
-    their queues' nodes worth SCHED_PAGE_SHARE of the region's paid GPU-minutes (the lower bar after a change) --
-    the scheduler's events (the waits) and the GPU telemetry (the idle GPUs) are the two witnesses -- above the
-    region's own share at this hour (SCHED_SEASONAL_MARGIN over its history), outside a maintenance window. Before
-    a week of history the weekly pattern is not known, so a page also needs its cause in the evidence: a
-    scheduler change in flight that the pile-up followed (it rose above the region's hour before the change and
-    its scatter: :func:`_bar_after_change`), or capacity in the wrong shape (only multi-GPU requests held, or
-    requests of a size no node has free while the free GPUs summed would hold them: :func:`_fragmented`);
-    otherwise it is a ticket saying so. Ticket: the same between the ticket and page bars, seasonal, planned, or
-    with no cause before a week of history. Never: a queue built by a maintenance window (while it lasts and its
-    backlog after).
+    Page: a pile-up (SCHED_MIN_JOBS jobs waited AGED_WAIT, one fewer after a scheduler change, and SCHED_JOB_SHARE
+    of the jobs its queues take in per partition) beside idle GPUs of their queues' nodes worth SCHED_PAGE_SHARE of the
+    region's paid GPU-minutes (the lower bar after a change; the GPUs a maintenance window holds or returns are
+    out of both) -- the scheduler's events (the waits) and the GPU telemetry (the idle GPUs) are the two witnesses
+    -- outside a maintenance window. With its cause in evidence -- a scheduler change in flight that the pile-up
+    followed (it rose above the region's hour before the change and its scatter: :func:`_bar_after_change`), or
+    capacity in the wrong shape (only multi-GPU requests held, or requests of a size no node has free while the
+    free GPUs summed would hold them: :func:`_fragmented`) -- it pages above the region's usual share at this
+    hour (SCHED_SEASONAL_MARGIN over it); without one, only on SEASON_WEEKS_TO_PAGE weeks of this hour of the week
+    and above the highest of them (:func:`_history_baseline`), otherwise it is a ticket saying so. Ticket: the
+    same between the ticket and page bars, seasonal, planned, too few jobs, or with no cause before the seasons
+    are known. Never: a queue built by a maintenance window (while it lasts and its backlog after).
     """
     out = []
     if ctx.sched is None or ctx.sched.empty or ctx.inventory.empty or not _jobs_now(ctx)["may_wait"].any():
@@ -310,10 +340,10 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
     ab = _aged_rows(ctx, waits=False)
     lv = ctx.leaves
     blocked_leaf = None
-    ch = ctx.changes
     sched_cfg = None  # the scheduler changes of the look-back, once a region passes the first gate
     for r in ab:
-        share = r.blocked_gpu_minutes / r.paid_gpu_minutes if r.paid_gpu_minutes else 0.0
+        paid = max(r.paid_gpu_minutes - _window_gpu_minutes(ctx, r.region), 0.0)
+        share = r.blocked_gpu_minutes / paid if paid else 0.0
         key = f"scheduling_blocked|{r.region}"
         # the loosest bars any scheduler change allows (SCHED_MIN_JOBS - 1 jobs, the ticket bar; half of both
         # to stay open): a region below them is judged no further
@@ -321,8 +351,8 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
                 key in ctx.open_baselines and r.aged_jobs >= 1 and share >= _LOOSEST_TICKET / 2):
             continue
         if sched_cfg is None:
-            sched_cfg = ch[(ch["kind"] == "scheduler_config") & (ch["ts"] >= ctx.end - DEPLOY_LOOKBACK) & (ch["ts"] < ctx.end)] if len(ch) else ch
-        cfg = sched_cfg[sched_cfg["scope"].isin([r.region, "*"])] if len(sched_cfg) else sched_cfg
+            sched_cfg = _scheduler_changes(ctx)
+        cfg = sched_cfg[_scope_in_region(ctx, sched_cfg["scope"], r.region)] if len(sched_cfg) else sched_cfg
         page_bar, jobs = (SCHED_PAGE_SHARE_AFTER_CHANGE, SCHED_MIN_JOBS - 1) if len(cfg) else (SCHED_PAGE_SHARE, SCHED_MIN_JOBS)
         ticket_bar = min(SCHED_TICKET_SHARE, page_bar)
         is_open = key in ctx.open_baselines
@@ -334,44 +364,30 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         if blocked_leaf is None:
             rows = _leaf_rows(ctx, "idle_blocked") if len(lv) else ()
             blocked_leaf = lv.iloc[rows].groupby("region")["gpu_minutes"].sum() if len(lv) else pd.Series(dtype=float)
-        base, base_from = _history_baseline(ctx.region_history, r.region, ctx.start)
+        season = _history_baseline(ctx.region_history, r.region, ctx.start)
         idle_blocked = blocked_leaf.get(r.region, 0.0) / r.paid_gpu_minutes if r.paid_gpu_minutes else 0.0
-        unseasonal = idle_blocked >= base + SCHED_SEASONAL_MARGIN
-        # before a week of history the weekly pattern (retrain waves, cron) is not known yet: a pile-up pages only
-        # with its cause in evidence (see the constants above SCHED_MIN_JOBS)
-        shaped = ((r.aged_jobs - r.aged_single_gpu_jobs >= jobs and r.aged_single_gpu_jobs < SCHED_MIN_JOBS)
-                  or _fragmented(r, jobs, ticket_bar))
+        # with its cause in evidence (see the constants above SCHED_MIN_JOBS) a pile-up above the usual share pages
+        fragmented = _fragmented(r, jobs, ticket_bar)
+        shaped = (r.aged_jobs - r.aged_single_gpu_jobs >= jobs and r.aged_single_gpu_jobs < SCHED_MIN_JOBS) or fragmented
         before = _bar_after_change(ctx.region_history, r.region, cfg.iloc[-1]["ts"]) if len(cfg) else None
-        change_caused = len(cfg) and (before is None or idle_blocked >= before)
-        uncaused = base_from != WEEKLY and not change_caused and not shaped
+        change_caused = bool(len(cfg)) and (before is None or idle_blocked >= before)
+        caused = change_caused or shaped
+        # ... without one, only a level above the highest of SEASON_WEEKS_TO_PAGE weeks of this hour of the week
+        uncaused = not caused and season.weeks < SEASON_WEEKS_TO_PAGE
+        unseasonal = idle_blocked >= season.usual + SCHED_SEASONAL_MARGIN and (
+            caused or uncaused or idle_blocked >= season.bar + SCHED_SEASONAL_MARGIN)
+        demand = _demand_of_hour(ctx, r.region)
+        enough = r.aged_jobs >= SCHED_JOB_SHARE * demand
         planned = _maintenance_in_region(ctx, r.region)
-        severity = "page" if piled_up and share >= page_bar and unseasonal and not planned and not uncaused else "ticket"
-        base_text = base_from if base_from == NO_HISTORY else f"{base_from} {base:.1%}"
-        cfg_text = f"; follows scheduler change {cfg.iloc[-1]['event_id']} at {cfg.iloc[-1]['ts']:%H:%M}" if len(cfg) else ""
-        if len(cfg) and not change_caused:
-            cfg_text += (f" (not its cause: the pile-up did not rise above {before:.1%}, the hour before it and its "
-                         "scatter)" if before == before
-                         else " (the hour before it was held by a paged incident: the pile-up predates it)")
+        severity = "page" if (piled_up and enough and share >= page_bar and unseasonal and not planned
+                              and not uncaused) else "ticket"
         out.append(Finding("scheduling_blocked", "scheduling", severity, r.region, key,
                            lost_gpu_minutes=float(r.blocked_gpu_minutes), baseline=0.0, value=share,
                            change_event=cfg.iloc[-1]["event_id"] if len(cfg) else None,
                            summary=f"GPUs idle while jobs wait in {r.region}",
-                           evidence=f"{r.blocked_gpu_minutes:.0f} GPU-minutes ({share:.1%} of paid"
-                                    + (f"; {r.fragmented_gpu_minutes:.0f} of them on nodes holding fewer than a "
-                                       "waiting request needs" if r.fragmented_gpu_minutes >= 1 else "")
-                                    + f") idle while {r.aged_jobs} "
-                                    f"job(s) of the region's queues waited over {AGED_WAIT.seconds // 60} min; queue wait p95 "
-                                    f"{_wait_p95(ctx, r.region):.1f} min; idle_blocked {idle_blocked:.1%} ({base_text}"
-                                    f"{'' if unseasonal else ': seasonal, not paged'})"
-                                    + (f"; {planned}: planned capacity, not paged" if planned else "")
-                                    + (_shape_text(r) if _fragmented(r, jobs, ticket_bar) else
-                                       f"; only multi-GPU requests held ({r.aged_single_gpu_jobs} single-GPU): free "
-                                       "capacity in the wrong shape" if shaped else "")
-                                    + ("; under a week of history and no cause in evidence (no scheduler change it "
-                                       "followed; "
-                                       f"{r.aged_single_gpu_jobs} single-GPU requests held too: demand, quotas or "
-                                       "priorities): not paged" if uncaused else "")
-                                    + cfg_text))
+                           evidence=_evidence(ctx, r, share, idle_blocked, season, unseasonal, planned, shaped,
+                                              uncaused, enough, demand, cfg, change_caused, before,
+                                              fragmented)))
     return out
 
 
@@ -388,6 +404,72 @@ def _shape_text(r: _AgedRow) -> str:
     return (f"; capacity in the wrong shape: {r.shape_blocked_jobs} request(s) of {sizes} fit no node's free GPUs "
             f"(largest free block {r.largest_free_block:.0f} GPUs per node) while the free GPUs of their nodes summed "
             f"would hold them; {r.fragmented_gpu_minutes:.0f} GPU-minutes stranded on nodes holding fewer than they need")
+
+
+def _evidence(ctx, r, share, idle_blocked, season, unseasonal, planned, shaped, uncaused, enough, demand, cfg,
+              change_caused, before, fragmented) -> str:
+    """detect_scheduling's description: the evidence a finding rests on, every figure a number (no NaN shown)."""
+    if season.source == NO_HISTORY:
+        base_text = NO_HISTORY
+    else:
+        base_text = f"{season.source} {season.usual:.1%}" + (f", highest {season.bar:.1%}" if season.bar == season.bar else "")
+    wait = _wait_p95(ctx, r.region)
+    cfg_text = f"; follows scheduler change {cfg.iloc[-1]['event_id']} at {cfg.iloc[-1]['ts']:%H:%M}" if len(cfg) else ""
+    if len(cfg) and not change_caused:
+        cfg_text += (f" (not its cause: the pile-up did not rise above {before:.1%}, the hour before it and its "
+                     "scatter)" if before == before
+                     else " (the hour before it was held by a paged incident: the pile-up predates it)")
+    return (f"{r.blocked_gpu_minutes:.0f} GPU-minutes ({share:.1%} of paid"
+            + (f"; {r.fragmented_gpu_minutes:.0f} of them on nodes holding fewer than a waiting request needs"
+               if r.fragmented_gpu_minutes >= 1 else "")
+            + f") idle while {r.aged_jobs} "
+            f"job(s) of the region's queues waited over {AGED_WAIT.seconds // 60} min"
+            + (f" (of {demand:.0f} its queues take in per partition: too few for a pile-up, not paged)" if not enough else "")
+            + (f"; queue wait p95 {wait:.1f} min" if wait == wait else "; no queue wait recorded (no job started)")
+            + f"; idle_blocked {idle_blocked:.1%} ({base_text}{'' if unseasonal else ': seasonal, not paged'})"
+            + (f"; {planned}: planned capacity, not paged" if planned else "")
+            + (_shape_text(r) if fragmented else
+               f"; only multi-GPU requests held ({r.aged_single_gpu_jobs} single-GPU): free "
+               "capacity in the wrong shape" if shaped else "")
+            + (f"; under {SEASON_WEEKS_TO_PAGE} weeks of this hour of the week and no cause in evidence (no scheduler "
+               f"change it followed; {r.aged_single_gpu_jobs} single-GPU requests held too: demand, quotas or "
+               "priorities): not paged" if uncaused else "")
+            + cfg_text)
+
+
+def _scheduler_changes(ctx: PartitionContext) -> pd.DataFrame:
+    """The scheduler configuration changes of the DEPLOY_LOOKBACK before the partition's end, in time order."""
+    ch = ctx.changes
+    if not len(ch):
+        return ch
+    return ch[(ch["kind"] == "scheduler_config") & (ch["ts"] >= ctx.end - DEPLOY_LOOKBACK) & (ch["ts"] < ctx.end)]
+
+
+def _scope_in_region(ctx: PartitionContext, scope: pd.Series, region: str) -> np.ndarray:
+    """Per change scope (a region, '*', null, or comma-separated node ids as contracts.md allows; a scheduler's
+    configuration may also name its queues): it reaches the region -- by name, everywhere, through one of its nodes
+    (the inventory's region of each) or one of its queues (the region its jobs run in)."""
+    node_region = _per_inventory(ctx, "node_region", lambda i: dict(zip(i["node_id"].astype(object),
+                                                                         i["region"].astype(object))))
+    j = _jobs_now(ctx)
+    queues = set(j["queue"][j["region"] == region])
+    out = []
+    for sc in np.asarray(scope, dtype=object):
+        if not isinstance(sc, str) or sc.strip() in ("", "*", region):
+            out.append(True)
+            continue
+        out.append(any(node_region.get(n.strip()) == region or n.strip() in queues for n in sc.split(",")))
+    return np.array(out, dtype=bool)
+
+
+def _demand_of_hour(ctx: PartitionContext, region: str) -> float:
+    """The jobs the region's queues took in per partition over the DEMAND_HOUR before the partition's end: those
+    submitted in it or submitted before and still waiting when it began, over the hour's partitions
+    (SCHED_JOB_SHARE's denominator)."""
+    j = _jobs_now(ctx)
+    lo = (ctx.end - DEMAND_HOUR).value
+    mine = (j["region"] == region) & j["has_queue"] & (j["sub"] != _NAT) & (j["sub"] < ctx.end.value)
+    return int((mine & ((j["sub"] >= lo) | (j["left"] > lo))).sum()) * (PARTITION / DEMAND_HOUR)
 
 
 def _recent_windows(ctx: PartitionContext) -> pd.DataFrame:
@@ -425,9 +507,67 @@ def _window_backlog(ctx: PartitionContext) -> dict:
     w = _recent_windows(ctx)
     if not len(w):  # (most partitions: no window ended lately)
         return out
-    for region, e in zip(np.asarray(w["region"], dtype=object), pd.DatetimeIndex(w["end"])):
-        out[region] = max(out.get(region, _NAT), pd.Timestamp(e).value)
+    for regions, e in zip(_window_regions(ctx, w), pd.DatetimeIndex(w["end"])):
+        for region in regions or ("*",):
+            out[region] = max(out.get(region, _NAT), pd.Timestamp(e).value)
     return out
+
+
+def _window_regions(ctx: PartitionContext, w: pd.DataFrame) -> list:
+    """Per window of ``w``: the regions it drains (None: every region). Its ``region`` when it names one; a window
+    whose region is null or '*' but that names its nodes drains the regions those nodes are in (the inventory's);
+    one naming neither drains every region (as maintenance_mask matches it). A node the inventory does not know
+    leaves the window's region unknown: every region, so a planned window never pages for want of a name."""
+    node_region = _per_inventory(ctx, "node_region", lambda i: dict(zip(i["node_id"].astype(object),
+                                                                         i["region"].astype(object))))
+    out = []
+    for region, ids in zip(np.asarray(w["region"], dtype=object),
+                           np.asarray(w["node_ids"] if "node_ids" in w.columns else [None] * len(w), dtype=object)):
+        if isinstance(region, str) and region not in ("", "*"):
+            out.append(frozenset([region]))
+            continue
+        nodes = [n.strip() for n in str(ids).split(",") if n.strip()] if isinstance(ids, str) else []
+        named = {node_region.get(n) for n in nodes if n != "*"}
+        out.append(None if not nodes or "*" in nodes or None in named else frozenset(named))
+    return out
+
+
+def _window_gpu_minutes(ctx: PartitionContext, region: str) -> float:
+    """GPU-minutes of the region's nodes that a window holds in this partition, or that are coming back from one
+    (:func:`_recent_windows`): capacity out of the pool on purpose, out of the paid denominator too (its idle GPUs
+    and the jobs it held are out of the numerator). A window naming no nodes holds the region's every node."""
+    w = ctx.maintenance
+    if w is None or w.empty:
+        return 0.0
+    lo, hi = _per_frame(ctx, "maintenance_ns", w, lambda f: (_ns(f["start"]), _ns(f["end"])))
+    now = (lo != _NAT) & (hi != _NAT) & (lo < ctx.end.value) & (hi > ctx.start.value)
+    recent = _recent_windows(ctx)
+    if not now.any() and not len(recent):  # (most partitions: no window holds or returns capacity)
+        return 0.0
+    inv = ctx.inventory
+    total = 0.0
+    back = set(recent.index)
+    w = w[now | w.index.isin(back)]
+    for (i, row), regions in zip(w.iterrows(), _window_regions(ctx, w)):
+        if regions is not None and region not in regions:
+            continue
+        lo, hi = pd.Timestamp(row["start"]), pd.Timestamp(row["end"])
+        if pd.isna(lo) or pd.isna(hi):
+            continue
+        ids = row["node_ids"] if "node_ids" in w.columns else None
+        named = [n.strip() for n in str(ids).split(",") if n.strip()] if isinstance(ids, str) else []
+        named = named if "*" not in named else []
+        # returning nodes, for as long again as the window lasted: the named ones, as _gpu_returning leaves out
+        # their idle GPUs (a window naming no node returns the region as a whole: it is judged again at once)
+        until = hi + (hi - lo) if i in back and named else hi
+        minutes = (min(until, ctx.end) - max(lo, ctx.start)) / pd.Timedelta(minutes=1)
+        if minutes <= 0:
+            continue
+        mine = inv[inv["region"] == region]
+        if named:
+            mine = mine[mine["node_id"].isin(named)]
+        total += minutes * float(pd.to_numeric(mine["gpus"], errors="coerce").fillna(0).sum())
+    return total
 
 
 def _gpu_returning(ctx: PartitionContext) -> np.ndarray:
@@ -449,7 +589,12 @@ def _maintenance_in_region(ctx: PartitionContext, region: str) -> str | None:
     w = ctx.maintenance
     if w is None or w.empty:
         return None
-    hit = w[(w["start"] < ctx.end) & (w["end"] > ctx.start) & w["region"].astype(object).isin([region, "*"])]
+    now = ((w["start"] < ctx.end) & (w["end"] > ctx.start)).to_numpy(dtype=bool)
+    if not now.any():
+        return None
+    # (a window with a null or '*' region that names its nodes is of those nodes' regions: _window_regions)
+    mine = np.array([r is None or region in r for r in _window_regions(ctx, w[now])], dtype=bool)
+    hit = w[now][mine]
     if hit.empty:
         return None
     first = hit.sort_values("start").iloc[0]
@@ -482,28 +627,42 @@ def _bar_after_change(hist: pd.DataFrame, region: str, change_ts: pd.Timestamp) 
     return mid + max(SCHED_SEASONAL_MARGIN, CHANGE_RISE_SIGMAS * sigma)
 
 
-def _history_baseline(hist: pd.DataFrame, region: str, start: pd.Timestamp) -> tuple[float, str]:
-    """The region's usual idle_blocked share at this hour, and where it comes from.
+Season = namedtuple("Season", ["usual", "bar", "source", "weeks"])
 
-    The same hour of the week (+-30 min, 7 days back) once a week of history exists; before that (cold
-    start) the median of the same hour on the previous days, and with under two such days the median of the
-    trailing two hours. Partitions a scheduling page held are left out by the caller (incidents do not teach
-    the baseline).
+
+def _history_baseline(hist: pd.DataFrame, region: str, start: pd.Timestamp) -> Season:
+    """The region's usual idle_blocked share at this hour, the bar a level must pass to page on its own (NaN:
+    no such bar yet), where they come from and how many weeks of this hour of the week were recorded.
+
+    The same hour of the week (+-SEASON_SLOT in each of the SEASON_WEEKS weeks before): with SEASON_WEEKS_TO_PAGE
+    weeks, usual is the median of their samples and the bar their highest (see the constants); with one week,
+    that week's median is what is seasonal, with no bar. Before a week (cold start) the median of the same hour
+    on the previous days, and with under two such days the median of the trailing two hours. Partitions a
+    scheduling page held are left out by the caller (incidents do not teach the baseline).
     """
     if hist is None or hist.empty:
-        return 0.0, NO_HISTORY
+        return Season(0.0, np.nan, NO_HISTORY, 0)
     h = hist[(hist["region"] == region) & hist["share_idle_blocked"].notna()]
+    weeks = []
+    for k in range(1, SEASON_WEEKS + 1):
+        at = start - pd.Timedelta(days=7 * k)
+        week = h[(h["partition_start"] - at).abs() <= SEASON_SLOT]["share_idle_blocked"]
+        if len(week) >= SEASON_SLOT_SAMPLES:
+            weeks.append(week.to_numpy(dtype=float))
+    if len(weeks) >= SEASON_WEEKS_TO_PAGE:
+        samples = np.concatenate(weeks)
+        return Season(float(np.median(samples)), float(samples.max()), f"{WEEKLY}, {len(weeks)} weeks", len(weeks))
+    if weeks:
+        return Season(float(np.median(weeks[0])), np.nan, LAST_WEEK, 1)
     tod = (h["partition_start"] - h["partition_start"].dt.normalize())
     target = start - start.normalize()
-    same_hour = h[((tod - target).abs() <= pd.Timedelta(minutes=30)) & (h["partition_start"] < start - pd.Timedelta(hours=12))]
-    last_week = same_hour[same_hour["partition_start"] <= start - pd.Timedelta(days=6, hours=12)]["share_idle_blocked"]
-    if len(last_week) >= 6:
-        return float(last_week.median()), WEEKLY
+    same_hour = h[((tod - target).abs() <= SEASON_SLOT) & (h["partition_start"] < start - pd.Timedelta(hours=12))]
     days = same_hour.groupby((same_hour["partition_start"] - target + pd.Timedelta(hours=12)).dt.normalize())["share_idle_blocked"].median()
     if len(days) >= 2:
-        return float(days.median()), f"same hour, median of the last {len(days)} days"
+        return Season(float(days.median()), np.nan, f"same hour, median of the last {len(days)} days", 0)
     trailing = h[(h["partition_start"] >= start - pd.Timedelta(hours=2)) & (h["partition_start"] < start)]["share_idle_blocked"]
-    return (float(trailing.median()), "trailing two hours") if len(trailing) else (0.0, NO_HISTORY)
+    return Season(float(trailing.median()), np.nan, "trailing two hours", 0) if len(trailing) else \
+        Season(0.0, np.nan, NO_HISTORY, 0)
 
 
 RUNBOOKS = {
