@@ -279,6 +279,7 @@ def moved_gpus(inputs: Inputs, segments, gpu: pd.DataFrame) -> pd.DataFrame:
     minutes = pd.timedelta_range(0, FIVE, freq="1min", closed="left")
     at = pd.DatetimeIndex(moved["partition_start"]).repeat(len(minutes)) + np.tile(minutes, len(moved))
     moved = moved.iloc[np.arange(len(moved)).repeat(len(minutes))].assign(ts=at)
+    moved = moved[(moved["ts"] >= start) & (moved["ts"] < end)]  # (a window's edge inside a partition)
     return moved[MOVED_COLUMNS].sort_values(["ts", "gpu_uuid"], kind="stable").reset_index(drop=True)
 
 
