@@ -703,3 +703,55 @@ def test_a_renamed_node_in_an_unpriced_region_is_paid_once(quiet_zone, tmp_path,
     nodes = wh.read_window("goodput_node_states", BAD, END)
     assert nodes.loc[nodes["node_id"] == node, "gpu_minutes"].sum() == 0
     assert set(_tickets(wh, "node_renamed|")["key"]) == {f"node_renamed|{region}"}
+
+
+# --- two renames in one region ------------------------------------------------------------------------
+# Hosts are re-imaged at any minute, not on partition boundaries, and may stay dark a while first; the new
+# name's exporter drops a minute now and then like any other. Each rename is the data's fault: both old names
+# get the node_renamed ticket, neither is missing hardware.
+
+def _rename_at(root: Path, node: str, new: str, since: pd.Timestamp, dark: pd.Timedelta = pd.Timedelta(0)) -> None:
+    """``node``'s rows silent in [since, since + dark), then under ``new``; gpu_telemetry's ``ts`` is per minute."""
+    for p in PARTITIONS:
+        for f in _node_tables(root, p):
+            frame = pd.read_parquet(f)
+            ts = frame["ts"] if "ts" in frame.columns else pd.Series(p, index=frame.index)
+            mine = (frame["node_id"].astype(object) == node).to_numpy()
+            keep = ~(mine & (ts >= since).to_numpy() & (ts < since + dark).to_numpy())
+            frame = frame.assign(node_id=frame["node_id"].astype(object).where(~(mine & (ts >= since + dark).to_numpy()), new))
+            frame[keep].to_parquet(f, index=False)
+
+
+def test_two_renames_in_one_region_are_tickets_not_missing_hardware(quiet_zone, tmp_path, monkeypatch):
+    monkeypatch.setenv("GPU_HEALTH_WAREHOUSE_CACHE", "0")
+    root = tmp_path / "landing"
+    shutil.copytree(quiet_zone, root)
+    gpu = pd.read_parquet(_file(root, "gpu_telemetry")).astype({"node_id": object, "region": object})
+    region = gpu["region"].iloc[0]
+    dark, mid = sorted(gpu.loc[gpu["region"] == region, "node_id"].unique())[:2]
+    # one host dark for a partition, back under a new name; then one renamed in the middle of a partition
+    _rename_at(root, dark, dark + "-new", PARTITIONS[1], dark=FIVE)
+    _rename_at(root, mid, mid + "-new", BAD + pd.Timedelta(minutes=2))
+    gap = PARTITIONS[4] + pd.Timedelta(minutes=2)  # a minute the new name's GPU exporter drops
+    path = partition_path(root, "gpu_telemetry", PARTITIONS[4])
+    rows = pd.read_parquet(path)
+    rows[~((rows["node_id"].astype(object) == dark + "-new") & (rows["ts"] == gap)).to_numpy()].to_parquet(path, index=False)
+    url = f"sqlite:///{tmp_path / 'warehouse.db'}"
+    run(iso(START), iso(END), landing=str(root), warehouse=url, quiet=True, direct=True)
+    wh = Warehouse(url)
+    alerts = wh.read_window("alerts")
+    assert alerts[alerts["severity"] == "page"].empty, alerts[alerts["severity"] == "page"][["detector", "summary"]]
+    text = alerts["summary"].astype(str) + " " + alerts["description"].astype(str)
+    hw = text[(alerts["detector"] == "hardware_fault").to_numpy()]
+    assert not hw.str.contains(f"{dark}|{mid}").any(), hw.tolist()
+    renamed = _tickets(wh, "node_renamed|")
+    said = (renamed["summary"] + " " + renamed["description"]).tolist()
+    assert set(renamed["key"]) == {f"node_renamed|{region}"} and (renamed["cause_family"] == "missing_data").all()
+    # once both old names are silent for a whole partition, both are named
+    both = renamed[renamed["partition_start"] >= PARTITIONS[3]]
+    assert set(both["partition_start"]) == set(PARTITIONS[3:]), said
+    assert all(f"{dark} -> {dark}-new" in s and f"{mid} -> {mid}-new" in s for s in both["description"]), said
+    # the old names hold nothing once their GPUs report under the new names, even in the new name's gap
+    nodes = wh.read_window("goodput_node_states", PARTITIONS[3], END)
+    old = nodes[nodes["node_id"].isin([dark, mid])]
+    assert old["gpu_minutes"].sum() == 0, old

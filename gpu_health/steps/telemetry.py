@@ -230,8 +230,11 @@ def moved_gpus(inputs: Inputs, segments, gpu: pd.DataFrame) -> pd.DataFrame:
     node of the partition's inventory that reports no GPU in the partition has moved when the UUIDs it reported at
     its last report (within INVENTORY_LOOKBACK) report in the partition under another name. Those UUIDs are read
     only where it can be: a node silent in the partition while a node reports that did not report at the silent
-    node's last report (a name new since). ``segments``: :func:`inventory_segments` of the window; ``gpu``: the
-    window's gpu_telemetry (ts, node_id, gpu_uuid)."""
+    node's last report, or first reported in it (a name new since: a host re-imaged in the middle of a partition
+    reports under both names in that one). A moved GPU is held by its new name for the whole partition, every
+    minute of it, including minutes its new name's exporter dropped: those are the new name's gap, never the old
+    name's. ``segments``: :func:`inventory_segments` of the window; ``gpu``: the window's gpu_telemetry (ts,
+    node_id, gpu_uuid)."""
     empty = pd.DataFrame(columns=MOVED_COLUMNS)
     start, end = inputs.start, inputs.end
     if gpu is None or gpu.empty:
@@ -241,6 +244,8 @@ def moved_gpus(inputs: Inputs, segments, gpu: pd.DataFrame) -> pd.DataFrame:
     seen = seen[seen["gpus_seen"] > 0]
     reporting = {p: set(n) for p, n in seen["node_id"].astype(object).groupby(seen["partition_start"])}
     reports = {n: np.sort(pd.DatetimeIndex(ps).asi8) for n, ps in seen["partition_start"].groupby(seen["node_id"].astype(object))}
+    # each partition's newest name: the latest first report (within the read) of the nodes reporting in it
+    newest = {p: max(reports[n][0] for n in now) for p, now in reporting.items()}
     wanted = []  # (partition, silent node, its last report before it)
     for s0, s1, inventory in segments:
         known = dict(zip(inventory["node_id"], zip(inventory["region"], inventory["sku"])))
@@ -254,7 +259,7 @@ def moved_gpus(inputs: Inputs, segments, gpu: pd.DataFrame) -> pd.DataFrame:
                 if not i or times[i - 1] < (p - INVENTORY_LOOKBACK).value:
                     continue  # not heard from in the look-back (a silent region's node as of its last report)
                 last = pd.Timestamp(times[i - 1], tz="UTC")
-                if now - reporting.get(last, set()):
+                if newest[p] >= last.value or now - reporting.get(last, set()):
                     wanted.append((p, node, last, *known[node]))
     if not wanted:
         return empty
@@ -270,8 +275,12 @@ def moved_gpus(inputs: Inputs, segments, gpu: pd.DataFrame) -> pd.DataFrame:
     now = pd.DataFrame({"ts": now["ts"].dt.floor("1min"), "partition_start": now["ts"].dt.floor(PARTITION_FREQ),
                         "gpu_uuid": now["gpu_uuid"].astype(object), "new_node": now["node_id"].astype(object)})
     moved = now.merge(known[["partition_start", "gpu_uuid", "node_id", "region", "sku"]], on=["partition_start", "gpu_uuid"])
-    moved = moved[moved["new_node"] != moved["node_id"]]
-    return moved.drop_duplicates(["ts", "gpu_uuid", "node_id"])[MOVED_COLUMNS].reset_index(drop=True)
+    moved = moved[moved["new_node"] != moved["node_id"]].drop_duplicates(["partition_start", "gpu_uuid", "node_id"])
+    minutes = pd.timedelta_range(0, FIVE, freq="1min", closed="left")
+    at = pd.DatetimeIndex(moved["partition_start"]).repeat(len(minutes)) + np.tile(minutes, len(moved))
+    moved = moved.iloc[np.arange(len(moved)).repeat(len(minutes))].assign(ts=at)
+    moved = moved[(moved["ts"] >= start) & (moved["ts"] < end)]  # (a window's edge inside a partition)
+    return moved[MOVED_COLUMNS].sort_values(["ts", "gpu_uuid"], kind="stable").reset_index(drop=True)
 
 
 def inventory_union(segments) -> pd.DataFrame:
