@@ -196,6 +196,11 @@ def test_throttling_with_the_clock_at_its_peers_or_on_idle_gpus_tickets():
     # the clock stepped down on GPUs that run no kernel (an idle notebook): nothing is slowed either
     (f,) = detect_thermal(context(gpu=throttled_node(clock=1100.0, util=0.5), leaves=slowdown({})))
     assert f.severity == "ticket"
+    # a collector without the SM clock: no measure of the loss on the device (missing data), a ticket
+    unclocked = throttled_node(clock=1100.0)
+    unclocked["sm_clock_mhz"] = np.nan
+    (f,) = detect_thermal(context(gpu=unclocked, leaves=slowdown({})))
+    assert f.severity == "ticket"
     # the clock stepped down on every node of the SKU: no unthrottled GPU to measure it against, no cause of its own
     everywhere = gpu_rows(temp={n: 88.0 for n in NODES}, throttle={n: 0x40 for n in NODES})
     everywhere["sm_clock_mhz"] = 1100.0
