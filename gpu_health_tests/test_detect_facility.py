@@ -170,6 +170,44 @@ def test_throttling_that_slows_the_jobs_with_a_cause_pages_and_without_a_cause_t
     assert f.severity == "ticket"
 
 
+def throttled_node(clock: float, util: float = 95.0, node="n3") -> pd.DataFrame:
+    """``node``'s 8 GPUs at 88 C with the hardware-thermal bit and their SM clock at ``clock`` MHz (the same SKU's
+    other busy GPUs stay at 1900 MHz), running kernels at ``util`` %."""
+    g = gpu_rows(temp={node: 88.0}, throttle={node: 0x40})
+    on = (g["node_id"] == node).to_numpy()
+    g.loc[on, "sm_clock_mhz"], g.loc[on, "gpu_util_pct"] = clock, util
+    return g
+
+
+def test_a_busy_job_without_step_metrics_on_a_clock_stepped_down_gpu_pages():
+    # the job reports no training metrics, so the loss tree has no step time to slow (its minutes read productive):
+    # the device itself shows the loss, the SM clock at 58 % of the same SKU's busy GPUs while it runs kernels
+    (f,) = detect_thermal(context(gpu=throttled_node(clock=1100.0), leaves=slowdown({})))
+    assert (f.family, f.severity, f.nodes) == ("hardware", "page", ["n3"])
+    assert "SM clock" in f.evidence and "warmer than" in f.evidence
+    assert f.lost_gpu_minutes > 0
+
+
+def test_throttling_with_the_clock_at_its_peers_or_on_idle_gpus_tickets():
+    # five minutes of the bit at the slowdown temperature, the clock where the SKU's other busy GPUs run and no
+    # slowdown in the loss tree: no job slowed, a ticket
+    (f,) = detect_thermal(context(gpu=throttled_node(clock=1900.0), leaves=slowdown({})))
+    assert f.severity == "ticket" and "no job slowed" in f.summary
+    # the clock stepped down on GPUs that run no kernel (an idle notebook): nothing is slowed either
+    (f,) = detect_thermal(context(gpu=throttled_node(clock=1100.0, util=0.5), leaves=slowdown({})))
+    assert f.severity == "ticket"
+    # a collector without the SM clock: no measure of the loss on the device (missing data), a ticket
+    unclocked = throttled_node(clock=1100.0)
+    unclocked["sm_clock_mhz"] = np.nan
+    (f,) = detect_thermal(context(gpu=unclocked, leaves=slowdown({})))
+    assert f.severity == "ticket"
+    # the clock stepped down on every node of the SKU: no unthrottled GPU to measure it against, no cause of its own
+    everywhere = gpu_rows(temp={n: 88.0 for n in NODES}, throttle={n: 0x40 for n in NODES})
+    everywhere["sm_clock_mhz"] = 1100.0
+    (f,) = detect_thermal(context(gpu=everywhere, leaves=slowdown({})))
+    assert f.severity == "ticket"
+
+
 def test_a_node_throttling_briefly_again_and_again_is_one_ticket():
     from gpu_health.diagnosis import alerts as A
 

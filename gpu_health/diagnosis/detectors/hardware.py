@@ -11,8 +11,11 @@ hardware_fault      hardware     two independent channels on one node: a GPU-fau
                                  >10 % of a region's nodes at once: one systemic alert naming what
                                  they share. Ticket: one channel, or GPUs still gone after a fault.
 thermal_throttle    hardware     thermal clock-event bits AND temperature >= 83 C on busy GPUs (a GPU
-                                 whose collector exposes no temperature or bits is not judged); the
-                                 nodes of a rack with a hot inlet are left to rack_cooling
+                                 whose collector exposes no temperature or bits is not judged); pages
+                                 with an impact (the loss tree's compute slowdown, or the busy GPUs'
+                                 SM clock under their SKU's unthrottled one: jobs without step
+                                 metrics) AND a cause (inlet, the node's cooling); the nodes of a
+                                 rack with a hot inlet are left to rack_cooling
                                  (gpu_health.diagnosis.facility.defer_to_rack); a node throttling
                                  again within a day re-opens its one ticket (alerts.HISTORY_TICKETS)
 ==================  ===========  =====================================================================
@@ -23,7 +26,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from gpu_health.constants import THERMAL_BITS, THERMAL_TEMP_C, XID_GPU_FAULT, CauseFamily
+from gpu_health.constants import (KERNEL_ACTIVE_UTIL_PCT, SLOW_THROTTLE_BITS, THERMAL_BITS, THERMAL_TEMP_C,
+                                  XID_GPU_FAULT, CauseFamily)
 from gpu_health.diagnosis.context import (DEPLOY_LOOKBACK, MIN_MISSING_MINUTES, _MINUTE_NS, _NAT, PartitionContext,
                                           _gpu_codes, _gpu_maint, _gpu_minute, _gpu_xid_fault, _in_maintenance, _ns,
                                           _per_inventory, _scope_nodes, _state, _ts_slice, _windows_now)
@@ -350,7 +354,9 @@ def detect_thermal(ctx: PartitionContext) -> list[Finding]:
     exported) for MIN_THERMAL_GPU_MINUTES on a node, one finding per region.
 
     Page: on a node whose throttling costs work -- the loss tree's slowdown_compute on it reaches what the
-    smallest thermal clock step costs on its throttled busy GPU-minutes (THERMAL_CLOCK_RATIO) -- AND whose heat
+    smallest thermal clock step costs on its throttled busy GPU-minutes (THERMAL_CLOCK_RATIO), or the device shows
+    that cost itself (:func:`_clock_loss`: the SM clock of its throttled GPUs running kernels against the same SKU's
+    unthrottled busy GPUs, for jobs that report no step time to slow) -- AND whose heat
     has a cause of its own (:func:`gpu_health.diagnosis.facility.thermal_causes`: its rack's inlet, or its GPUs
     warmer than the same SKU's elsewhere). Ticket otherwise: a GPU meeting its slowdown temperature under a heavy
     kernel with no job slowed is the node's history, kept under the region's one alert key (re-opened and
@@ -362,7 +368,8 @@ def detect_thermal(ctx: PartitionContext) -> list[Finding]:
     at_temp = (g["temp_c"] >= THERMAL_TEMP_C).to_numpy(dtype=bool, na_value=False)
     bits = (g["throttle_reasons"].fillna(0).astype("int64") & THERMAL_BITS) > 0
     by_clock = _clock_stepped_down(g, at_temp)
-    hot = g[(bits.to_numpy(dtype=bool) & at_temp) | by_clock]
+    throttled = (bits.to_numpy(dtype=bool) & at_temp) | by_clock
+    hot = g[throttled].assign(ref_clock=_unthrottled_clock(g, at_temp)[throttled])
     hot = hot[~_in_maintenance(ctx, hot["node_id"], hot["region"])]
     no_bits = int(by_clock.sum())
     for region, grp in hot.groupby("region"):
@@ -375,10 +382,18 @@ def detect_thermal(ctx: PartitionContext) -> list[Finding]:
         busy = sub[sub["job_id"].notna()].groupby("node_id").size()  # throttled GPU-minutes a job held
         slow = _state(ctx, "slowdown_compute", ["region", "node_id"])
         lost_on = {n: float(v) for (r, n), v in slow.items() if r == region and n in nodes}
-        lost = float(sum(lost_on.values()))
         # a thermal step takes at least 1 - THERMAL_CLOCK_RATIO of the clock: a job bound by the GPU loses at least
         # that share of the throttled minutes; a loss tree showing less on the node saw no job slowed by it
         slowed = [n for n in nodes if busy.get(n, 0) > 0 and lost_on.get(n, 0.0) >= (1 - THERMAL_CLOCK_RATIO) * busy[n]]
+        # the device's own measure, for jobs whose step time the loss tree cannot see (no training metrics)
+        clock = _clock_loss(sub)
+        by_device = [n for n in nodes if n not in slowed and n in clock.index
+                     and clock.at[n, "busy"] >= MIN_THERMAL_GPU_MINUTES
+                     and clock.at[n, "lost"] >= (1 - THERMAL_CLOCK_RATIO) * clock.at[n, "busy"]]
+        slowed = sorted(slowed + by_device)
+        for n in by_device:
+            lost_on[n] = max(lost_on.get(n, 0.0), float(clock.at[n, "lost"]))
+        lost = float(sum(lost_on.values()))
         causes = thermal_causes(ctx, nodes)
         paging = [n for n in slowed if n in causes]
         if paging:
@@ -397,6 +412,10 @@ def detect_thermal(ctx: PartitionContext) -> list[Finding]:
                                     f"{sub['temp_c'].max():.0f} C{_median_clock(sub)}; "
                                     f"{lost:.0f} GPU-minutes of compute slowdown"
                                     + (f" (jobs slowed on {', '.join(slowed)})" if slowed else "")
+                                    + "".join(f"; {n}: {clock.at[n, 'lost']:.0f} GPU-minutes lost to the SM clock on "
+                                              f"{clock.at[n, 'busy']:.0f} busy GPU-minutes (median "
+                                              f"{clock.at[n, 'clock']:.0f} MHz against {clock.at[n, 'ref']:.0f} MHz on "
+                                              "the SKU's unthrottled busy GPUs)" for n in by_device)
                                     + "".join(f"; {n}: {c}" for n, c in sorted(causes.items()))
                                     + (f" ({no_bits} of the GPU-minutes from a collector without clock-event reasons: "
                                        f"slowdown temperature and an SM clock under {THERMAL_CLOCK_RATIO:.0%} of the "
@@ -418,11 +437,52 @@ def _clock_stepped_down(g: pd.DataFrame, at_temp: np.ndarray) -> np.ndarray:
     if not cand.any():
         return np.zeros(len(g), dtype=bool)
     clock = g["sm_clock_mhz"].to_numpy(dtype=float, na_value=np.nan)
-    sku = g["sku"].astype(object).to_numpy()
-    peers = g["job_id"].notna().to_numpy(dtype=bool) & ~at_temp & np.isfinite(clock)
-    ref = pd.Series(clock[peers]).groupby(sku[peers]).median()
-    ref_row = pd.Series(sku).map(ref).to_numpy(dtype=float, na_value=np.nan)
+    ref_row = _sku_median_clock(g, g["job_id"].notna().to_numpy(dtype=bool) & ~at_temp)
     return cand & np.isfinite(ref_row) & (clock < THERMAL_CLOCK_RATIO * ref_row)
+
+
+def _sku_median_clock(g: pd.DataFrame, peers: np.ndarray) -> np.ndarray:
+    """Per row of ``g``: the median SM clock of the ``peers`` rows of its SKU that report one (NaN without any)."""
+    clock = g["sm_clock_mhz"].to_numpy(dtype=float, na_value=np.nan)
+    sku = g["sku"].astype(object).to_numpy()
+    peers = peers & np.isfinite(clock)
+    ref = pd.Series(clock[peers]).groupby(sku[peers]).median()
+    return pd.Series(sku).map(ref).to_numpy(dtype=float, na_value=np.nan)
+
+
+def _kernel_active(g: pd.DataFrame) -> np.ndarray:
+    """Rows whose GPU ran a kernel for a job in the minute (KERNEL_ACTIVE_UTIL_PCT)."""
+    util = g["gpu_util_pct"].to_numpy(dtype=float, na_value=np.nan)
+    return g["job_id"].notna().to_numpy(dtype=bool) & (util >= KERNEL_ACTIVE_UTIL_PCT)
+
+
+def _unthrottled_clock(g: pd.DataFrame, at_temp: np.ndarray) -> np.ndarray:
+    """Per row: the clock its SKU gives work when nothing slows it -- the median SM clock of the same SKU's GPUs
+    running kernels in the partition below the slowdown temperature with no slow-down clock-event reason
+    (SLOW_THROTTLE_BITS). Those GPUs run at the application clock, or boost above it (DCGM exports the application
+    clock, but the telemetry contract carries only the actual one); the power cap is a loaded GPU's normal operating
+    point and stays in. NaN where no such GPU of the SKU reports a clock: no reference, no measure."""
+    reasons = g["throttle_reasons"].to_numpy(dtype=float, na_value=np.nan)
+    slowed = np.isfinite(reasons) & ((np.nan_to_num(reasons).astype(np.int64) & SLOW_THROTTLE_BITS) > 0)
+    return _sku_median_clock(g, _kernel_active(g) & ~at_temp & ~slowed)
+
+
+def _clock_loss(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per node of the throttled ``rows``: GPU-minutes lost to the clock (``lost``) against their ``ref_clock``
+    (:func:`_unthrottled_clock`) on the GPU-minutes a job ran kernels at a known clock and reference (``busy``), the
+    median clock and reference. A kernel bound by the SMs
+    runs in proportion to the SM clock, so a busy minute at ``clock`` does ``clock / ref`` of a minute's work
+    (memory-bound kernels lose less: an upper bound, as the loss tree's step time is the measure where a job
+    reports one). This needs no training metrics: a job that reports none is missing data, not unslowed."""
+    clock = rows["sm_clock_mhz"].to_numpy(dtype=float, na_value=np.nan)
+    ref = rows["ref_clock"].to_numpy(dtype=float)
+    on = _kernel_active(rows) & np.isfinite(clock) & np.isfinite(ref) & (ref > 0)
+    if not on.any():
+        return pd.DataFrame(columns=["busy", "lost", "clock", "ref"])
+    d = pd.DataFrame({"node_id": rows["node_id"].astype(object).to_numpy()[on], "clock": clock[on], "ref": ref[on],
+                      "lost": np.clip(1 - clock[on] / ref[on], 0.0, 1.0)})
+    return d.groupby("node_id").agg(busy=("lost", "size"), lost=("lost", "sum"), clock=("clock", "median"),
+                                    ref=("ref", "median"))
 
 
 RUNBOOKS = {
