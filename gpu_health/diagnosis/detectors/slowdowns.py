@@ -172,7 +172,9 @@ def detect_slowdowns(ctx: PartitionContext) -> list[Finding]:
                        else "retransmits not exported")
         total = float(grp["slow"].sum())
         bad_nodes = sorted(set(bad["node_id"])) or nodes
-        matters, impact = _impact(ctx, region, total, len(_measured_jobs(ctx, nodes)), jobs_needed=1)
+        # (the loss is the slowdown_network leaves: step times the jobs reported, so it has its jobs by construction;
+        # no count of them is asked beside the GPU-minutes floor)
+        matters, impact = _impact(ctx, region, total, 0, jobs_needed=0)
         out.append(Finding("network_slowdown", "network", "page" if len(bad) and matters else "ticket", region,
                            f"network_slowdown|{region}", nodes=bad_nodes, lost_gpu_minutes=total,
                            value=float(total / max(grp["den"].sum(), 1e-9)),
@@ -202,8 +204,9 @@ def _impact(ctx: PartitionContext, region: str, lost: float, jobs: int, jobs_nee
     paid = float(ctx.leaves.loc[ctx.leaves["region"] == region, "gpu_minutes"].sum())
     floor = IMPACT_PAGE_SHARE * paid
     matters = paid > 0 and lost >= floor and jobs >= jobs_needed
-    return matters, (f"impact {lost:.0f} GPU-minutes on {jobs} job(s) against a page floor of {floor:.0f} "
-                     f"({IMPACT_PAGE_SHARE:.1%} of the region's {paid:.0f} paid GPU-minutes) and {jobs_needed} job(s)"
+    return matters, (f"impact {lost:.0f} GPU-minutes" + (f" on {jobs} job(s)" if jobs_needed else "")
+                     + f" against a page floor of {floor:.0f} ({IMPACT_PAGE_SHARE:.1%} of the region's {paid:.0f} "
+                     "paid GPU-minutes)" + (f" and {jobs_needed} job(s)" if jobs_needed else "")
                      + ("" if matters else ": under the floor, a ticket"))
 
 
