@@ -5,10 +5,12 @@ same minutes (``deploy_regression``).
 detector            family       pages on (the two witnesses) / tickets on
 ==================  ===========  =====================================================================
 deploy_regression   software     a change event's cohort worse than the rest in the same minutes:
-                                 job failure rate (Fisher exact test + rate-ratio floor) of the jobs
-                                 started on a node after the change reached it, or of the jobs that
-                                 ended on it, failures on 2+ of its nodes; or step time over baseline
-                                 (Mann-Whitney cohort judge + effect floor)
+                                 job failure rate (Fisher exact test + rate-ratio floor, all failures
+                                 and those naming the GPU stack) of the jobs started on a node since
+                                 the change reached it, or of the jobs that ended on it, counted since
+                                 the change, failures on 2+ of its nodes, and worse than its nodes'
+                                 own hour before; or step time over baseline (Mann-Whitney cohort
+                                 judge + effect floor)
 ==================  ===========  =====================================================================
 
 Hung trainers (``training_stall``) are software too: gpu_health.diagnosis.detectors.stalls.
@@ -173,8 +175,8 @@ def _node_cohort_failures(ctx: PartitionContext, ev) -> Finding | None:
                          else pd.NaT for p in runs["node_ids"]], index=runs.index, dtype=runs["start"].dtype)
     touched, placed = reached.notna(), runs["node_ids"].notna()
     started, ended = runs["start"] >= ev.ts, runs["end"] >= ev.ts
-    # the cohort's own reference: its nodes' runs started in the hour before the change that ended before it reached
-    # them (what the old version did on the same nodes, their jobs and their users)
+    # the cohort's own reference: its nodes' runs that ended in the hour before the change reached them (what the old
+    # version did on the same nodes, for their jobs and their users)
     own = (touched & (runs["start"] < ev.ts) & (runs["end"] < reached)).to_numpy(dtype=bool)
     # the looks that spend the false-alarm rate on the started witness are those since a job first started on the new
     # version: before that its cohort is empty (a rollout drains its nodes first) and no look could page
@@ -192,18 +194,20 @@ def _node_cohort_failures(ctx: PartitionContext, ev) -> Finding | None:
         kinds = [("", failed)] + ([(" with a reason naming the GPU stack", gpu)]
                                   if (failed[judged] != gpu[judged]).any() else [])
         for how, fail in kinds:
-            f = _failure_test(ctx, ev, runs, fail, new, old, own, cohort, alpha / len(witnesses) / len(kinds),
-                              name + how, waves)
+            f = _failure_test(ctx, ev, runs, fail, (new, old, own), cohort, alpha / len(witnesses) / len(kinds),
+                              (name, how), waves)
             if f is not None:
                 return f
     return None
 
 
-def _failure_test(ctx: PartitionContext, ev, runs: pd.DataFrame, failed: np.ndarray, new: np.ndarray, old: np.ndarray,
-                  own: np.ndarray, cohort: set, alpha: float, witness: str, waves: list[str]) -> Finding | None:
-    """Fisher's exact test of the ``failed`` ``new`` runs against the ``old``; the finding when they fail
-    significantly (``alpha``) and FAILURE_RATE_RATIO times as often as the ``old`` runs and as the cohort's ``own``
-    runs of the hour before (when it had some), on MIN_FAILED_NODES of the change's nodes."""
+def _failure_test(ctx: PartitionContext, ev, runs: pd.DataFrame, failed: np.ndarray, groups: tuple, cohort: set,
+                  alpha: float, witness: tuple[str, str], waves: list[str]) -> Finding | None:
+    """Fisher's exact test of the ``failed`` runs of the ``new`` group against the ``old`` (``groups``: the masks of
+    the runs ``new``, ``old`` and the cohort's ``own`` of the hour before); the finding when they fail significantly
+    (``alpha``) and FAILURE_RATE_RATIO times as often as the ``old`` runs and as the ``own`` runs (when there were
+    some), on MIN_FAILED_NODES of the change's nodes. ``witness``: which runs (started / ended), which failures."""
+    new, old, own = groups
     a, b = int((new & failed).sum()), int((new & ~failed).sum())
     c, d = int((old & failed).sum()), int((old & ~failed).sum())
     if a < MIN_COHORT_FAILURES:
@@ -231,15 +235,15 @@ def _failure_test(ctx: PartitionContext, ev, runs: pd.DataFrame, failed: np.ndar
     onset = (runs.loc[new & failed, "end"].min() - ev.ts) / pd.Timedelta(minutes=1)
     change = f"{ev.kind} {_versions(ev)}"
     later = f" and {len(waves) - 1} later wave(s) ({', '.join(waves[1:])})" if len(waves) > 1 else ""
-    before = f"{e} of {n_own} on the same nodes in the hour before" if n_own else "no run on its nodes in the hour before"
+    before = f"{e} of {n_own} on the same nodes in the hour before" if n_own else "no run on them in the hour before"
     return Finding("deploy_regression", "software", "page", region, f"deploy_regression|{ev.event_id}",
                    nodes=sorted(cohort), cohort=change, change_event=ev.event_id,
                    lost_gpu_minutes=lost, action=_roll_back(ev),
                    summary=f"Job failures after {change} on {len(cohort)} node(s) in {region}: roll back {ev.event_id}",
-                   evidence=f"{a} of {a + b} jobs {witness.split(' ')[0]} on the new version since {ev.ts:%H:%M} failed"
-                            f"{witness[len(witness.split(' ')[0]):]} ({rate_new:.0%}) vs {c} of {c + d} "
-                            f"({c / max(c + d, 1):.1%}) on other nodes in the same minutes and {before}, Fisher p={p:.1g}; "
-                            f"failures on {len(nodes_hit)} of the change's {len(cohort)} nodes ({', '.join(nodes_hit[:12])}"
+                   evidence=f"{a} of {a + b} jobs {witness[0]} on the new version since {ev.ts:%H:%M} failed"
+                            f"{witness[1]} ({rate_new:.0%}) vs {c} of {c + d} ({c / max(c + d, 1):.1%}) on other nodes in the same "
+                            f"minutes and {before}, Fisher p={p:.1g}; failures on {len(nodes_hit)} of the change's "
+                            f"{len(cohort)} nodes ({', '.join(nodes_hit[:12])}"
                             f"{', ...' if len(nodes_hit) > 12 else ''}); first failure {onset:.0f} min after the change "
                             f"{ev.event_id}{later}; top reasons: " + "; ".join(f"{k} ({v})" for k, v in reasons.items()))
 
