@@ -178,3 +178,80 @@ def test_a_node_is_in_the_cohort_by_the_version_it_reports_last():
                              for m in range(5) for n in ("n1", "n2", "n3")])
     (f,) = detect_deploys(ctx)
     assert f.nodes == COHORT
+
+
+def runs_with_reasons(at: pd.Timestamp, nodes, reasons, *, total: int, every=pd.Timedelta(minutes=1)):
+    """``total`` runs started on ``nodes`` from ``at`` on, one per ``every``: the first ``len(reasons)`` fail 3 minutes
+    in with those reasons, the others complete after 8 minutes."""
+    out = []
+    for i in range(total):
+        start = at + i * every
+        failed = i < len(reasons)
+        out.append((nodes[i % len(nodes)], start, start + pd.Timedelta(minutes=3 if failed else 8),
+                    "failed" if failed else "completed", reasons[i] if failed else None))
+    return out
+
+
+def reasons_context(end: pd.Timestamp, runs) -> PartitionContext:
+    ctx = context(end, cohort_failed=0, cohort_total=0, other_failed=0, other_total=0)
+    rows = []
+    for i, (node, start, stop, exit_state, reason) in enumerate(runs):
+        rows.append({"event_id": f"s{i}", "ts": start, "job_id": f"j{i}", "event": "started", "scheduler": "slurm",
+                     "node_ids": node, "exit_state": None, "reason": None})
+        rows.append({"event_id": f"e{i}", "ts": stop, "job_id": f"j{i}", "event": "ended", "scheduler": "slurm",
+                     "node_ids": None, "exit_state": exit_state, "reason": reason})
+    s = pd.DataFrame(rows)
+    ctx.sched = s[s["ts"] < end].sort_values("ts", kind="stable").reset_index(drop=True)
+    return ctx
+
+
+# a cluster where a quarter of the jobs fail in the normal course, for their own reasons
+USER_ERRORS = ["Python exception: RuntimeError", "CUDA out of memory", "NCCL timeout", "data loader worker killed (OOM)"]
+
+
+def test_failures_naming_the_gpu_page_over_a_high_baseline_failure_rate():
+    """6 of 21 cohort jobs fail with Xid 13 / 31 / 119 while a quarter of the other jobs fail for their own
+    reasons: all failures alike the cohort is not worse (Fisher p ~ 0.4), but none of the other jobs' failures names
+    the GPU stack."""
+    end = DEPLOY + 4 * FIVE
+    xids = ["Xid 13: Graphics Engine Exception", "Xid 31: GPU memory page fault", "Xid 119: GSP RPC timeout",
+            "NCCL error: unhandled cuda error", "CUDA error: unspecified launch failure", "Xid 13: Graphics Engine Exception"]
+    others = [USER_ERRORS[i % 4] for i in range(65)]
+    ctx = reasons_context(end, runs_with_reasons(DEPLOY + FIVE, COHORT, xids, total=21, every=pd.Timedelta(seconds=40))
+                          + runs_with_reasons(DEPLOY + FIVE, OTHERS, others, total=260, every=pd.Timedelta(seconds=3)))
+    (f,) = detect_deploys(ctx)
+    assert (f.family, f.severity, f.change_event) == ("software", "page", "chg-1")
+    assert "Xid 13" in f.evidence
+
+
+def test_one_gpu_failing_off_the_bus_on_a_changed_node_is_not_the_change():
+    """Xid 79 on one node's jobs: a GPU fault, the hardware detector's to page, whatever change that node took."""
+    end = DEPLOY + 4 * FIVE
+    ctx = reasons_context(end, runs_with_reasons(DEPLOY + FIVE, ["n1"], ["Xid 79: GPU has fallen off the bus"] * 8, total=10)
+                          + runs_with_reasons(DEPLOY + FIVE, ["n2"], [], total=10)
+                          + runs_with_reasons(DEPLOY + FIVE, OTHERS, [USER_ERRORS[i % 4] for i in range(25)], total=100))
+    assert detect_deploys(ctx) == []
+
+
+def test_the_cohort_accumulates_evidence_since_the_change():
+    """A wave's failures 40 minutes before the look still count: every look judges everything started on the new
+    version since the change, not only its last half hour."""
+    end = DEPLOY + pd.Timedelta(minutes=50)
+    ctx = reasons_context(end, runs_with_reasons(DEPLOY + FIVE, COHORT, ["Xid 13: Graphics Engine Exception"] * 6,
+                                                 total=12)
+                          + runs_with_reasons(DEPLOY + FIVE, OTHERS, [USER_ERRORS[i % 4] for i in range(20)], total=200,
+                                              every=pd.Timedelta(seconds=12)))
+    (f,) = detect_deploys(ctx)
+    assert f.severity == "page" and f.change_event == "chg-1"
+
+
+def test_nodes_failing_as_they_did_in_their_own_hour_before_are_not_the_change():
+    """The cohort's nodes failed their jobs with Xid 13 as often in the hour before the change: the change did not
+    make them worse, however rarely the other nodes' jobs fail."""
+    end = DEPLOY + 4 * FIVE
+    xid = "Xid 13: Graphics Engine Exception"
+    before = runs_with_reasons(DEPLOY - pd.Timedelta(minutes=55), COHORT, [xid] * 12, total=40)
+    ctx = reasons_context(end, before + runs_with_reasons(DEPLOY + FIVE, COHORT, [xid] * 6, total=20)
+                          + runs_with_reasons(DEPLOY + FIVE, OTHERS, USER_ERRORS[:3], total=200,
+                                              every=pd.Timedelta(seconds=4)))
+    assert detect_deploys(ctx) == []

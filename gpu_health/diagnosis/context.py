@@ -424,6 +424,13 @@ def _scope_nodes(scope: str, inventory: pd.DataFrame) -> set[str]:
 # A requeue is the scheduler taking a run back: the run failed when the reason names the GPU stack (an Xid, a CUDA or
 # NCCL error, a GSP timeout); a requeue for a drain, an admin's or a preemption is not the run failing.
 _GPU_STACK_REASON = r"(?i)\bxid\b|cuda|nccl|\bgsp\b|launch failure"
+# a failure reason that names a fault of the GPU software stack (driver, firmware, CUDA runtime): the Xid codes NVIDIA's
+# Xid catalogue attributes to the driver or the application (13 graphics engine exception, 31 memory page fault, 43
+# stopped processing, 119/120 GSP RPC timeout/error), a CUDA launch failure, an illegal address, NCCL's "unhandled
+# cuda error". Not the hardware Xids (48 double-bit ECC, 79 off the bus, 94/95 contained/uncontained ECC, 74 NVLink):
+# those are one GPU's fault; not "out of memory" or "NCCL timeout", which a job's own load or the network cause.
+GPU_SOFTWARE_REASON = (r"(?i)\bxid\s*(?:13|31|43|119|120)\b|\bgsp\b|launch failure|unhandled cuda error"
+                       r"|illegal (?:memory )?(?:address|access)")
 _RUN_ENDS = ["ended", "requeued", "preempted"]
 _FAILED_EXITS = ["failed", "node_fail"]
 _RUN_COLUMNS = ["start", "end", "node_ids", "failed", "reason"]

@@ -5,10 +5,12 @@ same minutes (``deploy_regression``).
 detector            family       pages on (the two witnesses) / tickets on
 ==================  ===========  =====================================================================
 deploy_regression   software     a change event's cohort worse than the rest in the same minutes:
-                                 job failure rate (Fisher exact test + rate-ratio floor) of the jobs
-                                 started on a node after the change reached it, or of the jobs that
-                                 ended on it, failures on 2+ of its nodes; or step time over baseline
-                                 (Mann-Whitney cohort judge + effect floor)
+                                 job failure rate (Fisher exact test + rate-ratio floor, all failures
+                                 and those naming the GPU stack) of the jobs started on a node since
+                                 the change reached it, or of the jobs that ended on it, counted since
+                                 the change, failures on 2+ of its nodes, and worse than its nodes'
+                                 own hour before; or step time over baseline (Mann-Whitney cohort
+                                 judge + effect floor)
 ==================  ===========  =====================================================================
 
 Hung trainers (``training_stall``) are software too: gpu_health.diagnosis.detectors.stalls.
@@ -20,8 +22,8 @@ import pandas as pd
 
 from gpu_health.constants import PARTITION, CauseFamily
 from gpu_health.diagnosis.cohort import REGRESSION, judge_cohorts
-from gpu_health.diagnosis.context import (DEPLOY_LOOKBACK, PartitionContext, _gpu_codes, _leaf_rows, _scope_nodes,
-                                          _ts_slice, job_runs)
+from gpu_health.diagnosis.context import (DEPLOY_LOOKBACK, GPU_SOFTWARE_REASON, PartitionContext, _gpu_codes,
+                                          _leaf_rows, _scope_nodes, _ts_slice, job_runs)
 from gpu_health.diagnosis.finding import Detector, Finding
 
 
@@ -32,7 +34,12 @@ FAILURE_P = 1e-3
 MIN_COHORT_FAILURES = 3
 # a change's failures on at least two of its nodes (when it has two): one node failing its jobs is that node's fault
 MIN_FAILED_NODES = 2
-DEPLOY_WINDOW = pd.Timedelta(minutes=30)  # a change (judged for DEPLOY_LOOKBACK) is judged on its last 30 minutes
+# a release's step times (judged for DEPLOY_LOOKBACK) are judged on its last 30 minutes; a node change's jobs on
+# everything since the change
+DEPLOY_WINDOW = pd.Timedelta(minutes=30)
+# a node change's cohort is compared with its own nodes' jobs of the hour before it as well: long enough for the
+# jobs of a few nodes to end, short enough to be the same load of the same day
+OWN_HOUR = pd.Timedelta(hours=1)
 STEP_EFFECT_FLOOR = 0.10  # a step-time regression worth a page is 10 % slower than the old version's cohort
 
 
@@ -54,12 +61,10 @@ def detect_deploys(ctx: PartitionContext) -> list[Finding]:
             hit = ctx.prepared.rollouts[key] = (ctx.inventory, list(groups.itertuples(index=False)))
         recent = hit[1]
     for ev in (recent.itertuples(index=False) if ctx.prepared is None else recent):
-        since = max(ev.ts, ctx.end - DEPLOY_WINDOW)
-        alpha = _alpha(ctx, ev.ts)
-        if ev.kind in ("driver_upgrade", "kernel_upgrade", "firmware_update"):
-            f = _node_cohort_failures(ctx, ev, since)
+        if ev.kind in NODE_CHANGE_KINDS:
+            f = _node_cohort_failures(ctx, ev)
         elif ev.kind == "framework_release" and pd.notna(ev.to_version):
-            f = _framework_cohort(ctx, ev, since, alpha)
+            f = _framework_cohort(ctx, ev, max(ev.ts, ctx.end - DEPLOY_WINDOW), _alpha(ctx, ev.ts))
         else:
             continue
         if f is not None:
@@ -140,7 +145,7 @@ def _first_start_on(ctx: PartitionContext, ev, changed: dict) -> pd.Timestamp | 
     return None
 
 
-def _node_cohort_failures(ctx: PartitionContext, ev, since) -> Finding | None:
+def _node_cohort_failures(ctx: PartitionContext, ev) -> Finding | None:
     """A node change judged on two witnesses of its jobs, each an exact test against the jobs of the nodes it has not
     reached in the same minutes (jobs on its nodes from before it reached them are in neither group):
 
@@ -149,14 +154,19 @@ def _node_cohort_failures(ctx: PartitionContext, ev, since) -> Finding | None:
     - ``ended``: the jobs that ended on a node after the change reached it -- a change taking effect under running
       jobs kills them; a stream without starts is judged on this one alone.
 
-    The false-alarm rate is split between the witnesses that have a cohort."""
+    Each witness counts everything since the change (a rollout's cohort grows wave by wave, and each look judges all
+    of it; the looks are paid for in ``_alpha``), twice: all failures, and the failures whose reason names the GPU
+    software stack (GPU_SOFTWARE_REASON) -- on a cluster where many jobs fail in the normal course for their own
+    reasons those widen the null of the first count, but rarely name the GPU. The false-alarm rate is split between
+    the tests that have a cohort. A cohort no worse than its own nodes' jobs of the hour before the change is not the
+    change's doing, whatever the other nodes do."""
     # a later change of the same kind to another version on these nodes supersedes this one (e.g. the rollback)
     cohort = _node_cohort(ctx, ev)
     ch = ctx.changes
     later = ch[(ch["ts"] > ev.ts) & (ch["ts"] < ctx.end) & (ch["kind"] == ev.kind) & (ch["to_version"] != ev.to_version)]
     if not cohort or any(_scope_nodes(s, ctx.inventory) & cohort for s in later["scope"]):
         return None
-    runs = job_runs(ctx, since)
+    runs = job_runs(ctx, ev.ts - OWN_HOUR)
     if runs.empty:
         return None
     changed, waves = _changed_at(ctx, ev, cohort)
@@ -164,7 +174,10 @@ def _node_cohort_failures(ctx: PartitionContext, ev, since) -> Finding | None:
     reached = pd.Series([min((changed[n] for n in str(p).split(",") if n in changed), default=pd.NaT) if pd.notna(p)
                          else pd.NaT for p in runs["node_ids"]], index=runs.index, dtype=runs["start"].dtype)
     touched, placed = reached.notna(), runs["node_ids"].notna()
-    started, ended = runs["start"] >= since, runs["end"] >= since
+    started, ended = runs["start"] >= ev.ts, runs["end"] >= ev.ts
+    # the cohort's own reference: its nodes' runs that ended in the hour before the change reached them (what the old
+    # version did on the same nodes, for their jobs and their users)
+    own = (touched & (runs["start"] < ev.ts) & (runs["end"] < reached)).to_numpy(dtype=bool)
     # the looks that spend the false-alarm rate on the started witness are those since a job first started on the new
     # version: before that its cohort is empty (a rollout drains its nodes first) and no look could page
     first = _first_start_on(ctx, ev, changed)
@@ -172,19 +185,29 @@ def _node_cohort_failures(ctx: PartitionContext, ev, since) -> Finding | None:
                   _alpha(ctx, ev.ts if first is None else first)),
                  ("ended", ended & touched & (reached <= runs["end"]), ended & ~touched & placed, _alpha(ctx, ev.ts))]
     witnesses = [w for w in witnesses if w[1].any()]
+    failed = runs["failed"].to_numpy(dtype=bool)
+    gpu = failed & runs["reason"].astype(object).str.contains(GPU_SOFTWARE_REASON, na=False).to_numpy(dtype=bool)
     for name, new, old, alpha in witnesses:
-        f = _failure_test(ctx, ev, runs, new.to_numpy(dtype=bool), old.to_numpy(dtype=bool), cohort, since,
-                          alpha / len(witnesses), name, waves)
-        if f is not None:
-            return f
+        new, old = new.to_numpy(dtype=bool), old.to_numpy(dtype=bool)
+        # (where every failure of both groups names the GPU stack the two counts are one test, paid for once)
+        judged = new | old
+        kinds = [("", failed)] + ([(" with a reason naming the GPU stack", gpu)]
+                                  if (failed[judged] != gpu[judged]).any() else [])
+        for how, fail in kinds:
+            f = _failure_test(ctx, ev, runs, fail, (new, old, own), cohort, alpha / len(witnesses) / len(kinds),
+                              (name, how), waves)
+            if f is not None:
+                return f
     return None
 
 
-def _failure_test(ctx: PartitionContext, ev, runs: pd.DataFrame, new: np.ndarray, old: np.ndarray, cohort: set,
-                  since, alpha: float, witness: str, waves: list[str]) -> Finding | None:
-    """Fisher's exact test of the failures of the ``new`` runs against the ``old``; the finding when they fail
-    significantly (``alpha``) and FAILURE_RATE_RATIO times as often, on MIN_FAILED_NODES of the change's nodes."""
-    failed = runs["failed"].to_numpy(dtype=bool)
+def _failure_test(ctx: PartitionContext, ev, runs: pd.DataFrame, failed: np.ndarray, groups: tuple, cohort: set,
+                  alpha: float, witness: tuple[str, str], waves: list[str]) -> Finding | None:
+    """Fisher's exact test of the ``failed`` runs of the ``new`` group against the ``old`` (``groups``: the masks of
+    the runs ``new``, ``old`` and the cohort's ``own`` of the hour before); the finding when they fail significantly
+    (``alpha``) and FAILURE_RATE_RATIO times as often as the ``old`` runs and as the ``own`` runs (when there were
+    some), on MIN_FAILED_NODES of the change's nodes. ``witness``: which runs (started / ended), which failures."""
+    new, old, own = groups
     a, b = int((new & failed).sum()), int((new & ~failed).sum())
     c, d = int((old & failed).sum()), int((old & ~failed).sum())
     if a < MIN_COHORT_FAILURES:
@@ -195,10 +218,16 @@ def _failure_test(ctx: PartitionContext, ev, runs: pd.DataFrame, new: np.ndarray
         return None
     rate_new = a / max(a + b, 1)
     rate_old = (c + 0.5) / max(c + d + 1, 1)
+    e, n_own = int((own & failed).sum()), int(own.sum())
+    # (no run of the hour before -- nodes drained for the change, or new to the cluster -- is missing evidence: the
+    # same-minutes test stands alone)
+    rate_own = (e + 0.5) / (n_own + 1) if n_own else 0.0
+    if rate_new < FAILURE_RATE_RATIO * max(rate_old, rate_own):
+        return None
     from scipy.stats import fisher_exact  # here: scipy.stats costs every process importing this module ~0.6 s
 
     p = fisher_exact([[a, b], [c, d]], alternative="greater")[1]
-    if p >= alpha or rate_new < FAILURE_RATE_RATIO * rate_old:
+    if p >= alpha:
         return None
     reasons = runs.loc[new & failed, "reason"].fillna("(none given)").value_counts().head(5)
     region = _region_of(nodes_hit or sorted(cohort), ctx.inventory)
@@ -206,13 +235,15 @@ def _failure_test(ctx: PartitionContext, ev, runs: pd.DataFrame, new: np.ndarray
     onset = (runs.loc[new & failed, "end"].min() - ev.ts) / pd.Timedelta(minutes=1)
     change = f"{ev.kind} {_versions(ev)}"
     later = f" and {len(waves) - 1} later wave(s) ({', '.join(waves[1:])})" if len(waves) > 1 else ""
+    before = f"{e} of {n_own} on the same nodes in the hour before" if n_own else "no run on them in the hour before"
     return Finding("deploy_regression", "software", "page", region, f"deploy_regression|{ev.event_id}",
                    nodes=sorted(cohort), cohort=change, change_event=ev.event_id,
                    lost_gpu_minutes=lost, action=_roll_back(ev),
                    summary=f"Job failures after {change} on {len(cohort)} node(s) in {region}: roll back {ev.event_id}",
-                   evidence=f"{a} of {a + b} jobs {witness} on the new version since {since:%H:%M} failed ({rate_new:.0%}) "
-                            f"vs {c} of {c + d} ({c / max(c + d, 1):.1%}) on other nodes, Fisher p={p:.1g}; failures on "
-                            f"{len(nodes_hit)} of the change's {len(cohort)} nodes ({', '.join(nodes_hit[:12])}"
+                   evidence=f"{a} of {a + b} jobs {witness[0]} on the new version since {ev.ts:%H:%M} failed"
+                            f"{witness[1]} ({rate_new:.0%}) vs {c} of {c + d} ({c / max(c + d, 1):.1%}) on other nodes in the same "
+                            f"minutes and {before}, Fisher p={p:.1g}; failures on {len(nodes_hit)} of the change's "
+                            f"{len(cohort)} nodes ({', '.join(nodes_hit[:12])}"
                             f"{', ...' if len(nodes_hit) > 12 else ''}); first failure {onset:.0f} min after the change "
                             f"{ev.event_id}{later}; top reasons: " + "; ".join(f"{k} ({v})" for k, v in reasons.items()))
 
