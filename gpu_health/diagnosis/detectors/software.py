@@ -158,7 +158,7 @@ def _node_cohort_failures(ctx: PartitionContext, ev) -> Finding | None:
     of it; the looks are paid for in ``_alpha``), twice: all failures, and the failures whose reason names the GPU
     software stack (GPU_SOFTWARE_REASON) -- on a cluster where many jobs fail in the normal course for their own
     reasons those widen the null of the first count, but rarely name the GPU. The false-alarm rate is split between
-    the tests that have a cohort. A cohort no worse than its own nodes' jobs of the hour before the change is not the
+    the witnesses that have a cohort (its two nested counts share it). A cohort no worse than its own nodes' jobs of the hour before the change is not the
     change's doing, whatever the other nodes do."""
     # a later change of the same kind to another version on these nodes supersedes this one (e.g. the rollback)
     cohort = _node_cohort(ctx, ev)
@@ -189,12 +189,15 @@ def _node_cohort_failures(ctx: PartitionContext, ev) -> Finding | None:
     gpu = failed & runs["reason"].astype(object).str.contains(GPU_SOFTWARE_REASON, na=False).to_numpy(dtype=bool)
     for name, new, old, alpha in witnesses:
         new, old = new.to_numpy(dtype=bool), old.to_numpy(dtype=bool)
-        # (where every failure of both groups names the GPU stack the two counts are one test, paid for once)
+        # (where every failure of both groups names the GPU stack the two counts are one test). The two counts are
+        # nested -- the GPU-stack failures are among all the failures of the same runs -- so a chance excess in one
+        # is mostly one in the other: each is judged at the witness's rate, the pair's false-alarm rate at most
+        # twice it (a split would charge nested tests as independent and cost a wave's page a partition)
         judged = new | old
         kinds = [("", failed)] + ([(" with a reason naming the GPU stack", gpu)]
                                   if (failed[judged] != gpu[judged]).any() else [])
         for how, fail in kinds:
-            f = _failure_test(ctx, ev, runs, fail, (new, old, own), cohort, alpha / len(witnesses) / len(kinds),
+            f = _failure_test(ctx, ev, runs, fail, (new, old, own), cohort, alpha / len(witnesses),
                               (name, how), waves)
             if f is not None:
                 return f
