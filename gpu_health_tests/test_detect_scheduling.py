@@ -565,3 +565,44 @@ def test_the_gpus_a_window_returns_leave_the_paid_denominator_as_their_idle_gpus
                                     "node_ids": [",".join(f"f{i}" for i in range(between))], "reason": ["firmware"]})
     (f,) = detect_scheduling(ctx)
     assert f.severity == "page" and f.value > SCHED_PAGE_SHARE
+
+
+def _started_jobs(queue: str, gpus: int, node: str, starts: pd.DatetimeIndex, wait: pd.Timedelta, tag: str) -> list:
+    """Scheduler events of jobs of ``queue`` that started on ``node`` at ``starts`` after waiting ``wait``."""
+    rows = []
+    for i, t in enumerate(starts):
+        rows.append((f"e-{tag}{i}s", t - wait, f"{tag}{i}", "submitted", queue, gpus, None))
+        rows.append((f"e-{tag}{i}r", t, f"{tag}{i}", "started", queue, gpus, node))
+    return rows
+
+
+def test_a_change_that_demoted_one_queue_is_the_cause_of_a_pile_up_already_there():
+    """A change in the middle of a pile-up (an evening's) is its cause when the jobs of one queue wait longer since
+    it than that queue's own jobs did in the hour before, while the other queues' jobs do not: each queue is its own
+    reference, so the region's level in the hour before does not hide it; a rise of every queue alike does not fake it."""
+    paid = 4 * 8 * 5
+    now = 40 / paid
+    change_at = START - pd.Timedelta(minutes=30)
+    changes = pd.DataFrame([("c1", change_at, "scheduler_config", "r1")], columns=["event_id", "ts", "kind", "scope"])
+    hist = _days_history(START, {})
+    hour = (hist["partition_start"] >= change_at - pd.Timedelta(hours=1)) & (hist["partition_start"] < change_at)
+    hist.loc[hour, "share_idle_blocked"] = now  # piled up as high already: the level says nothing of the change
+    before = pd.date_range(change_at - pd.Timedelta(minutes=58), change_at, freq="2min", inclusive="left")
+    after = pd.date_range(change_at + pd.Timedelta(minutes=1), START + FIVE, freq="1min", inclusive="left")
+    short, long = pd.Timedelta(minutes=2), pd.Timedelta(minutes=25)
+
+    def judged(batch_wait_after, notebooks_wait_after):
+        ctx = context(B2_IDLE, SINGLE, changes=changes)
+        ctx.region_history = hist
+        rows = (_started_jobs("r1/batch", 1, "b1", before, short, "bb") + _started_jobs("r1/notebooks", 1, "i1", before, short, "nb")
+                + _started_jobs("r1/batch", 1, "b1", after, batch_wait_after, "ba")
+                + _started_jobs("r1/notebooks", 1, "i1", after, notebooks_wait_after, "na"))
+        ctx.sched = pd.concat([ctx.sched, pd.DataFrame(rows, columns=ctx.sched.columns)], ignore_index=True)
+        return detect_scheduling(ctx)
+
+    found = judged(long, short)  # batch demoted: its jobs wait long since the change, the notebooks' do not
+    assert [(f.severity, f.change_event) for f in found] == [("page", "c1")]
+    assert "r1/batch" in found[0].evidence and "nan" not in found[0].evidence
+    # every queue waits longer alike (the region's demand, an evening): not the change's doing
+    assert [f.severity for f in judged(long, long)] == ["ticket"]
+    assert [f.severity for f in judged(short, short)] == ["ticket"]

@@ -370,7 +370,10 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         fragmented = _fragmented(r, jobs, ticket_bar)
         shaped = (r.aged_jobs - r.aged_single_gpu_jobs >= jobs and r.aged_single_gpu_jobs < SCHED_MIN_JOBS) or fragmented
         before = _bar_after_change(ctx.region_history, r.region, cfg.iloc[-1]["ts"]) if len(cfg) else None
-        change_caused = bool(len(cfg)) and (before is None or idle_blocked >= before)
+        demoted = None
+        if len(cfg) and not (before is None or idle_blocked >= before):
+            demoted = _demoted_queue(ctx, r.region, cfg.iloc[-1]["ts"])
+        change_caused = bool(len(cfg)) and (before is None or idle_blocked >= before or demoted is not None)
         caused = change_caused or shaped
         # ... without one, only a level above the highest of SEASON_WEEKS_TO_PAGE weeks of this hour of the week
         uncaused = not caused and season.weeks < SEASON_WEEKS_TO_PAGE
@@ -387,7 +390,7 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
                            summary=f"GPUs idle while jobs wait in {r.region}",
                            evidence=_evidence(ctx, r, share, idle_blocked, season, unseasonal, planned, shaped,
                                               uncaused, enough, demand, cfg, change_caused, before,
-                                              fragmented)))
+                                              fragmented, demoted)))
     return out
 
 
@@ -407,7 +410,7 @@ def _shape_text(r: _AgedRow) -> str:
 
 
 def _evidence(ctx, r, share, idle_blocked, season, unseasonal, planned, shaped, uncaused, enough, demand, cfg,
-              change_caused, before, fragmented) -> str:
+              change_caused, before, fragmented, demoted=None) -> str:
     """detect_scheduling's description: the evidence a finding rests on, every figure a number (no NaN shown)."""
     if season.source == NO_HISTORY:
         base_text = NO_HISTORY
@@ -415,6 +418,10 @@ def _evidence(ctx, r, share, idle_blocked, season, unseasonal, planned, shaped, 
         base_text = f"{season.source} {season.usual:.1%}" + (f", highest {season.bar:.1%}" if season.bar == season.bar else "")
     wait = _wait_p95(ctx, r.region)
     cfg_text = f"; follows scheduler change {cfg.iloc[-1]['event_id']} at {cfg.iloc[-1]['ts']:%H:%M}" if len(cfg) else ""
+    if demoted is not None:
+        cfg_text += (f" (its cause: {demoted.above} of {demoted.jobs} jobs of {demoted.queue} since it waited longer "
+                     f"than that queue's median of the hour before, against {demoted.others_above} of {demoted.others} "
+                     f"of the other queues, Fisher p={demoted.p:.1g})")
     if len(cfg) and not change_caused:
         cfg_text += (f" (not its cause: the pile-up did not rise above {before:.1%}, the hour before it and its "
                      "scatter)" if before == before
@@ -625,6 +632,58 @@ def _bar_after_change(hist: pd.DataFrame, region: str, change_ts: pd.Timestamp) 
     mid = float(np.median(hour))
     sigma = MAD_TO_SIGMA * float(np.median(np.abs(hour - mid)))
     return mid + max(SCHED_SEASONAL_MARGIN, CHANGE_RISE_SIGMAS * sigma)
+
+
+# A scheduler change that demotes a class of jobs (a queue) shows in those jobs whatever the region's level was:
+# the jobs of that queue that left the queue since the change waited longer than the same queue's jobs of the hour
+# before (above their median), more often than the region's other queues' jobs against their own medians. Each
+# queue is its own reference, so a pile-up that was already there (an evening's) does not hide it, and one that
+# rises for every queue alike does not fake it. Under no effect, a job's chance of waiting above its queue's
+# median is the same in every queue: Fisher's exact test bounds the chance of a split this lopsided at
+# CHANGE_ALPHA (Bonferroni over the queues tested), the false-alarm rate per partition -- a definition of
+# significance, not a level. A queue whose submissions rose significantly since the change (a demand surge, as
+# an evening's start brings) waits longer for its own demand: not the change's doing.
+CHANGE_ALPHA = 1e-3
+CHANGE_REFERENCE = pd.Timedelta(hours=1)  # the hour before the change: each queue's own reference
+Demoted = namedtuple("Demoted", ["queue", "above", "jobs", "others_above", "others", "p"])
+
+
+def _demoted_queue(ctx: PartitionContext, region: str, change_ts: pd.Timestamp) -> Demoted | None:
+    """The region's queue a scheduler change demoted (see CHANGE_ALPHA), or None: the queue whose jobs since the
+    change waited above its own hour-before median significantly more often than the other queues' jobs did."""
+    from scipy.stats import binomtest, fisher_exact  # here: scipy.stats costs every process importing this module ~0.6 s
+
+    j = _jobs_now(ctx)
+    now, tc = ctx.end.value, pd.Timestamp(change_ts).value
+    lo = tc - CHANGE_REFERENCE.value
+    if now <= tc:
+        return None
+    mine = (j["region"] == region) & j["has_queue"] & (j["sub"] != _NAT) & (j["sub"] < now)
+    started = mine & (j["left"] < now)
+    wait = np.where(started, j["left"], now) - j["sub"]  # a job still waiting: its wait so far
+    before = started & (j["left"] >= lo) & (j["left"] < tc)
+    after = mine & ((j["left"] >= tc) | ~started)
+    counts = {}
+    for q in sorted(set(j["queue"][before])):
+        of_q = j["queue"] == q
+        above = wait > np.median(wait[before & of_q])
+        decided = after & of_q & (started | above)  # a job still waiting below the median is undecided
+        subs = j["sub"][mine & of_q]
+        surge = binomtest(int((subs >= tc).sum()), int((subs >= lo).sum()), (now - tc) / (now - lo),
+                          alternative="greater").pvalue < CHANGE_ALPHA if (subs >= lo).any() else False
+        counts[q] = (int((decided & above).sum()), int(decided.sum()), surge)
+    if len(counts) < 2:
+        return None  # no other queue to tell the change from the region's hour
+    best = None
+    for q, (a, n, surge) in counts.items():
+        ao = sum(c[0] for k, c in counts.items() if k != q)
+        no = sum(c[1] for k, c in counts.items() if k != q)
+        if surge or not n or not no:
+            continue
+        p = fisher_exact([[a, n - a], [ao, no - ao]], alternative="greater")[1]
+        if p < CHANGE_ALPHA / len(counts) and (best is None or p < best.p):
+            best = Demoted(q, a, n, ao, no, float(p))
+    return best
 
 
 Season = namedtuple("Season", ["usual", "bar", "source", "weeks"])
