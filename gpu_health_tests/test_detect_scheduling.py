@@ -606,3 +606,26 @@ def test_a_change_that_demoted_one_queue_is_the_cause_of_a_pile_up_already_there
     # every queue waits longer alike (the region's demand, an evening): not the change's doing
     assert [f.severity for f in judged(long, long)] == ["ticket"]
     assert [f.severity for f in judged(short, short)] == ["ticket"]
+
+
+def test_multi_gpu_requests_waiting_longer_while_single_gpu_ones_do_not_are_capacity_in_the_wrong_shape():
+    """Single-GPU requests held too (a queue's demand, an evening) do not hide capacity in the wrong shape: the
+    queue's multi-GPU jobs of the last half hour waited longer than their own hour before, its single-GPU jobs not."""
+    waiting = [("r1/batch", f"w{i}", 2) for i in range(4)] + [("r1/batch", f"s{i}", 1) for i in range(SCHED_MIN_JOBS)]
+    before = pd.date_range(START - pd.Timedelta(minutes=85), START - pd.Timedelta(minutes=25), freq="2min")
+    recent = pd.date_range(START - pd.Timedelta(minutes=24), START + FIVE, freq="1min", inclusive="left")
+    short, long = pd.Timedelta(minutes=2), pd.Timedelta(minutes=25)
+
+    def judged(multi_wait_recent, single_wait_recent):
+        ctx = context(B2_IDLE, waiting)
+        rows = (_started_jobs("r1/batch", 2, "b1", before, short, "mb") + _started_jobs("r1/batch", 1, "b1", before, short, "sb")
+                + _started_jobs("r1/batch", 2, "b1", recent, multi_wait_recent, "mr")
+                + _started_jobs("r1/batch", 1, "b1", recent, single_wait_recent, "sr"))
+        ctx.sched = pd.concat([ctx.sched, pd.DataFrame(rows, columns=ctx.sched.columns)], ignore_index=True)
+        return detect_scheduling(ctx)
+
+    found = judged(long, short)
+    assert [f.severity for f in found] == ["page"]
+    assert "wrong shape" in found[0].evidence and "nan" not in found[0].evidence
+    assert [f.severity for f in judged(long, long)] == ["ticket"]  # both sizes wait longer: demand, not shape
+    assert [f.severity for f in judged(short, short)] == ["ticket"]
