@@ -629,3 +629,18 @@ def test_multi_gpu_requests_waiting_longer_while_single_gpu_ones_do_not_are_capa
     assert "wrong shape" in found[0].evidence and "nan" not in found[0].evidence
     assert [f.severity for f in judged(long, long)] == ["ticket"]  # both sizes wait longer: demand, not shape
     assert [f.severity for f in judged(short, short)] == ["ticket"]
+
+
+def test_multi_gpu_requests_waiting_longer_in_a_demand_surge_are_not_capacity_in_the_wrong_shape():
+    """The queue's submissions rose in the last half hour (an evening's start): a larger request waits longer to
+    fit in a fuller pool, no evidence of the shape of the free capacity."""
+    waiting = [("r1/batch", f"w{i}", 2) for i in range(4)] + [("r1/batch", f"s{i}", 1) for i in range(SCHED_MIN_JOBS)]
+    before = pd.date_range(START - pd.Timedelta(minutes=85), START - pd.Timedelta(minutes=25), freq="6min")
+    recent = pd.date_range(START - pd.Timedelta(minutes=24), START + FIVE, freq="1min", inclusive="left")
+    short, long = pd.Timedelta(minutes=2), pd.Timedelta(minutes=25)
+    ctx = context(B2_IDLE, waiting)
+    rows = (_started_jobs("r1/batch", 2, "b1", before, short, "mb") + _started_jobs("r1/batch", 1, "b1", before, short, "sb")
+            + _started_jobs("r1/batch", 2, "b1", recent, long, "mr") + _started_jobs("r1/batch", 1, "b1", recent, short, "sr")
+            + _started_jobs("r1/batch", 1, "b2", recent, short, "sx"))
+    ctx.sched = pd.concat([ctx.sched, pd.DataFrame(rows, columns=ctx.sched.columns)], ignore_index=True)
+    assert [f.severity for f in detect_scheduling(ctx)] == ["ticket"]

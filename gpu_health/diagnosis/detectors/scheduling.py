@@ -733,7 +733,9 @@ def _shape_shift(ctx: PartitionContext, region: str) -> Demoted | None:
     alpha = CHANGE_ALPHA * (PARTITION / SHAPE_BUDGET_SPAN) / max(len(queues), 1)
     best = None
     for q in sorted(queues):
-        (a, n, _), (ao, no, _) = counts[(q, True)], counts[(q, False)]
+        (a, n, surge), (ao, no, surge_single) = counts[(q, True)], counts[(q, False)]
+        if surge or surge_single:  # the queue's demand rose (an evening's start): a larger request waits longer to fit
+            continue
         p = _fisher_greater(a, n, ao, no)
         if p < alpha and (best is None or p < best.p):
             best = Demoted(f"{q} (multi-GPU)", a, n, ao, no, p)
