@@ -565,3 +565,82 @@ def test_the_gpus_a_window_returns_leave_the_paid_denominator_as_their_idle_gpus
                                     "node_ids": [",".join(f"f{i}" for i in range(between))], "reason": ["firmware"]})
     (f,) = detect_scheduling(ctx)
     assert f.severity == "page" and f.value > SCHED_PAGE_SHARE
+
+
+def _started_jobs(queue: str, gpus: int, node: str, starts: pd.DatetimeIndex, wait: pd.Timedelta, tag: str) -> list:
+    """Scheduler events of jobs of ``queue`` that started on ``node`` at ``starts`` after waiting ``wait``."""
+    rows = []
+    for i, t in enumerate(starts):
+        rows.append((f"e-{tag}{i}s", t - wait, f"{tag}{i}", "submitted", queue, gpus, None))
+        rows.append((f"e-{tag}{i}r", t, f"{tag}{i}", "started", queue, gpus, node))
+    return rows
+
+
+def test_a_change_that_demoted_one_queue_is_the_cause_of_a_pile_up_already_there():
+    """A change in the middle of a pile-up (an evening's) is its cause when the jobs of one queue wait longer since
+    it than that queue's own jobs did in the hour before, while the other queues' jobs do not: each queue is its own
+    reference, so the region's level in the hour before does not hide it; a rise of every queue alike does not fake it."""
+    paid = 4 * 8 * 5
+    now = 40 / paid
+    change_at = START - pd.Timedelta(minutes=30)
+    changes = pd.DataFrame([("c1", change_at, "scheduler_config", "r1")], columns=["event_id", "ts", "kind", "scope"])
+    hist = _days_history(START, {})
+    hour = (hist["partition_start"] >= change_at - pd.Timedelta(hours=1)) & (hist["partition_start"] < change_at)
+    hist.loc[hour, "share_idle_blocked"] = now  # piled up as high already: the level says nothing of the change
+    before = pd.date_range(change_at - pd.Timedelta(minutes=58), change_at, freq="2min", inclusive="left")
+    after = pd.date_range(change_at + pd.Timedelta(minutes=1), START + FIVE, freq="1min", inclusive="left")
+    short, long = pd.Timedelta(minutes=2), pd.Timedelta(minutes=25)
+
+    def judged(batch_wait_after, notebooks_wait_after):
+        ctx = context(B2_IDLE, SINGLE, changes=changes)
+        ctx.region_history = hist
+        rows = (_started_jobs("r1/batch", 1, "b1", before, short, "bb") + _started_jobs("r1/notebooks", 1, "i1", before, short, "nb")
+                + _started_jobs("r1/batch", 1, "b1", after, batch_wait_after, "ba")
+                + _started_jobs("r1/notebooks", 1, "i1", after, notebooks_wait_after, "na"))
+        ctx.sched = pd.concat([ctx.sched, pd.DataFrame(rows, columns=ctx.sched.columns)], ignore_index=True)
+        return detect_scheduling(ctx)
+
+    found = judged(long, short)  # batch demoted: its jobs wait long since the change, the notebooks' do not
+    assert [(f.severity, f.change_event) for f in found] == [("page", "c1")]
+    assert "r1/batch" in found[0].evidence and "nan" not in found[0].evidence
+    # every queue waits longer alike (the region's demand, an evening): not the change's doing
+    assert [f.severity for f in judged(long, long)] == ["ticket"]
+    assert [f.severity for f in judged(short, short)] == ["ticket"]
+
+
+def test_multi_gpu_requests_waiting_longer_while_single_gpu_ones_do_not_are_capacity_in_the_wrong_shape():
+    """Single-GPU requests held too (a queue's demand, an evening) do not hide capacity in the wrong shape: the
+    queue's multi-GPU jobs of the last half hour waited longer than their own hour before, its single-GPU jobs not."""
+    waiting = [("r1/batch", f"w{i}", 2) for i in range(4)] + [("r1/batch", f"s{i}", 1) for i in range(SCHED_MIN_JOBS)]
+    before = pd.date_range(START - pd.Timedelta(minutes=85), START - pd.Timedelta(minutes=25), freq="2min")
+    recent = pd.date_range(START - pd.Timedelta(minutes=24), START + FIVE, freq="1min", inclusive="left")
+    short, long = pd.Timedelta(minutes=2), pd.Timedelta(minutes=25)
+
+    def judged(multi_wait_recent, single_wait_recent):
+        ctx = context(B2_IDLE, waiting)
+        rows = (_started_jobs("r1/batch", 2, "b1", before, short, "mb") + _started_jobs("r1/batch", 1, "b1", before, short, "sb")
+                + _started_jobs("r1/batch", 2, "b1", recent, multi_wait_recent, "mr")
+                + _started_jobs("r1/batch", 1, "b1", recent, single_wait_recent, "sr"))
+        ctx.sched = pd.concat([ctx.sched, pd.DataFrame(rows, columns=ctx.sched.columns)], ignore_index=True)
+        return detect_scheduling(ctx)
+
+    found = judged(long, short)
+    assert [f.severity for f in found] == ["page"]
+    assert "wrong shape" in found[0].evidence and "nan" not in found[0].evidence
+    assert [f.severity for f in judged(long, long)] == ["ticket"]  # both sizes wait longer: demand, not shape
+    assert [f.severity for f in judged(short, short)] == ["ticket"]
+
+
+def test_multi_gpu_requests_waiting_longer_in_a_demand_surge_are_not_capacity_in_the_wrong_shape():
+    """The queue's submissions rose in the last half hour (an evening's start): a larger request waits longer to
+    fit in a fuller pool, no evidence of the shape of the free capacity."""
+    waiting = [("r1/batch", f"w{i}", 2) for i in range(4)] + [("r1/batch", f"s{i}", 1) for i in range(SCHED_MIN_JOBS)]
+    before = pd.date_range(START - pd.Timedelta(minutes=85), START - pd.Timedelta(minutes=25), freq="6min")
+    recent = pd.date_range(START - pd.Timedelta(minutes=24), START + FIVE, freq="1min", inclusive="left")
+    short, long = pd.Timedelta(minutes=2), pd.Timedelta(minutes=25)
+    ctx = context(B2_IDLE, waiting)
+    rows = (_started_jobs("r1/batch", 2, "b1", before, short, "mb") + _started_jobs("r1/batch", 1, "b1", before, short, "sb")
+            + _started_jobs("r1/batch", 2, "b1", recent, long, "mr") + _started_jobs("r1/batch", 1, "b1", recent, short, "sr")
+            + _started_jobs("r1/batch", 1, "b2", recent, short, "sx"))
+    ctx.sched = pd.concat([ctx.sched, pd.DataFrame(rows, columns=ctx.sched.columns)], ignore_index=True)
+    assert [f.severity for f in detect_scheduling(ctx)] == ["ticket"]

@@ -369,8 +369,17 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         # with its cause in evidence (see the constants above SCHED_MIN_JOBS) a pile-up above the usual share pages
         fragmented = _fragmented(r, jobs, ticket_bar)
         shaped = (r.aged_jobs - r.aged_single_gpu_jobs >= jobs and r.aged_single_gpu_jobs < SCHED_MIN_JOBS) or fragmented
+        # multi-GPU requests waiting longer of late while the same queue's single-GPU requests do not (judged only
+        # where a page could follow: a region between the bars is a ticket whatever its cause)
+        size_shift = None
+        if not shaped and piled_up and share >= page_bar and r.aged_jobs - r.aged_single_gpu_jobs >= jobs:
+            size_shift = _shape_shift(ctx, r.region)
+            shaped = size_shift is not None
         before = _bar_after_change(ctx.region_history, r.region, cfg.iloc[-1]["ts"]) if len(cfg) else None
-        change_caused = bool(len(cfg)) and (before is None or idle_blocked >= before)
+        demoted = None
+        if len(cfg) and not (before is None or idle_blocked >= before):
+            demoted = _demoted_queue(ctx, r.region, cfg.iloc[-1]["ts"])
+        change_caused = bool(len(cfg)) and (before is None or idle_blocked >= before or demoted is not None)
         caused = change_caused or shaped
         # ... without one, only a level above the highest of SEASON_WEEKS_TO_PAGE weeks of this hour of the week
         uncaused = not caused and season.weeks < SEASON_WEEKS_TO_PAGE
@@ -387,7 +396,7 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
                            summary=f"GPUs idle while jobs wait in {r.region}",
                            evidence=_evidence(ctx, r, share, idle_blocked, season, unseasonal, planned, shaped,
                                               uncaused, enough, demand, cfg, change_caused, before,
-                                              fragmented)))
+                                              fragmented, demoted, size_shift)))
     return out
 
 
@@ -407,7 +416,7 @@ def _shape_text(r: _AgedRow) -> str:
 
 
 def _evidence(ctx, r, share, idle_blocked, season, unseasonal, planned, shaped, uncaused, enough, demand, cfg,
-              change_caused, before, fragmented) -> str:
+              change_caused, before, fragmented, demoted=None, size_shift=None) -> str:
     """detect_scheduling's description: the evidence a finding rests on, every figure a number (no NaN shown)."""
     if season.source == NO_HISTORY:
         base_text = NO_HISTORY
@@ -415,6 +424,10 @@ def _evidence(ctx, r, share, idle_blocked, season, unseasonal, planned, shaped, 
         base_text = f"{season.source} {season.usual:.1%}" + (f", highest {season.bar:.1%}" if season.bar == season.bar else "")
     wait = _wait_p95(ctx, r.region)
     cfg_text = f"; follows scheduler change {cfg.iloc[-1]['event_id']} at {cfg.iloc[-1]['ts']:%H:%M}" if len(cfg) else ""
+    if demoted is not None:
+        cfg_text += (f" (its cause: {demoted.above} of {demoted.jobs} jobs of {demoted.queue} since it waited longer "
+                     f"than that queue's median of the hour before, against {demoted.others_above} of {demoted.others} "
+                     f"of the other queues, Fisher p={demoted.p:.1g})")
     if len(cfg) and not change_caused:
         cfg_text += (f" (not its cause: the pile-up did not rise above {before:.1%}, the hour before it and its "
                      "scatter)" if before == before
@@ -429,6 +442,10 @@ def _evidence(ctx, r, share, idle_blocked, season, unseasonal, planned, shaped, 
             + f"; idle_blocked {idle_blocked:.1%} ({base_text}{'' if unseasonal else ': seasonal, not paged'})"
             + (f"; {planned}: planned capacity, not paged" if planned else "")
             + (_shape_text(r) if fragmented else
+               f"; capacity in the wrong shape: {size_shift.above} of {size_shift.jobs} jobs of {size_shift.queue} that "
+               f"left it in the last {SHAPE_TEST.seconds // 60} min waited longer than that class's median of the hour "
+               f"before, against {size_shift.others_above} of {size_shift.others} of its single-GPU jobs, Fisher "
+               f"p={size_shift.p:.1g}" if size_shift is not None else
                f"; only multi-GPU requests held ({r.aged_single_gpu_jobs} single-GPU): free "
                "capacity in the wrong shape" if shaped else "")
             + (f"; under {SEASON_WEEKS_TO_PAGE} weeks of this hour of the week and no cause in evidence (no scheduler "
@@ -625,6 +642,104 @@ def _bar_after_change(hist: pd.DataFrame, region: str, change_ts: pd.Timestamp) 
     mid = float(np.median(hour))
     sigma = MAD_TO_SIGMA * float(np.median(np.abs(hour - mid)))
     return mid + max(SCHED_SEASONAL_MARGIN, CHANGE_RISE_SIGMAS * sigma)
+
+
+# A scheduler change that demotes a class of jobs (a queue) shows in those jobs whatever the region's level was:
+# the jobs of that queue that left the queue since the change waited longer than the same queue's jobs of the hour
+# before (above their median), more often than the region's other queues' jobs against their own medians. Each
+# queue is its own reference, so a pile-up that was already there (an evening's) does not hide it, and one that
+# rises for every queue alike does not fake it. Under no effect, a job's chance of waiting above its queue's
+# median is the same in every queue: Fisher's exact test bounds the chance of a split this lopsided at
+# CHANGE_ALPHA (Bonferroni over the queues tested), the false-alarm rate per partition -- a definition of
+# significance, not a level. A queue whose submissions rose significantly since the change (a demand surge, as
+# an evening's start brings) waits longer for its own demand: not the change's doing.
+CHANGE_ALPHA = 1e-3
+CHANGE_REFERENCE = pd.Timedelta(hours=1)  # the hour before the change: each queue's own reference
+Demoted = namedtuple("Demoted", ["queue", "above", "jobs", "others_above", "others", "p"])
+
+
+def _waits_above(ctx: PartitionContext, region: str, key: np.ndarray, since: int, ref_lo: int) -> dict:
+    """Per class of the region's jobs (``key``: a label per job of :func:`_jobs_now`, None: not judged): how many
+    of its jobs that left the queue since ``since`` (or still wait) waited longer than the median of its own jobs
+    that left in [``ref_lo``, ``since``), of how many decided (a job still waiting below that median is not yet),
+    and whether its submissions rose significantly since ``since`` (binomial, CHANGE_ALPHA: a demand surge)."""
+    from scipy.stats import binomtest  # here: scipy.stats costs every process importing this module ~0.6 s
+
+    j = _jobs_now(ctx)
+    now = ctx.end.value
+    mine = (j["region"] == region) & j["has_queue"] & (j["sub"] != _NAT) & (j["sub"] < now)
+    started = mine & (j["left"] < now)
+    wait = np.where(started, j["left"], now) - j["sub"]  # a job still waiting: its wait so far
+    before = started & (j["left"] >= ref_lo) & (j["left"] < since)
+    after = mine & ((j["left"] >= since) | ~started)
+    out = {}
+    for c in sorted({k for k in key[before] if k is not None}, key=str):
+        of_c = np.array([k == c for k in key], dtype=bool)
+        above = wait > np.median(wait[before & of_c])
+        decided = after & of_c & (started | above)
+        subs = j["sub"][mine & of_c]
+        n_subs = int((subs >= ref_lo).sum())
+        surge = n_subs > 0 and binomtest(int((subs >= since).sum()), n_subs, (now - since) / (now - ref_lo),
+                                         alternative="greater").pvalue < CHANGE_ALPHA
+        out[c] = (int((decided & above).sum()), int(decided.sum()), surge)
+    return out
+
+
+def _fisher_greater(a: int, n: int, ao: int, no: int) -> float:
+    """One-sided Fisher p that a of n exceeds ao of no (1.0 when either side is empty)."""
+    from scipy.stats import fisher_exact  # here: scipy.stats costs every process importing this module ~0.6 s
+
+    return float(fisher_exact([[a, n - a], [ao, no - ao]], alternative="greater")[1]) if n and no else 1.0
+
+
+def _demoted_queue(ctx: PartitionContext, region: str, change_ts: pd.Timestamp) -> Demoted | None:
+    """The region's queue a scheduler change demoted (see CHANGE_ALPHA), or None: the queue whose jobs since the
+    change waited above its own hour-before median significantly more often than the other queues' jobs did."""
+    tc = pd.Timestamp(change_ts).value
+    if ctx.end.value <= tc:
+        return None
+    counts = _waits_above(ctx, region, _jobs_now(ctx)["queue"], tc, tc - CHANGE_REFERENCE.value)
+    if len(counts) < 2:
+        return None  # no other queue to tell the change from the region's hour
+    best = None
+    for q, (a, n, surge) in counts.items():
+        ao = sum(c[0] for k, c in counts.items() if k != q)
+        no = sum(c[1] for k, c in counts.items() if k != q)
+        p = _fisher_greater(a, n, ao, no)
+        if not surge and p < CHANGE_ALPHA / len(counts) and (best is None or p < best.p):
+            best = Demoted(q, a, n, ao, no, p)
+    return best
+
+
+# Capacity in the wrong shape holds back a queue's multi-GPU requests, not its single-GPU ones (a free GPU fits
+# those): the multi-GPU jobs of a queue that left it in the last SHAPE_TEST waited above their own median of the
+# SHAPE_REFERENCE before more often than the same queue's single-GPU jobs against theirs. Demand, quotas and
+# priorities of a queue hold both sizes alike (an evening pile-up does), so this stands while the single-GPU
+# requests are held too. No change anchors it in time: it is tested every partition, so its false-alarm budget is
+# CHANGE_ALPHA a day (per partition, CHANGE_ALPHA x PARTITION / SHAPE_BUDGET_SPAN, Bonferroni over the queues).
+SHAPE_TEST = pd.Timedelta(minutes=30)
+SHAPE_REFERENCE = pd.Timedelta(hours=1)
+SHAPE_BUDGET_SPAN = pd.Timedelta(days=1)
+
+
+def _shape_shift(ctx: PartitionContext, region: str) -> Demoted | None:
+    """The queue whose multi-GPU requests wait longer of late while its single-GPU ones do not (see SHAPE_TEST)."""
+    j = _jobs_now(ctx)
+    since = (ctx.end - SHAPE_TEST).value
+    key = np.empty(len(j["queue"]), dtype=object)  # (filled one by one: an array of tuples would be 2-D)
+    key[:] = [(q, bool(g > 1)) if h and g == g and g > 0 else None for q, g, h in zip(j["queue"], j["gpus"], j["has_queue"])]
+    counts = _waits_above(ctx, region, key, since, since - SHAPE_REFERENCE.value)
+    queues = {q for q, multi in counts if multi and (q, False) in counts}
+    alpha = CHANGE_ALPHA * (PARTITION / SHAPE_BUDGET_SPAN) / max(len(queues), 1)
+    best = None
+    for q in sorted(queues):
+        (a, n, surge), (ao, no, surge_single) = counts[(q, True)], counts[(q, False)]
+        if surge or surge_single:  # the queue's demand rose (an evening's start): a larger request waits longer to fit
+            continue
+        p = _fisher_greater(a, n, ao, no)
+        if p < alpha and (best is None or p < best.p):
+            best = Demoted(f"{q} (multi-GPU)", a, n, ao, no, p)
+    return best
 
 
 Season = namedtuple("Season", ["usual", "bar", "source", "weeks"])
