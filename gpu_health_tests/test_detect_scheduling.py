@@ -644,3 +644,23 @@ def test_multi_gpu_requests_waiting_longer_in_a_demand_surge_are_not_capacity_in
             + _started_jobs("r1/batch", 1, "b2", recent, short, "sx"))
     ctx.sched = pd.concat([ctx.sched, pd.DataFrame(rows, columns=ctx.sched.columns)], ignore_index=True)
     assert [f.severity for f in detect_scheduling(ctx)] == ["ticket"]
+
+
+def test_gpus_a_crash_looping_pod_holds_are_not_free_beside_waiting_jobs():
+    """A container in CrashLoopBackOff runs no process between restarts, so DCGM maps no job to its GPUs, yet the
+    kubelet keeps them allocated to the bound pod and nothing else can be placed there: its job's software fault
+    (crash_loop), not capacity idling beside waiting jobs. A pod that requests fewer GPUs than the node holds
+    leaves the rest free."""
+    assert blocked(context(B2_IDLE, WAITING)) == 40.0
+
+    def with_pod(gpus: int) -> PartitionContext:
+        ctx = context(B2_IDLE, WAITING)
+        minutes = pd.date_range(START, START + FIVE, freq="1min", inclusive="left")
+        ctx.kube_pods = pd.DataFrame({"ts": minutes, "region": "r1", "namespace": "train", "pod": "trainer-0",
+                                      "node_id": "b2", "phase": "Running", "reason": "CrashLoopBackOff",
+                                      "gpu_request": gpus, "restarts": range(5), "job_id": None})
+        return ctx
+
+    assert blocked(with_pod(8)) == 0.0
+    assert detect_scheduling(with_pod(8)) == []
+    assert blocked(with_pod(4)) == 20.0  # four GPUs of b2 still free: two of the 2-GPU requests fit

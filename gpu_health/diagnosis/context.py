@@ -482,3 +482,25 @@ def _job_runs(s: pd.DataFrame | None) -> pd.DataFrame:
     placed = seq["node_ids"].astype(object).iloc[rows].reset_index(drop=True)
     return pd.DataFrame({"start": start, "end": pick(seq["ts"]), "node_ids": placed.fillna(pick(seq["node_ids"].astype(object))),
                          "failed": failed[at_end] & has_end, "reason": pick(reason)})
+
+
+def gpus_held_by_pods(ctx: PartitionContext, nodes, ts: np.ndarray) -> np.ndarray:
+    """Per (node, minute) cell of idle GPUs: how many of them a Running pod bound to the node holds beyond the GPUs
+    DCGM maps to a job there. A container in CrashLoopBackOff runs no process between restarts (no job on its GPUs)
+    while the kubelet keeps its devices allocated and nothing else can be placed on them: its job's software fault
+    (crash_loop), not capacity beside waiting jobs. Without Kubernetes tables (None) nothing is held."""
+    kp = ctx.kube_pods
+    out = np.zeros(len(ts))
+    if kp is None or not len(kp) or not len(ts):
+        return out
+    bound = kp[(kp["phase"] == "Running") & kp["node_id"].notna() & (kp["gpu_request"] > 0)
+               & (kp["ts"] >= ctx.start) & (kp["ts"] < ctx.end)]
+    if bound.empty:
+        return out
+    held = bound.groupby([bound["node_id"].astype(object).to_numpy(), _ns(bound["ts"])])["gpu_request"].sum()
+    g = ctx.gpu[ctx.gpu["job_id"].notna()]
+    mapped = g.groupby([g["node_id"].astype(object).to_numpy(), _ns(g["ts"])]).size()
+    unmapped = held.sub(mapped.reindex(held.index).fillna(0)).clip(lower=0)
+    cells = pd.MultiIndex.from_arrays([np.asarray(nodes, dtype=object), ts])
+    return unmapped.reindex(cells).fillna(0.0).to_numpy(dtype=float)
+

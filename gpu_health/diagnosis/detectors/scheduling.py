@@ -17,8 +17,8 @@ import pandas as pd
 
 from gpu_health.constants import MAD_TO_SIGMA, PARTITION, CauseFamily
 from gpu_health.diagnosis.context import (DEPLOY_LOOKBACK, _NAT, PartitionContext, _gpu_codes, _gpu_maint,
-                                          _gpu_xid_fault, _job_arrays, job_table, _leaf_rows, _ns, _per_frame,
-                                          _per_inventory)
+                                          _gpu_xid_fault, _job_arrays, gpus_held_by_pods, job_table, _leaf_rows, _ns,
+                                          _per_frame, _per_inventory)
 from gpu_health.diagnosis.finding import Detector, Finding
 from gpu_health.metrics.goodput import BLOCKED_WAIT, placements, queue_nodes
 
@@ -150,7 +150,7 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
     keep = settled & (node_i >= 0) & (region_i >= 0)
     # idle GPUs per (region, node, minute), with the node's size
     f_region, f_node, f_ts, free = _count_cells(region_i[keep], node_i[keep], ts[keep])
-    free = free.astype(float)
+    free = np.maximum(free.astype(float) - gpus_held_by_pods(ctx, node_uni[f_node] if len(f_node) else [], f_ts), 0.0)
     f_minute = ((f_ts - ctx.start.value) // one_min).astype(int)
     node_size = _per_inventory(ctx, "node_size", lambda i: dict(zip(i["node_id"], pd.to_numeric(
         i["gpus"], errors="coerce").to_numpy(dtype=float, na_value=np.nan))))
@@ -788,5 +788,5 @@ RUNBOOKS = {
 DETECTORS = [
     Detector(detect_scheduling, emits=(("scheduling_blocked", CauseFamily.SCHEDULING.value),),
              needs=("sched", "jobs", "placements", "inventory", "changes", "leaves", "gpu", "maintenance",
-                    "region_history", "open_baselines")),
+                    "region_history", "open_baselines", "kube_pods")),
 ]
