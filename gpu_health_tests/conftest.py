@@ -52,6 +52,21 @@ def iso(ts: pd.Timestamp) -> str:
     return ts.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def run_scenario(tmp: Path, name: str, spec: dict, targets=None) -> tuple[str, str]:
+    """``spec`` written as ``tmp/name`` (the file's name salts the simulator's draws: keep a test's name) and run
+    through the bulk path (`gpu-health run --direct --scenario`) into a fresh SQLite warehouse in ``tmp``; returns
+    the scenario's path and the warehouse's URL. ``targets``: the steps to compute (None: every step)."""
+    import yaml
+
+    from gpu_health.cli import run
+
+    path = tmp / name
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    url = f"sqlite:///{tmp}/warehouse.db"
+    run(spec["start"], spec["end"], scenario=str(path), warehouse=url, quiet=True, direct=True, targets=targets)
+    return str(path), url
+
+
 @pytest.fixture
 def sqlite_url(tmp_path) -> str:
     """A SQLite warehouse of this test alone (created on first use)."""

@@ -17,9 +17,8 @@ import json
 
 import pandas as pd
 import pytest
-import yaml
 
-from gpu_health.cli import run
+from gpu_health_tests.conftest import run_scenario
 from gpu_health.evaluation.scorer import score
 from gpu_health.sim.labels import labels_frame
 from gpu_health.sim.scenario import load_scenario
@@ -52,13 +51,9 @@ NOT_YET = {16: "deploy_regression pages the rollout as software 18 minutes after
 
 @pytest.fixture(scope="module", params=[15, 16], ids=lambda seed: f"seed{seed}")
 def rollout(request, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("driver_rollout_messy")
-    path = tmp / "driver_rollout_messy.yaml"  # (the file's name salts the simulator's node picks: keep it)
-    path.write_text(yaml.safe_dump({**ROLLOUT, "seed": request.param}, sort_keys=False))
-    url = f"sqlite:///{tmp}/warehouse.db"
-    run(ROLLOUT["start"], ROLLOUT["end"], scenario=str(path), warehouse=url, quiet=True, direct=True,
-        targets=["alerts"])
-    scen = load_scenario(str(path))
+    path, url = run_scenario(tmp_path_factory.mktemp("driver_rollout_messy"), "driver_rollout_messy.yaml",
+                             {**ROLLOUT, "seed": request.param}, ["alerts"])
+    scen = load_scenario(path)
     w = Warehouse(url)
     alerts = w.read_window("alerts")
     result = score(alerts, labels_frame(scen), maintenance_windows(scen), scen.end - scen.start)

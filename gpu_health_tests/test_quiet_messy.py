@@ -20,9 +20,8 @@ behaviours (so it cannot pass on an empty or tidy day), then that no alert ever 
 
 import pandas as pd
 import pytest
-import yaml
 
-from gpu_health.cli import run
+from gpu_health_tests.conftest import run_scenario
 from gpu_health.storage.warehouse import Warehouse
 
 DAY = pd.Timestamp("2026-11-04T00:00:00Z")   # a Wednesday: business hours in both regions, cron retrains
@@ -48,11 +47,7 @@ QUIET_DAY = {
 
 @pytest.fixture(scope="module")
 def quiet_day(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("quiet_messy")
-    path = tmp / "quiet_day_messy.yaml"
-    path.write_text(yaml.safe_dump(QUIET_DAY, sort_keys=False))
-    url = f"sqlite:///{tmp}/warehouse.db"
-    run(QUIET_DAY["start"], QUIET_DAY["end"], scenario=str(path), warehouse=url, quiet=True, direct=True)
+    _, url = run_scenario(tmp_path_factory.mktemp("quiet_messy"), "quiet_day_messy.yaml", QUIET_DAY)
     return Warehouse(url)
 
 

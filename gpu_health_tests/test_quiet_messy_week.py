@@ -17,9 +17,8 @@ behaviours (so it cannot pass on a tidy or short week), then that no alert ever 
 
 import pandas as pd
 import pytest
-import yaml
 
-from gpu_health.cli import run
+from gpu_health_tests.conftest import run_scenario
 from gpu_health.storage.warehouse import Warehouse
 
 WEEK_START = pd.Timestamp("2026-11-02T00:00:00Z")   # a Monday
@@ -50,12 +49,7 @@ TARGETS = ["alerts"]
 
 @pytest.fixture(scope="module")
 def quiet_week(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("quiet_messy_week")
-    path = tmp / "quiet_week_messy.yaml"
-    path.write_text(yaml.safe_dump(QUIET_WEEK, sort_keys=False))
-    url = f"sqlite:///{tmp}/warehouse.db"
-    run(QUIET_WEEK["start"], QUIET_WEEK["end"], scenario=str(path), warehouse=url, quiet=True, direct=True,
-        targets=TARGETS)
+    _, url = run_scenario(tmp_path_factory.mktemp("quiet_messy_week"), "quiet_week_messy.yaml", QUIET_WEEK, TARGETS)
     return Warehouse(url)
 
 
