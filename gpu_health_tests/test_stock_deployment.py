@@ -279,7 +279,7 @@ def _wait_for(prom: str, expr: str, timeout_s: float = 30.0) -> list:
 
 def test_kpis_scraped_back_by_a_real_prometheus(stock_run, scraping_prometheus):
     """serve-metrics over the run's warehouse; a real Prometheus scrapes it and answers PromQL."""
-    from gpu_health.kpi_export import DIMENSIONS, kpi_metric_name, serve
+    from gpu_health.kpi_export import DIMENSIONS, cluster_rollup, kpi_metric_name, serve
 
     url, _ = stock_run
     server, _thread = serve(url, 0, "127.0.0.1")
@@ -295,11 +295,12 @@ def test_kpis_scraped_back_by_a_real_prometheus(stock_run, scraping_prometheus):
         assert north_star[0]["metric"]["job"] == "gpu_health"
         stamp = _query(prom, "gpu_health_partition_start_timestamp_seconds")
         assert float(stamp[0]["value"][1]) == (T0 + 5 * MIN).timestamp()
-        # the loss tree adds up to 1 per region; every ok KPI series of the partition is there
+        # the loss tree adds up to 1 per region; every ok KPI series of the partition is there, with the
+        # cluster-wide sample of each ratio series (its value: test_kpi_export.py)
         shares = _query(prom, "sum by (region) (gpu_health_loss_tree_share_ratio)")
         assert {r["metric"]["region"]: round(float(r["value"][1]), 9) for r in shares} == {"lab": 1.0, "*": 1.0}
         kv = wh.read_window("kpi_values", T0 + 5 * MIN, T0 + 10 * MIN)
-        ok = kv.loc[kv["status"].astype(str) == "ok"]
+        ok = pd.concat([kv.loc[kv["status"].astype(str) == "ok"], cluster_rollup(kv)], ignore_index=True)
         exposed = _query(prom, '{__name__=~"gpu_health_kpi_.+"}')
         got = {(r["metric"]["__name__"], *(r["metric"][d] for d in DIMENSIONS)): float(r["value"][1]) for r in exposed}
         want = {}
