@@ -358,8 +358,11 @@ def _add_serve_metrics(sub) -> argparse.ArgumentParser:
     p_srv = sub.add_parser("serve-metrics", help="expose the latest partition's north star, loss tree, KPIs, open alerts "
                                                  "and wasted spend for Prometheus to scrape (OpenMetrics)")
     p_srv.add_argument("--warehouse", help=_WAREHOUSE_HELP)
-    p_srv.add_argument("--port", type=int, default=9464)
-    p_srv.add_argument("--address", default="0.0.0.0", help="listen address (default 0.0.0.0; 127.0.0.1 for loopback only)")
+    p_srv.add_argument("--port", type=int, default=9464, help="TCP port to listen on (default 9464)")
+    # loopback unless told otherwise: the metrics name regions, teams and spend, so exposing them is a choice
+    p_srv.add_argument("--address", "--bind", dest="address", default="127.0.0.1",
+                       help="listen address (default 127.0.0.1, this host only; 0.0.0.0 for every interface, e.g. "
+                            "for a Prometheus on another host or in a container)")
     p_srv.add_argument("--once", action="store_true", help="print the exposition once and exit (no server)")
     return p_srv
 

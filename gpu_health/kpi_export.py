@@ -21,7 +21,9 @@ values ``*`` mean "not sliced by this dimension", as in the warehouse):
 * ``gpu_health_kpi_<series>_<unit>{region,sku,workload_class,team}``: every
   KPI series of ``kpi_values`` whose status is ok (:data:`UNIT_SUFFIX` maps the
   catalog's units; a ``.`` in a series name becomes ``_``); a degraded or
-  no-data series is absent, not 0;
+  no-data series is absent, not 0. Every ratio series also has its
+  cluster-wide sample, every dimension ``*`` (:func:`cluster_rollup`: the
+  ratio of the summed numerators and denominators of its slices);
 * ``gpu_health_partition_start_timestamp_seconds``: which partition the values
   are (freshness: ``time() - gpu_health_partition_start_timestamp_seconds``);
 * ``gpu_health_alerts_open{severity,cause_family,region}`` and
@@ -64,6 +66,10 @@ UNIT_SUFFIX: dict[str, tuple[str, float]] = {
     "retransmits per link-minute": ("per_link_minute", 1.0),  # comm_health.retransmits -> ..._retransmits_per_link_minute
     "usd per productive gpu-hour": ("usd", 1.0),  # cost_per_productive_gpu_hour -> ..._cost_per_productive_gpu_hour_usd
 }
+# Units whose value is numerator / denominator with both additive over disjoint slices, so the cluster's value is
+# sum(numerator) / sum(denominator) (kpi_values' contract). Not here: fragmentation's GPUs (stranded GPU-minutes over
+# the minutes of the slice: the minutes do not add across regions) and the quantile (queue_wait_p95, no numerator).
+ROLLUP_UNITS = frozenset({"ratio", "pct", "retransmits per link-minute", "usd per productive gpu-hour"})
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 
 
@@ -126,7 +132,7 @@ def metric_families(wh: Warehouse) -> list[GaugeMetricFamily]:
                 shares.add_metric([region, col[len("share_"):]], float(value))
 
     kv = _partition(wh, "kpi_values", latest)
-    kv = kv.loc[kv["status"].astype(str) == "ok"]
+    kv = pd.concat([kv.loc[kv["status"].astype(str) == "ok"], cluster_rollup(kv)], ignore_index=True)
     families: dict[str, GaugeMetricFamily] = {}
     for row in kv.itertuples(index=False):
         name, factor = kpi_metric_name(str(row.kpi), str(row.unit))
@@ -146,6 +152,28 @@ def metric_families(wh: Warehouse) -> list[GaugeMetricFamily]:
         gaps.add_metric([str(source), str(family)], float(n))
     out.append(gaps)
     return out
+
+
+def cluster_rollup(kv: pd.DataFrame) -> pd.DataFrame:
+    """The cluster-wide row (every dimension ``*``) of each ratio series of ``kv`` (one partition) that lacks one.
+
+    kpi_values stores the finest slices only; their ratios neither add nor average into the cluster's (an
+    allocation rate summed over SKUs exceeds 1), their numerators and denominators do. A series with a degraded
+    slice gets no cluster-wide row: its sum would silently leave that slice's unmeasured part out. No slice
+    measured anything (zero denominator): no row either, a missing reading is never 0."""
+    cols = ["kpi", *DIMENSIONS, "value", "unit", "status"]
+    if kv.empty:
+        return pd.DataFrame(columns=cols)
+    kv = kv.assign(kpi=kv["kpi"].astype(str), unit=kv["unit"].astype(str), status=kv["status"].astype(str))
+    star = (kv[DIMENSIONS].astype(str) == "*").all(axis=1)
+    rows = []
+    for (kpi, unit), grp in kv.loc[kv["unit"].isin(ROLLUP_UNITS)].groupby(["kpi", "unit"]):
+        if star[grp.index].any() or (grp["status"] == "degraded").any():
+            continue
+        num, den = pd.to_numeric(grp["numerator"]).sum(), pd.to_numeric(grp["denominator"]).sum()
+        if den > 0 and pd.notna(num):
+            rows.append({"kpi": kpi, **{d: "*" for d in DIMENSIONS}, "value": float(num / den), "unit": unit, "status": "ok"})
+    return pd.DataFrame(rows, columns=cols)
 
 
 def _alerts(wh: Warehouse) -> list[GaugeMetricFamily]:
@@ -196,7 +224,7 @@ def registry_for(url: str) -> CollectorRegistry:
     return registry
 
 
-def serve(url: str, port: int = 9464, address: str = "0.0.0.0"):
+def serve(url: str, port: int = 9464, address: str = "127.0.0.1"):
     """Start the HTTP server in a background thread; returns ``(server, thread)`` (``server.shutdown()`` stops it).
 
     Port 9464 is the one OpenTelemetry's Prometheus exporter registered; any free port works.

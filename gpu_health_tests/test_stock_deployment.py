@@ -279,7 +279,7 @@ def _wait_for(prom: str, expr: str, timeout_s: float = 30.0) -> list:
 
 def test_kpis_scraped_back_by_a_real_prometheus(stock_run, scraping_prometheus):
     """serve-metrics over the run's warehouse; a real Prometheus scrapes it and answers PromQL."""
-    from gpu_health.kpi_export import DIMENSIONS, kpi_metric_name, serve
+    from gpu_health.kpi_export import DIMENSIONS, cluster_rollup, kpi_metric_name, serve
 
     url, _ = stock_run
     server, _thread = serve(url, 0, "127.0.0.1")
@@ -295,11 +295,12 @@ def test_kpis_scraped_back_by_a_real_prometheus(stock_run, scraping_prometheus):
         assert north_star[0]["metric"]["job"] == "gpu_health"
         stamp = _query(prom, "gpu_health_partition_start_timestamp_seconds")
         assert float(stamp[0]["value"][1]) == (T0 + 5 * MIN).timestamp()
-        # the loss tree adds up to 1 per region; every ok KPI series of the partition is there
+        # the loss tree adds up to 1 per region; every ok KPI series of the partition is there, with the
+        # cluster-wide sample of each ratio series (its value: test_kpi_export.py)
         shares = _query(prom, "sum by (region) (gpu_health_loss_tree_share_ratio)")
         assert {r["metric"]["region"]: round(float(r["value"][1]), 9) for r in shares} == {"lab": 1.0, "*": 1.0}
         kv = wh.read_window("kpi_values", T0 + 5 * MIN, T0 + 10 * MIN)
-        ok = kv.loc[kv["status"].astype(str) == "ok"]
+        ok = pd.concat([kv.loc[kv["status"].astype(str) == "ok"], cluster_rollup(kv)], ignore_index=True)
         exposed = _query(prom, '{__name__=~"gpu_health_kpi_.+"}')
         got = {(r["metric"]["__name__"], *(r["metric"][d] for d in DIMENSIONS)): float(r["value"][1]) for r in exposed}
         want = {}
@@ -363,3 +364,196 @@ def test_stock_node_exporter_joins_the_gpus_by_host_name(prometheus_factory, tmp
     # no InfiniBand collector: links are absent (missing data), nodes are not held back by it
     links = src.read("network_telemetry", T0, T0 + 5 * MIN)
     assert links.frame.empty and "exporter absent" in links.origin
+
+
+# --- the Grafana kit over a Prometheus run from the kit's own scrape config -----------------------------------------
+
+NEWER_EXPORTER = {"dgx-a01": "dgx-b01", "dgx-a02": "dgx-b02", "GPU-0b8a5a3c": "GPU-1c9b6b4d", "GPU-7d21e9f4": "GPU-8e32fa05"}
+
+
+def newer_exporter_scrape(k: int) -> str:
+    """A dcgm-exporter of 3.3 or later on two other hosts: the clock-event field under its new name."""
+    text = scrape(k).replace("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
+    for old, new in NEWER_EXPORTER.items():
+        text = text.replace(old, new)
+    return text
+
+
+def _static_exporter(text: str):
+    """An HTTP server on loopback answering ``text`` on /metrics, as an exporter does; ``(server, host:port)``."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = text.encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):  # quiet
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"127.0.0.1:{server.server_port}"
+
+
+def panel_warehouse(url: str, regions: list[str]) -> None:
+    """One partition with a row behind every panel: the loss tree of each region and the cluster, every catalog
+    series on its catalog slices in each region, an open alert and a priced loss per region, a source gap."""
+    from gpu_health.contracts.kpi_catalog import CATALOG
+    from gpu_health.metrics.goodput import STATES
+
+    wh = Warehouse(url)
+    wh.create_all()
+    start, end = T0, T0 + 5 * MIN
+    cg = []
+    for region in [*regions, "*"]:
+        row = {"partition_start": start, "region": region, "paid_gpu_minutes": 100.0, "productive_gpu_minutes": 60.0,
+               "goodput": 0.6, **{f"share_{s}": 0.0 for s in STATES}}
+        row.update(share_productive=0.6, share_idle_no_demand=0.3, share_failure_loss=0.1)
+        cg.append(row)
+    wh.replace_window("cluster_goodput", pd.DataFrame(cg), start, end)
+    values = {"region": regions, "sku": [SKU], "workload_class": ["batch"], "team": ["vision"]}
+    kv = []
+    for kpi in CATALOG:
+        for series in kpi.series():
+            quantile = kpi.unit_of(series) == "s"
+            for region in (regions if "region" in kpi.dimensions else ["*"]):
+                dims = {d: (values[d][0] if d in kpi.dimensions else "*") for d in ("sku", "workload_class", "team")}
+                kv.append({"partition_start": start, "kpi": series, "region": region, **dims,
+                           "value": 120.0 if quantile else 0.25, "numerator": np.nan if quantile else 1.0,
+                           "denominator": 4.0, "unit": kpi.unit_of(series), "status": "ok"})
+    wh.replace_window("kpi_values", pd.DataFrame(kv), start, end)
+    alerts = [{"partition_start": start, "alert_id": f"a-{region}", "key": f"k-{region}", "detector": "xid_fatal",
+               "status": "firing", "severity": "page", "cause_family": "hardware", "region": region,
+               "scope": "node dgx-a01", "summary": "s", "description": "d", "usd_per_hour": 12.5, "runbook": "r",
+               "opened_at": start, "first_partition_start": start, "paged_at": start, "updated_at": start,
+               "resolved_at": None, "follows_change": None, "clear_count": 0, "baseline_at_open": np.nan,
+               "lost_gpu_minutes": 5.0} for region in regions]
+    wh.replace_window("alerts", pd.DataFrame(alerts), start, end)
+    day = (T0 - pd.Timedelta(days=1)).normalize()
+    wasted = [{"date": day.date(), "region": region, "sku": SKU, "state": state, "cause_family": family, "team": "vision",
+               "gpu_hours": 10.0, "blended_gpu_hour_usd": 2.5, "usd": 25.0}
+              for region in regions for state, family in (("failure_loss", "hardware"), ("productive", "productive"))]
+    wh.replace_window("wasted_spend", pd.DataFrame(wasted), day, day + pd.Timedelta(days=1))
+    gaps = pd.DataFrame([{"source": "node_telemetry", "partition_start": start, "partition_end": end,
+                          "missing_family": F.NODE_CPU_SECONDS, "origin": "prometheus", "reason": "exporter absent"}])
+    wh.replace_window("source_gaps", gaps, start, end)
+
+
+def _kit_config(workdir, targets: dict[str, list[tuple[str, dict]]]) -> str:
+    """deploy/prometheus/prometheus.yml as shipped, scraping ``targets`` (job -> [(host:port, extra labels)]) every
+    second instead of its placeholders, its rules beside it."""
+    import yaml
+
+    from gpu_health_tests.test_deploy_kit import PROMETHEUS_YML, RULES
+
+    config = yaml.safe_load(PROMETHEUS_YML.read_text())
+    config["global"].update(scrape_interval="1s", evaluation_interval="1s")
+    for job in config["scrape_configs"]:
+        shipped = job.get("static_configs", [{}])[0].get("labels", {})
+        job.pop("scrape_interval", None)
+        job["static_configs"] = [{"targets": [addr], "labels": {**shipped, **extra}}
+                                 for addr, extra in targets.get(job["job_name"], [])]
+    rules = yaml.safe_load(RULES.read_text())
+    for group in rules["groups"]:
+        group["interval"] = "1s"
+    (workdir / "recording_rules.yml").write_text(yaml.safe_dump(rules, sort_keys=False))
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def _options(prom: str, var: dict, selection: dict) -> list[str]:
+    """The values Grafana offers for a query variable: its label_values() query, rendered, then its regex filter."""
+    import re
+
+    import requests
+
+    from gpu_health_tests.test_deploy_kit import render
+
+    query = render(var["definition"], selection)
+    m = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", query.strip())
+    assert m, query
+    body = requests.get(f"{prom}/api/v1/label/{m.group(2)}/values", params={"match[]": m.group(1)}, timeout=10).json()
+    assert body["status"] == "success", (query, body)
+    pattern = var.get("regex", "").strip("/")
+    return sorted(v for v in body["data"] if not pattern or re.search(pattern, v))
+
+
+def _unanswered(prom: str, selection: dict, *, need_data: bool = True) -> list[str]:
+    """Panels with a query Prometheus refuses or (``need_data``) with no data at all, for ``selection``."""
+    import requests
+
+    from gpu_health_tests.test_deploy_kit import dashboard_exprs
+
+    answered, problems = {}, []
+    for title, expr in dashboard_exprs(selection=selection):
+        body = requests.get(f"{prom}/api/v1/query", params={"query": expr}, timeout=10).json()
+        if body["status"] != "success":
+            problems.append(f"{title}: {expr} -> {body.get('error')}")
+            continue
+        answered[title] = answered.get(title, False) or bool(body["data"]["result"])
+    return problems + [f"{title}: no data for {selection}" for title, ok in answered.items() if need_data and not ok]
+
+
+def test_every_panel_answers_for_every_variable_value(tmp_path):
+    """The shipped scrape config, rules and dashboard over dcgm-exporter scrapes and serve-metrics: for "All", each
+    value and all values of each variable, every panel's query parses and returns data."""
+    import time
+
+    import yaml
+
+    from gpu_health.kpi_export import serve
+    from gpu_health_tests.test_deploy_kit import ALL, DASHBOARD, PROMETHEUS_YML
+
+    shipped = yaml.safe_load(PROMETHEUS_YML.read_text())
+    home = next(j for j in shipped["scrape_configs"] if j["job_name"] == "dcgm-exporter")["static_configs"][0]["labels"]
+    # a second region whose name has a regex metacharacter: Grafana's regex format escapes it with a backslash
+    regions = sorted({home["region"], "us-west.2"})
+    url = f"sqlite:///{tmp_path / 'wh.db'}"
+    panel_warehouse(url, regions)
+    older, older_addr = _static_exporter(scrape(MINUTES - 1))
+    newer, newer_addr = _static_exporter(newer_exporter_scrape(MINUTES - 1))
+    metrics, _thread = serve(url, 0, "127.0.0.1")
+    workdir = tmp_path / "prometheus"
+    workdir.mkdir()
+    config = _kit_config(workdir, {"dcgm-exporter": [(older_addr, {}), (newer_addr, {"region": "us-west.2"})],
+                                   "gpu_health": [(f"127.0.0.1:{metrics.server_port}", {})]})
+    server = PrometheusServer(workdir / "data", workdir, config=config)
+    prom = server.start()
+    try:
+        variables = {v["name"]: v for v in json.loads(DASHBOARD.read_text())["templating"]["list"]}
+        everything = {name: (ALL if var["type"] != "datasource" else "prometheus-under-test")
+                      for name, var in variables.items()}
+        deadline = time.monotonic() + 60  # the first scrapes and rule evaluations
+        while _unanswered(prom, everything) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        problems = _unanswered(prom, everything)
+
+        def choices(name: str, selection: dict) -> list:
+            options = _options(prom, variables[name], selection)
+            assert options, f"{name} offers no value under {selection}"
+            return [[o] for o in options] + ([options] if len(options) > 1 else [])
+
+        assert choices("region", everything) == [[r] for r in regions] + [regions]
+        for region in choices("region", everything):
+            problems += _unanswered(prom, {**everything, "region": region})
+        hosts = choices("host", everything)
+        assert {h[0] for h in hosts if len(h) == 1} == set(NODES) | {NEWER_EXPORTER[n] for n in NODES}
+        for host in hosts:
+            for gpu in [ALL, *choices("gpu", {**everything, "host": host})]:
+                problems += _unanswered(prom, {**everything, "host": host, "gpu": gpu})
+        # any value a variable could ever offer parses, every regex metacharacter Grafana escapes included
+        hostile = ["a.b*c+d?e^f$g(h)i|j[k]l{m}n/o\\p", 'q"r\'s']
+        for name in ("region", "host", "gpu"):
+            problems += _unanswered(prom, {**everything, name: hostile}, need_data=False)
+        assert not problems, "\n".join(problems)
+    finally:
+        server.stop()
+        metrics.shutdown()
+        older.shutdown()
+        newer.shutdown()
