@@ -22,26 +22,88 @@ default warehouse (``var/telemetry/``). A store serves the warehouse that wrote 
 
 import argparse
 import logging
+import os
 import sys
 import time
 import warnings
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
 
-from gpu_health.constants import PARTITION_FREQ, day_chunks
+from gpu_health.constants import PARTITION, PARTITION_FREQ, day_chunks
 from gpu_health.contracts import FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES, PARTITION_COLUMN, empty_frame
 from gpu_health.landing import write_partition
 
 
-def _ts(text: str) -> pd.Timestamp:
-    ts = pd.Timestamp(text)
-    if ts.tzinfo is None:
-        raise SystemExit(f"error: {text!r} has no timezone; write UTC explicitly, e.g. 2026-11-02T00:00:00Z")
-    ts = ts.tz_convert("UTC")
+ISO_EXAMPLE = "2026-11-02T00:00:00Z"
+TIME_HELP = f"ISO 8601 with a timezone, on a 5-minute boundary, e.g. {ISO_EXAMPLE}"
+
+
+class UsageError(ValueError):
+    """A mistake on the command line, told in one line that names the flag (or variable) and the value it was given;
+    ``gpu-health`` exits 2 on it, as argparse does on a flag it cannot parse."""
+
+    def __init__(self, flag: str, value: str, problem: str):
+        super().__init__(f"{flag} {value!r}: {problem}")
+
+
+def _ts(text: str, flag: str = "--start") -> pd.Timestamp:
+    """``text`` as a UTC partition boundary. ISO 8601 only: a form such as 03/12/2026 reads as March to one reader
+    and December to another, and a monitoring range run on the wrong month is worse than a refusal."""
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(flag, text, f"not an ISO 8601 time; write e.g. {ISO_EXAMPLE}") from None
+    if parsed.tzinfo is None:
+        raise UsageError(flag, text, f"has no timezone; write UTC explicitly, e.g. {ISO_EXAMPLE}")
+    ts = pd.Timestamp(parsed).tz_convert("UTC")
     if ts != ts.floor(PARTITION_FREQ):
-        raise SystemExit(f"error: {text!r} is not on a 5-minute boundary")
+        raise UsageError(flag, text, f"is not on a 5-minute boundary (partitions start at :00, :05, ...), "
+                                     f"e.g. {ISO_EXAMPLE}")
     return ts
+
+
+def _range(start: str, end: str) -> tuple[pd.Timestamp, pd.Timestamp]:
+    start_ts, end_ts = _ts(start, "--start"), _ts(end, "--end")
+    if end_ts <= start_ts:
+        raise UsageError("--end", end, f"must be after --start {start}")
+    return start_ts, end_ts
+
+
+class Progress:
+    """Partitions done of a range, on stderr: on a terminal a live bar (done / total, rate, elapsed, time left,
+    redrawn while a piece runs, so a long piece never looks hung); in a log a line per piece; with ``quiet``
+    nothing. ``rich`` draws it: it finds out itself whether stderr is a terminal."""
+
+    def __init__(self, start: pd.Timestamp, end: pd.Timestamp, verb: str, *, quiet: bool = False, console=None):
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bar, SpinnerColumn, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+
+        self.verb, self.quiet, self.t0 = verb, quiet, time.time()
+        console = console or Console(stderr=True)
+        self.bar = None
+        if not quiet and console.is_terminal:
+            self.bar = Bar(SpinnerColumn(), TextColumn(f"{verb} [progress.description]{{task.description}}"),
+                           BarColumn(), MofNCompleteColumn(), TextColumn("partitions"), TimeElapsedColumn(),
+                           TimeRemainingColumn(), console=console, transient=False)
+            self.task = self.bar.add_task(f"{start:%Y-%m-%d %H:%M}", total=int((end - start) / PARTITION))
+            self.bar.start()
+
+    def __call__(self, c_start: pd.Timestamp, c_end: pd.Timestamp) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, advance=int((c_end - c_start) / PARTITION), description=f"{c_end:%Y-%m-%d %H:%M}")
+        elif not self.quiet:
+            print(f"{self.verb} {c_start:%Y-%m-%d %H:%M} .. {c_end:%Y-%m-%d %H:%M} ({time.time() - self.t0:.0f}s)",
+                  file=sys.stderr)
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
 
 
 # --- simulate ----------------------------------------------------------------------------
@@ -57,38 +119,47 @@ def _simulated(scen, table: str) -> bool:
     return bool(spec.serving)
 
 
+def _simulate_day(scen, root: Path, d_start: pd.Timestamp, d_end: pd.Timestamp, rows: dict) -> int:
+    """One day (or less) of the scenario's landing zone: every source's partition files and the day's capacity;
+    adds the rows written to ``rows``, returns the files written."""
+    from gpu_health.sim.telemetry import Window, cost_capacity
+
+    win = Window(scen, d_start, d_end)
+    starts = pd.date_range(d_start, d_end, freq=PARTITION_FREQ, inclusive="left")
+    files = 0
+    for table in FIVE_MINUTE_SOURCES + [t for t in OPTIONAL_SOURCES if _simulated(scen, t)]:
+        frame = win.table(table)
+        col = PARTITION_COLUMN[table]
+        keys = frame[col].dt.floor(PARTITION_FREQ) if len(frame) else pd.Series([], dtype="datetime64[ns, UTC]")
+        groups = dict(tuple(frame.groupby(keys, sort=False))) if len(frame) else {}
+        for p in starts:
+            part = groups.get(p)
+            write_partition(root, table, p, part if part is not None else empty_frame(table))
+            files += 1
+        rows[table] = rows.get(table, 0) + len(frame)
+    write_partition(root, "cost_capacity", d_start.normalize(), cost_capacity(scen, d_start))
+    return files + 1
+
+
 def simulate(scenario_path: str, landing: str, start: str | None, end: str | None, *, quiet: bool = False) -> dict:
     from gpu_health.sim.jobs import build_plan, to_s
     from gpu_health.sim.labels import labels_frame
     from gpu_health.sim.scenario import load_scenario
-    from gpu_health.sim.telemetry import Window, cost_capacity, maintenance_windows
+    from gpu_health.sim.telemetry import maintenance_windows
 
+    _scenario(scenario_path)
     scen = load_scenario(scenario_path)
-    start_ts = _ts(start) if start else scen.start
-    end_ts = _ts(end) if end else scen.end
+    start_ts = _ts(start, "--start") if start else scen.start
+    end_ts = _ts(end, "--end") if end else scen.end
     root = Path(landing)
     root.mkdir(parents=True, exist_ok=True)
     rows = dict.fromkeys(FIVE_MINUTE_SOURCES, 0)
     files = 0
     t0 = time.time()
-    for d_start, d_end in day_chunks(start_ts, end_ts):
-        win = Window(scen, d_start, d_end)
-        starts = pd.date_range(d_start, d_end, freq=PARTITION_FREQ, inclusive="left")
-        tables = FIVE_MINUTE_SOURCES + [t for t in OPTIONAL_SOURCES if _simulated(scen, t)]
-        for table in tables:
-            frame = win.table(table)
-            col = PARTITION_COLUMN[table]
-            keys = frame[col].dt.floor(PARTITION_FREQ) if len(frame) else pd.Series([], dtype="datetime64[ns, UTC]")
-            groups = dict(tuple(frame.groupby(keys, sort=False))) if len(frame) else {}
-            for p in starts:
-                part = groups.get(p)
-                write_partition(root, table, p, part if part is not None else empty_frame(table))
-                files += 1
-            rows[table] = rows.get(table, 0) + len(frame)
-        write_partition(root, "cost_capacity", d_start.normalize(), cost_capacity(scen, d_start))
-        files += 1
-        if not quiet:
-            print(f"simulated {d_start:%Y-%m-%d %H:%M} .. {d_end:%Y-%m-%d %H:%M} ({time.time() - t0:.0f}s)", file=sys.stderr)
+    with Progress(start_ts, end_ts, "simulated", quiet=quiet) as progress:
+        for d_start, d_end in day_chunks(start_ts, end_ts):
+            files += _simulate_day(scen, root, d_start, d_end, rows)
+            progress(d_start, d_end)
     write_partition(root, "maintenance_windows", None, maintenance_windows(scen))
     # resolve the jobs an incident hit (hangs) for the ground truth
     for inc in scen.incidents:
@@ -99,13 +170,56 @@ def simulate(scenario_path: str, landing: str, start: str | None, end: str | Non
 
 
 def _warehouse_location(warehouse: str | None, telemetry_dir: str | None) -> tuple[str, str]:
-    """(warehouse URL, telemetry dir or "" for the default beside it), as the module docstring says."""
-    from gpu_health.defs.resources import default_resources, env_value
+    """(warehouse URL, telemetry dir or "" for the default beside it), as the module docstring says; a URL that
+    does not parse or cannot connect is a :class:`UsageError` naming where it came from."""
+    from gpu_health.defs.resources import WAREHOUSE_URL, default_resources, env_value
 
     configured = default_resources()["warehouse"]
     if warehouse:
+        _check_warehouse(warehouse, "--warehouse")
         return warehouse, telemetry_dir or ""
-    return env_value(configured.url), telemetry_dir or configured.telemetry_dir
+    url = env_value(configured.url)
+    _check_warehouse(url, f"${WAREHOUSE_URL.env_var_name}" if os.environ.get(WAREHOUSE_URL.env_var_name) else
+                     "the default warehouse")
+    return url, telemetry_dir or configured.telemetry_dir
+
+
+def _check_warehouse(url: str, origin: str) -> None:
+    """Connect once before any work: a typo in a URL is a one-line error here, not a failed run per partition."""
+    import sqlalchemy as sa
+
+    from gpu_health.storage.warehouse import engine_for, masked_url
+
+    shown = masked_url(url)
+    try:
+        sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        raise UsageError(origin, shown, "is not a SQLAlchemy URL, e.g. sqlite:///var/warehouse.db or "
+                                        "postgresql+psycopg2://user@host:5432/gpu_health") from None
+    try:
+        with engine_for(url).connect():
+            pass
+    except ImportError as err:  # SQLAlchemy 2.1 reads postgresql:// as psycopg 3; this install has psycopg2
+        raise UsageError(origin, shown, f"its database driver is not installed ({err.name}); for PostgreSQL write "
+                                        "postgresql+psycopg2://user@host:5432/db") from None
+    except (sa.exc.SQLAlchemyError, OSError) as err:
+        first = str(getattr(err, "orig", None) or err).strip().splitlines()
+        raise UsageError(origin, shown, f"cannot connect: {first[0] if first else type(err).__name__}") from None
+
+
+def _scenario(path: str) -> None:
+    """Validate the scenario file before a run starts on it (a run would fail on it in every partition)."""
+    import yaml
+
+    from gpu_health.sim.scenario import load_scenario
+
+    if not Path(path).is_file():
+        raise UsageError("--scenario", path, "no such file (scenarios/ holds examples; docs/scenarios.md the format)")
+    try:
+        load_scenario(path)
+    except (ValueError, KeyError, TypeError, yaml.YAMLError) as err:
+        first = str(err).strip().splitlines()
+        raise UsageError("--scenario", path, f"does not validate: {first[0] if first else type(err).__name__}") from None
 
 
 # --- run ---------------------------------------------------------------------------------
@@ -125,13 +239,15 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
         prometheus_url: str | None = None, warehouse: str | None = None, partition_start: str | None = None,
         quiet: bool = False, telemetry_dir: str | None = None, direct: bool = False, workers: int = 1,
         targets: list[str] | None = None, chunk_hours: float | None = None, **source_options: str | None) -> dict:
-    from gpu_health.defs.resources import SourceSpec, TelemetrySourceResource, default_resources
-    from gpu_health.constants import PARTITION_KEY_FMT
-    from gpu_health.storage.warehouse import masked_url
+    from gpu_health.defs.resources import TelemetrySourceResource, default_resources
 
-    start_ts, end_ts = _ts(start), _ts(end)
-    if end_ts <= start_ts:
-        raise SystemExit("error: --end must be after --start")
+    start_ts, end_ts = _range(start, end)
+    if targets and not direct:
+        raise UsageError("--only", ",".join(targets), "needs --direct (the Dagster path materializes every asset of "
+                                                     "its jobs)")
+    if chunk_hours is not None and not direct:
+        raise UsageError("--chunk-hours", str(chunk_hours), "needs --direct (the Dagster path runs a day's partitions "
+                                                             "as one run)")
     unknown = set(source_options) - set(SOURCE_FLAGS)
     if unknown:
         raise TypeError(f"unknown source options {sorted(unknown)}")
@@ -141,19 +257,40 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
     fields = {name: getattr(env, name) for name in SOURCE_FLAGS}
     fields.update({k: v for k, v in {**source_options, "prometheus_url": prometheus_url}.items() if v is not None})
     if kind == "prometheus" and not fields["prometheus_url"]:
-        raise SystemExit("error: --source prometheus needs --prometheus-url (or GPU_HEALTH_PROMETHEUS_URL)")
+        raise UsageError("--source", "prometheus", "needs --prometheus-url (or GPU_HEALTH_PROMETHEUS_URL)")
+    if kind == "landing" and not Path(landing or env.landing_dir).is_dir():
+        raise UsageError("--landing" if landing else "$GPU_HEALTH_LANDING_DIR", landing or env.landing_dir,
+                         "no such directory (gpu-health simulate --landing DIR writes one)")
+    if scenario:
+        _scenario(scenario)
     url, tdir = _warehouse_location(warehouse, telemetry_dir)
     src = TelemetrySourceResource(kind=kind, scenario=scenario or "", landing_dir=landing or env.landing_dir, **fields)
-    if targets and not direct:
-        raise SystemExit("error: --only needs --direct (the Dagster path materializes every asset of its jobs)")
-
-    def progress(line: str) -> None:
-        if not quiet:
-            print(line, file=sys.stderr)
-
     t0 = time.time()
-    if chunk_hours is not None and not direct:
-        raise SystemExit("error: --chunk-hours needs --direct (the Dagster path runs a day's partitions as one run)")
+    with Progress(start_ts, end_ts, "materialized", quiet=quiet) as progress:
+        summary = _run_range(start_ts, end_ts, kind, src, url, tdir, direct=direct, workers=workers, targets=targets,
+                             chunk_hours=chunk_hours, partition_start=partition_start, progress=progress)
+    # findings about the data, not progress: on stderr even with --quiet
+    for entry in summary.get("quarantined_files", []):
+        print(f"warning: {entry['source']}: {entry['reason']}", file=sys.stderr)
+    for table, cols in summary.get("dropped_columns", {}).items():
+        for col, origins in cols.items():
+            print(f"warning: {table}: extra column '{col}' dropped (not in the contract) in {len(origins)} file(s), "
+                  f"e.g. {origins[0]}", file=sys.stderr)
+    for entry in summary.get("failed_partitions", []):
+        print(f"error: {entry['step']} {entry['partitions']}: {entry['reason']}", file=sys.stderr)
+    summary["seconds"] = round(time.time() - t0, 1)
+    if summary.get("failed_partitions"):  # raised once the range is done: every other piece has run
+        raise RangeFailed(summary)
+    return summary
+
+
+def _run_range(start_ts, end_ts, kind, src, url, tdir, *, direct, workers, targets, chunk_hours, partition_start,
+               progress) -> dict:
+    """The range through the bulk path (``direct``) or Dagster runs; the summary without the CLI's additions."""
+    from gpu_health.constants import PARTITION_KEY_FMT
+    from gpu_health.defs.resources import SourceSpec
+    from gpu_health.storage.warehouse import masked_url
+
     if direct:  # the bulk path: the same steps, no Dagster runs (gpu_health.steps.direct)
         from gpu_health.steps.direct import RUN_CHUNK, run_range
         from gpu_health.storage.warehouse import Warehouse, run_cache
@@ -170,18 +307,6 @@ def run(start: str, end: str, *, scenario: str | None = None, landing: str | Non
                                 partition_start=partition_start or start_ts.normalize().strftime(PARTITION_KEY_FMT))
         summary = {"warehouse": masked_url(url), "source": kind}
         summary.update(run_range(location, start_ts, end_ts, workers=workers, progress=progress))
-    # findings about the data, not progress: on stderr even with --quiet
-    for entry in summary.get("quarantined_files", []):
-        print(f"warning: {entry['source']}: {entry['reason']}", file=sys.stderr)
-    for table, cols in summary.get("dropped_columns", {}).items():
-        for col, origins in cols.items():
-            print(f"warning: {table}: extra column '{col}' dropped (not in the contract) in {len(origins)} file(s), "
-                  f"e.g. {origins[0]}", file=sys.stderr)
-    for entry in summary.get("failed_partitions", []):
-        print(f"error: {entry['step']} {entry['partitions']}: {entry['reason']}", file=sys.stderr)
-    summary["seconds"] = round(time.time() - t0, 1)
-    if summary.get("failed_partitions"):  # raised once the range is done: every other piece has run
-        raise RangeFailed(summary)
     return summary
 
 
@@ -200,9 +325,7 @@ def report_window(start: str, end: str, *, warehouse: str | None = None, scenari
     from gpu_health.report import markdown
     from gpu_health.storage.warehouse import Warehouse
 
-    start_ts, end_ts = _ts(start), _ts(end)
-    if end_ts <= start_ts:
-        raise SystemExit("error: --end must be after --start")
+    start_ts, end_ts = _range(start, end)
     incidents = None
     if scenario:
         from gpu_health.sim.labels import labels_frame
@@ -224,9 +347,7 @@ def export(table: str, start: str, end: str, out: str, *, warehouse: str | None 
     from gpu_health.storage.export import export_table
     from gpu_health.storage.warehouse import Warehouse
 
-    start_ts, end_ts = _ts(start), _ts(end)
-    if end_ts <= start_ts:
-        raise SystemExit("error: --end must be after --start")
+    start_ts, end_ts = _range(start, end)
     url, tdir = _warehouse_location(warehouse, telemetry_dir)
     return export_table(Warehouse(url, tdir or None), table, start_ts, end_ts, out)
 
@@ -259,10 +380,10 @@ _WAREHOUSE_HELP = "SQLAlchemy URL (default: $GPU_HEALTH_WAREHOUSE_URL or sqlite:
 
 def _add_simulate(sub) -> argparse.ArgumentParser:
     p_sim = sub.add_parser("simulate", help="write a scenario's landing zone and labels.parquet")
-    p_sim.add_argument("--scenario", required=True)
-    p_sim.add_argument("--start")
-    p_sim.add_argument("--end")
-    p_sim.add_argument("--landing", required=True)
+    p_sim.add_argument("--scenario", required=True, help="scenario YAML (docs/scenarios.md; examples in scenarios/)")
+    p_sim.add_argument("--start", help=f"first partition written (default: the scenario's start); {TIME_HELP}")
+    p_sim.add_argument("--end", help=f"end of the range, exclusive (default: the scenario's end); {TIME_HELP}")
+    p_sim.add_argument("--landing", required=True, help="landing-zone directory to write (created if missing)")
     return p_sim
 
 
@@ -271,7 +392,9 @@ def _add_run_sources(p_run: argparse.ArgumentParser) -> None:
     g = p_run.add_mutually_exclusive_group()
     g.add_argument("--scenario", help="simulate this scenario (the embedded default source)")
     g.add_argument("--landing", help="read the landing zone in this directory")
-    p_run.add_argument("--source", choices=["simulator", "landing", "prometheus"])
+    p_run.add_argument("--source", choices=["simulator", "landing", "prometheus"],
+                       help="where the telemetry comes from (default: --scenario or --landing if given, else "
+                            "$GPU_HEALTH_SOURCE, else the simulator)")
     p_run.add_argument("--prometheus-url", help="Prometheus holding dcgm-exporter / node-exporter series")
     p_run.add_argument("--prometheus-region", help="static region for series without a region label")
     p_run.add_argument("--prometheus-region-label", help="label holding the region (default: region)")
@@ -298,11 +421,12 @@ def _add_run_sources(p_run: argparse.ArgumentParser) -> None:
 
 def _add_run(sub) -> argparse.ArgumentParser:
     p_run = sub.add_parser("run", help="materialize every asset for each partition in a range, in-process")
-    p_run.add_argument("--start", required=True)
-    p_run.add_argument("--end", required=True)
+    p_run.add_argument("--start", required=True, help=f"first partition of the range; {TIME_HELP}")
+    p_run.add_argument("--end", required=True, help=f"end of the range, exclusive; {TIME_HELP}")
     _add_run_sources(p_run)
     p_run.add_argument("--warehouse", help=_WAREHOUSE_HELP)
-    p_run.add_argument("--partition-start", help="first partition key of the code location (default: the range start)")
+    p_run.add_argument("--partition-start", help="first partition key of the code location, YYYY-MM-DD-HH:MM "
+                                                  "(default: the range start's day)")
     p_run.add_argument("--direct", action="store_true",
                        help="the bulk path: run the same steps over the range without Dagster runs (no run history "
                             "in a Dagster instance; the tables written are the same)")
@@ -324,7 +448,7 @@ def _add_evaluate(sub) -> argparse.ArgumentParser:
     p_eval.add_argument("--scenarios", required=True, help="directory of scenario YAML files")
     p_eval.add_argument("--out", required=True, help="JSON report path")
     p_eval.add_argument("--workers", type=int, default=1, help="scenarios evaluated in parallel (processes)")
-    p_eval.add_argument("--pattern", default="*.yaml")
+    p_eval.add_argument("--pattern", default="*.yaml", help="glob of the scenario files to run (default *.yaml)")
     p_eval.add_argument("--resume", action="store_true",
                         help="reuse the per-scenario results a previous run left in OUT.d/ (each is written as its "
                              "scenario finishes) and run only the others")
@@ -337,8 +461,8 @@ def _add_evaluate(sub) -> argparse.ArgumentParser:
 def _add_report(sub) -> argparse.ArgumentParser:
     p_rep = sub.add_parser("report", help="a window's alerts and goodput decomposition, as Markdown")
     p_rep.add_argument("--warehouse", help=_WAREHOUSE_HELP)
-    p_rep.add_argument("--start", required=True)
-    p_rep.add_argument("--end", required=True)
+    p_rep.add_argument("--start", required=True, help=f"start of the window; {TIME_HELP}")
+    p_rep.add_argument("--end", required=True, help=f"end of the window, exclusive; {TIME_HELP}")
     p_rep.add_argument("--scenario", help="add this scenario's injected incidents (ground truth)")
     p_rep.add_argument("--out", help="write the Markdown here instead of printing it")
     return p_rep
@@ -347,8 +471,8 @@ def _add_report(sub) -> argparse.ArgumentParser:
 def _add_export(sub) -> argparse.ArgumentParser:
     p_exp = sub.add_parser("export", help="write one table's rows for a range to Parquet or CSV, wherever it is stored")
     p_exp.add_argument("table", help="table name, e.g. gpu_telemetry, goodput_states, alerts")
-    p_exp.add_argument("--start", required=True)
-    p_exp.add_argument("--end", required=True)
+    p_exp.add_argument("--start", required=True, help=f"start of the range; {TIME_HELP}")
+    p_exp.add_argument("--end", required=True, help=f"end of the range, exclusive; {TIME_HELP}")
     p_exp.add_argument("--out", required=True, help="FILE.parquet or FILE.csv (the suffix picks the format)")
     p_exp.add_argument("--warehouse", help=_WAREHOUSE_HELP)
     return p_exp
@@ -367,24 +491,28 @@ def _add_serve_metrics(sub) -> argparse.ArgumentParser:
     return p_srv
 
 
-def _add_slo(sub) -> None:
+def _add_slo(sub) -> argparse.ArgumentParser:
     p_slo = sub.add_parser("slo", help="the serving SLO catalogue (docs/slos.md)")
     slo_sub = p_slo.add_subparsers(dest="slo_command", required=True)
     p_slo_exp = slo_sub.add_parser("export", help="write the SLO catalogue as OpenSLO v1 YAML")
     p_slo_exp.add_argument("--out", help="write the YAML here instead of printing it")
+    return p_slo
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpu-health", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="gpu-health", description=__doc__.replace("``", ""),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p_sim, p_run, p_eval = _add_simulate(sub), _add_run(sub), _add_evaluate(sub)
     p_rep, p_exp, p_srv = _add_report(sub), _add_export(sub), _add_serve_metrics(sub)
-    _add_slo(sub)
+    p_slo = _add_slo(sub)
     for p in (p_run, p_rep, p_exp):
         p.add_argument("--telemetry-dir", help="the columnar telemetry store (default: $GPU_HEALTH_TELEMETRY_DIR, or "
                                                "beside a SQLite warehouse: var/warehouse.db -> var/telemetry/)")
     for p in (p_sim, p_run, p_eval, p_rep, p_exp, p_srv):
-        p.add_argument("--quiet", action="store_true")
+        p.add_argument("--quiet", action="store_true", help="no progress on stderr (warnings and errors still)")
+    for p in (p_sim, p_run, p_eval, p_rep, p_exp, p_srv, p_slo):
+        p.add_argument("--debug", action="store_true", help="on an error, the whole traceback instead of one line")
     return parser
 
 
@@ -457,6 +585,8 @@ def _quiet_libraries() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one sub-command. A mistake on the command line (:class:`UsageError`) is one line and exit code 2; any
+    other failure one line and exit code 1; ``--debug`` shows the traceback instead."""
     args = _parser().parse_args(argv)
     _quiet_libraries()
     try:
@@ -468,13 +598,21 @@ def main(argv: list[str] | None = None) -> int:
 
         print(json.dumps(failed.summary, default=str))
         return 1
-    except (RuntimeError, ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    except Exception as err:  # noqa: BLE001 -- the command line's last word: one line, unless --debug
+        if args.debug:
+            raise
+        print(f"error: {err}" if isinstance(err, UsageError) else
+              f"error: {type(err).__name__}: {_first_line(err)} (--debug shows the traceback)", file=sys.stderr)
+        return 2 if isinstance(err, UsageError) else 1
     import json
 
     print(json.dumps(out, default=str))
     return 0
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else "(no message)"
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -121,11 +121,15 @@ def test_run_with_a_file_missing_a_column_quarantines_its_partition_naming_file_
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--start", "2026-11-03T14:00:00", "--end", "2026-11-03T14:05:00Z"], "no timezone"),
+    (["--start", "2026-11-03T14:00:00", "--end", "2026-11-03T14:05:00Z"], "--start '2026-11-03T14:00:00': has no timezone"),
     (["--start", "2026-11-03T14:02:00Z", "--end", "2026-11-03T14:05:00Z"], "5-minute boundary"),
-    (["--start", "2026-11-03T14:05:00Z", "--end", "2026-11-03T14:05:00Z"], "after --start"),
+    (["--start", "2026-11-03T14:05:00Z", "--end", "2026-11-03T14:05:00Z"], "must be after --start"),
     (["--start", "2026-11-03T14:00:00Z", "--end", "2026-11-03T14:05:00Z", "--source", "prometheus"], "--prometheus-url"),
+    # day and month read either way round: refused, with the form that is not ambiguous
+    (["--start", "03/12/2026 00:00+00:00", "--end", "2026-11-03T14:05:00Z"],
+     "--start '03/12/2026 00:00+00:00': not an ISO 8601 time; write e.g. 2026-11-02T00:00:00Z"),
 ])
-def test_run_refuses_ambiguous_ranges(argv, message, tmp_path):
-    with pytest.raises(SystemExit, match=message):
-        main(["run", *argv, "--landing", str(tmp_path), "--warehouse", f"sqlite:///{tmp_path / 'wh.db'}"])
+def test_run_refuses_ambiguous_ranges(argv, message, tmp_path, capsys):
+    code, out, err = run_cli(capsys, "run", *argv, "--landing", str(tmp_path), "--warehouse",
+                             f"sqlite:///{tmp_path / 'wh.db'}")
+    assert code == 2 and not out and err.count("\n") == 1 and err.startswith("error: ") and message in err, err

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from gpu_health.catalog import CATALOG
-from gpu_health.cli import main, run
+from gpu_health.cli import UsageError, main, run
 from gpu_health.storage.schema import COLUMNAR_TABLES, metadata
 from gpu_health.storage.warehouse import Warehouse
 
@@ -139,7 +139,7 @@ def test_a_run_for_some_tables_computes_only_what_they_need_and_writes_them_alik
         assert len(full[name]) and not len(only[name]) and not len(staged[name]), name
     with pytest.raises(ValueError, match="no step writes"):
         feeding(["alert"], STEPS)
-    with pytest.raises(SystemExit, match="--only needs --direct"):
+    with pytest.raises(UsageError, match="--only 'alerts': needs --direct"):
         run(START, END, landing=str(landing), warehouse=urls["only"], quiet=True, targets=["alerts"])
 
 
@@ -158,7 +158,7 @@ def test_a_range_run_in_short_pieces_writes_what_whole_days_write(zones, tmp_pat
     assert (days["alerts"]["severity"] == "page").any() and len(days["kpi_baselines"])
     for name in days:
         pd.testing.assert_frame_equal(days[name], short[name], check_dtype=False, obj=name)
-    with pytest.raises(SystemExit, match="--chunk-hours needs --direct"):
+    with pytest.raises(UsageError, match="--chunk-hours '12': needs --direct"):
         run(START, END, landing=str(landing), warehouse=urls["days"], quiet=True, chunk_hours=12)
     with pytest.raises(ValueError, match="whole 5-minute partitions"):
         run(START, END, landing=str(landing), warehouse=urls["days"], quiet=True, direct=True, chunk_hours=0.1)
@@ -180,7 +180,7 @@ def test_a_pipelined_run_settles_its_finance_days_before_its_diagnosis_stage_end
     src = TelemetrySourceResource(kind="landing", landing_dir=str(landing))
     finance_days = []
 
-    def progress(line):  # the last stage finished a day: which finance days are written by now
+    def progress(c_start, c_end):  # the last stage finished a day: which finance days are written by now
         finance_days.append(set(wh.read_window("wasted_spend")["date"].astype(str)))
 
     run_range(wh, src.get(), pd.Timestamp(START), pd.Timestamp(END), progress=progress, source_spec=SourceSpec(src),

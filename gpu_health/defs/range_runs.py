@@ -147,13 +147,13 @@ def _stage_runs(k: int, location: CodeLocation, processes: int, chunks, inbox, o
 
 
 def run_range(location: CodeLocation, start: pd.Timestamp, end: pd.Timestamp, *, workers: int = 1,
-              progress: Callable[[str], None] | None = None) -> dict:
+              progress: Callable[[pd.Timestamp, pd.Timestamp], None] | None = None) -> dict:
     """Every asset over ``[start, end)`` through Dagster runs; returns the summary ``gpu-health run`` prints (runs,
     partitions, failed checks, files quarantined, columns dropped, failed partitions with their reasons; with
-    stages, each stage's seconds). A failed run never stops the range: the others run and it is reported."""
+    stages, each stage's seconds). A failed run never stops the range: the others run and it is reported.
+    ``progress(c_start, c_end)`` is called as each day's run is done."""
     runs = _Runs(location)
     summary: dict = {"runs": 0, "partitions": 0}
-    t0 = time.time()
     runs.execute("calendar_job", summary)
     days = pd.date_range(start.normalize(), end, freq="D", inclusive="left")
     cost_only = runs.day_keys("daily_job", {"cost_capacity"})
@@ -165,7 +165,7 @@ def run_range(location: CodeLocation, start: pd.Timestamp, end: pd.Timestamp, *,
         c_start, c_end = chunks[i]
         summary["partitions"] += int((c_end - c_start) / PARTITION)
         if progress is not None:
-            progress(f"materialized {c_start:%Y-%m-%d %H:%M} .. {c_end:%Y-%m-%d %H:%M} ({time.time() - t0:.0f}s)")
+            progress(c_start, c_end)
 
     cut = stages(workers) if workers > 1 and len(chunks) > 1 else None
     if cut is not None:

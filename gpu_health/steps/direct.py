@@ -227,7 +227,7 @@ def _stage_days(k: int, url: str, telemetry_dir: str, cut_processes: int, only, 
     stage_loop(k, chunks, inbox, outbox, reports, setup)
 
 
-def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None = None,
+def run_range(wh, source, start, end, *, progress: Callable[[pd.Timestamp, pd.Timestamp], None] | None = None,
               source_spec=None, processes: int = 2, targets=None, chunk: pd.Timedelta = RUN_CHUNK) -> dict:
     """Every step over ``[start, end)`` (5-minute aligned) into ``wh`` from ``source``; returns the summary
     ``gpu-health run`` prints (partitions, seconds per step, failed checks, files quarantined).
@@ -240,7 +240,8 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
     no stage reads what a later one writes, so the tables written are the same as in one process
     (``test_direct_path.py``). On two cores, 3 stages keep both busy: the sources are the smallest.
 
-    ``chunk``: the pieces the 5-minute steps run in, a day at most (:data:`RUN_CHUNK`).
+    ``chunk``: the pieces the 5-minute steps run in, a day at most (:data:`RUN_CHUNK`); ``progress(c_start, c_end)``
+    is called as each piece is done.
 
     ``targets``: only the steps these tables need (:func:`~gpu_health.steps.graph.feeding`), e.g. ``gpu-health
     evaluate``'s alerts and capacity headroom; the tables they write are the full run's.
@@ -254,7 +255,6 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
     start, end = pd.Timestamp(start), pd.Timestamp(end)
     summary: dict = {"runs": 0, "partitions": 0}
     seconds: dict[str, float] = {}
-    t_all = time.time()
 
     failed: dict = {}  # window -> tables whose step failed there (run_step)
 
@@ -307,7 +307,7 @@ def run_range(wh, source, start, end, *, progress: Callable[[str], None] | None 
         summary["runs"] += 1
         summary["partitions"] += int((c_end - c_start) / PARTITION)
         if progress is not None:
-            progress(f"materialized {c_start:%Y-%m-%d %H:%M} .. {c_end:%Y-%m-%d %H:%M} ({time.time() - t_all:.0f}s)")
+            progress(c_start, c_end)
         finance(c_end)  # (a pipelined run has settled them already: see on_stage)
 
     if source_spec is not None and processes > 1 and len(chunks) > 1:
