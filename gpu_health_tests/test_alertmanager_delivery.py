@@ -102,6 +102,41 @@ def test_payload_maps_labels_annotations_and_times():
     assert payload["generatorURL"] == "http://dagster:3000/assets/alerts?id=a%2F1%20x"
 
 
+@pytest.mark.parametrize(("detector", "alertname"), [
+    ("hardware_fault", "GpuHardwareFault"), ("scheduling_blocked", "GpuSchedulingBlocked"),
+    ("slo_burn", "GpuSloBurn"), ("pods_pending_gpu", "GpuPodsPendingGpu"),
+])
+def test_each_detector_has_its_own_alertname(detector, alertname):
+    """Alertmanager groups by alertname (deploy/alertmanager.yml): one name for every detector would group a
+    thermal ticket with a deploy page."""
+    assert alert_to_payload(make_alert(detector=detector), now=NOW)["labels"]["alertname"] == alertname
+    assert alert_to_payload(make_alert(detector=detector, alertname="Custom"), now=NOW)["labels"]["alertname"] == "Custom"
+
+
+def test_the_runbook_is_a_link_under_the_configured_base():
+    text = "Cordon and drain the node(s); run DCGM diagnostics. Runbook: docs/runbooks.md#hardware"
+    payload = alert_to_payload(make_alert(runbook=text), now=NOW,
+                               runbook_base_url="https://git.example.invalid/gpu_health/-/blob/main/")
+    assert payload["annotations"]["runbook"] == text
+    assert payload["annotations"]["runbook_url"] == \
+        "https://git.example.invalid/gpu_health/-/blob/main/docs/runbooks.md#hardware"
+    assert "runbook_url" not in alert_to_payload(make_alert(runbook=text), now=NOW)["annotations"]  # no base: none
+    assert "runbook_url" not in alert_to_payload(make_alert(runbook="Call the on-call."), now=NOW,
+                                                 runbook_base_url="https://x.invalid/")["annotations"]
+
+
+def test_the_default_runbook_base_is_this_checkout(monkeypatch):
+    from pathlib import Path
+
+    from gpu_health.defs.resources import default_resources
+
+    monkeypatch.delenv("GPU_HEALTH_RUNBOOK_BASE_URL", raising=False)
+    base = default_resources()["alertmanager"].runbook_base_url
+    assert base.startswith("file://") and (Path(base.removeprefix("file://")) / "docs" / "runbooks.md").is_file()
+    monkeypatch.setenv("GPU_HEALTH_RUNBOOK_BASE_URL", "https://docs.example.invalid/")
+    assert default_resources()["alertmanager"].runbook_base_url == "https://docs.example.invalid/"
+
+
 def test_payload_resolved_alert_ends_at_resolved_at():
     payload = alert_to_payload(make_alert(resolved_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
                                           opened_at=datetime(2026, 1, 2, 2, 0, tzinfo=UTC)))

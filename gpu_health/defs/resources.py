@@ -5,6 +5,7 @@ import contextlib
 import itertools
 import os
 import threading
+from pathlib import Path
 
 import dagster as dg
 import pandas as pd
@@ -202,7 +203,18 @@ class AlertmanagerResource(dg.ConfigurableResource):
 
     url: str = ""
     generator_url: str = ""  # e.g. the Dagster UI's alerts asset page; {alert_id} is filled in
+    runbook_base_url: str = ""  # where docs/runbooks.md is served; each alert's runbook_url is under it
     timeout_s: float = 5.0
+
+
+def default_runbook_base_url() -> str:
+    """``$GPU_HEALTH_RUNBOOK_BASE_URL``, else the checkout's own folder as a file URL when it holds the runbooks
+    (a development install: the link opens the page on the machine that runs it), else none."""
+    configured = os.environ.get("GPU_HEALTH_RUNBOOK_BASE_URL", "")
+    if configured:
+        return configured
+    checkout = Path(__file__).resolve().parents[2]
+    return checkout.as_uri() + "/" if (checkout / "docs" / "runbooks.md").is_file() else ""
 
 
 WAREHOUSE_URL = dg.EnvVar("GPU_HEALTH_WAREHOUSE_URL")
@@ -268,5 +280,6 @@ def default_resources() -> dict:
         "alertmanager": AlertmanagerResource(
             url=alertmanager_url if alertmanager_url.get_value() else "",
             generator_url=dg.EnvVar("GPU_HEALTH_ALERT_LINK").get_value(""),
+            runbook_base_url=default_runbook_base_url(),
         ),
     }

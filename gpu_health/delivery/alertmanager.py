@@ -5,11 +5,13 @@ keeps the state it returns in its cursor.
 
 Mapping of one ``alerts`` row to an Alertmanager alert (``alert_to_payload``):
 
-- labels (identity and routing): ``alertname``, ``severity`` (page | ticket |
+- labels (identity and routing): ``alertname`` (one per detector:
+  ``scheduling_blocked`` -> ``GpuSchedulingBlocked``), ``severity`` (page | ticket |
   dashboard), ``cause_family``, ``region``, ``alert_id``. Alertmanager
   identifies an alert by its label set, so labels hold only these stable
   values; everything that changes while an alert is open is an annotation.
 - annotations: ``summary``, ``description``, ``runbook`` (URL or text),
+  ``runbook_url`` (the runbook's page under a configurable base URL),
   ``usd_per_hour`` (two decimals), ``scope``, ``first_partition_start``
   when the row has it, and ``reopened`` when the alert was re-opened.
 - ``startsAt`` = ``opened_at``; ``endsAt`` = ``resolved_at`` for a resolved
@@ -24,6 +26,7 @@ Times without a time zone are taken as UTC (all our tables store UTC).
 import hashlib
 import json
 import math
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,7 +50,9 @@ REQUIRED_KEYS = (
     "usd_per_hour",
     "runbook",
 )
-DEFAULT_ALERTNAME = "GpuGoodputLoss"
+DEFAULT_ALERTNAME = "GpuGoodputLoss"  # a row that names no detector
+# "... Runbook: docs/runbooks.md#hardware": the runbook's path in the repository, at the end of the runbook text
+RUNBOOK_PATH = re.compile(r"Runbook:\s*(\S+?)\.?$")
 # A firing alert's endsAt is "now + DEFAULT_TTL"; deliver() must run at least
 # every RESEND_INTERVAL so that Alertmanager sees ~4 resends before endsAt
 # (the ratio Prometheus uses: endsAt = 4 x max(resend delay, eval interval)).
@@ -145,19 +150,35 @@ def _reopened(scope: Any) -> str | None:
     return f"{history['reopened_at']} (episode {history.get('episodes', 2)})"
 
 
+def alertname_of(detector: str) -> str:
+    """``scheduling_blocked`` -> ``GpuSchedulingBlocked``: one alertname per detector, in the CamelCase Prometheus
+    rules use, so that Alertmanager's grouping by alertname (deploy/alertmanager.yml) groups like with like."""
+    return "Gpu" + "".join(part[:1].upper() + part[1:] for part in re.split(r"[^0-9A-Za-z]+", detector) if part)
+
+
+def runbook_url(runbook: str, base_url: str | None) -> str | None:
+    """The runbook's page as a URL: the repository path the runbook text ends with (``Runbook: docs/...``), under
+    ``base_url`` (where the repository's docs are served, e.g. its web view); None without either."""
+    found = RUNBOOK_PATH.search(runbook.strip())
+    if not base_url or not found:
+        return None
+    return base_url.rstrip("/") + "/" + found.group(1).lstrip("/")
+
+
 def alert_to_payload(
     alert: Mapping[str, Any],
     *,
     now: datetime | None = None,
     ttl: timedelta = DEFAULT_TTL,
     generator_url: str | None = None,
+    runbook_base_url: str | None = None,
 ) -> dict[str, Any]:
     """One ``alerts`` row as an Alertmanager v2 alert.
 
     Extra keys are ignored; a missing required key raises ``KeyError`` naming
     it, a null one ``ValueError``; an unknown severity ``ValueError``.
-    ``alertname`` comes from the row's ``alertname`` if present, else
-    ``DEFAULT_ALERTNAME``. ``description`` defaults to the summary.
+    ``alertname`` comes from the row's ``alertname`` if present, else from its
+    ``detector`` (:func:`alertname_of`), else ``DEFAULT_ALERTNAME``. ``description`` defaults to the summary.
     ``generator_url`` may contain ``{alert_id}``.
     """
     values = {key: _required(alert, key) for key in REQUIRED_KEYS}
@@ -179,6 +200,9 @@ def alert_to_payload(
         "usd_per_hour": f"{usd_per_hour:.2f}",
         "scope": _text(values["scope"]),
     }
+    link = runbook_url(annotations["runbook"], runbook_base_url)
+    if link:
+        annotations["runbook_url"] = link
     reopened = _reopened(values["scope"])
     if reopened:
         annotations["reopened"] = reopened
@@ -197,7 +221,8 @@ def alert_to_payload(
 
     payload: dict[str, Any] = {
         "labels": {
-            "alertname": _text(_optional(alert, "alertname") or DEFAULT_ALERTNAME),
+            "alertname": _text(_optional(alert, "alertname") or (alertname_of(str(_optional(alert, "detector")))
+                                                                  if _optional(alert, "detector") else DEFAULT_ALERTNAME)),
             "severity": severity,
             "cause_family": _text(values["cause_family"]),
             "region": _text(values["region"]),
@@ -329,9 +354,11 @@ def deliver(
     now: datetime | None = None,
     ttl: timedelta = DEFAULT_TTL,
     generator_url: str | None = None,
+    runbook_base_url: str | None = None,
 ) -> tuple[int, dict[str, str]]:
     """``deliver_report`` reduced to ``(sent_count, new_state)``."""
-    report = deliver_report(client, alerts_frame, already_sent, now=now, ttl=ttl, generator_url=generator_url)
+    report = deliver_report(client, alerts_frame, already_sent, now=now, ttl=ttl, generator_url=generator_url,
+                            runbook_base_url=runbook_base_url)
     return report.sent, report.state
 
 
@@ -343,6 +370,7 @@ def deliver_report(
     now: datetime | None = None,
     ttl: timedelta = DEFAULT_TTL,
     generator_url: str | None = None,
+    runbook_base_url: str | None = None,
 ) -> "Delivery":
     """Post what Alertmanager must hear about; return a ``Delivery`` (count, new state, odd rows).
 
@@ -392,7 +420,8 @@ def deliver_report(
     repaired: dict[str, list[str]] = {}
     for index, row in enumerate(_records(alerts_frame)):
         try:
-            payload, notes = tolerant_payload(row, now=now, ttl=ttl, generator_url=generator_url)
+            payload, notes = tolerant_payload(row, now=now, ttl=ttl, generator_url=generator_url,
+                                              runbook_base_url=runbook_base_url)
         except (KeyError, ValueError, TypeError, OverflowError) as exc:
             raw_id = row.get("alert_id") if isinstance(row, Mapping) else None
             known = not _is_null(raw_id)
@@ -457,6 +486,7 @@ def tolerant_payload(
     now: datetime | None = None,
     ttl: timedelta = DEFAULT_TTL,
     generator_url: str | None = None,
+    runbook_base_url: str | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """``alert_to_payload`` for a row with odd values; return ``(payload, notes)``.
 
@@ -493,7 +523,7 @@ def tolerant_payload(
         except (TypeError, ValueError, OverflowError):
             notes.append(f"first_partition_start unreadable ({_text(row['first_partition_start'])[:40]})")
             row["first_partition_start"] = None
-    payload = alert_to_payload(row, now=now, ttl=ttl, generator_url=generator_url)
+    payload = alert_to_payload(row, now=now, ttl=ttl, generator_url=generator_url, runbook_base_url=runbook_base_url)
     if not cost_ok:
         payload["annotations"]["usd_per_hour"] = UNKNOWN_COST
     if notes:

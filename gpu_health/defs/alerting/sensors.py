@@ -56,7 +56,8 @@ def alertmanager_delivery_sensor(context: dg.SensorEvaluationContext, warehouse:
     try:
         # expiry (endsAt) is Alertmanager's wall clock; which alerts are read follows the data time
         report = deliver_report(client, alerts, sent_state_from_cursor(context.cursor),
-                                generator_url=alertmanager.generator_url or None)
+                                generator_url=alertmanager.generator_url or None,
+                                runbook_base_url=alertmanager.runbook_base_url or None)
     except AlertmanagerError as err:
         raise AlertmanagerError(
             f"Alertmanager at {masked_url(alertmanager.url)} did not take {err.pending} alert update(s); they stay "
