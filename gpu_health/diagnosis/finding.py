@@ -7,8 +7,10 @@ the bar it had to clear, as a factor >= 1: for a rate, a share or an amount judg
 (lost GPU-minutes / the impact floor); for an exact test at false-alarm rate alpha, log(p) / log(alpha), how many
 times smaller the p-value is than alpha in log terms. A page needs every one of its conditions, so its margin is the
 smallest over them (:func:`margin_of`): the factor by which every bar could be raised at once and the finding would
-still have paged. Conditions a page needs to be *below* a bar (a history that did not burn, a share of nodes in
-maintenance) are not margins of the page: raising the bar only keeps them met. None: not stated.
+still have paged. A condition the evidence must stay under (GPUs utilized at most what waiting allows) counts as
+bar / observed; the other side of the page's own bar (a history that did not burn at the factor the page must
+exceed) is no margin: raising that bar keeps it met. A category (a cause in evidence) has none. None: not stated,
+never read as 1.
 """
 
 import math

@@ -398,13 +398,18 @@ def detect_thermal(ctx: PartitionContext) -> list[Finding]:
         lost = float(sum(lost_on.values()))
         causes = thermal_causes(ctx, nodes)
         paging = [n for n in slowed if n in causes]
-        # a node pages on its throttled GPU-minutes and its loss each over their floor (its cause is no number);
-        # the region's finding pages on any paging node
-        minutes = {n: (busy[n], lost_on[n]) if n not in by_device else (clock.at[n, "busy"], clock.at[n, "lost"])
-                   for n in paging}
-        margin = max((margin_of((per_node[n], MIN_THERMAL_GPU_MINUTES), (on, MIN_THERMAL_GPU_MINUTES * (n in by_device)),
-                                (loss, (1 - THERMAL_CLOCK_RATIO) * on)) for n, (on, loss) in minutes.items()),
-                     default=None)
+        # a node pages on its throttled GPU-minutes and its loss each over their floor (its cause is a category,
+        # no number); the region's finding pages on any paging node
+        margins = []
+        for n in paging:
+            if n in by_device:  # the device's measure: its busy minutes have a floor of their own
+                on, loss = clock.at[n, "busy"], clock.at[n, "lost"]
+                margins.append(margin_of((per_node[n], MIN_THERMAL_GPU_MINUTES), (on, MIN_THERMAL_GPU_MINUTES),
+                                         (loss, (1 - THERMAL_CLOCK_RATIO) * on)))
+            else:
+                margins.append(margin_of((per_node[n], MIN_THERMAL_GPU_MINUTES),
+                                         (lost_on[n], (1 - THERMAL_CLOCK_RATIO) * busy[n])))
+        margin = max((m for m in margins if m is not None), default=None)
         if paging:
             summary = f"Thermal throttling in {region} on {', '.join(nodes)} slows the jobs on {', '.join(paging)}"
         else:
