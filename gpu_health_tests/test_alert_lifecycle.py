@@ -202,3 +202,17 @@ def test_margin_at_page_round_trips_through_the_warehouse(sqlite_url):
     wh.replace_window("alerts", snap, P0, P0 + FIVE)
     back = wh.read_window("alerts", P0, P0 + FIVE).set_index("detector")["margin_at_page"]
     assert back["hardware_fault"] == 3.25 and pd.isna(back["deploy_regression"])  # None: not stated
+
+
+def test_margin_of_is_the_smallest_factor_over_the_bars_a_page_needs():
+    import math
+
+    from gpu_health.diagnosis.finding import margin_of
+
+    assert margin_of((10.0, 5.0), (3, 2)) == 1.5  # observed / bar, the smallest
+    assert math.isclose(margin_of(p_values=((1e-6, 1e-3),)), 2.0)  # log p / log alpha
+    assert math.isclose(margin_of((4.0, 1.0), p_values=((1e-6, 1e-3),)), 2.0)
+    assert math.isfinite(margin_of(p_values=((0.0, 1e-3),)))  # an underflowed p-value: large, finite
+    # a bar of 0 or none, or an unbounded observation, says nothing; nothing said is None, not 1
+    assert margin_of((3.0, 0), (None, 2.0), (math.inf, 1.0), (2.0, 1.0)) == 2.0
+    assert margin_of((3.0, 0)) is None and margin_of() is None

@@ -36,7 +36,8 @@ RECENT = pd.Timedelta(hours=24)
 HISTORY_TICKETS = ("thermal_throttle",)
 COLUMNS = ["partition_start", "alert_id", "key", "detector", "status", "severity", "cause_family", "region", "scope",
            "summary", "description", "usd_per_hour", "runbook", "opened_at", "first_partition_start", "paged_at",
-           "updated_at", "resolved_at", "follows_change", "clear_count", "baseline_at_open", "lost_gpu_minutes", "margin_at_page"]
+           "updated_at", "resolved_at", "follows_change", "clear_count", "baseline_at_open", "lost_gpu_minutes",
+           "margin_at_page"]
 
 
 def empty() -> pd.DataFrame:

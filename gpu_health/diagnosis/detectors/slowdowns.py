@@ -252,9 +252,10 @@ def _data_io_finding(ctx: PartitionContext, region: str, grp: pd.DataFrame) -> F
     matters, impact, impact_margin = _impact(ctx, region, lost, len(jobs), IMPACT_MIN_JOBS)
     # the page's margin: the impact's, the slowdown's (minutes and share over their bars) and the better device
     # witness's (GPUs at most `bound` % utilized; NVMe at least 95 % busy)
-    witness = max((m for m in (margin_of((bound, util)) if idle and util > 0 else None,
-                               margin_of((hot["nvme_util_pct"].max(), 95.0)) if len(hot) else None) if m is not None),
-                  default=None)
+    # (at 0 % the utilization witness is unbounded: the other bars decide)
+    alternatives = ([np.inf if util == 0 else bound / util] if idle else []) + \
+        ([hot["nvme_util_pct"].max() / 95.0] if len(hot) else [])
+    witness = max(alternatives, default=None)
     margin = margin_of((impact_margin, 1.0), (total, NODE_SLOW_MIN_GPU_MINUTES), (share, NODE_SLOW_SHARE),
                        (witness, 1.0))
     device = ("their GPUs' utilization not reported" if util is None else
