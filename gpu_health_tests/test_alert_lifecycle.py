@@ -170,3 +170,49 @@ def test_a_later_run_reads_from_the_store_what_the_range_loop_carried(sqlite_url
         rerun = D._recent_alerts(inputs_for("alerts", wh, t, t + FIVE), unstored)
         assert {k: (r["partition_start"], r["key"]) for k, r in rerun.items()} == carried[t]
     assert carried[P0 + 45 * FIVE]  # not vacuous: alerts to re-open were carried
+
+
+def test_a_page_stores_the_margin_of_the_finding_in_the_partition_it_paged():
+    """margin_at_page is the margin of the finding that made the alert a page, kept while the alert lasts and when
+    it re-opens (a later, stronger finding does not move it: the bar was cleared by that much when on-call was
+    paged); a ticket has none."""
+    from gpu_health.contracts.derived import Alerts
+
+    def hw(severity, margin):
+        f = _hw(["n1"], severity)
+        f.margin = margin
+        return f
+
+    plan = {0: [hw("ticket", None)], 1: [hw("page", 2.5)], 2: [hw("page", 9.0)], 20: [hw("page", 1.2)]}
+    alerts = _run(plan, 22).sort_values("partition_start")
+    Alerts.validate(alerts, lazy=True)
+    assert alerts["alert_id"].nunique() == 1 and len(_pages(alerts)) == 1
+    by_p = dict(zip((alerts["partition_start"] - P0) // FIVE, alerts["margin_at_page"]))
+    assert pd.isna(by_p[0])
+    assert by_p[1] == 2.5 and by_p[2] == 2.5 and by_p[20] == 2.5  # re-opened at 20: the same page, its margin
+
+
+def test_margin_at_page_round_trips_through_the_warehouse(sqlite_url):
+    from gpu_health.storage.warehouse import Warehouse
+
+    f = _hw(["n1"])
+    f.margin = 3.25
+    snap = A.step(A.empty(), [f, _deploy()], P0, rates={}, changes=pd.DataFrame())
+    wh = Warehouse(sqlite_url)
+    wh.replace_window("alerts", snap, P0, P0 + FIVE)
+    back = wh.read_window("alerts", P0, P0 + FIVE).set_index("detector")["margin_at_page"]
+    assert back["hardware_fault"] == 3.25 and pd.isna(back["deploy_regression"])  # None: not stated
+
+
+def test_margin_of_is_the_smallest_factor_over_the_bars_a_page_needs():
+    import math
+
+    from gpu_health.diagnosis.finding import margin_of
+
+    assert margin_of((10.0, 5.0), (3, 2)) == 1.5  # observed / bar, the smallest
+    assert math.isclose(margin_of(p_values=((1e-6, 1e-3),)), 2.0)  # log p / log alpha
+    assert math.isclose(margin_of((4.0, 1.0), p_values=((1e-6, 1e-3),)), 2.0)
+    assert math.isfinite(margin_of(p_values=((0.0, 1e-3),)))  # an underflowed p-value: large, finite
+    # a bar of 0 or none, or an unbounded observation, says nothing; nothing said is None, not 1
+    assert margin_of((3.0, 0), (None, 2.0), (math.inf, 1.0), (2.0, 1.0)) == 2.0
+    assert margin_of((3.0, 0)) is None and margin_of() is None

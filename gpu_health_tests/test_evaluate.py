@@ -244,3 +244,45 @@ def test_per_detector_pages_false_pages_first_detections_and_misses():
     assert "| detector | pages | false | false/week | precision | detected | misses |" in text
     assert "| hardware_fault | 4 | 2 | 1.00 | 0.50 | 2 / 0 | 0 |" in text
     assert "| deploy_regression | 0 | 0 | 0.00 | - | 0 / 0 | 2 |" in text
+
+
+def test_threshold_margin_is_the_smallest_margin_of_the_pages_that_detected_with_the_right_family():
+    """threshold_margin: the highest factor a detector's bar could be raised by with every incident it detected
+    (first page, right family) still paged -- the smallest margin_at_page of those pages. A false page, a page second
+    to another, or a first page of the wrong family does not count; a margin not stated (None) is not a margin."""
+    from gpu_health.evaluation.scorer import detector_tables, overall
+
+    hours = lambda h, m=0: T0 + pd.Timedelta(hours=h, minutes=m)  # noqa: E731
+    labels = _labels(("thermal_throttle", "hardware", "high", T0, 60, {"region": "us-east", "node_ids": ["n1"]}),
+                     ("gpu_fell_off_bus", "hardware", "high", hours(2), 60, {"region": "us-east", "node_ids": ["n2"]}),
+                     ("io_bottleneck", "data_io", "high", hours(4), 60, {"region": "eu-west", "node_ids": ["n9"]}),
+                     ("driver_regression", "software", "high", hours(6), 60, {"region": "us-east", "node_ids": ["n3"]}))
+    alerts = _alerts(("a1", hours(0, 8), "page", "hardware", "us-east", ["n1"]),
+                     ("a2", hours(2, 6), "page", "hardware", "us-east", ["n2"]),
+                     ("a3", hours(1, 30), "page", "hardware", "eu-west", ["n4"]),  # false page
+                     ("a4", hours(4, 6), "page", "network", "eu-west", ["n9"]),  # first, wrong family
+                     ("a5", hours(4, 9), "page", "data_io", "eu-west", ["n9"]),  # second
+                     ("a6", hours(6, 5), "page", "software", "us-east", ["n3"]))
+    alerts["detector"] = alerts["cause_family"].map({"hardware": "hardware_fault", "network": "network_slowdown",
+                                                     "data_io": "data_io_slowdown", "software": "deploy_regression"})
+    alerts["margin_at_page"] = alerts["alert_id"].map({"a1": 3.0, "a2": 1.5, "a3": 1.01, "a4": 1.1, "a5": 1.05})
+    r = score(alerts, labels, None, pd.Timedelta(days=7))
+    d = r["by_detector"]
+    assert d["hardware_fault"]["threshold_margin"] == 1.5
+    assert d["network_slowdown"]["threshold_margin"] is None  # its one first page named the wrong family
+    assert d["data_io_slowdown"]["threshold_margin"] is None  # paged second: its bar did not decide detection
+    assert d["deploy_regression"]["threshold_margin"] is None  # detected, margin not stated
+    assert [i["page_margin"] for i in r["incidents"]] == [3.0, 1.5, 1.1, None]
+
+    other = score(alerts.assign(margin_at_page=alerts["margin_at_page"] * 0.9), labels, None, pd.Timedelta(days=7))
+    o = overall([{**r, "profile": "default"}, {**other, "profile": "messy"}])
+    assert o["by_detector"]["hardware_fault"]["threshold_margin"] == pytest.approx(1.35)
+    assert o["by_profile"]["default"]["by_detector"]["hardware_fault"]["threshold_margin"] == 1.5
+    text = detector_tables({"overall": o})
+    assert "| detector | pages | false | false/week | precision | detected | misses | margin |" in text
+    assert "| hardware_fault | 6 | 2 | 1.00 | 0.67 | 4 / 0 | 0 | 1.35 |" in text
+    assert "| deploy_regression | 2 | 0 | 0.00 | 1.00 | 2 / 0 | 0 | - |" in text
+
+    # alerts of a store without the column (a static rule, an older table): no margin, nothing breaks
+    bare = score(alerts.drop(columns="margin_at_page"), labels, None, pd.Timedelta(days=7))
+    assert bare["by_detector"]["hardware_fault"]["threshold_margin"] is None

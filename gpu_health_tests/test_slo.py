@@ -299,6 +299,12 @@ def test_a_burn_finding_becomes_an_alert_and_an_alertmanager_payload():
     row = snap.iloc[0]
     assert (row["detector"], row["severity"], row["cause_family"], row["status"]) == ("slo_burn", "page", "software", "firing")
     assert "availability" in row["summary"] and "Burn rate" in row["description"]
+    # the page's margin: the smaller of its two windows' burn over the factor, both above it
+    burns = evaluate_burns(_rows(864, 6000.0, bad), T0)
+    burn = burns[burns["severity"] == "page"].sort_values("long_burn").iloc[-1]
+    f = found[0]
+    assert f.margin == pytest.approx(min(burn["long_burn"], burn["short_burn"]) / burn["factor"]) and f.margin > 1
+    assert row["margin_at_page"] == pytest.approx(f.margin)
     payload = alert_to_payload(row.to_dict(), now=(T0 + FIVE).to_pydatetime())
     assert payload["labels"]["severity"] == "page" and payload["labels"]["cause_family"] == "software"
     assert payload["labels"]["region"] == "us-east"

@@ -487,3 +487,21 @@ def test_schema_sql_creates_every_table_on_postgresql(pg_url):
     assert declared >= (set(CONTRACTS) - COLUMNAR_TABLES) | {"source_rejects"}
     assert not declared & COLUMNAR_TABLES  # minute-grain telemetry lives in the columnar store, never in SQL
     assert created == declared
+
+
+def test_a_table_created_before_a_nullable_column_existed_gains_it(warehouse_url, telemetry_dir):
+    """A warehouse created by an older schema keeps working: a nullable column the schema has since gained is added
+    to its table (its old rows hold null there), and rows with it are written and read back."""
+    from gpu_health.diagnosis import alerts as A
+    from gpu_health.diagnosis.finding import Finding
+
+    old = sa.MetaData()
+    table = metadata.tables["alerts"]
+    sa.Table("alerts", old, *[c.copy() for c in table.columns if c.name != "margin_at_page"],
+             sa.PrimaryKeyConstraint(*[c.name for c in table.primary_key.columns]))
+    old.create_all(sa.create_engine(warehouse_url))
+    f = Finding("hardware_fault", "hardware", "page", "us-east", "hardware_fault|us-east", nodes=["n1"], margin=2.0)
+    snap = A.step(A.empty(), [f], T0, rates={}, changes=pd.DataFrame())
+    wh = Warehouse(warehouse_url, telemetry_dir)
+    assert wh.replace_window("alerts", snap, T0, T1) == 1
+    assert wh.read_window("alerts", T0, T1)["margin_at_page"].tolist() == [2.0]

@@ -28,6 +28,7 @@ CREATE TABLE alerts (
 	clear_count BIGINT NOT NULL, 
 	baseline_at_open FLOAT, 
 	lost_gpu_minutes FLOAT NOT NULL, 
+	margin_at_page FLOAT, 
 	CONSTRAINT pk_alerts PRIMARY KEY (partition_start, alert_id)
 );
 

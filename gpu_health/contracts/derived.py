@@ -219,6 +219,7 @@ class Alerts(_Partitioned):
     clear_count: Series[int] = pa.Field(ge=0, description="Consecutive partitions without a finding.")
     baseline_at_open: Series[float] = pa.Field(nullable=True, description="Baseline the detector judged against when it opened.")
     lost_gpu_minutes: Series[float] = pa.Field(ge=0, description="GPU-minutes lost in scope this partition.")
+    margin_at_page: Series[float] = pa.Field(nullable=True, description="How far the evidence cleared the paging bar in the partition it paged, as a factor (observed / bar; log p / log alpha); null: a ticket, or not stated.")
 
     class Config:
         unique = ["partition_start", "alert_id"]

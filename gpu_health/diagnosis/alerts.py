@@ -36,7 +36,8 @@ RECENT = pd.Timedelta(hours=24)
 HISTORY_TICKETS = ("thermal_throttle",)
 COLUMNS = ["partition_start", "alert_id", "key", "detector", "status", "severity", "cause_family", "region", "scope",
            "summary", "description", "usd_per_hour", "runbook", "opened_at", "first_partition_start", "paged_at",
-           "updated_at", "resolved_at", "follows_change", "clear_count", "baseline_at_open", "lost_gpu_minutes"]
+           "updated_at", "resolved_at", "follows_change", "clear_count", "baseline_at_open", "lost_gpu_minutes",
+           "margin_at_page"]
 
 
 def empty() -> pd.DataFrame:
@@ -49,7 +50,7 @@ def _empty() -> pd.DataFrame:
     frame = pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
     for c in ("partition_start", "opened_at", "first_partition_start", "paged_at", "updated_at", "resolved_at"):
         frame[c] = pd.Series(dtype="datetime64[ns, UTC]")
-    for c in ("usd_per_hour", "baseline_at_open", "lost_gpu_minutes"):
+    for c in ("usd_per_hour", "baseline_at_open", "lost_gpu_minutes", "margin_at_page"):
         frame[c] = pd.Series(dtype="float64")
     frame["clear_count"] = pd.Series(dtype="int64")
     # consolidated once (a copy merges same-dtype blocks): a copy of the unconsolidated frame merged them again on
@@ -152,7 +153,7 @@ def _same_cause(f: Finding, r: dict) -> bool:
 # the columns of a stored alert row a re-opening keeps (step overwrites the others)
 RECALL_COLUMNS = ["partition_start", "alert_id", "key", "detector", "status", "severity", "cause_family", "region",
                   "scope", "description", "runbook", "opened_at", "first_partition_start", "paged_at", "follows_change",
-                  "baseline_at_open"]
+                  "baseline_at_open", "margin_at_page"]
 
 
 def recalled(rows: pd.DataFrame) -> dict:
@@ -191,6 +192,9 @@ def step(prev: pd.DataFrame, findings: list[Finding], start: pd.Timestamp, *, ra
             m = merged[f.key]
             m.nodes = sorted(set(m.nodes) | set(f.nodes))
             m.lost_gpu_minutes += f.lost_gpu_minutes
+            # the merged page pages on whichever of its findings paged: its margin is the widest of theirs
+            margins = [g.margin for g in (m, f) if _page_margin(g) is not None]
+            m.margin = max(margins) if margins else None
             if SEVERITY_RANK[f.severity] > SEVERITY_RANK[m.severity]:
                 m.severity = f.severity
             m.evidence = f"{m.evidence}; {f.evidence}"
@@ -210,13 +214,15 @@ def step(prev: pd.DataFrame, findings: list[Finding], start: pd.Timestamp, *, ra
             f.nodes = sorted(set(f.nodes) | set(old_scope.get("nodes", [])))
             severity = f.severity if SEVERITY_RANK[f.severity] > SEVERITY_RANK[r["severity"]] else r["severity"]
             paged_at = r["paged_at"] if pd.notna(r["paged_at"]) else (end if severity == "page" else pd.NaT)
+            # the margin of the partition it became a page in: kept while it lasts and when it re-opens
+            margin = r.get("margin_at_page", np.nan) if pd.notna(r["paged_at"]) else _margin_cell(f, severity)
             follows = r["follows_change"] or follows
             reopened = end if r["key"] != key or r["status"] == "resolved" else None
             history = _history(old_scope.get("history"), f, reopened=reopened)
             r.update(key=key, status="firing", severity=severity, scope=_scope_json(f, history), summary=f.summary,
                      description=_describe(f, follows, history), usd_per_hour=usd_h, updated_at=end,
                      paged_at=paged_at, resolved_at=pd.NaT, follows_change=follows, clear_count=0,
-                     lost_gpu_minutes=f.lost_gpu_minutes)
+                     lost_gpu_minutes=f.lost_gpu_minutes, margin_at_page=margin)
         else:
             r = {"alert_id": f"{f.detector}-{(f.team or f.region).replace('*', 'all')}-{start:%Y%m%d%H%M}", "key": key,
                  "detector": f.detector, "status": "firing", "severity": f.severity, "cause_family": f.family,
@@ -226,7 +232,7 @@ def step(prev: pd.DataFrame, findings: list[Finding], start: pd.Timestamp, *, ra
                  "paged_at": end if f.severity == "page" else pd.NaT, "updated_at": end, "resolved_at": pd.NaT,
                  "follows_change": follows, "clear_count": 0,
                  "baseline_at_open": f.baseline if f.baseline is not None else np.nan,
-                 "lost_gpu_minutes": f.lost_gpu_minutes}
+                 "lost_gpu_minutes": f.lost_gpu_minutes, "margin_at_page": _margin_cell(f, f.severity)}
             # two incidents of one detector and region opening in one partition (two models' SLOs) are two
             # alerts: the second id gets a suffix, so ids stay unique and existing ones unchanged
             base, n = r["alert_id"], 1
@@ -250,6 +256,17 @@ def step(prev: pd.DataFrame, findings: list[Finding], start: pd.Timestamp, *, ra
     out = pd.DataFrame(rows)
     out["partition_start"] = start
     return out[COLUMNS]
+
+
+def _page_margin(f: Finding) -> float | None:
+    return f.margin if f.severity == "page" else None
+
+
+def _margin_cell(f: Finding, severity: str) -> float:
+    """The alert's margin_at_page as the partition's finding ``f`` leaves it when the alert is ``severity`` now
+    and was no page before: the finding's own margin when it pages (NaN when not stated or a ticket)."""
+    m = _page_margin(f) if severity == "page" else None
+    return float(m) if m is not None else np.nan
 
 
 def _reopen(f: Finding, recent: dict | None, start: pd.Timestamp, used: set) -> dict | None:

@@ -71,6 +71,11 @@ def _several(hit: int, nodes: int) -> bool:
     return nodes > 0 and hit >= min(2, nodes) and hit * 2 >= nodes
 
 
+def _several_margin(hit: int, nodes: int) -> tuple[float, float]:
+    """(hit, the count :func:`_several` asks of ``nodes`` reporting nodes): a margin_of pair."""
+    return hit, max(min(2, nodes), nodes / 2)
+
+
 def _racks(ctx) -> pd.DataFrame:
     from gpu_health.metrics.facility import node_racks
 
@@ -154,7 +159,7 @@ def thermal_causes(ctx, nodes) -> dict[str, str]:
 
 def detect_rack_cooling(ctx) -> list:
     """Page: the rack's inlet above 27 C AND its GPUs hot on several of its nodes; ticket: the inlet alone."""
-    from gpu_health.diagnosis.finding import Finding
+    from gpu_health.diagnosis.finding import Finding, margin_of
 
     hot = hot_racks(ctx)
     if hot.empty:
@@ -175,7 +180,8 @@ def detect_rack_cooling(ctx) -> list:
                     f"elsewhere {h['excess'].max():.1f} C)" if len(seen) else "no GPU of the rack reports temperature")
         out.append(Finding(
             "rack_cooling", "facility", "page" if page else "ticket", r.region, f"rack_cooling|{r.region}|{r.rack_id}",
-            nodes=nodes,
+            nodes=nodes, margin=margin_of((r.inlet_max, INLET_MAX_C), (r.minutes, MIN_MINUTES),
+                                          _several_margin(n_hot, len(seen))) if page else None,
             summary=f"Rack {r.rack_id} in {r.region}: cooling degraded, inlet {r.inlet_max:.1f} C above the "
                     f"{INLET_MAX_C:.0f} C ASHRAE limit" + ("" if page else " (GPUs not yet affected)"),
             evidence=f"facility_telemetry: inlet above {INLET_MAX_C:.0f} C for {int(r.minutes)} minutes (max "
@@ -187,7 +193,7 @@ def detect_rack_cooling(ctx) -> list:
 def detect_rack_power(ctx) -> list:
     """Page: the rack held at its budget AND its busy GPUs power-capped on several nodes; ticket: the draw alone,
     or failed PSUs."""
-    from gpu_health.diagnosis.finding import Finding
+    from gpu_health.diagnosis.finding import Finding, margin_of
 
     f = _partition_rows(ctx)
     if f is None:
@@ -209,6 +215,8 @@ def detect_rack_power(ctx) -> list:
             out.append(Finding(
                 "rack_power_cap", "facility", "page" if page else "ticket", r.region,
                 f"rack_power_cap|{r.region}|{r.rack_id}", nodes=nodes,
+                margin=margin_of((r.draw, HELD_SHARE * r.budget), (r.minutes, HELD_MINUTES),
+                                 _several_margin(n_cap, len(c))) if page else None,
                 summary=f"Rack {r.rack_id} in {r.region}: held at its power budget ({r.draw:.1f} of "
                         f"{r.budget:.1f} kW)" + (", GPUs power-capped" if page else ""),
                 evidence=f"facility_telemetry: draw >= {HELD_SHARE:.0%} of power_budget_kw for {int(r.minutes)} "

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_health.constants import KERNEL_ACTIVE_UTIL_PCT, MINUTE
-from gpu_health.diagnosis.finding import Finding
+from gpu_health.diagnosis.finding import Finding, margin_of
 from gpu_health.metrics.goodput import BLOCKED_WAIT
 
 FAMILY = {"cpu_fallback": "software", "pods_pending_gpu": "scheduling", "crash_loop": "software",
@@ -170,6 +170,13 @@ def detect_cpu_fallback(ctx) -> list[Finding]:
         slowed = [j for j in jobs if slow.get(j, 0.0) >= CPU_SLOWDOWN_FACTOR]
         confirmed = sorted(set(idle) | set(slowed))
         severity = "page" if confirmed else "ticket"
+        # one job pages: its minutes without a GPU over their bar and its better second witness (GPUs under the
+        # kernel bar: bar / util, unbounded at util 0, so the minutes decide; steps slower: slowdown / factor)
+        witness = {j: max(((np.inf if util[j] == 0 else KERNEL_ACTIVE_UTIL_PCT / util[j]) if j in idle else 0.0),
+                          slow.get(j, 0.0) / CPU_SLOWDOWN_FACTOR) for j in confirmed}
+        margin = max((m for j in confirmed
+                      if (m := margin_of((no_gpu_minutes[j], PLATFORM_MINUTES), (witness[j], 1.0))) is not None),
+                     default=None)
         seconds = []
         if idle:
             seconds.append(f"the GPUs DCGM maps to {len(idle)} of them run no kernel (median util "
@@ -181,7 +188,7 @@ def detect_cpu_fallback(ctx) -> list[Finding]:
         out.append(Finding(
             "cpu_fallback", FAMILY["cpu_fallback"], severity, region, f"cpu_fallback|{region}",
             nodes=sorted(set(grp["node_id"])), team=",".join(sorted(set(grp["namespace"]))),
-            lost_gpu_minutes=float(held.reindex(jobs).fillna(0).sum()),
+            lost_gpu_minutes=float(held.reindex(jobs).fillna(0).sum()), margin=margin,
             summary=f"{len(jobs)} GPU job(s) in {region} run on the CPU: their pods request no {GPU_RESOURCE}",
             evidence=_evidence("cpu_fallback",
                                f"every running pod of jobs {', '.join(jobs[:5])} sits on a GPU node with gpu_request 0 "
@@ -292,6 +299,7 @@ def detect_pods_pending_gpu(ctx) -> list[Finding]:
         capacity = len(s) > 0 and not _all_fit(s["gpu_request"], free)
         witnessed = (len(t) and tainted) or (len(s) and only_gpus.all() and not capacity)
         severity = "page" if witnessed and len(rows) >= PENDING_PAGE_PODS else "ticket"
+        margin = margin_of((len(rows), PENDING_PAGE_PODS)) if severity == "page" else None  # the pods over the bar
         what = []
         if len(t):
             what.append(f"{len(t)} pod(s) lack the toleration of the GPU taint ({GPU_RESOURCE}) "
@@ -305,7 +313,7 @@ def detect_pods_pending_gpu(ctx) -> list[Finding]:
                            f" ({int((~only_gpus).sum())} of them excluded from nodes by other constraints of theirs)"))
         out.append(Finding(
             "pods_pending_gpu", FAMILY["pods_pending_gpu"], severity, region, f"pods_pending_gpu|{region}",
-            team=",".join(sorted(set(rows["namespace"]))),
+            team=",".join(sorted(set(rows["namespace"]))), margin=margin,
             summary=f"{len(rows)} GPU pod(s) in {region} unschedulable for a reason other than a full cluster",
             evidence=_evidence("pods_pending_gpu",
                                f"{'; '.join(what)}; Unschedulable for {int(rows['minutes'].max())}+ minutes "
@@ -353,6 +361,8 @@ def detect_crash_loop(ctx) -> list[Finding]:
             "crash_loop", FAMILY["crash_loop"], severity, region, f"crash_loop|{region}",
             nodes=sorted(set(loop["node_id"].dropna())), team=",".join(sorted(set(loop["namespace"]))),
             lost_gpu_minutes=float(gpu_pods["gpu_request"].sum() * 5),
+            # the looping GPU pods of the worst job over the bar
+            margin=margin_of((per_job.max(), CRASH_PAGE_PODS)) if severity == "page" else None,
             summary=f"{len(loop)} pod(s) in a restart loop in {region}",
             evidence=_evidence("crash_loop",
                                f"CrashLoopBackOff with the restart counter up {int(loop['rise'].min())}-"
@@ -389,6 +399,8 @@ def detect_device_plugin_missing(ctx) -> list[Finding]:
         out.append(Finding(
             "device_plugin_missing", FAMILY["device_plugin_missing"], "page" if confirmed else "ticket", region,
             f"device_plugin_missing|{region}", nodes=ids, lost_gpu_minutes=float(grp["gpu_capacity"].sum()),
+            # one confirmed node pages: the longest one's minutes without allocatable GPUs over the bar
+            margin=margin_of((minutes.reindex(confirmed).max(), PLATFORM_MINUTES)) if confirmed else None,
             summary=f"{len(ids)} Ready node(s) in {region} advertise no allocatable GPU: device plugin missing",
             evidence=_evidence("device_plugin_missing",
                                f"gpu_allocatable 0 of capacity {int(cap.max())} on {', '.join(ids[:5])} for "

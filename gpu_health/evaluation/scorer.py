@@ -32,8 +32,11 @@ Definitions:
   (``detected_right_family`` / ``detected_wrong_family``), and its **misses**: the high-severity incidents of the
   families it emits (the registry's ``emits``) that no page detected. A missed incident is a miss of every
   detector that emits its family: which of them should have paged is not in the labels. A detector the registry
-  does not know (a static rule) has ``misses`` None. The threshold margin that would have kept recall is not
-  reported: the alerts table keeps no finding's measured value beside its baseline, so it cannot be read back.
+  does not know (a static rule) has ``misses`` None. Its **threshold margin** (``threshold_margin``): the
+  smallest ``margin_at_page`` (how far a page's evidence cleared its bar, as a factor: diagnosis.finding) of its
+  first pages that detected a high-severity incident with the right family -- the highest factor by which its bars
+  could all be raised and every incident it caught would still have paged; None when none of them states one (a
+  margin not stated is not a margin of 1).
 """
 
 import json
@@ -51,7 +54,7 @@ WEEK = pd.Timedelta(days=7)
 def _alerts_summary(alerts: pd.DataFrame) -> pd.DataFrame:
     """One row per alert: when it opened and paged, its family and scope."""
     if alerts.empty:
-        return pd.DataFrame(columns=["alert_id", "detector", "opened_at", "paged_at", "severity", "cause_family", "region", "nodes", "team", "cohort", "summary"])
+        return pd.DataFrame(columns=["alert_id", "detector", "opened_at", "paged_at", "severity", "cause_family", "region", "nodes", "team", "cohort", "summary", "margin_at_page"])
     a = alerts.sort_values("partition_start")
     first = a.groupby("alert_id").first()
     paged = a[a["severity"] == "page"].groupby("alert_id")["paged_at"].min()
@@ -59,12 +62,16 @@ def _alerts_summary(alerts: pd.DataFrame) -> pd.DataFrame:
     # a page's scope is what on-call received when it paged (an alert opened as a ticket may widen before it pages)
     at_page = a[a["severity"] == "page"].groupby("alert_id")["scope"].first()
     scope = at_page.reindex(first.index).fillna(first["scope"]).map(json.loads)
+    # the margin stored in the partition it became a page (the alerts of a static rule state none)
+    margin = (a[a["severity"] == "page"].groupby("alert_id")["margin_at_page"].first().reindex(first.index)
+              if "margin_at_page" in a else pd.Series(np.nan, index=first.index))
     return pd.DataFrame({
         "alert_id": first.index, "detector": first["detector"].values, "opened_at": first["opened_at"].values,
         "paged_at": paged.reindex(first.index).values, "severity": last["severity"].values,
         "cause_family": first["cause_family"].values, "region": first["region"].values,
         "nodes": [set(s.get("nodes", [])) for s in scope], "team": [s.get("team") for s in scope],
         "cohort": [s.get("cohort") for s in scope], "summary": first["summary"].values,
+        "margin_at_page": pd.to_numeric(margin, errors="coerce").values,
     }).reset_index(drop=True)
 
 
@@ -131,6 +138,7 @@ def score(alerts: pd.DataFrame, labels: pd.DataFrame, maintenance: pd.DataFrame,
             "ttd_min": float((first["paged_at"] - inc.start) / pd.Timedelta(minutes=1)) if first is not None else None,
             "page_family": first["cause_family"] if first is not None else None,
             "page_detector": first["detector"] if first is not None else None,
+            "page_margin": _margin(first["margin_at_page"]) if first is not None else None,
             "ticketed": bool(len(tickets)),
             "alerts": sorted(set(cand["alert_id"]) | set(tickets["alert_id"])),
         })
@@ -143,7 +151,7 @@ def score(alerts: pd.DataFrame, labels: pd.DataFrame, maintenance: pd.DataFrame,
             if w.start <= p["paged_at"] < w.end + PARTITION and (nodes is None or (p["nodes"] and p["nodes"] <= nodes)):
                 maint_pages += 1
                 break
-    inc = pd.DataFrame(incidents, columns=[*incidents_cols, "page_detector", "start", "alerts"])
+    inc = pd.DataFrame(incidents, columns=[*incidents_cols, "page_detector", "page_margin", "start", "alerts"])
     pages_by = {k: int(v) for k, v in pages["detector"].value_counts().items()}
     false_by = {k: int(v) for k, v in false_pages["detector"].value_counts().items()}
     return {"incidents": incidents,
@@ -194,8 +202,22 @@ def by_detector(pages_by: dict, false_by: dict, inc: pd.DataFrame, span: pd.Time
                   "precision": float((pages - false) / pages) if pages else None,
                   "detected_right_family": right, "detected_wrong_family": int(len(first)) - right,
                   "misses": int(len(mine)) if d in emits else None,
-                  "missed_kinds": {k: int(v) for k, v in mine["kind"].value_counts().sort_index().items()}}
+                  "missed_kinds": {k: int(v) for k, v in mine["kind"].value_counts().sort_index().items()},
+                  "threshold_margin": _threshold_margin(first)}
     return out
+
+
+def _margin(v) -> float | None:
+    v = pd.to_numeric(v, errors="coerce")
+    return float(v) if pd.notna(v) else None
+
+
+def _threshold_margin(first: pd.DataFrame) -> float | None:
+    """The smallest stated margin of a detector's first pages that detected their incident with its family."""
+    if not len(first) or "page_margin" not in first:
+        return None
+    right = pd.to_numeric(first.loc[first["page_family"] == first["family"], "page_margin"], errors="coerce").dropna()
+    return float(right.min()) if len(right) else None
 
 
 def _metrics(inc: pd.DataFrame, false_pages: int, maintenance_pages: int, span: pd.Timedelta) -> dict:
@@ -231,7 +253,7 @@ def _sum_counts(dicts) -> dict:
 def _overall(results: list[dict]) -> dict:
     inc = pd.DataFrame([i for r in results for i in r["incidents"]],
                        columns=["incident_id", "kind", "family", "severity", "detected", "ttd_min", "page_family",
-                                "page_detector", "ticketed"])
+                                "page_detector", "page_margin", "ticketed"])
     span = pd.Timedelta(days=sum(r["simulated_days"] for r in results))
     out = _metrics(inc, sum(r["false_pages"] for r in results), sum(r["maintenance_pages"] for r in results), span)
     pages = sum(r.get("pages", 0) for r in results)
@@ -273,14 +295,14 @@ def _fmt(v) -> str:
 
 def detector_tables(report: dict) -> str:
     """The per-detector budget as Markdown, overall and per cluster profile: ``detected`` is right family / wrong
-    family of the incidents the detector paged first."""
-    head = ["| detector | pages | false | false/week | precision | detected | misses |", "|---" * 7 + "|"]
+    family of the incidents the detector paged first, ``margin`` its threshold margin (``-``: none stated)."""
+    head = ["| detector | pages | false | false/week | precision | detected | misses | margin |", "|---" * 8 + "|"]
     blocks = []
     parts = [("overall", report["overall"])]
     parts += [(f"profile {p}", o) for p, o in report["overall"].get("by_profile", {}).items()]
     for title, o in parts:
         rows = [f"| {d} | {r['pages']} | {r['false_pages']} | {_fmt(float(r['false_pages_per_week']))} | "
                 f"{_fmt(r['precision'])} | {r['detected_right_family']} / {r['detected_wrong_family']} | "
-                f"{_fmt(r['misses'])} |" for d, r in o.get("by_detector", {}).items()]
+                f"{_fmt(r['misses'])} | {_fmt(r.get('threshold_margin'))} |" for d, r in o.get("by_detector", {}).items()]
         blocks.append("\n".join([f"per detector, {title}:", "", *head, *rows]))
     return "\n\n".join(blocks)

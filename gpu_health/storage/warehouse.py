@@ -102,6 +102,18 @@ class FrameCache:
 _DDL_LOCK_KEY = stable_id("gpu_health|schema ddl") & 0x7FFFFFFFFFFFFFFF
 
 
+def _add_nullable_columns(conn, tables) -> None:
+    """Add to tables an older schema created the nullable columns the schema has gained since (extend, never
+    rename): their old rows have no value to give, null says so. A NOT NULL column missing is left to fail the
+    first write naming it: which value old rows should hold is a decision, not a default."""
+    have = sa.inspect(conn).get_multi_columns()
+    for t in tables:
+        names = {c["name"] for c in have.get((None, t.name), [])}
+        for c in t.columns:
+            if names and c.name not in names and c.nullable:
+                conn.execute(sa.text(f'ALTER TABLE "{t.name}" ADD COLUMN "{c.name}" {c.type.compile(conn.dialect)}'))
+
+
 def masked_url(url: str) -> str:
     """``url`` as it may be printed or logged: its password, if any, as ``***``; any other URL unchanged."""
     try:
@@ -177,6 +189,7 @@ class Warehouse:
                 if not self.is_sqlite:
                     conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _DDL_LOCK_KEY})
                 metadata.create_all(conn, tables=sql_tables(self.columnar))
+                _add_nullable_columns(conn, sql_tables(self.columnar))
                 create_views(conn)
             self._created = True
 

@@ -16,7 +16,7 @@ import pandas as pd
 from gpu_health.codes import factorize
 from gpu_health.constants import REPORTED_BUSY_UTIL_PCT, CauseFamily
 from gpu_health.diagnosis.context import PartitionContext, _gpu_codes, _gpu_slim
-from gpu_health.diagnosis.finding import Detector, Finding
+from gpu_health.diagnosis.finding import Detector, Finding, margin_of
 from gpu_health.metrics.device import device_idle, low_power, reference_power
 
 
@@ -107,6 +107,8 @@ def detect_no_progress(ctx: PartitionContext) -> list[Finding]:
         sm, ten = rows["sm_active"].astype(float), rows["tensor_active"].astype(float)
         out.append(Finding("busy_no_progress", "gaming", severity, region, f"busy_no_progress|{team}", team=team,
                            nodes=sorted(set(rows["node_id"])), lost_gpu_minutes=float(len(rows)),
+                           # the page's margin: its dummy GPU-minutes (both witnesses) over their floor
+                           margin=margin_of((len(rows), NO_PROGRESS_PAGE_GPU_MINUTES)) if severity == "page" else None,
                            summary=f"Team {team}: GPUs busy with no real work (dummy load)" if severity == "page"
                            else f"Team {team}: busy GPUs that may not be working",
                            evidence=f"{len(rows)} GPU-minutes on {rows['gpu_uuid'].nunique()} GPUs from "

@@ -32,7 +32,7 @@ from gpu_health.diagnosis.context import (DEPLOY_LOOKBACK, MIN_MISSING_MINUTES, 
                                           _gpu_codes, _gpu_maint, _gpu_minute, _gpu_xid_fault, _in_maintenance, _ns,
                                           _per_inventory, _scope_nodes, _state, _ts_slice, _windows_now)
 from gpu_health.diagnosis.facility import defer_to_rack, thermal_causes
-from gpu_health.diagnosis.finding import Detector, Finding
+from gpu_health.diagnosis.finding import Detector, Finding, margin_of
 
 
 # a throttled GPU for a whole partition (or several for part of it): one minute's bit is a transient DCGM
@@ -341,8 +341,10 @@ def detect_hardware(ctx: PartitionContext) -> list[Finding]:
             for r in grp.sort_values(["severity", "node_id"], ascending=[False, True]).head(12).itertuples())
         evidence += f"; {lost:.0f} GPU-minutes unavailable"
         faulty = sorted(paging["node_id"]) if len(paging) and not systemic else []
+        # a node pages on its count of independent channels; the region's finding pages on any paging node
+        margin = max((margin_of((len(s & HW_DIRECT), HW_PAGE_SIGNALS)) for s in paging["signals"]), default=None)
         out.append(Finding("hardware_fault", "hardware", "page" if len(paging) else "ticket", region,
-                           f"hardware_fault|{region}", nodes=nodes, lost_gpu_minutes=lost,
+                           f"hardware_fault|{region}", nodes=nodes, lost_gpu_minutes=lost, margin=margin,
                            change_event=None, summary=summary, evidence=evidence,
                            action=f"Cordon and drain {', '.join(faulty)}; run DCGM diagnostics (dcgmi diag -r 3) "
                                   "on them; reseat or RMA a GPU with Xid 48/79/94/95" if faulty else None))
@@ -396,6 +398,18 @@ def detect_thermal(ctx: PartitionContext) -> list[Finding]:
         lost = float(sum(lost_on.values()))
         causes = thermal_causes(ctx, nodes)
         paging = [n for n in slowed if n in causes]
+        # a node pages on its throttled GPU-minutes and its loss each over their floor (its cause is a category,
+        # no number); the region's finding pages on any paging node
+        margins = []
+        for n in paging:
+            if n in by_device:  # the device's measure: its busy minutes have a floor of their own
+                on, loss = clock.at[n, "busy"], clock.at[n, "lost"]
+                margins.append(margin_of((per_node[n], MIN_THERMAL_GPU_MINUTES), (on, MIN_THERMAL_GPU_MINUTES),
+                                         (loss, (1 - THERMAL_CLOCK_RATIO) * on)))
+            else:
+                margins.append(margin_of((per_node[n], MIN_THERMAL_GPU_MINUTES),
+                                         (lost_on[n], (1 - THERMAL_CLOCK_RATIO) * busy[n])))
+        margin = max((m for m in margins if m is not None), default=None)
         if paging:
             summary = f"Thermal throttling in {region} on {', '.join(nodes)} slows the jobs on {', '.join(paging)}"
         else:
@@ -403,6 +417,7 @@ def detect_thermal(ctx: PartitionContext) -> list[Finding]:
             summary = f"Thermal throttling in {region} on {', '.join(nodes)} ({why}): the nodes' history, no page"
         out.append(Finding("thermal_throttle", "hardware", "page" if paging else "ticket", region,
                            f"thermal_throttle|{region}", nodes=nodes, lost_gpu_minutes=lost, summary=summary,
+                           margin=margin,
                            action=f"Check the cooling of {', '.join(paging or nodes)} (inlet, fans, airflow); drain "
                                   "them if it persists",
                            # the ticket's history over its episodes (alerts.HISTORY_TICKETS)

@@ -8,7 +8,7 @@ import pandas as pd
 
 from gpu_health.constants import PARTITION
 from gpu_health.diagnosis.context import PartitionContext
-from gpu_health.diagnosis.finding import Detector, Finding
+from gpu_health.diagnosis.finding import Detector, Finding, margin_of
 
 
 # The burn-rate windows, factors, minimum-traffic guard and absence rule are gpu_health.metrics.slo's (BURN_WINDOWS,
@@ -74,7 +74,9 @@ def _release_findings(ctx: PartitionContext) -> list[Finding]:
                      f"{slo.objective:.3%}. The version before it, {r['previous_version']}, burned {before} in the "
                      f"hour before the release, and no version serving beside it burns now: the release is the "
                      f"cause.{interp} Roll back to {r['previous_version']}",
-            baseline=float(RELEASE_FACTOR), value=float(r["burn_since"])))
+            baseline=float(RELEASE_FACTOR), value=float(r["burn_since"]),
+            margin=margin_of((r["burn_since"], RELEASE_FACTOR), (r["burn_now"], RELEASE_FACTOR),
+                             (r["bad_events"], MIN_BAD_EVENTS)) if r["severity"] == "page" else None))
     return out
 
 
@@ -126,7 +128,9 @@ def detect_slo_burn(ctx: PartitionContext) -> list[Finding]:
                      f"events against an objective of {slo.objective:.3%}{left}.{interp} Look first at the "
                      f"model's versions in serving_slis (a new version serving since the burn started is the suspect: "
                      f"roll it back), then its replicas and queue depth",
-            baseline=float(r["factor"]), value=float(r["long_burn"])))
+            baseline=float(r["factor"]), value=float(r["long_burn"]),
+            margin=margin_of((r["long_burn"], r["factor"]), (r["short_burn"], r["factor"]),
+                             (r["bad_events"], MIN_BAD_EVENTS)) if severity == "page" else None))
     # the alert of a model merges its findings and reads the first: the release, pages, the fastest burn, absences last
     return release + sorted(out, key=lambda f: (f.severity != "page", f.value is None, -(f.value or 0.0)))
 

@@ -24,7 +24,7 @@ import pandas as pd
 
 from gpu_health.constants import CauseFamily
 from gpu_health.diagnosis.context import PartitionContext, _leaf_rows
-from gpu_health.diagnosis.finding import Detector, Finding
+from gpu_health.diagnosis.finding import Detector, Finding, margin_of
 
 
 # a component's excess over the workload's own healthy baseline on 10 % of a node's allocated (multi-node, for
@@ -174,9 +174,14 @@ def detect_slowdowns(ctx: PartitionContext) -> list[Finding]:
         bad_nodes = sorted(set(bad["node_id"])) or nodes
         # (the loss is the slowdown_network leaves: step times the jobs reported, so it has its jobs by construction;
         # no count of them is asked beside the GPU-minutes floor)
-        matters, impact = _impact(ctx, region, total, 0, jobs_needed=0)
+        matters, impact, impact_margin = _impact(ctx, region, total, 0, jobs_needed=0)
+        # the page's margin: the impact's, the best slow node's (minutes and share) and the worst link's counter
+        link = np.r_[bad["retransmits"].astype(float) / LINK_RETRANSMITS, bad["packet_loss_pct"].astype(float) / LINK_LOSS_PCT]
+        margin = margin_of((impact_margin, 1.0), (_slow_margin(grp), 1.0),
+                           (np.nanmax(link) if np.isfinite(link).any() else None, 1.0))
         out.append(Finding("network_slowdown", "network", "page" if len(bad) and matters else "ticket", region,
                            f"network_slowdown|{region}", nodes=bad_nodes, lost_gpu_minutes=total,
+                           margin=margin if len(bad) and matters else None,
                            value=float(total / max(grp["den"].sum(), 1e-9)),
                            summary=f"Collective-communication slowdown in {region} on {len(bad_nodes)} node(s)",
                            evidence=f"{total:.0f} GPU-minutes ({total / max(grp['den'].sum(), 1e-9):.0%} of multi-node jobs' "
@@ -198,16 +203,26 @@ def _measured_jobs(ctx: PartitionContext, nodes) -> set:
     return set(on.astype(object)) & set(rt["job_id"].astype(object))
 
 
-def _impact(ctx: PartitionContext, region: str, lost: float, jobs: int, jobs_needed: int) -> tuple[bool, str]:
+def _slow_margin(grp: pd.DataFrame) -> float | None:
+    """How far the slow nodes ``grp`` (_slow_nodes) cleared their bars: the best node's smaller ratio of its slow
+    GPU-minutes to NODE_SLOW_MIN_GPU_MINUTES and to NODE_SLOW_SHARE of its measured time (one node pages)."""
+    return max((m for r in grp.itertuples() if (m := margin_of((r.slow, NODE_SLOW_MIN_GPU_MINUTES),
+                                                                 (r.slow, NODE_SLOW_SHARE * r.den))) is not None),
+               default=None)
+
+
+def _impact(ctx: PartitionContext, region: str, lost: float, jobs: int,
+            jobs_needed: int) -> tuple[bool, str, float | None]:
     """Whether ``lost`` GPU-minutes on ``jobs`` jobs reach the page's impact floor (IMPACT_PAGE_SHARE of the
-    region's paid GPU-minutes, ``jobs_needed`` jobs), and the sentence saying so."""
+    region's paid GPU-minutes, ``jobs_needed`` jobs), the sentence saying so, and how far they cleared it (the
+    smaller of lost / floor and jobs / jobs_needed)."""
     paid = float(ctx.leaves.loc[ctx.leaves["region"] == region, "gpu_minutes"].sum())
     floor = IMPACT_PAGE_SHARE * paid
     matters = paid > 0 and lost >= floor and jobs >= jobs_needed
     return matters, (f"impact {lost:.0f} GPU-minutes" + (f" on {jobs} job(s)" if jobs_needed else "")
                      + f" against a page floor of {floor:.0f} ({IMPACT_PAGE_SHARE:.1%} of the region's {paid:.0f} "
                      "paid GPU-minutes)" + (f" and {jobs_needed} job(s)" if jobs_needed else "")
-                     + ("" if matters else ": under the floor, a ticket"))
+                     + ("" if matters else ": under the floor, a ticket")), margin_of((lost, floor), (jobs, jobs_needed))
 
 
 def _data_io_finding(ctx: PartitionContext, region: str, grp: pd.DataFrame) -> Finding:
@@ -234,15 +249,25 @@ def _data_io_finding(ctx: PartitionContext, region: str, grp: pd.DataFrame) -> F
     util = float(g["gpu_util_pct"].median()) if len(g) and g["gpu_util_pct"].notna().any() else None
     bound = 100.0 * (1.0 - share) + UTIL_SLACK_PCT
     idle = util is not None and util <= bound
-    matters, impact = _impact(ctx, region, lost, len(jobs), IMPACT_MIN_JOBS)
+    matters, impact, impact_margin = _impact(ctx, region, lost, len(jobs), IMPACT_MIN_JOBS)
+    # the page's margin: the impact's, the slowdown's (minutes and share over their bars) and the better device
+    # witness's (GPUs at most `bound` % utilized; NVMe at least 95 % busy)
+    # (at 0 % the utilization witness is unbounded: the other bars decide)
+    alternatives = ([np.inf if util == 0 else bound / util] if idle else []) + \
+        ([hot["nvme_util_pct"].max() / 95.0] if len(hot) else [])
+    witness = max(alternatives, default=None)
+    margin = margin_of((impact_margin, 1.0), (total, NODE_SLOW_MIN_GPU_MINUTES), (share, NODE_SLOW_SHARE),
+                       (witness, 1.0))
     device = ("their GPUs' utilization not reported" if util is None else
               f"their GPUs {util:.0f} % utilized (median; GPUs waiting that share of the time show at most "
               f"{bound:.0f} %: " + ("they do" if idle else "they compute through it, the wait is hidden") + ")")
     storage = (f"local storage saturated on {hot['node_id'].nunique()} node(s) (NVMe >= 95 %, read "
                f"{sat['disk_read_mbps'].median():.0f} MB/s median)" if len(hot)
                else "no local storage saturated (remote storage, or not exported)")
-    return Finding("data_io_slowdown", "data_io", "page" if (idle or len(hot)) and matters else "ticket", region,
+    page = (idle or len(hot)) and matters
+    return Finding("data_io_slowdown", "data_io", "page" if page else "ticket", region,
                    f"data_io_slowdown|{region}", nodes=nodes, lost_gpu_minutes=total, value=float(share),
+                   margin=margin if page else None,
                    summary=f"Data-loader slowdown in {region} on {len(nodes)} node(s)",
                    evidence=f"{total:.0f} GPU-minutes ({share:.0%} of those nodes' measured training time) lost to "
                             f"loader wait above baseline on {len(jobs)} job(s) reporting it (~{lost:.0f} over all "
@@ -278,8 +303,12 @@ def _faulty_links(ctx: PartitionContext, judged: set) -> list[Finding]:
         paging = grp[grp["both"] >= LINK_FAULT_MINUTES]
         rows = paging if len(paging) else grp
         nodes = sorted(set(rows["node_id"]))
+        # one link pages: the best one's minutes with both counters over their bars, and its loss over its bar
+        margin = max((m for r in paging.itertuples() if (m := margin_of((r.both, LINK_FAULT_MINUTES),
+                                                                          (r.loss, LINK_LOSS_PCT))) is not None),
+                     default=None)
         out.append(Finding("network_slowdown", "network", "page" if len(paging) else "ticket", region,
-                           f"network_slowdown|{region}", nodes=nodes,
+                           f"network_slowdown|{region}", nodes=nodes, margin=margin,
                            summary=f"InfiniBand / RoCE link faults in {region} on {len(nodes)} node(s) running jobs",
                            evidence=f"{len(rows)} link(s) failing for {int(rows['minutes'].max())}+ minutes: packet loss up "
                                     f"to {rows['loss'].max():.2f} % and {int(rows['retr'].fillna(0).sum())} retransmits "

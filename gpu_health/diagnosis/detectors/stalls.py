@@ -17,7 +17,7 @@ import pandas as pd
 from gpu_health.codes import factorize
 from gpu_health.constants import KERNEL_ACTIVE_UTIL_PCT, CauseFamily
 from gpu_health.diagnosis.context import PartitionContext, _gpu_slim
-from gpu_health.diagnosis.finding import Detector, Finding
+from gpu_health.diagnosis.finding import Detector, Finding, margin_of
 from gpu_health.metrics.device import device_idle, low_power, reference_power
 
 
@@ -87,8 +87,11 @@ def detect_stalls(ctx: PartitionContext) -> list[Finding]:
         else:
             continue  # the GPUs compute at full power: evaluation or validation, not a stall
         js = sorted(set(rows["job_id"]))
+        # the page's margin: the confirmed stalled GPU-minutes over their floor, the longest stall over its own
+        margin = (margin_of((len(confirmed), STALL_PAGE_GPU_MINUTES), (run.reindex(js).max(), STALL_MINUTES))
+                  if severity == "page" else None)
         out.append(Finding("training_stall", "software", severity, region, f"training_stall|{region}",
-                           nodes=sorted(set(rows["node_id"])), lost_gpu_minutes=float(len(rows)),
+                           nodes=sorted(set(rows["node_id"])), lost_gpu_minutes=float(len(rows)), margin=margin,
                            summary=f"{len(js)} training job(s) hung in {region}",
                            evidence=f"no steps for {int(run.reindex(js).max())}+ minutes after training while holding "
                                     f"{rows['gpu_uuid'].nunique()} GPUs at median {rows['gpu_util_pct'].median():.0f} % "
