@@ -190,12 +190,18 @@ FIELD_SMOKE_KINDS = {
     "13_collector_outage": ("collector_outage", {"region": "us-west"}, None, "20m"),
     "16_remote_storage": ("io_bottleneck", {"region": "us-west", "nodes": 16, "storage": "remote"}, None, "60m"),
 }
-for _name, (_kind, _scope, _mag, _dur) in FIELD_SMOKE_KINDS.items():
-    FIELD_SMOKE[_name] = {"seed": 50 + int(_name[:2]), "incidents": [
-        {"kind": _kind, "start": "2026-11-03T12:07:00Z", "duration": _dur,
-         "severity": "low" if _kind in ("maintenance", "collector_outage") else "high", "scope": _scope,
-         **({"magnitude": _mag} if _mag is not None else {})}]}
-FIELD_SMOKE = dict(sorted(FIELD_SMOKE.items()))
+
+
+def field_smoke_day(name: str, kind: str, scope: dict, magnitude: float | None, duration: str) -> dict:
+    """One FIELD_SMOKE_KINDS entry as a scenario: the incident at 12:07 UTC, low for the kinds that must not page."""
+    return {"seed": 50 + int(name[:2]), "incidents": [
+        {"kind": kind, "start": "2026-11-03T12:07:00Z", "duration": duration,
+         "severity": "low" if kind in ("maintenance", "collector_outage") else "high", "scope": scope,
+         **({"magnitude": magnitude} if magnitude is not None else {})}]}
+
+
+FIELD_SMOKE = dict(sorted({**FIELD_SMOKE, **{name: field_smoke_day(name, *spec)
+                                             for name, spec in FIELD_SMOKE_KINDS.items()}}.items()))
 
 
 def smoke_field() -> None:
