@@ -13,9 +13,9 @@ with a benign rolling driver upgrade, and one week per incident kind, each also 
 And on the third profile, ``cluster: field`` (written from the public traces: evening queues, jobs failing in their
 first minutes, scrape-instant timestamps, renamed nodes), as ``*_field.yaml``: a quiet week, the failing rollout week
 with a maintenance window opening in the middle of a wave, and the gpu_fell_off_bus, fragmentation and
-priority_change weeks; ``smoke_field/`` holds one day of each of a quiet day, the rollout, a GPU off the bus, thermal
-throttling and a priority change; ``serving/quiet_week_serving_field.yaml`` the quiet week with the serving and
-platform layers on.
+priority_change weeks; ``smoke_field/`` holds one day of each incident kind of ``smoke/`` (numbered as there), the
+failing rollout and the remote-storage slowdown; ``serving/quiet_week_serving_field.yaml`` the quiet week with the
+serving and platform layers on.
 
 A driver upgrade that breaks jobs as a real rollout does (``driver_rollout_week``, both profiles, and
 ``smoke_messy/15_driver_rollout.yaml``): a quarter of the nodes upgraded in waves with drains, half of the jobs
@@ -175,10 +175,38 @@ FIELD_SMOKE = {
     "15_driver_rollout": {"seed": 65, "incidents": rollout_with_maintenance("2026-11-03T12:07:00Z", "us-west",
                                                                            "rack power work")},
 }
+# the other incident kinds of scenarios/smoke, numbered and scoped as there (regions and teams renamed by
+# FIELD_NAMES), seeded 50 + their number as the five above; the remote-storage case as smoke_messy's
+FIELD_SMOKE_KINDS = {
+    "01_gpu_ecc_fault": ("gpu_ecc_fault", {"region": "us-west", "nodes": 1}, None, "60m"),
+    "04_driver_regression": ("driver_regression", {"region": "cn-east", "nodes": 3}, None, "60m"),
+    "05_framework_regression": ("framework_regression", {"team": "vc8Sj"}, 0.3, "60m"),
+    "07_fragmentation": ("fragmentation", {"region": "cn-east"}, None, "60m"),
+    "08_io_bottleneck": ("io_bottleneck", {"region": "us-west", "nodes": 6}, None, "60m"),
+    "09_network_degradation": ("network_degradation", {"region": "cn-east", "nodes": 4}, None, "60m"),
+    "10_dummy_workload": ("dummy_workload", {"region": "us-west", "team": "vcMod"}, None, "60m"),
+    "11_training_stall": ("training_stall", {"region": "us-west", "nodes": 4}, None, "60m"),
+    "12_maintenance": ("maintenance", {"region": "cn-east", "nodes": 4}, None, "60m"),
+    "13_collector_outage": ("collector_outage", {"region": "us-west"}, None, "20m"),
+    "16_remote_storage": ("io_bottleneck", {"region": "us-west", "nodes": 16, "storage": "remote"}, None, "60m"),
+}
+
+
+def field_smoke_day(name: str, kind: str, scope: dict, magnitude: float | None, duration: str) -> dict:
+    """One FIELD_SMOKE_KINDS entry as a scenario: the incident at 12:07 UTC, low for the kinds that must not page."""
+    return {"seed": 50 + int(name[:2]), "incidents": [
+        {"kind": kind, "start": "2026-11-03T12:07:00Z", "duration": duration,
+         "severity": "low" if kind in ("maintenance", "collector_outage") else "high", "scope": scope,
+         **({"magnitude": magnitude} if magnitude is not None else {})}]}
+
+
+FIELD_SMOKE = dict(sorted({**FIELD_SMOKE, **{name: field_smoke_day(name, *spec)
+                                             for name, spec in FIELD_SMOKE_KINDS.items()}}.items()))
 
 
 def smoke_field() -> None:
-    """scenarios/smoke_field/: one day of each of five cases on the field profile, at its full size."""
+    """scenarios/smoke_field/: one day of each incident kind of scenarios/smoke (and the failing rollout) on the
+    field profile, at its full size."""
     out = OUT.parent / "smoke_field"
     out.mkdir(exist_ok=True)
     for name, doc in FIELD_SMOKE.items():

@@ -33,6 +33,7 @@ from gpu_health.diagnosis.context import (DEPLOY_LOOKBACK, MIN_MISSING_MINUTES, 
                                           _per_inventory, _scope_nodes, _state, _ts_slice, _windows_now)
 from gpu_health.diagnosis.facility import defer_to_rack, thermal_causes
 from gpu_health.diagnosis.finding import Detector, Finding, margin_of
+from gpu_health.metrics.goodput import maintenance_mask
 
 
 # a throttled GPU for a whole partition (or several for part of it): one minute's bit is a transient DCGM
@@ -237,6 +238,10 @@ def hardware_evidence(ctx: PartitionContext) -> pd.DataFrame:
     if len(node):
         unhealthy = node["health"].isin(["drained", "down"]).to_numpy(dtype=bool)
         state = node[unhealthy & ~_in_maintenance(ctx, node["node_id"], node["region"])] if unhealthy.any() else node.iloc[0:0]
+        if len(state) and ctx.maintenance is not None and len(ctx.maintenance):
+            # a drain is the scheduler's state at its row's instant: a row inside its node's window is planned, also
+            # in the partition the window ends in (whose midpoint, where windows are matched, may lie after it)
+            state = state[~maintenance_mask(state["ts"], state["region"], state["node_id"], ctx.maintenance)]
         for n, grp in state.groupby("node_id", observed=True):
             add(str(n), HW_NODE_STATE, f"node {grp['health'].iloc[-1]} outside maintenance")
     inv_nodes = _per_inventory(ctx, "node_set", lambda i: set(i["node_id"]))
