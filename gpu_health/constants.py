@@ -31,6 +31,10 @@ DAILY_KEY_FMT = "%Y-%m-%d"
 # exporter's and node exporter's default scrape interval is <= 60 s; a GPU-minute is the loss tree's unit).
 MINUTE = pd.Timedelta(minutes=1)
 
+# A UTC day, and how many partitions a complete one has: a daily table computed from fewer is a partial day.
+DAY = pd.Timedelta(days=1)
+PARTITIONS_PER_DAY = DAY // PARTITION
+
 # The same width in nanoseconds (integer arithmetic on int64 timestamps: ``ns - ns % PARTITION_NS`` floors to the
 # partition) and in whole minutes (a partition's count of minute-grain samples per series).
 PARTITION_NS = PARTITION.value
