@@ -48,9 +48,8 @@ def _warehouse(url: str, partitions: int, *, gpus=GPUS, cost=None) -> Warehouse:
     return wh
 
 
-def _bulk_failures(wh) -> list[str]:
-    return [name for s in ("cluster_goodput_daily", "wasted_spend")
-            for name in failed_checks(s, step(s).run(wh, DAY, NEXT))]
+def _bulk_failures(wh, steps=("cluster_goodput_daily", "wasted_spend")) -> list[str]:
+    return [name for s in steps for name in failed_checks(s, step(s).run(wh, DAY, NEXT))]
 
 
 # --- the bulk path's summary ------------------------------------------------------------------------------------
@@ -60,6 +59,12 @@ def test_an_incomplete_day_fails_day_complete(sqlite_url, partitions):
     partitions present still reconciles (Finance's bill pro rata), every region is priced."""
     failed = _bulk_failures(_warehouse(sqlite_url, partitions))
     assert failed == ["cluster_goodput_daily:day_complete"]
+
+
+def test_the_capacity_demand_of_an_incomplete_day_fails_day_complete(sqlite_url):
+    """The demand (and the forecast and headroom that read it) of a partial day is short."""
+    assert _bulk_failures(_warehouse(sqlite_url, 200), ["capacity_demand_daily"]) == ["capacity_demand_daily:day_complete"]
+    assert _bulk_failures(_warehouse(sqlite_url, PARTITIONS_PER_DAY), ["capacity_demand_daily"]) == []
 
 
 def test_a_complete_priced_day_passes_every_finance_check(sqlite_url):
@@ -79,7 +84,7 @@ def test_spend_that_does_not_reconcile_with_the_bill_fails_spend_reconciles(sqli
 
 
 # --- the Dagster assets -------------------------------------------------------------------------------------------
-FINANCE = ["cluster_goodput_daily", "wasted_spend"]
+FINANCE = ["cluster_goodput_daily", "wasted_spend", "capacity_demand_daily"]
 
 
 def _materialize(url: str) -> dg.ExecuteInProcessResult:
@@ -115,20 +120,22 @@ def test_the_daily_assets_fail_day_complete_on_an_incomplete_day(sqlite_url, par
     assert not day.passed and day.severity == severity
     (entry,) = _number(day.metadata["days"])
     assert entry == {"date": str(DAY.date()), "partitions": partitions, "expected": PARTITIONS_PER_DAY}
+    demand = checks["capacity_demand_daily:day_complete"]
+    assert not demand.passed and demand.severity == dg.AssetCheckSeverity.WARN
     priced = checks["wasted_spend:every_region_priced"]
     assert not priced.passed and priced.severity == dg.AssetCheckSeverity.ERROR
     assert [u["region"] for u in _number(priced.metadata["unpriced"])] == ["ap-south"]
     assert checks["wasted_spend:spend_reconciles"].passed
     # the bulk path names the same failures
     failed = {k for k, e in checks.items() if not e.passed}
-    assert failed == set(_bulk_failures(Warehouse(sqlite_url)))
+    assert failed == set(_bulk_failures(Warehouse(sqlite_url), FINANCE))
 
 
 def test_the_daily_assets_pass_on_a_complete_day_and_plot_spend_by_family(sqlite_url):
     _warehouse(sqlite_url, PARTITIONS_PER_DAY, gpus={**GPUS, "us-east": 12})
     result = _materialize(sqlite_url)
     checks = _checks(result)
-    assert checks["cluster_goodput_daily:day_complete"].passed
+    assert checks["cluster_goodput_daily:day_complete"].passed and checks["capacity_demand_daily:day_complete"].passed
     assert checks["wasted_spend:every_region_priced"].passed
     rec = checks["wasted_spend:spend_reconciles"]
     assert not rec.passed and rec.severity == dg.AssetCheckSeverity.WARN

@@ -265,12 +265,15 @@ def _capacity(name: str):
 
         compute = {"capacity_demand_daily": C.demand, "capacity_forecast": C.forecasts,
                    "capacity_headroom": C.headrooms}[name]
-        frame = compute(inputs_for(name, wh, start, end))
+        inputs = inputs_for(name, wh, start, end)
+        frame = compute(inputs)
         if frame.empty:
             from gpu_health.steps.models import model_of
 
             frame = pd.DataFrame(columns=list(model_of(name).to_schema().columns))
-        return StepResult(_store(wh, {name: frame}, start, end))
+        # the demand of a partial day is short: its day_complete check (steps.checks)
+        found = {"day_partitions": C.day_partitions(inputs)} if name == "capacity_demand_daily" else {}
+        return StepResult(_store(wh, {name: frame}, start, end), findings=found)
     return run
 
 

@@ -67,7 +67,11 @@ def build_finance_assets(daily) -> list:
                 "ERROR when a region x SKU has GPU-hours and no price (no cost_capacity row): its spend is "
                 "unknown, kept null (never $0). Names them.")),
         ]),
-        derived_asset("capacity_demand_daily", partitions_def=daily),
+        derived_asset("capacity_demand_daily", partitions_def=daily,
+                      checks=_day_complete("capacity_demand_daily", severity="WARN"),
+                      check_specs=_day_complete_spec(
+                          "capacity_demand_daily", "WARN: a partial day's demand is short, and the forecast and "
+                          "headroom read it")),
         derived_asset("capacity_forecast", partitions_def=daily),
         derived_asset("capacity_headroom", partitions_def=daily),
     ]
