@@ -48,21 +48,27 @@ def goodput_headline(frame: pd.DataFrame) -> dict:
 
 
 def kpi_headline(frame: pd.DataFrame) -> dict:
-    """Each KPI's cluster-wide value over the window as ``kpi_<name>``: its rows with every dimension '*' and
-    status ok (a KPI's own name, not a ``<kpi>.<component>`` series); a ratio series (with a numerator) as
-    sum(numerator) / sum(denominator), so the window's figure weighs each partition by what it measured; another
-    (a quantile) as its last partition's value."""
+    """Each KPI's cluster-wide value over the window as ``kpi_<name>`` (a KPI's own name, not a
+    ``<kpi>.<component>`` series). From its rows with every dimension '*' and status ok: a ratio series (with a
+    numerator) as sum(numerator) / sum(denominator), so the window's figure weighs each partition by what it
+    measured; another (a quantile) as its last partition's value. A ratio KPI stored only in slices: the
+    cluster-wide value Prometheus is served (:func:`gpu_health.kpi_export.cluster_rollup`: the slices' numerators
+    over their denominators, none if a slice was degraded)."""
+    from gpu_health.kpi_export import DIMENSIONS, cluster_rollup
+
     if not len(frame):
         return {}
-    dims = ["region", "sku", "workload_class", "team"]
-    rows = frame[(frame[dims] == ALL).all(axis=1) & (frame["status"] == "ok")
-                 & ~frame["kpi"].astype(str).str.contains(".", regex=False)]
+    kpi = frame["kpi"].astype(str)
+    own = ~kpi.str.contains(".", regex=False)
+    star = own & (frame[DIMENSIONS].astype(str) == ALL).all(axis=1) & (frame["status"].astype(str) == "ok")
     out = {}
-    for kpi, series in rows.groupby(rows["kpi"].astype(str)):
+    for name, series in frame[star].groupby(kpi[star]):
         if series["numerator"].notna().all():
-            out[f"kpi_{kpi}"] = _ratio(series["numerator"].sum(), series["denominator"].sum())
+            out[f"kpi_{name}"] = _ratio(series["numerator"].sum(), series["denominator"].sum())
         else:
-            out[f"kpi_{kpi}"] = series.sort_values("partition_start")["value"].iloc[-1]
+            out[f"kpi_{name}"] = series.sort_values("partition_start")["value"].iloc[-1]
+    for row in cluster_rollup(frame[own]).itertuples():
+        out.setdefault(f"kpi_{row.kpi}", row.value)
     return _finite(out)
 
 
