@@ -79,7 +79,8 @@ def spend_headline(frame: pd.DataFrame) -> dict:
     if not len(frame):
         return {"usd_total": 0.0, "unpriced_gpu_hours": 0.0}
     priced = frame.dropna(subset=["usd"])
-    out = {f"usd_{family}": usd for family, usd in priced.groupby(priced["cause_family"].astype(str))["usd"].sum().items()}
+    by_family = priced.groupby(priced["cause_family"].astype(str))["usd"].sum()
+    out = {f"usd_{family}": usd for family, usd in by_family.items()}
     out["usd_total"] = priced["usd"].sum()
     out["unpriced_gpu_hours"] = frame.loc[frame["usd"].isna(), "gpu_hours"].sum()
     return _finite(out)
