@@ -31,6 +31,9 @@ DAILY_KEY_FMT = "%Y-%m-%d"
 # exporter's and node exporter's default scrape interval is <= 60 s; a GPU-minute is the loss tree's unit).
 MINUTE = pd.Timedelta(minutes=1)
 
+# How many partitions a complete UTC day has: a daily table computed from fewer is a partial day.
+PARTITIONS_PER_DAY = pd.Timedelta(days=1) // PARTITION
+
 # The same width in nanoseconds (integer arithmetic on int64 timestamps: ``ns - ns % PARTITION_NS`` floors to the
 # partition) and in whole minutes (a partition's count of minute-grain samples per series).
 PARTITION_NS = PARTITION.value
@@ -135,14 +138,19 @@ class CauseFamily(StrEnum):
     FACILITY = "facility"
     CAPACITY = "capacity"  # idle with no demand: a sizing question, never an alert
     WASTE = "waste"  # allocated and idle: the owner's waste, a KPI, never an alert
+    # the share of a progressing job's time spent saving its state: an overhead the job chose (its checkpoint
+    # cadence), priced in finance, never an alert
+    CHECKPOINT = "checkpoint"
 
 
 # The families the decomposition attributes loss to (every family but facility: a facility fault shows in the loss
-# tree as the hardware slow-down it causes).
-LOSS_FAMILIES = tuple(f.value for f in CauseFamily if f is not CauseFamily.FACILITY)
-# The families an alert may name (each has a runbook section): capacity and waste are KPIs, never pages.
+# tree as the hardware slow-down it causes; and but checkpoint: the decomposition attributes a grown checkpoint
+# share to the storage it writes to, data_io).
+LOSS_FAMILIES = tuple(f.value for f in CauseFamily if f not in (CauseFamily.FACILITY, CauseFamily.CHECKPOINT))
+# The families an alert may name (each has a runbook section): capacity, waste and checkpoint are KPIs or finance's
+# figures, never pages.
 ALERT_FAMILIES = tuple(f.value for f in CauseFamily if f not in (CauseFamily.CAPACITY, CauseFamily.WASTE,
-                                                                  CauseFamily.PLANNED))
+                                                                  CauseFamily.PLANNED, CauseFamily.CHECKPOINT))
 
 
 class Owner(StrEnum):
@@ -180,11 +188,15 @@ LOSS_TREE_STATES = [
 ]
 # The states of a progressing minute that are not productive: the step-time excess and the checkpoint share.
 SLOWDOWN_STATES = ["slowdown_data_io", "slowdown_network", "slowdown_checkpoint", "slowdown_compute"]
-# Each state's family: CauseFamily's values where a state is a loss of one (checkpoint and productive are not
-# causes), as plain strings: they are written to tables as text.
+# The family of productive time: no cause, and on purpose no CauseFamily value (never a loss, never an alert);
+# wasted_spend keeps its rows under it so that a day's USD over every family reconciles with Finance's bill.
+PRODUCTIVE = "productive"
+# Each state's family: a CauseFamily value for every loss state, PRODUCTIVE for productive time; as plain strings:
+# they are written to tables as text (wasted_spend.cause_family, which holds SPEND_FAMILIES).
 STATE_FAMILY = {
     "no_data": "missing_data", "maintenance": "planned", "hw_unavailable": "hardware", "idle_blocked": "scheduling",
     "idle_no_demand": "capacity", "allocated_idle": "waste", "allocated_unproductive": "gaming",
     "failure_loss": "software", "slowdown_data_io": "data_io", "slowdown_network": "network",
-    "slowdown_checkpoint": "checkpoint", "slowdown_compute": "hardware", "productive": "productive",
+    "slowdown_checkpoint": CauseFamily.CHECKPOINT.value, "slowdown_compute": "hardware", "productive": PRODUCTIVE,
 }
+SPEND_FAMILIES = (*(f.value for f in CauseFamily), PRODUCTIVE)

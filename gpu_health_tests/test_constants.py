@@ -106,6 +106,9 @@ def test_cause_families_are_one_enum():
     every = {f.value for f in C.CauseFamily}
     assert set(FAMILIES) == set(C.LOSS_FAMILIES) <= every
     assert set(BASE_FAMILY.values()) <= set(C.LOSS_FAMILIES)
+    # finance's families are the alerts' vocabulary: every state's family a CauseFamily, productive aside (no cause)
+    assert set(C.STATE_FAMILY.values()) - {C.PRODUCTIVE} <= every and set(C.SPEND_FAMILIES) == every | {C.PRODUCTIVE}
+    assert C.CauseFamily.CHECKPOINT.value not in C.ALERT_FAMILIES  # an overhead of saving state, never an alert
     assert set(RUNBOOKS) == set(C.ALERT_FAMILIES), "every alert family has a runbook, and only those"
     assert set(C.SEVERITY_RANK) == set(C.SEVERITIES) == {s.value for s in C.Severity}
     assert set(C.OWNERS) == {o.value for o in C.Owner}

@@ -14,7 +14,7 @@ from pandera.engines import pandas_engine
 from pandera.typing import Series
 
 from gpu_health.constants import LOSS_TREE_STATES as STATES
-from gpu_health.constants import LOSS_FAMILIES, PARTITION_FREQ, SEVERITIES
+from gpu_health.constants import LOSS_FAMILIES, PARTITION_FREQ, SEVERITIES, SPEND_FAMILIES
 from gpu_health.contracts.kpi_catalog import DIMENSIONS, series_units
 from gpu_health.contracts.models import ContractModel
 
@@ -185,7 +185,7 @@ class WastedSpend(ContractModel):
     region: Series[Str] = pa.Field(description="Region.")
     sku: Series[Str] = pa.Field(description="GPU model.")
     state: Series[Str] = pa.Field(isin=STATES, description="Loss-tree state (productive included for reconciliation).")
-    cause_family: Series[Str] = pa.Field(description="Cause family of the state.")
+    cause_family: Series[Str] = pa.Field(isin=list(SPEND_FAMILIES), description="Cause family of the state (a CauseFamily value; 'productive' for productive time).")
     team: Series[Str] = pa.Field(description="Team ('none' for unallocated capacity).")
     gpu_hours: Series[float] = pa.Field(ge=0, description="GPU-hours in the state (settled).")
     blended_gpu_hour_usd: Series[float] = pa.Field(ge=0, nullable=True, description="That day's blended USD per GPU-hour for region x SKU; null = Finance has no cost row for it (unpriced, not $0).")

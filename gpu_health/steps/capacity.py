@@ -50,6 +50,13 @@ def demand(inputs: Inputs) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def day_partitions(inputs: Inputs) -> pd.DataFrame:
+    """The 5-minute partitions of the loss tree the demand of each day of the window stands on (its check)."""
+    counts = [inputs.at(d, d + DAY).in_window("goodput_states", columns=["partition_start"])["partition_start"].nunique()
+              for d in inputs.period.days()]
+    return pd.DataFrame({"date": [d.date() for d in inputs.period.days()], "partitions": counts})
+
+
 def _series(hist: pd.DataFrame) -> dict[tuple, pd.Series]:
     """(region, sku, class) -> daily demand series, plus (region, sku, '*') for the region x SKU total."""
     if hist.empty:

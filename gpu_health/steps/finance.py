@@ -24,7 +24,8 @@ def capacity_as_of(inputs: Inputs) -> pd.DataFrame:
 
 def finance_day(inputs: Inputs) -> dict[str, pd.DataFrame]:
     """Settled goodput and wasted spend for the window's one day (its failures up to the declared ``after`` later
-    settle back into it)."""
+    settle back into it), the minutes moved, and for the checks the day's partitions present (``day_partitions``)
+    and Finance's bill per region x SKU (``billed``)."""
     from gpu_health.metrics import finance as F
 
     day_start, day_end = inputs.start, inputs.end
@@ -36,8 +37,13 @@ def finance_day(inputs: Inputs) -> dict[str, pd.DataFrame]:
     partitions = int(states["partition_start"].nunique()) if len(states) else 0
     daily = F.daily_goodput(settled, provisional, day_start, partitions)
     # a day Finance did not price (its file missing or quarantined) keeps its GPU-hours with the money null, never $0
-    spend = F.wasted_spend(settled, F.blended_rates(cost), day_start)
-    return {"cluster_goodput_daily": daily, "wasted_spend": spend, "moved_gpu_minutes": moved}
+    rates = F.blended_rates(cost)
+    spend = F.wasted_spend(settled, rates, day_start)
+    # what the checks judge (gpu_health.steps.checks): the partitions present, and Finance's bill of the day
+    date = pd.Timestamp(day_start).date()
+    billed = rates[["region", "sku", "spend_usd"]].assign(date=date, partitions=partitions)
+    return {"cluster_goodput_daily": daily, "wasted_spend": spend, "moved_gpu_minutes": moved,
+            "day_partitions": pd.DataFrame({"date": [date], "partitions": [partitions]}), "billed": billed}
 
 
 def blended_rate_by_region(cost: pd.DataFrame) -> dict:

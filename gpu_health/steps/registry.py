@@ -174,9 +174,12 @@ def _finance(name: str):
         inputs = inputs_for(name, wh, start, end)
         out = [F.finance_day(inputs.at(d, d + DAY)) for d in inputs.period.days()]
         frame = pd.concat([o[name] for o in out], ignore_index=True)
-        meta = {"settled_gpu_minutes_moved": float(sum(o["moved_gpu_minutes"] for o in out))} \
-            if name == "cluster_goodput_daily" else {}
-        return StepResult(_store(wh, {name: frame}, start, end), metadata=meta)
+        daily = name == "cluster_goodput_daily"
+        meta = {"settled_gpu_minutes_moved": float(sum(o["moved_gpu_minutes"] for o in out))} if daily else {}
+        # the findings its checks judge (steps.checks): the day's partitions, or Finance's bill to reconcile with
+        found = "day_partitions" if daily else "billed"
+        findings = {found: pd.concat([o[found] for o in out], ignore_index=True)}
+        return StepResult(_store(wh, {name: frame}, start, end), metadata=meta, findings=findings)
     return run
 
 
@@ -262,12 +265,15 @@ def _capacity(name: str):
 
         compute = {"capacity_demand_daily": C.demand, "capacity_forecast": C.forecasts,
                    "capacity_headroom": C.headrooms}[name]
-        frame = compute(inputs_for(name, wh, start, end))
+        inputs = inputs_for(name, wh, start, end)
+        frame = compute(inputs)
         if frame.empty:
             from gpu_health.steps.models import model_of
 
             frame = pd.DataFrame(columns=list(model_of(name).to_schema().columns))
-        return StepResult(_store(wh, {name: frame}, start, end))
+        # the demand of a partial day is short: its day_complete check (steps.checks)
+        found = {"day_partitions": C.day_partitions(inputs)} if name == "capacity_demand_daily" else {}
+        return StepResult(_store(wh, {name: frame}, start, end), findings=found)
     return run
 
 

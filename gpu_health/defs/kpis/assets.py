@@ -4,11 +4,11 @@ import dagster as dg
 import pandas as pd
 
 from gpu_health.constants import PARTITION
+from gpu_health.defs import headlines
 from gpu_health.defs.common import asset_from_catalog, derived_asset, output_metadata, window_of
 from gpu_health.defs.common import retry_transient_errors
 from gpu_health.defs.resources import WarehouseResource
 from gpu_health.metrics import charts
-from gpu_health.metrics.goodput import STATES
 from gpu_health.steps.checks import LATENCY_MATCHES_REQUESTS, PAID_INVARIANT
 from gpu_health.steps.registry import GOODPUT_TREND, asset_deps, inputs_for, step
 
@@ -68,15 +68,19 @@ def build_kpi_assets(five_minute) -> list:
         for name in OUTS:
             frame = tables[name]
             extra = {}
-            if name == "cluster_goodput" and len(frame) and _render_pictures(start, end):
-                overall = frame[frame["region"] == "*"]
-                extra = {"goodput_mean": float(overall["goodput"].mean()),
-                         **{f"share_{s}": float(overall[f"share_{s}"].mean()) for s in STATES},
-                         **_pictures(frame, history, end)}
+            if name == "cluster_goodput" and len(frame):
+                # the numbers on every materialization (Dagster plots them), the pictures once an hour
+                extra = headlines.goodput_headline(frame)
+                mean = frame.loc[frame["region"] == "*", "goodput"].mean()
+                extra |= {"goodput_mean": float(mean)} if pd.notna(mean) else {}
+                if _render_pictures(start, end):
+                    extra |= _pictures(frame, history, end)
             yield dg.Output(frame, output_name=name, metadata=output_metadata(frame, **extra))
         yield paid_invariant(result.findings["paid_invariant"])
 
-    kpis = derived_asset("kpi_values", partitions_def=five_minute)
+    # each KPI's cluster-wide headline, on every materialization
+    kpis = derived_asset("kpi_values", partitions_def=five_minute,
+                         checks=lambda result, wh, start, end: ([], headlines.kpi_headline(result.tables["kpi_values"])))
 
     def _serving(result, wh, start, end):
         slis, mismatched = result.tables["serving_slis"], result.findings["mismatched"]
