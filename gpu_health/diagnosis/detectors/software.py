@@ -5,12 +5,14 @@ same minutes (``deploy_regression``).
 detector            family       pages on (the two witnesses) / tickets on
 ==================  ===========  =====================================================================
 deploy_regression   software     a change event's cohort worse than the rest in the same minutes:
-                                 job failure rate (Fisher exact test + rate-ratio floor, all failures
-                                 and those naming the GPU stack) of the jobs started on a node since
-                                 the change reached it, or of the jobs that ended on it, counted since
-                                 the change, failures on 2+ of its nodes, and worse than its nodes'
-                                 own hour before; or step time over baseline (Mann-Whitney cohort
-                                 judge + effect floor)
+                                 job failure rate (Fisher exact test against the other nodes' jobs
+                                 since the hour before + rate-ratio floor over the same minutes, all
+                                 failures and those naming the GPU stack) of the jobs started on a
+                                 node since the change reached it, or of the jobs that ended on it,
+                                 counted since the change (a job failed at its GPU's software-stack
+                                 Xid), failures on 2+ of its nodes, and worse than its nodes' own hour
+                                 before; or step time over baseline (Mann-Whitney cohort judge +
+                                 effect floor)
 ==================  ===========  =====================================================================
 
 Hung trainers (``training_stall``) are software too: gpu_health.diagnosis.detectors.stalls.
