@@ -255,3 +255,53 @@ def test_nodes_failing_as_they_did_in_their_own_hour_before_are_not_the_change()
                           + runs_with_reasons(DEPLOY + FIVE, OTHERS, USER_ERRORS[:3], total=200,
                                               every=pd.Timedelta(seconds=4)))
     assert detect_deploys(ctx) == []
+
+
+def xid_rows(runs, failing: dict, at: pd.Timestamp) -> pd.DataFrame:
+    """GPU telemetry of the partition: the GPU of each run ``i`` in ``failing`` reports Xid ``failing[i]`` at ``at``,
+    under the run's job (the job_id the events of ``run_events`` give it)."""
+    return pd.DataFrame([{"ts": at, "node_id": runs[i][0], "gpu_uuid": f"GPU-{i}", "xid": xid, "job_id": f"j{i}"}
+                         for i, xid in failing.items()])
+
+
+def first_wave(end: pd.Timestamp, failing: dict, *, other_failing: dict | None = None) -> PartitionContext:
+    """A wave's first minutes: 13 runs started on the two nodes from 4 minutes before ``end``, none ended yet; the
+    other nodes' 60 runs of the same minutes and 280 of the hour before, none failed by their scheduler."""
+    wave = [(COHORT[i % 2], end - pd.Timedelta(seconds=240 - 15 * i), end + pd.Timedelta(minutes=30), "completed")
+            for i in range(13)]
+    same = [(OTHERS[i % 8], end - pd.Timedelta(seconds=240 - 4 * i), end + pd.Timedelta(minutes=30), "completed")
+            for i in range(60)]
+    hour = [(OTHERS[i % 8], DEPLOY - pd.Timedelta(minutes=59) + pd.Timedelta(seconds=13 * i),
+             DEPLOY - pd.Timedelta(minutes=50) + pd.Timedelta(seconds=13 * i), "completed") for i in range(280)]
+    runs = wave + same + hour
+    ctx = runs_context(end, runs)
+    gpu = [xid_rows(runs, failing, end - pd.Timedelta(minutes=1))]
+    if other_failing:
+        gpu.append(xid_rows(runs, {13 + i: x for i, x in other_failing.items()}, end - pd.Timedelta(minutes=1)))
+    ctx.gpu = pd.concat(gpu, ignore_index=True)
+    return ctx
+
+
+def test_a_wave_pages_on_the_xids_of_its_running_jobs_before_their_scheduler_ends_them():
+    """Three of a wave's 13 jobs, on both its nodes, report Xid 13 / 31 / 119 on their GPUs in the wave's first
+    partition, before the scheduler writes them failed: they failed, and against the other nodes' jobs of the same
+    minutes and of the hour before (none failing) the wave pages in that partition, naming the Xids."""
+    ctx = first_wave(DEPLOY + pd.Timedelta(minutes=15), {0: 13, 1: 119, 2: 31})
+    (f,) = detect_deploys(ctx)
+    assert (f.family, f.severity, f.change_event) == ("software", "page", "chg-1")
+    assert "3 of 13 jobs started" in f.evidence and "Xid 119" in f.evidence
+
+
+def test_the_same_xids_on_the_other_nodes_jobs_are_no_change_of_the_cohort():
+    """The other nodes' jobs report the same Xids as often: the cluster's, not the change's."""
+    ctx = first_wave(DEPLOY + pd.Timedelta(minutes=15), {0: 13, 1: 119, 2: 31},
+                     other_failing={i: 13 for i in range(0, 60, 4)})
+    assert detect_deploys(ctx) == []
+
+
+def test_a_job_requeued_after_its_xid_is_judged_on_its_run_that_failed():
+    """The Xid's job restarted after the Xid's minute (a requeue): that later run has not failed."""
+    end = DEPLOY + pd.Timedelta(minutes=15)
+    ctx = first_wave(end, {0: 13, 1: 119, 2: 31})
+    ctx.gpu = ctx.gpu.assign(ts=end - pd.Timedelta(minutes=5))  # before every run of the wave started
+    assert detect_deploys(ctx) == []

@@ -45,8 +45,7 @@ ROLLOUT = {
 }
 GPU_REASONS = ("Xid ", "unhandled cuda error", "unspecified launch failure")
 # seed -> why the detectors do not yet page its rollout as the test asks (strict: a fix shows as XPASS)
-NOT_YET = {16: "deploy_regression pages the rollout as software 18 minutes after the first wave (10 minutes after "
-               "its two us-central nodes return from the drain), not within 15"}
+NOT_YET: dict[int, str] = {}
 
 
 @pytest.fixture(scope="module", params=[15, 16], ids=lambda seed: f"seed{seed}")

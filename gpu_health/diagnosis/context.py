@@ -440,8 +440,8 @@ def job_runs(ctx: PartitionContext, lo: pd.Timestamp) -> pd.DataFrame:
     """The job runs of ``ctx.sched`` that started or ended in [lo, ctx.end), one row each: ``start`` (NaT: a run
     whose start the look-back does not hold, or a stream that gives no starts), ``end`` (NaT: still running at
     ctx.end), ``node_ids`` (the placement of its ``started`` event -- many streams give it only there -- else of
-    its end), ``failed`` so far (ended failed / node_fail, or requeued for a GPU-stack reason) and the ending
-    event's ``reason``."""
+    its end), ``failed`` so far (ended failed / node_fail, or requeued for a GPU-stack reason), the ending
+    event's ``reason`` and the run's ``job_id``."""
     key = ("job_runs", id(ctx.sched))
     if key not in ctx.memo:  # (the runs of the whole look-back, once per partition)
         ctx.memo[key] = _job_runs(ctx.sched)
@@ -455,7 +455,7 @@ def _job_runs(s: pd.DataFrame | None) -> pd.DataFrame:
     if s is None or not len(s):
         return pd.DataFrame({"start": pd.Series(dtype="datetime64[ns, UTC]"), "end": pd.Series(dtype="datetime64[ns, UTC]"),
                              "node_ids": pd.Series(dtype=object), "failed": pd.Series(dtype=bool),
-                             "reason": pd.Series(dtype=object)})
+                             "reason": pd.Series(dtype=object), "job_id": pd.Series(dtype=object)})
     seq = s[s["event"].isin(["started", *_RUN_ENDS]).to_numpy(dtype=bool, na_value=False)]
     # each event beside the one before it of the same job (a start sorts before an end of the same second)
     seq = seq.assign(_job=seq["job_id"].astype(object), _end=(seq["event"] != "started").to_numpy(dtype=bool))
@@ -481,7 +481,8 @@ def _job_runs(s: pd.DataFrame | None) -> pd.DataFrame:
     start = seq["ts"].iloc[rows].reset_index(drop=True).where(~is_end[rows])
     placed = seq["node_ids"].astype(object).iloc[rows].reset_index(drop=True)
     return pd.DataFrame({"start": start, "end": pick(seq["ts"]), "node_ids": placed.fillna(pick(seq["node_ids"].astype(object))),
-                         "failed": failed[at_end] & has_end, "reason": pick(reason)})
+                         "failed": failed[at_end] & has_end, "reason": pick(reason),
+                         "job_id": seq["_job"].iloc[rows].reset_index(drop=True)})
 
 
 def gpus_held_by_pods(ctx: PartitionContext, nodes, ts: np.ndarray) -> np.ndarray:

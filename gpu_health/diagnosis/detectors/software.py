@@ -5,12 +5,14 @@ same minutes (``deploy_regression``).
 detector            family       pages on (the two witnesses) / tickets on
 ==================  ===========  =====================================================================
 deploy_regression   software     a change event's cohort worse than the rest in the same minutes:
-                                 job failure rate (Fisher exact test + rate-ratio floor, all failures
-                                 and those naming the GPU stack) of the jobs started on a node since
-                                 the change reached it, or of the jobs that ended on it, counted since
-                                 the change, failures on 2+ of its nodes, and worse than its nodes'
-                                 own hour before; or step time over baseline (Mann-Whitney cohort
-                                 judge + effect floor)
+                                 job failure rate (Fisher exact test against the other nodes' jobs
+                                 since the hour before + rate-ratio floor over the same minutes, all
+                                 failures and those naming the GPU stack) of the jobs started on a
+                                 node since the change reached it, or of the jobs that ended on it,
+                                 counted since the change (a job failed at its GPU's software-stack
+                                 Xid), failures on 2+ of its nodes, and worse than its nodes' own hour
+                                 before; or step time over baseline (Mann-Whitney cohort judge +
+                                 effect floor)
 ==================  ===========  =====================================================================
 
 Hung trainers (``training_stall``) are software too: gpu_health.diagnosis.detectors.stalls.
@@ -20,7 +22,7 @@ Hung trainers (``training_stall``) are software too: gpu_health.diagnosis.detect
 import numpy as np
 import pandas as pd
 
-from gpu_health.constants import PARTITION, CauseFamily
+from gpu_health.constants import MINUTE, PARTITION, XID_SOFTWARE_RESET, CauseFamily
 from gpu_health.diagnosis.cohort import REGRESSION, judge_cohorts
 from gpu_health.diagnosis.context import (DEPLOY_LOOKBACK, GPU_SOFTWARE_REASON, PartitionContext, _gpu_codes,
                                           _leaf_rows, _scope_nodes, _ts_slice, job_runs)
@@ -32,13 +34,20 @@ from gpu_health.diagnosis.finding import Detector, Finding
 FAILURE_RATE_RATIO = 3.0
 FAILURE_P = 1e-3
 MIN_COHORT_FAILURES = 3
+# the Xids of the GPU software stack, as GPU_SOFTWARE_REASON names them in a failure's reason (NVIDIA's Xid catalogue:
+# 13 graphics engine exception, 31 memory page fault, 43 stopped processing, 119/120 GSP RPC timeout / error): the
+# driver has killed the CUDA context of the job on that GPU, so the job has failed whenever its scheduler writes it
+STACK_XIDS = sorted(XID_SOFTWARE_RESET | {13, 31, 43})
 # a change's failures on at least two of its nodes (when it has two): one node failing its jobs is that node's fault
 MIN_FAILED_NODES = 2
 # a release's step times (judged for DEPLOY_LOOKBACK) are judged on its last 30 minutes; a node change's jobs on
 # everything since the change
 DEPLOY_WINDOW = pd.Timedelta(minutes=30)
 # a node change's cohort is compared with its own nodes' jobs of the hour before it as well: long enough for the
-# jobs of a few nodes to end, short enough to be the same load of the same day
+# jobs of a few nodes to end, short enough to be the same load of the same day. The exact test's reference is the
+# jobs of the nodes the change has not reached over the same hour and the minutes since: a first wave is a few
+# nodes' jobs of a few minutes, and against the same minutes' jobs alone no count of its failures could reach the
+# false-alarm rate before the wave's second partition (the same minutes still bound the rate ratio)
 OWN_HOUR = pd.Timedelta(hours=1)
 STEP_EFFECT_FLOOR = 0.10  # a step-time regression worth a page is 10 % slower than the old version's cohort
 
@@ -154,6 +163,9 @@ def _node_cohort_failures(ctx: PartitionContext, ev) -> Finding | None:
     - ``ended``: the jobs that ended on a node after the change reached it -- a change taking effect under running
       jobs kills them; a stream without starts is judged on this one alone.
 
+    A job fails when its GPU does: a run still running whose GPUs report an Xid of the GPU software stack
+    (STACK_XIDS) has failed (``_failing_now``), a minute or more before its scheduler writes it, in every group alike.
+
     Each witness counts everything since the change (a rollout's cohort grows wave by wave, and each look judges all
     of it; the looks are paid for in ``_alpha``), twice: all failures, and the failures whose reason names the GPU
     software stack (GPU_SOFTWARE_REASON) -- on a cluster where many jobs fail in the normal course for their own
@@ -175,6 +187,9 @@ def _node_cohort_failures(ctx: PartitionContext, ev) -> Finding | None:
                          else pd.NaT for p in runs["node_ids"]], index=runs.index, dtype=runs["start"].dtype)
     touched, placed = reached.notna(), runs["node_ids"].notna()
     started, ended = runs["start"] >= ev.ts, runs["end"] >= ev.ts
+    # the exact test's reference: the other nodes' runs of the hour before the change as well (OWN_HOUR)
+    since = ev.ts - OWN_HOUR
+    ref_started, ref_ended = runs["start"] >= since, runs["end"] >= since
     # the cohort's own reference: its nodes' runs that ended in the hour before the change reached them (what the old
     # version did on the same nodes, for their jobs and their users)
     own = (touched & (runs["start"] < ev.ts) & (runs["end"] < reached)).to_numpy(dtype=bool)
@@ -182,37 +197,70 @@ def _node_cohort_failures(ctx: PartitionContext, ev) -> Finding | None:
     # version: before that its cohort is empty (a rollout drains its nodes first) and no look could page
     first = _first_start_on(ctx, ev, changed)
     witnesses = [("started", started & touched & (reached <= runs["start"]), started & ~touched & placed,
-                  _alpha(ctx, ev.ts if first is None else first)),
-                 ("ended", ended & touched & (reached <= runs["end"]), ended & ~touched & placed, _alpha(ctx, ev.ts))]
+                  ref_started & ~touched & placed, _alpha(ctx, ev.ts if first is None else first)),
+                 ("ended", ended & touched & (reached <= runs["end"]), ended & ~touched & placed,
+                  ref_ended & ~touched & placed, _alpha(ctx, ev.ts))]
     witnesses = [w for w in witnesses if w[1].any()]
-    failed = runs["failed"].to_numpy(dtype=bool)
+    xid, why = _failing_now(ctx, runs)
+    if xid.any():
+        runs = runs.assign(reason=runs["reason"].astype(object).mask(xid, why))
+    failed = runs["failed"].to_numpy(dtype=bool) | xid
     gpu = failed & runs["reason"].astype(object).str.contains(GPU_SOFTWARE_REASON, na=False).to_numpy(dtype=bool)
-    for name, new, old, alpha in witnesses:
-        new, old = new.to_numpy(dtype=bool), old.to_numpy(dtype=bool)
+    for name, new, old, ref, alpha in witnesses:
+        new, old, ref = new.to_numpy(dtype=bool), old.to_numpy(dtype=bool), ref.to_numpy(dtype=bool)
         # (where every failure of both groups names the GPU stack the two counts are one test). The two counts are
         # nested -- the GPU-stack failures are among all the failures of the same runs -- so a chance excess in one
         # is mostly one in the other: each is judged at the witness's rate, the pair's false-alarm rate at most
         # twice it (a split would charge nested tests as independent and cost a wave's page a partition)
-        judged = new | old
+        judged = new | ref
         kinds = [("", failed)] + ([(" with a reason naming the GPU stack", gpu)]
                                   if (failed[judged] != gpu[judged]).any() else [])
         for how, fail in kinds:
-            f = _failure_test(ctx, ev, runs, fail, (new, old, own), cohort, alpha / len(witnesses),
+            f = _failure_test(ctx, ev, runs, fail, (new, old, own, ref), cohort, alpha / len(witnesses),
                               (name, how), waves)
             if f is not None:
                 return f
     return None
 
 
+def _failing_now(ctx: PartitionContext, runs: pd.DataFrame) -> tuple[np.ndarray, pd.Series]:
+    """The runs whose GPUs reported an Xid of the GPU software stack (STACK_XIDS) in the partition while they held
+    them, still running at its end or ended failed, and the reason each failed for ("Xid 13 on its GPU"): the driver
+    killed the job's CUDA context -- its scheduler writes the end a minute or more later, often with the process's
+    own exit code for a reason. A run that started after the Xid's minute is a later run of the job (a requeue), one
+    that ended before it an earlier one, and one that completed after it survived it. Without GPU rows naming their
+    Xids and jobs (an optional signal): none."""
+    none = np.zeros(len(runs), dtype=bool), pd.Series(dtype=object)
+    g = ctx.gpu
+    if g is None or not len(g) or "xid" not in g.columns or "job_id" not in g.columns or "job_id" not in runs.columns:
+        return none
+    hit = g[g["xid"].isin(STACK_XIDS).to_numpy(dtype=bool, na_value=False) & g["job_id"].notna().to_numpy(dtype=bool)]
+    if hit.empty:
+        return none
+    first = hit.assign(job_id=hit["job_id"].astype(object)).sort_values("ts", kind="stable") \
+        .drop_duplicates("job_id").set_index("job_id")
+    job = runs["job_id"].astype(object)
+    at = job.map(first["ts"])
+    running = runs["end"].isna().to_numpy(dtype=bool) & runs["start"].notna().to_numpy(dtype=bool)
+    failed_after = runs["failed"].to_numpy(dtype=bool) & (runs["end"] >= at).to_numpy(dtype=bool, na_value=False)
+    mask = (running | failed_after) & (runs["start"] < at + MINUTE).to_numpy(dtype=bool, na_value=False)
+    xid = job[mask].map(first["xid"]).map(lambda x: f"Xid {int(x)} on its GPU")
+    told = runs.loc[mask, "reason"].astype(object)
+    why = xid.where(told.isna(), told.astype(str) + " (" + xid + ")")
+    return mask, why
+
+
 def _failure_test(ctx: PartitionContext, ev, runs: pd.DataFrame, failed: np.ndarray, groups: tuple, cohort: set,
                   alpha: float, witness: tuple[str, str], waves: list[str]) -> Finding | None:
-    """Fisher's exact test of the ``failed`` runs of the ``new`` group against the ``old`` (``groups``: the masks of
-    the runs ``new``, ``old`` and the cohort's ``own`` of the hour before); the finding when they fail significantly
-    (``alpha``) and FAILURE_RATE_RATIO times as often as the ``old`` runs and as the ``own`` runs (when there were
-    some), on MIN_FAILED_NODES of the change's nodes. ``witness``: which runs (started / ended), which failures."""
-    new, old, own = groups
+    """Fisher's exact test of the ``failed`` runs of the ``new`` group against the ``ref`` (``groups``: the masks of
+    the runs ``new``, ``old`` of the other nodes in the same minutes, the cohort's ``own`` of the hour before, and
+    ``ref``: the other nodes' since the hour before); the finding when they fail significantly (``alpha``) and
+    FAILURE_RATE_RATIO times as often as the ``old`` runs and as the ``own`` runs (when there were some), on
+    MIN_FAILED_NODES of the change's nodes. ``witness``: which runs (started / ended), which failures."""
+    new, old, own, ref = groups
     a, b = int((new & failed).sum()), int((new & ~failed).sum())
     c, d = int((old & failed).sum()), int((old & ~failed).sum())
+    g, h = int((ref & failed).sum()), int((ref & ~failed).sum())
     if a < MIN_COHORT_FAILURES:
         return None
     # one node of a change failing its jobs is that node's fault (hardware's to judge); the change's shows on many
@@ -229,7 +277,7 @@ def _failure_test(ctx: PartitionContext, ev, runs: pd.DataFrame, failed: np.ndar
         return None
     from scipy.stats import fisher_exact  # here: scipy.stats costs every process importing this module ~0.6 s
 
-    p = fisher_exact([[a, b], [c, d]], alternative="greater")[1]
+    p = fisher_exact([[a, b], [g, h]], alternative="greater")[1]
     if p >= alpha:
         return None
     reasons = runs.loc[new & failed, "reason"].fillna("(none given)").value_counts().head(5)
@@ -245,7 +293,7 @@ def _failure_test(ctx: PartitionContext, ev, runs: pd.DataFrame, failed: np.ndar
                    summary=f"Job failures after {change} on {len(cohort)} node(s) in {region}: roll back {ev.event_id}",
                    evidence=f"{a} of {a + b} jobs {witness[0]} on the new version since {ev.ts:%H:%M} failed"
                             f"{witness[1]} ({rate_new:.0%}) vs {c} of {c + d} ({c / max(c + d, 1):.1%}) on other nodes in the same "
-                            f"minutes and {before}, Fisher p={p:.1g}; failures on {len(nodes_hit)} of the change's "
+                            f"minutes ({g} of {g + h} since the hour before) and {before}, Fisher p={p:.1g}; failures on {len(nodes_hit)} of the change's "
                             f"{len(cohort)} nodes ({', '.join(nodes_hit[:12])}"
                             f"{', ...' if len(nodes_hit) > 12 else ''}); first failure {onset:.0f} min after the change "
                             f"{ev.event_id}{later}; top reasons: " + "; ".join(f"{k} ({v})" for k, v in reasons.items()))
