@@ -664,3 +664,32 @@ def test_gpus_a_crash_looping_pod_holds_are_not_free_beside_waiting_jobs():
     assert blocked(with_pod(8)) == 0.0
     assert detect_scheduling(with_pod(8)) == []
     assert blocked(with_pod(4)) == 20.0  # four GPUs of b2 still free: two of the 2-GPU requests fit
+
+
+def test_a_burst_of_jobs_submitted_at_one_instant_is_one_arrival_not_a_demand_surge():
+    """A job array (or a batch a workflow submits at once) is one decision: its size does not make the queue's
+    demand rise, so it does not excuse the longer waits of a queue a scheduler change demoted."""
+    change_at = START - pd.Timedelta(minutes=30)
+    changes = pd.DataFrame([("c1", change_at, "scheduler_config", "r1")], columns=["event_id", "ts", "kind", "scope"])
+    hist = _days_history(START, {})
+    hour = (hist["partition_start"] >= change_at - pd.Timedelta(hours=1)) & (hist["partition_start"] < change_at)
+    hist.loc[hour, "share_idle_blocked"] = 40 / (4 * 8 * 5)  # piled up as high already: only the queues tell
+    before = pd.date_range(change_at - pd.Timedelta(minutes=58), change_at, freq="2min", inclusive="left")
+    after = pd.date_range(change_at + pd.Timedelta(minutes=1), START + FIVE, freq="2min", inclusive="left")
+    short, long = pd.Timedelta(minutes=2), pd.Timedelta(minutes=25)
+
+    def judged(burst: int):
+        ctx = context(B2_IDLE, SINGLE, changes=changes)
+        ctx.region_history = hist
+        rows = (_started_jobs("r1/batch", 1, "b1", before, short, "bb") + _started_jobs("r1/notebooks", 1, "i1", before, short, "nb")
+                + _started_jobs("r1/batch", 1, "b1", after, long, "ba")
+                + _started_jobs("r1/notebooks", 1, "i1", after, short, "na"))
+        at = change_at + pd.Timedelta(minutes=1)  # an array: every element submitted the same second, still waiting
+        rows += [(f"e-arr{i}", at, f"arr{i}", "submitted", "r1/batch", 1, None) for i in range(burst)]
+        ctx.sched = pd.concat([ctx.sched, pd.DataFrame(rows, columns=ctx.sched.columns)], ignore_index=True)
+        return detect_scheduling(ctx)
+
+    assert [(f.severity, f.change_event) for f in judged(0)] == [("page", "c1")]
+    found = judged(60)
+    assert [(f.severity, f.change_event) for f in found] == [("page", "c1")]
+    assert "r1/batch" in found[0].evidence

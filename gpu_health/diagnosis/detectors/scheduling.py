@@ -655,14 +655,15 @@ def _bar_after_change(hist: pd.DataFrame, region: str, change_ts: pd.Timestamp) 
 # an evening's start brings) waits longer for its own demand: not the change's doing.
 CHANGE_ALPHA = 1e-3
 CHANGE_REFERENCE = pd.Timedelta(hours=1)  # the hour before the change: each queue's own reference
+_SECOND = pd.Timedelta(seconds=1).value  # the grain of a scheduler's submit time (Slurm's SubmitTime)
 Demoted = namedtuple("Demoted", ["queue", "above", "jobs", "others_above", "others", "p"])
 
 
 def _waits_above(ctx: PartitionContext, region: str, key: np.ndarray, since: int, ref_lo: int) -> dict:
     """Per class of the region's jobs (``key``: a label per job of :func:`_jobs_now`, None: not judged): how many
-    of its jobs that left the queue since ``since`` (or still wait) waited longer than the median of its own jobs
-    that left in [``ref_lo``, ``since``), of how many decided (a job still waiting below that median is not yet),
-    and whether its submissions rose significantly since ``since`` (binomial, CHANGE_ALPHA: a demand surge)."""
+    of its jobs that left the queue since ``since`` (or still wait) waited longer after it than the median of its own
+    jobs that left in [``ref_lo``, ``since``), of how many decided (a job still waiting below that median is not yet),
+    and whether its arrivals rose significantly since ``since`` (binomial, CHANGE_ALPHA: a demand surge)."""
     from scipy.stats import binomtest  # here: scipy.stats costs every process importing this module ~0.6 s
 
     j = _jobs_now(ctx)
@@ -672,14 +673,21 @@ def _waits_above(ctx: PartitionContext, region: str, key: np.ndarray, since: int
     wait = np.where(started, j["left"], now) - j["sub"]  # a job still waiting: its wait so far
     before = started & (j["left"] >= ref_lo) & (j["left"] < since)
     after = mine & ((j["left"] >= since) | ~started)
+    # since ``since`` only: a backlog already there (an evening's) is not what followed it; a job waiting then is
+    # judged on how long it waited after it (a demotion holds it too), so the test needs the minutes of the effect
+    wait_after = np.where(started, j["left"], now) - np.maximum(j["sub"], since)
     out = {}
     for c in sorted({k for k in key[before] if k is not None}, key=str):
         of_c = np.array([k == c for k in key], dtype=bool)
-        above = wait > np.median(wait[before & of_c])
+        above = wait_after > np.median(wait[before & of_c])
         decided = after & of_c & (started | above)
-        subs = j["sub"][mine & of_c]
-        n_subs = int((subs >= ref_lo).sum())
-        surge = n_subs > 0 and binomtest(int((subs >= since).sum()), n_subs, (now - since) / (now - ref_lo),
+        # arrivals, not jobs: the jobs a queue takes in at one instant (a job array, a batch a workflow or a requeue
+        # submits at once) are one decision, so a burst of them is not a rise of the queue's rate (the binomial
+        # test assumes independent arrivals; counted per job, a single array of 30 reads as a surge)
+        subs = np.unique(j["sub"][mine & of_c] // _SECOND)
+        ref_lo_s, since_s = ref_lo // _SECOND, since // _SECOND
+        n_subs = int((subs >= ref_lo_s).sum())
+        surge = n_subs > 0 and binomtest(int((subs >= since_s).sum()), n_subs, (now - since) / (now - ref_lo),
                                          alternative="greater").pvalue < CHANGE_ALPHA
         out[c] = (int((decided & above).sum()), int(decided.sum()), surge)
     return out
