@@ -659,7 +659,7 @@ _SECOND = pd.Timedelta(seconds=1).value  # the grain of a scheduler's submit tim
 Demoted = namedtuple("Demoted", ["queue", "above", "jobs", "others_above", "others", "p"])
 
 
-def _waits_above(ctx: PartitionContext, region: str, key: np.ndarray, since: int, ref_lo: int) -> dict:
+def _waits_above(ctx: PartitionContext, region: str, key: np.ndarray, since: int, ref_lo: int, after_only=False) -> dict:
     """Per class of the region's jobs (``key``: a label per job of :func:`_jobs_now`, None: not judged): how many
     of its jobs that left the queue since ``since`` (or still wait) waited longer after it than the median of its own
     jobs that left in [``ref_lo``, ``since``), of how many decided (a job still waiting below that median is not yet),
@@ -673,9 +673,9 @@ def _waits_above(ctx: PartitionContext, region: str, key: np.ndarray, since: int
     wait = np.where(started, j["left"], now) - j["sub"]  # a job still waiting: its wait so far
     before = started & (j["left"] >= ref_lo) & (j["left"] < since)
     after = mine & ((j["left"] >= since) | ~started)
-    # since ``since`` only: a backlog already there (an evening's) is not what followed it; a job waiting then is
-    # judged on how long it waited after it (a demotion holds it too), so the test needs the minutes of the effect
-    wait_after = np.where(started, j["left"], now) - np.maximum(j["sub"], since)
+    # ``after_only`` (an event at ``since``): a backlog already there (an evening's) is not what followed it, a job
+    # waiting then is judged on its wait after it (a demotion holds it too); the test waits for the effect's minutes
+    wait_after = np.where(started, j["left"], now) - (np.maximum(j["sub"], since) if after_only else j["sub"])
     out = {}
     for c in sorted({k for k in key[before] if k is not None}, key=str):
         of_c = np.array([k == c for k in key], dtype=bool)
@@ -706,7 +706,7 @@ def _demoted_queue(ctx: PartitionContext, region: str, change_ts: pd.Timestamp) 
     tc = pd.Timestamp(change_ts).value
     if ctx.end.value <= tc:
         return None
-    counts = _waits_above(ctx, region, _jobs_now(ctx)["queue"], tc, tc - CHANGE_REFERENCE.value)
+    counts = _waits_above(ctx, region, _jobs_now(ctx)["queue"], tc, tc - CHANGE_REFERENCE.value, after_only=True)
     if len(counts) < 2:
         return None  # no other queue to tell the change from the region's hour
     best = None
