@@ -95,15 +95,24 @@ def test_idle_gpus_of_another_pool_do_not_block():
 
 
 def test_scattered_free_gpus_that_could_host_a_larger_request_together_are_fragmentation():
-    # three GPUs free on each batch node: no node can host the 4-GPU job, both together could: fragmentation
-    waiting = [("r1/batch", "w4", 4)]
-    frag = aged_blocked(context({"b1": 5, "b2": 5, "i1": 8, "i2": 8}, waiting)).iloc[0]
-    assert (frag["blocked_gpu_minutes"], frag["fragmented_gpu_minutes"]) == (20.0, 20.0)
-    # four free on one node can host it: blocked, not fragmented
-    fit = aged_blocked(context({"b1": 4, "b2": 5, "i1": 8, "i2": 8}, waiting)).iloc[0]
-    assert (fit["blocked_gpu_minutes"], fit["fragmented_gpu_minutes"]) == (20.0, 0.0)
+    # four GPUs free on each 8-GPU batch node: no node can host the 5-GPU job, a whole node's worth sits free in
+    # pieces: fragmentation
+    waiting = [("r1/batch", "w5", 5)]
+    frag = aged_blocked(context({"b1": 4, "b2": 4, "i1": 8, "i2": 8}, waiting)).iloc[0]
+    assert (frag["blocked_gpu_minutes"], frag["fragmented_gpu_minutes"]) == (25.0, 25.0)
+    # five free on one node can host it: blocked, not fragmented
+    fit = aged_blocked(context({"b1": 3, "b2": 4, "i1": 8, "i2": 8}, waiting)).iloc[0]
+    assert (fit["blocked_gpu_minutes"], fit["fragmented_gpu_minutes"]) == (25.0, 0.0)
     # two free GPUs in all cannot host it however they are packed: nothing blocked
     assert blocked(context({"b1": 7, "b2": 7, "i1": 8, "i2": 8}, waiting)) == 0.0
+
+
+def test_less_than_a_node_free_in_pieces_is_the_residue_of_packing_not_fragmentation():
+    """Three GPUs free on each of two 8-GPU nodes beside a waiting 4-GPU job: six GPUs, less than the node the job
+    runs on -- each node's last GPUs, the residue any packing leaves (the smaller requests fill it), not a node-sized
+    block a scheduler could have kept whole."""
+    row = aged_blocked(context({"b1": 5, "b2": 5, "i1": 8, "i2": 8}, [("r1/batch", "w4", 4)])).iloc[0]
+    assert (row["fragmented_gpu_minutes"], row["shape_blocked_jobs"]) == (0.0, 0)
 
 
 def test_a_request_larger_than_a_node_needs_whole_free_nodes_enough_at_once():

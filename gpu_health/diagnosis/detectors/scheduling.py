@@ -235,14 +235,15 @@ def _shape_blocked(aged: np.ndarray, gpus: np.ndarray, fm: np.ndarray, size: np.
     must not hide its 8-GPU requests that no node can take).
 
     ``aged``: its jobs x minutes, waited over AGED_WAIT; ``gpus``: their requests; ``fm``, ``size``, ``fr``: per
-    (node, minute) cell of the queue's nodes with free GPUs, its minute, the node's size and its free GPUs. A
-    request is shape-blocked at a minute when no node has it free (a request larger than a node: not enough whole
-    free nodes smaller than it) while the free GPUs of those nodes summed would hold it: the scheduler's wait and
-    the telemetry's idle GPUs witness capacity that exists in pieces too small for it. This is the definition of
-    fragmentation (Slurm and Kubernetes place a job's GPUs of one node on that node), not a level. Returns the
-    cells stranded for the smallest shape-blocked request of their minute (free GPUs on a node holding fewer than
-    it needs), their GPU-minutes capped by the shape-blocked requests, how many jobs were shape-blocked, their
-    request sizes, and the largest free block one node held while they waited."""
+    (node, minute) cell of the queue's nodes with free GPUs, its minute, the node's size and its free GPUs. A request
+    is shape-blocked at a minute when no node has it free (a request larger than a node: not enough whole free nodes
+    smaller than it) while those nodes hold a whole node's worth of free GPUs in pieces (of the largest node it runs
+    on; its own size when larger than any): the wait and the idle GPUs witness a node-sized block a scheduler could
+    have kept whole; less is the residue any packing leaves (each node's last GPUs, fewer than the request, that
+    smaller requests fill). The definition of fragmentation (a job's GPUs of one node sit on that node in Slurm and
+    Kubernetes), not a level. Returns the cells stranded for the smallest shape-blocked request of their minute,
+    their GPU-minutes capped by those requests, how many jobs were shape-blocked, their request sizes, and the
+    largest free block one node held while they waited."""
     known = size > 0  # a node outside the inventory (or of unknown size) hosts nothing
     free_all = np.bincount(fm, weights=fr * known, minlength=n_minutes)
     whole = (fr >= size) & known
@@ -254,7 +255,8 @@ def _shape_blocked(aged: np.ndarray, gpus: np.ndarray, fm: np.ndarray, size: np.
         of_r = aged[gpus == r]
         one_node = np.bincount(fm, weights=(size >= r) & (fr >= r), minlength=n_minutes) > 0
         gang = np.bincount(fm, weights=fr * (whole & (size < r)), minlength=n_minutes) >= r
-        hit = of_r & (~one_node & ~gang & (free_all >= r))[None, :]
+        block = max(r, float(size[known & (size >= r)].max()) if (known & (size >= r)).any() else 0.0)  # a node's worth
+        hit = of_r & (~one_node & ~gang & (free_all >= block))[None, :]
         if not hit.any():
             continue
         held[gpus == r] |= hit.any(axis=1)
@@ -655,7 +657,6 @@ def _bar_after_change(hist: pd.DataFrame, region: str, change_ts: pd.Timestamp) 
 # an evening's start brings) waits longer for its own demand: not the change's doing.
 CHANGE_ALPHA = 1e-3
 CHANGE_REFERENCE = pd.Timedelta(hours=1)  # the hour before the change: each queue's own reference
-_SECOND = pd.Timedelta(seconds=1).value  # the grain of a scheduler's submit time (Slurm's SubmitTime)
 Demoted = namedtuple("Demoted", ["queue", "above", "jobs", "others_above", "others", "p"])
 
 
@@ -683,11 +684,10 @@ def _waits_above(ctx: PartitionContext, region: str, key: np.ndarray, since: int
         decided = after & of_c & (started | above)
         # arrivals, not jobs: the jobs a queue takes in at one instant (a job array, a batch a workflow or a requeue
         # submits at once) are one decision, so a burst of them is not a rise of the queue's rate (the binomial
-        # test assumes independent arrivals; counted per job, a single array of 30 reads as a surge)
-        subs = np.unique(j["sub"][mine & of_c] // _SECOND)
-        ref_lo_s, since_s = ref_lo // _SECOND, since // _SECOND
-        n_subs = int((subs >= ref_lo_s).sum())
-        surge = n_subs > 0 and binomtest(int((subs >= since_s).sum()), n_subs, (now - since) / (now - ref_lo),
+        # test assumes independent arrivals; counted per job, one array of 30 reads as a surge), to the second
+        subs = np.unique(j["sub"][mine & of_c] // 10**9) * 10**9  # (ns to s: Slurm's SubmitTime grain)
+        n_subs = int((subs >= ref_lo).sum())
+        surge = n_subs > 0 and binomtest(int((subs >= since).sum()), n_subs, (now - since) / (now - ref_lo),
                                          alternative="greater").pvalue < CHANGE_ALPHA
         out[c] = (int((decided & above).sum()), int(decided.sum()), surge)
     return out
