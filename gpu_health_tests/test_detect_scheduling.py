@@ -95,15 +95,24 @@ def test_idle_gpus_of_another_pool_do_not_block():
 
 
 def test_scattered_free_gpus_that_could_host_a_larger_request_together_are_fragmentation():
-    # three GPUs free on each batch node: no node can host the 4-GPU job, both together could: fragmentation
-    waiting = [("r1/batch", "w4", 4)]
-    frag = aged_blocked(context({"b1": 5, "b2": 5, "i1": 8, "i2": 8}, waiting)).iloc[0]
-    assert (frag["blocked_gpu_minutes"], frag["fragmented_gpu_minutes"]) == (20.0, 20.0)
-    # four free on one node can host it: blocked, not fragmented
-    fit = aged_blocked(context({"b1": 4, "b2": 5, "i1": 8, "i2": 8}, waiting)).iloc[0]
-    assert (fit["blocked_gpu_minutes"], fit["fragmented_gpu_minutes"]) == (20.0, 0.0)
+    # four GPUs free on each 8-GPU batch node: no node can host the 5-GPU job, a whole node's worth sits free in
+    # pieces: fragmentation
+    waiting = [("r1/batch", "w5", 5)]
+    frag = aged_blocked(context({"b1": 4, "b2": 4, "i1": 8, "i2": 8}, waiting)).iloc[0]
+    assert (frag["blocked_gpu_minutes"], frag["fragmented_gpu_minutes"]) == (25.0, 25.0)
+    # five free on one node can host it: blocked, not fragmented
+    fit = aged_blocked(context({"b1": 3, "b2": 4, "i1": 8, "i2": 8}, waiting)).iloc[0]
+    assert (fit["blocked_gpu_minutes"], fit["fragmented_gpu_minutes"]) == (25.0, 0.0)
     # two free GPUs in all cannot host it however they are packed: nothing blocked
     assert blocked(context({"b1": 7, "b2": 7, "i1": 8, "i2": 8}, waiting)) == 0.0
+
+
+def test_less_than_a_node_free_in_pieces_is_the_residue_of_packing_not_fragmentation():
+    """Three GPUs free on each of two 8-GPU nodes beside a waiting 4-GPU job: six GPUs, less than the node the job
+    runs on -- each node's last GPUs, the residue any packing leaves (the smaller requests fill it), not a node-sized
+    block a scheduler could have kept whole."""
+    row = aged_blocked(context({"b1": 5, "b2": 5, "i1": 8, "i2": 8}, [("r1/batch", "w4", 4)])).iloc[0]
+    assert (row["fragmented_gpu_minutes"], row["shape_blocked_jobs"]) == (0.0, 0)
 
 
 def test_a_request_larger_than_a_node_needs_whole_free_nodes_enough_at_once():
@@ -664,3 +673,32 @@ def test_gpus_a_crash_looping_pod_holds_are_not_free_beside_waiting_jobs():
     assert blocked(with_pod(8)) == 0.0
     assert detect_scheduling(with_pod(8)) == []
     assert blocked(with_pod(4)) == 20.0  # four GPUs of b2 still free: two of the 2-GPU requests fit
+
+
+def test_a_burst_of_jobs_submitted_at_one_instant_is_one_arrival_not_a_demand_surge():
+    """A job array (or a batch a workflow submits at once) is one decision: its size does not make the queue's
+    demand rise, so it does not excuse the longer waits of a queue a scheduler change demoted."""
+    change_at = START - pd.Timedelta(minutes=30)
+    changes = pd.DataFrame([("c1", change_at, "scheduler_config", "r1")], columns=["event_id", "ts", "kind", "scope"])
+    hist = _days_history(START, {})
+    hour = (hist["partition_start"] >= change_at - pd.Timedelta(hours=1)) & (hist["partition_start"] < change_at)
+    hist.loc[hour, "share_idle_blocked"] = 40 / (4 * 8 * 5)  # piled up as high already: only the queues tell
+    before = pd.date_range(change_at - pd.Timedelta(minutes=58), change_at, freq="2min", inclusive="left")
+    after = pd.date_range(change_at + pd.Timedelta(minutes=1), START + FIVE, freq="2min", inclusive="left")
+    short, long = pd.Timedelta(minutes=2), pd.Timedelta(minutes=25)
+
+    def judged(burst: int):
+        ctx = context(B2_IDLE, SINGLE, changes=changes)
+        ctx.region_history = hist
+        rows = (_started_jobs("r1/batch", 1, "b1", before, short, "bb") + _started_jobs("r1/notebooks", 1, "i1", before, short, "nb")
+                + _started_jobs("r1/batch", 1, "b1", after, long, "ba")
+                + _started_jobs("r1/notebooks", 1, "i1", after, short, "na"))
+        at = change_at + pd.Timedelta(minutes=1)  # an array: every element submitted the same second, still waiting
+        rows += [(f"e-arr{i}", at, f"arr{i}", "submitted", "r1/batch", 1, None) for i in range(burst)]
+        ctx.sched = pd.concat([ctx.sched, pd.DataFrame(rows, columns=ctx.sched.columns)], ignore_index=True)
+        return detect_scheduling(ctx)
+
+    assert [(f.severity, f.change_event) for f in judged(0)] == [("page", "c1")]
+    found = judged(60)
+    assert [(f.severity, f.change_event) for f in found] == [("page", "c1")]
+    assert "r1/batch" in found[0].evidence

@@ -235,14 +235,15 @@ def _shape_blocked(aged: np.ndarray, gpus: np.ndarray, fm: np.ndarray, size: np.
     must not hide its 8-GPU requests that no node can take).
 
     ``aged``: its jobs x minutes, waited over AGED_WAIT; ``gpus``: their requests; ``fm``, ``size``, ``fr``: per
-    (node, minute) cell of the queue's nodes with free GPUs, its minute, the node's size and its free GPUs. A
-    request is shape-blocked at a minute when no node has it free (a request larger than a node: not enough whole
-    free nodes smaller than it) while the free GPUs of those nodes summed would hold it: the scheduler's wait and
-    the telemetry's idle GPUs witness capacity that exists in pieces too small for it. This is the definition of
-    fragmentation (Slurm and Kubernetes place a job's GPUs of one node on that node), not a level. Returns the
-    cells stranded for the smallest shape-blocked request of their minute (free GPUs on a node holding fewer than
-    it needs), their GPU-minutes capped by the shape-blocked requests, how many jobs were shape-blocked, their
-    request sizes, and the largest free block one node held while they waited."""
+    (node, minute) cell of the queue's nodes with free GPUs, its minute, the node's size and its free GPUs. A request
+    is shape-blocked at a minute when no node has it free (a request larger than a node: not enough whole free nodes
+    smaller than it) while those nodes hold a whole node's worth of free GPUs in pieces (of the largest node it runs
+    on; its own size when larger than any): the wait and the idle GPUs witness a node-sized block a scheduler could
+    have kept whole; less is the residue any packing leaves (each node's last GPUs, fewer than the request, that
+    smaller requests fill). The definition of fragmentation (a job's GPUs of one node sit on that node in Slurm and
+    Kubernetes), not a level. Returns the cells stranded for the smallest shape-blocked request of their minute,
+    their GPU-minutes capped by those requests, how many jobs were shape-blocked, their request sizes, and the
+    largest free block one node held while they waited."""
     known = size > 0  # a node outside the inventory (or of unknown size) hosts nothing
     free_all = np.bincount(fm, weights=fr * known, minlength=n_minutes)
     whole = (fr >= size) & known
@@ -254,7 +255,8 @@ def _shape_blocked(aged: np.ndarray, gpus: np.ndarray, fm: np.ndarray, size: np.
         of_r = aged[gpus == r]
         one_node = np.bincount(fm, weights=(size >= r) & (fr >= r), minlength=n_minutes) > 0
         gang = np.bincount(fm, weights=fr * (whole & (size < r)), minlength=n_minutes) >= r
-        hit = of_r & (~one_node & ~gang & (free_all >= r))[None, :]
+        block = max(r, float(size[known & (size >= r)].max()) if (known & (size >= r)).any() else 0.0)  # a node's worth
+        hit = of_r & (~one_node & ~gang & (free_all >= block))[None, :]
         if not hit.any():
             continue
         held[gpus == r] |= hit.any(axis=1)
@@ -658,11 +660,11 @@ CHANGE_REFERENCE = pd.Timedelta(hours=1)  # the hour before the change: each que
 Demoted = namedtuple("Demoted", ["queue", "above", "jobs", "others_above", "others", "p"])
 
 
-def _waits_above(ctx: PartitionContext, region: str, key: np.ndarray, since: int, ref_lo: int) -> dict:
+def _waits_above(ctx: PartitionContext, region: str, key: np.ndarray, since: int, ref_lo: int, after_only=False) -> dict:
     """Per class of the region's jobs (``key``: a label per job of :func:`_jobs_now`, None: not judged): how many
-    of its jobs that left the queue since ``since`` (or still wait) waited longer than the median of its own jobs
-    that left in [``ref_lo``, ``since``), of how many decided (a job still waiting below that median is not yet),
-    and whether its submissions rose significantly since ``since`` (binomial, CHANGE_ALPHA: a demand surge)."""
+    of its jobs that left the queue since ``since`` (or still wait) waited longer after it than the median of its own
+    jobs that left in [``ref_lo``, ``since``), of how many decided (a job still waiting below that median is not yet),
+    and whether its arrivals rose significantly since ``since`` (binomial, CHANGE_ALPHA: a demand surge)."""
     from scipy.stats import binomtest  # here: scipy.stats costs every process importing this module ~0.6 s
 
     j = _jobs_now(ctx)
@@ -672,12 +674,18 @@ def _waits_above(ctx: PartitionContext, region: str, key: np.ndarray, since: int
     wait = np.where(started, j["left"], now) - j["sub"]  # a job still waiting: its wait so far
     before = started & (j["left"] >= ref_lo) & (j["left"] < since)
     after = mine & ((j["left"] >= since) | ~started)
+    # ``after_only`` (an event at ``since``): a backlog already there (an evening's) is not what followed it, a job
+    # waiting then is judged on its wait after it (a demotion holds it too); the test waits for the effect's minutes
+    wait_after = np.where(started, j["left"], now) - (np.maximum(j["sub"], since) if after_only else j["sub"])
     out = {}
     for c in sorted({k for k in key[before] if k is not None}, key=str):
         of_c = np.array([k == c for k in key], dtype=bool)
-        above = wait > np.median(wait[before & of_c])
+        above = wait_after > np.median(wait[before & of_c])
         decided = after & of_c & (started | above)
-        subs = j["sub"][mine & of_c]
+        # arrivals, not jobs: the jobs a queue takes in at one instant (a job array, a batch a workflow or a requeue
+        # submits at once) are one decision, so a burst of them is not a rise of the queue's rate (the binomial
+        # test assumes independent arrivals; counted per job, one array of 30 reads as a surge), to the second
+        subs = np.unique(j["sub"][mine & of_c] // 10**9) * 10**9  # (ns to s: Slurm's SubmitTime grain)
         n_subs = int((subs >= ref_lo).sum())
         surge = n_subs > 0 and binomtest(int((subs >= since).sum()), n_subs, (now - since) / (now - ref_lo),
                                          alternative="greater").pvalue < CHANGE_ALPHA
@@ -698,7 +706,7 @@ def _demoted_queue(ctx: PartitionContext, region: str, change_ts: pd.Timestamp) 
     tc = pd.Timestamp(change_ts).value
     if ctx.end.value <= tc:
         return None
-    counts = _waits_above(ctx, region, _jobs_now(ctx)["queue"], tc, tc - CHANGE_REFERENCE.value)
+    counts = _waits_above(ctx, region, _jobs_now(ctx)["queue"], tc, tc - CHANGE_REFERENCE.value, after_only=True)
     if len(counts) < 2:
         return None  # no other queue to tell the change from the region's hour
     best = None
