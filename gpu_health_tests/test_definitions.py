@@ -168,3 +168,15 @@ def test_resources_the_assets_need_are_bound():
     required.discard("io_manager")  # check results only: Dagster's default serves them
     assert required <= set(defs.resources), f"unbound resources: {sorted(required - set(defs.resources))}"
     assert {"warehouse", "warehouse_io_manager", "source"} <= required
+
+
+def test_the_kinds_say_where_a_table_is_stored(graph):
+    """Parquet in the telemetry store or the SQL warehouse, as the catalogue's ``storage`` says."""
+    from gpu_health.catalog import CATALOG, COLUMNAR
+
+    for key in all_keys(graph):
+        name = key.to_user_string()
+        expected = "parquet" if CATALOG[name].storage == COLUMNAR else "sql"
+        other = {"parquet", "sql"} - {expected}
+        kinds = set(graph.get(key).kinds)
+        assert expected in kinds and not kinds & other, f"{name}: kinds {sorted(kinds)}, stored as {expected}"
