@@ -148,6 +148,20 @@ def asset_from_catalog(name: str, *, partitions_def=None, out: bool = False, **k
                     **facts, **kwargs)
 
 
+def step_deps(name: str) -> list:
+    """Dagster's ``deps`` of the assets step ``name`` writes, from its declared reads
+    (:func:`~gpu_health.steps.registry.asset_deps`): a table it reads only in the partitions before each of its own
+    (:func:`~gpu_health.steps.registry.earlier_reads`, the pages the baselines leave out) is a dependency on those
+    earlier partitions, so the lineage draws the same partition's edges in the order the data flows; a partition
+    near the first one has fewer of them, not an error."""
+    from gpu_health.steps.registry import asset_deps, earlier_reads
+
+    earlier = earlier_reads(name)
+    return [dg.AssetDep(t, partition_mapping=dg.TimeWindowPartitionMapping(
+                start_offset=-earlier[t], end_offset=-1, allow_nonexistent_upstream_partitions=True))
+            if t in earlier else t for t in asset_deps(name)]
+
+
 def derived_asset(name: str, *, partitions_def, checks=None, check_specs=None):
     """The asset of table ``name`` (:func:`asset_from_catalog`), computed and stored by its declared step
     (``gpu_health.steps.registry``): its ``deps`` come from the step's declared reads.
@@ -156,11 +170,11 @@ def derived_asset(name: str, *, partitions_def, checks=None, check_specs=None):
     :class:`~gpu_health.steps.graph.StepResult`.
     """
     from gpu_health.defs.resources import WarehouseResource
-    from gpu_health.steps.registry import asset_deps, step
+    from gpu_health.steps.registry import step
 
     the_step = step(name)
 
-    @asset_from_catalog(name, partitions_def=partitions_def, deps=asset_deps(name), check_specs=check_specs)
+    @asset_from_catalog(name, partitions_def=partitions_def, deps=step_deps(name), check_specs=check_specs)
     @retry_transient_errors
     def _asset(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
         start, end = window_of(context)
