@@ -179,6 +179,12 @@ _TABLES: tuple[Table, ...] = (
              "hour burning, the first action and the deploy it follows. Pages are ERROR checks, tickets WARN checks; "
              "dashboards are metadata only. A re-run partition re-derives the later partitions' alerts (withdrawing "
              "those whose evidence vanished)."),
+    # --- derived: the cluster at a glance ------------------------------------------------------------------------------
+    _derived("cluster_status", M.ClusterStatus, FIVE_MINUTE, "a_status", "infra",
+             "one row per 5-minute partition",
+             "The cluster at a glance, the page an on-call engineer reads first: the north star against its baseline,"
+             " the open pages and tickets with their first action, the KPIs furthest from their baselines and the "
+             "data gaps (gpu_health/diagnosis/status.py); its numbers are the asset's plotted metadata."),
     # --- derived: finance ----------------------------------------------------------------------------------------------
     _derived("cluster_goodput_daily", M.ClusterGoodputDaily, DAILY, "finance", "finance",
              "one row per day per region (and * for the cluster)",

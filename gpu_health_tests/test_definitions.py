@@ -18,7 +18,7 @@ from gpu_health.partitions import daily_partitions, five_minute_partitions
 from gpu_health.storage.schema import metadata as warehouse_schema
 
 DEFS_DIR = Path(importlib.import_module("gpu_health.defs").__file__).parent
-GROUPS = {"telemetry", "kpis", "baselines", "diagnosis", "alerting", "finance"}  # style.md: one folder per group
+GROUPS = {"a_status", "telemetry", "kpis", "baselines", "diagnosis", "alerting", "finance"}  # style.md: one folder per group
 OWNERS = {"team:infra", "team:ml-platform", "team:finance"}
 
 ASSET_KEYS = [
@@ -29,6 +29,7 @@ ASSET_KEYS = [
     "change_events",
     "cluster_goodput",
     "cluster_goodput_daily",
+    "cluster_status",
     "cost_capacity",
     "goodput_decomposition",
     "goodput_leaves",

@@ -27,6 +27,7 @@ from gpu_health.metrics.slo_catalog import WINDOW_DAYS as SLO_WINDOW_DAYS
 from gpu_health.steps import diagnosis as D
 from gpu_health.steps import finance as F
 from gpu_health.steps import kpis as K
+from gpu_health.steps import status as S
 from gpu_health.steps import telemetry as T
 from gpu_health.steps.graph import CALENDAR, DAILY, FIVE_MINUTE, Read, Step, StepResult
 from gpu_health.steps.resolve import Inputs, Window
@@ -249,6 +250,12 @@ DERIVED_STEPS = [
     Step("goodput_decomposition", FIVE_MINUTE, writes=("goodput_decomposition",),
          reads=(Read("goodput_leaves", before=LEAF_HISTORY), Read("alerts", before=PAGED_LEAF_HISTORY, after=EARLIER)),
          run=_single("goodput_decomposition", _decomposition)),
+    Step("cluster_status", FIVE_MINUTE, writes=("cluster_status",),
+         # the window's own rows of what the status page quotes; of the KPIs and baselines the cluster-wide slice
+         reads=(Read("cluster_goodput"), Read("kpi_baselines", filtered=True), Read("kpi_values", filtered=True),
+                Read("alerts"), Read("source_gaps"), Read("source_rejects")),
+         run=_single("cluster_status", S.cluster_status),
+         description="The cluster at a glance: the page an on-call engineer reads first."),
     Step("cluster_goodput_daily", DAILY, writes=("cluster_goodput_daily",),
          # failures up to a day later settle back into the day
          reads=(Read("goodput_states"), Read("job_failures", after=DAY), Read("cluster_goodput"),
