@@ -142,7 +142,8 @@ _TABLES: tuple[Table, ...] = (
              "North star, provisional: productive / paid GPU-minutes, with each state's share."),
     _derived("kpi_values", KpiValues, FIVE_MINUTE, "kpis", "ml_platform",
              "one row per KPI x region x sku x workload_class x team slice per 5-minute partition",
-             "The supporting KPIs of the KPI catalogue (docs/kpis.md): definition, owner and alert intent are code "
+             "The KPIs of the KPI catalogue (docs/kpis.md): the north star's supporting KPIs and the facility's and "
+             "inventory's indicators (its tier); definition, owner and alert intent are code "
              "(gpu_health/metrics/kpi_catalog.py). A KPI whose optional source field is missing says 'degraded' with "
              "a null value, never 0."),
     _derived("serving_slis", M.ServingSlis, FIVE_MINUTE, "kpis", "ml_platform",
