@@ -142,7 +142,8 @@ _TABLES: tuple[Table, ...] = (
              "North star, provisional: productive / paid GPU-minutes, with each state's share."),
     _derived("kpi_values", KpiValues, FIVE_MINUTE, "kpis", "ml_platform",
              "one row per KPI x region x sku x workload_class x team slice per 5-minute partition",
-             "The supporting KPIs of the KPI catalogue (docs/kpis.md): definition, owner and alert intent are code "
+             "The KPIs of the KPI catalogue (docs/kpis.md): the north star's supporting KPIs and the facility's and "
+             "inventory's indicators (its tier); definition, owner and alert intent are code "
              "(gpu_health/metrics/kpi_catalog.py). A KPI whose optional source field is missing says 'degraded' with "
              "a null value, never 0."),
     _derived("serving_slis", M.ServingSlis, FIVE_MINUTE, "kpis", "ml_platform",
@@ -179,6 +180,12 @@ _TABLES: tuple[Table, ...] = (
              "hour burning, the first action and the deploy it follows. Pages are ERROR checks, tickets WARN checks; "
              "dashboards are metadata only. A re-run partition re-derives the later partitions' alerts (withdrawing "
              "those whose evidence vanished)."),
+    # --- derived: the cluster at a glance ------------------------------------------------------------------------------
+    _derived("cluster_status", M.ClusterStatus, FIVE_MINUTE, "a_status", "infra",
+             "one row per 5-minute partition",
+             "The cluster at a glance, the page an on-call engineer reads first: the north star against its baseline,"
+             " the open pages and tickets with their first action, the KPIs furthest from their baselines and the "
+             "data gaps (gpu_health/diagnosis/status.py); its numbers are the asset's plotted metadata."),
     # --- derived: finance ----------------------------------------------------------------------------------------------
     _derived("cluster_goodput_daily", M.ClusterGoodputDaily, DAILY, "finance", "finance",
              "one row per day per region (and * for the cluster)",

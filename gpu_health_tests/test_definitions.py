@@ -18,7 +18,7 @@ from gpu_health.partitions import daily_partitions, five_minute_partitions
 from gpu_health.storage.schema import metadata as warehouse_schema
 
 DEFS_DIR = Path(importlib.import_module("gpu_health.defs").__file__).parent
-GROUPS = {"telemetry", "kpis", "baselines", "diagnosis", "alerting", "finance"}  # style.md: one folder per group
+GROUPS = {"a_status", "telemetry", "kpis", "baselines", "diagnosis", "alerting", "finance"}  # style.md: one folder per group
 OWNERS = {"team:infra", "team:ml-platform", "team:finance"}
 
 ASSET_KEYS = [
@@ -29,6 +29,7 @@ ASSET_KEYS = [
     "change_events",
     "cluster_goodput",
     "cluster_goodput_daily",
+    "cluster_status",
     "cost_capacity",
     "goodput_decomposition",
     "goodput_leaves",
@@ -168,3 +169,15 @@ def test_resources_the_assets_need_are_bound():
     required.discard("io_manager")  # check results only: Dagster's default serves them
     assert required <= set(defs.resources), f"unbound resources: {sorted(required - set(defs.resources))}"
     assert {"warehouse", "warehouse_io_manager", "source"} <= required
+
+
+def test_the_kinds_say_where_a_table_is_stored(graph):
+    """Parquet in the telemetry store or the SQL warehouse, as the catalogue's ``storage`` says."""
+    from gpu_health.catalog import CATALOG, COLUMNAR
+
+    for key in all_keys(graph):
+        name = key.to_user_string()
+        expected = "parquet" if CATALOG[name].storage == COLUMNAR else "sql"
+        other = {"parquet", "sql"} - {expected}
+        kinds = set(graph.get(key).kinds)
+        assert expected in kinds and not kinds & other, f"{name}: kinds {sorted(kinds)}, stored as {expected}"

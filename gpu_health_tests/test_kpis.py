@@ -79,10 +79,29 @@ def test_optional_dcgm_fields_needed_are_nullable_in_the_contract():
                 assert CONTRACTS[table].to_schema().columns[col].nullable, need
 
 
+def test_the_brief_is_answered_first_north_star_then_its_supporting_kpis_then_the_layers():
+    """docs/kpis.md opens with the north star and exactly the supporting set (6-10: owner, leading / lagging, alert
+    intent), the layers' indicators after them; every kpi_values series keeps its name, whatever its tier."""
+    from gpu_health.metrics.kpi_catalog import LAYERS, NORTH_STAR, TIERS
+
+    assert NORTH_STAR.tier == "north_star" and NORTH_STAR not in CATALOG
+    assert 6 <= len(SUPPORTING) <= 10 and all(k.tier == "supporting" and k.layer is None for k in SUPPORTING)
+    assert all(k.tier in TIERS and (k.tier == "layer") == (k.layer in LAYERS) for k in CATALOG)
+    text = kpi_docs.render_kpi_docs()
+    first = lambda name: text.index(f"`{name}`")  # noqa: E731
+    layers, supporting = text.index("## Layer indicators"), text.index(f"## The {len(SUPPORTING)} supporting KPIs")
+    assert text.index("## The north star") < first(NORTH_STAR.name) < supporting < layers
+    table = text[supporting:layers]
+    assert [line.split("`")[1] for line in table.splitlines() if line.startswith("| `")] == \
+        [k.name for k in SUPPORTING]
+    assert all(first(k.name) > layers for k in CATALOG if k.tier == "layer")
+    assert "### Serving" in text[layers:text.index("## Reading `kpi_values`")]
+
+
 def test_docs_are_generated_from_the_catalog_and_not_stale():
     text = kpi_docs.render_kpi_docs()
     for k in CATALOG:
-        assert f"## `{k.name}`" in text and k.owner_rationale in text and k.degraded_when in text
+        assert f"### `{k.name}`" in text and k.owner_rationale in text and k.degraded_when in text
     on_disk = kpi_docs.DOC_PATH.read_text() if kpi_docs.DOC_PATH.exists() else ""
     assert on_disk == text, f"docs/kpis.md is stale: run `{kpi_docs.REGENERATE}`"
 

@@ -109,6 +109,33 @@ def test_the_assets_deps_are_the_declared_reads():
             assert got == asset_deps(s.name), f"{table}: Dagster deps {got} != declared {asset_deps(s.name)}"
 
 
+def test_a_look_back_to_earlier_partitions_is_drawn_on_earlier_partitions():
+    """The baselines read the pages of the partitions before each of theirs: the lineage draws that as a dependency
+    on earlier partitions, never as a same-partition edge from alerts; the graph has no cycle; the steps still run
+    after the alerts (a range's partition reads its predecessors' pages)."""
+    import dagster as dg
+
+    from gpu_health.definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    graph.toposorted_asset_keys  # raises on a cycle
+    alerts = dg.AssetKey("alerts")
+    for name in ("kpi_baselines", "goodput_decomposition"):
+        mapping = graph.get_partition_mapping(dg.AssetKey(name), alerts)
+        assert isinstance(mapping, dg.TimeWindowPartitionMapping), f"{name}: alerts drawn as {mapping}"
+        assert mapping.end_offset == -1 and mapping.start_offset < -1, f"{name}: {mapping}"
+        p = "2026-11-03-23:00"
+        parents = graph.get(dg.AssetKey(name)).partitions_def
+        upstream = mapping.get_upstream_mapped_partitions_result_for_partitions(
+            parents.subset_with_partition_keys([p]), parents, parents).partitions_subset.get_partition_keys()
+        assert p not in upstream and "2026-11-03-22:55" in upstream, f"{name}: {p} reads alerts of {upstream[-3:]}"
+        ordered = [s.name for s in order(STEPS)]
+        assert ordered.index("alerts") < ordered.index(name)
+    # the other reads stay same-partition edges
+    mapping = graph.get_partition_mapping(dg.AssetKey("kpi_baselines"), dg.AssetKey("kpi_values"))
+    assert getattr(mapping, "end_offset", 0) == 0, mapping
+
+
 # --- the resolver: a body reads only through its step's declaration ------------------------------------------------
 BODIES = ("telemetry", "kpis", "diagnosis", "finance", "capacity")
 

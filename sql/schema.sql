@@ -129,6 +129,20 @@ CREATE TABLE cluster_goodput_daily (
 	CONSTRAINT pk_cluster_goodput_daily PRIMARY KEY (date, region)
 );
 
+CREATE TABLE cluster_status (
+	partition_start TIMESTAMP WITH TIME ZONE NOT NULL, 
+	goodput FLOAT, 
+	goodput_expected FLOAT, 
+	open_pages BIGINT NOT NULL, 
+	open_tickets BIGINT NOT NULL, 
+	worst_kpi TEXT, 
+	worst_kpi_z FLOAT, 
+	gap_sources BIGINT NOT NULL, 
+	rejected_rows BIGINT NOT NULL, 
+	markdown TEXT NOT NULL, 
+	CONSTRAINT pk_cluster_status PRIMARY KEY (partition_start)
+);
+
 CREATE TABLE cost_capacity (
 	date DATE NOT NULL, 
 	region TEXT NOT NULL, 

@@ -195,6 +195,29 @@ class WastedSpend(ContractModel):
         unique = ["date", "region", "sku", "state", "team"]
 
 
+class ClusterStatus(_Partitioned):
+    """The cluster at a glance per partition: the north star against its baseline, what is open, the KPIs furthest
+    from their baselines and the data gaps, as numbers and as the Markdown page an on-call engineer reads first."""
+
+    goodput: Series[float] = pa.Field(ge=0, le=1, nullable=True, description="Cluster goodput (region '*'); null: "
+                                      "nothing paid in the partition.")
+    goodput_expected: Series[float] = pa.Field(ge=0, le=1, nullable=True, description="Its baseline (kpi_baselines "
+                                               "share_productive, cluster-wide); null: no baseline yet.")
+    open_pages: Series[int] = pa.Field(ge=0, description="Page-severity alerts open (firing or clearing).")
+    open_tickets: Series[int] = pa.Field(ge=0, description="Ticket-severity alerts open (firing or clearing).")
+    worst_kpi: Series[Str] = pa.Field(nullable=True, description="The cluster-wide KPI furthest from its baseline "
+                                      "(robust z); null: no KPI has a baseline.")
+    worst_kpi_z: Series[float] = pa.Field(nullable=True, description="Its distance from the baseline in robust "
+                                          "standard deviations (signed: above or below).")
+    gap_sources: Series[int] = pa.Field(ge=0, description="Sources written empty for the partition (source_gaps).")
+    rejected_rows: Series[int] = pa.Field(ge=0, description="Source rows and files quarantined for the partition "
+                                          "(source_rejects).")
+    markdown: Series[Str] = pa.Field(description="The status page (Markdown).")
+
+    class Config:
+        unique = ["partition_start"]
+
+
 class Alerts(_Partitioned):
     """Alert snapshots: one row per alert per 5-minute partition in which it was open (latest row = current state)."""
 

@@ -17,11 +17,15 @@ component, ...). ``has_total`` says whether the KPI also emits its own total
 series under its bare name (it does when the components add up to it).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpu_health.constants import OWNERS, SEVERITIES
 
 KINDS = ("leading", "lagging")
+# Where a KPI stands in the answer to the brief (../shared/design/framework.md): the north star, one of its 6-10
+# supporting KPIs, or an indicator of a layer beside them (the facility's power and cooling, the inventory's
+# reconciliation) that explains its own layer, not goodput's moves. Every tier's series are in kpi_values alike.
+TIERS = ("north_star", "supporting", "layer")
 ALERT_INTENTS = SEVERITIES
 DIMENSIONS = ("region", "sku", "workload_class", "team")
 
@@ -56,6 +60,8 @@ class Kpi:
     dimensions: tuple[str, ...]  # slicing of the kpi_values rows; the others are '*'
     components: tuple[Component, ...] = ()
     has_total: bool = True
+    tier: str = "supporting"  # north_star | supporting | layer (TIERS)
+    layer: str | None = None  # a layer indicator's layer (facility, inventory)
 
     def series(self) -> tuple[str, ...]:
         """Names of the series this KPI emits in ``kpi_values.kpi``."""
@@ -69,7 +75,34 @@ class Kpi:
         return self.unit
 
 
-# The north star's supporting KPIs (the metric framework's 8-10: ../shared/design/framework.md).
+# The north star itself: stored in cluster_goodput (5-minute, provisional) and cluster_goodput_daily (settled), not in
+# kpi_values, so it is described here beside its supporting KPIs and kept out of CATALOG (the kpi_values series).
+NORTH_STAR = Kpi(
+    name="goodput",
+    title="Cluster goodput",
+    definition="Productive GPU-hours over paid GPU-hours: every paid GPU-minute lands in exactly one state of the "
+               "loss tree, so the shares add up to 100 % and any drop decomposes exactly into the states that grew. "
+               "A job earns a GPU-minute only while it makes training progress, at its baseline step time.",
+    formula="cluster_goodput.productive_gpu_minutes / cluster_goodput.paid_gpu_minutes (5-minute, provisional); "
+            "cluster_goodput_daily.settled_goodput (daily: work thrown away by failures moved back to when it was "
+            "spent)",
+    unit="ratio",
+    owner="finance",
+    kind="lagging",
+    alert_intent="dashboard",
+    guards_against="Utilization theatre: a dummy kernel at 100 % utilization earns nothing (no progress), a busy "
+                   "but slow job earns in proportion to its speed, and a paid GPU nobody uses counts against it.",
+    owner_rationale="It prices what the cluster's spend buys: Finance reads the settled daily series. Each loss state "
+                    "routes its share to the team that moves it, through the supporting KPIs' owners.",
+    intent_rationale="A number without a cause is no page: its drops page through the detector that names the loss "
+                     "state that grew and its cause; the 5-minute series leads, the settled one lags.",
+    needs=(),
+    degraded_when="Minutes without telemetry are their own state (no_data), never counted productive.",
+    dimensions=("region",),
+    tier="north_star",
+)
+
+# The north star's supporting KPIs (the metric framework's 6-10: ../shared/design/framework.md).
 SUPPORTING: tuple[Kpi, ...] = (
     Kpi(
         name="allocation_rate",
@@ -374,7 +407,7 @@ SUPPORTING: tuple[Kpi, ...] = (
 
 # The facility's KPIs (gpu_health/metrics/facility.py): the operations half of the seeds (power, cooling),
 # beside the north star's supporting KPIs rather than among them -- they explain the hall, not goodput.
-FACILITY_KPIS: tuple[Kpi, ...] = (
+FACILITY_KPIS: tuple[Kpi, ...] = tuple(replace(k, tier="layer", layer="facility") for k in (
     Kpi(
         name="pue",
         title="Power usage effectiveness (PUE), from energy",
@@ -453,12 +486,12 @@ FACILITY_KPIS: tuple[Kpi, ...] = (
         ),
         has_total=False,
     ),
-)
+))
 
 
 # The inventory's KPI: the telemetry reconciled against Finance's installed capacity, beside the supporting KPIs
 # rather than among them -- it keeps paid GPU-minutes honest, it does not explain goodput's moves.
-INVENTORY_KPIS: tuple[Kpi, ...] = (
+INVENTORY_KPIS: tuple[Kpi, ...] = tuple(replace(k, tier="layer", layer="inventory") for k in (
     Kpi(
         name="inventory_excess",
         title="GPUs seen beyond Finance's capacity",
@@ -482,10 +515,13 @@ INVENTORY_KPIS: tuple[Kpi, ...] = (
                       "telemetry but no price (its own ticket), and nothing to compare with.",
         dimensions=("region", "sku"),
     ),
-)
+))
 
 
 CATALOG: tuple[Kpi, ...] = SUPPORTING + FACILITY_KPIS + INVENTORY_KPIS
+# the layers beside the supporting KPIs, in the order the docs present them (serving's indicators are its SLOs:
+# gpu_health/metrics/slo_catalog.py)
+LAYERS = {"facility": "Facility: power and cooling", "inventory": "Inventory: telemetry against Finance's capacity"}
 
 
 def by_name() -> dict[str, Kpi]:

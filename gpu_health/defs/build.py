@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from gpu_health.defs.a_status.assets import build_status_assets
 from gpu_health.defs.alerting.assets import build_alerting_assets
 from gpu_health.defs.alerting.sensors import alertmanager_delivery_sensor
 from gpu_health.defs.baselines.assets import build_baseline_assets
@@ -21,6 +22,7 @@ def build_definitions(settings: Settings, resources: dict | None = None) -> dg.D
     daily = daily_partitions(settings.partition_start)
     assets = [*build_telemetry_assets(five_minute, daily), *build_baseline_assets(five_minute), *build_kpi_assets(five_minute),
               *build_alerting_assets(five_minute), *build_diagnosis_assets(five_minute),
+              *build_status_assets(five_minute),
               *build_finance_assets(daily)]
     five_job, daily_job, calendar_job, schedules = build_jobs(assets, five_minute, daily)
     return dg.Definitions(

@@ -4,12 +4,16 @@ import dagster as dg
 import pandas as pd
 import pandera.pandas as pa
 
+from gpu_health.contracts.table import COLUMNAR, SQL
 from gpu_health.defs.retry import retry_transient_errors, transient_retry  # noqa: F401  (re-exported)
 # above this share of a partition's rows rejected, downstream numbers would be wrong (the source step quarantines it)
 from gpu_health.steps.checks import contract_check
 from gpu_health.steps.ingest import ERROR_REJECT_SHARE
 
-KINDS = {"pandas", "pandera", "sql"}
+KINDS = {"pandas", "pandera"}
+# where a table's rows are stored (the catalogue's ``storage``), shown as a kind: the telemetry store's Parquet
+# files, or the SQL warehouse (SQLite or PostgreSQL: the URL is a resource's, unknown when the assets are defined)
+STORAGE_KINDS = {COLUMNAR: "parquet", SQL: "sql"}
 OWNER_TAGS = {"infra": ["team:infra"], "ml_platform": ["team:ml-platform"], "finance": ["team:finance"]}
 MAX_CHECK_EXAMPLES = 20
 # A run tag: the run of the partitions after this run's range follows it in order (a range run's next day), so a
@@ -131,7 +135,8 @@ def asset_from_catalog(name: str, *, partitions_def=None, out: bool = False, **k
     if entry.kind == "source":
         description += (f" Read from the configured source and validated against the `{entry.model.__name__}` "
                         f"contract; rows that break it are quarantined in `source_rejects`.")
-    facts = {"group_name": entry.group, "owners": OWNER_TAGS[entry.owner], "kinds": KINDS,
+    facts = {"group_name": entry.group, "owners": OWNER_TAGS[entry.owner],
+             "kinds": KINDS | {STORAGE_KINDS[entry.storage]},
              "io_manager_key": "warehouse_io_manager", "description": description,
              "dagster_type": pandera_schema_to_dagster_type(entry.model.to_schema()),
              "metadata": {"dagster/column_schema": column_schema(entry.model), "grain": entry.grain,
@@ -143,6 +148,20 @@ def asset_from_catalog(name: str, *, partitions_def=None, out: bool = False, **k
                     **facts, **kwargs)
 
 
+def step_deps(name: str) -> list:
+    """Dagster's ``deps`` of the assets step ``name`` writes, from its declared reads
+    (:func:`~gpu_health.steps.registry.asset_deps`): a table it reads only in the partitions before each of its own
+    (:func:`~gpu_health.steps.registry.earlier_reads`, the pages the baselines leave out) is a dependency on those
+    earlier partitions, so the lineage draws the same partition's edges in the order the data flows; a partition
+    near the first one has fewer of them, not an error."""
+    from gpu_health.steps.registry import asset_deps, earlier_reads
+
+    earlier = earlier_reads(name)
+    return [dg.AssetDep(t, partition_mapping=dg.TimeWindowPartitionMapping(
+                start_offset=-earlier[t], end_offset=-1, allow_nonexistent_upstream_partitions=True))
+            if t in earlier else t for t in asset_deps(name)]
+
+
 def derived_asset(name: str, *, partitions_def, checks=None, check_specs=None):
     """The asset of table ``name`` (:func:`asset_from_catalog`), computed and stored by its declared step
     (``gpu_health.steps.registry``): its ``deps`` come from the step's declared reads.
@@ -151,11 +170,11 @@ def derived_asset(name: str, *, partitions_def, checks=None, check_specs=None):
     :class:`~gpu_health.steps.graph.StepResult`.
     """
     from gpu_health.defs.resources import WarehouseResource
-    from gpu_health.steps.registry import asset_deps, step
+    from gpu_health.steps.registry import step
 
     the_step = step(name)
 
-    @asset_from_catalog(name, partitions_def=partitions_def, deps=asset_deps(name), check_specs=check_specs)
+    @asset_from_catalog(name, partitions_def=partitions_def, deps=step_deps(name), check_specs=check_specs)
     @retry_transient_errors
     def _asset(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
         start, end = window_of(context)

@@ -7,6 +7,6 @@ for the code that reads the catalog as part of the metrics.
 """
 
 from gpu_health.contracts.kpi_catalog import (  # noqa: F401
-    ALERT_INTENTS, CATALOG, DIMENSIONS, FACILITY_KPIS, INVENTORY_KPIS, KINDS, OWNERS, SEVERITIES, SUPPORTING, Component,
-    Kpi, by_name, series_units,
+    ALERT_INTENTS, CATALOG, DIMENSIONS, FACILITY_KPIS, INVENTORY_KPIS, KINDS, LAYERS, NORTH_STAR, OWNERS, SEVERITIES,
+    SUPPORTING, TIERS, Component, Kpi, by_name, series_units,
 )

@@ -10,7 +10,8 @@ from pathlib import Path
 from gpu_health.constants import REPORTED_BUSY_UTIL_PCT
 from gpu_health.metrics import device as D
 from gpu_health.metrics import kpis as K
-from gpu_health.metrics.kpi_catalog import CATALOG, FACILITY_KPIS, INVENTORY_KPIS, SUPPORTING, Kpi
+from gpu_health.metrics import slo_catalog as SLO
+from gpu_health.metrics.kpi_catalog import CATALOG, LAYERS, NORTH_STAR, SUPPORTING, Kpi
 
 DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "kpis.md"
 REGENERATE = "python -m gpu_health.metrics.kpi_docs"
@@ -24,15 +25,16 @@ def _code(items) -> str:
     return ", ".join(f"`{i}`" for i in items) if items else "none"
 
 
-def _section(k: Kpi) -> list[str]:
+def _section(k: Kpi, level: str = "###") -> list[str]:
     lines = [
-        f"## `{k.name}` — {k.title}",
+        f"{level} `{k.name}` — {k.title}",
         "",
         k.definition,
         "",
         f"- **Formula:** {k.formula}.",
         f"- **Unit:** {k.unit}. **Sliced by:** {_code(k.dimensions)} (other dimension columns are `*`).",
-        f"- **Series:** {_code(k.series())}.",
+        f"- **Series:** {_code(k.series())}." if k.tier != "north_star" else
+        "- **Tables:** `cluster_goodput` (5-minute), `cluster_goodput_daily` (settled).",
         f"- **Owner: {k.owner}.** {k.owner_rationale}",
         f"- **{k.kind.capitalize()}, alert intent: {k.alert_intent}.** {k.intent_rationale}",
         f"- **Guards against:** {k.guards_against}",
@@ -45,32 +47,59 @@ def _section(k: Kpi) -> list[str]:
     return lines + [""]
 
 
+def _table(kpis) -> list[str]:
+    """One row per KPI: owner, leading / lagging and alert intent first, the brief's three questions."""
+    lines = ["| KPI | owner | leading / lagging | alert | unit | sliced by | series |", "|---|---|---|---|---|---|---|"]
+    return lines + [f"| `{k.name}` {k.title} | {k.owner} | {k.kind} | {k.alert_intent} | {k.unit} | "
+                    f"{', '.join(k.dimensions)} | {len(k.series())} |" for k in kpis]
+
+
+def _layers() -> list[str]:
+    """The layer indicators, a table per layer, then serving's (its SLOs, docs/slos.md)."""
+    lines = ["## Layer indicators", "",
+             "Beside the supporting KPIs, not among them: each explains its own layer rather than goodput's moves. "
+             "The facility and inventory indicators are `kpi_values` series like the supporting KPIs'; serving's are "
+             "its SLOs.", ""]
+    for layer, title in LAYERS.items():
+        lines += [f"### {title}", "", *_table([k for k in CATALOG if k.layer == layer]), ""]
+    lines += ["### Serving: SLIs and SLOs", "",
+              "Per region x model x version in `serving_slis` (requests, errors, error rate, p50 / p95 / p99 latency, "
+              "p99 time to first token), judged by the SLOs of `gpu_health/metrics/slo_catalog.py` over "
+              f"{SLO.WINDOW_DAYS} days (`slo_error_budgets`; details: `docs/slos.md`).", "",
+              "| SLO | objective | owner | alert |", "|---|---|---|---|"]
+    lines += [f"| `{s.name}` {s.title} | {s.objective:.1%} | {s.owner} | {s.alert_intent} |" for s in SLO.CATALOG]
+    return lines + [""]
+
+
 def render_kpi_docs() -> str:
-    """The Markdown of docs/kpis.md."""
+    """The Markdown of docs/kpis.md: the brief's answer first (the north star and its supporting KPIs), the layers'
+    indicators after, then how to read ``kpi_values`` and each KPI in detail."""
     lines = [
-        "# Supporting KPIs",
+        "# KPIs: the north star and its supporting KPIs",
         "",
         f"<!-- Generated from gpu_health/metrics/kpi_catalog.py by `{REGENERATE}`; do not edit by hand. -->",
         "",
         "The north star is cluster goodput (productive / paid GPU-minutes, the loss tree of "
         "`gpu_health/metrics/goodput/`). "
-        f"These {len(SUPPORTING)} KPIs explain its moves, route them to an owner and keep it from being gamed; "
-        f"{len(FACILITY_KPIS)} more watch the facility (power and cooling: "
-        f"{', '.join(f'`{k.name}`' for k in FACILITY_KPIS)}; per rack: the `rack_facility` table), and "
-        f"{', '.join(f'`{k.name}`' for k in INVENTORY_KPIS)} reconciles the GPUs reporting with Finance's installed "
-        "capacity. "
-        "`gpu_health.metrics.kpis.compute_kpis` writes them to the `kpi_values` table: one row per series x "
-        "dimension slice x 5-minute partition, with `value`, the additive `numerator` and `denominator`, the "
-        "`unit` and a `status`.",
+        f"{len(SUPPORTING)} supporting KPIs explain its moves, route them to an owner and keep it from being gamed. "
+        "The facility's, the inventory's and serving's indicators follow as layers of their own. "
+        "`gpu_health.metrics.kpis.compute_kpis` writes the supporting and layer KPIs to the `kpi_values` table: one "
+        "row per series x dimension slice x 5-minute partition, with `value`, the additive `numerator` and "
+        "`denominator`, the `unit` and a `status`.",
         "",
-        "| KPI | owner | kind | alert | unit | sliced by | series |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for k in CATALOG:
-        lines.append(f"| `{k.name}` {k.title} | {k.owner} | {k.kind} | "
-                     f"{k.alert_intent} | {k.unit} | {', '.join(k.dimensions)} | {len(k.series())} |")
-    lines += [
+        "## The north star",
         "",
+        *_table([NORTH_STAR])[:2],
+        f"| `{NORTH_STAR.name}` {NORTH_STAR.title} | {NORTH_STAR.owner} | {NORTH_STAR.kind} | "
+        f"{NORTH_STAR.alert_intent} | {NORTH_STAR.unit} | {', '.join(NORTH_STAR.dimensions)} | "
+        "`cluster_goodput`, `cluster_goodput_daily` |",
+        "",
+        *_section(NORTH_STAR)[2:],
+        f"## The {len(SUPPORTING)} supporting KPIs",
+        "",
+        *_table(SUPPORTING),
+        "",
+        *_layers(),
         "## Reading `kpi_values`",
         "",
         "- `status` is `ok`, `degraded` or `no_data`. `no_data`: the slice had nothing to measure in the "
@@ -90,9 +119,15 @@ def render_kpi_docs() -> str:
         "partition; blocked = pending "
         f"for at least {int(K.PENDING_GRACE.total_seconds() // 60)} minutes.",
         "",
+        "## The supporting KPIs in detail",
+        "",
     ]
-    for k in CATALOG:
+    for k in SUPPORTING:
         lines += _section(k)
+    lines += ["## The layer indicators in detail", ""]
+    for k in CATALOG:
+        if k.tier == "layer":
+            lines += _section(k)
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -27,6 +27,7 @@ from gpu_health.metrics.slo_catalog import WINDOW_DAYS as SLO_WINDOW_DAYS
 from gpu_health.steps import diagnosis as D
 from gpu_health.steps import finance as F
 from gpu_health.steps import kpis as K
+from gpu_health.steps import status as S
 from gpu_health.steps import telemetry as T
 from gpu_health.steps.graph import CALENDAR, DAILY, FIVE_MINUTE, Read, Step, StepResult
 from gpu_health.steps.resolve import Inputs, Window
@@ -58,6 +59,10 @@ SEASONAL_PAGES = Read("alerts", before=SEASON_HISTORY, filtered=True)
 # paged in the previous 15 days are no sample of them
 KPI_HISTORY = K.KPI_SLOT_DAYS * DAY + K.KPI_SLOT_PAD
 PAGED_KPI_HISTORY = pd.Timedelta(days=15)
+# a read that stops at the window's last partition: each partition reads only the partitions before it (the
+# pages that keep a partition out of its successors' baselines), so the asset graph draws it as a dependency on
+# earlier partitions (earlier_reads), not on the same one
+EARLIER = -T.FIVE
 # the decomposition's expected leaves: the same slot on each of the previous D.DECOMPOSITION_DAYS days; the
 # partitions paged in the day before those are no sample of them
 LEAF_HISTORY = D.DECOMPOSITION_DAYS * DAY
@@ -240,11 +245,17 @@ DERIVED_STEPS = [
          run=_alerts, rederives_later=True),
     Step("kpi_baselines", FIVE_MINUTE, writes=("kpi_baselines",),
          reads=(Read("kpi_values", before=KPI_HISTORY), Read("goodput_states", before=KPI_HISTORY),
-                Read("alerts", before=PAGED_KPI_HISTORY), Read("maintenance_windows", whole=True)),
+                Read("alerts", before=PAGED_KPI_HISTORY, after=EARLIER), Read("maintenance_windows", whole=True)),
          run=_single("kpi_baselines", K.kpi_baselines)),
     Step("goodput_decomposition", FIVE_MINUTE, writes=("goodput_decomposition",),
-         reads=(Read("goodput_leaves", before=LEAF_HISTORY), Read("alerts", before=PAGED_LEAF_HISTORY)),
+         reads=(Read("goodput_leaves", before=LEAF_HISTORY), Read("alerts", before=PAGED_LEAF_HISTORY, after=EARLIER)),
          run=_single("goodput_decomposition", _decomposition)),
+    Step("cluster_status", FIVE_MINUTE, writes=("cluster_status",),
+         # the window's own rows of what the status page quotes; of the KPIs and baselines the cluster-wide slice
+         reads=(Read("cluster_goodput"), Read("kpi_baselines", filtered=True), Read("kpi_values", filtered=True),
+                Read("alerts"), Read("source_gaps"), Read("source_rejects")),
+         run=_single("cluster_status", S.cluster_status),
+         description="The cluster at a glance: the page an on-call engineer reads first."),
     Step("cluster_goodput_daily", DAILY, writes=("cluster_goodput_daily",),
          # failures up to a day later settle back into the day
          reads=(Read("goodput_states"), Read("job_failures", after=DAY), Read("cluster_goodput"),
@@ -315,6 +326,18 @@ def dependencies(name: str) -> list[str]:
     from gpu_health.steps.graph import upstream_steps
 
     return [s.name for s in upstream_steps(BY_NAME[name], STEPS)]
+
+
+def earlier_reads(name: str) -> dict[str, int]:
+    """The tables of :func:`asset_deps` that step ``name`` reads only in partitions before each of its own (every
+    read of them ends a partition or more before the window's end), with how many partitions back the furthest
+    reaches: Dagster draws them as dependencies on those earlier partitions. The steps still run after the step
+    writing them (:func:`~gpu_health.steps.graph.order`): in a range, a partition reads its predecessors' rows."""
+    reads: dict[str, list[Read]] = {}
+    for r in BY_NAME[name].reads:
+        reads.setdefault(r.table, []).append(r)
+    return {table: -(-max(r.before for r in rs) // T.FIVE) for table, rs in reads.items()
+            if table in asset_deps(name) and not any(r.whole for r in rs) and max(r.after for r in rs) <= EARLIER}
 
 
 def asset_deps(name: str) -> list[str]:

@@ -5,12 +5,12 @@ import pandas as pd
 
 from gpu_health.constants import PARTITION
 from gpu_health.defs import headlines
-from gpu_health.defs.common import asset_from_catalog, derived_asset, output_metadata, window_of
+from gpu_health.defs.common import asset_from_catalog, derived_asset, output_metadata, step_deps, window_of
 from gpu_health.defs.common import retry_transient_errors
 from gpu_health.defs.resources import WarehouseResource
 from gpu_health.metrics import charts
 from gpu_health.steps.checks import LATENCY_MATCHES_REQUESTS, PAID_INVARIANT
-from gpu_health.steps.registry import GOODPUT_TREND, asset_deps, inputs_for, step
+from gpu_health.steps.registry import GOODPUT_TREND, inputs_for, step
 
 # the loss tree's five tables: one step, one multi-asset; model, group, owner and grain from the catalogue
 OUTS = step("goodput").writes
@@ -49,7 +49,7 @@ def build_kpi_assets(five_minute) -> list:
 
     @dg.multi_asset(
         name="goodput", outs=outs, partitions_def=five_minute, backfill_policy=dg.BackfillPolicy.single_run(),
-        deps=asset_deps("goodput"),
+        deps=step_deps("goodput"),
         check_specs=[dg.AssetCheckSpec(PAID_INVARIANT[1], asset=PAID_INVARIANT[0], blocking=True,
                                        description="Every partition's states sum exactly to paid GPU-minutes.")],
     )
