@@ -181,7 +181,7 @@ _TABLES: tuple[Table, ...] = (
              "dashboards are metadata only. A re-run partition re-derives the later partitions' alerts (withdrawing "
              "those whose evidence vanished)."),
     # --- derived: the cluster at a glance ------------------------------------------------------------------------------
-    _derived("cluster_status", M.ClusterStatus, FIVE_MINUTE, "a_status", "infra",
+    _derived("cluster_status", M.ClusterStatus, FIVE_MINUTE, "status", "infra",
              "one row per 5-minute partition",
              "The cluster at a glance, the page an on-call engineer reads first: the north star against its baseline,"
              " the open pages and tickets with their first action, the KPIs furthest from their baselines and the "

@@ -112,7 +112,7 @@ def test_a_partition_of_the_five_minute_job_carries_the_status_page(sqlite_url, 
     start = pd.Timestamp("2026-11-03T14:10:00Z")
     defs = build_definitions(Settings(), resources(sqlite_url, kind="simulator", scenario=str(path)))
     node = defs.resolve_asset_graph().get(dg.AssetKey("cluster_status"))
-    assert node.group_name == "a_status"
+    assert node.group_name == "status"
     result = defs.resolve_job_def("five_minute_job").execute_in_process(
         partition_key=start.strftime("%Y-%m-%d-%H:%M"), instance=dg.DagsterInstance.ephemeral(), run_config=QUIET)
     assert result.success

@@ -18,7 +18,7 @@ from gpu_health.partitions import daily_partitions, five_minute_partitions
 from gpu_health.storage.schema import metadata as warehouse_schema
 
 DEFS_DIR = Path(importlib.import_module("gpu_health.defs").__file__).parent
-GROUPS = {"a_status", "telemetry", "kpis", "baselines", "diagnosis", "alerting", "finance"}  # style.md: one folder per group
+GROUPS = {"status", "telemetry", "kpis", "baselines", "diagnosis", "alerting", "finance"}  # style.md: one folder per group
 OWNERS = {"team:infra", "team:ml-platform", "team:finance"}
 
 ASSET_KEYS = [

@@ -32,8 +32,8 @@ LANDINGS = (FIVE_MINUTE, DAILY, CALENDAR)
 SQL = "sql"
 COLUMNAR = "columnar"
 STORAGES = (SQL, COLUMNAR)
-# ``a_status``: the cluster at a glance, named to sort first in the Dagster UI (groups are listed alphabetically)
-GROUPS = ("a_status", "telemetry", "kpis", "baselines", "diagnosis", "alerting", "finance")
+# ``status``: the cluster at a glance, the page an on-call engineer reads first
+GROUPS = ("status", "telemetry", "kpis", "baselines", "diagnosis", "alerting", "finance")
 KINDS = ("source", "derived", "quality")
 
 # The optional source families: a cluster without the layer has none of its files, series or simulator rows, and

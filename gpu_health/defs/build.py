@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from gpu_health.defs.a_status.assets import build_status_assets
+from gpu_health.defs.status.assets import build_status_assets
 from gpu_health.defs.alerting.assets import build_alerting_assets
 from gpu_health.defs.alerting.sensors import alertmanager_delivery_sensor
 from gpu_health.defs.baselines.assets import build_baseline_assets

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-FIVE_MINUTE_GROUPS = ["telemetry", "kpis", "baselines", "diagnosis", "alerting", "a_status"]
+FIVE_MINUTE_GROUPS = ["telemetry", "kpis", "baselines", "diagnosis", "alerting", "status"]
 
 
 def build_jobs(assets: list[dg.AssetsDefinition], five_minute, daily):

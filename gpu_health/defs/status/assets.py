@@ -1,4 +1,4 @@
-"""The cluster at a glance: the status page an on-call engineer reads first (group ``a_status``, listed first)."""
+"""The cluster at a glance: the status page an on-call engineer reads first (group ``status``)."""
 
 import dagster as dg
 import pandas as pd
