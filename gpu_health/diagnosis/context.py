@@ -5,6 +5,7 @@ families read: computed once per partition (``ctx.memo``) or once per range (``c
 Pure pandas. The detectors themselves are the modules of :mod:`gpu_health.diagnosis.detectors`.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -217,6 +218,10 @@ class PartitionContext:
     prepared: "RangePrep | None" = None
     # the positions of ``gpu`` in the range frame ``prepared.gpu_codes`` factorized (None: not cut from it)
     gpu_rows: slice | None = None
+    # job ids -> the GPU rows of those jobs in gaming.COMPUTE_HISTORY before the partition's start (ts, job_id,
+    # gpu_uuid, sku, gpu_util_pct, sm_active, tensor_active, power_w), read only when asked (a few suspect jobs);
+    # None: not given (a job's history unknown)
+    job_gpu_history: "Callable[[list], pd.DataFrame] | None" = None
     # derived views of this partition's frames shared by the detectors (filled lazily; never an input, never
     # carried over by dataclasses.replace: a context with other frames starts with an empty one)
     memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)

@@ -5,7 +5,8 @@ detector            family       pages on (the two witnesses) / tickets on
 ==================  ===========  =====================================================================
 busy_no_progress    gaming       dummy load on the device: busy GPUs with SM and tensor activity idle
                                  AND power near idle (jobs reporting no training metrics); ticket
-                                 when the collector exports only one of the two
+                                 when the collector exports only one of the two; never a job that
+                                 computed before and stopped (a hang: the stall's, software)
 ==================  ===========  =====================================================================
 """
 
@@ -20,6 +21,11 @@ from gpu_health.diagnosis.finding import Detector, Finding, margin_of
 from gpu_health.metrics.device import device_idle, low_power, reference_power
 
 
+# how far back a job's own GPU rows are read for whether it ever computed (a dummy load never did; a hung job did,
+# until it hung): a hang is ended by its collective's watchdog (PyTorch's NCCL timeout: 10-30 minutes by default)
+# or by its owner within hours; a job held busy with nothing done for longer than this since it last computed is
+# GPUs held for nothing, which the gaming runbook (reclaim them, talk to the team) is right for, whatever began it
+COMPUTE_HISTORY = pd.Timedelta(hours=6)
 # dummy load pages when a team holds a whole 8-GPU node's worth for the whole partition (8 x 5 GPU-minutes):
 # the smallest unit a DGX scheduler hands to a distributed job, and at ~$2-4 per GPU-hour the point where the
 # waste is worth waking someone; less is a ticket for the team
@@ -40,7 +46,9 @@ def detect_no_progress(ctx: PartitionContext) -> list[Finding]:
     a ticket at most). Ticket: the same GPU-minutes on notebooks; or busy GPUs with one witness only because
     the collector does not export the other (profiling fields are off by default in dcgm-exporter; some
     collectors have no power): the guardrail cannot judge, it says so. Jobs that report training metrics are
-    the stall detector's.
+    the stall detector's; so is a job whose own GPU rows show it computed (COMPUTE_HISTORY before, or earlier in
+    the partition) and then stopped while it holds its GPUs busy: a hung collective spins them at ~100 %
+    utilization with the device idle, as a dummy load does, but a dummy load never computed (_computed_before).
     """
     out = []
     if ctx.gpu.empty:
@@ -89,6 +97,7 @@ def detect_no_progress(ctx: PartitionContext) -> list[Finding]:
         return out
     g = g.assign(team=team, cls=cls, both=both, one=one)
     g = g[np.isin(team, list(candidates))]
+    g = g[~g["job_id"].isin(_computed_before(ctx, g, ref))]
     for team, grp in g.groupby("team"):
         dummy = grp[grp["both"]]
         paging = dummy[dummy["cls"] != "interactive"]
@@ -121,6 +130,30 @@ def detect_no_progress(ctx: PartitionContext) -> list[Finding]:
     return out
 
 
+def _computed_before(ctx: PartitionContext, rows: pd.DataFrame, ref: pd.Series) -> set:
+    """The jobs of ``rows`` (busy GPU rows of the partition) that computed before, by their own GPU rows of the
+    COMPUTE_HISTORY before the partition (ctx.job_gpu_history) and of the partition: a job computed when its
+    GPUs did real work (SM activity above idle, or power at or above half the SKU's working reference: the
+    same device rules) for at least one minute of its whole allocation (as many GPU-minutes as it holds GPUs),
+    so a stray sample of one GPU is no history. Without the history (a caller that gives none) none did."""
+    if ctx.job_gpu_history is None or rows.empty:
+        return set()
+    jobs = sorted(set(rows["job_id"].astype(object)))
+    cols = ["job_id", "gpu_uuid", "sku", "sm_active", "tensor_active", "power_w"]
+    now = _gpu_slim(ctx)
+    now = now[now["job_id"].isin(jobs)]
+    seen = pd.concat([ctx.job_gpu_history(jobs)[cols], now[cols]], ignore_index=True)
+    if seen.empty:
+        return set()
+    seen = seen.assign(job_id=seen["job_id"].astype(object), sku=seen["sku"].astype(object))
+    idle, dev_known = device_idle(seen["sm_active"].to_numpy(dtype=float, na_value=np.nan),
+                                  seen["tensor_active"].to_numpy(dtype=float, na_value=np.nan))
+    low, pow_known = low_power(seen, ref, ["sku"])
+    worked = seen.loc[(dev_known & ~idle) | (pow_known & ~low), "job_id"].value_counts()
+    held = now.groupby(now["job_id"].astype(object))["gpu_uuid"].nunique()
+    return set(worked.index[worked.to_numpy() >= held.reindex(worked.index).fillna(1).to_numpy()])
+
+
 RUNBOOKS = {
     CauseFamily.GAMING.value:
         "Contact the team: GPUs held at high utilization without training progress; reclaim the GPUs "
@@ -128,5 +161,5 @@ RUNBOOKS = {
 }
 DETECTORS = [
     Detector(detect_no_progress, emits=(("busy_no_progress", CauseFamily.GAMING.value),),
-             needs=("gpu", "runtime", "meta")),
+             needs=("gpu", "runtime", "meta", "job_gpu_history")),
 ]
