@@ -3,14 +3,16 @@
 A hung collective spins the GPUs at ~100 % utilization with the SMs, tensor pipes and power near idle: on the
 device it looks like a dummy load. What tells them apart is the job's own history: a dummy load never computed;
 a hung job did, until it hung. The gaming detector reads that history through the context
-(``job_gpu_history``: the GPU rows of given jobs before the partition) and leaves a job that computed out.
+(``job_gpu_history``: the GPU rows of given jobs before the partition) and leaves a job that computed out; the
+stall detector takes it into its region's stall.
 """
 
 import numpy as np
 import pandas as pd
 
 from gpu_health.diagnosis.detectors.gaming import detect_no_progress
-from gpu_health_tests.test_detect_evidence import MIN, T0, context, dummy_on_n1, gpu_rows, meta
+from gpu_health.diagnosis.detectors.stalls import detect_stalls
+from gpu_health_tests.test_detect_evidence import MIN, context, dummy_on_n1, gpu_rows, meta, runtime_rows
 
 
 def history_of(frame: pd.DataFrame):
@@ -83,3 +85,42 @@ def test_a_moment_of_compute_is_not_a_history_of_it():
     ctx.job_gpu_history = read
     (f,) = detect_no_progress(ctx)
     assert f.severity == "page"
+
+
+# --- the stall judgement: a job without training metrics that computed, then spins idle, is the stall's ----
+
+def test_a_hung_job_without_metrics_joins_its_regions_stall():
+    # n1: an uninstrumented job that computed, now spinning idle; n2: a reporting job that stopped stepping
+    gpu = gpu_rows(sm=0.02, tensor=0.0, power=160.0)
+    gpu = pd.concat([gpu, gpu_rows(nodes=("n3",), sm=0.7, tensor=0.3, power=600.0)], ignore_index=True)
+    read, _ = history_of(earlier(20, sm=0.6, tensor=0.0, power=560.0))
+    ctx = context(gpu, runtime=runtime_rows("job-n2", last_step=500), nodes=("n1", "n2", "n3"))
+    ctx.job_gpu_history = read
+    (f,) = detect_stalls(ctx)
+    assert (f.family, f.severity, f.nodes) == ("software", "page", ["n1", "n2"])
+    assert "job-n1" in f.evidence and "reporting no training metrics" in f.evidence
+
+
+def test_a_hung_job_without_metrics_alone_is_a_stall_ticket():
+    read, _ = history_of(earlier(20, sm=0.6, tensor=0.0, power=560.0))
+    ctx = context(dummy_on_n1(sm=0.02, power=160.0), meta_frame=teams())
+    ctx.job_gpu_history = read
+    (f,) = detect_stalls(ctx)
+    assert (f.family, f.severity, f.nodes) == ("software", "ticket", ["n1"])
+
+
+def test_a_dummy_load_is_no_stall():
+    read, _ = history_of(earlier(20, sm=0.02, tensor=0.0, power=110.0))
+    ctx = context(dummy_on_n1(sm=0.02, power=110.0), meta_frame=teams())
+    ctx.job_gpu_history = read
+    assert detect_stalls(ctx) == []
+
+
+def test_a_working_job_dipping_for_a_minute_is_no_stall():
+    gpu = gpu_rows(nodes=("n1",), sm=0.6, tensor=0.0, power=560.0)
+    gpu.loc[gpu["ts"] == gpu["ts"].max(), ["sm_active", "power_w"]] = [0.02, 160.0]  # its last minute idles
+    gpu = pd.concat([gpu, gpu_rows(nodes=("n2",), sm=0.7, tensor=0.3, power=600.0)], ignore_index=True)
+    read, asked = history_of(earlier(20, sm=0.6, tensor=0.0, power=560.0))
+    ctx = context(gpu, runtime=runtime_rows("job-n2", last_step=500, steps=10))
+    ctx.job_gpu_history = read
+    assert detect_stalls(ctx) == [] and asked == []

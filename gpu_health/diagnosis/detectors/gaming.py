@@ -16,7 +16,7 @@ import pandas as pd
 
 from gpu_health.codes import factorize
 from gpu_health.constants import REPORTED_BUSY_UTIL_PCT, CauseFamily
-from gpu_health.diagnosis.context import PartitionContext, _gpu_codes, _gpu_slim
+from gpu_health.diagnosis.context import PartitionContext, _gpu_codes, _gpu_slim, jobs_that_computed
 from gpu_health.diagnosis.finding import Detector, Finding, margin_of
 from gpu_health.metrics.device import device_idle, low_power, reference_power
 
@@ -48,7 +48,7 @@ def detect_no_progress(ctx: PartitionContext) -> list[Finding]:
     collectors have no power): the guardrail cannot judge, it says so. Jobs that report training metrics are
     the stall detector's; so is a job whose own GPU rows show it computed (COMPUTE_HISTORY before, or earlier in
     the partition) and then stopped while it holds its GPUs busy: a hung collective spins them at ~100 %
-    utilization with the device idle, as a dummy load does, but a dummy load never computed (_computed_before).
+    utilization with the device idle, as a dummy load does, but a dummy load never computed (jobs_that_computed).
     """
     out = []
     if ctx.gpu.empty:
@@ -97,7 +97,7 @@ def detect_no_progress(ctx: PartitionContext) -> list[Finding]:
         return out
     g = g.assign(team=team, cls=cls, both=both, one=one)
     g = g[np.isin(team, list(candidates))]
-    g = g[~g["job_id"].isin(_computed_before(ctx, g, ref))]
+    g = g[~g["job_id"].isin(jobs_that_computed(ctx, set(g["job_id"].astype(object))))]
     for team, grp in g.groupby("team"):
         dummy = grp[grp["both"]]
         paging = dummy[dummy["cls"] != "interactive"]
@@ -128,30 +128,6 @@ def detect_no_progress(ctx: PartitionContext) -> list[Finding]:
                                     + (f", power median {rows['power_w'].median():.0f} W" if rows["power_w"].notna().any()
                                        else ", power not exported")))
     return out
-
-
-def _computed_before(ctx: PartitionContext, rows: pd.DataFrame, ref: pd.Series) -> set:
-    """The jobs of ``rows`` (busy GPU rows of the partition) that computed before, by their own GPU rows of the
-    COMPUTE_HISTORY before the partition (ctx.job_gpu_history) and of the partition: a job computed when its
-    GPUs did real work (SM activity above idle, or power at or above half the SKU's working reference: the
-    same device rules) for at least one minute of its whole allocation (as many GPU-minutes as it holds GPUs),
-    so a stray sample of one GPU is no history. Without the history (a caller that gives none) none did."""
-    if ctx.job_gpu_history is None or rows.empty:
-        return set()
-    jobs = sorted(set(rows["job_id"].astype(object)))
-    cols = ["job_id", "gpu_uuid", "sku", "sm_active", "tensor_active", "power_w"]
-    now = _gpu_slim(ctx)
-    now = now[now["job_id"].isin(jobs)]
-    seen = pd.concat([ctx.job_gpu_history(jobs)[cols], now[cols]], ignore_index=True)
-    if seen.empty:
-        return set()
-    seen = seen.assign(job_id=seen["job_id"].astype(object), sku=seen["sku"].astype(object))
-    idle, dev_known = device_idle(seen["sm_active"].to_numpy(dtype=float, na_value=np.nan),
-                                  seen["tensor_active"].to_numpy(dtype=float, na_value=np.nan))
-    low, pow_known = low_power(seen, ref, ["sku"])
-    worked = seen.loc[(dev_known & ~idle) | (pow_known & ~low), "job_id"].value_counts()
-    held = now.groupby(now["job_id"].astype(object))["gpu_uuid"].nunique()
-    return set(worked.index[worked.to_numpy() >= held.reindex(worked.index).fillna(1).to_numpy()])
 
 
 RUNBOOKS = {
