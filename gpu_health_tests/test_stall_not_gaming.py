@@ -12,7 +12,7 @@ import pandas as pd
 
 from gpu_health.diagnosis.detectors.gaming import detect_no_progress
 from gpu_health.diagnosis.detectors.stalls import detect_stalls
-from gpu_health_tests.test_detect_evidence import MIN, context, dummy_on_n1, gpu_rows, meta, runtime_rows
+from gpu_health_tests.test_detect_evidence import MIN, T0, context, dummy_on_n1, gpu_rows, meta, runtime_rows
 
 
 def history_of(frame: pd.DataFrame):
@@ -124,3 +124,17 @@ def test_a_working_job_dipping_for_a_minute_is_no_stall():
     ctx = context(gpu, runtime=runtime_rows("job-n2", last_step=500, steps=10))
     ctx.job_gpu_history = read
     assert detect_stalls(ctx) == [] and asked == []
+
+
+def test_the_alerts_step_declares_the_history_it_reads(sqlite_url):
+    """The history is a filtered read of gpu_telemetry the alerts step declares (steps/registry.py), COMPUTE_HISTORY
+    back from each partition it judges."""
+    from gpu_health.diagnosis.detectors.gaming import COMPUTE_HISTORY
+    from gpu_health.steps.diagnosis import _job_gpu_history
+    from gpu_health.steps.registry import inputs_for, step
+    from gpu_health.storage.warehouse import Warehouse
+
+    reads = [r for r in step("alerts").reads if r.table == "gpu_telemetry" and r.filtered and r.before >= COMPUTE_HISTORY]
+    assert reads
+    inputs = inputs_for("alerts", Warehouse(sqlite_url), T0, T0 + 5 * MIN)
+    assert _job_gpu_history(inputs, T0, ["job-n1"]).empty  # inside the declaration: no UndeclaredRead
