@@ -186,7 +186,8 @@ def alerts(inputs: Inputs, *, unstored: tuple[pd.Timestamp, pd.DataFrame] | None
 
 def _job_gpu_history(inputs: Inputs, p: pd.Timestamp, jobs: list) -> pd.DataFrame:
     """PartitionContext.job_gpu_history of partition ``p``: the GPU rows of ``jobs`` in the COMPUTE_HISTORY before
-    it (a filtered read: the gaming detector asks for a few suspect jobs, only when they would raise a finding)."""
+    it (a filtered read: the gaming and stall detectors ask for a few suspect jobs, only when they would raise a
+    finding)."""
     from gpu_health.diagnosis.detectors.gaming import COMPUTE_HISTORY
 
     return inputs.span("gpu_telemetry", p - COMPUTE_HISTORY, p, where={"job_id": list(jobs)},

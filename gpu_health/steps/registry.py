@@ -49,7 +49,7 @@ RENAMED = Read("gpu_telemetry", before=T.INVENTORY_LOOKBACK + T.FIVE, optional=T
 # day's midnight: the missing_data ticket of a day whose money is null
 COST_REJECTS = Read("source_rejects", before=TO_DAY_START + D.COST_REJECT_DAYS)
 # a suspect job's own GPU rows before the partition (did it compute before it went idle: a hang, not a dummy load):
-# the gaming detector asks for a few jobs only (a filtered read), when they would raise a finding
+# the gaming and stall detectors ask for a few jobs only (a filtered read), when they would raise a finding
 JOB_COMPUTE = Read("gpu_telemetry", before=COMPUTE_HISTORY, optional=True, filtered=True)
 # the alerts of the week before (the snapshot a window's first partition continues, the pages that held it)
 ALERT_HISTORY = pd.Timedelta(days=7, hours=1)

@@ -141,7 +141,8 @@ def _hung_without_metrics(ctx: PartitionContext, stalled_regions: set) -> pd.Dat
     g = _gpu_slim(ctx)
     if g.empty:
         return none
-    g = g[g["job_id"].notna().to_numpy(dtype=bool) & ~g["job_id"].isin(set(ctx.runtime["job_id"].unique())).to_numpy(dtype=bool)]
+    reporting = set(ctx.runtime["job_id"].unique())
+    g = g[g["job_id"].notna().to_numpy(dtype=bool) & ~g["job_id"].isin(reporting).to_numpy(dtype=bool)]
     if len(g) < STALL_MINUTES:
         return none
     idle, dev_known = device_idle(g["sm_active"].to_numpy(dtype=float, na_value=np.nan),
@@ -154,7 +155,8 @@ def _hung_without_metrics(ctx: PartitionContext, stalled_regions: set) -> pd.Dat
     g = g.assign(job_id=g["job_id"].astype(object), region=g["region"].astype(object))
     # per job: its minutes after the last minute in which any of its GPUs was not still
     last_moved = g[~still].groupby("job_id")["ts"].max()
-    trail = g[still & (g["ts"] > g["job_id"].map(last_moved).fillna(pd.Timestamp.min.tz_localize("UTC"))).to_numpy(dtype=bool)]
+    after = g["ts"] > g["job_id"].map(last_moved).fillna(pd.Timestamp.min.tz_localize("UTC"))
+    trail = g[still & after.to_numpy(dtype=bool)]
     minutes = trail.groupby("job_id")["ts"].nunique()
     trail = trail[trail["job_id"].isin(minutes.index[minutes >= STALL_MINUTES])]
     per_region = trail.groupby("region").size()
@@ -167,5 +169,6 @@ def _hung_without_metrics(ctx: PartitionContext, stalled_regions: set) -> pd.Dat
 
 RUNBOOKS: dict[str, str] = {}  # software's (gpu_health.diagnosis.detectors.software)
 DETECTORS = [
-    Detector(detect_stalls, emits=(("training_stall", CauseFamily.SOFTWARE.value),), needs=("runtime", "gpu", "job_gpu_history")),
+    Detector(detect_stalls, emits=(("training_stall", CauseFamily.SOFTWARE.value),),
+             needs=("runtime", "gpu", "job_gpu_history")),
 ]
