@@ -5,6 +5,7 @@ families read: computed once per partition (``ctx.memo``) or once per range (``c
 Pure pandas. The detectors themselves are the modules of :mod:`gpu_health.diagnosis.detectors`.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -13,6 +14,7 @@ import pandas as pd
 from gpu_health.codes import factorize, refactorize
 from gpu_health.constants import XID_GPU_FAULT
 from gpu_health.diagnosis.convergence import loss_arrays
+from gpu_health.metrics.device import device_idle, low_power, reference_power
 from gpu_health.metrics.goodput import QUEUE_REGION_SHARE, maintenance_mask, placement_events, queue_regions, queue_table
 
 # one missing minute is one lost scrape; two in a partition is a gap worth a look
@@ -217,6 +219,10 @@ class PartitionContext:
     prepared: "RangePrep | None" = None
     # the positions of ``gpu`` in the range frame ``prepared.gpu_codes`` factorized (None: not cut from it)
     gpu_rows: slice | None = None
+    # job ids -> the GPU rows of those jobs in gaming.COMPUTE_HISTORY before the partition's start (ts, job_id,
+    # gpu_uuid, sku, gpu_util_pct, sm_active, tensor_active, power_w), read only when asked (a few suspect jobs);
+    # None: not given (a job's history unknown)
+    job_gpu_history: "Callable[[list], pd.DataFrame] | None" = None
     # derived views of this partition's frames shared by the detectors (filled lazily; never an input, never
     # carried over by dataclasses.replace: a context with other frames starts with an empty one)
     memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -279,6 +285,34 @@ def _gpu_slim(ctx: PartitionContext) -> pd.DataFrame:
         g = ctx.gpu[[c for c in _SLIM if c in ctx.gpu.columns]]
         ctx.memo["gpu_slim"] = g.assign(sku=g["sku"].astype(object))
     return ctx.memo["gpu_slim"]
+
+
+def jobs_that_computed(ctx: PartitionContext, jobs: set) -> set:
+    """The ``jobs`` whose own GPU rows show they computed: in the history before the partition
+    (ctx.job_gpu_history) or in the partition. A job computed when its GPUs did real work (SM activity above idle,
+    or power at or above half the SKU's working reference in the partition: gpu_health.metrics.device) for at
+    least one minute of its whole allocation (as many GPU-minutes as it holds GPUs now), so a stray sample of one
+    GPU is no history. A dummy load never computed; a hung job did, until it hung. Without a history (a caller
+    that gives none) no job did. Each job's history is read once per partition (the gaming and stall detectors
+    both ask)."""
+    known = ctx.memo.setdefault("computed", {})
+    ask = sorted(j for j in jobs if j not in known)
+    if ask and ctx.job_gpu_history is not None:
+        cols = ["job_id", "gpu_uuid", "sku", "sm_active", "tensor_active", "power_w"]
+        slim = _gpu_slim(ctx)
+        now = slim[slim["job_id"].isin(ask).to_numpy(dtype=bool)]
+        seen = pd.concat([ctx.job_gpu_history(ask)[cols], now[cols]], ignore_index=True)
+        seen = seen.assign(job_id=seen["job_id"].astype(object), sku=seen["sku"].astype(object))
+        if "ref_power" not in ctx.memo:
+            ctx.memo["ref_power"] = reference_power(slim, ["sku"])
+        idle, dev_known = device_idle(seen["sm_active"].to_numpy(dtype=float, na_value=np.nan),
+                                      seen["tensor_active"].to_numpy(dtype=float, na_value=np.nan))
+        low, pow_known = low_power(seen, ctx.memo["ref_power"], ["sku"])
+        worked = seen.loc[(dev_known & ~idle) | (pow_known & ~low), "job_id"].value_counts()
+        held = now.groupby(now["job_id"].astype(object))["gpu_uuid"].nunique()
+        did = set(worked.index[worked.to_numpy() >= held.reindex(worked.index).fillna(1).to_numpy()])
+        known.update({j: j in did for j in ask})
+    return {j for j in jobs if known.get(j, False)}
 
 
 def _leaf_rows(ctx: PartitionContext, state: str) -> np.ndarray:

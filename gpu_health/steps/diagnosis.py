@@ -5,6 +5,8 @@ No Dagster and no warehouse here: each body reads what its step declares (``regi
 :class:`~gpu_health.steps.resolve.Inputs` it is given and calls the detectors of ``diagnosis``.
 """
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 
@@ -171,6 +173,7 @@ def alerts(inputs: Inputs, *, unstored: tuple[pd.Timestamp, pd.DataFrame] | None
             kube_nodes=kube_nodes_p.get(p),
             loss_history=loss_hist.iloc[loss_ts.searchsorted(p + five - CONVERGENCE_LOOKBACK):loss_ts.searchsorted(p + five)]
             if len(loss_hist) else None,
+            job_gpu_history=partial(_job_gpu_history, inputs, p),
         )
         snap = A.step(prev, detect(ctx), p, rates=rates, changes=ctx.changes, recent=recent)
         A.remember(recent, snap, p + five)
@@ -179,6 +182,17 @@ def alerts(inputs: Inputs, *, unstored: tuple[pd.Timestamp, pd.DataFrame] | None
             hist = _forget_paged(hist, snap)
         prev = snap
     return pd.concat(out, ignore_index=True) if out else A.empty()
+
+
+def _job_gpu_history(inputs: Inputs, p: pd.Timestamp, jobs: list) -> pd.DataFrame:
+    """PartitionContext.job_gpu_history of partition ``p``: the GPU rows of ``jobs`` in the COMPUTE_HISTORY before
+    it (a filtered read: the gaming and stall detectors ask for a few suspect jobs, only when they would raise a
+    finding)."""
+    from gpu_health.diagnosis.detectors.gaming import COMPUTE_HISTORY
+
+    return inputs.span("gpu_telemetry", p - COMPUTE_HISTORY, p, where={"job_id": list(jobs)},
+                       columns=["ts", "job_id", "gpu_uuid", "sku", "gpu_util_pct", "sm_active", "tensor_active",
+                                "power_w"])
 
 
 def _history(inputs: Inputs, unstored) -> tuple[pd.DataFrame, pd.DataFrame]:

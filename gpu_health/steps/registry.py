@@ -16,6 +16,7 @@ import pandas as pd
 
 from gpu_health.contracts import FIVE_MINUTE_SOURCES, OPTIONAL_SOURCES
 from gpu_health.diagnosis.detect import DEPLOY_LOOKBACK
+from gpu_health.diagnosis.detectors.gaming import COMPUTE_HISTORY
 from gpu_health.diagnosis.detectors.scheduling import SEASON_HISTORY
 from gpu_health.diagnosis.convergence import CONVERGENCE_LOOKBACK
 from gpu_health.diagnosis.platform import RESTART_WINDOW as PLATFORM_RESTART_WINDOW
@@ -48,6 +49,9 @@ RENAMED = Read("gpu_telemetry", before=T.INVENTORY_LOOKBACK + T.FIVE, optional=T
 # the rejects of Finance's cost file of a window's day and of the day before (D.COST_REJECT_DAYS), filed under the
 # day's midnight: the missing_data ticket of a day whose money is null
 COST_REJECTS = Read("source_rejects", before=TO_DAY_START + D.COST_REJECT_DAYS)
+# a suspect job's own GPU rows before the partition (did it compute before it went idle: a hang, not a dummy load):
+# the gaming and stall detectors ask for a few jobs only (a filtered read), when they would raise a finding
+JOB_COMPUTE = Read("gpu_telemetry", before=COMPUTE_HISTORY, optional=True, filtered=True)
 # the alerts of the week before (the snapshot a window's first partition continues, the pages that held it)
 ALERT_HISTORY = pd.Timedelta(days=7, hours=1)
 # the history of the loss tree the scheduling detector's seasonal baseline reads (the same hour of the previous
@@ -235,7 +239,7 @@ DERIVED_STEPS = [
              Read("job_runtime_metrics", before=T.FIVE), Read("scheduler_events", before=T.SCHED_LOOKBACK),
              Read("change_events", before=DEPLOY_LOOKBACK), Read("maintenance_windows", whole=True),
              Read("goodput_leaves"), Read("step_time_baselines"), Read("job_metadata", before=T.META_LOOKBACK),
-             *INVENTORY, RENAMED, SEASONAL_GOODPUT, Read("alerts", before=ALERT_HISTORY), SEASONAL_PAGES,
+             *INVENTORY, RENAMED, JOB_COMPUTE, SEASONAL_GOODPUT, Read("alerts", before=ALERT_HISTORY), SEASONAL_PAGES,
              CAPACITY, Read("source_rejects"), COST_REJECTS, Read("source_gaps"),
              Read("slo_error_budgets", before=SLO_LOOKBACK), Read("slo_version_events", before=RELEASE_LOOKBACK),
              Read("facility_telemetry"),

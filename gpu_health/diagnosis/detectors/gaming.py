@@ -5,7 +5,8 @@ detector            family       pages on (the two witnesses) / tickets on
 ==================  ===========  =====================================================================
 busy_no_progress    gaming       dummy load on the device: busy GPUs with SM and tensor activity idle
                                  AND power near idle (jobs reporting no training metrics); ticket
-                                 when the collector exports only one of the two
+                                 when the collector exports only one of the two; never a job that
+                                 computed before and stopped (a hang: the stall's, software)
 ==================  ===========  =====================================================================
 """
 
@@ -15,11 +16,16 @@ import pandas as pd
 
 from gpu_health.codes import factorize
 from gpu_health.constants import REPORTED_BUSY_UTIL_PCT, CauseFamily
-from gpu_health.diagnosis.context import PartitionContext, _gpu_codes, _gpu_slim
+from gpu_health.diagnosis.context import PartitionContext, _gpu_codes, _gpu_slim, jobs_that_computed
 from gpu_health.diagnosis.finding import Detector, Finding, margin_of
 from gpu_health.metrics.device import device_idle, low_power, reference_power
 
 
+# how far back a job's own GPU rows are read for whether it ever computed (a dummy load never did; a hung job did,
+# until it hung): a hang is ended by its collective's watchdog (PyTorch's NCCL timeout: 10-30 minutes by default)
+# or by its owner within hours; a job held busy with nothing done for longer than this since it last computed is
+# GPUs held for nothing, which the gaming runbook (reclaim them, talk to the team) is right for, whatever began it
+COMPUTE_HISTORY = pd.Timedelta(hours=6)
 # dummy load pages when a team holds a whole 8-GPU node's worth for the whole partition (8 x 5 GPU-minutes):
 # the smallest unit a DGX scheduler hands to a distributed job, and at ~$2-4 per GPU-hour the point where the
 # waste is worth waking someone; less is a ticket for the team
@@ -40,7 +46,9 @@ def detect_no_progress(ctx: PartitionContext) -> list[Finding]:
     a ticket at most). Ticket: the same GPU-minutes on notebooks; or busy GPUs with one witness only because
     the collector does not export the other (profiling fields are off by default in dcgm-exporter; some
     collectors have no power): the guardrail cannot judge, it says so. Jobs that report training metrics are
-    the stall detector's.
+    the stall detector's; so is a job whose own GPU rows show it computed (COMPUTE_HISTORY before, or earlier in
+    the partition) and then stopped while it holds its GPUs busy: a hung collective spins them at ~100 %
+    utilization with the device idle, as a dummy load does, but a dummy load never computed (jobs_that_computed).
     """
     out = []
     if ctx.gpu.empty:
@@ -89,6 +97,7 @@ def detect_no_progress(ctx: PartitionContext) -> list[Finding]:
         return out
     g = g.assign(team=team, cls=cls, both=both, one=one)
     g = g[np.isin(team, list(candidates))]
+    g = g[~g["job_id"].isin(jobs_that_computed(ctx, set(g["job_id"].astype(object))))]
     for team, grp in g.groupby("team"):
         dummy = grp[grp["both"]]
         paging = dummy[dummy["cls"] != "interactive"]
@@ -128,5 +137,5 @@ RUNBOOKS = {
 }
 DETECTORS = [
     Detector(detect_no_progress, emits=(("busy_no_progress", CauseFamily.GAMING.value),),
-             needs=("gpu", "runtime", "meta")),
+             needs=("gpu", "runtime", "meta", "job_gpu_history")),
 ]
