@@ -149,6 +149,18 @@ def test_one_node_failing_its_jobs_is_not_the_change():
     assert detect_deploys(ctx) == []
 
 
+def test_one_node_failing_on_the_gpu_stack_is_the_change_when_its_other_nodes_ran_nothing():
+    """n2 ran no job since the change (idle): n1's failures are all the change has shown. Naming the GPU software
+    stack they are the change's; a lone node's Xid 79 stays its GPU's."""
+    stack = runs_with_reasons(DEPLOY + FIVE, ["n1"], ["Xid 13: Graphics Engine Exception"] * 6, total=8)
+    others = runs_with_reasons(DEPLOY + FIVE, OTHERS, [USER_ERRORS[i % 4] for i in range(3)], total=100,
+                               every=pd.Timedelta(seconds=6))
+    found = detect_deploys(reasons_context(DEPLOY + 4 * FIVE, stack + others))
+    assert [(f.detector, f.family, f.severity) for f in found] == [("deploy_regression", "software", "page")]
+    bus = runs_with_reasons(DEPLOY + FIVE, ["n1"], ["Xid 79: GPU has fallen off the bus"] * 6, total=8)
+    assert detect_deploys(reasons_context(DEPLOY + 4 * FIVE, bus + others)) == []
+
+
 def test_a_run_requeued_for_a_gpu_error_failed_and_one_requeued_by_a_drain_did_not():
     from gpu_health.diagnosis.context import job_runs
 

@@ -217,7 +217,7 @@ def _node_cohort_failures(ctx: PartitionContext, ev) -> Finding | None:
                                   if (failed[judged] != gpu[judged]).any() else [])
         for how, fail in kinds:
             f = _failure_test(ctx, ev, runs, fail, (new, old, own, ref), cohort, alpha / len(witnesses),
-                              (name, how), waves)
+                              (name, how), waves, gpu)
             if f is not None:
                 return f
     return None
@@ -251,22 +251,28 @@ def _failing_now(ctx: PartitionContext, runs: pd.DataFrame) -> tuple[np.ndarray,
 
 
 def _failure_test(ctx: PartitionContext, ev, runs: pd.DataFrame, failed: np.ndarray, groups: tuple, cohort: set,
-                  alpha: float, witness: tuple[str, str], waves: list[str]) -> Finding | None:
+                  alpha: float, witness: tuple[str, str], waves: list[str], stack: np.ndarray) -> Finding | None:
     """Fisher's exact test of the ``failed`` runs of the ``new`` group against the ``ref`` (``groups``: the masks of
     the runs ``new``, ``old`` of the other nodes in the same minutes, the cohort's ``own`` of the hour before, and
     ``ref``: the other nodes' since the hour before); the finding when they fail significantly (``alpha``) and
     FAILURE_RATE_RATIO times as often as the ``old`` runs and as the ``own`` runs (when there were some), on
-    MIN_FAILED_NODES of the change's nodes. ``witness``: which runs (started / ended), which failures."""
+    MIN_FAILED_NODES of the change's nodes. ``witness``: which runs (started / ended), which failures; ``stack``: the
+    runs whose failure names the GPU software stack."""
     new, old, own, ref = groups
     a, b = int((new & failed).sum()), int((new & ~failed).sum())
     c, d = int((old & failed).sum()), int((old & ~failed).sum())
     g, h = int((ref & failed).sum()), int((ref & ~failed).sum())
     if a < MIN_COHORT_FAILURES:
         return None
-    # one node of a change failing its jobs is that node's fault (hardware's to judge); the change's shows on many
+    # one node of a change failing its jobs is that node's fault (hardware's to judge) when another of its nodes ran
+    # jobs since and they did not fail; the change's shows on many. Where its other nodes ran none (idle, or not
+    # yet given work) one node is all the change has shown: its failures are the change's only when every one
+    # names the GPU software stack (a lone node's Xid 48 / 79 is its GPU's)
     nodes_hit = sorted(cohort & set(",".join(runs.loc[new & failed, "node_ids"].astype(str)).split(",")))
     if len(nodes_hit) < min(MIN_FAILED_NODES, len(cohort)):
-        return None
+        ran = cohort & set(",".join(runs.loc[new, "node_ids"].astype(str)).split(","))
+        if len(ran) >= MIN_FAILED_NODES or (new & failed & ~stack).any():
+            return None
     rate_new = a / max(a + b, 1)
     rate_old = (c + 0.5) / max(c + d + 1, 1)
     e, n_own = int((own & failed).sum()), int(own.sum())
