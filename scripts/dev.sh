@@ -2,8 +2,8 @@
 # Set up and run the main job: `dagster dev` on the embedded default
 # (simulator -> SQLite warehouse under ./var, the 5-minute sensor running), with
 # - the partitions starting DEV_DAYS (default 2) days back, at the beginning of that UTC day (unless
-#   GPU_HEALTH_PARTITION_START is set); the days before the sensor's first hour, and the day before today's
-#   finance, are backfilled once in the background: a Dagster backfill, on the UI's Backfills page
+#   GPU_HEALTH_PARTITION_START is set); the days before the sensor's first hour (DEV_DAYS at most), and the day
+#   before today's finance, are backfilled once in the background: a Dagster backfill, on the UI's Backfills page
 #   (python -m gpu_health.dev backfill; $DAGSTER_HOME/dev_backfill.json marks it submitted);
 # - a local Alertmanager with deploy/alertmanager.yml's routes, every notifier a webhook on this machine that
 #   appends each notification to var/alerts/webhook.jsonl; the delivery sensor posts to it;
@@ -24,7 +24,11 @@ export GPU_HEALTH_LIVE="${GPU_HEALTH_LIVE:-true}"   # the simulator follows the 
 # each alert sent to Alertmanager links back to the alerts asset of this UI
 export GPU_HEALTH_ALERT_LINK="${GPU_HEALTH_ALERT_LINK:-http://$HOST:$PORT/assets/alerts}"
 # computed once here: every Dagster process must see the same partitions
-export GPU_HEALTH_PARTITION_START="${GPU_HEALTH_PARTITION_START:-$($PY -m gpu_health.dev start --days "${DEV_DAYS:-2}")}"
+recent="$($PY -m gpu_health.dev start --days "${DEV_DAYS:-2}")"
+export GPU_HEALTH_PARTITION_START="${GPU_HEALTH_PARTITION_START:-$recent}"
+# the backfill covers DEV_DAYS at most, whatever the start (keys compare as text: zero-padded, largest unit first)
+backfill_from="$GPU_HEALTH_PARTITION_START"
+[[ "$recent" > "$backfill_from" ]] && backfill_from="$recent"
 if [ -n "${SCENARIO:-}" ]; then
   $PY -m gpu_health.dev rebase "$SCENARIO" --incident-in "${SCENARIO_IN:-5m}" --out var/dev/scenario.yaml
   export GPU_HEALTH_SCENARIO="$PWD/var/dev/scenario.yaml"
@@ -59,7 +63,7 @@ if [ -z "${GPU_HEALTH_ALERTMANAGER_URL:-}" ]; then
   fi
 fi
 
-$PY -m gpu_health.dev backfill --graphql "http://$HOST:$PORT/graphql" --start "$GPU_HEALTH_PARTITION_START" \
+$PY -m gpu_health.dev backfill --graphql "http://$HOST:$PORT/graphql" --start "$backfill_from" \
   --marker "$DAGSTER_HOME/dev_backfill.json" --ui "http://$HOST:$PORT" &
 pids+=($!)
 echo "dev: partitions from $GPU_HEALTH_PARTITION_START; UI http://$HOST:$PORT" >&2
