@@ -48,7 +48,8 @@ def _backfill(args) -> None:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m gpu_health.dev", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m gpu_health.dev",
+                                     description="The steps of scripts/dev.sh (make dev) that need Python.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("start", help="print the partition start DAYS before now (the day's beginning, UTC)")
     p.add_argument("--days", type=float, default=2.0, help="how far back the partitions start (default 2)")
@@ -70,7 +71,7 @@ def main(argv=None) -> None:
     p.set_defaults(run=_webhook)
     p = sub.add_parser("backfill", help="submit make dev's backfill once (waits for the webserver and the sensor)")
     p.add_argument("--graphql", required=True, help="the webserver's GraphQL URL, e.g. http://127.0.0.1:3000/graphql")
-    p.add_argument("--start", required=True, help="the first 5-minute partition key (GPU_HEALTH_PARTITION_START)")
+    p.add_argument("--start", required=True, help="the first 5-minute partition to backfill (a key, e.g. 2026-12-04-00:00)")
     p.add_argument("--marker", default="var/dagster_home/dev_backfill.json", help="the file recording the submission")
     p.add_argument("--ui", default="", help="the UI's URL, to print the backfill's page")
     p.set_defaults(run=_backfill)
