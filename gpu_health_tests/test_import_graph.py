@@ -248,6 +248,7 @@ FLOORS: dict[str, int] = {
     "serving_families": 1,                                   # the serving service's metric names
     "faults": 1,                                             # which errors are transient
     "allocator": 1,                                          # the C allocator of a range-running process
+    "dev": 7,                                                # what make dev starts besides dagster dev
 }
 # Dagster's own packages, and the libraries that hold a connection (a database, HTTP, a socket).
 DAGSTER = frozenset({"dagster", "dagster_pandera"})
