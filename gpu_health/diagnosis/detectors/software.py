@@ -280,12 +280,14 @@ def _xid_exposure(ctx: PartitionContext, changed: dict) -> dict | None:
     rest = ~node.isin(list(changed)).to_numpy(dtype=bool)
     if not mine.any():
         return None
+    stack = busy["xid"].isin(STACK_XIDS).to_numpy(dtype=bool, na_value=False)
+    if not (stack & mine).any():  # (nothing to test: the shares are not needed)
+        return {"jobs": 0, "others": 0, "share": 1.0, "nodes": [], "xids": ""}
     # the exposure, two ways: GPU-minutes (an Xid strikes a GPU) and job-minutes (an Xid strikes a job's every GPU
     # at once); the cohort's larger share is the null's, the conservative one whichever way the Xids strike
     minute = ts.dt.floor("min")
     jm = [len(set(zip(job[m], minute[m]))) for m in (mine, rest)]
     share = max(mine.sum() / max(mine.sum() + rest.sum(), 1), jm[0] / max(sum(jm), 1))
-    stack = busy["xid"].isin(STACK_XIDS).to_numpy(dtype=bool, na_value=False)
     hit = busy[stack & mine]
     jobs = set(hit["job_id"].astype(object))
     xids = hit.drop_duplicates("job_id")["xid"].astype(int).value_counts()
