@@ -213,6 +213,7 @@ def test_the_prepared_framework_cohort_finds_what_the_full_metadata_merge_finds(
     (fast,) = detect_deploys(prepared(ctx))
     assert slow == fast
     assert (fast.severity, fast.cohort, fast.team) == ("page", "framework torch-2.14.0", "fast-movers,x")
+    assert fast.margin is not None and fast.margin >= 1  # the effect over its floor, log p / log alpha
 
 
 def test_refactorize_is_factorize_of_the_slice():

@@ -422,6 +422,7 @@ def _framework_cohort(ctx: PartitionContext, ev, since, alpha: float = FAILURE_P
     return Finding("deploy_regression", "software", "page", region, f"deploy_regression|{ev.event_id}",
                    team=",".join(teams) if teams else None, cohort=f"framework {ev.to_version}", change_event=ev.event_id,
                    lost_gpu_minutes=lost, action=_roll_back(ev),
+                   margin=margin_of((v.effect, STEP_EFFECT_FLOOR), p_values=((v.p_value, alpha),)),
                    summary=f"Step time regression on {ev.to_version} ({new['job_id'].nunique()} jobs)",
                    evidence=v.describe())
 
