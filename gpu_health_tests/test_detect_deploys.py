@@ -43,6 +43,8 @@ def test_a_cohort_failing_right_after_the_deploy_pages():
     assert [(f.detector, f.family, f.severity, f.change_event) for f in found] == [
         ("deploy_regression", "software", "page", "chg-1")]
     assert found[0].nodes == COHORT
+    # the margin of an exact test: log(p) / log(alpha), over 1 where it paged
+    assert found[0].margin is not None and found[0].margin > 1
 
 
 def test_the_same_evidence_hours_later_does_not_page_by_chance():

@@ -38,7 +38,7 @@ def prepared(ctx: PartitionContext, meta=None) -> PartitionContext:
 
 @pytest.mark.parametrize("busy, waiting", [
     ({"b1": 8, "i1": 8, "i2": 8}, [("r1/batch", f"w{i}", 1) for i in range(8)]),   # blocked
-    ({"b1": 5, "b2": 5, "i1": 8, "i2": 8}, [("r1/batch", "w4", 4)]),               # fragmented
+    ({"b1": 4, "b2": 4, "i1": 8, "i2": 8}, [("r1/batch", "w5", 5)]),               # fragmented: a node's worth in pieces
     ({"b1": 8, "b2": 8}, [("r1/batch", f"w{i}", 1) for i in range(8)]),             # another pool idle
     ({"i1": 8, "i2": 8}, [("r1/batch", "big", 16)]),                                 # whole free nodes
 ])
@@ -213,6 +213,7 @@ def test_the_prepared_framework_cohort_finds_what_the_full_metadata_merge_finds(
     (fast,) = detect_deploys(prepared(ctx))
     assert slow == fast
     assert (fast.severity, fast.cohort, fast.team) == ("page", "framework torch-2.14.0", "fast-movers,x")
+    assert fast.margin is not None and fast.margin >= 1  # the effect over its floor, log p / log alpha
 
 
 def test_refactorize_is_factorize_of_the_slice():

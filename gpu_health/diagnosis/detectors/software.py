@@ -11,8 +11,10 @@ deploy_regression   software     a change event's cohort worse than the rest in 
                                  node since the change reached it, or of the jobs that ended on it,
                                  counted since the change (a job failed at its GPU's software-stack
                                  Xid), failures on 2+ of its nodes, and worse than its nodes' own hour
-                                 before; or step time over baseline (Mann-Whitney cohort judge +
-                                 effect floor)
+                                 before; or that excess of failures (2+) with the GPUs' witness: jobs on
+                                 2+ changed nodes reporting GPU-stack Xids more than the changed nodes'
+                                 share of the busy GPU-/job-minutes (exact binomial rate-ratio test);
+                                 or step time over baseline (Mann-Whitney cohort judge + effect floor)
 ==================  ===========  =====================================================================
 
 Hung trainers (``training_stall``) are software too: gpu_health.diagnosis.detectors.stalls.
@@ -26,7 +28,7 @@ from gpu_health.constants import MINUTE, PARTITION, XID_SOFTWARE_RESET, CauseFam
 from gpu_health.diagnosis.cohort import REGRESSION, judge_cohorts
 from gpu_health.diagnosis.context import (DEPLOY_LOOKBACK, GPU_SOFTWARE_REASON, PartitionContext, _gpu_codes,
                                           _leaf_rows, _scope_nodes, _ts_slice, job_runs)
-from gpu_health.diagnosis.finding import Detector, Finding
+from gpu_health.diagnosis.finding import Detector, Finding, margin_of
 
 
 # a change's cohort fails: at least 3 failures (fewer cannot reach p < 1e-3 against any realistic base rate),
@@ -40,6 +42,9 @@ MIN_COHORT_FAILURES = 3
 STACK_XIDS = sorted(XID_SOFTWARE_RESET | {13, 31, 43})
 # a change's failures on at least two of its nodes (when it has two): one node failing its jobs is that node's fault
 MIN_FAILED_NODES = 2
+# the GPUs' witness counts jobs whose GPUs report a GPU-stack Xid: at least two (one job's Xids, on however many of
+# its GPUs, are one event of that job), on MIN_FAILED_NODES changed nodes
+MIN_XID_JOBS = 2
 # a release's step times (judged for DEPLOY_LOOKBACK) are judged on its last 30 minutes; a node change's jobs on
 # everything since the change
 DEPLOY_WINDOW = pd.Timedelta(minutes=30)
@@ -170,7 +175,10 @@ def _node_cohort_failures(ctx: PartitionContext, ev) -> Finding | None:
     of it; the looks are paid for in ``_alpha``), twice: all failures, and the failures whose reason names the GPU
     software stack (GPU_SOFTWARE_REASON) -- on a cluster where many jobs fail in the normal course for their own
     reasons those widen the null of the first count, but rarely name the GPU. The false-alarm rate is split between
-    the witnesses that have a cohort (its two nested counts share it). A cohort no worse than its own nodes' jobs of the hour before the change is not the
+    the witnesses that have a cohort (its two nested counts share it) and the GPUs' own witness (``_xid_test``: jobs on
+    the changed nodes reporting GPU-stack Xids in the partition, against the other nodes' in the same minutes) when the
+    changed nodes ran jobs in it; with that witness significant, an excess of failures too few to be significant by
+    count pages (two collectors: the scheduler's or the job's failure, DCGM's Xids). A cohort no worse than its own nodes' jobs of the hour before the change is not the
     change's doing, whatever the other nodes do."""
     # a later change of the same kind to another version on these nodes supersedes this one (e.g. the rollback)
     cohort = _node_cohort(ctx, ev)
@@ -206,6 +214,12 @@ def _node_cohort_failures(ctx: PartitionContext, ev) -> Finding | None:
         runs = runs.assign(reason=runs["reason"].astype(object).mask(xid, why))
     failed = runs["failed"].to_numpy(dtype=bool) | xid
     gpu = failed & runs["reason"].astype(object).str.contains(GPU_SOFTWARE_REASON, na=False).to_numpy(dtype=bool)
+    # the GPUs' witness (DCGM's, not the scheduler's): it shares the false-alarm rate of the looks since the first job
+    # on the new version whenever the changed nodes ran jobs in the partition (its exposure, not its outcome)
+    exposure = _xid_exposure(ctx, changed)
+    n_tests = len(witnesses) + (exposure is not None)
+    stack = _xid_test(exposure, _alpha(ctx, ev.ts if first is None else first) / max(n_tests, 1)) \
+        if exposure is not None else None
     for name, new, old, ref, alpha in witnesses:
         new, old, ref = new.to_numpy(dtype=bool), old.to_numpy(dtype=bool), ref.to_numpy(dtype=bool)
         # (where every failure of both groups names the GPU stack the two counts are one test). The two counts are
@@ -216,8 +230,8 @@ def _node_cohort_failures(ctx: PartitionContext, ev) -> Finding | None:
         kinds = [("", failed)] + ([(" with a reason naming the GPU stack", gpu)]
                                   if (failed[judged] != gpu[judged]).any() else [])
         for how, fail in kinds:
-            f = _failure_test(ctx, ev, runs, fail, (new, old, own, ref), cohort, alpha / len(witnesses),
-                              (name, how), waves, gpu)
+            f = _failure_test(ctx, ev, runs, fail, (new, old, own, ref), cohort, alpha / n_tests,
+                              (name, how), waves, gpu, stack)
             if f is not None:
                 return f
     return None
@@ -250,19 +264,69 @@ def _failing_now(ctx: PartitionContext, runs: pd.DataFrame) -> tuple[np.ndarray,
     return mask, why
 
 
+def _xid_exposure(ctx: PartitionContext, changed: dict) -> dict | None:
+    """The partition's GPU rows held by a job, on the changed nodes since the change reached each (the cohort's) and
+    on the nodes it has not reached (a changed node's rows from before are in neither): the jobs whose GPUs report
+    an Xid of the GPU software stack (STACK_XIDS) on each side, the changed nodes reporting them, and the cohort's
+    share of the exposure. None without GPU rows naming Xids and jobs (an optional signal) or without a cohort row."""
+    g = ctx.gpu
+    if g is None or not len(g) or not {"ts", "node_id", "job_id", "xid"} <= set(g.columns):
+        return None
+    busy = g[g["job_id"].notna().to_numpy(dtype=bool)]
+    node, job = busy["node_id"].astype(object), busy["job_id"].astype(object)
+    at = pd.to_datetime(node.map(changed), utc=True)
+    ts = pd.to_datetime(busy["ts"], utc=True)
+    mine = at.notna().to_numpy(dtype=bool) & (ts >= at).to_numpy(dtype=bool, na_value=False)
+    rest = ~node.isin(list(changed)).to_numpy(dtype=bool)
+    if not mine.any():
+        return None
+    stack = busy["xid"].isin(STACK_XIDS).to_numpy(dtype=bool, na_value=False)
+    if not (stack & mine).any():  # (nothing to test: the shares are not needed)
+        return {"jobs": 0, "others": 0, "share": 1.0, "nodes": [], "xids": ""}
+    # the exposure, two ways: GPU-minutes (an Xid strikes a GPU) and job-minutes (an Xid strikes a job's every GPU
+    # at once); the cohort's larger share is the null's, the conservative one whichever way the Xids strike
+    minute = ts.dt.floor("min")
+    jm = [len(set(zip(job[m], minute[m]))) for m in (mine, rest)]
+    share = max(mine.sum() / max(mine.sum() + rest.sum(), 1), jm[0] / max(sum(jm), 1))
+    hit = busy[stack & mine]
+    jobs = set(hit["job_id"].astype(object))
+    xids = hit.drop_duplicates("job_id")["xid"].astype(int).value_counts()
+    return {"jobs": len(jobs), "others": len(set(job[stack & rest]) - jobs), "share": float(share),
+            "nodes": sorted(set(hit["node_id"].astype(object))),
+            "xids": ", ".join(f"Xid {k} ({v})" for k, v in xids.items())}
+
+
+def _xid_test(exposure: dict, alpha: float) -> dict:
+    """The exact conditional test of a rate ratio: given the stack-Xid jobs of both sides, is the cohort's count
+    binomially more than its share of the exposure (p < ``alpha``)? Counted only with MIN_XID_JOBS jobs on
+    MIN_FAILED_NODES changed nodes: one job's Xids are that job's, one node's are that node's (hardware's to judge)."""
+    k, n = exposure["jobs"], exposure["jobs"] + exposure["others"]
+    out = {**exposure, "alpha": alpha, "p": 1.0, "ok": False}
+    if k < MIN_XID_JOBS or len(exposure["nodes"]) < MIN_FAILED_NODES:
+        return out
+    from scipy.stats import binomtest  # here: scipy.stats costs every process importing this module ~0.6 s
+
+    out["p"] = float(binomtest(k, n, min(exposure["share"], 1.0), alternative="greater").pvalue)
+    out["ok"] = out["p"] < alpha
+    return out
+
+
 def _failure_test(ctx: PartitionContext, ev, runs: pd.DataFrame, failed: np.ndarray, groups: tuple, cohort: set,
-                  alpha: float, witness: tuple[str, str], waves: list[str], stack: np.ndarray) -> Finding | None:
+                  alpha: float, witness: tuple[str, str], waves: list[str], named: np.ndarray,
+                  stack: dict | None = None) -> Finding | None:
     """Fisher's exact test of the ``failed`` runs of the ``new`` group against the ``ref`` (``groups``: the masks of
     the runs ``new``, ``old`` of the other nodes in the same minutes, the cohort's ``own`` of the hour before, and
-    ``ref``: the other nodes' since the hour before); the finding when they fail significantly (``alpha``) and
-    FAILURE_RATE_RATIO times as often as the ``old`` runs and as the ``own`` runs (when there were some), on
-    MIN_FAILED_NODES of the change's nodes. ``witness``: which runs (started / ended), which failures; ``stack``: the
-    runs whose failure names the GPU software stack."""
+    ``ref``: the other nodes' since the hour before); the finding when they fail FAILURE_RATE_RATIO times as often as
+    the ``old`` runs and as the ``own`` runs (when there were some), on MIN_FAILED_NODES of the change's nodes, and
+    either significantly by themselves (``alpha``) or with the GPUs' own witness significant (``stack``, _xid_test:
+    the scheduler's failures and DCGM's Xids, two collectors). ``witness``: which runs (started / ended), which
+    failures; ``named``: the runs whose failure names the GPU software stack."""
     new, old, own, ref = groups
     a, b = int((new & failed).sum()), int((new & ~failed).sum())
     c, d = int((old & failed).sum()), int((old & ~failed).sum())
     g, h = int((ref & failed).sum()), int((ref & ~failed).sum())
-    if a < MIN_COHORT_FAILURES:
+    gpus_say = stack is not None and stack["ok"]
+    if a < (MIN_FAILED_NODES if gpus_say else MIN_COHORT_FAILURES):
         return None
     # one node of a change failing its jobs is that node's fault (hardware's to judge) when another of its nodes ran
     # jobs since and they did not fail; the change's shows on many. Where its other nodes ran none (idle, or not
@@ -271,7 +335,7 @@ def _failure_test(ctx: PartitionContext, ev, runs: pd.DataFrame, failed: np.ndar
     nodes_hit = sorted(cohort & set(",".join(runs.loc[new & failed, "node_ids"].astype(str)).split(",")))
     if len(nodes_hit) < min(MIN_FAILED_NODES, len(cohort)):
         ran = cohort & set(",".join(runs.loc[new, "node_ids"].astype(str)).split(","))
-        if len(ran) >= MIN_FAILED_NODES or (new & failed & ~stack).any():
+        if len(ran) >= MIN_FAILED_NODES or (new & failed & ~named).any():
             return None
     rate_new = a / max(a + b, 1)
     rate_old = (c + 0.5) / max(c + d + 1, 1)
@@ -284,8 +348,17 @@ def _failure_test(ctx: PartitionContext, ev, runs: pd.DataFrame, failed: np.ndar
     from scipy.stats import fisher_exact  # here: scipy.stats costs every process importing this module ~0.6 s
 
     p = fisher_exact([[a, b], [g, h]], alternative="greater")[1]
-    if p >= alpha:
+    if p >= alpha and not gpus_say:
         return None
+    # the margin of the route(s) that paged (the count alone; the count's excess with the Xids' test). The floors of
+    # counts and nodes are definitions (one node's failures are hardware's), not bars: no margin of their own
+    ratio = (rate_new, FAILURE_RATE_RATIO * max(rate_old, rate_own))
+    routes = ([margin_of(ratio, p_values=((p, alpha),))] if p < alpha else []) \
+        + ([margin_of(ratio, p_values=((stack["p"], stack["alpha"]),))] if gpus_say else [])
+    margin = max((m for m in routes if m is not None), default=None)
+    xids = (f"; GPU-stack Xids on the jobs of {len(stack['nodes'])} changed node(s) ({', '.join(stack['nodes'][:12])}): "
+            f"{stack['jobs']} job(s) ({stack['xids']}) vs {stack['others']} on the other nodes, the change's nodes "
+            f"holding {stack['share']:.1%} of the busy GPU- (or job-)minutes, binomial p={stack['p']:.1g}") if gpus_say else ""
     reasons = runs.loc[new & failed, "reason"].fillna("(none given)").value_counts().head(5)
     region = _region_of(nodes_hit or sorted(cohort), ctx.inventory)
     lost = float(ctx.leaves[(ctx.leaves["state"] == "failure_loss") & ctx.leaves["node_id"].isin(cohort)]["gpu_minutes"].sum()) if len(ctx.leaves) else 0.0
@@ -295,14 +368,14 @@ def _failure_test(ctx: PartitionContext, ev, runs: pd.DataFrame, failed: np.ndar
     before = f"{e} of {n_own} on the same nodes in the hour before" if n_own else "no run on them in the hour before"
     return Finding("deploy_regression", "software", "page", region, f"deploy_regression|{ev.event_id}",
                    nodes=sorted(cohort), cohort=change, change_event=ev.event_id,
-                   lost_gpu_minutes=lost, action=_roll_back(ev),
+                   lost_gpu_minutes=lost, action=_roll_back(ev), margin=margin,
                    summary=f"Job failures after {change} on {len(cohort)} node(s) in {region}: roll back {ev.event_id}",
                    evidence=f"{a} of {a + b} jobs {witness[0]} on the new version since {ev.ts:%H:%M} failed"
                             f"{witness[1]} ({rate_new:.0%}) vs {c} of {c + d} ({c / max(c + d, 1):.1%}) on other nodes in the same "
                             f"minutes ({g} of {g + h} since the hour before) and {before}, Fisher p={p:.1g}; failures on {len(nodes_hit)} of the change's "
                             f"{len(cohort)} nodes ({', '.join(nodes_hit[:12])}"
                             f"{', ...' if len(nodes_hit) > 12 else ''}); first failure {onset:.0f} min after the change "
-                            f"{ev.event_id}{later}; top reasons: " + "; ".join(f"{k} ({v})" for k, v in reasons.items()))
+                            f"{ev.event_id}{later}; top reasons: " + "; ".join(f"{k} ({v})" for k, v in reasons.items()) + xids)
 
 
 def _framework_cohort(ctx: PartitionContext, ev, since, alpha: float = FAILURE_P) -> Finding | None:
@@ -355,6 +428,7 @@ def _framework_cohort(ctx: PartitionContext, ev, since, alpha: float = FAILURE_P
     return Finding("deploy_regression", "software", "page", region, f"deploy_regression|{ev.event_id}",
                    team=",".join(teams) if teams else None, cohort=f"framework {ev.to_version}", change_event=ev.event_id,
                    lost_gpu_minutes=lost, action=_roll_back(ev),
+                   margin=margin_of((v.effect, STEP_EFFECT_FLOOR), p_values=((v.p_value, alpha),)),
                    summary=f"Step time regression on {ev.to_version} ({new['job_id'].nunique()} jobs)",
                    evidence=v.describe())
 
