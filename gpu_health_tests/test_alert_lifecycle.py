@@ -76,6 +76,18 @@ def test_another_event_of_the_same_version_is_the_same_cause():
     assert set(alerts.loc[alerts["partition_start"] == P0 + 30 * FIVE, "key"]) == {"deploy_regression|chg-9"}
 
 
+def test_the_same_driver_deployed_again_after_its_alert_resolved_pages_again():
+    """chg-7 put the driver on n1, n2 and was rolled back (its alert resolved); a day later chg-9 puts the same
+    version on n5, n6 and its jobs fail: another deploy to roll back, a new page (the waves of one rollout are one
+    change event: deploy_regression groups them)."""
+    def driver(event, nodes):
+        return Finding("deploy_regression", "software", "page", "us-east", f"deploy_regression|{event}",
+                       nodes=list(nodes), cohort="driver_upgrade 550.127.08 -> 560.35.03", change_event=event,
+                       lost_gpu_minutes=40.0, summary="Job failures after a driver upgrade", evidence="Fisher p=1e-6")
+    again = _run({**_episodes([0], driver("chg-7", ["n1", "n2"])), **_episodes([30], driver("chg-9", ["n5", "n6"]))}, 36)
+    assert len(_pages(again)) == 2
+
+
 def test_another_change_and_version_pages_as_a_new_alert():
     other = _deploy(event="chg-9", cohort="framework jax-0.5.1", team="vision")
     alerts = _run({**_episodes([0], _deploy()), **_episodes([30], other)}, 36)

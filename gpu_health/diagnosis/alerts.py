@@ -135,13 +135,18 @@ def _describe(f: Finding, follows: str | None, history: dict | None = None) -> s
 
 def _same_cause(f: Finding, r: dict) -> bool:
     """Whether finding ``f`` is the cause alert row ``r`` was raised for: the same detector and the same change
-    event (its key names it), else the same version cohort, else an overlapping team, else overlapping nodes (the
+    event (its key names it), else the same version cohort (for a node change: while that alert still fires), else an overlapping team, else overlapping nodes (the
     identity of region-keyed detectors, whose key names only the region). A finding and an alert that both name a
     cohort (or a team) and differ in it are two causes, whatever nodes they share."""
     if r["detector"] != f.detector:
         return False
     if f.change_event is not None and r["key"] == f.key:
         return True
+    # another change event putting the same version on nodes again after that alert resolved is a new deploy (the
+    # earlier one was rolled back or cleared): its own change to roll back, its own page; while the alert still
+    # fires it is the same rollout going on. (A release without nodes -- a framework for a team -- is its version.)
+    if f.change_event is not None and f.nodes and r["status"] == "resolved":
+        return False
     scope = json.loads(r["scope"])
     if f.cohort and scope.get("cohort"):
         return f.cohort == scope["cohort"]
