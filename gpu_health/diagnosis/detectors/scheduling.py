@@ -21,7 +21,7 @@ from gpu_health.diagnosis.context import (DEPLOY_LOOKBACK, _NAT, PartitionContex
                                           _per_frame, _per_inventory)
 from gpu_health.diagnosis.finding import Detector, Finding
 from gpu_health.metrics.goodput import BLOCKED_WAIT, placements, queue_nodes
-from gpu_health.diagnosis.detectors.scheduling_shape import (CHANGE_ALPHA, CHANGE_REFERENCE, SHAPE_TEST,  # noqa: F401
+from gpu_health.diagnosis.detectors.scheduling_shape import (CHANGE_ALPHA, CHANGE_REFERENCE,  # noqa: F401
                                                              Demoted, _fisher_greater, _fragmented, _shape_blocked,
                                                              _shape_shift, _shape_text, _waits_above)
 
@@ -391,9 +391,9 @@ def _evidence(ctx, r, share, idle_blocked, season, unseasonal, planned, shaped, 
             + (f"; {planned}: planned capacity, not paged" if planned else "")
             + (_shape_text(r) if fragmented else
                f"; capacity in the wrong shape: {size_shift.above} of {size_shift.jobs} jobs of {size_shift.queue} that "
-               f"left it in the last {SHAPE_TEST.seconds // 60} min waited longer than that class's median of the hour "
-               f"before, against {size_shift.others_above} of {size_shift.others} of its single-GPU jobs, Fisher "
-               f"p={size_shift.p:.1g}" if size_shift is not None else
+               f"left it since {size_shift.onset:%H:%M} (or still wait) waited longer since then than that class's "
+               f"median of the hour before, against {size_shift.others_above} of {size_shift.others} of its "
+               f"single-GPU jobs, Fisher p={size_shift.p:.1g}" if size_shift is not None else
                f"; only multi-GPU requests held ({r.aged_single_gpu_jobs} single-GPU): free "
                "capacity in the wrong shape" if shaped else "")
             + (f"; under {SEASON_WEEKS_TO_PAGE} weeks of this hour of the week and no cause in evidence (no scheduler "

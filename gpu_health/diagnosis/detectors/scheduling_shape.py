@@ -127,31 +127,44 @@ def _fisher_greater(a: int, n: int, ao: int, no: int) -> float:
 
 
 # Capacity in the wrong shape holds back a queue's multi-GPU requests, not its single-GPU ones (a free GPU fits
-# those): the multi-GPU jobs of a queue that left it in the last SHAPE_TEST waited above their own median of the
-# SHAPE_REFERENCE before more often than the same queue's single-GPU jobs against theirs. Demand, quotas and
-# priorities of a queue hold both sizes alike (an evening pile-up does), so this stands while the single-GPU
-# requests are held too. No change anchors it in time: it is tested every partition, so its false-alarm budget is
-# CHANGE_ALPHA a day (per partition, CHANGE_ALPHA x PARTITION / SHAPE_BUDGET_SPAN, Bonferroni over the queues).
-SHAPE_TEST = pd.Timedelta(minutes=30)
+# those). The test is a difference in differences anchored at the onset of the rise, as the change test is at its
+# change: the multi-GPU jobs of a queue that left it since an onset (or still wait, their waits counted from the
+# onset) waited above the median of the same class's jobs of the SHAPE_REFERENCE before the onset more often than
+# the same queue's single-GPU jobs against theirs. Jobs from before the onset do not dilute it, so it stands minutes
+# into the effect. Demand, quotas and priorities of a queue hold both sizes alike (an evening pile-up does), so it
+# stands while the single-GPU requests are held too, and an evening does not fake it.
+# No event names the onset: each partition boundary of the last SHAPE_ONSETS partitions is tried (the first
+# partition where the multi-GPU waits rose is one of them; an older onset is judged from the oldest one tried).
+# Its false-alarm budget is SHAPE_ALPHA per region per partition, spent over the onsets tried and the region's
+# queues (Bonferroni), each region its own: with about 2,000 partitions a week, at most one false shape evidence per
+# region in five weeks, before the pile-up and impact floors a page needs besides -- a rate, not a level.
+SHAPE_ONSETS = 6
+SHAPE_TEST = SHAPE_ONSETS * PARTITION  # the span of the onsets tried
 SHAPE_REFERENCE = pd.Timedelta(hours=1)
-SHAPE_BUDGET_SPAN = pd.Timedelta(days=1)
+SHAPE_ALPHA = 1e-4
+ShapeShift = namedtuple("ShapeShift", Demoted._fields + ("onset",))
 
 
-def _shape_shift(j: dict, end: pd.Timestamp, region: str) -> Demoted | None:
-    """The queue whose multi-GPU requests wait longer of late while its single-GPU ones do not (see SHAPE_TEST);
-    ``j``: the job arrays of scheduling._jobs_now at ``end``, the partition's end."""
-    since = (end - SHAPE_TEST).value
+def _shape_shift(j: dict, end: pd.Timestamp, region: str) -> ShapeShift | None:
+    """The queue whose multi-GPU requests wait longer since an onset while its single-GPU ones do not (see
+    SHAPE_ALPHA), with the earliest onset that stands; ``j``: the job arrays of scheduling._jobs_now at ``end``."""
     key = np.empty(len(j["queue"]), dtype=object)  # (filled one by one: an array of tuples would be 2-D)
     key[:] = [(q, bool(g > 1)) if h and g == g and g > 0 else None for q, g, h in zip(j["queue"], j["gpus"], j["has_queue"])]
-    counts = _waits_above(j, end.value, region, key, since, since - SHAPE_REFERENCE.value)
-    queues = {q for q, multi in counts if multi and (q, False) in counts}
-    alpha = CHANGE_ALPHA * (PARTITION / SHAPE_BUDGET_SPAN) / max(len(queues), 1)
-    best = None
-    for q in sorted(queues):
-        (a, n, surge), (ao, no, surge_single) = counts[(q, True)], counts[(q, False)]
-        if surge or surge_single:  # the queue's demand rose (an evening's start): a larger request waits longer to fit
-            continue
-        p = _fisher_greater(a, n, ao, no)
-        if p < alpha and (best is None or p < best.p):
-            best = Demoted(f"{q} (multi-GPU)", a, n, ao, no, p)
-    return best
+    onsets = [(end - k * PARTITION).value for k in range(SHAPE_ONSETS, 0, -1)]  # oldest first
+    tests = []
+    for since in onsets:
+        counts = _waits_above(j, end.value, region, key, since, since - SHAPE_REFERENCE.value, after_only=True)
+        tests.append((since, counts, {q for q, multi in counts if multi and (q, False) in counts}))
+    alpha = SHAPE_ALPHA / max(sum(len(queues) for _, _, queues in tests), 1)
+    for since, counts, queues in tests:
+        best = None
+        for q in sorted(queues):
+            (a, n, surge), (ao, no, surge_single) = counts[(q, True)], counts[(q, False)]
+            if surge or surge_single:  # the queue's demand rose (an evening's start): a larger request waits longer
+                continue
+            p = _fisher_greater(a, n, ao, no)
+            if p < alpha and (best is None or p < best.p):
+                best = ShapeShift(f"{q} (multi-GPU)", a, n, ao, no, p, pd.Timestamp(since, tz="UTC"))
+        if best is not None:
+            return best
+    return None
