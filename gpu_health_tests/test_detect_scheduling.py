@@ -735,3 +735,20 @@ def test_multi_and_single_gpu_waits_rising_together_after_an_onset_are_not_the_s
     long = pd.Timedelta(minutes=12)
     assert [f.severity for f in _shape_onset_case(long, long)] == ["ticket"]
     assert [f.severity for f in _shape_onset_case(pd.Timedelta(minutes=2), pd.Timedelta(minutes=2))] == ["ticket"]
+
+
+def test_single_gpu_jobs_that_usually_wait_longer_than_the_time_since_an_onset_do_not_fake_a_shift():
+    """Waits counted from an onset ten minutes ago cannot exceed ten minutes: single-GPU jobs a quota holds 25 minutes
+    as usual could never be above their usual median while multi-GPU jobs that wait two minutes as usual could be.
+    Nothing changed: not capacity in the wrong shape."""
+    waiting = [("r1/batch", f"w{i}", 2) for i in range(4)] + [("r1/batch", f"s{i}", 1) for i in range(SCHED_MIN_JOBS)]
+    starts = pd.date_range(START - pd.Timedelta(minutes=90), START + FIVE, freq="1min", inclusive="left")
+    later = starts + pd.Timedelta(seconds=30)
+    ctx = context(B2_IDLE, waiting)
+    # (each class's waits vary about its median, as a queue's do)
+    rows = (_started_jobs("r1/batch", 2, "b1", starts, pd.Timedelta(minutes=1), "m")
+            + _started_jobs("r1/batch", 2, "b1", later, pd.Timedelta(minutes=3), "n")
+            + _started_jobs("r1/batch", 1, "b1", starts, pd.Timedelta(minutes=20), "s")
+            + _started_jobs("r1/batch", 1, "b1", later, pd.Timedelta(minutes=30), "t"))
+    ctx.sched = pd.concat([ctx.sched, pd.DataFrame(rows, columns=ctx.sched.columns)], ignore_index=True)
+    assert [f.severity for f in detect_scheduling(ctx)] == ["ticket"]

@@ -391,8 +391,8 @@ def _evidence(ctx, r, share, idle_blocked, season, unseasonal, planned, shaped, 
             + (f"; {planned}: planned capacity, not paged" if planned else "")
             + (_shape_text(r) if fragmented else
                f"; capacity in the wrong shape: {size_shift.above} of {size_shift.jobs} jobs of {size_shift.queue} that "
-               f"left it since {size_shift.onset:%H:%M} (or still wait) waited longer since then than that class's "
-               f"median of the hour before, against {size_shift.others_above} of {size_shift.others} of its "
+               f"left it since {size_shift.onset:%H:%M} waited longer since then than that class's median of the hour "
+               f"before (counted alike), against {size_shift.others_above} of {size_shift.others} of its "
                f"single-GPU jobs, Fisher p={size_shift.p:.1g}" if size_shift is not None else
                f"; only multi-GPU requests held ({r.aged_single_gpu_jobs} single-GPU): free "
                "capacity in the wrong shape" if shaped else "")

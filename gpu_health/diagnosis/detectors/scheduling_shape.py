@@ -87,12 +87,15 @@ CHANGE_REFERENCE = pd.Timedelta(hours=1)  # the hour before the change: each que
 Demoted = namedtuple("Demoted", ["queue", "above", "jobs", "others_above", "others", "p"])
 
 
-def _waits_above(j: dict, now: int, region: str, key: np.ndarray, since: int, ref_lo: int, after_only=False) -> dict:
+def _waits_above(j: dict, now: int, region: str, key: np.ndarray, since: int, ref_lo: int, after_only=False,
+                 same_windows=False) -> dict:
     """Per class of the region's jobs (``j``: the job arrays of scheduling._jobs_now at ``now``, the partition's end;
     ``key``: a label per job, None: not judged): how many
     of its jobs that left the queue since ``since`` (or still wait) waited longer after it than the median of its own
     jobs that left in [``ref_lo``, ``since``), of how many decided (a job still waiting below that median is not yet),
-    and whether its arrivals rose significantly since ``since`` (binomial, CHANGE_ALPHA: a demand surge)."""
+    and whether its arrivals rose significantly since ``since`` (binomial, CHANGE_ALPHA: a demand surge).
+    ``same_windows`` (with ``after_only``): the reference jobs' waits are counted the same way, each from the start of
+    the window as long as [``since``, ``now``) it left in, so both sides measure the same thing."""
     from scipy.stats import binomtest  # here: scipy.stats costs every process importing this module ~0.6 s
 
     mine = (j["region"] == region) & j["has_queue"] & (j["sub"] != _NAT) & (j["sub"] < now)
@@ -103,11 +106,26 @@ def _waits_above(j: dict, now: int, region: str, key: np.ndarray, since: int, re
     # ``after_only`` (an event at ``since``): a backlog already there (an evening's) is not what followed it, a job
     # waiting then is judged on its wait after it (a demotion holds it too); the test waits for the effect's minutes
     wait_after = np.where(started, j["left"], now) - (np.maximum(j["sub"], since) if after_only else j["sub"])
+    if same_windows:
+        # a wait counted from ``since`` cannot exceed now - since: against the whole waits of the hour before, a
+        # class that usually waits longer than that could never be above its median while a class that waits less
+        # could, whatever happened -- so the reference is cut into windows of that length, each wait counted from
+        # its window's start, the same measure on both sides
+        # -- and a class that usually waits longer than that cannot show a rise within it at all (its waits are cut
+        # at the window's length on both sides): it is not judged
+        span = now - since
+        whole = wait
+        cut = since - span * -((np.where(before, j["left"], since) - since) // span)  # its window's start
+        wait = np.where(before, j["left"] - np.maximum(j["sub"], cut), wait)
     out = {}
     for c in sorted({k for k in key[before] if k is not None}, key=str):
         of_c = np.array([k == c for k in key], dtype=bool)
+        if same_windows and np.median(whole[before & of_c]) >= span:
+            continue
         above = wait_after > np.median(wait[before & of_c])
-        decided = after & of_c & (started | above)
+        # (with ``same_windows`` only the jobs that left count, as in the reference windows: a standing backlog
+        # still waiting would be above on one side only)
+        decided = after & of_c & (started | (above & ~same_windows))
         # arrivals, not jobs: the jobs a queue takes in at one instant (a job array, a batch a workflow or a requeue
         # submits at once) are one decision, so a burst of them is not a rise of the queue's rate (the binomial
         # test assumes independent arrivals; counted per job, one array of 30 reads as a surge), to the second
@@ -128,10 +146,11 @@ def _fisher_greater(a: int, n: int, ao: int, no: int) -> float:
 
 # Capacity in the wrong shape holds back a queue's multi-GPU requests, not its single-GPU ones (a free GPU fits
 # those). The test is a difference in differences anchored at the onset of the rise, as the change test is at its
-# change: the multi-GPU jobs of a queue that left it since an onset (or still wait, their waits counted from the
-# onset) waited above the median of the same class's jobs of the SHAPE_REFERENCE before the onset more often than
-# the same queue's single-GPU jobs against theirs. Jobs from before the onset do not dilute it, so it stands minutes
-# into the effect. Demand, quotas and priorities of a queue hold both sizes alike (an evening pile-up does), so it
+# change: the multi-GPU jobs of a queue that left it since an onset (their waits counted from the onset) waited
+# above the median of the same class's jobs of the SHAPE_REFERENCE before the onset (counted alike, from the start of
+# windows as long: _waits_above's ``same_windows``) more often than the same queue's single-GPU jobs against theirs.
+# Jobs from before the onset do not dilute it, so it stands minutes into the effect; a class that usually waits
+# longer than the time since the onset cannot show a rise in it and is not judged there. Demand, quotas and priorities of a queue hold both sizes alike (an evening pile-up does), so it
 # stands while the single-GPU requests are held too, and an evening does not fake it.
 # No event names the onset: each partition boundary of the last SHAPE_ONSETS partitions is tried (the first
 # partition where the multi-GPU waits rose is one of them; an older onset is judged from the oldest one tried).
@@ -153,15 +172,17 @@ def _shape_shift(j: dict, end: pd.Timestamp, region: str) -> ShapeShift | None:
     onsets = [(end - k * PARTITION).value for k in range(SHAPE_ONSETS, 0, -1)]  # oldest first
     tests = []
     for since in onsets:
-        counts = _waits_above(j, end.value, region, key, since, since - SHAPE_REFERENCE.value, after_only=True)
+        counts = _waits_above(j, end.value, region, key, since, since - SHAPE_REFERENCE.value, after_only=True,
+                              same_windows=True)
         tests.append((since, counts, {q for q, multi in counts if multi and (q, False) in counts}))
     alpha = SHAPE_ALPHA / max(sum(len(queues) for _, _, queues in tests), 1)
+    # the queue's demand rose since any onset tried (an evening's start): a larger request waits longer to fit in a
+    # fuller pool (a rise that began before a later onset is diluted in that onset's hour before: any onset tells)
+    surged = {q for _, counts, _ in tests for (q, _multi), (_a, _n, surge) in counts.items() if surge}
     for since, counts, queues in tests:
         best = None
-        for q in sorted(queues):
-            (a, n, surge), (ao, no, surge_single) = counts[(q, True)], counts[(q, False)]
-            if surge or surge_single:  # the queue's demand rose (an evening's start): a larger request waits longer
-                continue
+        for q in sorted(queues - surged):
+            (a, n, _), (ao, no, _) = counts[(q, True)], counts[(q, False)]
             p = _fisher_greater(a, n, ao, no)
             if p < alpha and (best is None or p < best.p):
                 best = ShapeShift(f"{q} (multi-GPU)", a, n, ao, no, p, pd.Timestamp(since, tz="UTC"))
