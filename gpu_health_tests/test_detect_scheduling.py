@@ -702,3 +702,53 @@ def test_a_burst_of_jobs_submitted_at_one_instant_is_one_arrival_not_a_demand_su
     found = judged(60)
     assert [(f.severity, f.change_event) for f in found] == [("page", "c1")]
     assert "r1/batch" in found[0].evidence
+
+
+def _shape_onset_case(multi_wait_after, single_wait_after, onset_ago=pd.Timedelta(minutes=10), share_filler=0):
+    """One queue's multi-GPU and single-GPU jobs, two a minute each, waiting 2 min until an onset ``onset_ago``
+    before the partition's end, then ``multi_wait_after`` / ``single_wait_after``; multi-GPU requests pile up."""
+    waiting = [("r1/batch", f"w{i}", 2) for i in range(4)] + [("r1/batch", f"s{i}", 1) for i in range(SCHED_MIN_JOBS)]
+    onset = START + FIVE - onset_ago
+    before = pd.date_range(onset - pd.Timedelta(minutes=90), onset, freq="30s", inclusive="left")
+    after = pd.date_range(onset, START + FIVE, freq="30s", inclusive="left")
+    short = pd.Timedelta(minutes=2)
+    ctx = context(B2_IDLE, waiting, filler=share_filler)
+    rows = (_started_jobs("r1/batch", 2, "b1", before, short, "mb") + _started_jobs("r1/batch", 1, "b1", before, short, "sb")
+            + _started_jobs("r1/batch", 2, "b1", after, multi_wait_after, "ma")
+            + _started_jobs("r1/batch", 1, "b1", after, single_wait_after, "sa"))
+    ctx.sched = pd.concat([ctx.sched, pd.DataFrame(rows, columns=ctx.sched.columns)], ignore_index=True)
+    return detect_scheduling(ctx)
+
+
+def test_multi_gpu_waits_rising_after_an_onset_while_single_gpu_waits_do_not_are_the_cause_within_minutes():
+    """The shape test is anchored at the onset of the rise (difference in differences: the multi-GPU jobs after it
+    against the same class before it, beside the single-GPU jobs after and before it): jobs of the half hour before
+    the onset do not dilute it, so it stands ten minutes into the effect."""
+    long = pd.Timedelta(minutes=12)
+    found = _shape_onset_case(long, pd.Timedelta(minutes=2))
+    assert [f.severity for f in found] == ["page"]
+    assert "wrong shape" in found[0].evidence and "since" in found[0].evidence and "nan" not in found[0].evidence
+
+
+def test_multi_and_single_gpu_waits_rising_together_after_an_onset_are_not_the_shape():
+    """An evening pile-up holds both sizes alike: no cause in evidence, a ticket before the seasons are known."""
+    long = pd.Timedelta(minutes=12)
+    assert [f.severity for f in _shape_onset_case(long, long)] == ["ticket"]
+    assert [f.severity for f in _shape_onset_case(pd.Timedelta(minutes=2), pd.Timedelta(minutes=2))] == ["ticket"]
+
+
+def test_single_gpu_jobs_that_usually_wait_longer_than_the_time_since_an_onset_do_not_fake_a_shift():
+    """Waits counted from an onset ten minutes ago cannot exceed ten minutes: single-GPU jobs a quota holds 25 minutes
+    as usual could never be above their usual median while multi-GPU jobs that wait two minutes as usual could be.
+    Nothing changed: not capacity in the wrong shape."""
+    waiting = [("r1/batch", f"w{i}", 2) for i in range(4)] + [("r1/batch", f"s{i}", 1) for i in range(SCHED_MIN_JOBS)]
+    starts = pd.date_range(START - pd.Timedelta(minutes=90), START + FIVE, freq="1min", inclusive="left")
+    later = starts + pd.Timedelta(seconds=30)
+    ctx = context(B2_IDLE, waiting)
+    # (each class's waits vary about its median, as a queue's do)
+    rows = (_started_jobs("r1/batch", 2, "b1", starts, pd.Timedelta(minutes=1), "m")
+            + _started_jobs("r1/batch", 2, "b1", later, pd.Timedelta(minutes=3), "n")
+            + _started_jobs("r1/batch", 1, "b1", starts, pd.Timedelta(minutes=20), "s")
+            + _started_jobs("r1/batch", 1, "b1", later, pd.Timedelta(minutes=30), "t"))
+    ctx.sched = pd.concat([ctx.sched, pd.DataFrame(rows, columns=ctx.sched.columns)], ignore_index=True)
+    assert [f.severity for f in detect_scheduling(ctx)] == ["ticket"]

@@ -21,8 +21,8 @@ from dataclasses import fields
 from gpu_health.diagnosis.context import PartitionContext
 
 # the detector modules of this package, in the order their findings are listed
-MODULE_NAMES = ("hardware", "software", "slowdowns", "scheduling", "gaming", "stalls", "missing_data", "serving",
-                "platform", "convergence", "inventory", "facility")
+MODULE_NAMES = ("hardware", "software", "slowdowns", "scheduling", "scheduling_shape", "gaming", "stalls",
+                "missing_data", "serving", "platform", "convergence", "inventory", "facility")
 MODULES = tuple(importlib.import_module(f"{__name__}.{name}") for name in MODULE_NAMES)
 DETECTORS = [d for m in MODULES for d in m.DETECTORS]
 # family -> the first action an alert of the family quotes (and its docs/runbooks.md anchor); each family's is one

@@ -21,6 +21,9 @@ from gpu_health.diagnosis.context import (DEPLOY_LOOKBACK, _NAT, PartitionContex
                                           _per_frame, _per_inventory)
 from gpu_health.diagnosis.finding import Detector, Finding
 from gpu_health.metrics.goodput import BLOCKED_WAIT, placements, queue_nodes
+from gpu_health.diagnosis.detectors.scheduling_shape import (CHANGE_ALPHA, CHANGE_REFERENCE,  # noqa: F401
+                                                             Demoted, _fisher_greater, _fragmented, _shape_blocked,
+                                                             _shape_shift, _shape_text, _waits_above)
 
 
 AGED_WAIT = BLOCKED_WAIT  # a job waiting this long while GPUs it could use idle is blocked (as the fragmentation KPI)
@@ -226,49 +229,6 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
     return rows
 
 
-_Shape = namedtuple("_Shape", ["stranded", "fragmented", "jobs", "sizes", "largest_block"])
-
-
-def _shape_blocked(aged: np.ndarray, gpus: np.ndarray, fm: np.ndarray, size: np.ndarray, fr: np.ndarray,
-                   n_minutes: int) -> _Shape:
-    """One queue's requests in the wrong shape, judged per request size (a queue's 1-GPU requests held by a quota
-    must not hide its 8-GPU requests that no node can take).
-
-    ``aged``: its jobs x minutes, waited over AGED_WAIT; ``gpus``: their requests; ``fm``, ``size``, ``fr``: per
-    (node, minute) cell of the queue's nodes with free GPUs, its minute, the node's size and its free GPUs. A request
-    is shape-blocked at a minute when no node has it free (a request larger than a node: not enough whole free nodes
-    smaller than it) while those nodes hold a whole node's worth of free GPUs in pieces (of the largest node it runs
-    on; its own size when larger than any): the wait and the idle GPUs witness a node-sized block a scheduler could
-    have kept whole; less is the residue any packing leaves (each node's last GPUs, fewer than the request, that
-    smaller requests fill). The definition of fragmentation (a job's GPUs of one node sit on that node in Slurm and
-    Kubernetes), not a level. Returns the cells stranded for the smallest shape-blocked request of their minute,
-    their GPU-minutes capped by those requests, how many jobs were shape-blocked, their request sizes, and the
-    largest free block one node held while they waited."""
-    known = size > 0  # a node outside the inventory (or of unknown size) hosts nothing
-    free_all = np.bincount(fm, weights=fr * known, minlength=n_minutes)
-    whole = (fr >= size) & known
-    held = np.zeros(len(gpus), dtype=bool)
-    smallest, demand, sizes = np.full(n_minutes, np.inf), np.zeros(n_minutes), set()
-    for r in np.unique(gpus[aged.any(axis=1)]):
-        if not r > 0:  # (a 0-GPU or unknown request holds no GPU)
-            continue
-        of_r = aged[gpus == r]
-        one_node = np.bincount(fm, weights=(size >= r) & (fr >= r), minlength=n_minutes) > 0
-        gang = np.bincount(fm, weights=fr * (whole & (size < r)), minlength=n_minutes) >= r
-        block = max(r, float(size[known & (size >= r)].max()) if (known & (size >= r)).any() else 0.0)  # a node's worth
-        hit = of_r & (~one_node & ~gang & (free_all >= block))[None, :]
-        if not hit.any():
-            continue
-        held[gpus == r] |= hit.any(axis=1)
-        demand += r * hit.sum(axis=0)
-        smallest = np.where(hit.any(axis=0), np.minimum(smallest, r), smallest)
-        sizes.add(int(r))
-    when = np.isfinite(smallest[fm])
-    stranded = when & known & (fr < np.minimum(smallest[fm], size))
-    fragmented = np.minimum(np.bincount(fm, weights=fr * stranded, minlength=n_minutes), demand)
-    largest = float(fr[when & known].max()) if (when & known).any() else 0.0
-    return _Shape(stranded, fragmented, int(held.sum()), sizes, largest)
-
 
 def _wait_p95(ctx: PartitionContext, region: str) -> float:
     """p95 queue wait (minutes) of the region's jobs that left the queue in the partition (NaN: none did)."""
@@ -375,7 +335,7 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         # where a page could follow: a region between the bars is a ticket whatever its cause)
         size_shift = None
         if not shaped and piled_up and share >= page_bar and r.aged_jobs - r.aged_single_gpu_jobs >= jobs:
-            size_shift = _shape_shift(ctx, r.region)
+            size_shift = _shape_shift(_jobs_now(ctx), ctx.end, r.region)
             shaped = size_shift is not None
         before = _bar_after_change(ctx.region_history, r.region, cfg.iloc[-1]["ts"]) if len(cfg) else None
         demoted = None
@@ -401,20 +361,6 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
                                               fragmented, demoted, size_shift)))
     return out
 
-
-def _fragmented(r: _AgedRow, jobs: int, bar: float) -> bool:
-    """Capacity in the wrong shape is the pile-up's cause: ``jobs`` requests (the pile-up's bar) fit no node while
-    their nodes' free GPUs summed would hold them (:func:`_shape_blocked`), and the GPUs stranded so are ``bar`` of
-    the region's paid GPU-minutes (the impact stands on the fragmentation itself, not beside it)."""
-    return r.shape_blocked_jobs >= jobs and r.paid_gpu_minutes > 0 and r.fragmented_gpu_minutes / r.paid_gpu_minutes >= bar
-
-
-def _shape_text(r: _AgedRow) -> str:
-    """The evidence of capacity in the wrong shape: the request sizes held and the largest free block one node had."""
-    sizes = ", ".join(f"{s}-GPU" for s in r.shape_sizes)
-    return (f"; capacity in the wrong shape: {r.shape_blocked_jobs} request(s) of {sizes} fit no node's free GPUs "
-            f"(largest free block {r.largest_free_block:.0f} GPUs per node) while the free GPUs of their nodes summed "
-            f"would hold them; {r.fragmented_gpu_minutes:.0f} GPU-minutes stranded on nodes holding fewer than they need")
 
 
 def _evidence(ctx, r, share, idle_blocked, season, unseasonal, planned, shaped, uncaused, enough, demand, cfg,
@@ -445,9 +391,9 @@ def _evidence(ctx, r, share, idle_blocked, season, unseasonal, planned, shaped, 
             + (f"; {planned}: planned capacity, not paged" if planned else "")
             + (_shape_text(r) if fragmented else
                f"; capacity in the wrong shape: {size_shift.above} of {size_shift.jobs} jobs of {size_shift.queue} that "
-               f"left it in the last {SHAPE_TEST.seconds // 60} min waited longer than that class's median of the hour "
-               f"before, against {size_shift.others_above} of {size_shift.others} of its single-GPU jobs, Fisher "
-               f"p={size_shift.p:.1g}" if size_shift is not None else
+               f"left it since {size_shift.onset:%H:%M} waited longer since then than that class's median of the hour "
+               f"before (counted alike), against {size_shift.others_above} of {size_shift.others} of its "
+               f"single-GPU jobs, Fisher p={size_shift.p:.1g}" if size_shift is not None else
                f"; only multi-GPU requests held ({r.aged_single_gpu_jobs} single-GPU): free "
                "capacity in the wrong shape" if shaped else "")
             + (f"; under {SEASON_WEEKS_TO_PAGE} weeks of this hour of the week and no cause in evidence (no scheduler "
@@ -646,67 +592,14 @@ def _bar_after_change(hist: pd.DataFrame, region: str, change_ts: pd.Timestamp) 
     return mid + max(SCHED_SEASONAL_MARGIN, CHANGE_RISE_SIGMAS * sigma)
 
 
-# A scheduler change that demotes a class of jobs (a queue) shows in those jobs whatever the region's level was:
-# the jobs of that queue that left the queue since the change waited longer than the same queue's jobs of the hour
-# before (above their median), more often than the region's other queues' jobs against their own medians. Each
-# queue is its own reference, so a pile-up that was already there (an evening's) does not hide it, and one that
-# rises for every queue alike does not fake it. Under no effect, a job's chance of waiting above its queue's
-# median is the same in every queue: Fisher's exact test bounds the chance of a split this lopsided at
-# CHANGE_ALPHA (Bonferroni over the queues tested), the false-alarm rate per partition -- a definition of
-# significance, not a level. A queue whose submissions rose significantly since the change (a demand surge, as
-# an evening's start brings) waits longer for its own demand: not the change's doing.
-CHANGE_ALPHA = 1e-3
-CHANGE_REFERENCE = pd.Timedelta(hours=1)  # the hour before the change: each queue's own reference
-Demoted = namedtuple("Demoted", ["queue", "above", "jobs", "others_above", "others", "p"])
-
-
-def _waits_above(ctx: PartitionContext, region: str, key: np.ndarray, since: int, ref_lo: int, after_only=False) -> dict:
-    """Per class of the region's jobs (``key``: a label per job of :func:`_jobs_now`, None: not judged): how many
-    of its jobs that left the queue since ``since`` (or still wait) waited longer after it than the median of its own
-    jobs that left in [``ref_lo``, ``since``), of how many decided (a job still waiting below that median is not yet),
-    and whether its arrivals rose significantly since ``since`` (binomial, CHANGE_ALPHA: a demand surge)."""
-    from scipy.stats import binomtest  # here: scipy.stats costs every process importing this module ~0.6 s
-
-    j = _jobs_now(ctx)
-    now = ctx.end.value
-    mine = (j["region"] == region) & j["has_queue"] & (j["sub"] != _NAT) & (j["sub"] < now)
-    started = mine & (j["left"] < now)
-    wait = np.where(started, j["left"], now) - j["sub"]  # a job still waiting: its wait so far
-    before = started & (j["left"] >= ref_lo) & (j["left"] < since)
-    after = mine & ((j["left"] >= since) | ~started)
-    # ``after_only`` (an event at ``since``): a backlog already there (an evening's) is not what followed it, a job
-    # waiting then is judged on its wait after it (a demotion holds it too); the test waits for the effect's minutes
-    wait_after = np.where(started, j["left"], now) - (np.maximum(j["sub"], since) if after_only else j["sub"])
-    out = {}
-    for c in sorted({k for k in key[before] if k is not None}, key=str):
-        of_c = np.array([k == c for k in key], dtype=bool)
-        above = wait_after > np.median(wait[before & of_c])
-        decided = after & of_c & (started | above)
-        # arrivals, not jobs: the jobs a queue takes in at one instant (a job array, a batch a workflow or a requeue
-        # submits at once) are one decision, so a burst of them is not a rise of the queue's rate (the binomial
-        # test assumes independent arrivals; counted per job, one array of 30 reads as a surge), to the second
-        subs = np.unique(j["sub"][mine & of_c] // 10**9) * 10**9  # (ns to s: Slurm's SubmitTime grain)
-        n_subs = int((subs >= ref_lo).sum())
-        surge = n_subs > 0 and binomtest(int((subs >= since).sum()), n_subs, (now - since) / (now - ref_lo),
-                                         alternative="greater").pvalue < CHANGE_ALPHA
-        out[c] = (int((decided & above).sum()), int(decided.sum()), surge)
-    return out
-
-
-def _fisher_greater(a: int, n: int, ao: int, no: int) -> float:
-    """One-sided Fisher p that a of n exceeds ao of no (1.0 when either side is empty)."""
-    from scipy.stats import fisher_exact  # here: scipy.stats costs every process importing this module ~0.6 s
-
-    return float(fisher_exact([[a, n - a], [ao, no - ao]], alternative="greater")[1]) if n and no else 1.0
-
-
 def _demoted_queue(ctx: PartitionContext, region: str, change_ts: pd.Timestamp) -> Demoted | None:
     """The region's queue a scheduler change demoted (see CHANGE_ALPHA), or None: the queue whose jobs since the
     change waited above its own hour-before median significantly more often than the other queues' jobs did."""
     tc = pd.Timestamp(change_ts).value
     if ctx.end.value <= tc:
         return None
-    counts = _waits_above(ctx, region, _jobs_now(ctx)["queue"], tc, tc - CHANGE_REFERENCE.value, after_only=True)
+    j = _jobs_now(ctx)
+    counts = _waits_above(j, ctx.end.value, region, j["queue"], tc, tc - CHANGE_REFERENCE.value, after_only=True)
     if len(counts) < 2:
         return None  # no other queue to tell the change from the region's hour
     best = None
@@ -716,37 +609,6 @@ def _demoted_queue(ctx: PartitionContext, region: str, change_ts: pd.Timestamp) 
         p = _fisher_greater(a, n, ao, no)
         if not surge and p < CHANGE_ALPHA / len(counts) and (best is None or p < best.p):
             best = Demoted(q, a, n, ao, no, p)
-    return best
-
-
-# Capacity in the wrong shape holds back a queue's multi-GPU requests, not its single-GPU ones (a free GPU fits
-# those): the multi-GPU jobs of a queue that left it in the last SHAPE_TEST waited above their own median of the
-# SHAPE_REFERENCE before more often than the same queue's single-GPU jobs against theirs. Demand, quotas and
-# priorities of a queue hold both sizes alike (an evening pile-up does), so this stands while the single-GPU
-# requests are held too. No change anchors it in time: it is tested every partition, so its false-alarm budget is
-# CHANGE_ALPHA a day (per partition, CHANGE_ALPHA x PARTITION / SHAPE_BUDGET_SPAN, Bonferroni over the queues).
-SHAPE_TEST = pd.Timedelta(minutes=30)
-SHAPE_REFERENCE = pd.Timedelta(hours=1)
-SHAPE_BUDGET_SPAN = pd.Timedelta(days=1)
-
-
-def _shape_shift(ctx: PartitionContext, region: str) -> Demoted | None:
-    """The queue whose multi-GPU requests wait longer of late while its single-GPU ones do not (see SHAPE_TEST)."""
-    j = _jobs_now(ctx)
-    since = (ctx.end - SHAPE_TEST).value
-    key = np.empty(len(j["queue"]), dtype=object)  # (filled one by one: an array of tuples would be 2-D)
-    key[:] = [(q, bool(g > 1)) if h and g == g and g > 0 else None for q, g, h in zip(j["queue"], j["gpus"], j["has_queue"])]
-    counts = _waits_above(ctx, region, key, since, since - SHAPE_REFERENCE.value)
-    queues = {q for q, multi in counts if multi and (q, False) in counts}
-    alpha = CHANGE_ALPHA * (PARTITION / SHAPE_BUDGET_SPAN) / max(len(queues), 1)
-    best = None
-    for q in sorted(queues):
-        (a, n, surge), (ao, no, surge_single) = counts[(q, True)], counts[(q, False)]
-        if surge or surge_single:  # the queue's demand rose (an evening's start): a larger request waits longer to fit
-            continue
-        p = _fisher_greater(a, n, ao, no)
-        if p < alpha and (best is None or p < best.p):
-            best = Demoted(f"{q} (multi-GPU)", a, n, ao, no, p)
     return best
 
 
