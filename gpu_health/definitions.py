@@ -5,11 +5,13 @@ import warnings
 
 import dagster as dg
 
-# Two beta APIs the code location builds on, pinned with dagster (requirements.lock): the pandera contracts as
-# Dagster types (dagster-pandera) and a backfill policy that runs a range of partitions as one run. Dagster warns
-# once per asset each time a process loads the location (the code server, every run), which buried the log of
-# `make dev` under a thousand identical lines; any other beta API still warns.
-for api in ("Function `pandera_schema_to_dagster_type`", "Parameter `backfill_policy`"):
+# Three beta APIs the code location builds on, pinned with dagster (requirements.lock): the pandera contracts as
+# Dagster types (dagster-pandera), a backfill policy that runs a range of partitions as one run, and a look-back
+# drawn on earlier partitions that may precede the first one. Dagster warns once per asset each time a process
+# loads the location (the code server, every run), which buried the log of `make dev` under a thousand identical
+# lines; any other beta API still warns.
+for api in ("Function `pandera_schema_to_dagster_type`", "Parameter `backfill_policy`",
+            "Parameter `allow_nonexistent_upstream_partitions`"):
     warnings.filterwarnings("ignore", message=api, category=dg.BetaWarning)
 
 from gpu_health.defs.build import build_definitions  # noqa: E402 -- after the filters: the imports warn
