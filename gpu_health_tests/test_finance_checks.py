@@ -55,7 +55,7 @@ def _bulk_failures(wh, steps=("cluster_goodput_daily", "wasted_spend")) -> list[
 # --- the bulk path's summary ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("partitions", [0, 12, 200])
 def test_an_incomplete_day_fails_day_complete(sqlite_url, partitions):
-    """0 partitions included (the day used to finish green with paid 0 and goodput NaN); spend on the
+    """0 partitions included (a day with paid 0 and goodput NaN is no finished day); spend on the
     partitions present still reconciles (Finance's bill pro rata), every region is priced."""
     failed = _bulk_failures(_warehouse(sqlite_url, partitions))
     assert failed == ["cluster_goodput_daily:day_complete"]
