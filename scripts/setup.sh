@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything the project needs on a fresh machine (idempotent):
-#   - Debian packages: PostgreSQL 15 server binaries, Prometheus, Alertmanager
-#     (installed only when missing; needs root, as on the project's machines)
+#   - Debian packages: PostgreSQL 15 server binaries, Prometheus, Alertmanager, Redis (the distributed
+#     executor's broker), Chromium and its driver (the browser test) -- installed only when missing; needs root,
+#     as on the project's machines
 #   - .venv with the pinned dependency set (requirements.lock) and gpu_health itself
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,9 @@ need_apt=()
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "setup: missing Debian packages ${need_apt[*]}; run as root or install them" >&2
@@ -21,7 +25,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -q >/dev/null
   apt-get install -y -q --no-install-recommends "${need_apt[@]}" >/dev/null
   # the Debian packages start services on some systems; the project starts its own
-  systemctl stop prometheus prometheus-alertmanager postgresql >/dev/null 2>&1 || true
+  systemctl stop prometheus prometheus-alertmanager postgresql redis-server >/dev/null 2>&1 || true
 fi
 
 PY=${PYTHON:-python3.11}
