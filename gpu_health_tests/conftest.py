@@ -52,6 +52,20 @@ def iso(ts: pd.Timestamp) -> str:
     return ts.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# The messy profile at a fifth of its size (26 nodes: same regions, SKUs, node names, teams, queues, cron retrains
+# and collector quirks); its 5 % of nodes without power / temperature raised to 25 % so that so few nodes still
+# include some (two of the 26).
+MESSY_FIFTH = {"profile": "messy", "gpus": 240, "no_power_temp_share": 0.25}
+
+
+def benign_rollout(ts) -> dict:
+    """A rolling driver upgrade that breaks nothing: a quarter of the nodes in four batches 30 minutes apart, each
+    drained six minutes while its driver installs."""
+    return {"kind": "driver_upgrade", "ts": ts.isoformat(), "from_version": "550.90.07", "to_version": "550.127.08",
+            "scope": {"fraction": 0.25, "batches": 4, "every": "30m", "drain": "6m"},
+            "description": "rolling driver upgrade"}
+
+
 def run_scenario(tmp: Path, name: str, spec: dict, targets=None) -> tuple[str, str]:
     """``spec`` written as ``tmp/name`` (the file's name salts the simulator's draws: keep a test's name) and run
     through the bulk path (`gpu-health run --direct --scenario`) into a fresh SQLite warehouse in ``tmp``; returns

@@ -21,7 +21,7 @@ behaviours (so it cannot pass on an empty or tidy day), then that no alert ever 
 import pandas as pd
 import pytest
 
-from gpu_health_tests.conftest import run_scenario
+from gpu_health_tests.conftest import MESSY_FIFTH, benign_rollout, run_scenario
 from gpu_health.storage.warehouse import Warehouse
 
 DAY = pd.Timestamp("2026-11-04T00:00:00Z")   # a Wednesday: business hours in both regions, cron retrains
@@ -30,18 +30,12 @@ QUIET_DAY = {
     "seed": 13,
     "start": DAY.isoformat(),
     "end": (DAY + pd.Timedelta(days=1)).isoformat(),
-    # the messy profile at a fifth of its size (26 nodes); its 5 % of nodes without power / temperature raised
-    # to 25 % so that so few nodes still include some (two of the 26)
-    "cluster": {"profile": "messy", "gpus": 240, "no_power_temp_share": 0.25},
+    "cluster": MESSY_FIFTH,
     "incidents": [
         {"kind": "maintenance", "start": "2026-11-04T03:00:00Z", "duration": "2h", "severity": "low",
          "scope": {"region": "ap-southeast", "nodes": 2, "reason": "BIOS and BMC firmware"}},
     ],
-    "changes": [
-        {"kind": "driver_upgrade", "ts": ROLLOUT.isoformat(), "from_version": "550.90.07", "to_version": "550.127.08",
-         "scope": {"fraction": 0.25, "batches": 4, "every": "30m", "drain": "6m"},
-         "description": "rolling driver upgrade"},
-    ],
+    "changes": [benign_rollout(ROLLOUT)],
 }
 
 

@@ -18,7 +18,7 @@ behaviours (so it cannot pass on a tidy or short week), then that no alert ever 
 import pandas as pd
 import pytest
 
-from gpu_health_tests.conftest import run_scenario
+from gpu_health_tests.conftest import MESSY_FIFTH, benign_rollout, run_scenario
 from gpu_health.storage.warehouse import Warehouse
 
 WEEK_START = pd.Timestamp("2026-11-02T00:00:00Z")   # a Monday
@@ -27,20 +27,14 @@ QUIET_WEEK = {
     "seed": 13,
     "start": WEEK_START.isoformat(),
     "end": (WEEK_START + pd.Timedelta(days=7)).isoformat(),
-    # the messy profile at a fifth of its size; its 5 % of nodes without power / temperature raised to 25 % so
-    # that so few nodes still include some
-    "cluster": {"profile": "messy", "gpus": 240, "no_power_temp_share": 0.25},
+    "cluster": MESSY_FIFTH,
     "incidents": [
         {"kind": "maintenance", "start": "2026-11-02T07:00:00Z", "duration": "3h", "severity": "low",
          "scope": {"region": "us-central", "nodes": 2, "reason": "BIOS and BMC firmware"}},
         {"kind": "maintenance", "start": "2026-11-02T18:30:00Z", "duration": "2h", "severity": "low",
          "scope": {"region": "ap-southeast", "nodes": 3, "reason": "rack power work"}},
     ],
-    "changes": [
-        {"kind": "driver_upgrade", "ts": ROLLOUT.isoformat(), "from_version": "550.90.07", "to_version": "550.127.08",
-         "scope": {"fraction": 0.25, "batches": 4, "every": "30m", "drain": "6m"},
-         "description": "rolling driver upgrade"},
-    ],
+    "changes": [benign_rollout(ROLLOUT)],
 }
 # the steps the alerts read, as `gpu-health evaluate` computes them (the KPIs, drill-down and finance do not feed
 # any detector)
