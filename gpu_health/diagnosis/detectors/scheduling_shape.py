@@ -124,8 +124,9 @@ def _waits_above(j: dict, now: int, region: str, key: np.ndarray, since: int, re
             continue
         above = wait_after > np.median(wait[before & of_c])
         # (with ``same_windows`` only the jobs that left count, as in the reference windows: a standing backlog
-        # still waiting would be above on one side only)
-        decided = after & of_c & (started | (above & ~same_windows))
+        # still waiting would be above on one side only; ``not``, never ``~`` on the flag: ~True is the integer -2,
+        # which made this mask an integer array, counted right but indexing positions when used as a mask)
+        decided = after & of_c & (started | (above & (not same_windows)))
         # arrivals, not jobs: the jobs a queue takes in at one instant (a job array, a batch a workflow or a requeue
         # submits at once) are one decision, so a burst of them is not a rise of the queue's rate (the binomial
         # test assumes independent arrivals; counted per job, one array of 30 reads as a surge), to the second
