@@ -22,6 +22,10 @@ first by ``gpu-health simulate``, untimed, reported as ``simulate_seconds``):
   starts (the five_minute_job for that partition), with an hour of history before it (at 100,000 GPUs: cold start,
   an hour of history would dominate). Target: <= 10 s at 1,200 GPUs, <= 60 s and <= 4 GB at 100,000.
 * ``suite``: ``gpu-health evaluate`` on scenarios/suite with ``--workers``. Target: <= 60 min.
+* ``partition_steps``: the same partition as ``live_partition`` through the bulk path (``gpu-health run --direct``),
+  each step's seconds (``step_seconds``) and the rows each SQL table received for it (``sql_rows``), into SQLite or
+  the warehouse ``--warehouse`` names (a PostgreSQL URL: its write throughput). What a worker of the distributed
+  profile spends per partition on each step (docs/scale.md).
 
 Every line also carries ``reference_cpu_seconds``: the CPU seconds of a fixed piece of work like the pipeline's
 (:func:`reference_work`: text factorized, rows grouped, sorted, joined and pickled; a Python loop), measured in a
@@ -246,6 +250,36 @@ def live_partition(data: Path, gpus: int) -> dict:
             "success": result.success}
 
 
+def partition_steps(data: Path, gpus: int, warehouse: str | None) -> dict:
+    """History (untimed, as live_partition's) up to the partition, then the partition through the bulk path."""
+    import pandas as pd
+
+    from gpu_health.catalog import CATALOG
+    from gpu_health.cli import run
+    from gpu_health.contracts.table import SQL
+    from gpu_health.storage.warehouse import Warehouse
+
+    p = pd.Timestamp(LIVE)
+    end = p + pd.Timedelta(minutes=5)
+    url, telemetry = warehouse or f"sqlite:///{data / 'steps.db'}", str(data / "steps.telemetry")
+    landing = str(data / "landing")
+    if gpus <= 10_000:
+        run((p - pd.Timedelta(hours=1)).isoformat(), p.isoformat(), landing=landing, warehouse=url,
+            telemetry_dir=telemetry, quiet=True, direct=True)
+    t = time.perf_counter()
+    summary = run(p.isoformat(), end.isoformat(), landing=landing, warehouse=url, telemetry_dir=telemetry, quiet=True,
+                  direct=True)
+    seconds = round(time.perf_counter() - t, 2)
+    wh = Warehouse(url, telemetry)
+    rows = {name: len(wh.read_window(name, p, end)) for name, entry in sorted(CATALOG.items())
+            if entry.storage == SQL}
+    wh.engine.dispose()
+    return {"seconds": seconds, "history": "1 h" if gpus <= 10_000 else "none (cold start)",
+            "warehouse": "postgresql" if url.startswith("postgresql") else "sqlite",
+            "step_seconds": summary.get("step_seconds"), "sql_rows": {k: v for k, v in rows.items() if v},
+            "sql_rows_total": sum(rows.values())}
+
+
 def suite(workers: int) -> dict:
     from gpu_health.cli import run
     from gpu_health.evaluation.harness import evaluate
@@ -278,6 +312,8 @@ def child(args) -> dict:
         out.update(week(data, args.gpus, direct=args.only == "week_bulk", workers=args.workers))
     elif args.only == "live_partition":
         out.update(live_partition(data, args.gpus))
+    elif args.only == "partition_steps":
+        out.update(partition_steps(data, args.gpus, args.warehouse))
     elif args.only == "suite":
         out.update(suite(args.workers))
     else:
@@ -292,10 +328,10 @@ def child(args) -> dict:
     return out
 
 
-def _spawn(name: str, data: Path, gpus: int, workers: int = 2, live: bool = False) -> dict:
+def _spawn(name: str, data: Path, gpus: int, workers: int = 2, live: bool = False, warehouse: str | None = None) -> dict:
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     cmd = [sys.executable, __file__, "--child", "--only", name, "--gpus", str(gpus), "--workers", str(workers),
-           "--data", str(data), *(["--live"] if live else [])]
+           "--data", str(data), *(["--live"] if live else []), *(["--warehouse", warehouse] if warehouse else [])]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     line = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     if proc.returncode != 0 or not line.startswith("{"):
@@ -305,13 +341,14 @@ def _spawn(name: str, data: Path, gpus: int, workers: int = 2, live: bool = Fals
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", help="week_bulk | week_dagster | live_partition | suite")
+    ap.add_argument("--only", help="week_bulk | week_dagster | live_partition | partition_steps | suite")
     ap.add_argument("--gpus", type=int, default=1200)
     ap.add_argument("--dagster", action="store_true", help="also the week through Dagster (about 10-20 minutes)")
     ap.add_argument("--workers", type=int, default=2,
                     help="processes: of the suite evaluation, of the week's runs, bulk and Dagster (2 = the sources "
                          "pipelined beside the rest, 3 = and the diagnosis beside the loss tree)")
     ap.add_argument("--data", help="keep the landing zone and warehouses here (default: a temporary directory)")
+    ap.add_argument("--warehouse", help="partition_steps: the warehouse URL (default: a SQLite file in --data)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--live", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -324,14 +361,14 @@ def main() -> None:
             if name == "suite":
                 print(json.dumps(_spawn(name, Path(tmp), args.gpus, args.workers)), flush=True)
                 continue
-            live = name == "live_partition"
+            live = name in ("live_partition", "partition_steps")
             data = Path(tmp) / (f"live_{args.gpus}" if live else f"week_{args.gpus}")
             data.mkdir(exist_ok=True)
             sim = _spawn("simulate", data, args.gpus, live=live)
             if "error" in sim:
                 print(json.dumps(sim), flush=True)
                 continue
-            out = _spawn(name, data, args.gpus, args.workers)
+            out = _spawn(name, data, args.gpus, args.workers, warehouse=args.warehouse)
             out.update({k: v for k, v in sim.items() if k == "simulate_seconds"})
             print(json.dumps(out), flush=True)
 

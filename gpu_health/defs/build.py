@@ -8,6 +8,7 @@ from gpu_health.defs.alerting.sensors import alertmanager_delivery_sensor
 from gpu_health.defs.baselines.assets import build_baseline_assets
 from gpu_health.defs.diagnosis.assets import build_diagnosis_assets
 from gpu_health.defs.finance.assets import build_finance_assets
+from gpu_health.defs.executors import job_executor
 from gpu_health.defs.jobs import build_jobs
 from gpu_health.defs.kpis.assets import build_kpi_assets
 from gpu_health.defs.resources import default_resources
@@ -24,7 +25,7 @@ def build_definitions(settings: Settings, resources: dict | None = None) -> dg.D
               *build_alerting_assets(five_minute), *build_diagnosis_assets(five_minute),
               *build_status_assets(five_minute),
               *build_finance_assets(daily)]
-    five_job, daily_job, calendar_job, schedules = build_jobs(assets, five_minute, daily)
+    five_job, daily_job, calendar_job, schedules = build_jobs(assets, five_minute, daily, settings.executor)
     return dg.Definitions(
         assets=assets,
         jobs=[five_job, daily_job, calendar_job],
@@ -32,6 +33,6 @@ def build_definitions(settings: Settings, resources: dict | None = None) -> dg.D
         sensors=[build_partition_sensor(five_job, five_minute), build_settle_sensor(five_job, daily_job),
                  alertmanager_delivery_sensor],
         resources=resources if resources is not None else default_resources(),
-        executor=dg.in_process_executor,
+        executor=job_executor(settings.executor),
     )
 

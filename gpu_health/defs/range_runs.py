@@ -93,9 +93,13 @@ class _Runs:
         self.instance = dg.DagsterInstance.ephemeral()
         self.count = 0
 
-    def execute(self, job_name: str, fragment: dict, **kw):
-        result = self.defs.resolve_job_def(job_name).execute_in_process(
+    def launch(self, job_name: str, **kw):
+        """One run of ``job_name`` in this process (``kw``: ``partition_key``, ``asset_selection``, ``tags``)."""
+        return self.defs.resolve_job_def(job_name).execute_in_process(
             instance=self.instance, raise_on_error=False, run_config=QUIET_LOGS, **kw)
+
+    def execute(self, job_name: str, fragment: dict, **kw):
+        result = self.launch(job_name, **kw)
         self.count += 1
         if not result.success:  # recorded, never raised: the range's other runs go on (``failed_partitions``)
             failures = [e for e in result.all_events if e.is_step_failure]
@@ -147,12 +151,13 @@ def _stage_runs(k: int, location: CodeLocation, processes: int, chunks, inbox, o
 
 
 def run_range(location: CodeLocation, start: pd.Timestamp, end: pd.Timestamp, *, workers: int = 1,
-              progress: Callable[[pd.Timestamp, pd.Timestamp], None] | None = None) -> dict:
+              progress: Callable[[pd.Timestamp, pd.Timestamp], None] | None = None, runs: _Runs | None = None) -> dict:
     """Every asset over ``[start, end)`` through Dagster runs; returns the summary ``gpu-health run`` prints (runs,
     partitions, failed checks, files quarantined, columns dropped, failed partitions with their reasons; with
     stages, each stage's seconds). A failed run never stops the range: the others run and it is reported.
-    ``progress(c_start, c_end)`` is called as each day's run is done."""
-    runs = _Runs(location)
+    ``progress(c_start, c_end)`` is called as each day's run is done. ``runs``: how each run is launched (default
+    in this process; :class:`gpu_health.defs.distributed.CeleryRuns`: on the instance, its steps on the workers)."""
+    runs = runs if runs is not None else _Runs(location)
     summary: dict = {"runs": 0, "partitions": 0}
     runs.execute("calendar_job", summary)
     days = pd.date_range(start.normalize(), end, freq="D", inclusive="left")
