@@ -41,7 +41,7 @@ def pytest_configure(config):
 
 # Tests that take a large part of the suite's wall time on their own: collected first, so that under pytest-xdist a
 # worker starts on them while the others share the rest (collected last, the suite waits for them at its end).
-LONG_TESTS = ("test_live_soak.py", "test_distributed.py")
+LONG_TESTS = ("test_live_soak.py", "test_distributed.py", "test_browser.py")
 
 
 def pytest_collection_modifyitems(config, items):

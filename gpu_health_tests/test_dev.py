@@ -72,6 +72,16 @@ def test_a_rebased_scenario_moves_its_changes_and_without_incidents_starts_at_th
     assert [c.node_ids for c in after.changes] == [c.node_ids for c in before.changes]
 
 
+def test_a_negative_incident_in_moves_the_incident_into_the_sensors_first_hour(tmp_path):
+    from gpu_health.dev.__main__ import main
+
+    out = tmp_path / "moved.yaml"
+    before = pd.Timestamp.now(tz="UTC")
+    main(["rebase", str(INCIDENT), "--incident-in=-30m", "--out", str(out)])
+    (incident,) = load_scenario(out).incidents
+    assert before - pd.Timedelta(minutes=30) <= incident.start < pd.Timestamp.now(tz="UTC") - pd.Timedelta(minutes=25)
+
+
 # ---------------------------------------------------------------- the one backfill
 
 def test_the_backfill_ends_before_the_sensors_first_partition_and_settles_the_day_before():

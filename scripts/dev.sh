@@ -30,7 +30,7 @@ export GPU_HEALTH_PARTITION_START="${GPU_HEALTH_PARTITION_START:-$recent}"
 backfill_from="$GPU_HEALTH_PARTITION_START"
 [[ "$recent" > "$backfill_from" ]] && backfill_from="$recent"
 if [ -n "${SCENARIO:-}" ]; then
-  $PY -m gpu_health.dev rebase "$SCENARIO" --incident-in "${SCENARIO_IN:-5m}" --out var/dev/scenario.yaml
+  $PY -m gpu_health.dev rebase "$SCENARIO" --incident-in="${SCENARIO_IN:-5m}" --out var/dev/scenario.yaml
   export GPU_HEALTH_SCENARIO="$PWD/var/dev/scenario.yaml"
 fi
 

@@ -16,7 +16,10 @@ def _rebase(args) -> None:
     from gpu_health.dev.scenario import anchor, write_rebased
     from gpu_health.sim.scenario import parse_duration
 
-    at = pd.Timestamp.now(tz="UTC") + parse_duration(args.incident_in)
+    text = args.incident_in.strip()
+    # a leading "-": the incident began that long ago, inside the sensor's first hour (it pages on the first runs)
+    sign = -1 if text.startswith("-") else 1
+    at = pd.Timestamp.now(tz="UTC") + sign * parse_duration(text.lstrip("-"))
     moved = write_rebased(args.scenario, at, args.out)
     print(f"dev scenario: {args.scenario} re-based, its first incident starts at {anchor(moved):%Y-%m-%d %H:%M} UTC "
           f"({args.out})", file=sys.stderr)
@@ -56,7 +59,8 @@ def main(argv=None) -> None:
     p.set_defaults(run=_start)
     p = sub.add_parser("rebase", help="write SCENARIO moved so that its first incident starts INCIDENT_IN from now")
     p.add_argument("scenario", help="a scenario YAML, e.g. scenarios/smoke/02_gpu_fell_off_bus.yaml")
-    p.add_argument("--incident-in", default="5m", help="from now to the first incident's start (e.g. 5m, 1h)")
+    p.add_argument("--incident-in", default="5m", help="from now to the first incident's start (e.g. 5m, 1h; -30m: "
+                   "30 minutes ago, write --incident-in=-30m)")
     p.add_argument("--out", required=True, help="where the re-based scenario is written")
     p.set_defaults(run=_rebase)
     p = sub.add_parser("alertmanager-config", help="deploy/alertmanager.yml with the local webhook as every notifier")

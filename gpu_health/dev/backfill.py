@@ -12,6 +12,11 @@ window is computed once, as Dagster backfills submitted through the webserver's 
 2. Once that run succeeded, ``daily_job`` for the day before the sensor's first partition: finance has a settled
    day (its 288 partitions computed) from the first minutes, not only after the 00:20 schedule.
 
+The backfills' runs carry a queue priority above the sensor's (``dagster/priority``): the daemon's run queue is
+first in, first out, and the backfill is only planned after the sensor's first tick, which queues the sensor's
+first hour (twelve runs, two at a time on the dev instance) ahead of it; without it the history would wait behind
+that hour, and the hour would be computed before the history its look-backs read.
+
 These are job backfills, not one asset backfill of both: an asset backfill refuses a range of today's 5-minute
 partitions, whose KPIs read today's ``cost_capacity``, a daily partition that exists only once the day is over.
 
@@ -37,6 +42,8 @@ TITLES = {FIVE_MINUTE_JOB: "make dev: the partitions before the live sensor's",
           DAILY_JOB: "make dev: finance of the day before"}
 DAY_FMT = "%Y-%m-%d"  # the daily partitions' keys (dg.DailyPartitionsDefinition)
 _DONE = {"SUCCESS", "FAILURE", "CANCELED"}
+# Dagster's run-queue priority tag (higher first, default 0): the history before the sensor's queued hour
+PRIORITY_TAGS = [{"key": "dagster/priority", "value": "1"}]
 
 _REPOS = """{ repositoriesOrError { ... on RepositoryConnection { nodes { name location { name }
   partitionSets { name pipelineName }
@@ -135,7 +142,7 @@ class GraphQL:
                     "repositorySelector": {"repositoryLocationName": repo["location"]["name"],
                                            "repositoryName": repo["name"]}}
         answer = self(_LAUNCH, {"params": {"selector": selector, "partitionNames": partition_names,
-                                           "title": title}})["launchPartitionBackfill"]
+                                           "title": title, "tags": PRIORITY_TAGS}})["launchPartitionBackfill"]
         if answer["__typename"] != "LaunchBackfillSuccess":
             raise RuntimeError(f"{job}'s backfill was refused: {answer['__typename']}: {answer.get('message')}")
         return answer["backfillId"]
