@@ -10,6 +10,7 @@ import it.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 
 import pandas as pd
@@ -174,6 +175,9 @@ class Severity(StrEnum):
 
 
 SEVERITIES = ("page", "ticket", "dashboard")
+# An alert's runbook text ends with its page's path in the repository: "... Runbook: docs/runbooks.md#hardware"
+# (delivery links it under a base URL, the status page shows it alone: the text before it is the first action).
+RUNBOOK_PATH = re.compile(r"Runbook:\s*(\S+?)\.?$")
 SEVERITY_RANK = {Severity.DASHBOARD.value: 0, Severity.TICKET.value: 1, Severity.PAGE.value: 2}
 
 

@@ -33,7 +33,7 @@ def _alerts(rows):
     """(partition, severity, status, summary, description, usd_per_hour)."""
     return pd.DataFrame([{"partition_start": p, "severity": sev, "status": st, "summary": summ, "description": d,
                           "region": "us-east", "opened_at": P0, "usd_per_hour": usd,
-                          "runbook": "docs/runbooks.md#hardware"} for p, sev, st, summ, d, usd in rows])
+                          "runbook": "Drain the node. Runbook: docs/runbooks.md#hardware."} for p, sev, st, summ, d, usd in rows])
 
 
 GAPS = pd.DataFrame([{"source": "network_telemetry", "partition_start": P1, "reason": "producer silent for 15 min"}])
@@ -80,6 +80,7 @@ def test_the_page_reads_north_star_first_then_pages_with_their_first_action_then
     assert "Old page" not in page and "Earlier page" not in page
     assert "`network_telemetry` written empty" in page and "1 rows and 1 files quarantined" in page
     assert "network_error_rate" in page  # degraded: no value
+    assert "| docs/runbooks.md#hardware |" in page and "Drain the node" not in page  # the link, not the action again
 
 
 def test_nothing_to_stand_on_is_said_never_shown_as_zero():

@@ -36,7 +36,7 @@ from urllib.parse import quote
 
 import requests
 
-from gpu_health.constants import SEVERITIES
+from gpu_health.constants import RUNBOOK_PATH, SEVERITIES
 from gpu_health.storage.warehouse import masked_url
 
 REQUIRED_KEYS = (
@@ -51,8 +51,6 @@ REQUIRED_KEYS = (
     "runbook",
 )
 DEFAULT_ALERTNAME = "GpuGoodputLoss"  # a row that names no detector
-# "... Runbook: docs/runbooks.md#hardware": the runbook's path in the repository, at the end of the runbook text
-RUNBOOK_PATH = re.compile(r"Runbook:\s*(\S+?)\.?$")
 # A firing alert's endsAt is "now + DEFAULT_TTL"; deliver() must run at least
 # every RESEND_INTERVAL so that Alertmanager sees ~4 resends before endsAt
 # (the ratio Prometheus uses: endsAt = 4 x max(resend delay, eval interval)).

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from gpu_health.constants import MAD_TO_SIGMA
+from gpu_health.constants import MAD_TO_SIGMA, RUNBOOK_PATH
 
 ALL = "*"
 SLICE = ("region", "sku", "workload_class", "team")
@@ -88,8 +88,15 @@ def _alert_rows(open_alerts: pd.DataFrame) -> list[list]:
         since = pd.Timestamp(a.opened_at).strftime("%Y-%m-%d %H:%M") if pd.notna(a.opened_at) else "-"
         usd = f"{a.usd_per_hour:,.0f}" if pd.notna(a.usd_per_hour) else "-"
         rows.append([a.severity, a.status, a.summary, a.region, since, usd,
-                     first_action(a.description) or "(see runbook)", a.runbook])
+                     first_action(a.description) or "(see runbook)", _runbook_page(a.runbook)])
     return rows
+
+
+def _runbook_page(runbook) -> str:
+    """The runbook's page (its path) where the runbook text names one, else the text: the first action it also
+    holds has a column of its own."""
+    found = RUNBOOK_PATH.search(str(runbook).strip()) if isinstance(runbook, str) else None
+    return found.group(1) if found else (runbook if isinstance(runbook, str) else "-")
 
 
 def render(p: pd.Timestamp, goodput, expected, method, open_alerts: pd.DataFrame, worst: pd.DataFrame,
