@@ -218,3 +218,28 @@ def test_helios_daily_demand_and_a_missing_day_is_unknown():
     assert np.isnan(d.loc["2020-05-02", "demand_gpu_hours"])  # no minute at all: unknown, never zero demand
     # 2020-05-10: the trace has its minutes, but not one job in any VC, running or queued (a recording gap)
     assert np.isnan(d.loc["2020-05-10", "demand_gpu_hours"])
+
+
+def test_backtest_states_95pct_coverage_wilson_interval_and_interval_score():
+    """Calibration judged with its sampling error: the 95 % interval covers more than the 80 % one, the Wilson
+    interval brackets the share, and the interval (Winkler) score charges misses 2 / miss times their distance."""
+    y = _series(n=112, noise=40.0, seed=8)
+    bt = F.backtest(y, "dow_trend", horizon=14, step=7)
+    assert bt.hits == round(bt.coverage * bt.outcomes) and bt.hits95 == round(bt.coverage95 * bt.outcomes)
+    assert bt.coverage95 >= bt.coverage and bt.interval_score95 > 0 and bt.interval_score > 0
+    assert bt.binomial_se == pytest.approx(np.sqrt(bt.coverage * (1 - bt.coverage) / bt.outcomes))
+    lo, hi = F.wilson(bt.hits, bt.outcomes)
+    assert lo < bt.coverage < hi and hi - lo < 4 * 1.96 * bt.binomial_se
+    assert F.wilson(8, 10) == pytest.approx((0.4902, 0.9433), abs=1e-4)  # the textbook case
+    a = np.array([5.0, 0.0, 12.0])
+    np.testing.assert_allclose(F.interval_score(a, np.full(3, 2.0), np.full(3, 10.0), 0.2), [8, 8 + 20, 8 + 20])
+
+
+def test_partial_origins_score_every_day_the_history_allows():
+    """Daily origins over a short history: with ``partial`` every origin from min_train on is scored on the days
+    left (horizons 1..84 truncated), not only those a whole horizon before the end."""
+    y = _series(n=70, noise=30.0, seed=2)
+    whole = F.backtest(y, "seasonal_naive", horizon=84, min_train=28, step=1, intervals=False)
+    part = F.backtest(y, "seasonal_naive", horizon=84, min_train=28, step=1, intervals=False, partial=True)
+    assert whole.origins == 0 and part.origins == 70 - 28
+    assert part.chosen == {"seasonal_naive": 42}
