@@ -243,3 +243,23 @@ def test_partial_origins_score_every_day_the_history_allows():
     part = F.backtest(y, "seasonal_naive", horizon=84, min_train=28, step=1, intervals=False, partial=True)
     assert whole.origins == 0 and part.origins == 70 - 28
     assert part.chosen == {"seasonal_naive": 42}
+
+
+def test_selection_falls_back_to_seasonal_naive_and_says_so():
+    """A weekly shape that random-walks week to week: last week is the best forecast there is, so nothing beats
+    seasonal-naive and the forecast says it fell back; a series with a trend says its method won the backtest;
+    a week of history is too short to choose. The 95 % interval contains the 80 % one."""
+    rng = np.random.default_rng(0)
+    y = np.empty(112)
+    y[:7] = 1000 * WEEK
+    for t in range(7, len(y)):
+        y[t] = y[t - 7] + rng.normal(0, 60)
+    walk = F.forecast(pd.Series(y, index=pd.date_range("2026-01-05", periods=len(y), freq="D")), horizon=14)
+    assert (walk["method"] == "seasonal_naive").all() and (walk["selection"] == F.FALLBACK).all()
+    assert (walk["mase_ratio"] == 1.0).all()
+    trend = F.forecast(_series(), horizon=14)
+    assert (trend["selection"] == F.SELECTED).all() and (trend["mase_ratio"] < 0.95).all()
+    assert ((trend["p025"] <= trend["p10"]) & (trend["p90"] <= trend["p975"])).all()
+    assert (trend["p975"] - trend["p025"] > trend["p90"] - trend["p10"]).all()
+    short = F.forecast(_series(n=10), horizon=7)
+    assert (short["selection"] == F.TOO_SHORT).all() and short["mase_ratio"].isna().all()

@@ -446,44 +446,73 @@ def backtest(y: pd.Series | np.ndarray, method: str, *, horizon: int, min_train:
                     chosen)
 
 
-def choose_method(y: np.ndarray, dow0: int = 0, *, horizon: int = 4 * SEASON) -> str:
-    """The method with the lower rolling-origin MASE on the series' own history; seasonal-naive (the benchmark)
-    when the history is too short to score them on two origins of at least a week's horizon, or on a tie.
+# Why a series uses its method (the forecast's ``selection``): the method beat seasonal-naive on the series'
+# backtest; nothing did, so seasonal-naive (the benchmark) stands; the history is too short to backtest a choice
+SELECTED, FALLBACK, TOO_SHORT = "backtest", "seasonal_naive_fallback", "too_short"
+
+
+@dataclass
+class Selection:
+    method: str
+    reason: str  # SELECTED, FALLBACK or TOO_SHORT
+    mase_ratio: float  # the method's backtest MASE / seasonal-naive's (NaN when too short to backtest)
+
+
+def select_method(y: np.ndarray, dow0: int = 0, *, horizon: int = 4 * SEASON) -> Selection:
+    """The method with the lower rolling-origin MASE on the series' own history, and why; seasonal-naive (the
+    benchmark) when the history is too short to score them on two origins of at least a week's horizon, or when
+    no other method beats it (a tie included): the chosen method never does worse than seasonal-naive on the
+    series' own backtest.
 
     The scoring origins start at two weeks of history (the least dow_trend fits on) and the horizon is up to four
     weeks: long enough to tell a trend from noise, short enough to score on a few months of history."""
     min_train = 2 * SEASON
     h = min(horizon, len(y) - min_train - SEASON)  # at least two origins
     if h < SEASON:
-        return "seasonal_naive"
+        return Selection("seasonal_naive", TOO_SHORT, float("nan"))
     scores = {m: backtest(y, m, horizon=h, dow0=dow0, min_train=min_train, intervals=False).mase for m in METHODS}
-    return min(METHODS, key=lambda m: (scores[m] if np.isfinite(scores[m]) else np.inf, m != "seasonal_naive"))
+    best = min(METHODS, key=lambda m: (scores[m] if np.isfinite(scores[m]) else np.inf, m != "seasonal_naive"))
+    base = scores["seasonal_naive"]
+    ratio = scores[best] / base if np.isfinite(base) and base > 0 else float("nan")
+    if best == "seasonal_naive" or not np.isfinite(ratio) or ratio >= 1.0:
+        return Selection("seasonal_naive", FALLBACK, 1.0 if np.isfinite(ratio) else float("nan"))
+    return Selection(best, SELECTED, float(ratio))
+
+
+def choose_method(y: np.ndarray, dow0: int = 0, *, horizon: int = 4 * SEASON) -> str:
+    """The method :func:`select_method` picks."""
+    return select_method(y, dow0, horizon=horizon).method
 
 
 def forecast(y: pd.Series, *, horizon: int = HORIZON_DAYS, method: str | None = None) -> pd.DataFrame:
-    """Forecast a daily series ``horizon`` days past its last day: date, horizon_days, method, p10, p50, p90.
+    """Forecast a daily series ``horizon`` days past its last day: date, horizon_days, method, p10, p50, p90,
+    selection (why the method: :func:`select_method`; ``given`` when the caller named it), mase_ratio (its
+    backtest MASE / seasonal-naive's), p025 / p975 (the 95 % interval, the same way at a 5 % miss level).
 
     p50 is the method's point forecast; p10 / p90 bound its 80 % interval: p50 plus the quantiles of its past
     errors (:func:`interval_offsets`: the 10th / 90th on a series whose past intervals held, further out on one
     whose did not; relative to the level then, :func:`past_errors`) times today's level. Demand is never
     negative: every quantile is clipped at 0.
     """
-    cols = ["date", "horizon_days", "method", "p10", "p50", "p90"]
+    cols = ["date", "horizon_days", "method", "p10", "p50", "p90", "selection", "mase_ratio", "p025", "p975"]
     y = y.dropna()
     if y.empty:
         return pd.DataFrame(columns=cols)
     first, last = y.index.min(), y.index.max()
     arr = _regular(y)
     dow0 = int(pd.Timestamp(first).dayofweek)
-    method = method or choose_method(arr, dow0)
+    sel = Selection(method, "given", float("nan")) if method else select_method(arr, dow0)
+    method = sel.method
     f = point_forecast(method, arr, horizon, dow0)
-    lo, hi = interval_offsets(past_errors(method, arr, horizon, dow0), horizon)
-    lo, hi = lo * level(arr), hi * level(arr)
+    errors = past_errors(method, arr, horizon, dow0)
+    (lo, hi), (lo95, hi95) = (np.array(interval_offsets(errors, horizon, q)) * level(arr) for q in (MISS, MISS_WIDE))
     # no error history (a series of a few days): the interval is unknown (NaN), never p10 = p90 = p50 claiming certainty
     dates = pd.date_range(pd.Timestamp(last) + pd.Timedelta(days=1), periods=horizon, freq="D")
     return pd.DataFrame({"date": dates, "horizon_days": np.arange(1, horizon + 1), "method": method,
                          "p10": np.clip(f + np.minimum(lo, 0), 0, None), "p50": np.clip(f, 0, None),
-                         "p90": np.clip(f + np.maximum(hi, 0), 0, None)})[cols]
+                         "p90": np.clip(f + np.maximum(hi, 0), 0, None), "selection": sel.reason,
+                         "mase_ratio": sel.mase_ratio, "p025": np.clip(f + np.minimum(lo95, 0), 0, None),
+                         "p975": np.clip(f + np.maximum(hi95, 0), 0, None)})[cols]
 
 
 # --- headroom and reserved mix --------------------------------------------------------------------------------

@@ -87,7 +87,9 @@ def forecast_day(inputs: Inputs) -> pd.DataFrame:
             "horizon_days": f["horizon_days"].to_numpy(), "target_date": f["date"].dt.date.to_numpy(),
             "method": f["method"].to_numpy(), "history_days": len(y),
             "p10_gpu_hours": f["p10"].to_numpy(), "p50_gpu_hours": f["p50"].to_numpy(),
-            "p90_gpu_hours": f["p90"].to_numpy()}))
+            "p90_gpu_hours": f["p90"].to_numpy(), "selection": f["selection"].to_numpy(),
+            "mase_ratio": f["mase_ratio"].to_numpy(dtype=float), "p025_gpu_hours": f["p025"].to_numpy(),
+            "p975_gpu_hours": f["p975"].to_numpy()}))
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 

@@ -60,7 +60,8 @@ VIEWS: dict[str, str] = {
         WHERE h.date = (SELECT MAX(date) FROM capacity_headroom)""",
     "finance_capacity_forecast": """
         SELECT f.date AS forecast_date, f.target_date, f.horizon_days, f.region, f.sku, f.workload_class, f.method,
-               f.p10_gpu_hours, f.p50_gpu_hours, f.p90_gpu_hours
+               f.p10_gpu_hours, f.p50_gpu_hours, f.p90_gpu_hours, f.selection, f.mase_ratio, f.p025_gpu_hours,
+               f.p975_gpu_hours
         FROM capacity_forecast f
         WHERE f.date = (SELECT MAX(date) FROM capacity_forecast)""",
     "finance_capacity_demand_daily": """
