@@ -263,3 +263,41 @@ def test_selection_falls_back_to_seasonal_naive_and_says_so():
     assert (trend["p975"] - trend["p025"] > trend["p90"] - trend["p10"]).all()
     short = F.forecast(_series(n=10), horizon=7)
     assert (short["selection"] == F.TOO_SHORT).all() and short["mase_ratio"].isna().all()
+
+
+def test_run_out_happens_inside_the_interval_the_headroom_gave_two_weeks_earlier(tmp_path):
+    """Demand growth runs a region's V100s out: the day demand first exceeds the installed GPUs (the plan's own
+    truth) lies in [run_out_date, run_out_date_p10] of the headroom made two weeks before it -- the run-out's 80 %
+    interval, the p10 end open when demand at its 10th percentile does not run out within 12 weeks."""
+    from gpu_health.sim.demand import plan_daily
+    from gpu_health.sim.scenario import load_scenario
+    from gpu_health.sim.telemetry import cost_capacity
+    from gpu_health.steps.registry import step
+    from gpu_health.storage.warehouse import Warehouse
+
+    # three weeks of flat demand, then +20 % a week of arrivals in us-east: enough history before the run-out for
+    # the forecast two weeks ahead of it to choose a method by backtest and to state an interval
+    start, end = pd.Timestamp("2026-08-17T00:00:00Z"), pd.Timestamp("2026-11-02T00:00:00Z")
+    scen = load_scenario({"seed": 3, "start": start, "end": end, "cluster": {"gpus": 96}, "incidents": [
+        {"kind": "demand_growth", "start": "2026-09-07T00:00:00Z", "end": end, "magnitude": 0.2,
+         "scope": {"region": "us-east"}}]}, name="growth")
+    hist = plan_daily(scen)
+    hist["date"] = pd.to_datetime(hist["date"]).dt.date
+    hist["idle_blocked_gpu_hours"] = 0.0
+    v100 = "Tesla V100-SXM3-32GB"
+    capacity = cost_capacity(scen, end - pd.Timedelta(days=1))
+    gpus = int(capacity.set_index(["region", "sku"]).loc[("us-east", v100), "capacity_gpus"])
+    truth = hist[(hist["region"] == "us-east") & (hist["sku"] == v100)].groupby("date")["demand_gpu_hours"].sum()
+    ran_out = F.run_out(gpus, truth)
+    assert ran_out is not None
+    made = pd.Timestamp(ran_out).tz_localize("UTC") - pd.Timedelta(days=14)
+    wh = Warehouse(f"sqlite:///{tmp_path / 'w.db'}")
+    wh.replace_windows({"capacity_demand_daily": hist[pd.to_datetime(hist["date"]) < made.tz_localize(None) +
+                                                      pd.Timedelta(days=1)]}, start, made + pd.Timedelta(days=1))
+    wh.replace_windows({"cost_capacity": cost_capacity(scen, made)}, made, made + pd.Timedelta(days=1))
+    step("capacity_forecast").run(wh, made, made + pd.Timedelta(days=1))
+    head = step("capacity_headroom").run(wh, made, made + pd.Timedelta(days=1)).tables["capacity_headroom"]
+    row = head.set_index(["region", "sku"]).loc[("us-east", v100)]
+    assert row["quantile"] == "p90" and pd.notna(row["run_out_date"]), row
+    assert pd.Timestamp(row["run_out_date"]) <= pd.Timestamp(ran_out), (row["run_out_date"], ran_out)
+    assert pd.isna(row["run_out_date_p10"]) or pd.Timestamp(ran_out) <= pd.Timestamp(row["run_out_date_p10"])

@@ -360,6 +360,7 @@ class CapacityHeadroom(ContractModel):
     headroom_gpus_28d: Series[float] = pa.Field(nullable=True, description="capacity_gpus - peak_demand_gpus_28d (negative: short).")
     run_out_date: Series[pandas_engine.Date] = pa.Field(nullable=True, description="First day within 84 days whose demand at the stated quantile exceeds capacity; null = none.")
     run_out_date_p50: Series[pandas_engine.Date] = pa.Field(nullable=True, description="The same at the median.")
+    run_out_date_p10: Series[pandas_engine.Date] = pa.Field(nullable=True, description="The same at the 10th percentile: the latest run-out the 80 % interval allows (null: not within 12 weeks, or no interval yet).")
     reserved_gpus: Series[int] = pa.Field(ge=0, description="Reserved GPUs today (cost_capacity).")
     reserved_gpu_hour_usd: Series[float] = pa.Field(ge=0, description="Reserved USD per GPU-hour today.")
     on_demand_gpu_hour_usd: Series[float] = pa.Field(ge=0, description="On-demand USD per GPU-hour today.")

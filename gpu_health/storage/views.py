@@ -53,7 +53,7 @@ VIEWS: dict[str, str] = {
     # the latest day's headroom, run-out date and cheapest reservation per region x SKU
     "finance_capacity_headroom": """
         SELECT h.date, h.region, h.sku, h.capacity_gpus, h.quantile, h.peak_demand_gpus_28d, h.headroom_gpus_28d,
-               h.run_out_date, h.run_out_date_p50, h.reserved_gpus, h.best_reserved_gpus_30d,
+               h.run_out_date, h.run_out_date_p50, h.run_out_date_p10, h.reserved_gpus, h.best_reserved_gpus_30d,
                h.cost_30d_usd, h.best_cost_30d_usd, h.cost_30d_usd - h.best_cost_30d_usd AS saving_30d_usd,
                h.forecast_best_reserved_gpus, h.forecast_cost_usd, h.forecast_best_cost_usd
         FROM capacity_headroom h
