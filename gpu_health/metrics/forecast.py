@@ -44,7 +44,9 @@ HORIZON_DAYS = 84  # 12 weeks: the longest horizon the issue asks for
 # two months.
 FIT_DAYS = 56
 # The fewest past errors a quantile of them may come from: the 10th / 90th percentile of fewer than 20 values is
-# the smallest / largest value or worse; below it the intervals widen to the largest error seen.
+# the smallest / largest value or worse; below it the intervals widen to the largest error seen. For a miss rate
+# alpha the same rule -- at least two errors beyond each alpha / 2 quantile -- asks for 4 / alpha errors
+# (min_errors): 80 for the 95 % interval.
 MIN_ERRORS = 20
 INTERVAL = (0.10, 0.90)  # an 80 % central prediction interval, the issue's two-sided bar
 MISS = INTERVAL[0] + (1 - INTERVAL[1])
@@ -283,9 +285,14 @@ def past_errors(method: str, y: np.ndarray, h: int, dow0: int = 0, *, min_train:
     return np.array(rows) if rows else np.empty((0, h))
 
 
+def min_errors(miss: float) -> int:
+    """The fewest past errors the ``1 - miss`` interval's quantiles come from (:data:`MIN_ERRORS` at 80 %)."""
+    return max(MIN_ERRORS, int(np.ceil(4 / miss - 1e-9)))
+
+
 def interval_offsets(errors: np.ndarray, h: int, miss: float = MISS) -> tuple[np.ndarray, np.ndarray]:
     """Offsets of the central ``1 - miss`` interval (80 % by default) for horizons 1..h from past errors: the alpha/2 and 1 - alpha/2 quantiles of
-    the horizon's own errors where at least :data:`MIN_ERRORS` exist; beyond that of the errors of all horizons,
+    the horizon's own errors where at least :func:`min_errors` exist; beyond that of the errors of all horizons,
     pooled in units of sqrt(horizon in weeks) (a forecast's error grows like a random walk's, with the square
     root of the horizon), rescaled to the horizon asked. alpha starts at ``miss`` and adapts to how the series'
     own past intervals fared (:func:`adaptive_alpha`)."""
@@ -295,14 +302,15 @@ def interval_offsets(errors: np.ndarray, h: int, miss: float = MISS) -> tuple[np
     scale = np.sqrt(np.ceil(np.arange(1, errors.shape[1] + 1) / SEASON))
     z = errors / scale
     pooled = z[np.isfinite(z)]
+    least = min_errors(miss)
     alpha = adaptive_alpha(z, miss)
     q_lo, q_hi = alpha / 2, 1 - alpha / 2
     for k in range(h):
         e = errors[:, k][np.isfinite(errors[:, k])] if k < errors.shape[1] else np.empty(0)
         s = np.sqrt(np.ceil((k + 1) / SEASON))
-        if len(e) >= MIN_ERRORS:
+        if len(e) >= least:
             lo[k], hi[k] = np.quantile(e, q_lo), np.quantile(e, q_hi)
-        elif len(pooled) >= MIN_ERRORS:
+        elif len(pooled) >= least:
             lo[k], hi[k] = np.quantile(pooled, q_lo) * s, np.quantile(pooled, q_hi) * s
         elif len(pooled):
             lo[k], hi[k] = min(pooled.min(), 0.0) * s, max(pooled.max(), 0.0) * s
@@ -329,7 +337,7 @@ def adaptive_alpha(z: np.ndarray, target: float | None = None) -> float:
         if not row.size:
             continue
         cal = z[finite & (known_at <= t)]
-        if len(cal) < MIN_ERRORS:
+        if len(cal) < min_errors(target):
             continue
         a = min(max(alpha, _ALPHA_RANGE[0]), _ALPHA_RANGE[1])
         lo, hi = np.quantile(cal, [a / 2, 1 - a / 2])
