@@ -75,7 +75,8 @@ def run(key: str, y: pd.Series, min_train: int, methods) -> dict:
             **{m: {"mase": round(r.mase, 3), "coverage": round(r.coverage, 4), "coverage95": round(r.coverage95, 4),
                    "hits": r.hits, "hits95": r.hits95, "outcomes": r.outcomes,
                    "coverage_se": round(r.binomial_se, 4), "coverage95_se": round(r.binomial_se95, 4),
-                   "coverage_origin_se": round(r.coverage_se, 4),
+                   "coverage_origin_se": round(r.coverage_se, 4), "coverage_hac_se": round(r.coverage_hac_se, 4),
+                   "coverage95_hac_se": round(r.coverage95_hac_se, 4),
                    "interval_score": round(r.interval_score, 2), "interval_score95": round(r.interval_score95, 2),
                    "chosen": r.chosen} for m, r in res.items()},
             "mase_ratio": round(a.mase / s.mase, 3),
@@ -83,29 +84,31 @@ def run(key: str, y: pd.Series, min_train: int, methods) -> dict:
             "interval_score95_ratio": round(a.interval_score95 / s.interval_score95, 3)}
 
 
-def _cov(hits: int, n: int, nominal: float) -> str:
-    """'80.1 ± 1.2 % [77.7, 82.4]' and a mark when more than two binomial SEs from the nominal level."""
+def _cov(hits: int, n: int, nominal: float, hac: float = float("nan")) -> str:
+    """'80.1 ± 1.2 [77.7, 82.4] (3.1)': the share ± its binomial SE [Wilson], the SE over overlapping origins in
+    parentheses; ✗ when more than two binomial SEs from the nominal level, ✗✗ when more than two of either."""
     if not n:
         return "--"
     p = hits / n
     se = np.sqrt(p * (1 - p) / n)
     lo, hi = wilson(hits, n)
-    off = "" if abs(p - nominal) <= 2 * se else " ✗"
-    return f"{100 * p:.1f} ± {100 * se:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]{off}"
+    off = "" if abs(p - nominal) <= 2 * se else " ✗✗" if np.isfinite(hac) and abs(p - nominal) > 2 * hac else " ✗"
+    sub = f" ({100 * hac:.1f})" if np.isfinite(hac) else ""
+    return f"{100 * p:.1f} ± {100 * se:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]{sub}{off}"
 
 
 def table(rows: list[dict]) -> str:
     """The backtest table: per series and pooled (outcomes summed; ratios as geometric means, as MASE is pooled)."""
-    out = ["| backtest | days | origins | outcomes | MASE / seasonal-naive | 80 % coverage ± SE [Wilson 95 %] "
-           "| SE over origins | 95 % coverage ± SE [Wilson 95 %] | interval score / seasonal-naive's, 80 % / 95 % "
+    out = ["| backtest | days | origins | outcomes | MASE / seasonal-naive | 80 % coverage ± SE [Wilson 95 %] (HAC SE) "
+           "| 95 % coverage ± SE [Wilson 95 %] (HAC SE) | interval score / seasonal-naive's, 80 % / 95 % "
            "| chosen at origins |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         a = r[AUTO]
         chosen = ", ".join(f"{m} {c}" for m, c in sorted(a["chosen"].items(), key=lambda kv: -kv[1]))
         out.append(f"| {r['dataset']} | {r['days']} | {r['origins']} | {r['outcomes']} | {r['mase_ratio']:.3f} | "
-                   f"{_cov(a['hits'], a['outcomes'], 0.8)} | {100 * a['coverage_origin_se']:.1f} | "
-                   f"{_cov(a['hits95'], a['outcomes'], 0.95)} | "
+                   f"{_cov(a['hits'], a['outcomes'], 0.8, a['coverage_hac_se'])} | "
+                   f"{_cov(a['hits95'], a['outcomes'], 0.95, a['coverage95_hac_se'])} | "
                    f"{r['interval_score_ratio']:.3f} / {r['interval_score95_ratio']:.3f} | {chosen} |")
     enough = [r for r in rows if r["min_train"] >= ENOUGH]
     for name, pool in ((f"**pooled**, {len(enough)} backtests with {ENOUGH}+ days before every origin", enough),
@@ -113,11 +116,14 @@ def table(rows: list[dict]) -> str:
         if not pool or (pool is rows and len(enough) == len(rows)):
             continue
         n = sum(r[AUTO]["outcomes"] for r in pool)
+        # the backtests are of different series: their sampling errors add as independent
+        hac = [float(np.sqrt(sum((r[AUTO][k] * r[AUTO]["outcomes"]) ** 2 for r in pool)) / n)
+               for k in ("coverage_hac_se", "coverage95_hac_se")]
         geo = lambda k: float(np.exp(np.mean([np.log(r[k]) for r in pool])))  # noqa: E731
         out.append(f"| {name} | | {sum(r['origins'] for r in pool)} | {n} | "
                    f"{geo('mase_ratio'):.3f} (max {max(r['mase_ratio'] for r in pool):.3f}) | "
-                   f"{_cov(sum(r[AUTO]['hits'] for r in pool), n, 0.8)} | | "
-                   f"{_cov(sum(r[AUTO]['hits95'] for r in pool), n, 0.95)} | "
+                   f"{_cov(sum(r[AUTO]['hits'] for r in pool), n, 0.8, hac[0])} | "
+                   f"{_cov(sum(r[AUTO]['hits95'] for r in pool), n, 0.95, hac[1])} | "
                    f"{geo('interval_score_ratio'):.3f} / {geo('interval_score95_ratio'):.3f} | |")
     return "\n".join(out)
 

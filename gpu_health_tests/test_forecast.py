@@ -301,3 +301,18 @@ def test_run_out_happens_inside_the_interval_the_headroom_gave_two_weeks_earlier
     assert row["quantile"] == "p90" and pd.notna(row["run_out_date"]), row
     assert pd.Timestamp(row["run_out_date"]) <= pd.Timestamp(ran_out), (row["run_out_date"], ran_out)
     assert pd.isna(row["run_out_date_p10"]) or pd.Timestamp(ran_out) <= pd.Timestamp(row["run_out_date_p10"])
+
+
+def test_hac_se_is_the_binomial_se_for_independent_outcomes_and_larger_for_overlapping_origins():
+    """One outcome per origin and no lag: the Newey-West SE is the binomial one. Origins whose misses come in
+    runs (a level shift misses the neighbouring origins too) have a larger sampling error than the binomial SE."""
+    rng = np.random.default_rng(4)
+    hits = (rng.random(400) < 0.8).astype(float)
+    p = hits.mean()
+    assert F.hac_se(hits, np.ones(400), 0) == pytest.approx(np.sqrt(p * (1 - p) / 400))
+    runs = np.repeat((rng.random(40) < 0.8).astype(float), 10)  # ten neighbouring origins share each outcome
+    p = runs.mean()
+    assert F.hac_se(runs, np.ones(400), 20) > 2 * np.sqrt(p * (1 - p) / 400)
+    y = _series(n=112, noise=40.0, seed=8)
+    bt = F.backtest(y, "dow_trend", horizon=14, step=1)
+    assert bt.coverage_hac_se > bt.binomial_se

@@ -367,6 +367,26 @@ def interval_score(actual: np.ndarray, lo: np.ndarray, hi: np.ndarray, miss: flo
     return (hi - lo) + 2.0 / miss * (np.maximum(lo - actual, 0.0) + np.maximum(actual - hi, 0.0))
 
 
+def hac_se(hits: np.ndarray, n: np.ndarray, lag: int) -> float:
+    """Standard error of a coverage sum(hits) / sum(n) pooled over origins in time order whose outcomes are
+    correlated: Newey & West's (1987) estimator with Bartlett weights 1 - k / (lag + 1) on the origins'
+    residuals hits - p n up to ``lag`` origins apart (the delta method for a ratio). Daily origins fewer than a
+    horizon apart forecast the same days from almost the same history, and an origin's outcomes share its error:
+    the binomial SE, which counts every outcome as independent, understates the sampling error several times.
+    The lag is capped at half the origins: the residuals sum to zero, so with weights near 1 over every pair the
+    estimate collapses towards zero (Newey-West's bias at a bandwidth near the sample size); a backtest with fewer
+    origins than twice its horizon therefore still understates its SE, less than the binomial SE does."""
+    hits, n = np.asarray(hits, dtype=float), np.asarray(n, dtype=float)
+    if len(n) < 2 or n.sum() <= 0:
+        return float("nan")
+    u = hits - hits.sum() / n.sum() * n
+    var = float(u @ u)
+    lag = min(lag, (len(u) - 1) // 2)
+    for k in range(1, lag + 1):
+        var += 2 * (1 - k / (lag + 1)) * float(u[k:] @ u[:-k])
+    return float(np.sqrt(max(var, 0.0)) / n.sum())
+
+
 @dataclass
 class Backtest:
     """Rolling-origin scores of one method on one series."""
@@ -390,6 +410,9 @@ class Backtest:
     interval_score95: float = float("nan")
     # the methods chosen at the origins (AUTO), by count
     chosen: dict | None = None
+    # the coverages' standard errors over overlapping origins (:func:`hac_se`, lag = the horizon)
+    coverage_hac_se: float = float("nan")
+    coverage95_hac_se: float = float("nan")
 
     @property
     def binomial_se(self) -> float:
@@ -418,6 +441,7 @@ def backtest(y: pd.Series | np.ndarray, method: str, *, horizon: int, min_train:
         y = _regular(y)
     dow0 = dow0 or 0
     ratios, inside, inside95, total, shares, score, score95, chosen = [], 0, 0, 0, [], [], [], {}
+    per_origin = []  # (hits 80 %, hits 95 %, outcomes) of each scored origin, in time order
     nan = np.full(horizon, np.nan)
     for o in _origins(len(y), 1 if partial else horizon, min_train, step):
         train, actual = y[:o], np.concatenate([y[o:o + horizon], nan])[:horizon]
@@ -440,8 +464,10 @@ def backtest(y: pd.Series | np.ndarray, method: str, *, horizon: int, min_train:
         bounds = [(np.clip(p + np.minimum(lo_[ok], 0), 0, None), np.clip(p + np.maximum(hi_[ok], 0), 0, None))
                   for lo_, hi_ in ((lo, hi), (lo95, hi95))]
         hit = (a >= bounds[0][0]) & (a <= bounds[0][1])
+        hit95 = int(((a >= bounds[1][0]) & (a <= bounds[1][1])).sum())
+        per_origin.append((int(hit.sum()), hit95, int(ok.sum())))
         inside += int(hit.sum())
-        inside95 += int(((a >= bounds[1][0]) & (a <= bounds[1][1])).sum())
+        inside95 += hit95
         total += int(ok.sum())
         score.extend(interval_score(a, *bounds[0], MISS))
         score95.extend(interval_score(a, *bounds[1], MISS_WIDE))
@@ -449,9 +475,10 @@ def backtest(y: pd.Series | np.ndarray, method: str, *, horizon: int, min_train:
             shares.append(float(hit.mean()))
     se = float(np.std(shares, ddof=1) / np.sqrt(len(shares))) if len(shares) > 1 else float("nan")
     mean = lambda v: float(np.mean(v)) if len(v) else float("nan")  # noqa: E731
+    po = np.array(per_origin, dtype=float).reshape(-1, 3)
     return Backtest(method, mean(ratios), inside / total if total else float("nan"), len(ratios), total, se,
                     inside95 / total if total else float("nan"), inside, inside95, mean(score), mean(score95),
-                    chosen)
+                    chosen, hac_se(po[:, 0], po[:, 2], horizon), hac_se(po[:, 1], po[:, 2], horizon))
 
 
 # Why a series uses its method (the forecast's ``selection``): the method beat seasonal-naive on the series'
