@@ -218,3 +218,101 @@ def test_helios_daily_demand_and_a_missing_day_is_unknown():
     assert np.isnan(d.loc["2020-05-02", "demand_gpu_hours"])  # no minute at all: unknown, never zero demand
     # 2020-05-10: the trace has its minutes, but not one job in any VC, running or queued (a recording gap)
     assert np.isnan(d.loc["2020-05-10", "demand_gpu_hours"])
+
+
+def test_backtest_states_95pct_coverage_wilson_interval_and_interval_score():
+    """Calibration judged with its sampling error: the 95 % interval covers more than the 80 % one, the Wilson
+    interval brackets the share, and the interval (Winkler) score charges misses 2 / miss times their distance."""
+    y = _series(n=112, noise=40.0, seed=8)
+    bt = F.backtest(y, "dow_trend", horizon=14, step=7)
+    assert bt.hits == round(bt.coverage * bt.outcomes) and bt.hits95 == round(bt.coverage95 * bt.outcomes)
+    assert bt.coverage95 >= bt.coverage and bt.interval_score95 > 0 and bt.interval_score > 0
+    assert bt.binomial_se == pytest.approx(np.sqrt(bt.coverage * (1 - bt.coverage) / bt.outcomes))
+    lo, hi = F.wilson(bt.hits, bt.outcomes)
+    assert lo < bt.coverage < hi and hi - lo < 4 * 1.96 * bt.binomial_se
+    assert F.wilson(8, 10) == pytest.approx((0.4902, 0.9433), abs=1e-4)  # the textbook case
+    a = np.array([5.0, 0.0, 12.0])
+    np.testing.assert_allclose(F.interval_score(a, np.full(3, 2.0), np.full(3, 10.0), 0.2), [8, 8 + 20, 8 + 20])
+
+
+def test_partial_origins_score_every_day_the_history_allows():
+    """Daily origins over a short history: with ``partial`` every origin from min_train on is scored on the days
+    left (horizons 1..84 truncated), not only those a whole horizon before the end."""
+    y = _series(n=70, noise=30.0, seed=2)
+    whole = F.backtest(y, "seasonal_naive", horizon=84, min_train=28, step=1, intervals=False)
+    part = F.backtest(y, "seasonal_naive", horizon=84, min_train=28, step=1, intervals=False, partial=True)
+    assert whole.origins == 0 and part.origins == 70 - 28
+    assert part.chosen == {"seasonal_naive": 42}
+
+
+def test_selection_falls_back_to_seasonal_naive_and_says_so():
+    """A weekly shape that random-walks week to week: last week is the best forecast there is, so nothing beats
+    seasonal-naive and the forecast says it fell back; a series with a trend says its method won the backtest;
+    a week of history is too short to choose. The 95 % interval contains the 80 % one."""
+    rng = np.random.default_rng(0)
+    y = np.empty(112)
+    y[:7] = 1000 * WEEK
+    for t in range(7, len(y)):
+        y[t] = y[t - 7] + rng.normal(0, 60)
+    walk = F.forecast(pd.Series(y, index=pd.date_range("2026-01-05", periods=len(y), freq="D")), horizon=14)
+    assert (walk["method"] == "seasonal_naive").all() and (walk["selection"] == F.FALLBACK).all()
+    assert (walk["mase_ratio"] == 1.0).all()
+    trend = F.forecast(_series(), horizon=14)
+    assert (trend["selection"] == F.SELECTED).all() and (trend["mase_ratio"] < 0.95).all()
+    assert ((trend["p025"] <= trend["p10"]) & (trend["p90"] <= trend["p975"])).all()
+    assert (trend["p975"] - trend["p025"] > trend["p90"] - trend["p10"]).all()
+    short = F.forecast(_series(n=10), horizon=7)
+    assert (short["selection"] == F.TOO_SHORT).all() and short["mase_ratio"].isna().all()
+
+
+def test_run_out_happens_inside_the_interval_the_headroom_gave_two_weeks_earlier(tmp_path):
+    """Demand growth runs a region's V100s out: the day demand first exceeds the installed GPUs (the plan's own
+    truth) lies in [run_out_date, run_out_date_p10] of the headroom made two weeks before it -- the run-out's 80 %
+    interval, the p10 end open when demand at its 10th percentile does not run out within 12 weeks."""
+    from gpu_health.sim.demand import plan_daily
+    from gpu_health.sim.scenario import load_scenario
+    from gpu_health.sim.telemetry import cost_capacity
+    from gpu_health.steps.registry import step
+    from gpu_health.storage.warehouse import Warehouse
+
+    # three weeks of flat demand, then +20 % a week of arrivals in us-east: enough history before the run-out for
+    # the forecast two weeks ahead of it to choose a method by backtest and to state an interval
+    start, end = pd.Timestamp("2026-08-17T00:00:00Z"), pd.Timestamp("2026-11-02T00:00:00Z")
+    scen = load_scenario({"seed": 3, "start": start, "end": end, "cluster": {"gpus": 96}, "incidents": [
+        {"kind": "demand_growth", "start": "2026-09-07T00:00:00Z", "end": end, "magnitude": 0.2,
+         "scope": {"region": "us-east"}}]}, name="growth")
+    hist = plan_daily(scen)
+    hist["date"] = pd.to_datetime(hist["date"]).dt.date
+    hist["idle_blocked_gpu_hours"] = 0.0
+    v100 = "Tesla V100-SXM3-32GB"
+    capacity = cost_capacity(scen, end - pd.Timedelta(days=1))
+    gpus = int(capacity.set_index(["region", "sku"]).loc[("us-east", v100), "capacity_gpus"])
+    truth = hist[(hist["region"] == "us-east") & (hist["sku"] == v100)].groupby("date")["demand_gpu_hours"].sum()
+    ran_out = F.run_out(gpus, truth)
+    assert ran_out is not None
+    made = pd.Timestamp(ran_out).tz_localize("UTC") - pd.Timedelta(days=14)
+    wh = Warehouse(f"sqlite:///{tmp_path / 'w.db'}")
+    wh.replace_windows({"capacity_demand_daily": hist[pd.to_datetime(hist["date"]) < made.tz_localize(None) +
+                                                      pd.Timedelta(days=1)]}, start, made + pd.Timedelta(days=1))
+    wh.replace_windows({"cost_capacity": cost_capacity(scen, made)}, made, made + pd.Timedelta(days=1))
+    step("capacity_forecast").run(wh, made, made + pd.Timedelta(days=1))
+    head = step("capacity_headroom").run(wh, made, made + pd.Timedelta(days=1)).tables["capacity_headroom"]
+    row = head.set_index(["region", "sku"]).loc[("us-east", v100)]
+    assert row["quantile"] == "p90" and pd.notna(row["run_out_date"]), row
+    assert pd.Timestamp(row["run_out_date"]) <= pd.Timestamp(ran_out), (row["run_out_date"], ran_out)
+    assert pd.isna(row["run_out_date_p10"]) or pd.Timestamp(ran_out) <= pd.Timestamp(row["run_out_date_p10"])
+
+
+def test_hac_se_is_the_binomial_se_for_independent_outcomes_and_larger_for_overlapping_origins():
+    """One outcome per origin and no lag: the Newey-West SE is the binomial one. Origins whose misses come in
+    runs (a level shift misses the neighbouring origins too) have a larger sampling error than the binomial SE."""
+    rng = np.random.default_rng(4)
+    hits = (rng.random(400) < 0.8).astype(float)
+    p = hits.mean()
+    assert F.hac_se(hits, np.ones(400), 0) == pytest.approx(np.sqrt(p * (1 - p) / 400))
+    runs = np.repeat((rng.random(40) < 0.8).astype(float), 10)  # ten neighbouring origins share each outcome
+    p = runs.mean()
+    assert F.hac_se(runs, np.ones(400), 20) > 2 * np.sqrt(p * (1 - p) / 400)
+    y = _series(n=112, noise=40.0, seed=8)
+    bt = F.backtest(y, "dow_trend", horizon=14, step=1)
+    assert bt.coverage_hac_se > bt.binomial_se

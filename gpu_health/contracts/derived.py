@@ -336,6 +336,11 @@ class CapacityForecast(ContractModel):
     p10_gpu_hours: Series[float] = pa.Field(ge=0, nullable=True, description="10th percentile of demand; null = no past errors to take it from (under two weeks of history).")
     p50_gpu_hours: Series[float] = pa.Field(ge=0, description="Median (point forecast).")
     p90_gpu_hours: Series[float] = pa.Field(ge=0, nullable=True, description="90th percentile of demand; null as p10.")
+    selection: Series[Str] = pa.Field(isin=["backtest", "seasonal_naive_fallback", "too_short", "given"],
+                                      description="Why the method: it beat seasonal-naive on the series' backtest; nothing did (seasonal-naive stands); the history is too short to choose (seasonal-naive).")
+    mase_ratio: Series[float] = pa.Field(ge=0, nullable=True, description="The method's backtest MASE / seasonal-naive's on the series' history (1 on a fallback; null when too short).")
+    p025_gpu_hours: Series[float] = pa.Field(ge=0, nullable=True, description="2.5th percentile of demand (the 95 % interval's lower bound); null as p10.")
+    p975_gpu_hours: Series[float] = pa.Field(ge=0, nullable=True, description="97.5th percentile of demand; null as p10.")
 
     class Config:
         unique = ["date", "region", "sku", "workload_class", "horizon_days"]
@@ -355,6 +360,7 @@ class CapacityHeadroom(ContractModel):
     headroom_gpus_28d: Series[float] = pa.Field(nullable=True, description="capacity_gpus - peak_demand_gpus_28d (negative: short).")
     run_out_date: Series[pandas_engine.Date] = pa.Field(nullable=True, description="First day within 84 days whose demand at the stated quantile exceeds capacity; null = none.")
     run_out_date_p50: Series[pandas_engine.Date] = pa.Field(nullable=True, description="The same at the median.")
+    run_out_date_p10: Series[pandas_engine.Date] = pa.Field(nullable=True, description="The same at the 10th percentile: the latest run-out the 80 % interval allows (null: not within 12 weeks, or no interval yet).")
     reserved_gpus: Series[int] = pa.Field(ge=0, description="Reserved GPUs today (cost_capacity).")
     reserved_gpu_hour_usd: Series[float] = pa.Field(ge=0, description="Reserved USD per GPU-hour today.")
     on_demand_gpu_hour_usd: Series[float] = pa.Field(ge=0, description="On-demand USD per GPU-hour today.")

@@ -44,9 +44,14 @@ HORIZON_DAYS = 84  # 12 weeks: the longest horizon the issue asks for
 # two months.
 FIT_DAYS = 56
 # The fewest past errors a quantile of them may come from: the 10th / 90th percentile of fewer than 20 values is
-# the smallest / largest value or worse; below it the intervals widen to the largest error seen.
+# the smallest / largest value or worse; below it the intervals widen to the largest error seen. For a miss rate
+# alpha the same rule -- at least two errors beyond each alpha / 2 quantile -- asks for 4 / alpha errors
+# (min_errors): 80 for the 95 % interval.
 MIN_ERRORS = 20
 INTERVAL = (0.10, 0.90)  # an 80 % central prediction interval, the issue's two-sided bar
+MISS = INTERVAL[0] + (1 - INTERVAL[1])
+# the wider interval the backtest also scores (and the forecast states): 95 %, the conventional "almost surely"
+MISS_WIDE = 0.05
 # The step of the adaptive conformal level (Gibbs & Candes 2021, "Adaptive conformal inference under distribution
 # shift"): replaying the series' own past forecasts in time order, the miss level alpha moves by
 # ACI_GAMMA x (target miss rate - the share of that origin's outcomes outside its interval). Whatever the series
@@ -280,11 +285,16 @@ def past_errors(method: str, y: np.ndarray, h: int, dow0: int = 0, *, min_train:
     return np.array(rows) if rows else np.empty((0, h))
 
 
-def interval_offsets(errors: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray]:
-    """Offsets of the 80 % interval for horizons 1..h from past errors: the alpha/2 and 1 - alpha/2 quantiles of
-    the horizon's own errors where at least :data:`MIN_ERRORS` exist; beyond that of the errors of all horizons,
+def min_errors(miss: float) -> int:
+    """The fewest past errors the ``1 - miss`` interval's quantiles come from (:data:`MIN_ERRORS` at 80 %)."""
+    return max(MIN_ERRORS, int(np.ceil(4 / miss - 1e-9)))
+
+
+def interval_offsets(errors: np.ndarray, h: int, miss: float = MISS) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets of the central ``1 - miss`` interval (80 % by default) for horizons 1..h from past errors: the alpha/2 and 1 - alpha/2 quantiles of
+    the horizon's own errors where at least :func:`min_errors` exist; beyond that of the errors of all horizons,
     pooled in units of sqrt(horizon in weeks) (a forecast's error grows like a random walk's, with the square
-    root of the horizon), rescaled to the horizon asked. alpha starts at 20 % and adapts to how the series'
+    root of the horizon), rescaled to the horizon asked. alpha starts at ``miss`` and adapts to how the series'
     own past intervals fared (:func:`adaptive_alpha`)."""
     lo, hi = np.full(h, np.nan), np.full(h, np.nan)
     if errors.size == 0:
@@ -292,14 +302,15 @@ def interval_offsets(errors: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray
     scale = np.sqrt(np.ceil(np.arange(1, errors.shape[1] + 1) / SEASON))
     z = errors / scale
     pooled = z[np.isfinite(z)]
-    alpha = adaptive_alpha(z)
+    least = min_errors(miss)
+    alpha = adaptive_alpha(z, miss)
     q_lo, q_hi = alpha / 2, 1 - alpha / 2
     for k in range(h):
         e = errors[:, k][np.isfinite(errors[:, k])] if k < errors.shape[1] else np.empty(0)
         s = np.sqrt(np.ceil((k + 1) / SEASON))
-        if len(e) >= MIN_ERRORS:
+        if len(e) >= least:
             lo[k], hi[k] = np.quantile(e, q_lo), np.quantile(e, q_hi)
-        elif len(pooled) >= MIN_ERRORS:
+        elif len(pooled) >= least:
             lo[k], hi[k] = np.quantile(pooled, q_lo) * s, np.quantile(pooled, q_hi) * s
         elif len(pooled):
             lo[k], hi[k] = min(pooled.min(), 0.0) * s, max(pooled.max(), 0.0) * s
@@ -311,13 +322,13 @@ def interval_offsets(errors: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray
 _ALPHA_RANGE = (0.002, 0.998)
 
 
-def adaptive_alpha(z: np.ndarray) -> float:
+def adaptive_alpha(z: np.ndarray, target: float | None = None) -> float:
     """The miss level of the next interval by adaptive conformal inference over ``z`` (origins x horizons, errors
     in units of sqrt(horizon in weeks), origins in time order, NaN where unknown): at each origin, the interval
     the pooled errors known by then give at the current level is checked against that origin's outcomes, and
     the level moves by :data:`ACI_GAMMA` x (target - share missed). Errors of an origin count as known from the
     day after their horizon. Only the series' own history enters; a stationary series stays near the target."""
-    target = INTERVAL[0] + (1 - INTERVAL[1])
+    target = MISS if target is None else target
     alpha = target
     finite = np.isfinite(z)
     known_at = np.arange(z.shape[0])[:, None] + np.arange(1, z.shape[1] + 1)[None, :]  # origin + horizon
@@ -326,7 +337,7 @@ def adaptive_alpha(z: np.ndarray) -> float:
         if not row.size:
             continue
         cal = z[finite & (known_at <= t)]
-        if len(cal) < MIN_ERRORS:
+        if len(cal) < min_errors(target):
             continue
         a = min(max(alpha, _ALPHA_RANGE[0]), _ALPHA_RANGE[1])
         lo, hi = np.quantile(cal, [a / 2, 1 - a / 2])
@@ -335,6 +346,45 @@ def adaptive_alpha(z: np.ndarray) -> float:
 
 
 AUTO = "auto"  # backtest the pipeline's rule: at each origin, the method choose_method picks on the data before it
+
+
+def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (Wilson 1927): unlike p +- z SE it stays inside [0, 1] and
+    keeps its nominal coverage at the shares near 0.8 / 0.95 and the few hundred outcomes a backtest has."""
+    if n <= 0:
+        return float("nan"), float("nan")
+    p = hits / n
+    d = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / d
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return float(mid - half), float(mid + half)
+
+
+def interval_score(actual: np.ndarray, lo: np.ndarray, hi: np.ndarray, miss: float) -> np.ndarray:
+    """The interval (Winkler) score of a central ``1 - miss`` interval per outcome (Gneiting & Raftery 2007,
+    a proper scoring rule): its width plus 2 / miss times how far the outcome fell outside it -- an interval too
+    wide pays in width, one too narrow in misses; lower is better."""
+    return (hi - lo) + 2.0 / miss * (np.maximum(lo - actual, 0.0) + np.maximum(actual - hi, 0.0))
+
+
+def hac_se(hits: np.ndarray, n: np.ndarray, lag: int) -> float:
+    """Standard error of a coverage sum(hits) / sum(n) pooled over origins in time order whose outcomes are
+    correlated: Newey & West's (1987) estimator with Bartlett weights 1 - k / (lag + 1) on the origins'
+    residuals hits - p n up to ``lag`` origins apart (the delta method for a ratio). Daily origins fewer than a
+    horizon apart forecast the same days from almost the same history, and an origin's outcomes share its error:
+    the binomial SE, which counts every outcome as independent, understates the sampling error several times.
+    The lag is capped at half the origins: the residuals sum to zero, so with weights near 1 over every pair the
+    estimate collapses towards zero (Newey-West's bias at a bandwidth near the sample size); a backtest with fewer
+    origins than twice its horizon therefore still understates its SE, less than the binomial SE does."""
+    hits, n = np.asarray(hits, dtype=float), np.asarray(n, dtype=float)
+    if len(n) < 2 or n.sum() <= 0:
+        return float("nan")
+    u = hits - hits.sum() / n.sum() * n
+    var = float(u @ u)
+    lag = min(lag, (len(u) - 1) // 2)
+    for k in range(1, lag + 1):
+        var += 2 * (1 - k / (lag + 1)) * float(u[k:] @ u[:-k])
+    return float(np.sqrt(max(var, 0.0)) / n.sum())
 
 
 @dataclass
@@ -351,82 +401,153 @@ class Backtest:
     # the independent unit, not the outcome: with 6-14 origins this is 3-15 points, and a coverage 5 points from
     # 80 % says little about the method
     coverage_se: float = float("nan")
+    # the 95 % interval's share of outcomes inside, and the outcomes inside each interval (for pooling)
+    coverage95: float = float("nan")
+    hits: int = 0
+    hits95: int = 0
+    # mean interval (Winkler) score of the 80 % / 95 % intervals, in the series' GPU-hours (lower is better)
+    interval_score: float = float("nan")
+    interval_score95: float = float("nan")
+    # the methods chosen at the origins (AUTO), by count
+    chosen: dict | None = None
+    # the coverages' standard errors over overlapping origins (:func:`hac_se`, lag = the horizon)
+    coverage_hac_se: float = float("nan")
+    coverage95_hac_se: float = float("nan")
+
+    @property
+    def binomial_se(self) -> float:
+        """sqrt(p (1 - p) / n) over the outcomes: the sampling error of the 80 % coverage were the outcomes
+        independent (they are not quite: an origin's share its errors)."""
+        return float(np.sqrt(self.coverage * (1 - self.coverage) / self.outcomes)) if self.outcomes else float("nan")
+
+    @property
+    def binomial_se95(self) -> float:
+        return float(np.sqrt(self.coverage95 * (1 - self.coverage95) / self.outcomes)) if self.outcomes else float("nan")
 
 
 def backtest(y: pd.Series | np.ndarray, method: str, *, horizon: int, min_train: int = 4 * SEASON,
-             step: int = SEASON, dow0: int | None = None, intervals: bool = True) -> Backtest:
+             step: int = SEASON, dow0: int | None = None, intervals: bool = True, partial: bool = False) -> Backtest:
     """Score ``method`` on rolling origins: at each origin (every ``step`` days from ``min_train``), forecast
     ``horizon`` days from the data before it only -- the intervals too, from that prefix's own past errors -- and
     compare with what came (``intervals=False``: MASE only, coverage NaN). MASE = mean over origins of MAE / the
     prefix's in-sample weekly seasonal-naive MAE (Hyndman & Koehler 2006, seasonal scaling), so a MASE below the
-    seasonal-naive's means the method beats repeating the last week. ``method`` may be :data:`AUTO`."""
+    seasonal-naive's means the method beats repeating the last week. ``method`` may be :data:`AUTO`.
+
+    ``partial``: an origin closer to the series' end than ``horizon`` is scored on the days that came (horizons
+    1..the days left), so a short history still gives an origin a day instead of only those a whole horizon
+    before its end: daily origins over every day the history allows."""
     if isinstance(y, pd.Series):
         dow0 = int(y.sort_index().index.min().dayofweek) if dow0 is None else dow0
         y = _regular(y)
     dow0 = dow0 or 0
-    ratios, inside, total, shares = [], 0, 0, []
-    origins = [o for o in _origins(len(y), horizon, min_train, step)]
-    for o in origins:
-        train, actual = y[:o], y[o:o + horizon]
+    ratios, inside, inside95, total, shares, score, score95, chosen = [], 0, 0, 0, [], [], [], {}
+    per_origin = []  # (hits 80 %, hits 95 %, outcomes) of each scored origin, in time order
+    nan = np.full(horizon, np.nan)
+    for o in _origins(len(y), 1 if partial else horizon, min_train, step):
+        train, actual = y[:o], np.concatenate([y[o:o + horizon], nan])[:horizon]
         m = choose_method(train, dow0) if method == AUTO else method
         f = point_forecast(m, train, horizon, dow0)
-        lo, hi = interval_offsets(past_errors(m, train, horizon, dow0), horizon) if intervals else \
-            (np.full(horizon, np.nan), np.full(horizon, np.nan))
-        lo, hi = lo * level(train), hi * level(train)
+        lo = hi = lo95 = hi95 = nan
+        if intervals:
+            errors = past_errors(m, train, horizon, dow0)
+            (lo, hi), (lo95, hi95) = (np.array(interval_offsets(errors, horizon, q)) * level(train)
+                                      for q in (MISS, MISS_WIDE))
         scale = np.nanmean(np.abs(train[SEASON:] - train[:-SEASON]))
         ok = np.isfinite(actual) & np.isfinite(f)
         if not ok.any() or not np.isfinite(scale) or scale <= 0:
             continue
+        chosen[m] = chosen.get(m, 0) + 1
         ratios.append(np.mean(np.abs(actual[ok] - f[ok])) / scale)
-        ok &= np.isfinite(lo) & np.isfinite(hi)
-        hit = (actual[ok] >= f[ok] + lo[ok]) & (actual[ok] <= f[ok] + hi[ok])
+        ok &= np.isfinite(lo) & np.isfinite(hi) & np.isfinite(lo95) & np.isfinite(hi95)
+        a, p = actual[ok], f[ok]
+        # the intervals as the forecast states them: demand is never negative (forecast clips every quantile at 0)
+        bounds = [(np.clip(p + np.minimum(lo_[ok], 0), 0, None), np.clip(p + np.maximum(hi_[ok], 0), 0, None))
+                  for lo_, hi_ in ((lo, hi), (lo95, hi95))]
+        hit = (a >= bounds[0][0]) & (a <= bounds[0][1])
+        hit95 = int(((a >= bounds[1][0]) & (a <= bounds[1][1])).sum())
+        per_origin.append((int(hit.sum()), hit95, int(ok.sum())))
         inside += int(hit.sum())
+        inside95 += hit95
         total += int(ok.sum())
+        score.extend(interval_score(a, *bounds[0], MISS))
+        score95.extend(interval_score(a, *bounds[1], MISS_WIDE))
         if ok.any():
             shares.append(float(hit.mean()))
     se = float(np.std(shares, ddof=1) / np.sqrt(len(shares))) if len(shares) > 1 else float("nan")
-    return Backtest(method, float(np.mean(ratios)) if ratios else float("nan"),
-                    inside / total if total else float("nan"), len(ratios), total, se)
+    mean = lambda v: float(np.mean(v)) if len(v) else float("nan")  # noqa: E731
+    po = np.array(per_origin, dtype=float).reshape(-1, 3)
+    return Backtest(method, mean(ratios), inside / total if total else float("nan"), len(ratios), total, se,
+                    inside95 / total if total else float("nan"), inside, inside95, mean(score), mean(score95),
+                    chosen, hac_se(po[:, 0], po[:, 2], horizon), hac_se(po[:, 1], po[:, 2], horizon))
 
 
-def choose_method(y: np.ndarray, dow0: int = 0, *, horizon: int = 4 * SEASON) -> str:
-    """The method with the lower rolling-origin MASE on the series' own history; seasonal-naive (the benchmark)
-    when the history is too short to score them on two origins of at least a week's horizon, or on a tie.
+# Why a series uses its method (the forecast's ``selection``): the method beat seasonal-naive on the series'
+# backtest; nothing did, so seasonal-naive (the benchmark) stands; the history is too short to backtest a choice
+SELECTED, FALLBACK, TOO_SHORT = "backtest", "seasonal_naive_fallback", "too_short"
+
+
+@dataclass
+class Selection:
+    method: str
+    reason: str  # SELECTED, FALLBACK or TOO_SHORT
+    mase_ratio: float  # the method's backtest MASE / seasonal-naive's (NaN when too short to backtest)
+
+
+def select_method(y: np.ndarray, dow0: int = 0, *, horizon: int = 4 * SEASON) -> Selection:
+    """The method with the lower rolling-origin MASE on the series' own history, and why; seasonal-naive (the
+    benchmark) when the history is too short to score them on two origins of at least a week's horizon, or when
+    no other method beats it (a tie included): the chosen method never does worse than seasonal-naive on the
+    series' own backtest.
 
     The scoring origins start at two weeks of history (the least dow_trend fits on) and the horizon is up to four
     weeks: long enough to tell a trend from noise, short enough to score on a few months of history."""
     min_train = 2 * SEASON
     h = min(horizon, len(y) - min_train - SEASON)  # at least two origins
     if h < SEASON:
-        return "seasonal_naive"
+        return Selection("seasonal_naive", TOO_SHORT, float("nan"))
     scores = {m: backtest(y, m, horizon=h, dow0=dow0, min_train=min_train, intervals=False).mase for m in METHODS}
-    return min(METHODS, key=lambda m: (scores[m] if np.isfinite(scores[m]) else np.inf, m != "seasonal_naive"))
+    best = min(METHODS, key=lambda m: (scores[m] if np.isfinite(scores[m]) else np.inf, m != "seasonal_naive"))
+    base = scores["seasonal_naive"]
+    ratio = scores[best] / base if np.isfinite(base) and base > 0 else float("nan")
+    if best == "seasonal_naive" or not np.isfinite(ratio) or ratio >= 1.0:
+        return Selection("seasonal_naive", FALLBACK, 1.0 if np.isfinite(ratio) else float("nan"))
+    return Selection(best, SELECTED, float(ratio))
+
+
+def choose_method(y: np.ndarray, dow0: int = 0, *, horizon: int = 4 * SEASON) -> str:
+    """The method :func:`select_method` picks."""
+    return select_method(y, dow0, horizon=horizon).method
 
 
 def forecast(y: pd.Series, *, horizon: int = HORIZON_DAYS, method: str | None = None) -> pd.DataFrame:
-    """Forecast a daily series ``horizon`` days past its last day: date, horizon_days, method, p10, p50, p90.
+    """Forecast a daily series ``horizon`` days past its last day: date, horizon_days, method, p10, p50, p90,
+    selection (why the method: :func:`select_method`; ``given`` when the caller named it), mase_ratio (its
+    backtest MASE / seasonal-naive's), p025 / p975 (the 95 % interval, the same way at a 5 % miss level).
 
     p50 is the method's point forecast; p10 / p90 bound its 80 % interval: p50 plus the quantiles of its past
     errors (:func:`interval_offsets`: the 10th / 90th on a series whose past intervals held, further out on one
     whose did not; relative to the level then, :func:`past_errors`) times today's level. Demand is never
     negative: every quantile is clipped at 0.
     """
-    cols = ["date", "horizon_days", "method", "p10", "p50", "p90"]
+    cols = ["date", "horizon_days", "method", "p10", "p50", "p90", "selection", "mase_ratio", "p025", "p975"]
     y = y.dropna()
     if y.empty:
         return pd.DataFrame(columns=cols)
     first, last = y.index.min(), y.index.max()
     arr = _regular(y)
     dow0 = int(pd.Timestamp(first).dayofweek)
-    method = method or choose_method(arr, dow0)
+    sel = Selection(method, "given", float("nan")) if method else select_method(arr, dow0)
+    method = sel.method
     f = point_forecast(method, arr, horizon, dow0)
-    lo, hi = interval_offsets(past_errors(method, arr, horizon, dow0), horizon)
-    lo, hi = lo * level(arr), hi * level(arr)
+    errors = past_errors(method, arr, horizon, dow0)
+    (lo, hi), (lo95, hi95) = (np.array(interval_offsets(errors, horizon, q)) * level(arr) for q in (MISS, MISS_WIDE))
     # no error history (a series of a few days): the interval is unknown (NaN), never p10 = p90 = p50 claiming certainty
     dates = pd.date_range(pd.Timestamp(last) + pd.Timedelta(days=1), periods=horizon, freq="D")
     return pd.DataFrame({"date": dates, "horizon_days": np.arange(1, horizon + 1), "method": method,
                          "p10": np.clip(f + np.minimum(lo, 0), 0, None), "p50": np.clip(f, 0, None),
-                         "p90": np.clip(f + np.maximum(hi, 0), 0, None)})[cols]
+                         "p90": np.clip(f + np.maximum(hi, 0), 0, None), "selection": sel.reason,
+                         "mase_ratio": sel.mase_ratio, "p025": np.clip(f + np.minimum(lo95, 0), 0, None),
+                         "p975": np.clip(f + np.maximum(hi95, 0), 0, None)})[cols]
 
 
 # --- headroom and reserved mix --------------------------------------------------------------------------------

@@ -87,7 +87,9 @@ def forecast_day(inputs: Inputs) -> pd.DataFrame:
             "horizon_days": f["horizon_days"].to_numpy(), "target_date": f["date"].dt.date.to_numpy(),
             "method": f["method"].to_numpy(), "history_days": len(y),
             "p10_gpu_hours": f["p10"].to_numpy(), "p50_gpu_hours": f["p50"].to_numpy(),
-            "p90_gpu_hours": f["p90"].to_numpy()}))
+            "p90_gpu_hours": f["p90"].to_numpy(), "selection": f["selection"].to_numpy(),
+            "mase_ratio": f["mase_ratio"].to_numpy(dtype=float), "p025_gpu_hours": f["p025"].to_numpy(),
+            "p975_gpu_hours": f["p975"].to_numpy()}))
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 
@@ -111,6 +113,9 @@ def headroom_day(inputs: Inputs) -> pd.DataFrame:
         f = f.sort_values("horizon_days")
         p50 = pd.Series(f["p50_gpu_hours"].to_numpy(dtype=float), index=f["target_date"].to_numpy())
         p90 = pd.Series(f["p90_gpu_hours"].to_numpy(dtype=float), index=p50.index)
+        # the latest run-out the 80 % interval allows: demand at its 10th percentile (null: not within 12 weeks, or
+        # no interval yet); [run_out_date at p90, this] is the run-out's interval
+        p10 = pd.Series(f["p10_gpu_hours"].to_numpy(dtype=float), index=p50.index)
         # the headroom is stated at p90 (short of GPUs on at most one day in ten): a plan that runs out at the
         # median runs out every other week; while the forecast has no interval yet, at p50, and says so
         quantile = "p90" if len(p90) and p90.notna().all() else "p50"
@@ -128,6 +133,7 @@ def headroom_day(inputs: Inputs) -> pd.DataFrame:
             "quantile": quantile, "peak_demand_gpus_28d": peak,
             "headroom_gpus_28d": c.capacity_gpus - peak if np.isfinite(peak) else np.nan,
             "run_out_date": F.run_out(c.capacity_gpus, stated), "run_out_date_p50": F.run_out(c.capacity_gpus, p50),
+            "run_out_date_p10": F.run_out(c.capacity_gpus, p10) if quantile == "p90" else None,
             "reserved_gpus": int(c.reserved_gpus), "reserved_gpu_hour_usd": float(c.reserved_gpu_hour_usd),
             "on_demand_gpu_hour_usd": float(c.on_demand_gpu_hour_usd), "demand_days_30d": int(len(past)),
             "cost_30d_usd": F.reserved_cost(past, c.reserved_gpus, c.reserved_gpu_hour_usd, c.on_demand_gpu_hour_usd),

@@ -53,14 +53,15 @@ VIEWS: dict[str, str] = {
     # the latest day's headroom, run-out date and cheapest reservation per region x SKU
     "finance_capacity_headroom": """
         SELECT h.date, h.region, h.sku, h.capacity_gpus, h.quantile, h.peak_demand_gpus_28d, h.headroom_gpus_28d,
-               h.run_out_date, h.run_out_date_p50, h.reserved_gpus, h.best_reserved_gpus_30d,
+               h.run_out_date, h.run_out_date_p50, h.run_out_date_p10, h.reserved_gpus, h.best_reserved_gpus_30d,
                h.cost_30d_usd, h.best_cost_30d_usd, h.cost_30d_usd - h.best_cost_30d_usd AS saving_30d_usd,
                h.forecast_best_reserved_gpus, h.forecast_cost_usd, h.forecast_best_cost_usd
         FROM capacity_headroom h
         WHERE h.date = (SELECT MAX(date) FROM capacity_headroom)""",
     "finance_capacity_forecast": """
         SELECT f.date AS forecast_date, f.target_date, f.horizon_days, f.region, f.sku, f.workload_class, f.method,
-               f.p10_gpu_hours, f.p50_gpu_hours, f.p90_gpu_hours
+               f.p10_gpu_hours, f.p50_gpu_hours, f.p90_gpu_hours, f.selection, f.mase_ratio, f.p025_gpu_hours,
+               f.p975_gpu_hours
         FROM capacity_forecast f
         WHERE f.date = (SELECT MAX(date) FROM capacity_forecast)""",
     "finance_capacity_demand_daily": """
