@@ -3,12 +3,15 @@
     python bench/bench_rca.py --data /work/scratch/rca            # B0 and RS, every case
     python bench/bench_rca.py --data DIR --limit 20               # the first 20 cases of each B0 setting
     python bench/bench_rca.py --data DIR --only RS --json
+    python bench/bench_rca.py --data DIR --only RL --limit 50     # RiskLoc's generated sets S and L
 
 ``DIR`` holds ``B0/`` (Squeeze's semi-synthetic dataset B0, ISSRE 2019: nine
 settings ``B_cuboid_layer_L_n_ele_K`` of 100 cases, 21,600 leaves each) and
 ``RS/`` (RobustSpot's real incidents, a ratio KPI: ``anomaly.yaml`` and 135
-csv files). Neither is in this repository; docs/rca.md
-says where to get them. Every case is localized by
+csv files); ``--only NAME`` reads ``DIR/NAME/<set>/`` in B0's layout (``RL``:
+RiskLoc's synthetic sets S and L, made by its own generator with
+bench/make_riskloc_sets.py). None is in this repository; docs/rca.md says
+where to get them. Every case is localized by
 :func:`gpu_health.diagnosis.drilldown.drill_down` with its **default
 parameters** -- one parameter set for both datasets -- and scored as the
 benchmarks' authors score: a predicted cause counts only when it equals a true
@@ -56,8 +59,8 @@ def score(rows: list[tuple[rca.Case, frozenset[str], float]]) -> dict[str, float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True, help="folder holding B0/ and RS/")
-    parser.add_argument("--only", choices=["B0", "RS"], help="one dataset only")
-    parser.add_argument("--limit", type=int, default=0, help="first N cases of each B0 setting (0: all)")
+    parser.add_argument("--only", help="one dataset only: B0, RS, or a folder of DIR in B0's layout (RL)")
+    parser.add_argument("--limit", type=int, default=0, help="first N cases of each B0 (or generated) setting (0: all)")
     parser.add_argument("--rs-summed", action="store_true", help="drill RS's ratio summed over leaves")
     parser.add_argument("--json", action="store_true", help="also print one JSON line per row")
     parser.add_argument("--misses", action="store_true", help="print every case scored below F1 = 1")
@@ -65,16 +68,17 @@ def main() -> None:
 
     table: list[tuple[str, dict[str, float]]] = []
     misses = []
-    if args.only in (None, "B0"):
-        cases = rca.read_dataset(args.data / "B0")
+    if args.only != "RS":
+        name = args.only or "B0"
+        cases = rca.read_dataset(args.data / name)
         if args.limit:
             kept: dict[str, int] = {}
             cases = [c for c in cases if kept.setdefault(c.setting, 0) < args.limit and not kept.update(
                 {c.setting: kept[c.setting] + 1})]
         rows = [(c, *localize(c, ratio=False)) for c in cases]
         for setting in sorted({c.setting for c in cases}):
-            table.append((f"B0 {setting}", score([r for r in rows if r[0].setting == setting])))
-        table.append(("B0", score(rows)))
+            table.append((f"{name} {setting}", score([r for r in rows if r[0].setting == setting])))
+        table.append((name, score(rows)))
         misses += [r for r in rows if r[1] != r[0].root_causes]
     if args.only in (None, "RS"):
         cases = rca.read_rs_dataset(args.data / "RS")
