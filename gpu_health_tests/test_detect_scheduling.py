@@ -806,3 +806,20 @@ def test_a_revert_is_not_judged_against_the_hour_of_the_change_it_reverts():
     alone = both.iloc[[1]]
     found = _change_case(alone, revert_at, usual_short)
     assert [(f.severity, f.change_event) for f in found] == [("page", "c1-revert")] and "r1/batch" in found[0].evidence
+
+
+def test_a_queue_that_waits_as_it_did_is_not_demoted_because_the_others_wait_less():
+    """A change that lets one queue through faster leaves the others' waits as they were: a queue whose jobs still
+    wait above their own median half the time (what a median is) is not demoted, however lopsided the split
+    against the queue that now waits less."""
+    change_at = START - pd.Timedelta(minutes=30)
+    changes = pd.DataFrame([("c1", change_at, "scheduler_config", "r1")], columns=["event_id", "ts", "kind", "scope"])
+    before = pd.date_range(change_at - pd.Timedelta(minutes=60), change_at, freq="30s", inclusive="left")
+    after = pd.date_range(change_at + pd.Timedelta(minutes=1), START + FIVE, freq="30s", inclusive="left")
+    starts = before.append(after)
+    rows = (_started_jobs("r1/notebooks", 1, "i1", starts, pd.Timedelta(minutes=1), "n")
+            + _started_jobs("r1/notebooks", 1, "i1", starts + pd.Timedelta(seconds=15), pd.Timedelta(minutes=3), "m")
+            + _started_jobs("r1/batch", 1, "b1", before, pd.Timedelta(minutes=12), "bb")
+            + _started_jobs("r1/batch", 1, "b1", after, pd.Timedelta(minutes=1), "ba"))
+    found = _change_case(changes, change_at, rows)
+    assert [f.severity for f in found] == ["ticket"] and "(its cause:" not in found[0].evidence

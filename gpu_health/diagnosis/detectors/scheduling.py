@@ -603,7 +603,12 @@ def _demoted_queue(ctx: PartitionContext, region: str, change_ts: pd.Timestamp) 
     whatever happened. The hour before must be the configuration the change replaced as the cluster ran it: when
     another scheduler change of the region falls in it (the change is a revert, or a second step of a rollout),
     that hour shows the earlier change's doing, not the queues' usual waits -- a queue the reverted change favoured
-    waits again as it used to, which is no demotion -- and no queue is judged against it."""
+    waits again as it used to, which is no demotion -- and no queue is judged against it. The split against the
+    other queues is not enough on its own: a change that lets one queue through faster makes it lopsided too. The
+    queue's own jobs must wait above their median more often than half -- what a median is for a queue that waits
+    as it did (binomial, the same budget) -- so a queue is demoted by what its own jobs show."""
+    from scipy.stats import binomtest  # here: scipy.stats costs every process importing this module ~0.6 s
+
     tc = pd.Timestamp(change_ts).value
     if ctx.end.value <= tc or _reconfigured_before(ctx, region, pd.Timestamp(change_ts)):
         return None
@@ -617,7 +622,9 @@ def _demoted_queue(ctx: PartitionContext, region: str, change_ts: pd.Timestamp) 
         ao = sum(c[0] for k, c in counts.items() if k != q)
         no = sum(c[1] for k, c in counts.items() if k != q)
         p = _fisher_greater(a, n, ao, no)
-        if not surge and p < CHANGE_ALPHA / len(counts) and (best is None or p < best.p):
+        bar = CHANGE_ALPHA / len(counts)
+        if (not surge and p < bar and (best is None or p < best.p)
+                and binomtest(a, n, 0.5, alternative="greater").pvalue < bar):
             best = Demoted(q, a, n, ao, no, p)
     return best
 
