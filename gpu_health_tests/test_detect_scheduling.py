@@ -752,3 +752,78 @@ def test_single_gpu_jobs_that_usually_wait_longer_than_the_time_since_an_onset_d
             + _started_jobs("r1/batch", 1, "b1", later, pd.Timedelta(minutes=30), "t"))
     ctx.sched = pd.concat([ctx.sched, pd.DataFrame(rows, columns=ctx.sched.columns)], ignore_index=True)
     assert [f.severity for f in detect_scheduling(ctx)] == ["ticket"]
+
+
+def _change_case(changes: pd.DataFrame, change_at: pd.Timestamp, rows: list) -> list:
+    """A pile-up as high as the region's hour before ``change_at`` (only the queues can tell the change's effect),
+    the scheduler events ``rows`` added; the findings."""
+    hist = _days_history(START, {})
+    hour = (hist["partition_start"] >= change_at - pd.Timedelta(hours=1)) & (hist["partition_start"] < change_at)
+    hist.loc[hour, "share_idle_blocked"] = 40 / (4 * 8 * 5)
+    ctx = context(B2_IDLE, SINGLE, changes=changes)
+    ctx.region_history = hist
+    ctx.sched = pd.concat([ctx.sched, pd.DataFrame(rows, columns=ctx.sched.columns)], ignore_index=True)
+    return detect_scheduling(ctx)
+
+
+def test_waits_counted_from_a_change_are_not_compared_with_whole_waits():
+    """Waits counted from a change ten minutes ago cannot exceed ten minutes: a queue that waits 25 minutes as usual
+    could never be above its usual median yet, so it is no control for a queue that waits two minutes as usual and
+    now three. Against it the short-wait queue's rise would read as a demotion however the long-wait queue fares;
+    it is not judged (nor is any queue: no other is left to compare with) until the time since the change passes
+    its median."""
+    change_at = START + FIVE - pd.Timedelta(minutes=10)
+    changes = pd.DataFrame([("c1", change_at, "scheduler_config", "r1")], columns=["event_id", "ts", "kind", "scope"])
+    starts = pd.date_range(START - pd.Timedelta(minutes=90), START + FIVE, freq="30s", inclusive="left")
+    later = starts + pd.Timedelta(seconds=15)
+    after = starts >= change_at
+    # (each queue's waits vary about its median, as a queue's do)
+    rows = (_started_jobs("r1/notebooks", 1, "i1", starts[~after], pd.Timedelta(minutes=1), "n")
+            + _started_jobs("r1/notebooks", 1, "i1", starts[after], pd.Timedelta(minutes=3), "o")
+            + _started_jobs("r1/notebooks", 1, "i1", later, pd.Timedelta(minutes=3), "m")
+            + _started_jobs("r1/batch", 1, "b1", starts, pd.Timedelta(minutes=20), "b")
+            + _started_jobs("r1/batch", 1, "b1", later, pd.Timedelta(minutes=30), "c"))
+    found = _change_case(changes, change_at, rows)
+    assert [f.severity for f in found] == ["ticket"] and "(its cause:" not in found[0].evidence
+
+
+def test_a_revert_is_not_judged_against_the_hour_of_the_change_it_reverts():
+    """A change reverted 40 minutes after it (an incident's rollback): the hour before the revert is the reverted
+    change's, not the configuration the cluster usually runs. A queue that change favoured waits again as it did
+    before it -- longer than in that hour, while the other queues do not -- which is no demotion by the revert.
+    The same waits after a change whose hour before was the cluster's usual configuration are its effect."""
+    revert_at = START - pd.Timedelta(minutes=25)
+    deploy_at = revert_at - pd.Timedelta(minutes=40)
+    usual = pd.date_range(deploy_at - pd.Timedelta(minutes=90), deploy_at, freq="1min", inclusive="left")
+    favoured = pd.date_range(deploy_at, revert_at, freq="1min", inclusive="left")
+    after = pd.date_range(revert_at + pd.Timedelta(minutes=1), START + FIVE, freq="1min", inclusive="left")
+    short, long = pd.Timedelta(minutes=1), pd.Timedelta(minutes=12)
+    rows = (_started_jobs("r1/batch", 1, "b1", usual, long, "bu") + _started_jobs("r1/batch", 1, "b1", favoured, short, "bf")
+            + _started_jobs("r1/batch", 1, "b1", after, long, "ba")
+            + _started_jobs("r1/notebooks", 1, "i1", usual.append(favoured).append(after), short, "n"))
+    both = pd.DataFrame([("c1", deploy_at, "scheduler_config", "r1"), ("c1-revert", revert_at, "scheduler_config", "r1")],
+                        columns=["event_id", "ts", "kind", "scope"])
+    found = _change_case(both, revert_at, rows)
+    assert [f.severity for f in found] == ["ticket"] and "(its cause:" not in found[0].evidence
+    # the batch queue's short waits as the cluster's usual configuration, the long ones after a change: its effect
+    usual_short = [r for r in rows if not r[2].startswith("bu")] + _started_jobs("r1/batch", 1, "b1", usual, short, "bu")
+    alone = both.iloc[[1]]
+    found = _change_case(alone, revert_at, usual_short)
+    assert [(f.severity, f.change_event) for f in found] == [("page", "c1-revert")] and "r1/batch" in found[0].evidence
+
+
+def test_a_queue_that_waits_as_it_did_is_not_demoted_because_the_others_wait_less():
+    """A change that lets one queue through faster leaves the others' waits as they were: a queue whose jobs still
+    wait above their own median half the time (what a median is) is not demoted, however lopsided the split
+    against the queue that now waits less."""
+    change_at = START - pd.Timedelta(minutes=30)
+    changes = pd.DataFrame([("c1", change_at, "scheduler_config", "r1")], columns=["event_id", "ts", "kind", "scope"])
+    before = pd.date_range(change_at - pd.Timedelta(minutes=60), change_at, freq="30s", inclusive="left")
+    after = pd.date_range(change_at + pd.Timedelta(minutes=1), START + FIVE, freq="30s", inclusive="left")
+    starts = before.append(after)
+    rows = (_started_jobs("r1/notebooks", 1, "i1", starts, pd.Timedelta(minutes=1), "n")
+            + _started_jobs("r1/notebooks", 1, "i1", starts + pd.Timedelta(seconds=15), pd.Timedelta(minutes=3), "m")
+            + _started_jobs("r1/batch", 1, "b1", before, pd.Timedelta(minutes=12), "bb")
+            + _started_jobs("r1/batch", 1, "b1", after, pd.Timedelta(minutes=1), "ba"))
+    found = _change_case(changes, change_at, rows)
+    assert [f.severity for f in found] == ["ticket"] and "(its cause:" not in found[0].evidence

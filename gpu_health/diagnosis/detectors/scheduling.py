@@ -374,8 +374,8 @@ def _evidence(ctx, r, share, idle_blocked, season, unseasonal, planned, shaped, 
     cfg_text = f"; follows scheduler change {cfg.iloc[-1]['event_id']} at {cfg.iloc[-1]['ts']:%H:%M}" if len(cfg) else ""
     if demoted is not None:
         cfg_text += (f" (its cause: {demoted.above} of {demoted.jobs} jobs of {demoted.queue} since it waited longer "
-                     f"than that queue's median of the hour before, against {demoted.others_above} of {demoted.others} "
-                     f"of the other queues, Fisher p={demoted.p:.1g})")
+                     f"than that queue's median of the hour before (counted alike), against {demoted.others_above} of "
+                     f"{demoted.others} of the other queues, Fisher p={demoted.p:.1g})")
     if len(cfg) and not change_caused:
         cfg_text += (f" (not its cause: the pile-up did not rise above {before:.1%}, the hour before it and its "
                      "scatter)" if before == before
@@ -594,12 +594,34 @@ def _bar_after_change(hist: pd.DataFrame, region: str, change_ts: pd.Timestamp) 
 
 def _demoted_queue(ctx: PartitionContext, region: str, change_ts: pd.Timestamp) -> Demoted | None:
     """The region's queue a scheduler change demoted (see CHANGE_ALPHA), or None: the queue whose jobs since the
-    change waited above its own hour-before median significantly more often than the other queues' jobs did."""
+    change waited above its own hour-before median significantly more often than the other queues' jobs did.
+
+    A wait counted from the change cannot exceed the time since it: a queue whose jobs of the hour before usually
+    waited longer (median of their whole waits) could never be above its median yet, while one that waits less
+    could be half the time -- the split would name the short-wait queue whatever happened. Such a queue is not
+    judged until the time since the change exceeds its median, neither as the demoted queue nor among the others.
+    (Its jobs still waiting count as soon as they are above it: a demotion holds a queue's jobs, and counting only
+    those that left would hide it for as long as it lasts.) The hour before must be the configuration the change
+    replaced as the cluster ran it: when another scheduler change of the region falls in it (the change is a
+    revert, or a second step of a rollout), that hour shows the earlier change's doing, not the queues' usual
+    waits -- a queue the reverted change favoured waits again as it used to, which is no demotion -- and no queue
+    is judged against it. The split against the other queues is not enough on its own: a change that lets one
+    queue through faster makes it lopsided too. The queue's own jobs must wait above their median more often than
+    half -- what a median is for a queue that waits as it did (binomial, the same budget) -- so a queue is demoted
+    by what its own jobs show."""
+    from scipy.stats import binomtest  # here: scipy.stats costs every process importing this module ~0.6 s
+
     tc = pd.Timestamp(change_ts).value
-    if ctx.end.value <= tc:
+    if ctx.end.value <= tc or _reconfigured_before(ctx, region, pd.Timestamp(change_ts)):
         return None
     j = _jobs_now(ctx)
-    counts = _waits_above(j, ctx.end.value, region, j["queue"], tc, tc - CHANGE_REFERENCE.value, after_only=True)
+    now = ctx.end.value
+    ref = ((j["region"] == region) & j["has_queue"] & (j["sub"] != _NAT) & (j["left"] >= tc - CHANGE_REFERENCE.value)
+           & (j["left"] < tc))
+    wait, queue = (j["left"] - j["sub"])[ref], np.asarray(j["queue"], dtype=object)[ref]
+    late = {q for q in set(queue) if np.median(wait[queue == q]) >= now - tc}  # not judged yet (see above)
+    key = np.array([None if q in late else q for q in j["queue"]], dtype=object)
+    counts = _waits_above(j, now, region, key, tc, tc - CHANGE_REFERENCE.value, after_only=True)
     if len(counts) < 2:
         return None  # no other queue to tell the change from the region's hour
     best = None
@@ -607,9 +629,20 @@ def _demoted_queue(ctx: PartitionContext, region: str, change_ts: pd.Timestamp) 
         ao = sum(c[0] for k, c in counts.items() if k != q)
         no = sum(c[1] for k, c in counts.items() if k != q)
         p = _fisher_greater(a, n, ao, no)
-        if not surge and p < CHANGE_ALPHA / len(counts) and (best is None or p < best.p):
+        bar = CHANGE_ALPHA / len(counts)
+        if (not surge and p < bar and (best is None or p < best.p)
+                and binomtest(a, n, 0.5, alternative="greater").pvalue < bar):
             best = Demoted(q, a, n, ao, no, p)
     return best
+
+
+def _reconfigured_before(ctx: PartitionContext, region: str, change_ts: pd.Timestamp) -> bool:
+    """Another scheduler configuration change reaching the region fell in the CHANGE_REFERENCE before ``change_ts``."""
+    ch = ctx.changes
+    if ch is None or not len(ch):
+        return False
+    prior = ch[(ch["kind"] == "scheduler_config") & (ch["ts"] >= change_ts - CHANGE_REFERENCE) & (ch["ts"] < change_ts)]
+    return bool(len(prior)) and bool(_scope_in_region(ctx, prior["scope"], region).any())
 
 
 Season = namedtuple("Season", ["usual", "bar", "source", "weeks"])
