@@ -17,7 +17,7 @@ from gpu_health.contracts.validate import validate_frame
 from gpu_health.sim.cluster import H100, V100, ClusterSpec
 from gpu_health.sim.labels import labels_frame
 from gpu_health.sim.scenario import KINDS, default_scenario, load_scenario
-from gpu_health.sim.jobs import from_s, to_s
+from gpu_health.sim.jobs import POOLS, from_s, to_s
 from gpu_health.sim.telemetry import Window, cost_capacity, maintenance_windows
 
 WEEK = {"start": "2026-11-02T00:00:00Z", "end": "2026-11-09T00:00:00Z"}  # Monday to Monday
@@ -465,6 +465,19 @@ def test_fragmentation(runs):
     p = p[(p.index.get_level_values("ts") >= S + 15 * MIN) & (p.index.get_level_values("ts") < E)]
     assert (p["free"] < p["size"]).all()
     assert ((p["free"] > 0) & (p["free"] < p["size"])).mean() > 0.5
+    # ... in pieces smaller than the smallest multi-GPU request of the pool: while spread jobs run on a node, the
+    # GPUs of its hit slices left free for 3 minutes in a row (past a dispatch cycle's refill) do not add up to a
+    # request that fits (a spread scheduler fills the node with the most free GPUs first)
+    batch = multi[multi["pool"] == "batch"]
+    on_b = g["gpu_uuid"].map(lane_of).isin(batch["lane"]) & g["node_id"].isin(spread) & during(g)
+    hit = g[on_b].assign(free=g["job_id"].isna(), small=small[on_b]).sort_values(["gpu_uuid", "ts"])
+    idle_run = hit.groupby("gpu_uuid")["free"].transform(lambda x: x.astype(int).groupby((~x).cumsum()).cumsum())
+    cells = hit.assign(free=idle_run >= 3).groupby(["node_id", "ts"]).agg(free=("free", "sum"), small=("small", "any"))
+    cells = cells[cells["small"]]
+    assert len(cells) and (cells["free"] < batch["gpus"].min()).mean() > 0.95
+    # the spread jobs are short and none starts after the incident: the held slots clear soon after its end
+    assert not small[g["ts"] >= E + pd.Timedelta(seconds=POOLS["batch"].dur_median_s + 60)].any()
+    assert small[(g["ts"] >= E)].any()  # (the window shows the drain)
     # multi-GPU requests wait longer (held ones start once the spread jobs leave, after the incident); single-GPU
     # jobs of the plan do not wait for it
     qw, qb = queue_waits(w), queue_waits(base)

@@ -10,10 +10,13 @@ what fills the pieces.
 
 In the lane model (cluster.py), a ``fragmentation`` incident does this on the multi-GPU lanes of its scope
 (``batch`` slices of two GPUs or more, ``distributed`` groups of whole nodes): from the first moment a lane is
-free during the incident, ``magnitude`` single-GPU jobs (at most all of a node's GPUs of the lane but one) take the
-spill lanes of that many GPUs on each of its nodes, one job after another while the incident lasts; the lane's
-next job, submitted as it would have been, starts once they have all ended. Every draw is keyed by the incident,
-the lane and the spill lane, so the plan of any window shows the same spill jobs and the same held job.
+free during the incident, single-GPU jobs take the spill lanes of its GPUs -- ``magnitude`` per node, and at least
+so many that the GPUs the hit lanes leave free on a node are fewer than the pool's smallest multi-GPU request
+(at most all of the node's but one: a piece stays free) -- one job after another while the incident lasts; the
+lane's next job, submitted as it would have been, starts once they have all ended. The spread jobs are short
+(at most the pool's median single-GPU duration) and none starts after the incident: when the change is reverted
+the pieces coalesce and the held jobs start within tens of minutes. Every draw is keyed by the incident, the
+node or lane and the spill lane, so the plan of any window shows the same spill jobs and the same held job.
 """
 
 import numpy as np
@@ -38,21 +41,23 @@ def _hit_lanes(scen, inc, sel: pd.DataFrame) -> np.ndarray:
     return hit
 
 
-def _spill_gpus(scen, n: int, inc, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(host lane, spill lane) per GPU that single-GPU jobs take on each of ``lanes``: ``magnitude`` per node
-    (its fraction drawn per node), at most the node's GPUs of the lane but one -- a node keeps a piece free."""
+def _spill_gpus(scen, n: int, inc, lanes: np.ndarray, smallest: int) -> tuple[np.ndarray, np.ndarray]:
+    """(host lane, spill lane) per GPU that single-GPU jobs take on the nodes of ``lanes``: ``magnitude`` per node
+    (its fraction drawn per node) and at least so many that the GPUs those lanes leave free on a node are fewer
+    than ``smallest`` (the smallest multi-GPU request waiting for them), at most all but one -- a spread scheduler
+    places each small job on the node with the most free GPUs, so what stays free is ~one piece per node, never a
+    block a waiting request fits. A node's lanes fill in lane order: the free piece is on its last one."""
     g = scen.cluster.gpus
     spill = scen.cluster.spill_lane
     host, out = [], []
-    want = set(lanes.tolist())
-    rows = g[g["lane"].isin(want)]
-    for (lane, node), grp in rows.groupby(["lane", "node_id"], sort=True):
+    rows = g[g["lane"].isin(set(lanes.tolist()))]
+    for _node, grp in rows.groupby("node_id", sort=True):
         whole = int(np.floor(inc.magnitude))
-        extra = H.uniform(scen.seed, F_SPILL_N, n, int(lane), int(grp["gpu_row"].min())) < inc.magnitude - whole
-        c = min(len(grp) - 1, whole + int(extra))
-        picked = spill[grp.sort_values("gpu_index")["gpu_row"].to_numpy()[:max(c, 0)]]
-        host.extend([int(lane)] * len(picked))
-        out.extend(picked.tolist())
+        extra = H.uniform(scen.seed, F_SPILL_N, n, int(grp["gpu_row"].min())) < inc.magnitude - whole
+        c = min(len(grp) - 1, max(whole + int(extra), len(grp) - (smallest - 1)))
+        picked = grp.sort_values(["lane", "gpu_index"]).iloc[:max(c, 0)]
+        host.extend(picked["lane"].astype(int).tolist())
+        out.extend(spill[picked["gpu_row"].to_numpy()].tolist())
     return np.asarray(host, dtype=np.int64), np.asarray(out, dtype=np.int64)
 
 
@@ -81,7 +86,8 @@ def spread_holds(scen, pool: str, sel: pd.DataFrame, L: np.ndarray, ep_start: np
         at = first_free.to_numpy() + H.exponential(scen.seed, F_SPILL_AT, n, first_free.index.to_numpy()) * dispatch_mean_s
         first_free = pd.Series(at.astype(np.int64), index=first_free.index)
         first_free = first_free[first_free < e]
-        host, spill = _spill_gpus(scen, n, inc, first_free.index.to_numpy())
+        smallest = int(sel["gpus"].to_numpy()[hit].min())  # the pool's smallest multi-GPU request in the scope
+        host, spill = _spill_gpus(scen, n, inc, first_free.index.to_numpy(), smallest)
         if not len(spill):
             continue
         rows, clear = _chains(scen, n, host, spill, first_free.reindex(host).to_numpy(), e, small, dispatch_mean_s)
@@ -114,8 +120,10 @@ def _chains(scen, n: int, host: np.ndarray, spill: np.ndarray, t0: np.ndarray, e
         live = t < e
         if not live.any():
             break
+        # short-to-median single-GPU jobs: the ones a spread scheduler places in a moment's piece (backfill's
+        # candidates); their chains end with the incident, so the held slots clear within one median after it
         d = np.clip(H.lognormal(seed, small.dur_median_s, small.dur_sigma, F_SPILL_DUR, n, spill, i),
-                    small.dur_min_s, small.dur_max_s)
+                    small.dur_min_s, small.dur_median_s)
         end = t + d
         gap_next = H.exponential(seed, F_SPILL_GAP, n, spill, i) * dispatch_mean_s
         parts.append(pd.DataFrame({
