@@ -11,7 +11,7 @@ what fills the pieces.
 In the lane model (cluster.py), a ``fragmentation`` incident does this on the multi-GPU lanes of its scope
 (``batch`` slices of two GPUs or more, ``distributed`` groups of whole nodes): from the first moment a lane is
 free during the incident, single-GPU jobs take the spill lanes of its GPUs -- ``magnitude`` per node, and at least
-so many that the GPUs the hit lanes leave free on a node are fewer than the pool's smallest multi-GPU request
+so many that the GPUs the hit lanes leave free on a node are fewer than the scope's smallest multi-GPU request
 (at most all of the node's but one: a piece stays free) -- one job after another while the incident lasts; the
 lane's next job, submitted as it would have been, starts once they have all ended. The spread jobs are short
 (at most the pool's median single-GPU duration) and none starts after the incident: when the change is reverted
@@ -41,12 +41,22 @@ def _hit_lanes(scen, inc, sel: pd.DataFrame) -> np.ndarray:
     return hit
 
 
+def _smallest_request(scen, inc) -> int:
+    """The smallest multi-GPU request of the incident's scope, over both pools: the spread jobs run on batch and
+    distributed nodes alike, so their queue reaches both, and a piece that fits its smallest multi-GPU request on
+    any of them is capacity it could use, not fragmentation."""
+    lanes = scen.cluster.lanes
+    lanes = lanes[lanes["pool"].isin(["batch", "distributed"])]
+    return int(lanes["gpus"].to_numpy()[_hit_lanes(scen, inc, lanes)].min())
+
+
 def _spill_gpus(scen, n: int, inc, lanes: np.ndarray, smallest: int) -> tuple[np.ndarray, np.ndarray]:
     """(host lane, spill lane) per GPU that single-GPU jobs take on the nodes of ``lanes``: ``magnitude`` per node
     (its fraction drawn per node) and at least so many that the GPUs those lanes leave free on a node are fewer
-    than ``smallest`` (the smallest multi-GPU request waiting for them), at most all but one -- a spread scheduler
-    places each small job on the node with the most free GPUs, so what stays free is ~one piece per node, never a
-    block a waiting request fits. A node's lanes fill in lane order: the free piece is on its last one."""
+    than ``smallest`` (the smallest multi-GPU request that may wait for them: :func:`_smallest_request`), at most
+    all but one -- a spread scheduler places each small job on the node with the most free GPUs, so what stays
+    free is ~one piece per node, never a block a waiting request fits. A node's lanes fill in lane order: the
+    free piece is on its last one."""
     g = scen.cluster.gpus
     spill = scen.cluster.spill_lane
     host, out = [], []
@@ -86,7 +96,7 @@ def spread_holds(scen, pool: str, sel: pd.DataFrame, L: np.ndarray, ep_start: np
         at = first_free.to_numpy() + H.exponential(scen.seed, F_SPILL_AT, n, first_free.index.to_numpy()) * dispatch_mean_s
         first_free = pd.Series(at.astype(np.int64), index=first_free.index)
         first_free = first_free[first_free < e]
-        smallest = int(sel["gpus"].to_numpy()[hit].min())  # the pool's smallest multi-GPU request in the scope
+        smallest = _smallest_request(scen, inc)
         host, spill = _spill_gpus(scen, n, inc, first_free.index.to_numpy(), smallest)
         if not len(spill):
             continue
