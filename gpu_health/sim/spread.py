@@ -50,22 +50,24 @@ def _smallest_request(scen, inc) -> int:
     return int(lanes["gpus"].to_numpy()[_hit_lanes(scen, inc, lanes)].min())
 
 
-def _spill_gpus(scen, n: int, inc, lanes: np.ndarray, smallest: int) -> tuple[np.ndarray, np.ndarray]:
-    """(host lane, spill lane) per GPU that single-GPU jobs take on the nodes of ``lanes``: ``magnitude`` per node
-    (its fraction drawn per node) and at least so many that the GPUs those lanes leave free on a node are fewer
-    than ``smallest`` (the smallest multi-GPU request that may wait for them: :func:`_smallest_request`), at most
-    all but one -- a spread scheduler places each small job on the node with the most free GPUs, so what stays
-    free is ~one piece per node, never a block a waiting request fits. A node's lanes fill in lane order: the
-    free piece is on its last one."""
+def _spill_gpus(scen, n: int, inc, first_free: pd.Series, smallest: int) -> tuple[np.ndarray, np.ndarray]:
+    """(host lane, spill lane) per GPU that single-GPU jobs take on the nodes of the lanes of ``first_free`` (when
+    each frees in the incident): ``magnitude`` per node (its fraction drawn per node) and at least so many that the
+    GPUs those lanes leave free on a node are fewer than ``smallest`` (the smallest multi-GPU request that may
+    wait for them: :func:`_smallest_request`), at most all but one -- a spread scheduler places each small job on
+    the node with the most free GPUs, so what stays free is ~one piece per node, never a block a waiting request
+    fits. The piece is on the node's first lane to free (the scheduler tops the node up to it from then on): the
+    lanes that free later fill first."""
     g = scen.cluster.gpus
     spill = scen.cluster.spill_lane
     host, out = [], []
-    rows = g[g["lane"].isin(set(lanes.tolist()))]
+    rows = g[g["lane"].isin(set(first_free.index.tolist()))]
+    rows = rows.assign(freed=rows["lane"].map(first_free).to_numpy())
     for _node, grp in rows.groupby("node_id", sort=True):
         whole = int(np.floor(inc.magnitude))
         extra = H.uniform(scen.seed, F_SPILL_N, n, int(grp["gpu_row"].min())) < inc.magnitude - whole
         c = min(len(grp) - 1, max(whole + int(extra), len(grp) - (smallest - 1)))
-        picked = grp.sort_values(["lane", "gpu_index"]).iloc[:max(c, 0)]
+        picked = grp.sort_values(["freed", "lane", "gpu_index"], ascending=False).iloc[:max(c, 0)]
         host.extend(picked["lane"].astype(int).tolist())
         out.extend(spill[picked["gpu_row"].to_numpy()].tolist())
     return np.asarray(host, dtype=np.int64), np.asarray(out, dtype=np.int64)
@@ -97,7 +99,7 @@ def spread_holds(scen, pool: str, sel: pd.DataFrame, L: np.ndarray, ep_start: np
         first_free = pd.Series(at.astype(np.int64), index=first_free.index)
         first_free = first_free[first_free < e]
         smallest = _smallest_request(scen, inc)
-        host, spill = _spill_gpus(scen, n, inc, first_free.index.to_numpy(), smallest)
+        host, spill = _spill_gpus(scen, n, inc, first_free, smallest)
         if not len(spill):
             continue
         rows, clear = _chains(scen, n, host, spill, first_free.reindex(host).to_numpy(), e, small, dispatch_mean_s)
