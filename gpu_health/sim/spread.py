@@ -11,7 +11,7 @@ what fills the pieces.
 In the lane model (cluster.py), a ``fragmentation`` incident does this on the multi-GPU lanes of its scope
 (``batch`` slices of two GPUs or more, ``distributed`` groups of whole nodes): from the first moment a lane is
 free during the incident, single-GPU jobs take the spill lanes of its GPUs -- ``magnitude`` per node, and at least
-so many that the GPUs the hit lanes leave free on a node are fewer than the scope's smallest multi-GPU request
+so many that the GPUs the hit lanes leave free on a node are fewer than its pool's smallest multi-GPU request
 (at most all of the node's but one: a piece stays free) -- one job after another while the incident lasts; the
 lane's next job, submitted as it would have been, starts once they have all ended. The spread jobs are short
 (at most the pool's median single-GPU duration) and none starts after the incident: when the change is reverted
@@ -41,12 +41,12 @@ def _hit_lanes(scen, inc, sel: pd.DataFrame) -> np.ndarray:
     return hit
 
 
-def _smallest_request(scen, inc) -> int:
-    """The smallest multi-GPU request of the incident's scope, over both pools: the spread jobs run on batch and
-    distributed nodes alike, so their queue reaches both, and a piece that fits its smallest multi-GPU request on
-    any of them is capacity it could use, not fragmentation."""
+def _smallest_request(scen, inc, pool: str) -> int:
+    """The smallest multi-GPU request of ``pool`` in the incident's scope: the spread jobs on a pool's nodes are that
+    pool's queue's (its partition's) small jobs, so a piece that fits its smallest multi-GPU request is capacity
+    that request could use, not fragmentation."""
     lanes = scen.cluster.lanes
-    lanes = lanes[lanes["pool"].isin(["batch", "distributed"])]
+    lanes = lanes[lanes["pool"] == pool]
     return int(lanes["gpus"].to_numpy()[_hit_lanes(scen, inc, lanes)].min())
 
 
@@ -98,11 +98,11 @@ def spread_holds(scen, pool: str, sel: pd.DataFrame, L: np.ndarray, ep_start: np
         at = first_free.to_numpy() + H.exponential(scen.seed, F_SPILL_AT, n, first_free.index.to_numpy()) * dispatch_mean_s
         first_free = pd.Series(at.astype(np.int64), index=first_free.index)
         first_free = first_free[first_free < e]
-        smallest = _smallest_request(scen, inc)
+        smallest = _smallest_request(scen, inc, pool)
         host, spill = _spill_gpus(scen, n, inc, first_free, smallest)
         if not len(spill):
             continue
-        rows, clear = _chains(scen, n, host, spill, first_free.reindex(host).to_numpy(), e, small, dispatch_mean_s)
+        rows, clear = _chains(scen, n, host, spill, first_free.reindex(host).to_numpy(), e, small, dispatch_mean_s, pool)
         spills.append(rows)
         # the lane's next job starts once every spill job on it has ended (and the scheduler's next pass)
         lane_clear = pd.Series(clear).groupby(host).max()
@@ -120,10 +120,11 @@ def spread_holds(scen, pool: str, sel: pd.DataFrame, L: np.ndarray, ep_start: np
 
 
 def _chains(scen, n: int, host: np.ndarray, spill: np.ndarray, t0: np.ndarray, e: int, small,
-            dispatch_mean_s: float) -> tuple[pd.DataFrame, np.ndarray]:
+            dispatch_mean_s: float, pool: str) -> tuple[pd.DataFrame, np.ndarray]:
     """The single-GPU jobs each spill lane runs from ``t0`` (one after another, a dispatch gap apart, while the
     incident lasts: a spread scheduler refills a piece as soon as it frees) and when each spill lane's last one
-    ends. Rows in build_plan's columns, submitted as they start (small requests do not wait)."""
+    ends. Rows in build_plan's columns, submitted as they start (small requests do not wait), to the queue of the
+    host lanes' ``pool`` (their partition's small jobs)."""
     seed = scen.seed
     t = t0.astype(float) + H.exponential(seed, F_SPILL_GAP, n, spill, -1) * dispatch_mean_s
     last_end = np.full(len(spill), -1.0)
@@ -141,7 +142,7 @@ def _chains(scen, n: int, host: np.ndarray, spill: np.ndarray, t0: np.ndarray, e
         parts.append(pd.DataFrame({
             "lane": spill[live], "epoch": np.int64(to_s(scen.incidents[n].start) // 86_400),
             "k": np.int64(1000 * (n + 1) + i), "start_s": t[live].astype(np.int64), "end_s": end[live].astype(np.int64),
-            "gap_s": gap_next[live], "queued": False, "dispatch_s": gap_next[live], "held_s": 0.0, "pool": "batch"}))
+            "gap_s": gap_next[live], "queued": False, "dispatch_s": gap_next[live], "held_s": 0.0, "pool": pool}))
         last_end = np.where(live, end, last_end)
         t = np.where(live, end + gap_next, t)
     return pd.concat(parts, ignore_index=True), last_end.astype(np.int64)
