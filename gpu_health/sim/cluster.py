@@ -33,6 +33,7 @@ from gpu_health.sim.hashing import stable_id, uniform
 TEAMS = ["fraud-realtime", "fraud-offline", "credit-risk", "aml-graph", "personalization", "ml-research"]
 
 _QUIRK_SEED = stable_id("collector-quirks")
+SPILL_POOL = "spill"  # the lanes' pool of the spill lanes (below): no pool's own jobs are planned on them
 
 
 @dataclass(frozen=True)
@@ -408,6 +409,17 @@ class Cluster:
                     for g in range(g0, g0 + size):
                         gpu_lane[(nid, g)] = lane
                     g0 += size
+        # spill lanes: one single-GPU slot per GPU of a multi-GPU lane, appended after every pool's lanes (the pools'
+        # lane numbers, and so every draw keyed by them, stay as they are). They hold work only while a scheduler
+        # spreads single-GPU jobs onto the free GPUs of multi-GPU slots (the ``fragmentation`` incident, jobs.py)
+        spill_of, gpus_of = {}, {}
+        for key, host in gpu_lane.items():
+            gpus_of.setdefault(host, []).append(key)
+        for lane, pool, region, sku, ti, size, _members, _multi in list(lanes):
+            if pool in ("batch", "distributed") and size >= 2:
+                for nid, g in gpus_of[lane]:
+                    spill_of[(nid, g)] = len(lanes)
+                    lanes.append((len(lanes), SPILL_POOL, region, sku, ti, 1, (nid,), False))
         self.lanes = pd.DataFrame(lanes, columns=["lane", "pool", "region", "sku", "type_idx", "gpus", "node_ids", "multi_node"])
 
         gpu_rows = []
@@ -418,6 +430,9 @@ class Cluster:
                 gpu_rows.append((region, nid, g, uuid, sku, ti, gpu_lane[(nid, g)]))
         self.gpus = pd.DataFrame(gpu_rows, columns=["region", "node_id", "gpu_index", "gpu_uuid", "sku", "type_idx", "lane"])
         self.gpus["gpu_row"] = np.arange(len(self.gpus))
+        # per GPU row, its spill lane (-1: its lane is a single GPU already)
+        self.spill_lane = np.array([spill_of.get((nid, g), -1) for nid, g in zip(self.gpus["node_id"], self.gpus["gpu_index"])],
+                                   dtype=np.int64)
         self.node_index = {nid: i for i, nid in enumerate(self.nodes["node_id"])}
         self.gpus["node_row"] = self.gpus["node_id"].map(self.node_index).to_numpy()
         self._quirks()

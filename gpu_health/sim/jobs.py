@@ -31,6 +31,7 @@ from gpu_health.sim.clock import ORIGIN, from_s, to_s  # noqa: F401  (to_s, from
 from gpu_health.sim.rollout import apply_rollout, requeue_drained
 from gpu_health.sim.rollout import lanes_on as _lanes_on
 from gpu_health.sim.scenario import Scenario
+from gpu_health.sim.spread import spread_holds
 
 MIN = 60
 DAY = 86_400
@@ -299,6 +300,8 @@ def build_plan(scen: Scenario, lo_s: int, hi_s: int) -> pd.DataFrame:
             queued = (demand(pool, regions[L], freed, spec) * growth(scen, pool, regions[L], freed)
                       > model.saturates_above) & (mult == 1.0)
             gap = np.where(queued, np.minimum(free_gap, dispatch), free_gap)
+        # fragmentation: single-GPU jobs spread onto the lane's free GPUs hold its next job (spread.py)
+        gap, held, spills = spread_holds(scen, pool, sel, L, ep_start, gap, dur, POOLS["batch"], DISPATCH_MEAN_S)
         cyc = np.cumsum(gap + dur, axis=2)
         end = ep_start + cyc
         start = end - dur
@@ -316,6 +319,10 @@ def build_plan(scen: Scenario, lo_s: int, hi_s: int) -> pd.DataFrame:
         })
         f["pool"] = pool
         frames.append(f)
+        if held is not None:  # the gap a job waited through as planned, and how long the spread jobs held it
+            f["gap_s"] = (gap - held)[keep]
+            f["held_s"] = held[keep]
+            frames.extend(x[(x["end_s"] > lo) & (x["start_s"] < hi)] for x in spills)
     plan = pd.concat(frames, ignore_index=True)
     plan = _attributes(scen, plan)
     plan = _apply_incidents(scen, plan)
@@ -326,12 +333,7 @@ def _scheduling_hit(inc, pool: str, region: np.ndarray, gpus: np.ndarray) -> np.
     """Lanes (by region / size) a scheduling incident slows down, or None if it spares the pool."""
     if inc.kind == "priority_change" and pool == "batch":
         return region == inc.region if inc.region else np.ones(len(region), bool)
-    if inc.kind == "fragmentation" and pool in ("batch", "distributed"):
-        hit = gpus >= 2
-        if inc.region:
-            hit &= region == inc.region
-        return hit
-    return None
+    return None  # (fragmentation holds multi-GPU jobs by the single-GPU jobs spread onto their lanes: spread.py)
 
 
 def incident_job_ids(scen: Scenario, n: int) -> tuple[str, ...]:
@@ -420,6 +422,9 @@ def _team_exit_wait(scen: Scenario, plan: pd.DataFrame, team_names, team_weights
             ratio = np.array([fs_ratio[team_names[i]] for i in team[m]])
             busy = busy * np.clip(ratio, 0.5, 2.0)
         w = np.where(queued, gap_s + busy, np.minimum(plan["dispatch_s"].to_numpy()[m], gap_s))
+        if "held_s" in plan:  # submitted as planned, then held while single-GPU jobs spread onto its lane (spread.py)
+            held = plan["held_s"].fillna(0.0).to_numpy()[m]
+            w = np.where(held > 0, w + held, w)
         # scheduling incidents: a job the scheduler holds back pends through the whole idle gap before it
         # (submitted when its lane freed, or earlier), so GPUs sit idle while jobs wait
         for inc in scen.incidents:

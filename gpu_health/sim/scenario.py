@@ -72,7 +72,10 @@ KINDS: dict[str, KindInfo] = {
     "driver_regression": KindInfo("software", 0.6, "probability that a job on the upgraded cohort fails within minutes", None),
     "framework_regression": KindInfo("software", 0.25, "relative step-time increase of jobs on the new framework version", None),
     "priority_change": KindInfo("scheduling", 3.0, "factor by which idle gaps and queue waits grow in the region's batch pool", "batch"),
-    "fragmentation": KindInfo("scheduling", 4.0, "factor by which multi-GPU jobs' placement gaps and waits grow", None),
+    "fragmentation": KindInfo("scheduling", 4.0, "single-GPU jobs a spreading scheduler places on each node of a free "
+                              "multi-GPU slot (at least enough that its free pieces are smaller than the smallest "
+                              "multi-GPU request, at most all its GPUs but one): the slot's next job waits until they leave "
+                              "(sim/spread.py)", None),
     "io_bottleneck": KindInfo("data_io", 0.5, "relative step-time increase from data-loader wait (storage saturated)", None),
     "network_degradation": KindInfo("network", 0.4, "relative step-time increase of multi-node jobs from gradient sync", "distributed"),
     "dummy_workload": KindInfo("gaming", 0.5, "share of the scope's batch lanes held by ~100%-util dummy jobs", "batch"),

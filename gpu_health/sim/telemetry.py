@@ -28,6 +28,7 @@ import pandas as pd
 from gpu_health.constants import CLOCKS_IDLE, THERMAL_BITS
 from gpu_health.contracts import FIVE_MINUTE_SOURCES, columns, conform
 from gpu_health.sim import hashing as H
+from gpu_health.sim.cluster import SPILL_POOL
 from gpu_health.sim.collector import collector_view, renames
 from gpu_health.sim.jobs import MODEL_STEP, POOLS, PRIORITY, SCHEDULER, build_plan, from_s, to_s
 from gpu_health.sim.scenario import Scenario
@@ -123,6 +124,15 @@ class Window:
         t = np.tile(self.m_s, G)
         lane = gpus["lane"].to_numpy()[gi]
         job = self._job_at(lane, t + 30)
+        cluster = self.scen.cluster
+        if len(self.plan) and (cluster.lanes["pool"].to_numpy()[self.plan["lane"].to_numpy()] == SPILL_POOL).any():
+            # a GPU its lane leaves free may hold a single-GPU job spread onto it (its spill lane: spread.py)
+            spill = cluster.spill_lane[gi]
+            free = np.flatnonzero((job < 0) & (spill >= 0))
+            small = self._job_at(spill[free], t[free] + 30)
+            on = free[small >= 0]
+            lane, job = lane.copy(), job.copy()
+            lane[on], job[on] = spill[on], small[small >= 0]
         self._grid = {"gi": gi, "t": t, "lane": lane, "job": job}
         return self._grid
 
@@ -296,7 +306,9 @@ class Window:
         # a failing job leaves its Xid on the lane's first GPU in its last minute
         end_s = plan["end_s"].to_numpy()[jj]
         xid_end = plan["xid_on_end"].to_numpy()[jj]
-        first_gpu = gpus.groupby("lane")["gpu_row"].min().reindex(np.arange(len(lanes_df))).to_numpy()
+        first_gpu = gpus.groupby("lane")["gpu_row"].min().reindex(np.arange(len(lanes_df))).to_numpy().copy()
+        spill = scen.cluster.spill_lane
+        first_gpu[spill[spill >= 0]] = np.flatnonzero(spill >= 0)  # a spill lane's one GPU
         last_min = has & (end_s >= t) & (end_s < t + 90) & (xid_end > 0) & (gi == first_gpu[g["lane"]])
         xid = np.where(last_min, xid_end, xid)
         xid = self._driver_fault_xids(xid)
