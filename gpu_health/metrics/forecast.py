@@ -9,8 +9,8 @@ Pure pandas / numpy / scikit-learn (no Dagster, no warehouse). Four parts:
   backlog by construction: ``min(idle, pending)``). Demand is what users asked for, not what the cluster could run:
   a cluster at capacity still shows its growth, in the queue.
 * **Forecasts** (:func:`forecast`): three methods, each with 80 % prediction intervals (p10 / p90) taken from the
-  split-conformal quantile of its own absolute past forecast errors on rolling origins of the series' history (no distributional
-  assumption), and the method a series uses is the one with the lower MASE on that backtest
+  split-conformal quantile of its own absolute past forecast errors on rolling origins of the series' history (no
+  distributional assumption), and the method a series uses is the one with the lower MASE on that backtest
   (:func:`choose_method`): ``seasonal_naive`` (the last week repeated: the benchmark MASE is scaled by),
   ``dow_level`` (each weekday's mean over the last four weeks: seasonal-naive with its noise averaged) and
   ``dow_trend`` (ordinary least squares on a linear trend plus day-of-week effects over the last
@@ -544,8 +544,8 @@ def forecast(y: pd.Series, *, horizon: int = HORIZON_DAYS, method: str | None = 
 
     p50 is the method's point forecast; p10 / p90 bound its 80 % interval: p50 -/+ the conformal quantile of its
     past absolute errors (:func:`interval_offsets`: the 80th percentile on a series whose past intervals held,
-    further out on one whose did not; relative to the level then, :func:`past_errors`) times today's level. Demand is never
-    negative: every quantile is clipped at 0.
+    further out on one whose did not; relative to the level then, :func:`past_errors`) times today's level.
+    Demand is never negative: every quantile is clipped at 0.
     """
     cols = ["date", "horizon_days", "method", "p10", "p50", "p90", "selection", "mase_ratio", "p025", "p975"]
     y = y.dropna()
