@@ -3,7 +3,7 @@
 Given leaves -- one row per combination of dimension values (region, node,
 sku, driver_version, ...) with a measure observed (``actual``) and expected
 (``expected``), e.g. GPU-minutes in one loss state -- find every set of
-leaves (a dimension value, or an intersection of two or three) that moved
+leaves (a dimension value, or an intersection of any number of them) that moved
 together beyond the leaves' noise: the root causes.
 
 A ratio KPI (failure rate, a state's share of paid GPU-minutes, queue wait per
@@ -27,7 +27,9 @@ RiskLoc, 2022 -- remove a found cause and search again; no code of theirs):
    most leaves moved alike: a change spread evenly over the leaves is no
    cause, whatever its size.
 2. Each leaf's noise: ``s**2 * (level**2 + kappa * level)`` (relative and
-   counting noise), fitted robustly on the leaves (:func:`_noise_variance`).
+   counting noise), fitted robustly on the leaves (:func:`_noise_variance`);
+   a leaf that more than doubled is judged at half what it carries, so a leaf
+   grown from a near-zero forecast stays within a bounded number of sigmas.
 3. A set's score ``G = (sum w level dev)**2 / sum w level**2`` (``w``: the
    inverse noise variance) is the squared z of the set's common move under the
    ripple model (every leaf of a cause moves by the same factor). It is
@@ -49,8 +51,11 @@ RiskLoc, 2022 -- remove a found cause and search again; no code of theirs):
    yet reach when their deviations are shuffled across them
    (:func:`_shuffled_max`), unless the leaves outside it show no deviation at
    all. This is the noise test on the data's own deviations: heavy tails and
-   clusters of odd leaves are in it. When the best candidates fail it, what
-   is left is noise and the search stops.
+   clusters of odd leaves are in it. A single leaf (one of its own shuffled
+   values) must instead beat what the largest of the other leaves reaches by
+   noise alone, from the tail of their deviations (:func:`_single_leaf_bar`).
+   When the best candidates fail it, what is left is noise and the search
+   stops.
 6. The cause's leaves are removed and the search repeats (``max_causes`` at
    most): later causes are measured on leaves not attributed yet, so
    explanatory powers add up and never count a GPU-minute twice.
@@ -87,7 +92,7 @@ import pandas as pd
 from gpu_health.codes import factorize
 from gpu_health.diagnosis.drilldown_stats import (_Cells, _cuboids, _group, _js, _Lattice, _lattice, _LeafStats,
                                                   _Leaves, _noise_variance, _numbers, _score_cells, _shares,
-                                                  _shuffled_max, _typical_move)
+                                                  _shuffled_max, _single_leaf_bar, _typical_move)
 
 UNKNOWN = "unknown"
 # Default cap on causes: the stop rule (no candidate beyond noise) ends the
@@ -185,7 +190,7 @@ def drill_down(
     expected: str = "expected",
     *,
     max_causes: int = MAX_CAUSES,
-    max_combination: int = 3,
+    max_combination: int | None = None,
     min_explanatory_power: float = 0.0,
     min_excess: float = 0.0,
     combination_penalty: float = 0.1,
@@ -206,7 +211,7 @@ def drill_down(
 
     - ``max_causes``: at most this many causes (the stop rule usually ends
       the search before: it stops when no candidate stands out from noise).
-    - ``max_combination``: largest number of dimensions in one cause.
+    - ``max_combination``: largest number of dimensions in one cause (None: all).
     - ``min_explanatory_power``: smallest share of the net change, in size,
       a cause may carry (0: any share; causes moving against the net count).
     - ``min_excess``: smallest common move of a cause's leaves beyond the
@@ -229,7 +234,8 @@ def drill_down(
     :data:`MIN_LEAF_Z`), no share or size floor (``min_explanatory_power`` =
     ``min_excess`` = 0: a cause is judged by its own deviation against
     noise), ``max_causes`` = 5 (a bound on time and alert length; the stop
-    rule ends the search first), ``max_combination`` = 3 and
+    rule ends the search first), ``max_combination`` = None (a cause may
+    span every dimension, down to a single leaf) and
     ``combination_penalty`` = 0.1. The same set scores Squeeze's B0
     and RobustSpot's RS in ``bench/bench_rca.py`` (docs/rca.md).
     """
@@ -264,7 +270,7 @@ class LeafSet:
     def leaves(self, measures: np.ndarray, ratio: bool) -> _Leaves:
         return _leaves_of(self.dimensions, self.codes, self.labels, self.cards, self.inverse, measures, ratio)
 
-    def lattice(self, leaves: _Leaves, max_combination: int) -> _Lattice:
+    def lattice(self, leaves: _Leaves, max_combination: int | None) -> _Lattice:
         if max_combination not in self._lattices:
             self._lattices[max_combination] = _lattice(leaves, _cuboids(leaves, max_combination))
         return self._lattices[max_combination]
@@ -278,7 +284,7 @@ def drill_down_codes(
     actual_base: np.ndarray | None = None,
     expected_base: np.ndarray | None = None,
     max_causes: int = MAX_CAUSES,
-    max_combination: int = 3,
+    max_combination: int | None = None,
     min_explanatory_power: float = 0.0,
     min_excess: float = 0.0,
     combination_penalty: float = 0.1,
@@ -303,7 +309,7 @@ def drill_down_codes(
 
 
 def _check_parameters(max_causes, max_combination, combination_penalty, actual_base, expected_base) -> None:
-    if max_causes < 1 or max_combination < 1:
+    if max_causes < 1 or (max_combination is not None and max_combination < 1):
         raise ValueError("max_causes and max_combination must be at least 1")
     if not 0 <= combination_penalty < 1:
         raise ValueError("combination_penalty must be in [0, 1)")
@@ -311,7 +317,7 @@ def _check_parameters(max_causes, max_combination, combination_penalty, actual_b
         raise ValueError("a ratio needs both actual_base and expected_base (or neither)")
 
 
-def _drill(leaves: _Leaves, *, max_causes: int, max_combination: int, min_explanatory_power: float,
+def _drill(leaves: _Leaves, *, max_causes: int, max_combination: int | None, min_explanatory_power: float,
            min_excess: float, combination_penalty: float, alpha: float, smoothing: float,
            min_leaf_z: float, lattice=None) -> list[Cause]:
     """The search of :func:`drill_down` (module docstring, steps 1-6) on prepared leaves (``lattice``: a
@@ -343,7 +349,12 @@ def _drill(leaves: _Leaves, *, max_causes: int, max_combination: int, min_explan
     dev = np.where(informative, d - center * level, 0.0)
     if float(np.abs(dev).sum()) <= 1e-9 * scale:
         return []
-    variance = _noise_variance(dev, level, informative)
+    # an additive leaf's noise scale: the larger of its forecast and half its actual -- a leaf grown from a
+    # near-zero forecast has its relative deviation bounded by 2 (the symmetric relative deviation's bound), not
+    # exploding; moves up to a doubling keep the forecast's scale. Ratios: already at their observed volume.
+    noise_level = level if leaves.volume is not None else np.where(
+        informative & expected_somewhere, np.maximum(0.5 * np.abs(a), level), level)
+    variance = _noise_variance(dev, noise_level, informative)
     if leaves.sampling is not None:
         variance = variance + leaves.sampling
     # dev = _tempered(dev, variance, informative)
@@ -555,11 +566,17 @@ def _select(
         found = _widest(leaves, stats, alive, cuboid, cell, g, move, min_z, min_leaf_z)
         if null_round is None:
             return found
-        # noise: what the leaves not attributed yet reach when shuffled; a set
-        # whose siblings show no deviation at all is beyond any noise
-        if bar is None:
-            bar = _shuffled_max(lattice, stats, alive, null_round)
-        if found[2] > bar**2 or not stats.x[alive & ~found[3]].any():
+        # noise: what the leaves not attributed yet reach when shuffled (a single leaf of an additive measure:
+        # _single_leaf_bar; a ratio's, its sampling noise one-sided near a rate of 0 or 1, stays held to the
+        # shuffled bar); a set whose siblings show no deviation at all is beyond any noise
+        outside = alive & ~found[3]
+        if leaves.volume is None and int((found[3] & stats.informative).sum()) == 1:
+            passed = found[2] > _single_leaf_bar(stats, outside, move)
+        else:
+            if bar is None:
+                bar = _shuffled_max(lattice, stats, alive, null_round)
+            passed = found[2] > bar**2
+        if passed or not stats.x[outside].any():
             return found
         tested += 1
         if tested >= _NULL_CHECKS:

@@ -41,8 +41,8 @@ def _numbers(frame: pd.DataFrame, column: str) -> np.ndarray:
     return np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)
 
 
-def _cuboids(leaves: _Leaves, max_combination: int) -> list[tuple[int, ...]]:
-    """Cuboids up to ``max_combination`` dimensions, without ones that repeat a coarser cuboid.
+def _cuboids(leaves: _Leaves, max_combination: int | None) -> list[tuple[int, ...]]:
+    """Cuboids up to ``max_combination`` dimensions (None: all), without ones that repeat a coarser cuboid.
 
     A pair where one dimension determines the other (every value of one maps
     to a single value of the other, constant dimensions included) makes any
@@ -61,7 +61,7 @@ def _cuboids(leaves: _Leaves, max_combination: int) -> list[tuple[int, ...]]:
         if cells == present[i] or cells == present[j]:
             dependent.add((i, j))
     result = []
-    for size in range(1, min(max_combination, k) + 1):
+    for size in range(1, min(max_combination or k, k) + 1):
         for cuboid in combinations(range(k), size):
             if size > 1 and any(pair in dependent for pair in combinations(cuboid, 2)):
                 continue
@@ -133,6 +133,11 @@ _NOISE_FLOOR = 1e-6
 # seed that makes the answer reproducible.
 _SHUFFLES = 9
 _SHUFFLE_SEED = 20_190_901
+# _single_leaf_bar: a single leaf is named when noise alone would reach its deviation in one frame of a thousand
+# (a false-alarm budget per test: a search makes a few such tests), judged on the leaves' tail beyond their
+# 1 % largest, at least 20 leaves (fewer fit no tail).
+_SINGLE_LEAF_ALARM = 1e-3
+_TAIL_LEAVES = 20
 
 
 @dataclass
@@ -335,7 +340,8 @@ def _shuffled_max(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, round
     bound assumes normal noise. The largest of ``K`` null maxima exceeds the
     null's ``1 - 1/(K+1)`` quantile: with ``K = 9`` a frame of noise alone
     shows a set above the bar about one time in ten (Bonferroni's bound, at
-    ``alpha``, applies as well).
+    ``alpha``, applies as well). A single leaf is not judged here (its own
+    deviation is one of the shuffled values): :func:`_single_leaf_bar`.
     """
     rows = np.flatnonzero(alive & stats.informative)
     if rows.size < 2:
@@ -359,3 +365,29 @@ def _shuffled_max(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, round
     sh = lattice.members @ weight
     present = sh > 0
     return float(np.sqrt(max(0.0, float((peak[present] ** 2 / sh[present]).max()))))
+
+
+def _single_leaf_bar(stats: _LeafStats, outside: np.ndarray, move: float) -> float:
+    """The bar (squared sigmas) a single leaf must clear: what the largest of the ``N`` leaves outside it reaches
+    by noise alone, but for one frame in ``1 / _SINGLE_LEAF_ALARM``.
+
+    Shuffling cannot test one leaf: its deviation is one of the shuffled values, so the largest leaf always
+    stands out from the rest, noise or not. A single leaf is instead one of ``N`` comparisons: the tail of the
+    leaves' own squared deviations is fitted (the ``k`` largest, ``k`` = 1 % of the leaves and at least
+    ``_TAIL_LEAVES``, beyond the next one, ``t``: exponential excesses, the tail of a normal's or any
+    light-tailed noise's square, their scale ``beta`` from the median excess, so that a few causes among them do
+    not move it) and the bar is where ``k`` such leaves exceed it with probability ``_SINGLE_LEAF_ALARM``:
+    ``t + beta ln(k / alarm)``. Wider tails widen ``beta`` and raise the bar, though a power-law tail is
+    underestimated by an exponential fit; the leaves that moved against ``move`` (noise moves leaves both ways
+    alike, a cause one way) show what noise reached, so the bar is never below their largest.
+    """
+    rows = np.flatnonzero(outside & stats.informative)
+    u2 = stats.x[rows] ** 2 / stats.h[rows]
+    k = max(_TAIL_LEAVES, rows.size // 100)
+    if rows.size < 2 * k:
+        return np.inf  # too few leaves to tell the tail of their noise: a single leaf is not named
+    top = np.sort(u2)[-(k + 1):]
+    beta = float(np.median(top[1:] - top[0])) / np.log(2.0)
+    bar = float(top[0]) + beta * np.log(k / _SINGLE_LEAF_ALARM)
+    opposite = u2[stats.x[rows] * move < 0]
+    return max(bar, float(opposite.max()) if opposite.size else 0.0)
