@@ -14,7 +14,8 @@ deploy_regression   software     a change event's cohort worse than the rest in 
                                  before; or that excess of failures (2+) with the GPUs' witness: jobs on
                                  2+ changed nodes reporting GPU-stack Xids more than the changed nodes'
                                  share of the busy GPU-/job-minutes (exact binomial rate-ratio test);
-                                 or step time over baseline (Mann-Whitney cohort judge + effect floor)
+                                 or step time over baseline of 2+ of a release's jobs (Mann-Whitney
+                                 cohort judge + effect floor, the rate spent since its first job)
 ==================  ===========  =====================================================================
 
 Hung trainers (``training_stall``) are software too: gpu_health.diagnosis.detectors.stalls.
@@ -55,6 +56,11 @@ DEPLOY_WINDOW = pd.Timedelta(minutes=30)
 # false-alarm rate before the wave's second partition (the same minutes still bound the rate ratio)
 OWN_HOUR = pd.Timedelta(hours=1)
 STEP_EFFECT_FLOOR = 0.10  # a step-time regression worth a page is 10 % slower than the old version's cohort
+# a release's step times are judged once two of its jobs report (and two others in the same minutes): a job's minutes
+# share its data, node and code, so one job slower than the rest is that job's (as one node failing its jobs is that
+# node's), and a release's regression shows on every job that runs it. How many minutes is the rank test's to say:
+# with too few it cannot reach the look's false-alarm rate, with a few of two jobs well apart it can
+MIN_RELEASE_JOBS = 2
 
 
 def detect_deploys(ctx: PartitionContext) -> list[Finding]:
@@ -442,12 +448,12 @@ def _framework_cohort(ctx: PartitionContext, ev, since, alpha: float | None = No
     rows["ratio"] = rows["step_time_s"] / rows["base"]
     new = rows[rows["framework_version"] == ev.to_version]
     old = rows[rows["framework_version"] != ev.to_version]
-    if len(new) < 8 or len(old) < 8:
+    if new["job_id"].nunique() < MIN_RELEASE_JOBS or old["job_id"].nunique() < MIN_RELEASE_JOBS:
         return None
     if alpha is None:  # (here, once there is a cohort to judge: the scheduler scan costs every look otherwise)
         alpha = _alpha(ctx, _first_adoption(ctx, ev))
     v = judge_cohorts(new, old, metric="ratio", time_col="ts", higher_is_worse=True, effect_floor=STEP_EFFECT_FLOOR,
-                      alpha=alpha, start=since)
+                      alpha=alpha, start=since, min_samples=MIN_RELEASE_JOBS)
     if v.verdict != REGRESSION:
         return None
     region = new["region"].mode().iloc[0] if new["region"].nunique() == 1 else "*"
