@@ -28,13 +28,17 @@ def release_context(announced: pd.Timestamp, first_start: pd.Timestamp, *, new_j
          "data_loader_time_s": 0.0, "grad_sync_time_s": 0.0, "checkpoint_time_s": 0.0, "loss": 1.0,
          "last_checkpoint_step": 900} for m in minutes for n in NODES if f"job-{n}" not in new or m in new_minutes],
         columns=columns("job_runtime_metrics")), "job_runtime_metrics")
-    meta = pd.DataFrame({"job_id": [f"job-{n}" for n in NODES], "team": "t1", "workload_class": "distributed",
-                         "model_type": "llm",
-                         "framework_version": ["torch-2.14.0" if f"job-{n}" in new else "torch-2.13.0" for n in NODES]})
+    # (and one more job on the release, submitted with the first and still waiting in the queue: it has run nothing)
+    meta = pd.DataFrame({"job_id": [f"job-{n}" for n in NODES] + ["job-queued"], "team": "t1",
+                         "workload_class": "distributed", "model_type": "llm",
+                         "framework_version": ["torch-2.14.0" if f"job-{n}" in new else "torch-2.13.0" for n in NODES]
+                         + ["torch-2.14.0"]})
     starts = [(f"job-{n}", first_start + i * EV.MIN if f"job-{n}" in new else EV.T0 - 3 * 60 * EV.MIN)
               for i, n in enumerate(NODES)]
     sched = pd.DataFrame([{"event_id": f"s-{j}", "ts": ts, "job_id": j, "event": "started", "scheduler": "slurm",
-                           "node_ids": j.removeprefix("job-"), "exit_state": None, "reason": None} for j, ts in starts])
+                           "node_ids": j.removeprefix("job-"), "exit_state": None, "reason": None} for j, ts in starts]
+                         + [{"event_id": "q", "ts": first_start, "job_id": "job-queued", "event": "submitted",
+                             "scheduler": "slurm", "node_ids": None, "exit_state": None, "reason": None}])
     sched = conform(sched.sort_values("ts", kind="stable").reset_index(drop=True), "scheduler_events")
     changes = pd.DataFrame([{"event_id": "chg-fw", "ts": announced, "kind": "framework_release", "scope": "t1",
                              "from_version": "torch-2.13.0", "to_version": "torch-2.14.0", "description": "torch"}])

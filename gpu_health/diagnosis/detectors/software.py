@@ -27,8 +27,8 @@ import pandas as pd
 
 from gpu_health.constants import MINUTE, PARTITION, XID_SOFTWARE_RESET, CauseFamily
 from gpu_health.diagnosis.cohort import REGRESSION, judge_cohorts
-from gpu_health.diagnosis.context import (DEPLOY_LOOKBACK, GPU_SOFTWARE_REASON, PartitionContext, _gpu_codes,
-                                          _leaf_rows, _scope_nodes, _ts_slice, job_runs)
+from gpu_health.diagnosis.context import (_RUN_ENDS, DEPLOY_LOOKBACK, GPU_SOFTWARE_REASON, PartitionContext,
+                                          _gpu_codes, _leaf_rows, _scope_nodes, _ts_slice, job_runs)
 from gpu_health.diagnosis.finding import Detector, Finding, margin_of
 
 
@@ -124,8 +124,11 @@ def _first_adoption(ctx: PartitionContext, ev) -> pd.Timestamp:
     if started.empty or started["ts"].min() <= ev.ts:
         return ev.ts
     rt = ctx.runtime
-    seen = set(job[mine]) | (set(rt["job_id"].astype(object)) & jobs if rt is not None and "job_id" in rt.columns else set())
-    if seen - set(started["job_id"].astype(object)):  # (a run on it older than the look-back)
+    # a run on it older than the look-back: one that ends in it, or reports steps, without a start in it (a job
+    # waiting in the queue has run nothing)
+    ends = mine & s["event"].isin(_RUN_ENDS).to_numpy(dtype=bool, na_value=False)
+    seen = set(job[ends]) | (set(rt["job_id"].astype(object)) & jobs if rt is not None and "job_id" in rt.columns else set())
+    if seen - set(started["job_id"].astype(object)):
         return ev.ts
     return started["ts"].min()
 
