@@ -105,8 +105,8 @@ def _first_adoption(ctx: PartitionContext, ev) -> pd.Timestamp:
     cron's next run): until a job on it has started, its cohort has no step to judge and no look could page, so an
     hour between announcement and adoption must not cost the first jobs on it a twelfth of the rate. The
     announcement itself wherever that cannot be told: no job on it started in the scheduler's look-back (which
-    holds every start since the announcement), or one did before the announcement, or a job on it reports steps
-    with no start in the look-back (its minutes may have been judged at every look since)."""
+    holds every start since the announcement), or one did before the announcement, or a run on it ends or reports
+    steps with no start in the look-back (its minutes may have been judged at every look since)."""
     s, m = ctx.sched, ctx.meta
     if s is None or not len(s) or m is None or m.empty or not {"job_id", "framework_version"} <= set(m.columns):
         return ev.ts
