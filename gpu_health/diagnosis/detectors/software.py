@@ -14,7 +14,8 @@ deploy_regression   software     a change event's cohort worse than the rest in 
                                  before; or that excess of failures (2+) with the GPUs' witness: jobs on
                                  2+ changed nodes reporting GPU-stack Xids more than the changed nodes'
                                  share of the busy GPU-/job-minutes (exact binomial rate-ratio test);
-                                 or step time over baseline (Mann-Whitney cohort judge + effect floor)
+                                 or step time over baseline of 2+ of a release's jobs (Mann-Whitney
+                                 cohort judge + effect floor, the rate spent since its first job)
 ==================  ===========  =====================================================================
 
 Hung trainers (``training_stall``) are software too: gpu_health.diagnosis.detectors.stalls.
@@ -26,8 +27,8 @@ import pandas as pd
 
 from gpu_health.constants import MINUTE, PARTITION, XID_SOFTWARE_RESET, CauseFamily
 from gpu_health.diagnosis.cohort import REGRESSION, judge_cohorts
-from gpu_health.diagnosis.context import (DEPLOY_LOOKBACK, GPU_SOFTWARE_REASON, PartitionContext, _gpu_codes,
-                                          _leaf_rows, _scope_nodes, _ts_slice, job_runs)
+from gpu_health.diagnosis.context import (_RUN_ENDS, DEPLOY_LOOKBACK, GPU_SOFTWARE_REASON, PartitionContext,
+                                          _gpu_codes, _leaf_rows, _scope_nodes, _ts_slice, job_runs)
 from gpu_health.diagnosis.finding import Detector, Finding, margin_of
 
 
@@ -55,6 +56,11 @@ DEPLOY_WINDOW = pd.Timedelta(minutes=30)
 # false-alarm rate before the wave's second partition (the same minutes still bound the rate ratio)
 OWN_HOUR = pd.Timedelta(hours=1)
 STEP_EFFECT_FLOOR = 0.10  # a step-time regression worth a page is 10 % slower than the old version's cohort
+# a release's step times are judged once two of its jobs report (and two others in the same minutes): a job's minutes
+# share its data, node and code, so one job slower than the rest is that job's (as one node failing its jobs is that
+# node's), and a release's regression shows on every job that runs it. How many minutes is the rank test's to say:
+# with too few it cannot reach the look's false-alarm rate, with a few of two jobs well apart it can
+MIN_RELEASE_JOBS = 2
 
 
 def detect_deploys(ctx: PartitionContext) -> list[Finding]:
@@ -78,7 +84,7 @@ def detect_deploys(ctx: PartitionContext) -> list[Finding]:
         if ev.kind in NODE_CHANGE_KINDS:
             f = _node_cohort_failures(ctx, ev)
         elif ev.kind == "framework_release" and pd.notna(ev.to_version):
-            f = _framework_cohort(ctx, ev, max(ev.ts, ctx.end - DEPLOY_WINDOW), _alpha(ctx, ev.ts))
+            f = _framework_cohort(ctx, ev, max(ev.ts, ctx.end - DEPLOY_WINDOW))
         else:
             continue
         if f is not None:
@@ -91,6 +97,40 @@ def _alpha(ctx: PartitionContext, first_look: pd.Timestamp) -> float:
     the rate is spent over the looks since ``first_look`` (Bonferroni), so a benign deploy does not page by chance
     hours later; a real regression shows in the first looks, where the bar is highest."""
     return FAILURE_P / max(1, int(np.ceil((ctx.end - first_look) / PARTITION)))
+
+
+def _first_adoption(ctx: PartitionContext, ev) -> pd.Timestamp:
+    """When the first job on a framework release started: the first look that could judge it, from which the looks
+    spend the false-alarm rate. A release is announced once and adopted job by job (a team's next submissions, a
+    cron's next run): until a job on it has started, its cohort has no step to judge and no look could page, so an
+    hour between announcement and adoption must not cost the first jobs on it a twelfth of the rate. The
+    announcement itself wherever that cannot be told: no job on it started in the scheduler's look-back (which
+    holds every start since the announcement), or one did before the announcement, or a run on it ends or reports
+    steps with no start in the look-back (its minutes may have been judged at every look since)."""
+    s, m = ctx.sched, ctx.meta
+    if s is None or not len(s) or m is None or m.empty or not {"job_id", "framework_version"} <= set(m.columns):
+        return ev.ts
+    key = ("jobs", ev.to_version)
+    if ctx.prepared is not None and ctx.prepared.meta is m and key in ctx.prepared.lookups:
+        jobs = ctx.prepared.lookups[key]
+    else:
+        jobs = frozenset(m.loc[(m["framework_version"] == ev.to_version).to_numpy(dtype=bool, na_value=False),
+                               "job_id"].astype(object))
+        if ctx.prepared is not None and ctx.prepared.meta is m:
+            ctx.prepared.lookups[key] = jobs
+    job = s["job_id"].astype(object)
+    mine = job.isin(jobs).to_numpy(dtype=bool)
+    started = s.loc[mine & s["event"].eq("started").to_numpy(dtype=bool, na_value=False)]
+    if started.empty or started["ts"].min() <= ev.ts:
+        return ev.ts
+    rt = ctx.runtime
+    # a run on it older than the look-back: one that ends in it, or reports steps, without a start in it (a job
+    # waiting in the queue has run nothing)
+    ends = mine & s["event"].isin(_RUN_ENDS).to_numpy(dtype=bool, na_value=False)
+    seen = set(job[ends]) | (set(rt["job_id"].astype(object)) & jobs if rt is not None and "job_id" in rt.columns else set())
+    if seen - set(started["job_id"].astype(object)):
+        return ev.ts
+    return started["ts"].min()
 
 
 NODE_CHANGE_KINDS = ("driver_upgrade", "kernel_upgrade", "firmware_update")
@@ -378,7 +418,9 @@ def _failure_test(ctx: PartitionContext, ev, runs: pd.DataFrame, failed: np.ndar
                             f"{ev.event_id}{later}; top reasons: " + "; ".join(f"{k} ({v})" for k, v in reasons.items()) + xids)
 
 
-def _framework_cohort(ctx: PartitionContext, ev, since, alpha: float = FAILURE_P) -> Finding | None:
+def _framework_cohort(ctx: PartitionContext, ev, since, alpha: float | None = None) -> Finding | None:
+    """A framework release's jobs' step times against the other jobs' in the same minutes since ``since``, at
+    ``alpha`` (None: the rate of this look among those since its first job started, ``_first_adoption``)."""
     rt = ctx.runtime[(ctx.runtime["ts"] >= since) & (ctx.runtime["ts"] < ctx.end) & (ctx.runtime["steps"] > 0)]
     if rt.empty or ctx.meta is None or ctx.meta.empty or ctx.baselines is None or ctx.baselines.empty:
         return None
@@ -409,10 +451,12 @@ def _framework_cohort(ctx: PartitionContext, ev, since, alpha: float = FAILURE_P
     rows["ratio"] = rows["step_time_s"] / rows["base"]
     new = rows[rows["framework_version"] == ev.to_version]
     old = rows[rows["framework_version"] != ev.to_version]
-    if len(new) < 8 or len(old) < 8:
+    if new["job_id"].nunique() < MIN_RELEASE_JOBS or old["job_id"].nunique() < MIN_RELEASE_JOBS:
         return None
+    if alpha is None:  # (here, once there is a cohort to judge: the scheduler scan costs every look otherwise)
+        alpha = _alpha(ctx, _first_adoption(ctx, ev))
     v = judge_cohorts(new, old, metric="ratio", time_col="ts", higher_is_worse=True, effect_floor=STEP_EFFECT_FLOOR,
-                      alpha=alpha, start=since)
+                      alpha=alpha, start=since, min_samples=MIN_RELEASE_JOBS)
     if v.verdict != REGRESSION:
         return None
     region = new["region"].mode().iloc[0] if new["region"].nunique() == 1 else "*"
