@@ -18,13 +18,14 @@ P0 = pd.Timestamp("2026-11-03T08:00:00Z")
 FIVE = pd.Timedelta(minutes=5)
 
 
-def _run(plan: dict[int, list[Finding]], partitions: int) -> pd.DataFrame:
-    """Alert snapshots of ``partitions`` partitions from P0; ``plan``: partition index -> its findings."""
+def _run(plan: dict[int, list[Finding]], partitions: int, changes: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Alert snapshots of ``partitions`` partitions from P0; ``plan``: partition index -> its findings; ``changes``:
+    the change_events rows the step reads (none by default)."""
     prev, memory, out = A.empty(), {}, []
     for i in range(partitions):
         p = P0 + i * FIVE
-        snap = A.step(prev, [_copy(f) for f in plan.get(i, [])], p, rates={"us-east": 2.0}, changes=pd.DataFrame(),
-                      recent=memory)
+        snap = A.step(prev, [_copy(f) for f in plan.get(i, [])], p, rates={"us-east": 2.0},
+                      changes=pd.DataFrame() if changes is None else changes, recent=memory)
         A.remember(memory, snap, p + FIVE)
         out.append(snap)
         prev = snap
@@ -86,6 +87,20 @@ def test_the_same_driver_deployed_again_after_its_alert_resolved_pages_again():
                        lost_gpu_minutes=40.0, summary="Job failures after a driver upgrade", evidence="Fisher p=1e-6")
     again = _run({**_episodes([0], driver("chg-7", ["n1", "n2"])), **_episodes([30], driver("chg-9", ["n5", "n6"]))}, 36)
     assert len(_pages(again)) == 2
+
+
+def test_the_same_release_made_again_after_its_alert_resolved_pages_again():
+    """torch-2.14.0 went to one team (chg-7), paged and was rolled back (its alert resolved); later chg-9 releases
+    the same version to every team and its jobs run slow: a new deploy to roll back, a new page. Its lingering jobs
+    under an event made before the rollback stay the first alert's (the test above)."""
+    changes = pd.DataFrame({"event_id": ["chg-7", "chg-9"], "ts": [P0 - FIVE, P0 + 29 * FIVE],
+                            "kind": "framework_release", "scope": "*", "from_version": "2.13.1",
+                            "to_version": "2.14.0", "description": "release"})
+    again = _run({**_episodes([0], _deploy()), **_episodes([30], _deploy(event="chg-9", team="ads,vision"))}, 36,
+                 changes)
+    assert len(_pages(again)) == 2
+    before = changes.assign(ts=[P0 - FIVE, P0])  # chg-9 made before chg-7's alert resolved
+    assert len(_pages(_run({**_episodes([0], _deploy()), **_episodes([30], _deploy(event="chg-9"))}, 36, before))) == 1
 
 
 def test_another_change_and_version_pages_as_a_new_alert():

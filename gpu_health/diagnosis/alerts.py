@@ -133,7 +133,7 @@ def _describe(f: Finding, follows: str | None, history: dict | None = None) -> s
     return " ".join(parts) + _history_text(history)
 
 
-def _same_cause(f: Finding, r: dict) -> bool:
+def _same_cause(f: Finding, r: dict, changed_at: dict | None = None) -> bool:
     """Whether finding ``f`` is the cause alert row ``r`` was raised for: the same detector and the same change
     event (its key names it), else the same version cohort (for a node change: while that alert still fires), else an overlapping team, else overlapping nodes (the
     identity of region-keyed detectors, whose key names only the region). A finding and an alert that both name a
@@ -144,9 +144,14 @@ def _same_cause(f: Finding, r: dict) -> bool:
         return True
     # another change event putting the same version on nodes again after that alert resolved is a new deploy (the
     # earlier one was rolled back or cleared): its own change to roll back, its own page; while the alert still
-    # fires it is the same rollout going on. (A release without nodes -- a framework for a team -- is its version.)
-    if f.change_event is not None and f.nodes and r["status"] == "resolved":
-        return False
+    # fires it is the same rollout going on. A release without nodes (a framework for a team) is its version --
+    # jobs that adopted it before its rollback run slow for hours under other events of it -- unless the event was
+    # made after that alert resolved (``changed_at``: event id -> its time): a release of the version again, after
+    # the rollback, is a new deploy like any other.
+    if f.change_event is not None and r["status"] == "resolved":
+        made = (changed_at or {}).get(f.change_event)
+        if f.nodes or (made is not None and pd.notna(r.get("resolved_at")) and made >= pd.Timestamp(r["resolved_at"])):
+            return False
     scope = json.loads(r["scope"])
     if f.cohort and scope.get("cohort"):
         return f.cohort == scope["cohort"]
@@ -208,11 +213,13 @@ def step(prev: pd.DataFrame, findings: list[Finding], start: pd.Timestamp, *, ra
     rows = []
     used_ids = set(open_prev["alert_id"]) if len(open_prev) else set()
     latest = _recent_changes(changes, end) if merged and changes is not None and len(changes) else None
+    changed_at = dict(zip(changes["event_id"], pd.to_datetime(changes["ts"], utc=True))) if (
+        merged and changes is not None and len(changes) and "event_id" in changes) else {}
     for key, f in merged.items():
         rate = rates.get(f.region, rates.get("*", 0.0))
         usd_h = f.lost_gpu_minutes / 5.0 * rate  # lost GPU-minutes per 5 min -> GPU-hours per hour x USD per GPU-hour
         follows = _follows(changes, f, end, inventory_nodes or {}, latest)
-        old = by_key.pop(key, None) or _reopen(f, recent, start, used_ids)
+        old = by_key.pop(key, None) or _reopen(f, recent, start, used_ids, changed_at)
         if old is not None:
             r = dict(old)
             old_scope = json.loads(r["scope"])
@@ -274,13 +281,13 @@ def _margin_cell(f: Finding, severity: str) -> float:
     return float(m) if m is not None else np.nan
 
 
-def _reopen(f: Finding, recent: dict | None, start: pd.Timestamp, used: set) -> dict | None:
+def _reopen(f: Finding, recent: dict | None, start: pd.Timestamp, used: set, changed_at: dict | None = None) -> dict | None:
     """The latest row of the alert of ``recent`` that finding ``f`` re-opens (:func:`_same_cause`, last seen within
     RECENT, no row of this partition yet), else None; the latest such alert when several are."""
     if not recent:
         return None
     hits = [r for r in recent.values() if r["alert_id"] not in used and r["partition_start"] >= start - RECENT
-            and _same_cause(f, r)]
+            and _same_cause(f, r, changed_at)]
     return max(hits, key=lambda r: (r["partition_start"], r["alert_id"])) if hits else None
 
 
