@@ -350,11 +350,14 @@ def own_earlier_reads(name: str) -> dict[str, int]:
     partition's rows depend on its predecessors' in the same table, a dependency Dagster draws on the asset's own
     earlier partitions, so a backfill computes a partition only after those (in one run of the range, or run after
     run). A read of the table's later partitions (the alerts re-deriving their successors) is a write ahead, not a
-    dependency."""
+    dependency. Nor is the loss tree's trend (TREND): it feeds the goodput asset's picture, never a row, and as a
+    dependency of that multi-asset it would hold all five of its tables to their earlier partitions (a backfill
+    would then walk the range a partition per run)."""
     me = BY_NAME[name]
     if me.cadence != FIVE_MINUTE:
         return {}
-    reach = {t: max(r.before for r in me.reads if r.table == t) for t in me.writes if t in me.read_tables()}
+    reads = [r for r in me.reads if r.table in me.writes and r is not TREND]
+    reach = {t: max(r.before for r in reads if r.table == t) for t in {r.table for r in reads}}
     return {t: -(-b // T.FIVE) for t, b in reach.items() if b > pd.Timedelta(0)}
 
 

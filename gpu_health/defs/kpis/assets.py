@@ -65,9 +65,7 @@ def build_kpi_assets(five_minute) -> list:
             if _render_pictures(start, end) else None
         result = step("goodput").run(wh, start, end)  # stores the outputs (STORED_BY_STEP: the IO manager skips them)
         tables = result.tables
-        # cluster_goodput first: the step reads its earlier partitions (the trend), a dependency of every output
-        # of this multi-asset, and Dagster takes a multi-asset's outputs only after what they depend on
-        for name in sorted(OUTS, key=lambda n: n != "cluster_goodput"):
+        for name in OUTS:
             frame = tables[name]
             extra = {}
             if name == "cluster_goodput" and len(frame):
