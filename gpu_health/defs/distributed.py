@@ -74,9 +74,13 @@ def range_subset(defs: dg.Definitions, start: pd.Timestamp, end: pd.Timestamp):
     wanted = set()
     for key in graph.materializable_asset_keys:
         parts = graph.get(key).partitions_def
-        keys = [None] if parts is None else parts.get_partition_keys_in_time_window(
-            TimeWindow(start.floor("D") if parts.cron_schedule.startswith("0 0 ") else start, end))
-        wanted |= {AssetKeyPartitionKey(key, k) for k in keys}
+        if parts is None:
+            wanted.add(AssetKeyPartitionKey(key, None))
+            continue
+        # from the start of the partition holding ``start`` (a day's, for the daily assets)
+        first = parts.time_window_for_partition_key(parts.get_partition_key_for_timestamp(start.timestamp()))
+        wanted |= {AssetKeyPartitionKey(key, k)
+                   for k in parts.get_partition_keys_in_time_window(TimeWindow(first.start, end))}
     return AssetGraphSubset.from_asset_partition_set(wanted, graph)
 
 
