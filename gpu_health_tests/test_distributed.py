@@ -113,13 +113,53 @@ class Workers:
         return None
 
 
-def _orchestrate(env: dict, on_tick=None) -> dict:
+# The sensors and schedules stopped in the instance, as `dagster sensor stop` / `dagster schedule stop` do, in one
+# process: the daemon would otherwise also run the live partition sensor (its wall-clock partition, "missing
+# data" in this landing zone) and the calendar schedule, runs that are not the backfill's
+STOP_AUTOMATION = """
+import dagster as dg
+from dagster._cli.workspace.cli_target import get_repository_from_cli_opts
+from dagster_shared.cli import WorkspaceOpts
+
+with dg.DagsterInstance.get() as instance, get_repository_from_cli_opts(
+        instance, dg.__version__, WorkspaceOpts(workspace=["workspace.yaml"]), None) as repo:
+    for s in repo.get_sensors():
+        instance.stop_sensor(s.get_remote_origin_id(), s.selector_id, s)
+    for s in repo.get_schedules():
+        instance.stop_schedule(s.get_remote_origin_id(), s.selector_id, s)
+"""
+
+
+class Daemon:
+    """``dagster-daemon run`` on the workspace (its own process group: the code server and the run workers it
+    starts are in it), stopped on exit, its log in ``log``."""
+
+    def __init__(self, env: dict, log: Path):
+        self.env, self.log, self.proc = env, log, None
+
+    def __enter__(self):
+        with self.log.open("w") as out:
+            self.proc = subprocess.Popen([str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w",
+                                          str(REPO / "workspace.yaml")], env=self.env, cwd=REPO, stdout=out,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(wait)
+                break
+
+
+def _orchestrate(env: dict, on_tick=None, extra: tuple = ()) -> dict:
     """``python -m gpu_health.defs.distributed`` over the range (its own process group, killed on failure);
     ``on_tick()`` is called every half second while it runs."""
     import json
 
-    proc = subprocess.Popen([sys.executable, "-m", "gpu_health.defs.distributed", "--start", START, "--end", END],
-                            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen([sys.executable, "-m", "gpu_health.defs.distributed", "--start", START, "--end", END,
+                             *extra], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
         deadline = time.monotonic() + RUN_TIMEOUT_S
@@ -137,29 +177,41 @@ def _orchestrate(env: dict, on_tick=None) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def test_a_range_on_celery_workers_writes_what_one_process_writes_even_with_a_worker_killed(
-        landing, postgres_url, tmp_path):
-    with contextlib.ExitStack() as stack:
-        ref, instance = (stack.enter_context(fresh_database(postgres_url, p)) for p in ("ref", "instance"))
-        run(START, END, landing=str(landing), warehouse=ref, telemetry_dir=str(tmp_path / "ref_telemetry"),
-            quiet=True)
-        want = _tables(ref, str(tmp_path / "ref_telemetry"))
-        assert (want["alerts"]["severity"] == "page").any(), "the ECC fault pages"
+@pytest.fixture(scope="module")
+def reference(landing, postgres_url, tmp_path_factory) -> dict[str, pd.DataFrame]:
+    """Every table of a single-process run of the range (computed once for the tests of this module)."""
+    telemetry = str(tmp_path_factory.mktemp("reference") / "telemetry")
+    with fresh_database(postgres_url, "ref") as ref:
+        run(START, END, landing=str(landing), warehouse=ref, telemetry_dir=telemetry, quiet=True)
+        want = _tables(ref, telemetry)
+    assert (want["alerts"]["severity"] == "page").any(), "the ECC fault pages"
+    return want
 
-        home = tmp_path / "dagster_home"
-        home.mkdir()
-        (home / "dagster.yaml").write_text((REPO / "deploy" / "dagster_distributed.yaml").read_text())
-        celery = yaml.safe_load((REPO / "deploy" / "celery.yaml").read_text())
-        celery["execution"]["config"]["config_source"]["broker_transport_options"]["visibility_timeout"] = \
-            VISIBILITY_TIMEOUT_S
-        (tmp_path / "celery.yaml").write_text(yaml.safe_dump(celery))
-        pg = sa.make_url(instance)
-        base_env = {**os.environ, "PYTHONPATH": str(REPO), "DAGSTER_HOME": str(home),
-                    "DAGSTER_PG_HOST": pg.host, "DAGSTER_PG_PORT": str(pg.port), "DAGSTER_PG_DB": pg.database,
-                    "DAGSTER_PG_USERNAME": pg.username, "DAGSTER_PG_PASSWORD": pg.password or "",
-                    "GPU_HEALTH_EXECUTOR": "celery", "GPU_HEALTH_CELERY_CONFIG": str(tmp_path / "celery.yaml"),
-                    "GPU_HEALTH_SOURCE": "landing", "GPU_HEALTH_LANDING_DIR": str(landing),
-                    "GPU_HEALTH_PARTITION_START": PARTITION_START}
+
+def _profile_env(tmp_path: Path, instance: str, landing: Path) -> dict:
+    """The distributed profile's environment: the instance of deploy/dagster_distributed.yaml on ``instance``,
+    the Celery executor (with a short visibility timeout), the landing zone as the source."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((REPO / "deploy" / "dagster_distributed.yaml").read_text())
+    celery = yaml.safe_load((REPO / "deploy" / "celery.yaml").read_text())
+    celery["execution"]["config"]["config_source"]["broker_transport_options"]["visibility_timeout"] = \
+        VISIBILITY_TIMEOUT_S
+    (tmp_path / "celery.yaml").write_text(yaml.safe_dump(celery))
+    pg = sa.make_url(instance)
+    return {**os.environ, "PYTHONPATH": str(REPO), "DAGSTER_HOME": str(home),
+            "DAGSTER_PG_HOST": pg.host, "DAGSTER_PG_PORT": str(pg.port), "DAGSTER_PG_DB": pg.database,
+            "DAGSTER_PG_USERNAME": pg.username, "DAGSTER_PG_PASSWORD": pg.password or "",
+            "GPU_HEALTH_EXECUTOR": "celery", "GPU_HEALTH_CELERY_CONFIG": str(tmp_path / "celery.yaml"),
+            "GPU_HEALTH_SOURCE": "landing", "GPU_HEALTH_LANDING_DIR": str(landing),
+            "GPU_HEALTH_PARTITION_START": PARTITION_START}
+
+
+def test_a_range_on_celery_workers_writes_what_one_process_writes_even_with_a_worker_killed(
+        landing, reference, postgres_url, tmp_path):
+    want = reference
+    with contextlib.ExitStack() as stack:
+        base_env = _profile_env(tmp_path, stack.enter_context(fresh_database(postgres_url, "instance")), landing)
 
         for attempt in ("spread", "killed"):
             warehouse = stack.enter_context(fresh_database(postgres_url, attempt))
@@ -185,6 +237,32 @@ def test_a_range_on_celery_workers_writes_what_one_process_writes_even_with_a_wo
                     survivor = 3 - dead
                     assert set(held) <= done[survivor], "the survivor ran the killed worker's step again"
             _assert_same(_tables(warehouse, telemetry), want, attempt)
+
+
+def test_a_backfill_launched_to_the_daemon_runs_on_both_workers_and_writes_what_one_process_writes(
+        landing, reference, postgres_url, tmp_path):
+    """The range as one Dagster asset backfill (every asset: the calendar, the day, the 5-minute partitions),
+    submitted to the instance and left to ``dagster-daemon``: its backfill daemon plans the runs from the assets'
+    dependencies (an asset reading its own earlier partitions runs its range in a run of its own, after what it
+    reads), the QueuedRunCoordinator starts them under deploy/dagster_distributed.yaml's limits, each run's
+    steps go to the two Celery workers. Every run succeeds, both workers ran steps, and every table holds what
+    one process writes."""
+    with contextlib.ExitStack() as stack:
+        env = _profile_env(tmp_path, stack.enter_context(fresh_database(postgres_url, "instance")), landing)
+        warehouse = stack.enter_context(fresh_database(postgres_url, "backfill"))
+        telemetry = str(tmp_path / "backfill_telemetry")
+        env.update(GPU_HEALTH_WAREHOUSE_URL=warehouse, GPU_HEALTH_TELEMETRY_DIR=telemetry)
+        workers = stack.enter_context(Workers(tmp_path / "backfill", env))
+        subprocess.run([sys.executable, "-c", STOP_AUTOMATION], env=env, cwd=REPO, check=True, capture_output=True,
+                       timeout=300)
+        stack.enter_context(Daemon(env, tmp_path / "daemon.log"))
+        summary = _orchestrate(env, extra=("--backfill", "--timeout", str(RUN_TIMEOUT_S)))
+        assert summary["status"] == "COMPLETED_SUCCESS" and set(summary["runs_by_status"]) == {"SUCCESS"}, summary
+        done = {i: _log_tasks(workers.log(i))[1] for i in (1, 2)}
+        assert all(done.values()), f"both workers ran steps: {summary}"
+        print(f"backfill: {summary['runs']} runs, at most {summary['max_runs_at_once']} at once, steps per worker "
+              f"{ {i: len(d) for i, d in done.items()} }, {summary['seconds']:.0f} s")
+        _assert_same(_tables(warehouse, telemetry), reference, "backfill")
 
 
 @pytest.mark.parametrize("path", ["deploy/dagster_distributed.yaml", "deploy/k8s/dagster.yaml"])

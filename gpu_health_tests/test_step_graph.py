@@ -13,7 +13,7 @@ import yaml
 from gpu_health.cli import main
 from gpu_health.steps.direct import run_range
 from gpu_health.steps.graph import order, upstream_steps
-from gpu_health.steps.registry import STEPS, asset_deps, step
+from gpu_health.steps.registry import STEPS, asset_deps, own_earlier_reads, step
 from gpu_health.storage.warehouse import Warehouse
 
 START, END = pd.Timestamp("2026-11-03T22:00:00Z"), pd.Timestamp("2026-11-04T00:00:00Z")
@@ -106,7 +106,8 @@ def test_the_assets_deps_are_the_declared_reads():
         for table in s.writes:
             key = graph.get(__import__("dagster").AssetKey(table))
             got = sorted(k.to_user_string() for k in key.parent_keys)
-            assert got == asset_deps(s.name), f"{table}: Dagster deps {got} != declared {asset_deps(s.name)}"
+            declared = sorted({*asset_deps(s.name), *own_earlier_reads(s.name)})
+            assert got == declared, f"{table}: Dagster deps {got} != declared {declared}"
 
 
 def test_a_look_back_to_earlier_partitions_is_drawn_on_earlier_partitions():
@@ -134,6 +135,40 @@ def test_a_look_back_to_earlier_partitions_is_drawn_on_earlier_partitions():
     # the other reads stay same-partition edges
     mapping = graph.get_partition_mapping(dg.AssetKey("kpi_baselines"), dg.AssetKey("kpi_values"))
     assert getattr(mapping, "end_offset", 0) == 0, mapping
+
+
+def test_a_table_read_back_by_its_own_step_depends_on_its_own_earlier_partitions():
+    """A step reading its own table before its window (a source's re-delivery window, the alerts' last weeks, the
+    SLO budgets' last days) makes its asset depend on its own earlier partitions, as far back as the read: Dagster's
+    backfill then computes a partition only after them, whichever run or worker takes it; never on the partition
+    itself (no cycle), and a read of later partitions (the alerts re-deriving their successors) is no dependency."""
+    import dagster as dg
+
+    from gpu_health.definitions import defs
+    from gpu_health.steps.graph import FIVE_MINUTE
+
+    graph = defs.resolve_asset_graph()
+    graph.toposorted_asset_keys  # raises on a cycle
+    from gpu_health.steps.registry import TREND
+
+    self_reading = {t: max(r.before for r in s.reads if r.table == t and r is not TREND)
+                    for s in STEPS if s.cadence == FIVE_MINUTE for t in s.writes
+                    if any(r.table == t and r.before > pd.Timedelta(0) and r is not TREND for r in s.reads)}
+    assert {"alerts", "slo_error_budgets", "gpu_telemetry", "job_metadata"} <= set(self_reading)
+    # the loss tree's trend draws a picture, not a row: its tables stay free of their earlier partitions
+    assert not graph.get(dg.AssetKey("goodput_states")).has_self_dependency
+    p = "2026-11-03-23:00"
+    for table, before in self_reading.items():
+        key = dg.AssetKey(table)
+        assert graph.get(key).has_self_dependency, f"{table} reads its own last {before} but does not depend on it"
+        mapping = graph.get_partition_mapping(key, key)
+        parts = graph.get(key).partitions_def
+        upstream = mapping.get_upstream_mapped_partitions_result_for_partitions(
+            parts.subset_with_partition_keys([p]), parts, parts).partitions_subset.get_partition_keys()
+        first = (pd.Timestamp("2026-11-03T23:00:00Z") - before).floor("5min")
+        assert p not in upstream and "2026-11-03-22:55" in upstream, f"{table}: {p} depends on {upstream[-3:]}"
+        assert first.strftime("%Y-%m-%d-%H:%M") in upstream or first < pd.Timestamp(parts.start), \
+            f"{table}: its look-back {before} reaches {first}, its dependency starts at {upstream[:1]}"
 
 
 # --- the resolver: a body reads only through its step's declaration ------------------------------------------------

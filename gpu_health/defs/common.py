@@ -148,18 +148,26 @@ def asset_from_catalog(name: str, *, partitions_def=None, out: bool = False, **k
                     **facts, **kwargs)
 
 
+def _on_earlier(table: str, partitions: int) -> dg.AssetDep:
+    """A dependency on the ``partitions`` partitions of ``table`` before each of the asset's own; a partition near
+    the first one has fewer of them, not an error."""
+    return dg.AssetDep(table, partition_mapping=dg.TimeWindowPartitionMapping(
+        start_offset=-partitions, end_offset=-1, allow_nonexistent_upstream_partitions=True))
+
+
 def step_deps(name: str) -> list:
     """Dagster's ``deps`` of the assets step ``name`` writes, from its declared reads
     (:func:`~gpu_health.steps.registry.asset_deps`): a table it reads only in the partitions before each of its own
     (:func:`~gpu_health.steps.registry.earlier_reads`, the pages the baselines leave out) is a dependency on those
-    earlier partitions, so the lineage draws the same partition's edges in the order the data flows; a partition
-    near the first one has fewer of them, not an error."""
-    from gpu_health.steps.registry import asset_deps, earlier_reads
+    earlier partitions, so the lineage draws the same partition's edges in the order the data flows. A table the
+    step writes and reads back before its window (:func:`~gpu_health.steps.registry.own_earlier_reads`) is a
+    dependency of the asset on its own earlier partitions: a backfill (Dagster's asset backfill daemon) then
+    computes a partition only after them, in one run of the range or run after run, never side by side."""
+    from gpu_health.steps.registry import asset_deps, earlier_reads, own_earlier_reads
 
     earlier = earlier_reads(name)
-    return [dg.AssetDep(t, partition_mapping=dg.TimeWindowPartitionMapping(
-                start_offset=-earlier[t], end_offset=-1, allow_nonexistent_upstream_partitions=True))
-            if t in earlier else t for t in asset_deps(name)]
+    return [*(_on_earlier(t, earlier[t]) if t in earlier else t for t in asset_deps(name)),
+            *(_on_earlier(t, n) for t, n in own_earlier_reads(name).items())]
 
 
 def derived_asset(name: str, *, partitions_def, checks=None, check_specs=None):

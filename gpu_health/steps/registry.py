@@ -344,6 +344,23 @@ def earlier_reads(name: str) -> dict[str, int]:
             if table in asset_deps(name) and not any(r.whole for r in rs) and max(r.after for r in rs) <= EARLIER}
 
 
+def own_earlier_reads(name: str) -> dict[str, int]:
+    """The tables step ``name`` writes and also reads in the partitions before its window (a source's re-delivery
+    window, the alerts' last weeks, the SLO budgets' last days), with how many partitions back the read reaches: a
+    partition's rows depend on its predecessors' in the same table, a dependency Dagster draws on the asset's own
+    earlier partitions, so a backfill computes a partition only after those (in one run of the range, or run after
+    run). A read of the table's later partitions (the alerts re-deriving their successors) is a write ahead, not a
+    dependency. Nor is the loss tree's trend (TREND): it feeds the goodput asset's picture, never a row, and as a
+    dependency of that multi-asset it would hold all five of its tables to their earlier partitions (a backfill
+    would then walk the range a partition per run)."""
+    me = BY_NAME[name]
+    if me.cadence != FIVE_MINUTE:
+        return {}
+    reads = [r for r in me.reads if r.table in me.writes and r is not TREND]
+    reach = {t: max(r.before for r in reads if r.table == t) for t in {r.table for r in reads}}
+    return {t: -(-b // T.FIVE) for t, b in reach.items() if b > pd.Timedelta(0)}
+
+
 def asset_deps(name: str) -> list[str]:
     """The tables (assets) step ``name`` depends on: each table it reads that another step writes; a side table
     (``source_rejects``, ``source_gaps``) stands for the source steps that write it."""

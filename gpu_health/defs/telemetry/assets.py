@@ -4,7 +4,7 @@ import dagster as dg
 import pandas as pd
 
 from gpu_health.catalog import CALENDAR, CATALOG, DAILY, FIVE_MINUTE, SOURCES
-from gpu_health.defs.common import asset_from_catalog, contract_check_result, contract_check_spec, preview
+from gpu_health.defs.common import asset_from_catalog, contract_check_result, contract_check_spec, preview, step_deps
 from gpu_health.defs.common import retry_transient_errors
 from gpu_health.defs.resources import TelemetrySourceResource, WarehouseResource
 from gpu_health.sources.read import read_validated  # noqa: F401  (re-exported: tests and tools import it here)
@@ -16,7 +16,9 @@ GRAIN = {name: CATALOG[name].grain for name in SOURCES}
 
 
 def build_source_asset(table: str, partitions_def) -> dg.AssetsDefinition:
-    @asset_from_catalog(table, partitions_def=partitions_def, check_specs=[contract_check_spec(table)])
+    # deps: its own earlier partitions, as far back as it looks for re-sent rows (none for a daily or calendar one)
+    @asset_from_catalog(table, partitions_def=partitions_def, check_specs=[contract_check_spec(table)],
+                        deps=step_deps(table))
     @retry_transient_errors
     def _asset(context: dg.AssetExecutionContext, source: TelemetrySourceResource, warehouse: WarehouseResource):
         start = end = None
