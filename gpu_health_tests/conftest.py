@@ -66,6 +66,23 @@ def benign_rollout(ts) -> dict:
             "description": "rolling driver upgrade"}
 
 
+def warehouse_tables(url: str, telemetry_dir: str | None = None) -> dict[str, pd.DataFrame]:
+    """Every table of the warehouse at ``url`` (its SQL tables and its columnar store's), each sorted on all its
+    columns with object columns as text: two runs wrote the same rows exactly when their frames are equal."""
+    from gpu_health.storage.schema import COLUMNAR_TABLES, metadata
+    from gpu_health.storage.warehouse import Warehouse
+
+    wh = Warehouse(url, telemetry_dir)
+    wh.create_all()
+    out = {}
+    for name in sorted(set(metadata.tables) | COLUMNAR_TABLES):
+        frame = wh.read_window(name)
+        frame = frame.astype({c: str for c in frame.columns if frame[c].dtype == object})
+        out[name] = frame.sort_values(list(frame.columns), kind="stable").reset_index(drop=True)
+    wh.engine.dispose()
+    return out
+
+
 def run_scenario(tmp: Path, name: str, spec: dict, targets=None) -> tuple[str, str]:
     """``spec`` written as ``tmp/name`` (the file's name salts the simulator's draws: keep a test's name) and run
     through the bulk path (`gpu-health run --direct --scenario`) into a fresh SQLite warehouse in ``tmp``; returns

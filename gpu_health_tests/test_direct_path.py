@@ -15,8 +15,8 @@ import yaml
 
 from gpu_health.catalog import CATALOG
 from gpu_health.cli import UsageError, main, run
-from gpu_health.storage.schema import COLUMNAR_TABLES, metadata
 from gpu_health.storage.warehouse import Warehouse
+from gpu_health_tests.conftest import warehouse_tables
 
 START, END = "2026-11-03T23:00:00Z", "2026-11-04T00:40:00Z"
 LATE = pd.Timestamp("2026-11-03T23:45:00Z")  # re-delivered after the run
@@ -47,15 +47,6 @@ def zones(tmp_path_factory):
     return zone, _simulate(tmp_path_factory.mktemp("late"), 4)
 
 
-def _tables(url: str) -> dict[str, pd.DataFrame]:
-    wh = Warehouse(url)
-    wh.create_all()
-    out = {}
-    for name in sorted(set(metadata.tables) | COLUMNAR_TABLES):
-        frame = wh.read_window(name)
-        frame = frame.astype({c: str for c in frame.columns if frame[c].dtype == object})
-        out[name] = frame.sort_values(list(frame.columns), kind="stable").reset_index(drop=True)
-    return out
 
 
 def _run_both_ways(zone, late, tmp_path):
@@ -81,7 +72,7 @@ def _run_both_ways(zone, late, tmp_path):
 def test_the_bulk_path_writes_what_dagster_writes(zones, tmp_path):
     urls = _run_both_ways(*zones, tmp_path)
     dagster, direct, pipelined, staged, dagster_staged = (
-        _tables(urls[p]) for p in ("dagster", "direct", "pipelined", "staged", "dagster_staged"))
+        warehouse_tables(urls[p]) for p in ("dagster", "direct", "pipelined", "staged", "dagster_staged"))
     assert len(dagster["alerts"]) and (dagster["alerts"]["severity"] == "page").any(), "the ECC fault pages"
     assert len(dagster["source_rejects"]), "the truncated file is quarantined"
     assert len(dagster["goodput_leaves"]) and len(dagster["wasted_spend"])
@@ -104,7 +95,7 @@ def test_the_sensors_five_minute_runs_write_what_a_range_run_writes(zones, tmp_p
     for p in pd.date_range(START, END, freq="5min", inclusive="left"):
         run(p.isoformat(), (p + pd.Timedelta(minutes=5)).isoformat(), landing=str(landing),
             warehouse=urls["partitions"], quiet=True, direct=True)
-    whole, partitions = _tables(urls["range"]), _tables(urls["partitions"])
+    whole, partitions = warehouse_tables(urls["range"]), warehouse_tables(urls["partitions"])
     assert (whole["alerts"]["severity"] == "page").any() and len(whole["kpi_baselines"])
     # (the daily tables settle a day once it ended, with the failures of the day after: the daily schedule's)
     for name in (n for n in whole if CATALOG[n].cadence != "daily"):
@@ -127,7 +118,7 @@ def test_a_run_for_some_tables_computes_only_what_they_need_and_writes_them_alik
     run(START, END, landing=str(landing), warehouse=urls["only"], quiet=True, direct=True, targets=list(SCORED))
     run(START, END, landing=str(landing), warehouse=urls["only_staged"], quiet=True, direct=True, workers=3,
         targets=list(SCORED))
-    full, only, staged = (_tables(urls[k]) for k in ("full", "only", "only_staged"))
+    full, only, staged = (warehouse_tables(urls[k]) for k in ("full", "only", "only_staged"))
     written = {t for s in feeding(SCORED, STEPS) for t in (*s.writes, *s.side_writes)}
     assert {"alerts", "capacity_headroom", "goodput_leaves", "gpu_telemetry"} <= written
     assert not {"kpi_values", "goodput_decomposition", "wasted_spend"} & written
@@ -154,7 +145,7 @@ def test_a_range_run_in_short_pieces_writes_what_whole_days_write(zones, tmp_pat
     pieces = run(START, END, landing=str(landing), warehouse=urls["pieces"], quiet=True, direct=True, workers=3,
                  chunk_hours=1 / 3)
     assert pieces["runs"] == whole["runs"] + 3  # five pieces of the 100 minutes instead of the two days' parts
-    days, short = _tables(urls["days"]), _tables(urls["pieces"])
+    days, short = warehouse_tables(urls["days"]), warehouse_tables(urls["pieces"])
     assert (days["alerts"]["severity"] == "page").any() and len(days["kpi_baselines"])
     for name in days:
         pd.testing.assert_frame_equal(days[name], short[name], check_dtype=False, obj=name)

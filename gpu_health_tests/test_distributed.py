@@ -24,8 +24,7 @@ import sqlalchemy as sa
 import yaml
 
 from gpu_health.cli import main, run
-from gpu_health.storage.schema import COLUMNAR_TABLES, metadata
-from gpu_health.storage.warehouse import Warehouse
+from gpu_health_tests.conftest import warehouse_tables
 from gpu_health_tests.services.postgres import _free_port, fresh_database
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,16 +52,6 @@ def landing(tmp_path_factory) -> Path:
     return zone
 
 
-def _tables(url: str, telemetry_dir: str) -> dict[str, pd.DataFrame]:
-    wh = Warehouse(url, telemetry_dir)
-    wh.create_all()
-    out = {}
-    for name in sorted(set(metadata.tables) | COLUMNAR_TABLES):
-        frame = wh.read_window(name)
-        frame = frame.astype({c: str for c in frame.columns if frame[c].dtype == object})
-        out[name] = frame.sort_values(list(frame.columns), kind="stable").reset_index(drop=True)
-    wh.engine.dispose()
-    return out
 
 
 def _assert_same(got: dict, want: dict, what: str) -> None:
@@ -183,7 +172,7 @@ def reference(landing, postgres_url, tmp_path_factory) -> dict[str, pd.DataFrame
     telemetry = str(tmp_path_factory.mktemp("reference") / "telemetry")
     with fresh_database(postgres_url, "ref") as ref:
         run(START, END, landing=str(landing), warehouse=ref, telemetry_dir=telemetry, quiet=True)
-        want = _tables(ref, telemetry)
+        want = warehouse_tables(ref, telemetry)
     assert (want["alerts"]["severity"] == "page").any(), "the ECC fault pages"
     return want
 
@@ -236,7 +225,7 @@ def test_a_range_on_celery_workers_writes_what_one_process_writes_even_with_a_wo
                     dead, held = killed[0]
                     survivor = 3 - dead
                     assert set(held) <= done[survivor], "the survivor ran the killed worker's step again"
-            _assert_same(_tables(warehouse, telemetry), want, attempt)
+            _assert_same(warehouse_tables(warehouse, telemetry), want, attempt)
 
 
 def test_a_backfill_launched_to_the_daemon_runs_on_both_workers_and_writes_what_one_process_writes(
@@ -262,7 +251,7 @@ def test_a_backfill_launched_to_the_daemon_runs_on_both_workers_and_writes_what_
         assert all(done.values()), f"both workers ran steps: {summary}"
         print(f"backfill: {summary['runs']} runs, at most {summary['max_runs_at_once']} at once, steps per worker "
               f"{ {i: len(d) for i, d in done.items()} }, {summary['seconds']:.0f} s")
-        _assert_same(_tables(warehouse, telemetry), reference, "backfill")
+        _assert_same(warehouse_tables(warehouse, telemetry), reference, "backfill")
 
 
 @pytest.mark.parametrize("path", ["deploy/dagster_distributed.yaml", "deploy/k8s/dagster.yaml"])

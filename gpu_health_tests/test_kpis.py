@@ -685,11 +685,13 @@ def test_driver_regression_raises_job_failure_rate_on_the_cohort_region(sim):
         pooled(quiet, "job_failure_rate.gpu_xid", "region")["us-east"], 1e-3)
 
 
-@pytest.mark.parametrize("kind", ["fragmentation", "priority_change"])
-def test_scheduling_incidents_raise_batch_queue_wait_p95(sim, kind):
+# A priority change holds every batch job of the region; fragmentation only its multi-GPU share, and those until the
+# pieces coalesce, so they start (and their waits count) largely after the window: a rise, not the same factor.
+@pytest.mark.parametrize("kind,factor", [("fragmentation", 1.0), ("priority_change", 1.4)])
+def test_scheduling_incidents_raise_batch_queue_wait_p95(sim, kind, factor):
     quiet = sim().out
     out = sim(kind, {"region": "us-east"}).out
-    assert mean_value(out, "queue_wait_p95", workload_class="batch") > 1.4 * mean_value(
+    assert mean_value(out, "queue_wait_p95", workload_class="batch") > factor * mean_value(
         quiet, "queue_wait_p95", workload_class="batch")
     assert mean_value(out, "queue_wait_p95", workload_class="interactive") == pytest.approx(
         mean_value(quiet, "queue_wait_p95", workload_class="interactive"))

@@ -56,6 +56,10 @@ CREATE TABLE capacity_forecast (
 	p10_gpu_hours FLOAT, 
 	p50_gpu_hours FLOAT NOT NULL, 
 	p90_gpu_hours FLOAT, 
+	selection TEXT, 
+	mase_ratio FLOAT, 
+	p025_gpu_hours FLOAT, 
+	p975_gpu_hours FLOAT, 
 	CONSTRAINT pk_capacity_forecast PRIMARY KEY (date, region, sku, workload_class, horizon_days)
 );
 
@@ -69,6 +73,7 @@ CREATE TABLE capacity_headroom (
 	headroom_gpus_28d FLOAT, 
 	run_out_date DATE, 
 	run_out_date_p50 DATE, 
+	run_out_date_p10 DATE, 
 	reserved_gpus BIGINT NOT NULL, 
 	reserved_gpu_hour_usd FLOAT NOT NULL, 
 	on_demand_gpu_hour_usd FLOAT NOT NULL, 

@@ -336,8 +336,8 @@ class CapacityForecast(ContractModel):
     p10_gpu_hours: Series[float] = pa.Field(ge=0, nullable=True, description="10th percentile of demand; null = no past errors to take it from (under two weeks of history).")
     p50_gpu_hours: Series[float] = pa.Field(ge=0, description="Median (point forecast).")
     p90_gpu_hours: Series[float] = pa.Field(ge=0, nullable=True, description="90th percentile of demand; null as p10.")
-    selection: Series[Str] = pa.Field(isin=["backtest", "seasonal_naive_fallback", "too_short", "given"],
-                                      description="Why the method: it beat seasonal-naive on the series' backtest; nothing did (seasonal-naive stands); the history is too short to choose (seasonal-naive).")
+    selection: Series[Str] = pa.Field(isin=["backtest", "seasonal_naive_fallback", "too_short", "given"], nullable=True,
+                                      description="Why the method: it beat seasonal-naive on the series' backtest; nothing did (seasonal-naive stands); the history is too short to choose (seasonal-naive). Null only on rows a warehouse held before the column existed.")
     mase_ratio: Series[float] = pa.Field(ge=0, nullable=True, description="The method's backtest MASE / seasonal-naive's on the series' history (1 on a fallback; null when too short).")
     p025_gpu_hours: Series[float] = pa.Field(ge=0, nullable=True, description="2.5th percentile of demand (the 95 % interval's lower bound); null as p10.")
     p975_gpu_hours: Series[float] = pa.Field(ge=0, nullable=True, description="97.5th percentile of demand; null as p10.")
