@@ -160,10 +160,11 @@ def _same_cause(f: Finding, r: dict, changed_at: dict | None = None) -> bool:
     return bool(f.nodes) and bool(set(f.nodes) & set(scope.get("nodes") or []))
 
 
-# the columns of a stored alert row a re-opening keeps (step overwrites the others)
+# the columns of a stored alert row a re-opening keeps or judges by (step overwrites the others; resolved_at: whether
+# a change came after the alert resolved, _same_cause)
 RECALL_COLUMNS = ["partition_start", "alert_id", "key", "detector", "status", "severity", "cause_family", "region",
                   "scope", "description", "runbook", "opened_at", "first_partition_start", "paged_at", "follows_change",
-                  "baseline_at_open", "margin_at_page"]
+                  "baseline_at_open", "margin_at_page", "resolved_at"]
 
 
 def recalled(rows: pd.DataFrame) -> dict:
@@ -175,6 +176,9 @@ def recalled(rows: pd.DataFrame) -> dict:
     if "description" in rows:
         keep &= ~rows["description"].astype(str).str.startswith(WITHDRAWN_PREFIX)
     rows = rows[keep].sort_values("partition_start", kind="stable").drop_duplicates("alert_id", keep="last")
+    # the stored rows are read with RECALL_COLUMNS only: a range run's memory holds the same, so both paths judge
+    # a re-opening on the same facts
+    rows = rows[[c for c in RECALL_COLUMNS if c in rows]]
     return {r["alert_id"]: r for r in rows.to_dict("records")}
 
 
