@@ -25,9 +25,8 @@ from gpu_health.cli import main, run
 from gpu_health.landing import partition_path
 from gpu_health.steps.ingest import ERROR_REJECT_SHARE, REJECT_SHARE_CHECK
 from gpu_health.storage.warehouse import Warehouse
-from gpu_health_tests.conftest import iso
+from gpu_health_tests.conftest import iso, warehouse_tables
 from gpu_health_tests.test_bad_input import BAD, END, GPUS, PARTITIONS, START, quiet_zone  # noqa: F401
-from gpu_health_tests.test_direct_path import _tables
 
 PATHS = {"dagster": False, "direct": True}
 # the tables a bad input must leave equal on both paths (the run's bookkeeping aside)
@@ -87,7 +86,7 @@ def test_a_bad_file_costs_its_partition_and_both_paths_write_the_same_tables(qui
         _assert_every_partition_derived(urls[name])
         states = wh.read_window("goodput_states", BAD, BAD + pd.Timedelta(minutes=5))
         assert set(states["state"]) == {"no_data"}  # missing data for its minutes, not a number from a sample
-    dagster, direct = _tables(urls["dagster"]), _tables(urls["direct"])
+    dagster, direct = warehouse_tables(urls["dagster"]), warehouse_tables(urls["direct"])
     for table in COMPARED:
         pd.testing.assert_frame_equal(dagster[table], direct[table], obj=table)
 
