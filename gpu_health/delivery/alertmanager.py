@@ -345,18 +345,10 @@ def _state_value(severity: str, digest: str) -> str:
 
 
 def deliver(
-    client: AlertmanagerClient,
-    alerts_frame: Any,
-    already_sent: Mapping[str, str],
-    *,
-    now: datetime | None = None,
-    ttl: timedelta = DEFAULT_TTL,
-    generator_url: str | None = None,
-    runbook_base_url: str | None = None,
+    client: AlertmanagerClient, alerts_frame: Any, already_sent: Mapping[str, str], **options
 ) -> tuple[int, dict[str, str]]:
-    """``deliver_report`` reduced to ``(sent_count, new_state)``."""
-    report = deliver_report(client, alerts_frame, already_sent, now=now, ttl=ttl, generator_url=generator_url,
-                            runbook_base_url=runbook_base_url)
+    """``deliver_report`` (same arguments and keyword options) reduced to ``(sent_count, new_state)``."""
+    report = deliver_report(client, alerts_frame, already_sent, **options)
     return report.sent, report.state
 
 
