@@ -85,11 +85,8 @@ class TelemetrySourceResource(dg.ConfigurableResource):
     prometheus_serving_metrics: str = ""
 
     def _key(self) -> tuple:
-        return (self.kind, self.scenario, self.seed, self.live, self.landing_dir, self.prometheus_url,
-                self.prometheus_region, self.prometheus_region_label, self.prometheus_selector,
-                self.prometheus_labels, self.prometheus_step, self.prometheus_ready_lag, self.absent_after,
-                self.slurm_dir, self.ipmi_racks, self.ipmi_hall_metric, self.prometheus_kube_state_metrics,
-                self.prometheus_serving, self.prometheus_serving_metrics)
+        # every config field, read from the model: a field added above is part of the key without a second edit
+        return tuple(getattr(self, name) for name in type(self).model_fields)
 
     def get(self):
         with _SOURCES_LOCK:
