@@ -1,6 +1,7 @@
-"""Bounded waits for a server: the one polling loop the dev backfill, the Prometheus and Alertmanager processes the
-evaluation and the tests start, and the browser test share."""
+"""Bounded waits for a server: the one polling loop the dev backfill, the browser test and the start-up of the
+Prometheus and Alertmanager processes (the evaluation's and the tests') share."""
 
+import subprocess
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -31,3 +32,21 @@ def poll(what: str, probe: Callable[[], T | None], timeout_s: float, every_s: fl
         if time.monotonic() > deadline:
             raise TimeoutError(f"gave up after {timeout_s:.0f} s waiting for {what}")
         time.sleep(every_s)
+
+
+def wait_ready(proc: subprocess.Popen, url: str, timeout_s: float) -> bool:
+    """True once ``url``'s ``/-/ready`` answers 200 (the readiness endpoint of both Prometheus and Alertmanager);
+    False when ``proc`` exited first or ``timeout_s`` passed: the caller stops it and says why, from its log."""
+
+    def answer() -> bool | None:
+        if proc.poll() is not None:
+            return False
+        try:
+            return True if requests.get(f"{url}/-/ready", timeout=2).status_code == 200 else None
+        except requests.RequestException:  # still starting: it may drop a connection it has accepted
+            return None
+
+    try:
+        return poll(f"{url}/-/ready", answer, timeout_s, every_s=0.05)
+    except TimeoutError:
+        return False

@@ -1,10 +1,13 @@
 """The bounded wait for a server (gpu_health.polling.poll) that the dev backfill, the Prometheus process and the
 test services share."""
 
+import subprocess
+import sys
+
 import pytest
 import requests
 
-from gpu_health.polling import poll
+from gpu_health.polling import poll, wait_ready
 
 
 def _answers(*answers):
@@ -42,3 +45,40 @@ def test_the_check_stops_the_wait_when_the_server_died():
     probe = _answers("never asked")
     with pytest.raises(RuntimeError, match="exited"):
         poll("the server", probe, timeout_s=60, every_s=0, check=died)
+
+
+@pytest.fixture
+def ready_server():
+    """A server whose ``/-/ready`` answers 200, as Prometheus's and Alertmanager's do once started."""
+    import http.server
+    import threading
+
+    class Ready(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/-/ready" else 404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Ready)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _process(code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def test_wait_ready_is_true_once_the_endpoint_answers_and_false_when_the_process_exited(ready_server):
+    running = _process("import time; time.sleep(600)")
+    try:
+        assert wait_ready(running, ready_server, timeout_s=60) is True
+    finally:
+        running.kill()
+        running.wait()
+    exited = _process("pass")
+    exited.wait()
+    assert wait_ready(exited, ready_server, timeout_s=60) is False  # not waited for, even with a server there
