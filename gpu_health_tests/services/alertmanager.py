@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from gpu_health.polling import wait_ready
+from gpu_health_tests.services import serve_for_session
 
 ENV_BIN = "GPU_HEALTH_ALERTMANAGER_BIN"
 READY_WAIT_S = 30.0  # upper bound for start-up, not an expectation (ready in ~0.1 s)
@@ -164,11 +165,4 @@ def alertmanager_url() -> Iterator[str]:
     notifiers); terminated and removed at the end of the session. Alerts
     persist across tests: give each test its own ``alert_id`` labels.
     """
-    try:
-        url, stop = start_alertmanager(tempfile.gettempdir())
-    except AlertmanagerStartError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        yield url
-    finally:
-        stop()
+    yield from serve_for_session(start_alertmanager, AlertmanagerStartError)

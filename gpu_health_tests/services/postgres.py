@@ -49,6 +49,8 @@ from pathlib import Path
 import psycopg2
 import pytest
 
+from gpu_health_tests.services import serve_for_session
+
 ENV_URL = "GPU_HEALTH_TEST_POSTGRES_URL"
 ENV_BINDIR = "GPU_HEALTH_PG_BINDIR"
 DEFAULT_BINDIR = "/usr/lib/postgresql/15/bin"
@@ -191,14 +193,7 @@ def postgres_url() -> Iterator[str]:
     if external:
         yield external
         return
-    try:
-        url, stop = start_postgres(tempfile.gettempdir())
-    except PostgresStartError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        yield url
-    finally:
-        stop()
+    yield from serve_for_session(start_postgres, PostgresStartError)
 
 
 if __name__ == "__main__":  # pragma: no cover - manual helper
