@@ -219,19 +219,27 @@ def fresh_database(server_url: str, prefix: str = "t") -> Iterator[str]:
 
     url = sa.make_url(server_url)
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    admin = dict(host=url.host, port=url.port, user=url.username, dbname="postgres")
-
-    def admin_sql(statement: str) -> None:
-        conn = psycopg2.connect(**admin)
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute(statement)
-        conn.close()
-
-    admin_sql(f'CREATE DATABASE "{name}"')
+    admin_sql(server_url, f'CREATE DATABASE "{name}"')
     new = url.set(database=name).render_as_string(hide_password=False)
     try:
         yield new
     finally:
         engine_for(new).dispose()
-        admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin_sql(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def admin_sql(server_url: str, statement, params=None) -> list[tuple] | None:
+    """Run ``statement`` (text or a ``psycopg2.sql`` composition, with ``params``) on the server of ``server_url``
+    as its user, in the ``postgres`` database and outside a transaction (CREATE / DROP DATABASE refuse to run
+    inside one); its rows, or None for a statement that returns none."""
+    import sqlalchemy as sa
+
+    url = sa.make_url(server_url)
+    conn = psycopg2.connect(host=url.host, port=url.port, user=url.username, dbname="postgres")
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(statement, params)
+            return cur.fetchall() if cur.description else None
+    finally:
+        conn.close()
