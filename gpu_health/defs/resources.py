@@ -1,7 +1,6 @@
 """Resources: the warehouse, the telemetry source, the warehouse IO manager and Alertmanager; the set the
 environment configures (:func:`default_resources`)."""
 
-import contextlib
 import itertools
 import os
 import threading
@@ -11,6 +10,7 @@ import dagster as dg
 import pandas as pd
 from pydantic import PrivateAttr
 
+from gpu_health.defs.retry import retry_transient
 from gpu_health.sources.base import DEFAULT_ABSENT_AFTER
 from gpu_health.storage.warehouse import Warehouse, masked_url, run_cache
 
@@ -172,27 +172,14 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
             return
         table = context.asset_key.path[-1]
         start, end = self._window(context)
-        with _retry_transient(context):  # the database gone mid-write: the step retries (TRANSIENT_RETRY)
+        with retry_transient(context):  # the database gone mid-write: the step retries (TRANSIENT_RETRY)
             self._warehouse().replace_window(table, obj, start, end)
 
     def load_input(self, context: dg.InputContext) -> pd.DataFrame:
         table = context.asset_key.path[-1]
         start, end = self._window(context)
-        with _retry_transient(context):
+        with retry_transient(context):
             return self._warehouse().read_window(table, start, end)
-
-
-@contextlib.contextmanager
-def _retry_transient(context):
-    from gpu_health.defs.retry import transient_retry
-
-    try:
-        yield
-    except Exception as exc:
-        retry = transient_retry(context, exc)
-        if retry is None:
-            raise
-        raise retry from exc
 
 
 class AlertmanagerResource(dg.ConfigurableResource):

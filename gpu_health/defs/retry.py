@@ -47,21 +47,21 @@ def retry_transient_errors(fn):
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def gen_wrapper(context, *args, **kwargs):
-            with _retrying(context):
+            with retry_transient(context):
                 yield from fn(context, *args, **kwargs)
         return gen_wrapper
 
     @functools.wraps(fn)
     def wrapper(context, *args, **kwargs):
-        with _retrying(context):
+        with retry_transient(context):
             return fn(context, *args, **kwargs)
     return wrapper
 
 
 @contextlib.contextmanager
-def _retrying(context):
-    """The one translation both wrappers apply: a transient error becomes the step's retry request (chained to
-    it); any other exception passes unchanged."""
+def retry_transient(context):
+    """Around a step's work (both wrappers above, the warehouse IO manager's reads and writes): a transient error
+    becomes the step's retry request (chained to it); any other exception passes unchanged."""
     try:
         yield
     except Exception as exc:
