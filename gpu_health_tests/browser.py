@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import requests
+
+from gpu_health.polling import poll
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
@@ -109,17 +110,10 @@ def start_dev(root: Path, env_extra: dict[str, str], **facts) -> Dev:
 def wait_for(what: str, probe, dev: Dev, timeout_s: float, every_s: float = 2.0):
     """``probe()``'s first answer that is not None (a server not answering yet counts as None), polled until
     ``timeout_s``; fails with ``what`` and the log's tail (a bounded wait, not a timing assertion)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        dev.alive()
-        try:
-            found = probe()
-        except (requests.ConnectionError, requests.Timeout):
-            found = None
-        if found is not None:
-            return found
-        time.sleep(every_s)
-    pytest.fail(f"gave up after {timeout_s:.0f} s waiting for {what}\n{dev.log_tail()}", pytrace=False)
+    try:
+        return poll(what, probe, timeout_s, every_s, check=dev.alive)
+    except TimeoutError as exc:
+        pytest.fail(f"{exc}\n{dev.log_tail()}", pytrace=False)
 
 
 def chrome(download_dir: Path):

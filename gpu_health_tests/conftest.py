@@ -98,6 +98,20 @@ def run_scenario(tmp: Path, name: str, spec: dict, targets=None) -> tuple[str, s
     return str(path), url
 
 
+def simulate(folder: Path, spec: dict) -> Path:
+    """``spec`` written as ``folder/scenario.yaml`` and simulated by ``gpu-health simulate`` over its own start ..
+    end into the landing zone ``folder/zone``, which is returned."""
+    import yaml
+
+    from gpu_health.cli import main
+
+    path = folder / "scenario.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    zone = folder / "zone"
+    assert main(["simulate", "--scenario", str(path), "--landing", str(zone), "--quiet"]) == 0, "simulate failed"
+    return zone
+
+
 @pytest.fixture
 def sqlite_url(tmp_path) -> str:
     """A SQLite warehouse of this test alone (created on first use)."""

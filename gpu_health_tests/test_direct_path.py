@@ -8,15 +8,15 @@ Every table (SQL and the columnar store) must hold the same rows in both warehou
 """
 
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from gpu_health.catalog import CATALOG
-from gpu_health.cli import UsageError, main, run
+from gpu_health.cli import UsageError, run
 from gpu_health.storage.warehouse import Warehouse
-from gpu_health_tests.conftest import warehouse_tables
+from gpu_health_tests.conftest import simulate, warehouse_tables
 
 START, END = "2026-11-03T23:00:00Z", "2026-11-04T00:40:00Z"
 LATE = pd.Timestamp("2026-11-03T23:45:00Z")  # re-delivered after the run
@@ -28,14 +28,9 @@ MAINTENANCE = {"kind": "maintenance", "start": "2026-11-03T23:30:00Z", "duration
                "scope": {"region": "eu-west", "nodes": 2}}
 
 
-def _simulate(folder, seed: int) -> str:
-    spec = folder / "scenario.yaml"
-    spec.write_text(yaml.safe_dump({"seed": seed, "start": START, "end": END, "cluster": {"gpus": 96},
-                                    "incidents": [ECC, MAINTENANCE]}))
-    zone = folder / "zone"
-    assert main(["simulate", "--scenario", str(spec), "--start", START, "--end", END, "--landing", str(zone),
-                 "--quiet"]) == 0
-    return zone
+def _simulate(folder, seed: int) -> Path:
+    return simulate(folder, {"seed": seed, "start": START, "end": END, "cluster": {"gpus": 96},
+                             "incidents": [ECC, MAINTENANCE]})
 
 
 @pytest.fixture(scope="module")

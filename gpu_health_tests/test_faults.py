@@ -4,6 +4,7 @@ The errors are real ones (a refused PostgreSQL connection, a locked SQLite file,
 and the runs are whole ``gpu-health run`` partitions of a small simulated cluster.
 """
 
+import inspect
 import socket
 import sqlite3
 import threading
@@ -56,6 +57,28 @@ def test_a_database_that_is_gone_is_transient():
     except ValueError as exc:
         assert is_transient(exc)
     assert is_transient(requests.ConnectionError("refused"))
+
+
+def test_the_decorator_turns_a_transient_error_into_a_retry_for_plain_and_generator_bodies():
+    context = dg.build_asset_context()
+    cause = requests.ConnectionError("refused")
+
+    def plain(context, error):
+        raise error
+
+    def generator(context, error):
+        yield dg.Output(1)
+        raise error
+
+    for body in (plain, generator):
+        wrapped = retry.retry_transient_errors(body)
+        assert inspect.isgeneratorfunction(wrapped) == inspect.isgeneratorfunction(body)
+        run = (lambda err: list(wrapped(context, err))) if body is generator else (lambda err: wrapped(context, err))
+        requested = _raised(lambda: run(cause))
+        assert isinstance(requested, dg.RetryRequested) and requested.__cause__ is cause
+        assert requested.max_retries == retry.TRANSIENT_RETRY.max_retries
+        bug = KeyError("not transient")
+        assert _raised(lambda: run(bug)) is bug  # any other error passes unchanged
 
 
 def test_a_locked_sqlite_file_is_transient_a_missing_table_is_not(tmp_path):

@@ -25,6 +25,7 @@ from gpu_health.steps.finance import finance_day
 from gpu_health.steps.registry import inputs_for
 from gpu_health.storage.views import READ_ONLY_ROLE, VIEWS, grant_finance_read_only
 from gpu_health.storage.warehouse import Warehouse, engine_for
+from gpu_health_tests.services.postgres import admin_sql, fresh_database
 from gpu_health_tests.test_goodput import E, S, fill_warehouse, scenario
 
 DAY = pd.Timestamp("2026-11-03T00:00:00Z")
@@ -277,24 +278,11 @@ def _check_views(url: str, held: dict) -> None:
 @pytest.fixture
 def pg_database(postgres_url):
     """A fresh database on the session's PostgreSQL (dropped afterwards, with the roles a test made)."""
-    url = sa.make_url(postgres_url)
-    name = f"fin_{uuid.uuid4().hex[:10]}"
-    admin = dict(host=url.host, port=url.port, user=url.username, dbname="postgres")
     roles = []
-
-    def admin_sql(sql):
-        conn = psycopg2.connect(**admin)
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute(sql)
-        conn.close()
-
-    admin_sql(f'CREATE DATABASE "{name}"')
-    yield url.set(database=name).render_as_string(hide_password=False), roles
-    engine_for(url.set(database=name).render_as_string(hide_password=False)).dispose()
-    admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    for role in roles:
-        admin_sql(f'DROP ROLE IF EXISTS "{role}"')
+    with fresh_database(postgres_url, prefix="fin") as url:
+        yield url, roles
+    for role in roles:  # once the database that held their grants is gone
+        admin_sql(postgres_url, f'DROP ROLE IF EXISTS "{role}"')
 
 
 def test_finance_views_on_postgres_return_the_sums_the_tables_hold(day, pg_database):

@@ -247,6 +247,7 @@ FLOORS: dict[str, int] = {
     "landing": 3,                                            # the landing zone's layout (from the catalogue), its writer
     "serving_families": 1,                                   # the serving service's metric names
     "faults": 1,                                             # which errors are transient
+    "polling": 1,                                            # the bounded wait for a server
     "allocator": 1,                                          # the C allocator of a range-running process
     "dev": 7,                                                # what make dev starts besides dagster dev
 }

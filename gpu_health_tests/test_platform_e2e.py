@@ -4,11 +4,10 @@ contract's layout, the pipeline reads them back, and each platform incident open
 
 import pandas as pd
 import pytest
-import yaml
 
-from gpu_health.cli import main
 from gpu_health.steps.direct import run_range
 from gpu_health.storage.warehouse import Warehouse
+from gpu_health_tests.conftest import simulate
 
 START, END = pd.Timestamp("2026-11-03T09:00:00Z"), pd.Timestamp("2026-11-03T11:00:00Z")
 ONSET = pd.Timestamp("2026-11-03T10:00:00Z")
@@ -28,12 +27,9 @@ EXPECTED = {"cpu_fallback": ("software", "page"), "pods_pending_gpu": ("scheduli
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("platform")
-    spec = folder / "scenario.yaml"
-    spec.write_text(yaml.safe_dump({
+    zone = simulate(folder, {
         "seed": 5, "start": START.isoformat(), "end": END.isoformat(), "cluster": {"gpus": 96, "platform": True},
-        "incidents": [{"start": ONSET.isoformat(), "duration": "60m", "severity": "high", **i} for i in INCIDENTS]}))
-    zone = folder / "zone"
-    assert main(["simulate", "--scenario", str(spec), "--landing", str(zone), "--quiet"]) == 0
+        "incidents": [{"start": ONSET.isoformat(), "duration": "60m", "severity": "high", **i} for i in INCIDENTS]})
     from gpu_health.sources.registry import make_source
 
     wh = Warehouse(f"sqlite:///{folder / 'w.db'}")

@@ -5,6 +5,7 @@ Each test gets a fresh database on the session's server (``postgres_url``); the 
 creates are dropped with it.
 """
 
+import functools
 import threading
 import uuid
 
@@ -17,6 +18,7 @@ import yaml
 from gpu_health.storage import views as V
 from gpu_health.storage.views import VIEWS, grant_finance_read_only
 from gpu_health.storage.warehouse import Warehouse, engine_for
+from gpu_health_tests.services.postgres import admin_sql, fresh_database
 
 # passwords a hostile caller could pass: each would have ended the string literal of the old
 # f-string DDL and appended attributes or statements
@@ -35,26 +37,12 @@ def pg_db(postgres_url, tmp_path, monkeypatch):
     in its own folder, so the default telemetry store of a PostgreSQL warehouse (``var/telemetry/`` of the
     working directory) is its own, not shared with tests running beside it."""
     monkeypatch.chdir(tmp_path)
-    url = sa.make_url(postgres_url)
-    name = f"safe_{uuid.uuid4().hex[:10]}"
     roles: list[str] = []
-
-    def admin_sql(statement, params=None):
-        conn = psycopg2.connect(host=url.host, port=url.port, user=url.username, dbname="postgres")
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute(statement, params)
-            rows = cur.fetchall() if cur.description else None
-        conn.close()
-        return rows
-
-    admin_sql(f'CREATE DATABASE "{name}"')
-    db_url = url.set(database=name).render_as_string(hide_password=False)
-    yield db_url, roles, admin_sql
-    engine_for(db_url).dispose()
-    admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin = functools.partial(admin_sql, postgres_url)
+    with fresh_database(postgres_url, prefix="safe") as db_url:
+        yield db_url, roles, admin
     for role in roles + ["evil"]:
-        admin_sql(pgsql.SQL("DROP ROLE IF EXISTS {}").format(pgsql.Identifier(role)))
+        admin(pgsql.SQL("DROP ROLE IF EXISTS {}").format(pgsql.Identifier(role)))
 
 
 def _connect_as(db_url: str, role: str, password: str):

@@ -8,19 +8,20 @@ files stand in for an exporter's corrected re-delivery of one partition.
 
 import shutil
 import uuid
+from pathlib import Path
 
 import pandas as pd
 import pytest
 import sqlalchemy as sa
-import yaml
 
-from gpu_health.cli import main, run
+from gpu_health.cli import run
 from gpu_health.defs.alerting.sensors import latest_alerts
 from gpu_health.delivery.alertmanager import alert_to_payload
 from gpu_health.steps import diagnosis as D
 from gpu_health.steps.registry import inputs_for
 from gpu_health.storage.telemetry_store import Staged
 from gpu_health.storage.warehouse import Warehouse, engine_for
+from gpu_health_tests.conftest import simulate
 
 START, END = "2026-11-03T11:00:00Z", "2026-11-03T11:40:00Z"
 FIXED = ("2026-11-03T11:10:00Z", "2026-11-03T11:15:00Z")  # the partition of the fault's onset, re-delivered clean
@@ -32,14 +33,8 @@ ECC = {"kind": "gpu_ecc_fault", "start": "2026-11-03T11:12:00Z", "end": END, "se
        "scope": {"region": "us-east", "nodes": 1}}
 
 
-def _simulate(folder, incidents) -> str:
-    spec = folder / "scenario.yaml"
-    spec.write_text(yaml.safe_dump({"seed": 3, "start": START, "end": END, "cluster": {"gpus": 96},
-                                    "incidents": incidents}))
-    zone = folder / "zone"
-    assert main(["simulate", "--scenario", str(spec), "--start", START, "--end", END, "--landing", str(zone),
-                 "--quiet"]) == 0
-    return zone
+def _simulate(folder, incidents) -> Path:
+    return simulate(folder, {"seed": 3, "start": START, "end": END, "cluster": {"gpus": 96}, "incidents": incidents})
 
 
 @pytest.fixture(scope="module")

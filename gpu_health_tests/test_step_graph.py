@@ -8,13 +8,12 @@ declarations, so this is what keeps the asset graph true.
 
 import pandas as pd
 import pytest
-import yaml
 
-from gpu_health.cli import main
 from gpu_health.steps.direct import run_range
 from gpu_health.steps.graph import order, upstream_steps
 from gpu_health.steps.registry import STEPS, asset_deps, own_earlier_reads, step
 from gpu_health.storage.warehouse import Warehouse
+from gpu_health_tests.conftest import simulate
 
 START, END = pd.Timestamp("2026-11-03T22:00:00Z"), pd.Timestamp("2026-11-04T00:00:00Z")
 WINDOW = (pd.Timestamp("2026-11-03T23:00:00Z"), pd.Timestamp("2026-11-03T23:30:00Z"))
@@ -44,15 +43,12 @@ def warehouse(tmp_path_factory):
     """Two hours of a small cluster (Kubernetes tables exported) with a fault and a maintenance window, run through
     every step."""
     folder = tmp_path_factory.mktemp("graph")
-    spec = folder / "scenario.yaml"
-    spec.write_text(yaml.safe_dump({
+    zone = simulate(folder, {
         "seed": 5, "start": START.isoformat(), "end": END.isoformat(), "cluster": {"gpus": 96, "platform": True},
         "incidents": [{"kind": "gpu_ecc_fault", "start": "2026-11-03T22:40:00Z", "duration": "60m",
                        "severity": "high", "scope": {"region": "us-east", "nodes": 1}},
                       {"kind": "maintenance", "start": "2026-11-03T22:50:00Z", "duration": "30m",
-                       "severity": "low", "scope": {"region": "eu-west", "nodes": 2}}]}))
-    zone = folder / "zone"
-    assert main(["simulate", "--scenario", str(spec), "--landing", str(zone), "--quiet"]) == 0
+                       "severity": "low", "scope": {"region": "eu-west", "nodes": 2}}]})
     from gpu_health.sources.registry import make_source
 
     wh = Warehouse(f"sqlite:///{folder / 'w.db'}")

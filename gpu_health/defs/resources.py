@@ -1,7 +1,6 @@
 """Resources: the warehouse, the telemetry source, the warehouse IO manager and Alertmanager; the set the
 environment configures (:func:`default_resources`)."""
 
-import contextlib
 import itertools
 import os
 import threading
@@ -11,6 +10,7 @@ import dagster as dg
 import pandas as pd
 from pydantic import PrivateAttr
 
+from gpu_health.defs.retry import retry_transient
 from gpu_health.sources.base import DEFAULT_ABSENT_AFTER
 from gpu_health.storage.warehouse import Warehouse, masked_url, run_cache
 
@@ -85,11 +85,8 @@ class TelemetrySourceResource(dg.ConfigurableResource):
     prometheus_serving_metrics: str = ""
 
     def _key(self) -> tuple:
-        return (self.kind, self.scenario, self.seed, self.live, self.landing_dir, self.prometheus_url,
-                self.prometheus_region, self.prometheus_region_label, self.prometheus_selector,
-                self.prometheus_labels, self.prometheus_step, self.prometheus_ready_lag, self.absent_after,
-                self.slurm_dir, self.ipmi_racks, self.ipmi_hall_metric, self.prometheus_kube_state_metrics,
-                self.prometheus_serving, self.prometheus_serving_metrics)
+        # every config field, read from the model: a field added above is part of the key without a second edit
+        return tuple(getattr(self, name) for name in type(self).model_fields)
 
     def get(self):
         with _SOURCES_LOCK:
@@ -175,27 +172,14 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
             return
         table = context.asset_key.path[-1]
         start, end = self._window(context)
-        with _retry_transient(context):  # the database gone mid-write: the step retries (TRANSIENT_RETRY)
+        with retry_transient(context):  # the database gone mid-write: the step retries (TRANSIENT_RETRY)
             self._warehouse().replace_window(table, obj, start, end)
 
     def load_input(self, context: dg.InputContext) -> pd.DataFrame:
         table = context.asset_key.path[-1]
         start, end = self._window(context)
-        with _retry_transient(context):
+        with retry_transient(context):
             return self._warehouse().read_window(table, start, end)
-
-
-@contextlib.contextmanager
-def _retry_transient(context):
-    from gpu_health.defs.retry import transient_retry
-
-    try:
-        yield
-    except Exception as exc:
-        retry = transient_retry(context, exc)
-        if retry is None:
-            raise
-        raise retry from exc
 
 
 class AlertmanagerResource(dg.ConfigurableResource):

@@ -2,6 +2,7 @@
 decorator every asset body and the warehouse IO manager use. Below ``defs.common`` and ``defs.resources``, which
 both need it."""
 
+import contextlib
 import functools
 import inspect
 
@@ -46,22 +47,25 @@ def retry_transient_errors(fn):
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def gen_wrapper(context, *args, **kwargs):
-            try:
+            with retry_transient(context):
                 yield from fn(context, *args, **kwargs)
-            except Exception as exc:
-                retry = transient_retry(context, exc)
-                if retry is None:
-                    raise
-                raise retry from exc
         return gen_wrapper
 
     @functools.wraps(fn)
     def wrapper(context, *args, **kwargs):
-        try:
+        with retry_transient(context):
             return fn(context, *args, **kwargs)
-        except Exception as exc:
-            retry = transient_retry(context, exc)
-            if retry is None:
-                raise
-            raise retry from exc
     return wrapper
+
+
+@contextlib.contextmanager
+def retry_transient(context):
+    """Around a step's work (both wrappers above, the warehouse IO manager's reads and writes): a transient error
+    becomes the step's retry request (chained to it); any other exception passes unchanged."""
+    try:
+        yield
+    except Exception as exc:
+        retry = transient_retry(context, exc)
+        if retry is None:
+            raise
+        raise retry from exc

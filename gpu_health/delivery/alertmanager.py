@@ -345,18 +345,10 @@ def _state_value(severity: str, digest: str) -> str:
 
 
 def deliver(
-    client: AlertmanagerClient,
-    alerts_frame: Any,
-    already_sent: Mapping[str, str],
-    *,
-    now: datetime | None = None,
-    ttl: timedelta = DEFAULT_TTL,
-    generator_url: str | None = None,
-    runbook_base_url: str | None = None,
+    client: AlertmanagerClient, alerts_frame: Any, already_sent: Mapping[str, str], **options
 ) -> tuple[int, dict[str, str]]:
-    """``deliver_report`` reduced to ``(sent_count, new_state)``."""
-    report = deliver_report(client, alerts_frame, already_sent, now=now, ttl=ttl, generator_url=generator_url,
-                            runbook_base_url=runbook_base_url)
+    """``deliver_report`` (same arguments and keyword options) reduced to ``(sent_count, new_state)``."""
+    report = deliver_report(client, alerts_frame, already_sent, **options)
     return report.sent, report.state
 
 
@@ -478,15 +470,8 @@ UNKNOWN_LABEL = "unknown"
 UNKNOWN_COST = "unknown"
 
 
-def tolerant_payload(
-    alert: Mapping[str, Any],
-    *,
-    now: datetime | None = None,
-    ttl: timedelta = DEFAULT_TTL,
-    generator_url: str | None = None,
-    runbook_base_url: str | None = None,
-) -> tuple[dict[str, Any], list[str]]:
-    """``alert_to_payload`` for a row with odd values; return ``(payload, notes)``.
+def tolerant_payload(alert: Mapping[str, Any], **options) -> tuple[dict[str, Any], list[str]]:
+    """``alert_to_payload`` (same keyword options) for a row with odd values; return ``(payload, notes)``.
 
     Values that only describe the alert are replaced, never fatal: a null or
     missing ``summary`` / ``runbook`` / ``scope`` becomes ``MISSING_TEXT``, a
@@ -521,7 +506,7 @@ def tolerant_payload(
         except (TypeError, ValueError, OverflowError):
             notes.append(f"first_partition_start unreadable ({_text(row['first_partition_start'])[:40]})")
             row["first_partition_start"] = None
-    payload = alert_to_payload(row, now=now, ttl=ttl, generator_url=generator_url, runbook_base_url=runbook_base_url)
+    payload = alert_to_payload(row, **options)
     if not cost_ok:
         payload["annotations"]["usd_per_hour"] = UNKNOWN_COST
     if notes:

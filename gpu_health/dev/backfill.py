@@ -26,7 +26,6 @@ instance counts as submitted. Remove the marker (it sits in the Dagster instance
 """
 
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +33,7 @@ import pandas as pd
 import requests
 
 from gpu_health.constants import PARTITION, PARTITION_FREQ
+from gpu_health.polling import poll
 from gpu_health.steps.readiness import SensorCursor, partition_key, partition_start
 
 SENSOR = "five_minute_partition_sensor"
@@ -101,17 +101,7 @@ class GraphQL:
     def wait(self, what: str, probe, timeout_s: float, every_s: float = 5.0):
         """``probe()``'s first answer that is not None, polled until ``timeout_s``; a server not up yet (or too
         busy to answer) is waited for too."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                found = probe()
-            except (requests.ConnectionError, requests.Timeout):
-                found = None
-            if found is not None:
-                return found
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"gave up after {timeout_s:.0f} s waiting for {what} at {self.url}")
-            time.sleep(every_s)
+        return poll(f"{what} at {self.url}", probe, timeout_s, every_s)
 
     def _repos(self) -> list[dict]:
         return self(_REPOS)["repositoriesOrError"].get("nodes", [])

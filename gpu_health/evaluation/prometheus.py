@@ -13,10 +13,9 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import time
 from pathlib import Path
 
-import requests
+from gpu_health.polling import wait_ready
 
 # How long a cold Prometheus may take to replay its WAL and open a backfilled week of blocks before it is
 # declared broken (seconds; a healthy one is ready in 1-3 s, a week of 2h blocks in tens of seconds on 2 cores).
@@ -66,23 +65,10 @@ class PrometheusProcess:
                      # larger ones (minutes of CPU at startup for a week, competing with the replay queries)
                      "--storage.tsdb.min-block-duration=2h", "--storage.tsdb.max-block-duration=2h"],
                     stdout=logf, stderr=subprocess.STDOUT, cwd=self.workdir)
-            if self._wait_ready():
+            if wait_ready(self.proc, self.url, READY_WAIT_S):
                 return self.url
             self.stop()
         raise RuntimeError(f"prometheus did not become ready; log:\n{self.log_tail()}")
-
-    def _wait_ready(self) -> bool:
-        deadline = time.monotonic() + READY_WAIT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return False
-            try:
-                if requests.get(f"{self.url}/-/ready", timeout=2).status_code == 200:
-                    return True
-            except requests.RequestException:
-                pass
-            time.sleep(0.05)
-        return False
 
     def log_tail(self, lines: int = 30) -> str:
         try:

@@ -198,7 +198,21 @@ class _Family:
 
 # --- the writer -------------------------------------------------------------------------
 class _Writer:
-    def __init__(self, *, gpu, node, network, jobs, region_label, gpu_labels, nulls, counter_resets, chunk):
+    """The rendering both writers share; its keyword options are theirs (:func:`write_openmetrics`)."""
+
+    def __init__(
+        self,
+        *,
+        gpu: pd.DataFrame | None = None,
+        node: pd.DataFrame | None = None,
+        network: pd.DataFrame | None = None,
+        jobs: pd.DataFrame | None = None,
+        region_label: str = F.DEFAULT_REGION_LABEL,
+        gpu_labels: Mapping[str, str] | None = None,
+        nulls: str = "omit",
+        counter_resets: Iterable[tuple[str, pd.Timestamp]] = (),
+        chunk: str = "2h",
+    ):
         if nulls not in ("omit", "sentinel"):
             raise ValueError("nulls must be 'omit' or 'sentinel'")
         self.region_label = region_label
@@ -443,27 +457,16 @@ def _write_family(fh, parts: list[tuple[np.ndarray, np.ndarray]]) -> int:
     return len(lines)
 
 
-def write_openmetrics(
-    path: str | os.PathLike,
-    *,
-    gpu: pd.DataFrame | None = None,
-    node: pd.DataFrame | None = None,
-    network: pd.DataFrame | None = None,
-    jobs: pd.DataFrame | None = None,
-    region_label: str = F.DEFAULT_REGION_LABEL,
-    gpu_labels: Mapping[str, str] | None = None,
-    nulls: str = "omit",
-    counter_resets: Iterable[tuple[str, pd.Timestamp]] = (),
-    chunk: str = "2h",
-) -> WriteSummary:
+def write_openmetrics(path: str | os.PathLike, **options) -> WriteSummary:
     """Write contract frames (gpu_telemetry, node_telemetry, network_telemetry, job_runtime_metrics) to one file.
 
+    ``options`` are :class:`_Writer`'s keywords, in one place for both writers: the frames ``gpu``, ``node``,
+    ``network``, ``jobs``, and ``region_label``, ``gpu_labels``, ``nulls``, ``counter_resets``, ``chunk``.
     ``gpu_labels`` picks label variants (e.g. ``{"node_id": "hostname",
     "job_id": "hpc_job"}``); ``counter_resets`` lists ``(gpu_uuid or node_id,
     ts)`` at which that device's counters restart from 0.
     """
-    w = _Writer(gpu=gpu, node=node, network=network, jobs=jobs, region_label=region_label, gpu_labels=gpu_labels,
-                nulls=nulls, counter_resets=counter_resets, chunk=chunk)
+    w = _Writer(**options)
     path = Path(path)
     kinds = _kinds(w)
     summary = WriteSummary([path])
@@ -486,22 +489,9 @@ def write_openmetrics(
     return summary
 
 
-def write_openmetrics_chunks(
-    directory: str | os.PathLike,
-    *,
-    gpu: pd.DataFrame | None = None,
-    node: pd.DataFrame | None = None,
-    network: pd.DataFrame | None = None,
-    jobs: pd.DataFrame | None = None,
-    region_label: str = F.DEFAULT_REGION_LABEL,
-    gpu_labels: Mapping[str, str] | None = None,
-    nulls: str = "omit",
-    counter_resets: Iterable[tuple[str, pd.Timestamp]] = (),
-    chunk: str = "2h",
-) -> WriteSummary:
+def write_openmetrics_chunks(directory: str | os.PathLike, **options) -> WriteSummary:
     """As :func:`write_openmetrics`, one complete file per time chunk (``<unix start>.om``) in ``directory``."""
-    w = _Writer(gpu=gpu, node=node, network=network, jobs=jobs, region_label=region_label, gpu_labels=gpu_labels,
-                nulls=nulls, counter_resets=counter_resets, chunk=chunk)
+    w = _Writer(**options)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     kinds = _kinds(w)

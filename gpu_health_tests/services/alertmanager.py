@@ -24,12 +24,13 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import requests
+
+from gpu_health.polling import wait_ready
+from gpu_health_tests.services import serve_for_session
 
 ENV_BIN = "GPU_HEALTH_ALERTMANAGER_BIN"
 READY_WAIT_S = 30.0  # upper bound for start-up, not an expectation (ready in ~0.1 s)
@@ -88,16 +89,10 @@ def _stop_process(proc: subprocess.Popen) -> None:
 
 def _wait_ready(proc: subprocess.Popen, url: str, log: Path) -> bool:
     """True once ``/-/ready`` answers 200; False if the process exited first."""
-    deadline = time.monotonic() + READY_WAIT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return False
-        try:
-            if requests.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                return True
-        except requests.ConnectionError:
-            pass
-        time.sleep(0.05)
+    if wait_ready(proc, url, READY_WAIT_S):
+        return True
+    if proc.poll() is not None:
+        return False
     _stop_process(proc)
     raise AlertmanagerStartError(
         f"Alertmanager at {url} not ready after {READY_WAIT_S:.0f} s\n{_log_tail(log)}"
@@ -170,11 +165,4 @@ def alertmanager_url() -> Iterator[str]:
     notifiers); terminated and removed at the end of the session. Alerts
     persist across tests: give each test its own ``alert_id`` labels.
     """
-    try:
-        url, stop = start_alertmanager(tempfile.gettempdir())
-    except AlertmanagerStartError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        yield url
-    finally:
-        stop()
+    yield from serve_for_session(start_alertmanager, AlertmanagerStartError)

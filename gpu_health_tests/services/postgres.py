@@ -49,6 +49,8 @@ from pathlib import Path
 import psycopg2
 import pytest
 
+from gpu_health_tests.services import serve_for_session
+
 ENV_URL = "GPU_HEALTH_TEST_POSTGRES_URL"
 ENV_BINDIR = "GPU_HEALTH_PG_BINDIR"
 DEFAULT_BINDIR = "/usr/lib/postgresql/15/bin"
@@ -191,14 +193,7 @@ def postgres_url() -> Iterator[str]:
     if external:
         yield external
         return
-    try:
-        url, stop = start_postgres(tempfile.gettempdir())
-    except PostgresStartError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        yield url
-    finally:
-        stop()
+    yield from serve_for_session(start_postgres, PostgresStartError)
 
 
 if __name__ == "__main__":  # pragma: no cover - manual helper
@@ -224,19 +219,27 @@ def fresh_database(server_url: str, prefix: str = "t") -> Iterator[str]:
 
     url = sa.make_url(server_url)
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    admin = dict(host=url.host, port=url.port, user=url.username, dbname="postgres")
-
-    def admin_sql(statement: str) -> None:
-        conn = psycopg2.connect(**admin)
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute(statement)
-        conn.close()
-
-    admin_sql(f'CREATE DATABASE "{name}"')
+    admin_sql(server_url, f'CREATE DATABASE "{name}"')
     new = url.set(database=name).render_as_string(hide_password=False)
     try:
         yield new
     finally:
         engine_for(new).dispose()
-        admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin_sql(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def admin_sql(server_url: str, statement, params=None) -> list[tuple] | None:
+    """Run ``statement`` (text or a ``psycopg2.sql`` composition, with ``params``) on the server of ``server_url``
+    as its user, in the ``postgres`` database and outside a transaction (CREATE / DROP DATABASE refuse to run
+    inside one); its rows, or None for a statement that returns none."""
+    import sqlalchemy as sa
+
+    url = sa.make_url(server_url)
+    conn = psycopg2.connect(host=url.host, port=url.port, user=url.username, dbname="postgres")
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(statement, params)
+            return cur.fetchall() if cur.description else None
+    finally:
+        conn.close()
