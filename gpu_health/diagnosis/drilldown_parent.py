@@ -9,6 +9,7 @@ false cause. Pure numpy on the search's own leaf statistics; no search here.
 
 from __future__ import annotations
 
+from collections import Counter
 from itertools import combinations
 
 import numpy as np
@@ -21,9 +22,8 @@ Found = tuple[tuple[int, ...], tuple[int, ...], float, np.ndarray, np.ndarray]
 
 
 def _prefer_parents(leaves: _Leaves, stats: _LeafStats, found: list[Found], min_leaf_z: float) -> list[Found]:
-    """``found`` with every group of two or more causes that split one parent (a cell all of them lie in, named by
-    some of their dimensions) along a dimension they all name, replaced by that parent when its other leaves
-    moved too.
+    """``found`` with the causes inside one parent (a cell they all lie in, named by some of their dimensions),
+    two or more of which split it along one dimension, replaced by that parent when its other leaves moved too.
 
     The rest of the parent (its leaves outside the children and outside every other cause) either stayed put --
     the children are the causes, as two failing nodes of one region are -- or moved the children's way, by less:
@@ -46,12 +46,15 @@ def _prefer_parents(leaves: _Leaves, stats: _LeafStats, found: list[Found], min_
                     groups.setdefault(key, []).append(i)
         # the nearest parent first (most dimensions): a cause climbs one step at a time
         for (cuboid, cell), members in sorted(groups.items(), key=lambda kv: (-len(kv[0][0]), kv[0])):
-            # children split the parent along a dimension they all name (a finer split of some is still theirs);
-            # causes that split it along different dimensions are distinct findings that only overlap
-            split = set.intersection(*(set(found[i][0]) for i in members)) - set(cuboid)
-            if len(members) < 2 or not split:
+            # two or more children split the parent along one dimension (a finer split of some is still theirs);
+            # causes inside the parent that split it otherwise (a node of the region) are pieces of it as well
+            splits = Counter(d for i in members for d in set(found[i][0]) - set(cuboid))
+            if not splits or max(splits.values()) < 2:
                 continue
-            parent = _merged(leaves, stats, found, members, cuboid, cell, min_leaf_z)
+            in_parent = np.all(leaves.codes[:, list(cuboid)] == np.asarray(cell, dtype=np.int64), axis=1)
+            # with every other cause whose leaves all lie in the parent (a node of a region names no region)
+            members = [i for i, f in enumerate(found) if i in members or not (f[3] & ~in_parent).any()]
+            parent = _merged(stats, found, members, in_parent, cuboid, cell, min_leaf_z)
             if parent is not None:
                 found = [f for i, f in enumerate(found) if i not in members[1:]]
                 found[members[0]] = parent
@@ -60,10 +63,10 @@ def _prefer_parents(leaves: _Leaves, stats: _LeafStats, found: list[Found], min_
     return found
 
 
-def _merged(leaves: _Leaves, stats: _LeafStats, found: list[Found], members: list[int],
+def _merged(stats: _LeafStats, found: list[Found], members: list[int], in_parent: np.ndarray,
             cuboid: tuple[int, ...], cell: tuple[int, ...], min_leaf_z: float) -> Found | None:
-    """The parent ``cuboid`` = ``cell`` of the causes ``members`` of ``found``, or None when its rest stayed put."""
-    in_parent = np.all(leaves.codes[:, list(cuboid)] == np.asarray(cell, dtype=np.int64), axis=1)
+    """The parent ``cuboid`` = ``cell`` (its leaves: ``in_parent``) of the causes ``members`` of ``found``, or None
+    when its rest stayed put or one of them moved against the others."""
     children = np.zeros(len(in_parent), dtype=bool)
     others = np.zeros(len(in_parent), dtype=bool)
     for i, f in enumerate(found):
@@ -76,6 +79,8 @@ def _merged(leaves: _Leaves, stats: _LeafStats, found: list[Found], members: lis
     if h_c <= 0:
         return None
     sign = 1.0 if stats.x[children & informative].sum() >= 0 else -1.0
+    if any(sign * float(stats.x[found[i][3] & informative].sum()) < 0 for i in members):
+        return None  # a piece moving against the others is a cause of its own
     rest = in_parent & ~children & ~others & informative
     x_r, h_r = float(stats.x[rest].sum()), float(stats.h[rest].sum())
     # the rest's leaves moved, on average, min_leaf_z sigmas the children's way (_moves_as_one's per-part rule)
