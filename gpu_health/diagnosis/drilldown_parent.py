@@ -28,10 +28,11 @@ def _prefer_parents(leaves: _Leaves, stats: _LeafStats, found: list[Found], min_
     The rest of the parent (its leaves outside the children and outside every other cause) either stayed put --
     the children are the causes, as two failing nodes of one region are -- or moved the children's way, by less:
     the parent is the cause, and the children are where it showed most (the search's _moves_as_one rejects a
-    set whose parts moved unevenly, so such a parent is found piecewise). The rest moved when its leaves moved,
-    on average, at least ``min_leaf_z`` of their noise sigmas in the children's direction: the bar a cause's
-    leaves must clear, and the one _moves_as_one uses to tell a part that stayed put. A parent with no other
-    leaf (the children are all of it) is the parent. Repeated until nothing merges, so children of children
+    set whose parts moved unevenly, so such a parent is found piecewise). The rest stayed put when its leaves
+    moved, on average, less than ``min_leaf_z`` of their noise sigmas in the children's direction (the bar a
+    cause's leaves must clear, and the one _moves_as_one uses to tell a part that stayed put) and at least that
+    much less than the children; a rest too small or too noisy to tell either, or none at all, leaves the
+    parent (one cause is the shorter account of the change). Repeated until nothing merges, so children of children
     climb more than one level.
     """
     found = list(found)
@@ -83,8 +84,12 @@ def _merged(stats: _LeafStats, found: list[Found], members: list[int], in_parent
         return None  # a piece moving against the others is a cause of its own
     rest = in_parent & ~children & ~others & informative
     x_r, h_r = float(stats.x[rest].sum()), float(stats.h[rest].sum())
-    # the rest's leaves moved, on average, min_leaf_z sigmas the children's way (_moves_as_one's per-part rule)
-    if h_r > 0 and sign * x_r < min_leaf_z * np.sqrt(h_r * int(rest.sum())):
+    # the rest stayed put: its leaves moved, on average, less than min_leaf_z sigmas the children's way
+    # (_moves_as_one's per-part rule) and min_leaf_z sigmas less than the children did (too few or too noisy
+    # leaves tell neither, and one parent is the shorter account of the change than several children)
+    bar = min_leaf_z * np.sqrt(h_r * int(rest.sum()))
+    move = float(stats.x[children & informative].sum()) / h_c
+    if h_r > 0 and sign * x_r < bar and sign * (move * h_r - x_r) >= bar:
         return None
     in_set = in_parent & ~others
     members_ = in_set & informative
