@@ -9,7 +9,9 @@ that repository and run unchanged in a scratch folder, with the parameters its R
 
 - ``S`` (seed 121): 5 dimensions (10 x 12 x 10 x 8 x 5 = 48,000 leaves), 1-3 causes of 1-5 dimensions, 1-3 elements
   each: two causes in five span 4-5 dimensions, and a cause on the 5-valued dimension can cover 60 % of the cube;
-- ``L`` (seed 122): 4 dimensions (10 x 24 x 10 x 15 = 36,000 leaves), 1-5 causes, each a single leaf.
+- ``L`` (seed 122): 4 dimensions (10 x 24 x 10 x 15 = 36,000 leaves), 1-5 causes, each a single leaf;
+- ``W`` (seed 7, not a paper set): 4 dimensions (8 x 6 x 5 x 4 = 960 leaves), 1-2 causes of 2-4 elements: one
+  cause can cover most of the cube.
 
 ``--num`` cases are made per set (the paper: 1000; the first N of the same seed are the paper's first N). Each set
 is written as ``OUT/<set>/<case>.csv`` plus ``OUT/<set>/injection_info.csv`` -- the layout
@@ -31,6 +33,9 @@ SETS = {
     "L": ["--seed", "122", "--dims", "10", "24", "10", "15", "--noise-level", "0.0", "0.1", "--anomaly-severity",
           "0.5", "1.0", "--anomaly-deviation", "0.0", "0.0", "--num-anomaly", "1", "5", "--num-anomaly-elements",
           "1", "1", "--only-last-layer"],
+    # not a paper set: a small cube (960 leaves) with 1-2 causes of 2-4 elements each, so that one cause can cover
+    # 40-100 % of the cube (an anomaly named by its complement shows here)
+    "W": ["--seed", "7", "--dims", "8", "6", "5", "4", "--num-anomaly", "1", "2", "--num-anomaly-elements", "2", "4"],
 }
 
 
@@ -44,7 +49,7 @@ def main() -> None:
     parser.add_argument("--mirror", type=Path, required=True, help="git directory of github.com/shaido987/riskloc")
     parser.add_argument("--out", type=Path, required=True, help="folder to write <set>/ into")
     parser.add_argument("--num", type=int, default=100, help="cases per set")
-    parser.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
+    parser.add_argument("--sets", nargs="+", default=["S", "L"], choices=list(SETS), help="sets to make (W: on request)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
         (Path(work) / "utils").mkdir()

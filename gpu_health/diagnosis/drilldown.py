@@ -58,7 +58,8 @@ RiskLoc, 2022 -- remove a found cause and search again; no code of theirs):
    stops.
 6. The cause's leaves are removed and the search repeats (``max_causes`` at
    most): later causes are measured on leaves not attributed yet, so
-   explanatory powers add up and never count a GPU-minute twice.
+   explanatory powers add up and never count a GPU-minute twice. Causes found as children of one parent
+   whose other leaves moved with them are reported as the parent (:mod:`.drilldown_parent`).
 
 Causes are returned ranked by explanatory power, ``(A_S - E_S) / F`` with
 ``F`` the net change (negative for a cause against the net change: those come
@@ -90,6 +91,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_health.codes import factorize
+from gpu_health.diagnosis.drilldown_parent import _prefer_parents
 from gpu_health.diagnosis.drilldown_stats import (_Cells, _cuboids, _group, _js, _Lattice, _lattice, _LeafStats,
                                                   _Leaves, _noise_variance, _numbers, _score_cells, _shares,
                                                   _shuffled_max, _single_leaf_bar, _typical_move)
@@ -345,7 +347,7 @@ def _drill(leaves: _Leaves, *, max_causes: int, max_combination: int | None, min
     level = np.where(informative, np.where(expected_somewhere, np.abs(e), typical), 0.0)
     if leaves.volume is not None:  # a ratio: moves of the ratio, in units of the common ratio
         level = np.where(informative & (leaves.volume > 0), leaves.volume, level)
-    center = _typical_move(d, level, e, pseudo)
+    center, quiet = _typical_move(d, level, e, pseudo)
     dev = np.where(informative, d - center * level, 0.0)
     if float(np.abs(dev).sum()) <= 1e-9 * scale:
         return []
@@ -354,7 +356,7 @@ def _drill(leaves: _Leaves, *, max_causes: int, max_combination: int | None, min
     # exploding; moves up to a doubling keep the forecast's scale. Ratios: already at their observed volume.
     noise_level = level if leaves.volume is not None else np.where(
         informative & expected_somewhere, np.maximum(0.5 * np.abs(a), level), level)
-    variance = _noise_variance(dev, noise_level, informative)
+    variance = _noise_variance(dev, noise_level, informative if quiet is None else informative & quiet)
     if leaves.sampling is not None:
         variance = variance + leaves.sampling
     # dev = _tempered(dev, variance, informative)
@@ -366,7 +368,7 @@ def _drill(leaves: _Leaves, *, max_causes: int, max_combination: int | None, min
     lattice = lattice() if lattice is not None else _lattice(leaves, _cuboids(leaves, max_combination))
     alive = np.ones(n, dtype=bool)
     bonferroni = None
-    causes: list[Cause] = []
+    rounds = []
     for round_ in range(max_causes):
         cells = _score_cells(lattice, stats, alive)
         if bonferroni is None:
@@ -378,9 +380,10 @@ def _drill(leaves: _Leaves, *, max_causes: int, max_combination: int | None, min
         )
         if found is None:
             break
-        cuboid, cell, g, in_set = found
-        causes.append(_cause(leaves, alive, in_set, cuboid, cell, g, total, smoothing))
-        alive &= ~in_set
+        rounds.append((*found, alive.copy()))
+        alive &= ~found[3]
+    causes = [_cause(leaves, was_alive, in_set, cuboid, cell, g, total, smoothing)
+              for cuboid, cell, g, in_set, was_alive in _prefer_parents(leaves, stats, rounds, min_leaf_z)]
     causes.sort(key=lambda c: -c.explanatory_power if np.isfinite(c.explanatory_power) else 0.0)
     return causes
 
@@ -529,14 +532,10 @@ def _select(
     penalty: float,
     null_round: int | None,
 ) -> tuple[tuple[int, ...], tuple[int, ...], float, np.ndarray] | None:
-    """The best eligible cell that moved as one and beats its siblings' noise.
-
-    Candidates, best score first, must move as one (:func:`_moves_as_one`;
-    then widened by :func:`_widest`) and score above what the leaves outside
-    all the leaves not attributed yet reach when shuffled (:func:`_shuffled_max`;
-    ``null_round``: the search round, or None to skip) -- unless the
-    leaves outside it show no deviation at all. After ``_NULL_CHECKS``
-    candidates fail that, what is left is taken for noise.
+    """The best eligible cell that moved as one and beats its siblings' noise: candidates, best score first,
+    must move as one (:func:`_moves_as_one`; then widened by :func:`_widest`) and score above what the leaves
+    not attributed yet reach when shuffled (:func:`_shuffled_max`; ``null_round``: the search round, or None to
+    skip) -- unless the leaves outside it show no deviation at all. After ``_NULL_CHECKS`` fail, the rest is noise.
     """
     if cells is None:
         return None

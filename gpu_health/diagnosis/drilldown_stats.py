@@ -159,8 +159,10 @@ class _Cells:
     change: np.ndarray  # actual - expected
 
 
-def _typical_move(d: np.ndarray, level: np.ndarray, expected: np.ndarray, pseudo: float) -> float:
-    """The typical leaf's relative move ``d / level``: the densest value (half-sample mode).
+def _typical_move(d: np.ndarray, level: np.ndarray, expected: np.ndarray,
+                  pseudo: float) -> tuple[float, np.ndarray | None]:
+    """The typical leaf's relative move ``d / level``: the densest value (half-sample mode); and the leaves
+    the noise is to be fitted on when most of them moved (None: all of them).
 
     Leaves that carry no cause share one move (none, or a change spread evenly
     over every leaf) up to noise, so they form the densest cluster of moves,
@@ -168,21 +170,55 @@ def _typical_move(d: np.ndarray, level: np.ndarray, expected: np.ndarray, pseudo
     (Bickel & Fruehwirth 2006: keep, repeatedly, the half of the sorted values
     with the smallest range) finds that cluster even when causes move up to
     half of the leaves, where a median would slide toward them; and 0 (no
-    move) is kept unless most leaves are closer to the mode than to 0. Each leaf
-    counts once (mass would let a few large leaves decide); leaves whose
-    expected value is under the pseudo-count have no baseline to move from
-    and do not count; with none left the typical move is 0.
+    move) is kept unless most leaves are closer to the mode than to 0, or the
+    leaves closer to 0 are where the forecast held (:func:`_forecast_holds`:
+    an anomaly covering most of the cube) -- then the noise is theirs, not the
+    anomaly's, and is fitted on them. Each leaf counts once (mass would let a
+    few large leaves decide); leaves whose expected value is under the
+    pseudo-count have no baseline to move from and do not count; with none
+    left the typical move is 0.
     """
     based = (np.abs(expected) > pseudo) & (level > 0)
     if not based.any():
-        return 0.0
+        return 0.0, None
     moves = d[based] / level[based]
     mode = _half_sample_mode(moves)
     # "nothing moved" wins unless most leaves sit closer to the mode than to 0
     # (half the leaves moving alike is an incident, not the typical leaf)
-    if (np.abs(moves) <= np.abs(moves - mode)).sum() * 2 >= len(moves):
-        return 0.0
-    return mode
+    nearer_zero = np.abs(moves) <= np.abs(moves - mode)
+    if nearer_zero.sum() * 2 >= len(moves):
+        return 0.0, None
+    if _forecast_holds(moves[nearer_zero], moves[~nearer_zero], mode):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            every = np.where(level > 0, d / level, 0.0)
+        return 0.0, np.abs(every) <= np.abs(every - mode)
+    return mode, None
+
+
+def _forecast_holds(rest: np.ndarray, crowd: np.ndarray, mode: float) -> bool:
+    """True when the leaves nearer 0 than the crowd's move ``mode`` form a cluster at 0: the forecast held for them.
+
+    Most leaves moving alike is either the forecast's error spread over every
+    leaf (then the crowd is normal) or an anomaly covering most of the cube
+    (then the leaves left where the forecast put them are normal: a cause
+    ``e in {e1, e2, e3}`` over 60 % of the leaves is no less a deviation from
+    the forecast than one over 10 %). The forecast defines normal, so the rest
+    is normal when it looks as the forecast's noise predicts: its densest value
+    (half-sample mode) within one of its own sigmas of 0 -- a move no larger
+    than the leaves' noise is no move, the bar a cause's leaves must clear --
+    and apart from the crowd: the two clusters' one-sigma ranges do not meet (a
+    rest that reaches into the crowd is the crowd's own scatter, not a cluster
+    of its own). The tail of a crowd whose forecast erred everywhere sits at
+    the crowd's edge, half way to 0: within its own sigma of 0 it would reach
+    into the crowd, so it never passes both. With a forecast exact to the digit
+    the rest's spread is 0 and its centre must be 0 exactly.
+    """
+    if len(rest) < 2 or len(crowd) < 2:
+        return False
+    centre = _half_sample_mode(rest)
+    spread = MAD_TO_SIGMA * float(np.median(np.abs(rest - centre)))
+    crowd_spread = MAD_TO_SIGMA * float(np.median(np.abs(crowd - mode)))
+    return abs(centre) <= spread and abs(mode - centre) > spread + crowd_spread
 
 
 def _half_sample_mode(values: np.ndarray) -> float:
