@@ -173,26 +173,44 @@ def test_cheapest_reservation_is_the_newsvendor_quantile():
     assert F.cheapest_reserved(d, 1.0, 4.0)[0] == 20
 
 
-def test_demand_growth_exhausts_capacity_and_headroom_names_it(tmp_path):
+def _plan(start, end, growth_start, magnitude):
+    """A 96-GPU cluster's planned daily demand with us-east's arrivals growing from ``growth_start``: the scenario
+    and its history rows as capacity_demand_daily holds them (the plan has no loss tree: its waiting demand is
+    the backlog)."""
     from gpu_health.sim.demand import plan_daily
     from gpu_health.sim.scenario import load_scenario
+
+    scen = load_scenario({"seed": 3, "start": start, "end": end, "cluster": {"gpus": 96}, "incidents": [
+        {"kind": "demand_growth", "start": growth_start, "end": end, "magnitude": magnitude,
+         "scope": {"region": "us-east"}}]}, name="growth")
+    hist = plan_daily(scen)
+    hist["date"] = pd.to_datetime(hist["date"]).dt.date
+    hist["idle_blocked_gpu_hours"] = 0.0
+    return scen, hist
+
+
+def _headroom(tmp_path, scen, hist, made, start):
+    """capacity_forecast then capacity_headroom run for the day ``made`` on the history up to it: the warehouse
+    and the headroom rows."""
     from gpu_health.sim.telemetry import cost_capacity
     from gpu_health.steps.registry import step
     from gpu_health.storage.warehouse import Warehouse
 
-    start, end = pd.Timestamp("2026-09-07T00:00:00Z"), pd.Timestamp("2026-11-02T00:00:00Z")
-    scen = load_scenario({"seed": 3, "start": start, "end": end, "cluster": {"gpus": 96}, "incidents": [
-        {"kind": "demand_growth", "start": "2026-10-05T00:00:00Z", "end": end, "magnitude": 0.4,
-         "scope": {"region": "us-east"}}]}, name="growth")
-    hist = plan_daily(scen)
-    hist["date"] = pd.to_datetime(hist["date"]).dt.date
-    hist["idle_blocked_gpu_hours"] = 0.0  # the plan has no loss tree: its waiting demand is the backlog
     wh = Warehouse(f"sqlite:///{tmp_path / 'w.db'}")
+    day = made + pd.Timedelta(days=1)
+    wh.replace_windows({"capacity_demand_daily": hist[pd.to_datetime(hist["date"]) < day.tz_localize(None)]},
+                       start, day)
+    wh.replace_windows({"cost_capacity": cost_capacity(scen, made)}, made, day)
+    step("capacity_forecast").run(wh, made, day)
+    return wh, step("capacity_headroom").run(wh, made, day).tables["capacity_headroom"]
+
+
+def test_demand_growth_exhausts_capacity_and_headroom_names_it(tmp_path):
+    start, end = pd.Timestamp("2026-09-07T00:00:00Z"), pd.Timestamp("2026-11-02T00:00:00Z")
+    scen, hist = _plan(start, end, "2026-10-05T00:00:00Z", 0.4)
     last = end - pd.Timedelta(days=1)
-    wh.replace_windows({"capacity_demand_daily": hist}, start, end)
-    wh.replace_windows({"cost_capacity": cost_capacity(scen, last)}, last, end)
-    step("capacity_forecast").run(wh, last, end)
-    head = step("capacity_headroom").run(wh, last, end).tables["capacity_headroom"].set_index(["region", "sku"])
+    wh, head = _headroom(tmp_path, scen, hist, last, start)
+    head = head.set_index(["region", "sku"])
     v100 = "Tesla V100-SXM3-32GB"
     grown, flat = head.loc[("us-east", v100)], head.loc[("eu-west", v100)]
     # the grown region's V100s run out within the 12 weeks, on a day after the forecast was made; the same SKU in
@@ -322,21 +340,12 @@ def test_run_out_happens_inside_the_interval_the_headroom_gave_two_weeks_earlier
     """Demand growth runs a region's V100s out: the day demand first exceeds the installed GPUs (the plan's own
     truth) lies in [run_out_date, run_out_date_p10] of the headroom made two weeks before it -- the run-out's 80 %
     interval, the p10 end open when demand at its 10th percentile does not run out within 12 weeks."""
-    from gpu_health.sim.demand import plan_daily
-    from gpu_health.sim.scenario import load_scenario
     from gpu_health.sim.telemetry import cost_capacity
-    from gpu_health.steps.registry import step
-    from gpu_health.storage.warehouse import Warehouse
 
     # three weeks of flat demand, then +20 % a week of arrivals in us-east: enough history before the run-out for
     # the forecast two weeks ahead of it to choose a method by backtest and to state an interval
     start, end = pd.Timestamp("2026-08-17T00:00:00Z"), pd.Timestamp("2026-11-02T00:00:00Z")
-    scen = load_scenario({"seed": 3, "start": start, "end": end, "cluster": {"gpus": 96}, "incidents": [
-        {"kind": "demand_growth", "start": "2026-09-07T00:00:00Z", "end": end, "magnitude": 0.2,
-         "scope": {"region": "us-east"}}]}, name="growth")
-    hist = plan_daily(scen)
-    hist["date"] = pd.to_datetime(hist["date"]).dt.date
-    hist["idle_blocked_gpu_hours"] = 0.0
+    scen, hist = _plan(start, end, "2026-09-07T00:00:00Z", 0.2)
     v100 = "Tesla V100-SXM3-32GB"
     capacity = cost_capacity(scen, end - pd.Timedelta(days=1))
     gpus = int(capacity.set_index(["region", "sku"]).loc[("us-east", v100), "capacity_gpus"])
@@ -344,12 +353,7 @@ def test_run_out_happens_inside_the_interval_the_headroom_gave_two_weeks_earlier
     ran_out = F.run_out(gpus, truth)
     assert ran_out is not None
     made = pd.Timestamp(ran_out).tz_localize("UTC") - pd.Timedelta(days=14)
-    wh = Warehouse(f"sqlite:///{tmp_path / 'w.db'}")
-    wh.replace_windows({"capacity_demand_daily": hist[pd.to_datetime(hist["date"]) < made.tz_localize(None) +
-                                                      pd.Timedelta(days=1)]}, start, made + pd.Timedelta(days=1))
-    wh.replace_windows({"cost_capacity": cost_capacity(scen, made)}, made, made + pd.Timedelta(days=1))
-    step("capacity_forecast").run(wh, made, made + pd.Timedelta(days=1))
-    head = step("capacity_headroom").run(wh, made, made + pd.Timedelta(days=1)).tables["capacity_headroom"]
+    _, head = _headroom(tmp_path, scen, hist, made, start)
     row = head.set_index(["region", "sku"]).loc[("us-east", v100)]
     assert row["quantile"] == "p90" and pd.notna(row["run_out_date"]), row
     assert pd.Timestamp(row["run_out_date"]) <= pd.Timestamp(ran_out), (row["run_out_date"], ran_out)
