@@ -68,6 +68,27 @@ def test_conformal_quantile_covers_the_next_error_at_least_at_its_level_on_few_e
     assert 0.79 <= np.mean(hits) <= 0.86, np.mean(hits)
 
 
+def _triangle(growth, origins=60, h=84, seed=7):
+    """Past errors as past_errors returns them: origin o's horizon k known only if o + k < origins (the rest
+    NaN), their spread (horizon in weeks) ** growth."""
+    weeks = np.ceil(np.arange(1, h + 1) / F.SEASON)
+    e = np.random.default_rng(seed).normal(0, 1, (origins, h)) * weeks ** growth
+    e[np.arange(origins)[:, None] + np.arange(h)[None, :] >= origins] = np.nan
+    return e
+
+
+def test_long_horizon_intervals_grow_as_the_series_own_errors_grow():
+    """The horizons no past origin has reached take their width from the errors of the horizons that have
+    been reached, grown as the series' own errors grow with the horizon: a stationary series' 12-week interval
+    is about as wide as its 1-week one, a random walk's about sqrt(12) wider -- not sqrt(12) for both."""
+    for growth, lo_ratio, hi_ratio in ((0.0, 0.6, 1.6), (0.5, 2.3, 5.0)):
+        e = _triangle(growth)
+        assert abs(F.error_growth(e) - growth) < 0.25, F.error_growth(e)
+        lo, hi = F.interval_offsets(e, 84)
+        assert np.isfinite(hi).all() and lo_ratio < hi[83] / hi[0] < hi_ratio, (growth, hi[83] / hi[0])
+    assert F.error_growth(_triangle(0.0, origins=8)) == F.RANDOM_WALK_GROWTH  # one week of errors: no slope
+
+
 def test_intervals_are_symmetric_about_the_point_forecast_whatever_the_past_errors_skew():
     """Past errors that were upward spikes (demand bursts) give an interval as wide below p50 as above: the
     absolute error's quantile rests on all the errors, a tail's on half of them, and the skew of the past is not
