@@ -89,6 +89,17 @@ def test_long_horizon_intervals_grow_as_the_series_own_errors_grow():
     assert F.error_growth(_triangle(0.0, origins=8)) == F.RANDOM_WALK_GROWTH  # one week of errors: no slope
 
 
+def test_coverage_by_construction_is_the_conformal_rank_over_n_plus_one():
+    """Split-conformal's finite-sample level: 20 errors at 80 % take the ceil(21 x 0.8) = 17th smallest, which
+    bounds the next error with probability 17 / 21, between the level and the level + 1 / (n + 1); the backtest
+    states it averaged over its outcomes."""
+    e = np.full((F.MIN_ERRORS, 1), 1.0) * np.arange(1.0, F.MIN_ERRORS + 1)[:, None]
+    lo, hi, cover = F.conformal_offsets(e, 1, F.MISS)
+    assert hi[0] == 17.0 and cover[0] == pytest.approx(17 / 21)
+    # a level the adaptive step moved is stated as moved: the rank over n + 1 at the level the intervals used
+    assert 0 < F.backtest(_series(n=112, noise=40.0, seed=8), "dow_trend", horizon=14, step=7).by_construction < 1
+
+
 def test_intervals_are_symmetric_about_the_point_forecast_whatever_the_past_errors_skew():
     """Past errors that were upward spikes (demand bursts) give an interval as wide below p50 as above: the
     absolute error's quantile rests on all the errors, a tail's on half of them, and the skew of the past is not

@@ -338,9 +338,17 @@ def interval_offsets(errors: np.ndarray, h: int, miss: float = MISS) -> tuple[np
     growth phase that has ended) is not the next weeks' skew: intervals from each tail missed 20 % of outcomes
     on one side on the public traces and under-covered a region whose growth saturated. ``miss`` starts as the
     level and adapts to how the series' own past intervals fared (:func:`adaptive_alpha`)."""
-    lo, hi = np.full(h, np.nan), np.full(h, np.nan)
+    return conformal_offsets(errors, h, miss)[:2]
+
+
+def conformal_offsets(errors: np.ndarray, h: int, miss: float = MISS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`interval_offsets` and, per horizon, the coverage its intervals have by construction: the
+    ceil((n + 1) p)-th smallest of n exchangeable errors bounds the next one with probability exactly
+    rank / (n + 1), between p and p + 1 / (n + 1) (the largest error: n / (n + 1)) -- what a backtest's
+    coverage is to be judged against before its sampling error."""
+    lo, hi, cover = np.full(h, np.nan), np.full(h, np.nan), np.full(h, np.nan)
     if errors.size == 0:
-        return lo, hi
+        return lo, hi, cover
     b = error_growth(errors)
     scale = np.ceil(np.arange(1, errors.shape[1] + 1) / SEASON) ** b
     z = errors / scale
@@ -350,6 +358,7 @@ def interval_offsets(errors: np.ndarray, h: int, miss: float = MISS) -> tuple[np
     for k in range(h):
         e = errors[:, k][np.isfinite(errors[:, k])] if k < errors.shape[1] else np.empty(0)
         s = np.ceil((k + 1) / SEASON) ** b
+        n = len(e) if len(e) >= least else len(pooled)
         if len(e) >= least:
             c = conformal_quantile(np.abs(e), p)
         elif len(pooled) >= least:
@@ -358,8 +367,9 @@ def interval_offsets(errors: np.ndarray, h: int, miss: float = MISS) -> tuple[np
             c = pooled.max() * s
         else:
             continue
-        lo[k], hi[k] = -c, c
-    return lo, hi
+        rank = min(max(int(np.ceil((n + 1) * p - 1e-9)), 1), n) if n >= least else n
+        lo[k], hi[k], cover[k] = -c, c, rank / (n + 1)
+    return lo, hi, cover
 
 
 # alpha stays inside (0, 1): at 0 the interval would be the widest error ever seen (ACI's infinite interval),
@@ -462,6 +472,10 @@ class Backtest:
     # each scored origin's MAE / its scale, in time order (their mean is ``mase``): the paired losses a selection
     # test compares
     origin_mase: np.ndarray | None = None
+    # the coverage the 80 % / 95 % intervals have by construction (:func:`conformal_offsets`), averaged over the
+    # outcomes: the nominal level plus split-conformal's finite-sample margin of up to 1 / (n + 1)
+    by_construction: float = float("nan")
+    by_construction95: float = float("nan")
 
     @property
     def binomial_se(self) -> float:
@@ -491,16 +505,17 @@ def backtest(y: pd.Series | np.ndarray, method: str, *, horizon: int, min_train:
     dow0 = dow0 or 0
     ratios, inside, inside95, total, shares, score, score95, chosen = [], 0, 0, 0, [], [], [], {}
     per_origin = []  # (hits 80 %, hits 95 %, outcomes) of each scored origin, in time order
+    built = []  # (80 %, 95 %) coverage by construction of each scored outcome's intervals
     nan = np.full(horizon, np.nan)
     for o in _origins(len(y), 1 if partial else horizon, min_train, step):
         train, actual = y[:o], np.concatenate([y[o:o + horizon], nan])[:horizon]
         m = choose_method(train, dow0) if method == AUTO else method
         f = point_forecast(m, train, horizon, dow0)
-        lo = hi = lo95 = hi95 = nan
-        if intervals:
+        lo = hi = lo95 = hi95 = by80 = by95 = nan
+        if intervals:  # the chosen method's own past errors, per horizon
             errors = past_errors(m, train, horizon, dow0)
-            (lo, hi), (lo95, hi95) = (np.array(interval_offsets(errors, horizon, q)) * level(train)
-                                      for q in (MISS, MISS_WIDE))
+            (lo, hi, by80), (lo95, hi95, by95) = (conformal_offsets(errors, horizon, q) for q in (MISS, MISS_WIDE))
+            lo, hi, lo95, hi95 = (v * level(train) for v in (lo, hi, lo95, hi95))
         scale = np.nanmean(np.abs(train[SEASON:] - train[:-SEASON]))
         ok = np.isfinite(actual) & np.isfinite(f)
         if not ok.any() or not np.isfinite(scale) or scale <= 0:
@@ -515,6 +530,7 @@ def backtest(y: pd.Series | np.ndarray, method: str, *, horizon: int, min_train:
         hit = (a >= bounds[0][0]) & (a <= bounds[0][1])
         hit95 = int(((a >= bounds[1][0]) & (a <= bounds[1][1])).sum())
         per_origin.append((int(hit.sum()), hit95, int(ok.sum())))
+        built.extend(zip(by80[ok], by95[ok]))
         inside += int(hit.sum())
         inside95 += hit95
         total += int(ok.sum())
@@ -528,7 +544,7 @@ def backtest(y: pd.Series | np.ndarray, method: str, *, horizon: int, min_train:
     return Backtest(method, mean(ratios), inside / total if total else float("nan"), len(ratios), total, se,
                     inside95 / total if total else float("nan"), inside, inside95, mean(score), mean(score95),
                     chosen, hac_se(po[:, 0], po[:, 2], horizon), hac_se(po[:, 1], po[:, 2], horizon),
-                    np.array(ratios))
+                    np.array(ratios), *(mean([b[i] for b in built]) for i in (0, 1)))
 
 
 # Why a series uses its method (the forecast's ``selection``): the method beat seasonal-naive on the series'
