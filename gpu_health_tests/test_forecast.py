@@ -53,6 +53,17 @@ def test_intervals_widen_when_the_series_past_intervals_missed_and_hold_when_the
     assert (hi_shift - lo_shift > 1.5 * (hi_calm - lo_calm)).all()
 
 
+def test_adaptive_level_replays_the_per_horizon_intervals_the_forecast_states():
+    """Calm errors whose first week is half as wide as the later ones (a step no single growth law fits): the
+    per-horizon intervals are calibrated, so replaying them keeps the level near 20 %; replaying one interval of
+    all horizons pooled would judge intervals the forecast never states, and drift."""
+    alphas = []
+    for seed in range(5):
+        e = _triangle(0.0, origins=150, seed=seed) * np.where(np.arange(84) < F.SEASON, 1.0, 2.0)
+        alphas.append(F.adaptive_alpha(e / np.ceil(np.arange(1, 85) / F.SEASON) ** F.error_growth(e)))
+    assert abs(np.mean(alphas) - F.MISS) < 0.04, alphas
+
+
 def test_conformal_quantile_covers_the_next_error_at_least_at_its_level_on_few_errors():
     """Split-conformal: with n exchangeable past errors, the ceil((n + 1) p)-th smallest bounds the next one with
     probability at least p; the sample quantile at p covers about p n / (n + 1), 76 % of the time at 80 % on 20

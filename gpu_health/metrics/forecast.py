@@ -379,10 +379,10 @@ _ALPHA_RANGE = (0.002, 0.998)
 
 def adaptive_alpha(z: np.ndarray, target: float | None = None) -> float:
     """The miss level of the next interval by adaptive conformal inference over ``z`` (origins x horizons, errors
-    in units of (horizon in weeks) ** :func:`error_growth`, origins in time order, NaN where unknown): at each origin, the interval
-    the pooled errors known by then give at the current level -- the same symmetric interval
-    :func:`interval_offsets` states, +/- the conformal quantile of the absolute errors -- is checked against that
-    origin's outcomes, and
+    in units of (horizon in weeks) ** :func:`error_growth`, origins in time order, NaN where unknown): at each
+    origin, the intervals the errors known by then give at the current level -- the same symmetric intervals
+    :func:`interval_offsets` states: per horizon the conformal quantile of its own absolute errors where it has
+    :func:`min_errors` of them, else of all horizons' pooled -- are checked against that origin's outcomes, and
     the level moves by :data:`ACI_GAMMA` x (target - share missed). Errors of an origin count as known from the
     day after their horizon. Only the series' own history enters; a stationary series stays near the target."""
     target = MISS if target is None else target
@@ -394,10 +394,16 @@ def adaptive_alpha(z: np.ndarray, target: float | None = None) -> float:
         if not row.size:
             continue
         cal = np.abs(z[finite & (known_at <= t)])
-        if len(cal) < min_errors(target):
+        least = min_errors(target)
+        if len(cal) < least:
             continue
-        c = conformal_quantile(cal, 1 - min(max(alpha, _ALPHA_RANGE[0]), _ALPHA_RANGE[1]))
-        alpha += ACI_GAMMA * (target - float(np.mean(np.abs(row) > c)))
+        p = 1 - min(max(alpha, _ALPHA_RANGE[0]), _ALPHA_RANGE[1])
+        c = np.full(z.shape[1], conformal_quantile(cal, p))
+        for k in range(min(z.shape[1], t - least + 1)):  # a horizon with its own errors: its own quantile
+            own = np.abs(z[:t - k, k][finite[:t - k, k]])
+            if len(own) >= least:
+                c[k] = conformal_quantile(own, p)
+        alpha += ACI_GAMMA * (target - float(np.mean(np.abs(z[t][finite[t]]) > c[finite[t]])))
     return min(max(alpha, _ALPHA_RANGE[0]), _ALPHA_RANGE[1])
 
 
