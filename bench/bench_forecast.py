@@ -7,7 +7,8 @@ the series' last day but one, each forecasting horizons 1-84 days and scored on 
 (backtest(..., partial=True)): every origin the history allows. Per series it backtests seasonal-naive and
 "auto", the pipeline's rule (at each origin the method chosen by backtest on the data before it), and prints one
 JSON line {"dataset", "days", "horizon", "min_train", "step", "origins", "outcomes", "seasonal_naive": {...},
-"auto": {...}, "mase_ratio", "interval_score_ratio", "interval_score95_ratio"}; with --table, then the backtest
+"auto": {...}, "mase_ratio", "interval_score_ratio", "interval_score95_ratio"} (per method, "by_construction" /
+"by_construction95": the coverage split-conformal's finite-sample rank gives its intervals, rank / (n + 1)); with --table, then the backtest
 table (Markdown) and its pooled line; with --doc FILE, the table also replaces the block between
 TABLE_BEGIN / TABLE_END in FILE (docs/capacity.md holds what this printed, never figures typed by hand).
 Run from the repo root (PYTHONPATH=. so this checkout's gpu_health is imported, not an installed one):
@@ -77,6 +78,7 @@ def run(key: str, y: pd.Series, min_train: int, methods) -> dict:
                    "coverage_se": round(r.binomial_se, 4), "coverage95_se": round(r.binomial_se95, 4),
                    "coverage_origin_se": round(r.coverage_se, 4), "coverage_hac_se": round(r.coverage_hac_se, 4),
                    "coverage95_hac_se": round(r.coverage95_hac_se, 4),
+                   "by_construction": round(r.by_construction, 4), "by_construction95": round(r.by_construction95, 4),
                    "interval_score": round(r.interval_score, 2), "interval_score95": round(r.interval_score95, 2),
                    "chosen": r.chosen} for m, r in res.items()},
             "mase_ratio": round(a.mase / s.mase, 3),
@@ -101,15 +103,16 @@ def table(rows: list[dict]) -> str:
     """The backtest table: per series and pooled (outcomes summed; ratios as geometric means, as MASE is pooled)."""
     out = ["| backtest | days | origins | outcomes | MASE / seasonal-naive | 80 % coverage ± SE [Wilson 95 %] (HAC SE) "
            "| 95 % coverage ± SE [Wilson 95 %] (HAC SE) | interval score / seasonal-naive's, 80 % / 95 % "
-           "| chosen at origins |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "| chosen at origins | coverage by construction, 80 % / 95 % |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         a = r[AUTO]
         chosen = ", ".join(f"{m} {c}" for m, c in sorted(a["chosen"].items(), key=lambda kv: -kv[1]))
         out.append(f"| {r['dataset']} | {r['days']} | {r['origins']} | {r['outcomes']} | {r['mase_ratio']:.3f} | "
                    f"{_cov(a['hits'], a['outcomes'], 0.8, a['coverage_hac_se'])} | "
                    f"{_cov(a['hits95'], a['outcomes'], 0.95, a['coverage95_hac_se'])} | "
-                   f"{r['interval_score_ratio']:.3f} / {r['interval_score95_ratio']:.3f} | {chosen} |")
+                   f"{r['interval_score_ratio']:.3f} / {r['interval_score95_ratio']:.3f} | {chosen} | "
+                   f"{100 * a['by_construction']:.1f} / {100 * a['by_construction95']:.1f} |")
     enough = [r for r in rows if r["min_train"] >= ENOUGH]
     for name, pool in ((f"**pooled**, {len(enough)} backtests with {ENOUGH}+ days before every origin", enough),
                        (f"pooled, all {len(rows)} backtests", rows)):
@@ -124,7 +127,7 @@ def table(rows: list[dict]) -> str:
                    f"{geo('mase_ratio'):.3f} (max {max(r['mase_ratio'] for r in pool):.3f}) | "
                    f"{_cov(sum(r[AUTO]['hits'] for r in pool), n, 0.8, hac[0])} | "
                    f"{_cov(sum(r[AUTO]['hits95'] for r in pool), n, 0.95, hac[1])} | "
-                   f"{geo('interval_score_ratio'):.3f} / {geo('interval_score95_ratio'):.3f} | |")
+                   f"{geo('interval_score_ratio'):.3f} / {geo('interval_score95_ratio'):.3f} | | |")
     return "\n".join(out)
 
 
