@@ -416,3 +416,22 @@ def test_hac_se_is_the_binomial_se_for_independent_outcomes_and_larger_for_overl
     y = _series(n=112, noise=40.0, seed=8)
     bt = F.backtest(y, "dow_trend", horizon=14, step=1)
     assert bt.coverage_hac_se > bt.binomial_se
+
+
+
+def test_coverage_se_over_a_history_shorter_than_its_horizon_covers_the_overlap():
+    """Origins that all forecast the same outcome days (a history shorter than the horizon): the coverage's
+    sampling error over many draws is the spread of those days' shares. The SE whose lag covers the overlap,
+    corrected for its bandwidth, is larger than the one capped at half the origins and still no larger than
+    the true spread (a lower bound: a common error of all origins is not visible in their residuals)."""
+    rng = np.random.default_rng(0)
+    covs, capped, whole = [], [], []
+    for _ in range(200):
+        day = np.abs(rng.normal(0, 1, 41)) < 1.2816  # one draw per outcome day, shared by every origin
+        hits = np.array([day[o + 1:o + 85].sum() for o in range(40)], dtype=float)
+        n = np.array([len(day[o + 1:o + 85]) for o in range(40)], dtype=float)
+        covs.append(hits.sum() / n.sum())
+        capped.append(F.hac_se(hits, n, 84))
+        whole.append(F.hac_se(hits, n, 84, whole=True))
+    assert np.mean(whole) > 1.2 * np.mean(capped)
+    assert np.mean(whole) < np.std(covs)

@@ -429,24 +429,30 @@ def interval_score(actual: np.ndarray, lo: np.ndarray, hi: np.ndarray, miss: flo
     return (hi - lo) + 2.0 / miss * (np.maximum(lo - actual, 0.0) + np.maximum(actual - hi, 0.0))
 
 
-def hac_se(hits: np.ndarray, n: np.ndarray, lag: int) -> float:
+def hac_se(hits: np.ndarray, n: np.ndarray, lag: int, *, whole: bool = False) -> float:
     """Standard error of a coverage sum(hits) / sum(n) pooled over origins in time order whose outcomes are
     correlated: Newey & West's (1987) estimator with Bartlett weights 1 - k / (lag + 1) on the origins'
     residuals hits - p n up to ``lag`` origins apart (the delta method for a ratio). Daily origins fewer than a
     horizon apart forecast the same days from almost the same history, and an origin's outcomes share its error:
     the binomial SE, which counts every outcome as independent, understates the sampling error several times.
-    The lag is capped at half the origins: the residuals sum to zero, so with weights near 1 over every pair the
-    estimate collapses towards zero (Newey-West's bias at a bandwidth near the sample size); a backtest with fewer
-    origins than twice its horizon therefore still understates its SE, less than the binomial SE does."""
+    By default the lag is capped at half the origins (a short lag, as the selection test's, is left as it is).
+    ``whole``: the lag covers the overlap, up to every origin -- a shorter one leaves out the correlation of
+    origins that share outcome days -- and, as a lag that is a large share b = (lag + 1) / origins of the history
+    biases the estimate low (the residuals sum to zero, so their long-range covariances cancel) by the factor
+    1 - b + b ** 2 / 3 in expectation (Kiefer & Vogelsang 2005, the Bartlett kernel at a fixed bandwidth ratio
+    b <= 1), it is divided by that factor: a coverage over fewer origins than its horizon is then not
+    understated as much. Origins that all share the same outcome days still share a common error no
+    origin-level estimate can see: over a history shorter than its horizon this SE remains a lower bound."""
     hits, n = np.asarray(hits, dtype=float), np.asarray(n, dtype=float)
     if len(n) < 2 or n.sum() <= 0:
         return float("nan")
     u = hits - hits.sum() / n.sum() * n
     var = float(u @ u)
-    lag = min(lag, (len(u) - 1) // 2)
+    lag = min(lag, len(u) - 1 if whole else (len(u) - 1) // 2)
     for k in range(1, lag + 1):
         var += 2 * (1 - k / (lag + 1)) * float(u[k:] @ u[:-k])
-    return float(np.sqrt(max(var, 0.0)) / n.sum())
+    b = (lag + 1) / len(u) if whole else 0.0
+    return float(np.sqrt(max(var, 0.0) / (1 - b + b * b / 3)) / n.sum())
 
 
 @dataclass
@@ -472,7 +478,7 @@ class Backtest:
     interval_score95: float = float("nan")
     # the methods chosen at the origins (AUTO), by count
     chosen: dict | None = None
-    # the coverages' standard errors over overlapping origins (:func:`hac_se`, lag = the horizon)
+    # the coverages' standard errors over overlapping origins (:func:`hac_se`, lag = the horizon, whole=True)
     coverage_hac_se: float = float("nan")
     coverage95_hac_se: float = float("nan")
     # each scored origin's MAE / its scale, in time order (their mean is ``mase``): the paired losses a selection
@@ -549,7 +555,8 @@ def backtest(y: pd.Series | np.ndarray, method: str, *, horizon: int, min_train:
     po = np.array(per_origin, dtype=float).reshape(-1, 3)
     return Backtest(method, mean(ratios), inside / total if total else float("nan"), len(ratios), total, se,
                     inside95 / total if total else float("nan"), inside, inside95, mean(score), mean(score95),
-                    chosen, hac_se(po[:, 0], po[:, 2], horizon), hac_se(po[:, 1], po[:, 2], horizon),
+                    chosen, hac_se(po[:, 0], po[:, 2], horizon, whole=True),
+                    hac_se(po[:, 1], po[:, 2], horizon, whole=True),
                     np.array(ratios), *(mean([b[i] for b in built]) for i in (0, 1)))
 
 
