@@ -311,6 +311,7 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         # once a pile-up's worth of requests is shape-blocked (the loosest jobs bar)
         held = r.held_gpu_minutes if r.shape_blocked_jobs >= SCHED_MIN_JOBS - 1 else 0.0
         share = max(r.blocked_gpu_minutes, held) / paid if paid else 0.0
+        idle_share = r.blocked_gpu_minutes / paid if paid else 0.0  # (what the evidence's idle GPU-minutes are)
         key = f"scheduling_blocked|{r.region}"
         # the loosest bars any scheduler change allows (SCHED_MIN_JOBS - 1 jobs, the ticket bar; half of both
         # to stay open): a region below them is judged no further
@@ -361,7 +362,7 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
                            lost_gpu_minutes=float(r.blocked_gpu_minutes), baseline=0.0, value=share,
                            change_event=cfg.iloc[-1]["event_id"] if len(cfg) else None,
                            summary=f"GPUs idle while jobs wait in {r.region}",
-                           evidence=_evidence(ctx, r, r.blocked_gpu_minutes / paid if paid else 0.0, idle_blocked, season, unseasonal, planned, shaped,
+                           evidence=_evidence(ctx, r, idle_share, idle_blocked, season, unseasonal, planned, shaped,
                                               uncaused, enough, demand, cfg, change_caused, before,
                                               fragmented, demoted, size_shift)))
     return out

@@ -68,6 +68,7 @@ def _shape_blocked(aged: np.ndarray, gpus: np.ndarray, fm: np.ndarray, size: np.
     largest = float(fr[when & known].max()) if (when & known).any() else 0.0
     return _Shape(stranded, fragmented, int(held.sum()), sizes, largest, held_back)
 
+
 def _sustained(hit: np.ndarray) -> np.ndarray:
     """``hit`` (jobs x minutes) where it holds in this minute and the SHAPE_HELD_MINUTES - 1 before it."""
     out = hit.copy()
