@@ -363,6 +363,7 @@ def _drill(leaves: _Leaves, *, max_causes: int, max_combination: int | None, min
     score_h = weight * level**2
     stats = _LeafStats(d=d, dev=dev, x=score_x, h=score_h, informative=informative)
 
+    del level, noise_level, variance, weight  # in stats now: the search holds O(leaves) arrays, few of them
     lattice = lattice() if lattice is not None else _lattice(leaves, _cuboids(leaves, max_combination))
     alive = np.ones(n, dtype=bool)
     bonferroni = None
@@ -468,7 +469,7 @@ def _prepare(
     missing = [c for c in [*dimensions, actual, expected, *bases] if c not in frame.columns]
     if missing:
         raise KeyError(f"columns missing from the frame: {missing}")
-    codes = np.empty((len(frame), len(dimensions)), dtype=np.int64)
+    codes = np.empty((len(frame), len(dimensions)), dtype=np.min_scalar_type(-len(frame) - 1))  # + "unknown"
     labels, cards = [], []
     for j, dim in enumerate(dimensions):
         col_codes, uniques = factorize(frame[dim], use_na_sentinel=True)

@@ -18,6 +18,9 @@ from gpu_health.diagnosis.drilldown_stats import _DENSE_FACTOR, _SHUFFLE_SEED, _
 # Groupings kept with a lattice when cuboids x leaves is at most this many (int64 cell numbers: 128 MB); a larger
 # lattice regroups a cuboid each time it is scored, so its memory stays that of one cuboid.
 _KEPT_ENTRIES = 1 << 24
+# _shuffled_max holds at most this many shuffled values at once (float64: 256 MB): a larger frame draws its
+# shuffles in batches and groups each cuboid once per batch, trading time for memory.
+_SHUFFLED_ENTRIES = 1 << 25
 
 
 class _Lattice:
@@ -34,21 +37,27 @@ class _Lattice:
     def key(self, i: int) -> np.ndarray:
         """Each leaf's mixed-radix key in cuboid ``i`` (the cuboid's codes, first dimension most significant)."""
         cuboid = self.cuboids[i]
-        key = self.codes[:, cuboid[0]].copy()
+        key = self.codes[:, cuboid[0]].astype(_key_type(self.space(i)))
         for j in cuboid[1:]:
             key *= self.cards[j]
             key += self.codes[:, j]
         return key
 
+    def space(self, i: int) -> int:
+        """The number of possible cells of cuboid ``i``."""
+        return int(np.prod([self.cards[j] for j in self.cuboids[i]], dtype=np.int64))
+
     def group(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         if i in self._groups:
             return self._groups[i]
         key = self.key(i)
-        space = int(np.prod([self.cards[j] for j in self.cuboids[i]], dtype=np.int64))
+        space = self.space(i)
         if space <= _DENSE_FACTOR * max(len(key), 128):
             present = np.bincount(key, minlength=space) > 0
             cell_keys = np.flatnonzero(present)
-            lookup = np.cumsum(present) - 1
+            lookup = np.cumsum(present, dtype=_key_type(len(key)))  # cells are at most the leaves
+            del present
+            lookup -= 1
             inverse = lookup[key]
         else:
             cell_keys, inverse = np.unique(key, return_inverse=True)
@@ -67,6 +76,11 @@ class _Lattice:
     def members(self, i: int, key: int) -> np.ndarray:
         """The leaves of the cell of cuboid ``i`` with this key."""
         return self.key(i) == key
+
+
+def _key_type(space: int) -> type:
+    """Integers wide enough to number ``space`` cells (int32 where they fit: half the memory per leaf)."""
+    return np.int32 if space < np.iinfo(np.int32).max else np.int64
 
 
 def _lattice(leaves: _Leaves, cuboids: list[tuple[int, ...]]) -> _Lattice:
@@ -99,18 +113,25 @@ def _score_cells(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, floors
     use = (alive & stats.informative).astype(float)
     if not use.any():
         return None
-    columns = [stats.x * use, stats.h * use, use, stats.d * use]
     min_leaf_z, min_excess, min_change = floors
     hypotheses, parts = 0, []
     for i in range(len(lattice.cuboids)):
         inverse, cell_keys = lattice.group(i)
-        sx, sh, count, change = (np.bincount(inverse, weights=c, minlength=len(cell_keys)) for c in columns)
-        del inverse
-        hypotheses += int((count > 0).sum())
+        # one cell-long sum at a time, each freed once used (a cuboid may have a cell per leaf)
+        def sums(column):
+            return np.bincount(inverse, weights=column, minlength=len(cell_keys))
+        sx, sh = sums(stats.x * use), sums(stats.h * use)
         with np.errstate(divide="ignore", invalid="ignore"):
             g = np.where(sh > 0, sx**2 / sh, 0.0)
             move = np.where(sh > 0, sx / sh, 0.0)
-        ok = (g / np.maximum(count, 1) >= min_leaf_z**2) & (np.abs(move) >= min_excess) & (np.abs(change) >= min_change)
+        del sx, sh
+        count = sums(use)
+        hypotheses += int((count > 0).sum())
+        ok = g / np.maximum(count, 1) >= min_leaf_z**2
+        del count
+        ok &= np.abs(move) >= min_excess
+        ok &= np.abs(sums(stats.d * use)) >= min_change
+        del inverse
         cells = np.flatnonzero(ok)
         score = g[cells] * discount[i]
         if cells.size > keep:
@@ -140,35 +161,51 @@ def _shuffled_max(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, round
     the signs, which follow them in the stream): the same draws as drawing them all at once, without holding
     ``_SHUFFLES`` permutations of every leaf.
     """
-    rows = np.flatnonzero(alive & stats.informative)
-    if rows.size < 2:
+    rows = alive & stats.informative  # a mask, not indices: the same leaves in the same order, an eighth the size
+    size = int(rows.sum())
+    if size < 2:
         return 0.0
     seed = [_SHUFFLE_SEED, round_]
     uniforms, signs = np.random.default_rng(seed), np.random.default_rng(seed)
-    signs.bit_generator.advance(_SHUFFLES * rows.size)  # one 64-bit draw per uniform
-    h = stats.h[rows]
-    root_h = np.sqrt(h)
-    u = stats.x[rows] / root_h
-    # every cell's sums over the leaves not attributed yet (the others count 0: adding 0.0 changes no sum)
+    signs.bit_generator.advance(_SHUFFLES * size)  # one 64-bit draw per uniform
     n = len(stats.h)
-    shuffled = np.zeros((_SHUFFLES, n))
-    for s in range(_SHUFFLES):
-        order = np.argsort(uniforms.random(rows.size))
-        shuffled[s, rows] = u[order] * (signs.integers(0, 2, size=rows.size) * 2.0 - 1.0) * root_h
-        del order
     weight = np.zeros(n)
-    weight[rows] = h
+    weight[rows] = stats.h[rows]
+    root_h = np.sqrt(weight[rows])
+    u = stats.x[rows] / root_h
+    sh = [None] * len(lattice.cuboids)
+    peak = [None] * len(lattice.cuboids)
+    batch = max(1, min(_SHUFFLES, _SHUFFLED_ENTRIES // n))
+    for first in range(0, _SHUFFLES, batch):
+        # every cell's sums over the leaves not attributed yet (the others count 0: adding 0.0 changes no sum)
+        shuffled = np.zeros((min(batch, _SHUFFLES - first), n))
+        for s in range(len(shuffled)):
+            order = np.argsort(uniforms.random(size))
+            column = u[order]  # u[order] * sign * root_h, in place: one leaf-long temporary at a time
+            del order
+            sign = signs.integers(0, 2, size=size) * 2.0
+            sign -= 1.0
+            column *= sign
+            del sign
+            column *= root_h
+            shuffled[s, rows] = column
+            del column
+        for i in range(len(lattice.cuboids)):
+            # each cell's largest |sum| over the shuffles
+            inverse, cell_keys = lattice.group(i)
+            if sh[i] is None:
+                sh[i] = np.bincount(inverse, weights=weight, minlength=len(cell_keys))
+                peak[i] = np.zeros(len(cell_keys))
+            for column in shuffled:
+                np.maximum(peak[i], np.abs(np.bincount(inverse, weights=column, minlength=len(cell_keys))),
+                           out=peak[i])
+            del inverse
+        del shuffled
+    # each cell's largest score over the shuffles: its largest |sum| squared, over its information (squaring and
+    # dividing by a positive number are monotone, in floats too: the same maximum as scoring every shuffle)
     best = 0.0
-    for i in range(len(lattice.cuboids)):
-        # each cell's largest score over the shuffles: its largest |sum| squared, over its information
-        # (squaring and dividing by a positive number are monotone, in floats too: the same maximum)
-        inverse, cell_keys = lattice.group(i)
-        sh = np.bincount(inverse, weights=weight, minlength=len(cell_keys))
-        peak = np.zeros(len(cell_keys))
-        for s in range(_SHUFFLES):
-            np.maximum(peak, np.abs(np.bincount(inverse, weights=shuffled[s], minlength=len(cell_keys))), out=peak)
-        del inverse
-        present = sh > 0
+    for sh_i, peak_i in zip(sh, peak):
+        present = sh_i > 0
         if present.any():
-            best = max(best, float((peak[present] ** 2 / sh[present]).max()))
+            best = max(best, float((peak_i[present] ** 2 / sh_i[present]).max()))
     return float(np.sqrt(max(0.0, best)))

@@ -51,7 +51,7 @@ def _cuboids(leaves: _Leaves, max_combination: int | None) -> list[tuple[int, ..
     present = [len(np.unique(leaves.codes[:, j])) for j in range(k)]
     dependent = set()
     for i, j in combinations(range(k), 2):
-        key = leaves.codes[:, i] * leaves.cards[j] + leaves.codes[:, j]
+        key = leaves.codes[:, i].astype(np.int64) * leaves.cards[j] + leaves.codes[:, j]
         space = leaves.cards[i] * leaves.cards[j]
         if space <= _DENSE_FACTOR * max(len(key), 128):
             cells = int((np.bincount(key, minlength=space) > 0).sum())
@@ -95,7 +95,7 @@ def _js(p: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 def _group(codes: np.ndarray, cards: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """Cell id of each row (0..cells-1) and each cell's code tuple, for the given columns."""
-    key = codes[:, 0].copy()
+    key = codes[:, 0].astype(np.int64)
     space = cards[0]
     for j in range(1, codes.shape[1]):
         key = key * cards[j] + codes[:, j]
@@ -107,7 +107,8 @@ def _group(codes: np.ndarray, cards: list[int]) -> tuple[np.ndarray, np.ndarray]
         inverse = lookup[key]
     else:
         cell_keys, inverse = np.unique(key, return_inverse=True)
-    cell_codes = np.empty((len(cell_keys), codes.shape[1]), dtype=np.int64)
+    # the smallest integers that hold every code: a leaf's codes are most of what stays in memory per leaf
+    cell_codes = np.empty((len(cell_keys), codes.shape[1]), dtype=np.min_scalar_type(-max(cards)))
     rest = cell_keys
     for j in range(codes.shape[1] - 1, -1, -1):
         rest, cell_codes[:, j] = np.divmod(rest, cards[j])
