@@ -173,8 +173,8 @@ def _shuffled_max(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, round
     weight[rows] = stats.h[rows]
     root_h = np.sqrt(weight[rows])
     u = stats.x[rows] / root_h
-    sh = [None] * len(lattice.cuboids)
-    peak = [None] * len(lattice.cuboids)
+    peak: list[np.ndarray | None] = [None] * len(lattice.cuboids)  # each cell's largest |sum| so far
+    best = 0.0
     batch = max(1, min(_SHUFFLES, _SHUFFLED_ENTRIES // n))
     for first in range(0, _SHUFFLES, batch):
         # every cell's sums over the leaves not attributed yet (the others count 0: adding 0.0 changes no sum)
@@ -190,22 +190,24 @@ def _shuffled_max(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, round
             column *= root_h
             shuffled[s, rows] = column
             del column
+        last = first + len(shuffled) == _SHUFFLES
         for i in range(len(lattice.cuboids)):
-            # each cell's largest |sum| over the shuffles
             inverse, cell_keys = lattice.group(i)
-            if sh[i] is None:
-                sh[i] = np.bincount(inverse, weights=weight, minlength=len(cell_keys))
+            if peak[i] is None:
                 peak[i] = np.zeros(len(cell_keys))
             for column in shuffled:
-                np.maximum(peak[i], np.abs(np.bincount(inverse, weights=column, minlength=len(cell_keys))),
-                           out=peak[i])
+                sums = np.bincount(inverse, weights=column, minlength=len(cell_keys))
+                np.maximum(peak[i], np.abs(sums, out=sums), out=peak[i])
+                del sums
+            if last:
+                # the cuboid's largest score over the shuffles: a cell's largest |sum| squared, over its
+                # information (squaring and dividing by a positive number are monotone, in floats too: the same
+                # maximum as scoring every shuffle)
+                sh = np.bincount(inverse, weights=weight, minlength=len(cell_keys))
+                present = sh > 0
+                if present.any():
+                    best = max(best, float((peak[i][present] ** 2 / sh[present]).max()))
+                peak[i] = None
             del inverse
         del shuffled
-    # each cell's largest score over the shuffles: its largest |sum| squared, over its information (squaring and
-    # dividing by a positive number are monotone, in floats too: the same maximum as scoring every shuffle)
-    best = 0.0
-    for sh_i, peak_i in zip(sh, peak):
-        present = sh_i > 0
-        if present.any():
-            best = max(best, float((peak_i[present] ** 2 / sh_i[present]).max()))
     return float(np.sqrt(max(0.0, best)))
