@@ -91,10 +91,10 @@ import numpy as np
 import pandas as pd
 
 from gpu_health.codes import factorize
+from gpu_health.diagnosis.drilldown_lattice import _Cells, _Lattice, _lattice, _score_cells, _shuffled_max
 from gpu_health.diagnosis.drilldown_parent import _prefer_parents
-from gpu_health.diagnosis.drilldown_stats import (_Cells, _cuboids, _group, _js, _Lattice, _lattice, _LeafStats,
-                                                  _Leaves, _noise_variance, _numbers, _score_cells, _shares,
-                                                  _shuffled_max, _single_leaf_bar, _typical_move)
+from gpu_health.diagnosis.drilldown_stats import (_cuboids, _group, _js, _LeafStats, _Leaves, _noise_variance,
+                                                  _numbers, _shares, _single_leaf_bar, _typical_move)
 
 UNKNOWN = "unknown"
 # Default cap on causes: the stop rule (no candidate beyond noise) ends the
@@ -365,19 +365,20 @@ def _drill(leaves: _Leaves, *, max_causes: int, max_combination: int | None, min
     score_h = weight * level**2
     stats = _LeafStats(d=d, dev=dev, x=score_x, h=score_h, informative=informative)
 
+    del level, noise_level, variance, weight  # in stats now: the search holds O(leaves) arrays, few of them
     lattice = lattice() if lattice is not None else _lattice(leaves, _cuboids(leaves, max_combination))
     alive = np.ones(n, dtype=bool)
     bonferroni = None
     rounds = []
+    # Occam: the score discounted per extra dimension (one factor per cuboid, as a Python float)
+    discount = [(1.0 - combination_penalty) ** (len(c) - 1) for c in lattice.cuboids]
+    floors = (min_leaf_z, min_excess, min_explanatory_power * (abs(total) if total != 0 else np.inf))
     for round_ in range(max_causes):
-        cells = _score_cells(lattice, stats, alive)
+        cells = _score_cells(lattice, stats, alive, floors, discount, _MAX_CHECKS)
         if bonferroni is None:
-            hypotheses = int((cells.count > 0).sum()) if cells is not None else 0
+            hypotheses = cells.hypotheses if cells is not None else 0
             bonferroni = NormalDist().inv_cdf(1 - alpha / max(hypotheses, 1)) if alpha > 0 else 0.0
-        found = _select(
-            leaves, stats, alive, lattice, cells, total, bonferroni, min_leaf_z, min_excess,
-            min_explanatory_power, combination_penalty, round_ if alpha > 0 else None,
-        )
+        found = _select(leaves, stats, alive, lattice, cells, bonferroni, min_leaf_z, round_ if alpha > 0 else None)
         if found is None:
             break
         rounds.append((*found, alive.copy()))
@@ -471,7 +472,7 @@ def _prepare(
     missing = [c for c in [*dimensions, actual, expected, *bases] if c not in frame.columns]
     if missing:
         raise KeyError(f"columns missing from the frame: {missing}")
-    codes = np.empty((len(frame), len(dimensions)), dtype=np.int64)
+    codes = np.empty((len(frame), len(dimensions)), dtype=np.min_scalar_type(-len(frame) - 1))  # + "unknown"
     labels, cards = [], []
     for j, dim in enumerate(dimensions):
         col_codes, uniques = factorize(frame[dim], use_na_sentinel=True)
@@ -524,12 +525,8 @@ def _select(
     alive: np.ndarray,
     lattice: _Lattice,
     cells: _Cells | None,
-    total: float,
     min_z: float,
     min_leaf_z: float,
-    min_excess: float,
-    min_ep: float,
-    penalty: float,
     null_round: int | None,
 ) -> tuple[tuple[int, ...], tuple[int, ...], float, np.ndarray] | None:
     """The best eligible cell that moved as one and beats its siblings' noise: candidates, best score first,
@@ -539,27 +536,16 @@ def _select(
     """
     if cells is None:
         return None
-    scale = abs(total) if total != 0 else np.inf
-    count = np.maximum(cells.count, 1)
-    per_leaf = cells.g / count
-    ok = (
-        (cells.g >= min_z**2)
-        & (per_leaf >= min_leaf_z**2)
-        & (np.abs(cells.move) >= min_excess)
-        & (np.abs(cells.change) >= min_ep * scale)
-    )
-    eligible = np.flatnonzero(ok)
+    eligible = np.flatnonzero(cells.g >= min_z**2)
     if eligible.size == 0:
         return None
-    # Occam: the score discounted per extra dimension (one factor per cuboid, as a Python float)
-    discount = np.array([(1.0 - penalty) ** (len(c) - 1) for c in lattice.cuboids])
-    scores_all = cells.g[eligible] * discount[lattice.cuboid_of[eligible]]
-    top = np.argsort(-scores_all, kind="stable")[:_MAX_CHECKS]
+    # best first; equal scores in the order of the cells (cuboid, then key), as the pass lists them
+    top = eligible[np.argsort(-cells.score[eligible], kind="stable")[:_MAX_CHECKS]]
     tested, bar = 0, None
-    for cuboid_i, k, g, move in _ranked(leaves, lattice, cells, eligible[top], scores_all[top]):
+    for cuboid_i, key, g, move in _ranked(leaves, lattice, cells, top):
         cuboid = lattice.cuboids[cuboid_i]
-        cell = tuple(int(v) for v in lattice.codes[cuboid_i][k])
-        in_set = alive & (lattice.inverse[cuboid_i] == k)
+        cell = lattice.cell_codes(cuboid_i, key)
+        in_set = alive & lattice.members(cuboid_i, key)
         if not _moves_as_one(leaves, stats, in_set, cuboid, move, min_z, min_leaf_z):
             continue
         found = _widest(leaves, stats, alive, cuboid, cell, g, move, min_z, min_leaf_z)
@@ -583,32 +569,30 @@ def _select(
     return None
 
 
-def _ranked(leaves: _Leaves, lattice: _Lattice, cells: _Cells, top: np.ndarray, scores: np.ndarray):
-    """The candidates ``top`` (global cells, best raw score first) in the order the search tries them: by score
+def _ranked(leaves: _Leaves, lattice: _Lattice, cells: _Cells, top: np.ndarray):
+    """The candidates ``top`` (best raw score first) in the order the search tries them: by score
     rounded to 9 significant digits (descending), then fewer dimensions, the cuboid, the values' text.
 
-    Yields ``(cuboid index, cell within it, g, move)``, one run of equal rounded scores at a time: rounding is
+    Yields ``(cuboid index, cell key, g, move)``, one run of equal rounded scores at a time: rounding is
     monotone, so a run is contiguous in ``top`` and only a run of ties needs its labels (most searches stop at
     the first candidate, so the labels of the rest are never built).
     """
-    rounded = [float(f"{float(s):.9g}") for s in scores]
+    rounded = [float(f"{float(s):.9g}") for s in cells.score[top]]
     i = 0
     while i < len(top):
         j = i + 1
         while j < len(top) and rounded[j] == rounded[i]:
             j += 1
         run = []
-        for t in range(i, j):
-            cell = int(top[t])
-            ci = int(lattice.cuboid_of[cell])
-            k = cell - int(lattice.offsets[ci])
+        for t in top[i:j]:
+            ci, key = int(cells.cuboid[t]), int(cells.key[t])
             cuboid = lattice.cuboids[ci]
-            labels = (tuple(str(leaves.labels[d][v]) for d, v in zip(cuboid, lattice.codes[ci][k]))
+            labels = (tuple(str(leaves.labels[d][v]) for d, v in zip(cuboid, lattice.cell_codes(ci, key)))
                       if j - i > 1 else ())
-            run.append(((len(cuboid), cuboid, labels), ci, k, float(cells.g[cell]), float(cells.move[cell])))
+            run.append(((len(cuboid), cuboid, labels), ci, key, float(cells.g[t]), float(cells.move[t])))
         run.sort(key=lambda r: r[0])  # stable: equal keys keep the raw-score order
-        for _, ci, k, g, move in run:
-            yield ci, k, g, move
+        for _, ci, key, g, move in run:
+            yield ci, key, g, move
         i = j
 
 

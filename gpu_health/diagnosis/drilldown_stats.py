@@ -1,6 +1,6 @@
 """The drill-down's arithmetic (gpu_health.diagnosis.drilldown): the leaves as integer codes, cells grouped by their
-codes, the leaves' noise model (a per-leaf variance from the frame's own scatter) and the scoring of cells against it,
-with the shuffled-noise bar a candidate must clear. Pure numpy; no search or policy here.
+codes, the leaves' noise model (a per-leaf variance from the frame's own scatter) and the bar a single leaf must
+clear (the cells' lattice, their scoring and the shuffled-noise bar: drilldown_lattice). Pure numpy; no search here.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from itertools import combinations
 
 import numpy as np
 import pandas as pd
-from scipy.sparse import csr_matrix
 from scipy.special import ndtri
 
 from gpu_health.constants import MAD_TO_SIGMA
@@ -52,7 +51,7 @@ def _cuboids(leaves: _Leaves, max_combination: int | None) -> list[tuple[int, ..
     present = [len(np.unique(leaves.codes[:, j])) for j in range(k)]
     dependent = set()
     for i, j in combinations(range(k), 2):
-        key = leaves.codes[:, i] * leaves.cards[j] + leaves.codes[:, j]
+        key = leaves.codes[:, i].astype(np.int64) * leaves.cards[j] + leaves.codes[:, j]
         space = leaves.cards[i] * leaves.cards[j]
         if space <= _DENSE_FACTOR * max(len(key), 128):
             cells = int((np.bincount(key, minlength=space) > 0).sum())
@@ -96,7 +95,7 @@ def _js(p: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 def _group(codes: np.ndarray, cards: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """Cell id of each row (0..cells-1) and each cell's code tuple, for the given columns."""
-    key = codes[:, 0].copy()
+    key = codes[:, 0].astype(np.int64)
     space = cards[0]
     for j in range(1, codes.shape[1]):
         key = key * cards[j] + codes[:, j]
@@ -108,7 +107,8 @@ def _group(codes: np.ndarray, cards: list[int]) -> tuple[np.ndarray, np.ndarray]
         inverse = lookup[key]
     else:
         cell_keys, inverse = np.unique(key, return_inverse=True)
-    cell_codes = np.empty((len(cell_keys), codes.shape[1]), dtype=np.int64)
+    # the smallest integers that hold every code: a leaf's codes are most of what stays in memory per leaf
+    cell_codes = np.empty((len(cell_keys), codes.shape[1]), dtype=np.min_scalar_type(-max(cards)))
     rest = cell_keys
     for j in range(codes.shape[1] - 1, -1, -1):
         rest, cell_codes[:, j] = np.divmod(rest, cards[j])
@@ -147,16 +147,6 @@ class _LeafStats:
     x: np.ndarray  # weight * level * dev
     h: np.ndarray  # weight * level ** 2 (information)
     informative: np.ndarray  # level > 0
-
-
-@dataclass
-class _Cells:
-    """Every cell of every cuboid (numbered as :class:`_Lattice` numbers them), scored."""
-
-    g: np.ndarray  # score: squared z of the cell's common move
-    move: np.ndarray  # the common move (deviation-score units)
-    count: np.ndarray  # informative leaves
-    change: np.ndarray  # actual - expected
 
 
 def _typical_move(d: np.ndarray, level: np.ndarray, expected: np.ndarray,
@@ -311,96 +301,6 @@ def _tempered(dev: np.ndarray, variance: np.ndarray, informative: np.ndarray) ->
     cap = float(ndtri(1 - 0.25 / n)) if n > 1 else 1.0
     sd = np.sqrt(variance)
     return np.where(informative, np.clip(dev, -cap * sd, cap * sd), dev)
-
-
-@dataclass
-class _Lattice:
-    """Each cuboid's cell of every leaf (grouped once), numbered across cuboids: cuboid ``i``'s cells are
-    ``offsets[i]..offsets[i+1]-1`` in the order :func:`_group` numbers them, and ``members`` is the
-    cells x leaves 0/1 matrix, so that one product scores every cell of every cuboid (a frame of a few hundred
-    leaves has tens of cuboids: one pass over them all costs what one pass per cuboid costs in call overhead).
-
-    The product sums each cell's leaves one after the other in leaf order, as a ``bincount`` per cuboid does
-    (``csr_matvecs``: ``y += 1.0 * x`` per stored entry, entries sorted by leaf): the same floats.
-    """
-
-    cuboids: list[tuple[int, ...]]
-    inverse: list[np.ndarray]  # per cuboid: the leaf's cell within the cuboid
-    codes: list[np.ndarray]  # per cuboid: (cells, len(cuboid)) code tuples
-    offsets: np.ndarray  # (cuboids + 1,): first global cell of each cuboid
-    cell: np.ndarray  # (cuboids, leaves): the leaf's global cell in each cuboid
-    cuboid_of: np.ndarray  # per global cell: its cuboid
-    members: csr_matrix  # (cells, leaves): 1 where the leaf is in the cell
-
-
-def _lattice(leaves: _Leaves, cuboids: list[tuple[int, ...]]) -> _Lattice:
-    inverse, codes = [], []
-    for cuboid in cuboids:
-        inv, cell_codes = _group(leaves.codes[:, list(cuboid)], [leaves.cards[j] for j in cuboid])
-        inverse.append(inv)
-        codes.append(cell_codes)
-    sizes = np.array([len(c) for c in codes], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    n = leaves.codes.shape[0]
-    cell = (np.stack(inverse) + offsets[:-1, None]) if cuboids else np.zeros((0, n), dtype=np.int64)
-    cuboid_of = np.repeat(np.arange(len(cuboids)), sizes)
-    members = csr_matrix((np.ones(cell.size), (cell.ravel(), np.tile(np.arange(n), len(cuboids)))),
-                         shape=(int(offsets[-1]), n))
-    return _Lattice(cuboids, inverse, codes, offsets, cell, cuboid_of, members)
-
-
-def _score_cells(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray) -> _Cells | None:
-    """Every cell of every cuboid on the leaves not attributed yet, with its score (None: no such leaf).
-
-    Each cell's sums run over its leaves in leaf order, as a bincount per cuboid would sum them."""
-    use = (alive & stats.informative).astype(float)
-    if not use.any():
-        return None
-    sums = lattice.members @ np.column_stack([stats.x * use, stats.h * use, use, stats.d * use])
-    sx, sh = sums[:, 0], sums[:, 1]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        g = np.where(sh > 0, sx**2 / sh, 0.0)
-        move = np.where(sh > 0, sx / sh, 0.0)
-    return _Cells(g, move, sums[:, 2], sums[:, 3])
-
-
-def _shuffled_max(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, round_: int) -> float:
-    """The best score (in sigmas) any set reaches when the leaves' deviations carry no structure.
-
-    The standardized deviations of the leaves not attributed yet are shuffled
-    across those leaves, with random signs, ``_SHUFFLES`` times (a fixed seed:
-    the answer is reproducible), and every cell is scored as in the search;
-    the largest score of all shuffles is the bar. This is the noise test
-    measured on the data's own deviations: heavy tails, clusters of odd leaves
-    and the sheer number of small sets are all in it, where the Bonferroni
-    bound assumes normal noise. The largest of ``K`` null maxima exceeds the
-    null's ``1 - 1/(K+1)`` quantile: with ``K = 9`` a frame of noise alone
-    shows a set above the bar about one time in ten (Bonferroni's bound, at
-    ``alpha``, applies as well). A single leaf is not judged here (its own
-    deviation is one of the shuffled values): :func:`_single_leaf_bar`.
-    """
-    rows = np.flatnonzero(alive & stats.informative)
-    if rows.size < 2:
-        return 0.0
-    rng = np.random.default_rng([_SHUFFLE_SEED, round_])
-    h = stats.h[rows]
-    root_h = np.sqrt(h)
-    u = stats.x[rows] / root_h
-    k = _SHUFFLES
-    order = np.argsort(rng.random((k, u.size)), axis=1)  # k independent permutations
-    signs = rng.integers(0, 2, size=(k, u.size)) * 2.0 - 1.0
-    # every cell's sums over the leaves not attributed yet (the others count 0: adding 0.0 changes no sum)
-    n = len(stats.h)
-    shuffled = np.zeros((n, k))
-    shuffled[rows] = (u[order] * signs * root_h).T
-    weight = np.zeros(n)
-    weight[rows] = h
-    # each cell's largest score over the shuffles: its largest |sum| squared, over its information (squaring and
-    # dividing by a positive number are monotone, in floats too: the same maximum as scoring every shuffle)
-    peak = np.abs(lattice.members @ shuffled).max(axis=1)  # (cells,)
-    sh = lattice.members @ weight
-    present = sh > 0
-    return float(np.sqrt(max(0.0, float((peak[present] ** 2 / sh[present]).max()))))
 
 
 def _single_leaf_bar(stats: _LeafStats, outside: np.ndarray, move: float) -> float:
