@@ -359,7 +359,6 @@ def _drill(leaves: _Leaves, *, max_causes: int, max_combination: int | None, min
     variance = _noise_variance(dev, noise_level, informative if quiet is None else informative & quiet)
     if leaves.sampling is not None:
         variance = variance + leaves.sampling
-    # dev = _tempered(dev, variance, informative)
     weight = np.where(informative, 1.0 / variance, 0.0)
     score_x = weight * level * dev  # per leaf: sum over a set / its information = the set's common move
     score_h = weight * level**2

@@ -282,27 +282,6 @@ def _group_medians(z: np.ndarray, groups: int) -> np.ndarray:
     return np.concatenate(parts, axis=1)
 
 
-def _tempered(dev: np.ndarray, variance: np.ndarray, informative: np.ndarray) -> np.ndarray:
-    """Deviations clipped at the largest one noise alone would give among the leaves.
-
-    The noise test treats standardized deviations ``u = dev / sd`` as normal.
-    Real telemetry has heavier tails (a few leaves 6-25 sigma off with no
-    cause, as in RobustSpot's incidents), and each such leaf would pass a
-    Bonferroni test on its own. So no leaf counts more than
-    ``c = Phi^-1(1 - 0.25 / n)`` sigmas, the size the largest of ``n`` normal
-    leaves stays under with probability about 3/4 (a Huber-type bound): on
-    normal noise almost nothing changes, one wild leaf cannot be a cause by
-    itself (``c**2`` is below the Bonferroni bound over the sets), and a cause
-    is a set of leaves that all moved -- its score grows with its leaves.
-    """
-    n = int(informative.sum())
-    if n == 0:
-        return dev
-    cap = float(ndtri(1 - 0.25 / n)) if n > 1 else 1.0
-    sd = np.sqrt(variance)
-    return np.where(informative, np.clip(dev, -cap * sd, cap * sd), dev)
-
-
 def _single_leaf_bar(stats: _LeafStats, outside: np.ndarray, move: float) -> float:
     """The bar (squared sigmas) a single leaf must clear: what the largest of the ``N`` leaves outside it reaches
     by noise alone, but for one frame in ``1 / _SINGLE_LEAF_ALARM``.
