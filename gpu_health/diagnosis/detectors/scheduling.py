@@ -637,7 +637,7 @@ def _demoted_queue(ctx: PartitionContext, region: str, change_ts: pd.Timestamp) 
     wait, queue = (j["left"] - j["sub"])[ref], np.asarray(j["queue"], dtype=object)[ref]
     late = {q for q in set(queue) if np.median(wait[queue == q]) >= now - tc}  # not judged yet (see above)
     key = np.array([None if q in late else q for q in j["queue"]], dtype=object)
-    counts = _waits_above(j, now, region, key, tc, tc - CHANGE_REFERENCE.value, after_only=True)
+    counts = _waits_above(j, now, region, key, tc, tc - CHANGE_REFERENCE.value, after_only=True, per_batch=True)
     if len(counts) < 2:
         return None  # no other queue to tell the change from the region's hour
     best = None
