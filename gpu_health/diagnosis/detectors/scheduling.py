@@ -623,7 +623,8 @@ def _demoted_queue(ctx: PartitionContext, region: str, change_ts: pd.Timestamp) 
     is judged against it. The split against the other queues is not enough on its own: a change that lets one
     queue through faster makes it lopsided too. The queue's own jobs must wait above their median more often than
     half -- what a median is for a queue that waits as it did (binomial, the same budget) -- so a queue is demoted
-    by what its own jobs show."""
+    by what its own jobs show. Both tests count a submission batch once (scheduling_shape.BATCH): jobs submitted
+    together wait together."""
     from scipy.stats import binomtest  # here: scipy.stats costs every process importing this module ~0.6 s
 
     tc = pd.Timestamp(change_ts).value
