@@ -10,6 +10,7 @@ scheduling_blocked  scheduling   idle GPUs while jobs that could use them (same 
 ==================  ===========  =====================================================================
 """
 
+import warnings
 from collections import namedtuple
 
 import numpy as np
@@ -696,13 +697,9 @@ def _noise_margin(hist: pd.DataFrame, region: str, floor: float) -> float:
     half = int(SEASON_SLOT / PARTITION)
     ring = np.concatenate([grid[:, -half:], grid, grid[:, :half]], axis=1)  # the hour around midnight wraps
     windows = np.lib.stride_tricks.sliding_window_view(ring, 2 * half + 1, axis=1)  # days x slot x window
-    # the median of each slot's recorded samples (np.sort puts the NaN of unrecorded ones last; a slot never
-    # recorded is NaN and drops out below) -- np.nanmedian's masked-array path is several times slower
-    ranked = np.sort(windows.transpose(1, 0, 2).reshape(per_day, -1), axis=1)
-    n = (~np.isnan(ranked)).sum(axis=1)
-    mid = np.stack([np.maximum(n - 1, 0) // 2, n // 2], axis=1)
-    middle = np.take_along_axis(ranked, np.minimum(mid, ranked.shape[1] - 1), axis=1).mean(axis=1)
-    usual = np.where(n > 0, middle, np.nan)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (a slot of the day never recorded: NaN, dropped below)
+        usual = np.nanmedian(windows.transpose(1, 0, 2).reshape(per_day, -1), axis=1)
     dev = share - usual[slot]
     dev = dev[np.isfinite(dev)]
     return max(floor, float(np.quantile(dev, SCHED_NOISE_QUANTILE))) if len(dev) else floor
