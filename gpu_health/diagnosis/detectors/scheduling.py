@@ -10,7 +10,6 @@ scheduling_blocked  scheduling   idle GPUs while jobs that could use them (same 
 ==================  ===========  =====================================================================
 """
 
-import warnings
 from collections import namedtuple
 
 import numpy as np
@@ -33,34 +32,24 @@ AGED_WAIT = BLOCKED_WAIT  # a job waiting this long while GPUs it could use idle
 AGED_IDLE_MINUTES = int(BLOCKED_WAIT / pd.Timedelta(minutes=1))
 # impact floors, shares of the region's paid GPU-minutes idle beside jobs that could use them: a page needs 2 %
 # (12 GPUs of a 600-GPU region, tens of dollars an hour), a ticket 1.25 %. Whether it is unusual is not theirs
-# to say: the seasonal gate compares with the region's own history at this hour (:func:`_noise_margin`)
+# to say: the seasonal gate compares with the region's own history at this hour (SCHED_SEASONAL_MARGIN)
 SCHED_PAGE_SHARE = 0.02
 SCHED_TICKET_SHARE = 0.0125
 SCHED_PAGE_SHARE_AFTER_CHANGE = 0.015  # lower bar within DEPLOY_LOOKBACK of a scheduler_config change
 SCHED_MIN_JOBS = 4                     # jobs held back: one long-waiting large job is normal, a pile-up is not
 _LOOSEST_TICKET = min(SCHED_TICKET_SHARE, SCHED_PAGE_SHARE, SCHED_PAGE_SHARE_AFTER_CHANGE)  # no region below it reports
-# known seasonality never pages: the region's idle_blocked share must stand above its own usual share at this hour
-# (same hour of the week, or of the previous days at cold start) by more than the region's own noise -- the rise
-# over the usual share of the same hour that its history shows at most SCHED_NOISE_PAGES_PER_WEEK times a week
-# (the detector's false-alarm budget: the (1 - budget) quantile of the deviations, :func:`_noise_margin`), and by
-# at least one node's GPUs of the region (SCHED_RISE_FLOOR_NODES): a job that ends frees up to a node at once and
-# the scheduler refills it over its next cycles, so a rise smaller than one node is the grain of placement, not a
-# pile-up. The budget is a rate the on-call accepts and the floor a definition of the scheduler's unit: neither
-# is a level, so both hold on a cluster of any size, scatter or seasonality. With fewer partitions of history than
-# one budget's worth (a few days), the quantile is the highest deviation seen (a rank bound: a new partition of
-# the same noise exceeds all n with probability 1/(n + 1)) -- the strictest bar so short a history supports.
-SCHED_NOISE_PAGES_PER_WEEK = 1.0
-SCHED_NOISE_QUANTILE = 1.0 - SCHED_NOISE_PAGES_PER_WEEK / (pd.Timedelta(days=7) / PARTITION)
-SCHED_RISE_FLOOR_NODES = 1
-# A level judged on its own against the same hour of the week needs SEASON_WEEKS_TO_PAGE previous weeks of that hour:
-# one week gives one sample per weekly slot, which cannot tell a pattern that recurs every week (Monday evening's
-# pile-up) from that week's noise; two or three weeks that agree show it recurs and how much it varies from week to
-# week. Its bar is then the highest share the region showed at that hour (+-30 min) in those weeks, plus one node
-# (SCHED_RISE_FLOOR_NODES): with n earlier samples of the same weekly slot, a new one from the same pattern exceeds
-# all of them with probability at most 1/(n + 1) (a rank bound, whatever the distribution of the shares), about 1/27 a
-# partition with two weeks' 13 samples each before the floor of one node and the impact floors -- the region's own
-# false-alarm budget, which holds on any cluster because it assumes nothing about its level or scatter. SEASON_WEEKS
-# weeks are read (the declared history of the loss tree, steps/registry.py), two of them suffice.
+# known seasonality never pages: the region's idle_blocked share must stand one percentage point above its own
+# usual share at this hour (same hour of the week, or of the previous days at cold start)
+SCHED_SEASONAL_MARGIN = 0.01
+# A level judged on its own against the same hour of the week needs SEASON_WEEKS_TO_PAGE previous weeks of that
+# hour: one week gives one sample per weekly slot, which cannot tell a pattern that recurs every week (Monday
+# evening's pile-up) from that week's noise; two or three weeks that agree show it recurs and how much it varies
+# from week to week. Its bar is then the highest share the region showed at that hour (+-30 min) in those weeks,
+# plus the margin: with n earlier samples of the same weekly slot, a new one from the same pattern exceeds all of
+# them with probability at most 1/(n + 1) (a rank bound, whatever the distribution of the shares), about 1/27 a
+# partition with two weeks' 13 samples each before the margin and the impact floors -- the region's own
+# false-alarm budget, which holds on any cluster because it assumes nothing about its level or scatter.
+# SEASON_WEEKS weeks are read (the declared history of the loss tree, steps/registry.py), two of them suffice.
 SEASON_WEEKS = 3
 SEASON_WEEKS_TO_PAGE = 2
 SEASON_SLOT = pd.Timedelta(minutes=30)  # the weekly slot: this hour of the week, +-30 min
@@ -302,10 +291,10 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
     followed (it rose above the region's hour before the change and its scatter: :func:`_bar_after_change`), or
     capacity in the wrong shape (only multi-GPU requests held, or requests of a size no node has free while the
     free GPUs summed would hold them: :func:`_fragmented`) -- it pages above the region's usual share at this
-    hour (by more than its own noise: :func:`_noise_margin`); without one, only on SEASON_WEEKS_TO_PAGE weeks of
-    this hour of the week and above the highest of them (:func:`_history_baseline`), otherwise it is a ticket saying
-    so. Ticket: the same between the ticket and page bars, seasonal, planned, too few jobs, or with no cause before
-    the seasons are known. Never: a queue built by a maintenance window (while it lasts and its backlog after).
+    hour (SCHED_SEASONAL_MARGIN over it); without one, only on SEASON_WEEKS_TO_PAGE weeks of this hour of the week
+    and above the highest of them (:func:`_history_baseline`), otherwise it is a ticket saying so. Ticket: the
+    same between the ticket and page bars, seasonal, planned, too few jobs, or with no cause before the seasons
+    are known. Never: a queue built by a maintenance window (while it lasts and its backlog after).
     """
     out = []
     if ctx.sched is None or ctx.sched.empty or ctx.inventory.empty or not _jobs_now(ctx)["may_wait"].any():
@@ -338,8 +327,6 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
             rows = _leaf_rows(ctx, "idle_blocked") if len(lv) else ()
             blocked_leaf = lv.iloc[rows].groupby("region")["gpu_minutes"].sum() if len(lv) else pd.Series(dtype=float)
         season = _history_baseline(ctx.region_history, r.region, ctx.start)
-        floor = _one_node_share(ctx, r.region)
-        margin = _noise_margin(ctx.region_history, r.region, floor)
         idle_blocked = blocked_leaf.get(r.region, 0.0) / r.paid_gpu_minutes if r.paid_gpu_minutes else 0.0
         # with its cause in evidence (see the constants above SCHED_MIN_JOBS) a pile-up above the usual share pages
         fragmented = _fragmented(r, jobs, ticket_bar)
@@ -350,7 +337,7 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         if not shaped and piled_up and share >= page_bar and r.aged_jobs - r.aged_single_gpu_jobs >= jobs:
             size_shift = _shape_shift(_jobs_now(ctx), ctx.end, r.region)
             shaped = size_shift is not None
-        before = _bar_after_change(ctx.region_history, r.region, cfg.iloc[-1]["ts"], margin) if len(cfg) else None
+        before = _bar_after_change(ctx.region_history, r.region, cfg.iloc[-1]["ts"]) if len(cfg) else None
         demoted = None
         if len(cfg) and not (before is None or idle_blocked >= before):
             demoted = _demoted_queue(ctx, r.region, cfg.iloc[-1]["ts"])
@@ -358,8 +345,8 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         caused = change_caused or shaped
         # ... without one, only a level above the highest of SEASON_WEEKS_TO_PAGE weeks of this hour of the week
         uncaused = not caused and season.weeks < SEASON_WEEKS_TO_PAGE
-        unseasonal = idle_blocked >= season.usual + margin and (
-            caused or uncaused or idle_blocked >= season.bar + floor)
+        unseasonal = idle_blocked >= season.usual + SCHED_SEASONAL_MARGIN and (
+            caused or uncaused or idle_blocked >= season.bar + SCHED_SEASONAL_MARGIN)
         demand = _demand_of_hour(ctx, r.region)
         enough = r.aged_jobs >= SCHED_JOB_SHARE * demand
         planned = _maintenance_in_region(ctx, r.region)
@@ -369,9 +356,9 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
                            lost_gpu_minutes=float(r.blocked_gpu_minutes), baseline=0.0, value=share,
                            change_event=cfg.iloc[-1]["event_id"] if len(cfg) else None,
                            summary=f"GPUs idle while jobs wait in {r.region}",
-                           evidence=_evidence(ctx, r, share, idle_blocked, season._replace(margin=margin),
-                                              unseasonal, planned, shaped, uncaused, enough, demand, cfg,
-                                              change_caused, before, fragmented, demoted, size_shift)))
+                           evidence=_evidence(ctx, r, share, idle_blocked, season, unseasonal, planned, shaped,
+                                              uncaused, enough, demand, cfg, change_caused, before,
+                                              fragmented, demoted, size_shift)))
     return out
 
 
@@ -382,9 +369,7 @@ def _evidence(ctx, r, share, idle_blocked, season, unseasonal, planned, shaped, 
     if season.source == NO_HISTORY:
         base_text = NO_HISTORY
     else:
-        base_text = (f"{season.source} {season.usual:.1%}"
-                     + (f", highest {season.bar:.1%}" if season.bar == season.bar else "")
-                     + f", its noise {season.margin:.1%}")
+        base_text = f"{season.source} {season.usual:.1%}" + (f", highest {season.bar:.1%}" if season.bar == season.bar else "")
     wait = _wait_p95(ctx, r.region)
     cfg_text = f"; follows scheduler change {cfg.iloc[-1]['event_id']} at {cfg.iloc[-1]['ts']:%H:%M}" if len(cfg) else ""
     if demoted is not None:
@@ -582,19 +567,18 @@ def _maintenance_in_region(ctx: PartitionContext, region: str) -> str | None:
 
 
 # a change caused a pile-up that rose this many robust standard deviations (MAD x MAD_TO_SIGMA) of the region's
-# partitions in the hour before it above their median (and by the region's noise margin at least,
-# :func:`_noise_margin`): three sigmas, a bound on the region's own scatter in that hour, so a wave's ups and downs
-# after a change are not its effect
+# partitions in the hour before it above their median (and by SCHED_SEASONAL_MARGIN at least): three sigmas, a
+# bound on the region's own scatter in that hour, so a wave's ups and downs after a change are not its effect
 CHANGE_RISE_SIGMAS = 3.0
 
 
-def _bar_after_change(hist: pd.DataFrame, region: str, change_ts: pd.Timestamp, margin: float) -> float | None:
+def _bar_after_change(hist: pd.DataFrame, region: str, change_ts: pd.Timestamp) -> float | None:
     """The idle_blocked share a pile-up must reach to have followed a change: the median of the region's partitions
-    in the hour before the change, plus CHANGE_RISE_SIGMAS of their robust scatter (``margin``, the region's noise
-    margin, at least). A change is the cause of a pile-up that rose above it, not of one already there (a revert
-    after an incident, a change in the middle of a retrain wave). None: the region has no history before the change
-    at all (nothing says the pile-up predates it); NaN: it has, but none of that hour -- those partitions were held
-    as a paged incident (:func:`_history_baseline`'s caller forgets them), so the region was piled up already."""
+    in the hour before the change, plus CHANGE_RISE_SIGMAS of their robust scatter (SCHED_SEASONAL_MARGIN at
+    least). A change is the cause of a pile-up that rose above it, not of one already there (a revert after an
+    incident, a change in the middle of a retrain wave). None: the region has no history before the change at all
+    (nothing says the pile-up predates it); NaN: it has, but none of that hour -- those partitions were held as a
+    paged incident (:func:`_history_baseline`'s caller forgets them), so the region was piled up already."""
     if hist is None or hist.empty:
         return None
     h = hist[(hist["region"] == region) & hist["share_idle_blocked"].notna() & (hist["partition_start"] < change_ts)]
@@ -605,7 +589,7 @@ def _bar_after_change(hist: pd.DataFrame, region: str, change_ts: pd.Timestamp, 
         return float("nan")
     mid = float(np.median(hour))
     sigma = MAD_TO_SIGMA * float(np.median(np.abs(hour - mid)))
-    return mid + max(margin, CHANGE_RISE_SIGMAS * sigma)
+    return mid + max(SCHED_SEASONAL_MARGIN, CHANGE_RISE_SIGMAS * sigma)
 
 
 def _demoted_queue(ctx: PartitionContext, region: str, change_ts: pd.Timestamp) -> Demoted | None:
@@ -662,47 +646,7 @@ def _reconfigured_before(ctx: PartitionContext, region: str, change_ts: pd.Times
     return bool(len(prior)) and bool(_scope_in_region(ctx, prior["scope"], region).any())
 
 
-Season = namedtuple("Season", ["usual", "bar", "source", "weeks", "margin"], defaults=(np.nan,))
-
-
-def _one_node_share(ctx: PartitionContext, region: str) -> float:
-    """SCHED_RISE_FLOOR_NODES nodes of the region (its median node size) as a share of its GPUs: the smallest rise
-    of idle_blocked that is more than the grain of placement (1.0, no rise small enough, when the inventory gives
-    the region no GPUs: nothing to judge a rise against)."""
-    sizes = _per_inventory(ctx, "region_node_sizes", lambda i: {
-        r: g[g > 0] for r, g in pd.to_numeric(i["gpus"], errors="coerce").groupby(i["region"])})
-    g = sizes.get(region)
-    return float(SCHED_RISE_FLOOR_NODES * np.median(g) / g.sum()) if g is not None and len(g) else 1.0
-
-
-def _noise_margin(hist: pd.DataFrame, region: str, floor: float) -> float:
-    """The rise of the region's idle_blocked share over its usual share at the same hour that its own history shows
-    at most SCHED_NOISE_PAGES_PER_WEEK times a week (the SCHED_NOISE_QUANTILE of the deviations), ``floor`` at
-    least. Each recorded partition is compared with the median of the same hour of the day (+-SEASON_SLOT) over
-    the days of the history, as the seasonal baseline compares the partition judged; with under two days there is
-    no day-to-day deviation to measure and the floor stands alone. Partitions a scheduling page held are not in
-    the history (the caller forgets them): incidents do not widen the noise."""
-    if hist is None or hist.empty:
-        return floor
-    h = hist[(hist["region"] == region) & hist["share_idle_blocked"].notna()]
-    ps = pd.DatetimeIndex(h["partition_start"])
-    day_of, days = pd.factorize(ps.normalize())
-    if len(days) < 2:
-        return floor
-    per_day = int(pd.Timedelta(days=1) / PARTITION)
-    slot = ((ps - ps.normalize()) // PARTITION).to_numpy(dtype=np.int64)
-    share = h["share_idle_blocked"].to_numpy(dtype=float)
-    grid = np.full((len(days), per_day), np.nan)
-    grid[day_of, slot] = share
-    half = int(SEASON_SLOT / PARTITION)
-    ring = np.concatenate([grid[:, -half:], grid, grid[:, :half]], axis=1)  # the hour around midnight wraps
-    windows = np.lib.stride_tricks.sliding_window_view(ring, 2 * half + 1, axis=1)  # days x slot x window
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # (a slot of the day never recorded: NaN, dropped below)
-        usual = np.nanmedian(windows.transpose(1, 0, 2).reshape(per_day, -1), axis=1)
-    dev = share - usual[slot]
-    dev = dev[np.isfinite(dev)]
-    return max(floor, float(np.quantile(dev, SCHED_NOISE_QUANTILE))) if len(dev) else floor
+Season = namedtuple("Season", ["usual", "bar", "source", "weeks"])
 
 
 def _history_baseline(hist: pd.DataFrame, region: str, start: pd.Timestamp) -> Season:
