@@ -614,7 +614,8 @@ def _demoted_queue(ctx: PartitionContext, region: str, change_ts: pd.Timestamp) 
     is judged against it. The split against the other queues is not enough on its own: a change that lets one
     queue through faster makes it lopsided too. The queue's own jobs must wait above their median more often than
     half -- what a median is for a queue that waits as it did (binomial, the same budget) -- so a queue is demoted
-    by what its own jobs show."""
+    by what its own jobs show. Both tests count a submission batch once (scheduling_shape.BATCH): jobs submitted
+    together wait together."""
     from scipy.stats import binomtest  # here: scipy.stats costs every process importing this module ~0.6 s
 
     tc = pd.Timestamp(change_ts).value
@@ -627,7 +628,7 @@ def _demoted_queue(ctx: PartitionContext, region: str, change_ts: pd.Timestamp) 
     wait, queue = (j["left"] - j["sub"])[ref], np.asarray(j["queue"], dtype=object)[ref]
     late = {q for q in set(queue) if np.median(wait[queue == q]) >= now - tc}  # not judged yet (see above)
     key = np.array([None if q in late else q for q in j["queue"]], dtype=object)
-    counts = _waits_above(j, now, region, key, tc, tc - CHANGE_REFERENCE.value, after_only=True)
+    counts = _waits_above(j, now, region, key, tc, tc - CHANGE_REFERENCE.value, after_only=True, per_batch=True)
     if len(counts) < 2:
         return None  # no other queue to tell the change from the region's hour
     best = None

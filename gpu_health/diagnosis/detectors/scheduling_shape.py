@@ -112,19 +112,27 @@ def _shape_text(r) -> str:
 # significance, not a level. A queue whose submissions rose significantly since the change (a demand surge, as
 # an evening's start brings) waits longer for its own demand: not the change's doing.
 CHANGE_ALPHA = 1e-3
+# Jobs submitted together wait together: a job array, a sweep or a workflow's fan-out (one user's, into one queue,
+# within the same minute) is placed by the scheduler as one, so its jobs are one observation, not many -- counted per
+# job, one array held back reads as a whole queue held back, and Fisher's p claims far more than the evidence holds.
+# The test of a demoted queue counts such a batch once (its queue and its submit minute -- the job table names no
+# user: a script submits its jobs within seconds, a person no faster than about once a minute), so CHANGE_ALPHA is a
+# rate over independent decisions, as the test assumes.
+BATCH = pd.Timedelta(minutes=1).value
 CHANGE_REFERENCE = pd.Timedelta(hours=1)  # the hour before the change: each queue's own reference
 Demoted = namedtuple("Demoted", ["queue", "above", "jobs", "others_above", "others", "p"])
 
 
 def _waits_above(j: dict, now: int, region: str, key: np.ndarray, since: int, ref_lo: int, after_only=False,
-                 same_windows=False) -> dict:
+                 same_windows=False, per_batch=False) -> dict:
     """Per class of the region's jobs (``j``: the job arrays of scheduling._jobs_now at ``now``, the partition's end;
     ``key``: a label per job, None: not judged): how many
     of its jobs that left the queue since ``since`` (or still wait) waited longer after it than the median of its own
     jobs that left in [``ref_lo``, ``since``), of how many decided (a job still waiting below that median is not yet),
     and whether its arrivals rose significantly since ``since`` (binomial, CHANGE_ALPHA: a demand surge).
     ``same_windows`` (with ``after_only``): the reference jobs' waits are counted the same way, each from the start of
-    the window as long as [``since``, ``now``) it left in, so both sides measure the same thing."""
+    the window as long as [``since``, ``now``) it left in, so both sides measure the same thing. ``per_batch``: the
+    counts are of submission batches, not jobs (see BATCH)."""
     from scipy.stats import binomtest  # here: scipy.stats costs every process importing this module ~0.6 s
 
     mine = (j["region"] == region) & j["has_queue"] & (j["sub"] != _NAT) & (j["sub"] < now)
@@ -163,6 +171,13 @@ def _waits_above(j: dict, now: int, region: str, key: np.ndarray, since: int, re
         n_subs = int((subs >= ref_lo).sum())
         surge = n_subs > 0 and binomtest(int((subs >= since).sum()), n_subs, (now - since) / (now - ref_lo),
                                          alternative="greater").pvalue < CHANGE_ALPHA
+        if per_batch:
+            # one batch, one decision: it counts once, above when most of its decided jobs are (a batch split evenly
+            # is not: under no effect that is the rarer verdict, so the test stays conservative)
+            _, unit = np.unique(j["sub"][decided & of_c] // BATCH, return_inverse=True)
+            votes = np.bincount(unit.reshape(-1), weights=above[decided & of_c] * 2.0 - 1.0)
+            out[c] = (int((votes > 0).sum()), len(votes), surge)
+            continue
         out[c] = (int((decided & above).sum()), int(decided.sum()), surge)
     return out
 
