@@ -88,6 +88,27 @@ def _triangle(growth, origins=60, h=84, seed=7):
     return e
 
 
+def test_a_calm_calibrated_series_keeps_its_level_near_nominal_on_every_history():
+    """Calm errors of one spread, past errors as a history of 150 daily origins holds them: the intervals are
+    calibrated, so the level must stay near its nominal value on every such history, not only on average -- a
+    replay that counts outcomes before they are known, or judges them at the level their origin had up to 12
+    weeks earlier, wanders several points either way from one history to the next."""
+    for miss, tolerance in ((F.MISS, 0.03), (F.MISS_WIDE, 0.015)):
+        levels = [F.adaptive_alpha(_triangle(0.0, origins=150, seed=seed), miss) for seed in range(10, 20)]
+        assert max(abs(a - miss) for a in levels) < tolerance, (miss, np.round(levels, 3))
+
+
+def test_one_unusual_day_moves_the_level_by_one_step_at_most():
+    """The outcomes of one day (every origin's forecast of it) all missed: they became known together, so the
+    level takes one step for them, not one per origin that forecast that day."""
+    for seed in range(10, 14):
+        e = _triangle(0.0, origins=150, seed=seed)
+        day = F.adaptive_alpha(e)
+        origin = np.arange(150 - 84, 150)
+        e[origin, 149 - origin] = 10.0  # the latest day, forecast from each of the 84 origins before it
+        assert day - F.adaptive_alpha(e) <= F.ACI_GAMMA + 1e-12, (day, F.adaptive_alpha(e))
+
+
 def test_long_horizon_intervals_grow_as_the_series_own_errors_grow():
     """The horizons no past origin has reached take their width from the errors of the horizons that have
     been reached, grown as the series' own errors grow with the horizon: a stationary series' 12-week interval

@@ -53,9 +53,9 @@ MISS = INTERVAL[0] + (1 - INTERVAL[1])
 # the wider interval the backtest also scores (and the forecast states): 95 %, the conventional "almost surely"
 MISS_WIDE = 0.05
 # The step of the adaptive conformal level (Gibbs & Candes 2021, "Adaptive conformal inference under distribution
-# shift"): replaying the series' own past forecasts in time order, the miss level alpha moves by
-# ACI_GAMMA x (target miss rate - the share of that origin's outcomes outside its interval). Whatever the series
-# does, the long-run miss rate is within (1 + gamma) / (gamma x T) of the target over T origins, so a demand
+# shift"): replaying the series' own past forecasts day by day, the miss level alpha moves by ACI_GAMMA x
+# (target miss rate - the share of the outcomes known that day outside their intervals). Whatever the series
+# does, the long-run miss rate is within (1 + gamma) / (gamma x T) of the target over T days, so a demand
 # series whose level jumps (new teams, finished projects) widens its intervals instead of missing 40 % of
 # outcomes. 0.05: the paper's largest recommended step; our histories are tens of origins, not thousands, and
 # a smaller step would barely move from the start before the history ends.
@@ -378,32 +378,47 @@ _ALPHA_RANGE = (0.002, 0.998)
 
 
 def adaptive_alpha(z: np.ndarray, target: float | None = None) -> float:
-    """The miss level of the next interval by adaptive conformal inference over ``z`` (origins x horizons, errors
-    in units of (horizon in weeks) ** :func:`error_growth`, origins in time order, NaN where unknown): at each
-    origin, the intervals the errors known by then give at the current level -- the same symmetric intervals
-    :func:`interval_offsets` states: per horizon the conformal quantile of its own absolute errors where it has
-    :func:`min_errors` of them, else of all horizons' pooled -- are checked against that origin's outcomes, and
-    the level moves by :data:`ACI_GAMMA` x (target - share missed). Errors of an origin count as known from the
-    day after their horizon. Only the series' own history enters; a stationary series stays near the target."""
+    """The miss level of the next interval by adaptive conformal inference (Gibbs & Candes 2021) over ``z``
+    (origins x horizons, errors in units of (horizon in weeks) ** :func:`error_growth`, origins in time order,
+    NaN where unknown), with delayed feedback: one step per realised day, on the outcomes that became known that
+    day (an origin's horizon-k error is known k days after it), each judged against the interval its own origin
+    states from the errors known at the origin -- the same symmetric intervals :func:`interval_offsets` states:
+    per horizon the conformal quantile of its own absolute errors where it has :func:`min_errors` of them, else
+    of all horizons' pooled -- at the current level. The level moves by :data:`ACI_GAMMA` x (target - the share
+    of that day's outcomes missed).
+
+    Each outcome counts once, when it is known: stepping once per origin on the origin's whole row would count
+    its outcomes before they happen (up to a horizon early) and weight the latest origins' few outcomes most.
+    Judged at the current level, not the level its origin had: an outcome known today was stated up to a
+    horizon ago, and judging it at that old level makes the level answer its own moves up to 12 weeks late --
+    an integrator with that delay overshoots (calm errors whose spread steps after the first week swung the
+    level from 0.07 to 0.36). So each outcome keeps how many of its interval's n errors lie under it: at any
+    level 1 - p it is missed when that count reaches the interval's rank ceil((n + 1) p)
+    (:func:`conformal_quantile`), a comparison instead of a quantile per outcome per day."""
     target = MISS if target is None else target
-    alpha = target
+    alpha, least = target, min_errors(target)
+    n, h = z.shape
     finite = np.isfinite(z)
-    known_at = np.arange(z.shape[0])[:, None] + np.arange(1, z.shape[1] + 1)[None, :]  # origin + horizon
-    for t in range(z.shape[0]):
-        row = z[t][finite[t]]
-        if not row.size:
-            continue
-        cal = np.abs(z[finite & (known_at <= t)])
-        least = min_errors(target)
+    known_at = np.arange(n)[:, None] + np.arange(1, h + 1)[None, :]  # origin + horizon
+    below = np.full(z.shape, -1)  # per outcome: how many of its interval's errors lie under |z| (-1: no interval)
+    size = np.zeros(z.shape, dtype=int)  # and how many errors that interval's quantile is taken from
+    for t in range(n + 1):
+        day = finite & (known_at == t) & (below >= 0)  # known today, each with the interval its origin stated
+        if day.any():
+            p = 1 - min(max(alpha, _ALPHA_RANGE[0]), _ALPHA_RANGE[1])
+            rank = np.clip(np.ceil((size[day] + 1) * p - 1e-9), 1, size[day])
+            alpha += ACI_GAMMA * (target - float(np.mean(below[day] >= rank)))
+        if t == n:
+            break
+        cal = np.sort(np.abs(z[finite & (known_at <= t)]))
         if len(cal) < least:
             continue
-        p = 1 - min(max(alpha, _ALPHA_RANGE[0]), _ALPHA_RANGE[1])
-        c = np.full(z.shape[1], conformal_quantile(cal, p))
-        for k in range(min(z.shape[1], t - least + 1)):  # a horizon with its own errors: its own quantile
+        a = np.abs(z[t])
+        below[t], size[t] = np.searchsorted(cal, a, side="left"), len(cal)
+        for k in range(min(h, t - least + 1)):  # a horizon with its own errors: its own quantile
             own = np.abs(z[:t - k, k][finite[:t - k, k]])
             if len(own) >= least:
-                c[k] = conformal_quantile(own, p)
-        alpha += ACI_GAMMA * (target - float(np.mean(np.abs(z[t][finite[t]]) > c[finite[t]])))
+                below[t, k], size[t, k] = int(np.sum(own < a[k])), len(own)
     return min(max(alpha, _ALPHA_RANGE[0]), _ALPHA_RANGE[1])
 
 
