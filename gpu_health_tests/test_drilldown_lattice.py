@@ -4,6 +4,7 @@ leaves, and the same causes whether a lattice keeps its groupings (small frames)
 from __future__ import annotations
 
 import tracemalloc
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -57,3 +58,30 @@ def test_streamed_and_kept_groupings_find_the_same_causes(monkeypatch):
         monkeypatch.undo()
         assert kept, "the planted causes are found"
         assert repr(streamed) == repr(kept)  # every field, NaN ones included
+
+
+def test_a_complete_cuboid_is_regrouped_from_its_key_alone(monkeypatch):
+    # a large frame regroups every cuboid for every shuffle: where every possible cell holds a leaf, a leaf's key
+    # is already its cell's number, and regrouping need not count the cells again
+    grids = np.meshgrid(*[np.arange(c, dtype=np.int8) for c in (4, 3, 5)], indexing="ij")
+    codes = np.column_stack([g.ravel() for g in grids])
+    codes = codes[~((codes[:, 0] == 1) & (codes[:, 1] == 2))][::-1]  # d0 x d1 misses a cell; leaves unordered
+    cuboids = [(0,), (2,), (0, 1), (0, 1, 2)]  # complete, complete, sparse, sparse
+    lattice = drilldown_lattice._Lattice(SimpleNamespace(codes=codes, cards=[4, 3, 5]), cuboids)
+    lattice.keep = False  # regrouped on every call, as a large frame's lattice is
+
+    def expected(i):
+        cell_keys, inverse = np.unique(lattice.key(i), return_inverse=True)
+        return inverse, cell_keys
+
+    for _ in range(2):
+        for i in range(len(cuboids)):
+            inverse, cell_keys = lattice.group(i)
+            assert np.array_equal(inverse, expected(i)[0]) and np.array_equal(cell_keys, expected(i)[1])
+    counted = []
+    bincount = np.bincount
+    monkeypatch.setattr(np, "bincount", lambda *a, **k: counted.append(1) or bincount(*a, **k))
+    lattice.group(0), lattice.group(1)
+    assert not counted, "a complete cuboid's cells are not counted again"
+    lattice.group(2)
+    assert counted, "a sparse one's are: its keys are not its cells' numbers"

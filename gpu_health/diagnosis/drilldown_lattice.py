@@ -33,6 +33,9 @@ class _Lattice:
         self.cards = leaves.cards
         self.keep = len(cuboids) * len(leaves.codes) <= _KEPT_ENTRIES
         self._groups: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        # cuboids every possible cell of which holds a leaf (most low-dimension ones): their regrouping is the
+        # key alone, which is what a cuboid costs when it is regrouped for every shuffle of a large frame
+        self._complete: set[int] = set()
 
     def key(self, i: int) -> np.ndarray:
         """Each leaf's mixed-radix key in cuboid ``i`` (the cuboid's codes, first dimension most significant)."""
@@ -52,8 +55,14 @@ class _Lattice:
             return self._groups[i]
         key = self.key(i)
         space = self.space(i)
-        if space <= _DENSE_FACTOR * max(len(key), 128):
+        if i in self._complete:
+            # cells numbered by ascending key with none missing: a leaf's key is its cell's number
+            inverse, cell_keys = key, np.arange(space)
+        elif space <= _DENSE_FACTOR * max(len(key), 128):
             present = np.bincount(key, minlength=space) > 0
+            if present.all():
+                self._complete.add(i)
+                return self.group(i)
             cell_keys = np.flatnonzero(present)
             lookup = np.cumsum(present, dtype=_key_type(len(key)))  # cells are at most the leaves
             del present
