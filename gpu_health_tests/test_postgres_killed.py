@@ -37,7 +37,17 @@ from gpu_health_tests.services.postgres import _as_server_user, _bindir, start_p
 START, END = "2026-11-03T11:30:00Z", "2026-11-03T12:00:00Z"
 GPU_MINUTES = 112 * 30  # gpus: 96 rescales node counts to whole nodes: 112 GPUs report, 30 minutes
 LOSS_TREE = ["goodput_leaves", "goodput_states", "goodput_node_states", "job_failures", "cluster_goodput"]
-RESTART_TIMEOUT_S = 60  # orphaned backends exit when they see the postmaster gone; the restart waits for them
+RESTART_TIMEOUT_S = 60  # a killed cluster's shared memory and lock file may take a moment to free
+
+
+def _parent_of(pid: int) -> int | None:
+    """The parent pid of ``pid`` (/proc/PID/stat's fourth field; the name in parentheses may hold spaces), or None
+    when it has exited."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
 
 
 class Server:
@@ -55,9 +65,16 @@ class Server:
         self.kills = 0
 
     def kill(self) -> None:
-        """SIGKILL the postmaster (no shutdown, no checkpoint: a crash)."""
+        """SIGKILL the postmaster and its backends (no shutdown, no checkpoint: a crash of the host). The postmaster
+        alone is not enough: a backend orphaned in the middle of a client's transaction notices its parent gone only
+        at its next wait, and may still run the client's next statement and its COMMIT -- the write the test means
+        to cut would land."""
         pid = int((self.data / "postmaster.pid").read_text().splitlines()[0])
+        children = [int(d) for d in os.listdir("/proc") if d.isdigit() and _parent_of(int(d)) == pid]
         os.kill(pid, signal.SIGKILL)
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
         self.kills += 1
 
     def restart(self) -> None:
