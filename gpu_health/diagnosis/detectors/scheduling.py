@@ -101,7 +101,7 @@ def aged_blocked(ctx: PartitionContext) -> pd.DataFrame:
 _NO_QUEUE = "\x00no queue"  # the queue key of jobs whose events name none (no queue name is this string)
 _AgedRow = namedtuple("_AgedRow", ["region", "blocked_gpu_minutes", "paid_gpu_minutes", "aged_jobs", "wait_p95_min",
                                    "fragmented_gpu_minutes", "aged_single_gpu_jobs", "shape_blocked_jobs",
-                                   "shape_sizes", "largest_free_block"])
+                                   "shape_sizes", "largest_free_block", "held_gpu_minutes"])
 
 
 def _count_cells(region: np.ndarray, node: np.ndarray, ts: np.ndarray) -> tuple:
@@ -178,6 +178,7 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
         idle_m = np.bincount(r_minute, weights=r_free, minlength=len(minutes)).astype(float)
         blocked_m = np.zeros(len(minutes))
         frag_m = np.zeros(len(minutes))
+        held_m = np.zeros(len(minutes))  # the demand the shape-blocked requests hold back (_fragmented's impact)
         aged_jobs = aged_single = shape_jobs = 0
         shape_sizes, shape_block = set(), 0.0
         # positions of the region's jobs that may wait, ascending (a queue's jobs are then compared among
@@ -215,6 +216,7 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
             counted = fits | shape.stranded
             blocked_m += np.minimum(np.bincount(fm, weights=fr * counted, minlength=len(minutes)), demand)
             frag_m += shape.fragmented
+            held_m += shape.held
             held = aged.any(axis=1)
             aged_jobs += int(held.sum())
             aged_single += int((held & (jobs["gpus"][q] <= 1)).sum())
@@ -225,7 +227,7 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
         frag = float(np.minimum(frag_m, blocked_m).sum())
         p95 = _wait_p95(ctx, region) if waits else None
         rows.append(_AgedRow(region, float(blocked_m.sum()), float(paid[region]), aged_jobs, p95, frag, aged_single,
-                             shape_jobs, tuple(sorted(shape_sizes)), shape_block))
+                             shape_jobs, tuple(sorted(shape_sizes)), shape_block, float(held_m.sum())))
     return rows
 
 
@@ -305,7 +307,11 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
     sched_cfg = None  # the scheduler changes of the look-back, once a region passes the first gate
     for r in ab:
         paid = max(r.paid_gpu_minutes - _window_gpu_minutes(ctx, r.region), 0.0)
-        share = r.blocked_gpu_minutes / paid if paid else 0.0
+        # capacity in the wrong shape costs the demand it holds back (_fragmented's impact, beside the idle GPUs),
+        # once a pile-up's worth of requests is shape-blocked (the loosest jobs bar)
+        held = r.held_gpu_minutes if r.shape_blocked_jobs >= SCHED_MIN_JOBS - 1 else 0.0
+        share = max(r.blocked_gpu_minutes, held) / paid if paid else 0.0
+        idle_share = r.blocked_gpu_minutes / paid if paid else 0.0  # (what the evidence's idle GPU-minutes are)
         key = f"scheduling_blocked|{r.region}"
         # the loosest bars any scheduler change allows (SCHED_MIN_JOBS - 1 jobs, the ticket bar; half of both
         # to stay open): a region below them is judged no further
@@ -356,7 +362,7 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
                            lost_gpu_minutes=float(r.blocked_gpu_minutes), baseline=0.0, value=share,
                            change_event=cfg.iloc[-1]["event_id"] if len(cfg) else None,
                            summary=f"GPUs idle while jobs wait in {r.region}",
-                           evidence=_evidence(ctx, r, share, idle_blocked, season, unseasonal, planned, shaped,
+                           evidence=_evidence(ctx, r, idle_share, idle_blocked, season, unseasonal, planned, shaped,
                                               uncaused, enough, demand, cfg, change_caused, before,
                                               fragmented, demoted, size_shift)))
     return out
