@@ -80,3 +80,29 @@ def test_pieces_that_cross_a_nodes_worth_for_a_minute_are_churn_and_hold_nothing
     first = fm == 0
     shape = _shape_blocked(aged, gpus, fm[first], size[first], fr[first], MINUTES)
     assert shape.jobs == 20 and shape.held.sum() == 0
+
+
+def test_fragmentation_pages_only_when_the_shape_outlasts_a_partition():
+    """A scheduler works a surge through within a few cycles; capacity in the wrong shape that is still there a
+    partition later (minutes of scheduling cycles) is its placement policy. The first shape-blocked partition is a
+    ticket; its alert carries the shape to the next partition, where the same shape pages."""
+    import pandas as pd
+
+    from gpu_health.diagnosis import alerts as A
+    from gpu_health.diagnosis.detectors.scheduling import SCHED_MIN_JOBS, detect_scheduling
+    from gpu_health_tests.test_detect_scheduling import FIVE, SINGLE, START, _spread_context
+
+    spread = {"b1": 6, "b2": 6, "i1": 8, "i2": 8} | {f"f{i}": 6 for i in range(6)}  # two free GPUs per node
+    large = [("r1/batch", f"w8-{i}", 8) for i in range(SCHED_MIN_JOBS)]
+    first = detect_scheduling(_spread_context(spread, large + SINGLE))
+    assert [f.severity for f in first] == ["ticket"] and "wrong shape" in first[0].evidence
+    snap = A.step(A.empty(), first, START, rates={}, changes=pd.DataFrame())
+    # the next partition, the same shape: the previous partition's alert carries it
+    second = _spread_context(spread, large + SINGLE)
+    second.carried = A.carried(snap)
+    assert [f.severity for f in detect_scheduling(second)] == ["page"]
+    # a partition whose alert row was not raised by a shape-blocked finding carries nothing: still a ticket
+    cleared = A.step(snap, [], START + FIVE, rates={}, changes=pd.DataFrame())
+    third = _spread_context(spread, large + SINGLE)
+    third.carried = A.carried(cleared)
+    assert [f.severity for f in detect_scheduling(third)] == ["ticket"]

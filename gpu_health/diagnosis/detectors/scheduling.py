@@ -22,7 +22,8 @@ from gpu_health.diagnosis.context import (DEPLOY_LOOKBACK, _NAT, PartitionContex
 from gpu_health.diagnosis.finding import Detector, Finding
 from gpu_health.metrics.goodput import BLOCKED_WAIT, placements, queue_nodes
 from gpu_health.diagnosis.detectors.scheduling_shape import (CHANGE_ALPHA, CHANGE_REFERENCE,  # noqa: F401
-                                                             Demoted, _fisher_greater, _fragmented, _shape_blocked,
+                                                             _NOT_YET_PERSISTED, Demoted, _fisher_greater, _fragmented,
+                                                             _shape_blocked, _shape_carry, _shape_persisted,
                                                              _shape_shift, _shape_text, _waits_above)
 
 
@@ -335,7 +336,10 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         season = _history_baseline(ctx.region_history, r.region, ctx.start)
         idle_blocked = blocked_leaf.get(r.region, 0.0) / r.paid_gpu_minutes if r.paid_gpu_minutes else 0.0
         # with its cause in evidence (see the constants above SCHED_MIN_JOBS) a pile-up above the usual share pages
-        fragmented = _fragmented(r, jobs, ticket_bar)
+        shape_now = _fragmented(r, jobs, ticket_bar)
+        fragmented = shape_now and _shape_persisted(ctx, key)  # (the first shape-blocked partition: a ticket)
+        if shape_now and not fragmented:
+            share = idle_share  # nor does the demand it holds back page before the shape has lasted
         shaped = (r.aged_jobs - r.aged_single_gpu_jobs >= jobs and r.aged_single_gpu_jobs < SCHED_MIN_JOBS) or fragmented
         # multi-GPU requests waiting longer of late while the same queue's single-GPU requests do not (judged only
         # where a page could follow: a region between the bars is a ticket whatever its cause)
@@ -364,7 +368,9 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
                            summary=f"GPUs idle while jobs wait in {r.region}",
                            evidence=_evidence(ctx, r, idle_share, idle_blocked, season, unseasonal, planned, shaped,
                                               uncaused, enough, demand, cfg, change_caused, before,
-                                              fragmented, demoted, size_shift)))
+                                              shape_now, demoted, size_shift)
+                           + (_NOT_YET_PERSISTED if shape_now and not fragmented else ""),
+                           carry=_shape_carry(r) if shape_now else None))
     return out
 
 

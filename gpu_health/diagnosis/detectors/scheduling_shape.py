@@ -93,6 +93,26 @@ def _fragmented(r, jobs: int, bar: float) -> bool:
             and max(r.held_gpu_minutes, r.fragmented_gpu_minutes) / r.paid_gpu_minutes >= bar)
 
 
+# Fragmentation pages only when the shape outlasts a partition. A scheduler works a surge through within a few
+# scheduling cycles (seconds to a minute each, in Slurm's backfill and Kubernetes' scheduling queue alike): requests
+# held beside pieces for one partition are the surge being placed. Capacity still in the wrong shape a partition
+# later -- many cycles that did not re-pack it -- is the placement policy's. The first shape-blocked partition is a
+# ticket whose alert carries the shape (Finding.carry, alerts.carried); the next consecutive one may page.
+_SHAPE_CARRY = "shape_blocked_jobs"
+_NOT_YET_PERSISTED = ("; capacity in the wrong shape first seen this partition (a surge is placed within a few "
+                      "scheduling cycles; a shape that outlasts a partition is the placement policy's): not paged yet")
+
+
+def _shape_carry(r) -> dict:
+    """What a shape-blocked partition carries to the next (:func:`_shape_persisted`)."""
+    return {_SHAPE_CARRY: int(r.shape_blocked_jobs)}
+
+
+def _shape_persisted(ctx, key: str) -> bool:
+    """Whether the partition before raised alert ``key`` on capacity in the wrong shape (:func:`_fragmented`)."""
+    return _SHAPE_CARRY in (ctx.carried.get(key) or {})
+
+
 def _shape_text(r) -> str:
     """The evidence of capacity in the wrong shape: the request sizes held and the largest free block one node had."""
     sizes = ", ".join(f"{s}-GPU" for s in r.shape_sizes)
