@@ -293,7 +293,8 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
     -- outside a maintenance window. With its cause in evidence -- a scheduler change in flight that the pile-up
     followed (it rose above the region's hour before the change and its scatter: :func:`_bar_after_change`), or
     capacity in the wrong shape (only multi-GPU requests held, or requests of a size no node has free while the
-    free GPUs summed would hold them: :func:`_fragmented`) -- it pages above the region's usual share at this
+    free GPUs summed would hold them: :func:`_fragmented`, in this partition and the one before:
+    scheduling_shape._shape_persisted) -- it pages above the region's usual share at this
     hour (SCHED_SEASONAL_MARGIN over it); without one, only on SEASON_WEEKS_TO_PAGE weeks of this hour of the week
     and above the highest of them (:func:`_history_baseline`), otherwise it is a ticket saying so. Ticket: the
     same between the ticket and page bars, seasonal, planned, too few jobs, or with no cause before the seasons
@@ -337,7 +338,7 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         idle_blocked = blocked_leaf.get(r.region, 0.0) / r.paid_gpu_minutes if r.paid_gpu_minutes else 0.0
         # with its cause in evidence (see the constants above SCHED_MIN_JOBS) a pile-up above the usual share pages
         shape_now = _fragmented(r, jobs, ticket_bar)
-        fragmented = shape_now and _shape_persisted(ctx, key)  # (the first shape-blocked partition: a ticket)
+        fragmented = shape_now and _shape_persisted(ctx.carried.get(key))  # (the first shape-blocked partition: a ticket)
         if shape_now and not fragmented:
             share = idle_share  # nor does the demand it holds back page before the shape has lasted
         shaped = (r.aged_jobs - r.aged_single_gpu_jobs >= jobs and r.aged_single_gpu_jobs < SCHED_MIN_JOBS) or fragmented
@@ -704,5 +705,5 @@ RUNBOOKS = {
 DETECTORS = [
     Detector(detect_scheduling, emits=(("scheduling_blocked", CauseFamily.SCHEDULING.value),),
              needs=("sched", "jobs", "placements", "inventory", "changes", "leaves", "gpu", "maintenance",
-                    "region_history", "open_baselines", "kube_pods")),
+                    "region_history", "open_baselines", "carried", "kube_pods")),
 ]

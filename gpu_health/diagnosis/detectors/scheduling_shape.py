@@ -108,9 +108,10 @@ def _shape_carry(r) -> dict:
     return {_SHAPE_CARRY: int(r.shape_blocked_jobs)}
 
 
-def _shape_persisted(ctx, key: str) -> bool:
-    """Whether the partition before raised alert ``key`` on capacity in the wrong shape (:func:`_fragmented`)."""
-    return _SHAPE_CARRY in (ctx.carried.get(key) or {})
+def _shape_persisted(carried: dict | None) -> bool:
+    """Whether the partition before raised the alert on capacity in the wrong shape (:func:`_fragmented`);
+    ``carried``: its finding's carry (PartitionContext.carried of the alert's key; None: no finding then)."""
+    return _SHAPE_CARRY in (carried or {})
 
 
 def _shape_text(r) -> str:
