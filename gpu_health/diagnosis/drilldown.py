@@ -551,16 +551,17 @@ def _select(
         found = _widest(leaves, stats, alive, cuboid, cell, g, move, min_z, min_leaf_z)
         if null_round is None:
             return found
-        # noise: what the leaves not attributed yet reach when shuffled (a single leaf of an additive measure:
-        # _single_leaf_bar; a ratio's, its sampling noise one-sided near a rate of 0 or 1, stays held to the
-        # shuffled bar, drawn from the leaves outside the set: its own leaves are what is tested, and a set over
-        # most of the cube, shuffled into the null, would set its own bar); a set whose siblings show no
-        # deviation at all is beyond any noise
+        # noise: what the leaves not attributed yet reach when shuffled, drawn from the leaves outside the set (a
+        # set over most of the cube, shuffled into the null, would set its own bar); a set resting on one leaf is
+        # that leaf: an additive one meets _single_leaf_bar, a ratio's (its sampling noise one-sided near a rate
+        # of 0 or 1) the bar shuffled from every leaf, its own among them; a set whose siblings show no deviation
+        # at all is beyond any noise
         outside = alive & ~found[3]
-        if leaves.volume is None and _one_leaf_shows_it(stats, found[3], min_z):
+        one_leaf = _one_leaf_shows_it(stats, found[3], min_z)
+        if leaves.volume is None and one_leaf:
             passed = found[2] > _single_leaf_bar(stats, outside, move)
         else:
-            bar = _shuffled_max(lattice, stats, alive, null_round, pool=outside)
+            bar = _shuffled_max(lattice, stats, alive, null_round, pool=None if one_leaf else outside)
             passed = found[2] > bar**2
         if passed or not stats.x[outside].any():
             return found
