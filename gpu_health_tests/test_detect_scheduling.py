@@ -532,7 +532,9 @@ def test_capacity_in_the_wrong_shape_is_judged_per_request_size():
     assert row["aged_single_gpu_jobs"] == len(SINGLE)
     assert row["fragmented_gpu_minutes"] == 16 * 5  # every free GPU sits on a node holding fewer than 8
     assert row["shape_blocked_jobs"] == SCHED_MIN_JOBS
-    found = detect_scheduling(_spread_context(spread, large + SINGLE))
+    ctx = _spread_context(spread, large + SINGLE)
+    ctx.carried = {"scheduling_blocked|r1": {"shape_blocked_jobs": SCHED_MIN_JOBS}}  # (shape-blocked the partition before)
+    found = detect_scheduling(ctx)
     assert [f.severity for f in found] == ["page"]
     assert "wrong shape" in found[0].evidence and "8-GPU" in found[0].evidence
     assert "largest free block 2 GPUs per node" in found[0].evidence

@@ -98,6 +98,8 @@ def _scope_json(f: Finding, history: dict | None = None) -> str:
         scope["cohort"] = f.cohort
     if history:
         scope["history"] = history
+    if f.carry:
+        scope["carry"] = f.carry
     return json.dumps(scope, sort_keys=True)
 
 
@@ -212,6 +214,7 @@ def step(prev: pd.DataFrame, findings: list[Finding], start: pd.Timestamp, *, ra
             if SEVERITY_RANK[f.severity] > SEVERITY_RANK[m.severity]:
                 m.severity = f.severity
             m.evidence = f"{m.evidence}; {f.evidence}"
+            m.carry = {**(m.carry or {}), **(f.carry or {})} or None
         else:
             merged[f.key] = f
     rows = []
@@ -293,6 +296,16 @@ def _reopen(f: Finding, recent: dict | None, start: pd.Timestamp, used: set, cha
     hits = [r for r in recent.values() if r["alert_id"] not in used and r["partition_start"] >= start - RECENT
             and _same_cause(f, r, changed_at)]
     return max(hits, key=lambda r: (r["partition_start"], r["alert_id"])) if hits else None
+
+
+def carried(prev: pd.DataFrame) -> dict:
+    """Alert key -> the ``carry`` of the finding that raised it in ``prev`` (the previous partition's snapshot):
+    only rows a finding fired in that partition (a clearing row's scope is an older partition's)."""
+    if prev is None or prev.empty:
+        return {}
+    live = prev[(prev["status"] == "firing") & (prev["clear_count"] == 0)]
+    scopes = ((k, json.loads(s)) for k, s in zip(live["key"], live["scope"]) if isinstance(s, str))
+    return {k: sc["carry"] for k, sc in scopes if sc.get("carry")}
 
 
 def open_baselines(prev: pd.DataFrame) -> dict:

@@ -200,6 +200,7 @@ class PartitionContext:
     rejects: pd.DataFrame | None = None  # source_rejects rows of the partition (source, origin, reason)
     source_gaps: pd.DataFrame | None = None  # source_gaps rows of the partition (source, missing_family, reason)
     open_keys: frozenset = frozenset()  # keys of the alerts open after the partition before
+    carried: dict = field(default_factory=dict)  # alert key -> the carry of its finding of the partition before
     placements: pd.DataFrame | None = None  # placements() of `sched` (sliced from one computed per range)
     slo_events: pd.DataFrame | None = None  # slo_error_budgets rows of the burn-rate lookback up to the partition
     slo_versions: pd.DataFrame | None = None  # slo_version_events rows of the release look-back up to the partition

@@ -94,7 +94,8 @@ from gpu_health.codes import factorize
 from gpu_health.diagnosis.drilldown_lattice import _Cells, _Lattice, _lattice, _score_cells, _shuffled_max
 from gpu_health.diagnosis.drilldown_parent import _prefer_parents
 from gpu_health.diagnosis.drilldown_stats import (_cuboids, _group, _js, _LeafStats, _Leaves, _noise_variance,
-                                                  _numbers, _shares, _single_leaf_bar, _typical_move)
+                                                  _numbers, _rose_from_zero, _shares, _single_leaf_bar,
+                                                  _typical_move)
 
 UNKNOWN = "unknown"
 # Default cap on causes: the stop rule (no candidate beyond noise) ends the
@@ -540,7 +541,7 @@ def _select(
         return None
     # best first; equal scores in the order of the cells (cuboid, then key), as the pass lists them
     top = eligible[np.argsort(-cells.score[eligible], kind="stable")[:_MAX_CHECKS]]
-    tested, bar = 0, None
+    tested = 0
     for cuboid_i, key, g, move in _ranked(leaves, lattice, cells, top):
         cuboid = lattice.cuboids[cuboid_i]
         cell = lattice.cell_codes(cuboid_i, key)
@@ -550,15 +551,17 @@ def _select(
         found = _widest(leaves, stats, alive, cuboid, cell, g, move, min_z, min_leaf_z)
         if null_round is None:
             return found
-        # noise: what the leaves not attributed yet reach when shuffled (a single leaf of an additive measure:
-        # _single_leaf_bar; a ratio's, its sampling noise one-sided near a rate of 0 or 1, stays held to the
-        # shuffled bar); a set whose siblings show no deviation at all is beyond any noise
+        # noise: what the leaves not attributed yet reach when shuffled, drawn from the leaves outside the set (a
+        # set over most of the cube, shuffled into the null, would set its own bar); a set resting on one leaf is
+        # that leaf: an additive one meets _single_leaf_bar, a ratio's (its sampling noise one-sided near a rate
+        # of 0 or 1) the bar shuffled from every leaf, its own among them; a set whose siblings show no deviation
+        # at all is beyond any noise
         outside = alive & ~found[3]
-        if leaves.volume is None and int((found[3] & stats.informative).sum()) == 1:
+        one_leaf = _one_leaf_shows_it(stats, found[3], min_z)
+        if leaves.volume is None and one_leaf:
             passed = found[2] > _single_leaf_bar(stats, outside, move)
         else:
-            if bar is None:
-                bar = _shuffled_max(lattice, stats, alive, null_round)
+            bar = _shuffled_max(lattice, stats, alive, null_round, pool=None if one_leaf else outside)
             passed = found[2] > bar**2
         if passed or not stats.x[outside].any():
             return found
@@ -566,6 +569,21 @@ def _select(
         if tested >= _NULL_CHECKS:
             break
     return None
+
+
+def _one_leaf_shows_it(stats: _LeafStats, in_set: np.ndarray, min_z: float) -> bool:
+    """True when the set's evidence is one leaf's: without its strongest leaf the rest is within ``min_z``.
+
+    Such a set (a parent holding one odd leaf beside leaves that barely moved) is as good as a single leaf and is
+    judged by the single-leaf bar; the shuffled bar, drawn from the leaves outside the set, would not contain
+    that leaf and so could not tell it apart from the noise of any one leaf."""
+    rows = np.flatnonzero(in_set & stats.informative)
+    if rows.size <= 1:
+        return True
+    x, h = stats.x[rows], stats.h[rows]
+    top = int(np.argmax(x * x / h))
+    rest_h = float(h.sum() - h[top])
+    return rest_h <= 0 or (float(x.sum()) - float(x[top])) ** 2 / rest_h < min_z**2
 
 
 def _ranked(leaves: _Leaves, lattice: _Lattice, cells: _Cells, top: np.ndarray):
@@ -667,7 +685,7 @@ def _moves_as_one(
     sign = 1.0 if move >= 0 else -1.0
     # leaf by leaf first: leaves that stayed put, wherever they are in the set
     x, h = stats.x[rows], stats.h[rows]
-    stayed_leaf = sign * x < min_leaf_z * np.sqrt(h)
+    stayed_leaf = (sign * x < min_leaf_z * np.sqrt(h)) & ~_rose_from_zero(leaves, rows, sign)
     if _split_differs(x, h, stayed_leaf, min_z):
         return False
     for k in range(len(leaves.dimensions)):

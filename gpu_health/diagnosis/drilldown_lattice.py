@@ -151,7 +151,8 @@ def _score_cells(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, floors
     return _Cells(hypotheses, cuboid, key, g, move, score)
 
 
-def _shuffled_max(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, round_: int) -> float:
+def _shuffled_max(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, round_: int,
+                  pool: np.ndarray | None = None) -> float:
     """The best score (in sigmas) any set reaches when the leaves' deviations carry no structure.
 
     The standardized deviations of the leaves not attributed yet are shuffled
@@ -165,6 +166,9 @@ def _shuffled_max(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, round
     shows a set above the bar about one time in ten (Bonferroni's bound, at
     ``alpha``, applies as well). A single leaf is not judged here (its own
     deviation is one of the shuffled values): :func:`_single_leaf_bar`.
+    ``pool``: the leaves whose deviations are drawn (with replacement) instead
+    of shuffling every leaf's -- the leaves outside a tested set, so that the
+    set's own deviations never make the bar it is held to.
 
     The shuffles are drawn one at a time from two streams of the same seed (the permutations' uniforms, then
     the signs, which follow them in the stream): the same draws as drawing them all at once, without holding
@@ -182,6 +186,8 @@ def _shuffled_max(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, round
     weight[rows] = stats.h[rows]
     root_h = np.sqrt(weight[rows])
     u = stats.x[rows] / root_h
+    pool_rows = None if pool is None else pool & stats.informative
+    pool_u = None if pool_rows is None or not pool_rows.any() else stats.x[pool_rows] / np.sqrt(stats.h[pool_rows])
     peak: list[np.ndarray | None] = [None] * len(lattice.cuboids)  # each cell's largest |sum| so far
     best = 0.0
     batch = max(1, min(_SHUFFLES, _SHUFFLED_ENTRIES // n))
@@ -189,8 +195,9 @@ def _shuffled_max(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, round
         # every cell's sums over the leaves not attributed yet (the others count 0: adding 0.0 changes no sum)
         shuffled = np.zeros((min(batch, _SHUFFLES - first), n))
         for s in range(len(shuffled)):
-            order = np.argsort(uniforms.random(size))
-            column = u[order]  # u[order] * sign * root_h, in place: one leaf-long temporary at a time
+            order = np.argsort(uniforms.random(size)) if pool_u is None else (
+                uniforms.random(size) * pool_u.size).astype(np.int64)
+            column = (u if pool_u is None else pool_u)[order]  # u[order] * sign * root_h, in place: one leaf-long temporary at a time
             del order
             sign = signs.integers(0, 2, size=size) * 2.0
             sign -= 1.0

@@ -211,6 +211,13 @@ def _forecast_holds(rest: np.ndarray, crowd: np.ndarray, mode: float) -> bool:
     return abs(centre) <= spread and abs(mode - centre) > spread + crowd_spread
 
 
+def _rose_from_zero(leaves: _Leaves, rows: np.ndarray, sign: float) -> np.ndarray:
+    """Which of the leaves ``rows`` rose from a forecast of 0 in the direction ``sign``: they moved by their whole
+    value -- the largest relative move there is (the symmetric relative deviation's bound) -- whatever their size
+    beside the typical leaf whose level scales them, so they never count as having stayed put."""
+    return (leaves.expected[rows] == 0) & (sign * leaves.actual[rows] > 0)
+
+
 def _half_sample_mode(values: np.ndarray) -> float:
     x = np.sort(values)
     while len(x) > 3:

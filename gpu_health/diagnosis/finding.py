@@ -41,6 +41,9 @@ class Finding:
     tally: dict[str, float] | None = None
     # how far the evidence of a page cleared its bar (the module docstring); None: not stated
     margin: float | None = None
+    # what the detector reads back in the next partition (kept in the alert's scope as ``carry`` for the partition
+    # that raised it only: alerts.carried), e.g. a state that must persist across partitions before it pages
+    carry: dict | None = None
 
 
 def margin_of(*over: tuple[float, float], p_values: tuple[tuple[float, float], ...] = ()) -> float | None:

@@ -166,6 +166,7 @@ def alerts(inputs: Inputs, *, unstored: tuple[pd.Timestamp, pd.DataFrame] | None
             slo_versions=release_rows.iloc[release_ps.searchsorted(p + five - RELEASE_LOOKBACK):release_ps.searchsorted(p + five)]
             if len(release_rows) else None,
             open_keys=frozenset(prev.loc[prev["status"] != "resolved", "key"]) if len(prev) else frozenset(),
+            carried=A.carried(prev),
             facility=fac_p.get(p), capacity=cost_days.get(p.date()), moved=moved_p.get(p),
             cost_rejects=_days_rejects(cost_p, p.normalize() - COST_REJECT_DAYS, p.normalize()),
             kube_pods=kube_pods.iloc[pods_ts.searchsorted(p - RESTART_WINDOW):pods_ts.searchsorted(p + five)]

@@ -22,7 +22,8 @@ from gpu_health.diagnosis.context import (DEPLOY_LOOKBACK, _NAT, PartitionContex
 from gpu_health.diagnosis.finding import Detector, Finding
 from gpu_health.metrics.goodput import BLOCKED_WAIT, placements, queue_nodes
 from gpu_health.diagnosis.detectors.scheduling_shape import (CHANGE_ALPHA, CHANGE_REFERENCE,  # noqa: F401
-                                                             Demoted, _fisher_greater, _fragmented, _shape_blocked,
+                                                             _NOT_YET_PERSISTED, Demoted, _fisher_greater, _fragmented,
+                                                             _shape_blocked, _shape_carry, _shape_persisted,
                                                              _shape_shift, _shape_text, _waits_above)
 
 
@@ -101,7 +102,7 @@ def aged_blocked(ctx: PartitionContext) -> pd.DataFrame:
 _NO_QUEUE = "\x00no queue"  # the queue key of jobs whose events name none (no queue name is this string)
 _AgedRow = namedtuple("_AgedRow", ["region", "blocked_gpu_minutes", "paid_gpu_minutes", "aged_jobs", "wait_p95_min",
                                    "fragmented_gpu_minutes", "aged_single_gpu_jobs", "shape_blocked_jobs",
-                                   "shape_sizes", "largest_free_block"])
+                                   "shape_sizes", "largest_free_block", "held_gpu_minutes"])
 
 
 def _count_cells(region: np.ndarray, node: np.ndarray, ts: np.ndarray) -> tuple:
@@ -178,6 +179,7 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
         idle_m = np.bincount(r_minute, weights=r_free, minlength=len(minutes)).astype(float)
         blocked_m = np.zeros(len(minutes))
         frag_m = np.zeros(len(minutes))
+        held_m = np.zeros(len(minutes))  # the demand the shape-blocked requests hold back (_fragmented's impact)
         aged_jobs = aged_single = shape_jobs = 0
         shape_sizes, shape_block = set(), 0.0
         # positions of the region's jobs that may wait, ascending (a queue's jobs are then compared among
@@ -215,6 +217,7 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
             counted = fits | shape.stranded
             blocked_m += np.minimum(np.bincount(fm, weights=fr * counted, minlength=len(minutes)), demand)
             frag_m += shape.fragmented
+            held_m += shape.held
             held = aged.any(axis=1)
             aged_jobs += int(held.sum())
             aged_single += int((held & (jobs["gpus"][q] <= 1)).sum())
@@ -225,7 +228,7 @@ def _aged_rows(ctx: PartitionContext, waits: bool = True) -> list:
         frag = float(np.minimum(frag_m, blocked_m).sum())
         p95 = _wait_p95(ctx, region) if waits else None
         rows.append(_AgedRow(region, float(blocked_m.sum()), float(paid[region]), aged_jobs, p95, frag, aged_single,
-                             shape_jobs, tuple(sorted(shape_sizes)), shape_block))
+                             shape_jobs, tuple(sorted(shape_sizes)), shape_block, float(held_m.sum())))
     return rows
 
 
@@ -290,7 +293,8 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
     -- outside a maintenance window. With its cause in evidence -- a scheduler change in flight that the pile-up
     followed (it rose above the region's hour before the change and its scatter: :func:`_bar_after_change`), or
     capacity in the wrong shape (only multi-GPU requests held, or requests of a size no node has free while the
-    free GPUs summed would hold them: :func:`_fragmented`) -- it pages above the region's usual share at this
+    free GPUs summed would hold them: :func:`_fragmented`, in this partition and the one before:
+    scheduling_shape._shape_persisted) -- it pages above the region's usual share at this
     hour (SCHED_SEASONAL_MARGIN over it); without one, only on SEASON_WEEKS_TO_PAGE weeks of this hour of the week
     and above the highest of them (:func:`_history_baseline`), otherwise it is a ticket saying so. Ticket: the
     same between the ticket and page bars, seasonal, planned, too few jobs, or with no cause before the seasons
@@ -305,7 +309,11 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
     sched_cfg = None  # the scheduler changes of the look-back, once a region passes the first gate
     for r in ab:
         paid = max(r.paid_gpu_minutes - _window_gpu_minutes(ctx, r.region), 0.0)
-        share = r.blocked_gpu_minutes / paid if paid else 0.0
+        # capacity in the wrong shape costs the demand it holds back (_fragmented's impact, beside the idle GPUs),
+        # once a pile-up's worth of requests is shape-blocked (the loosest jobs bar)
+        held = r.held_gpu_minutes if r.shape_blocked_jobs >= SCHED_MIN_JOBS - 1 else 0.0
+        share = max(r.blocked_gpu_minutes, held) / paid if paid else 0.0
+        idle_share = r.blocked_gpu_minutes / paid if paid else 0.0  # (what the evidence's idle GPU-minutes are)
         key = f"scheduling_blocked|{r.region}"
         # the loosest bars any scheduler change allows (SCHED_MIN_JOBS - 1 jobs, the ticket bar; half of both
         # to stay open): a region below them is judged no further
@@ -329,7 +337,10 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
         season = _history_baseline(ctx.region_history, r.region, ctx.start)
         idle_blocked = blocked_leaf.get(r.region, 0.0) / r.paid_gpu_minutes if r.paid_gpu_minutes else 0.0
         # with its cause in evidence (see the constants above SCHED_MIN_JOBS) a pile-up above the usual share pages
-        fragmented = _fragmented(r, jobs, ticket_bar)
+        shape_now = _fragmented(r, jobs, ticket_bar)
+        fragmented = shape_now and _shape_persisted(ctx.carried.get(key))  # (the first shape-blocked partition: a ticket)
+        if shape_now and not fragmented:
+            share = idle_share  # nor does the demand it holds back page before the shape has lasted
         shaped = (r.aged_jobs - r.aged_single_gpu_jobs >= jobs and r.aged_single_gpu_jobs < SCHED_MIN_JOBS) or fragmented
         # multi-GPU requests waiting longer of late while the same queue's single-GPU requests do not (judged only
         # where a page could follow: a region between the bars is a ticket whatever its cause)
@@ -356,9 +367,11 @@ def detect_scheduling(ctx: PartitionContext) -> list[Finding]:
                            lost_gpu_minutes=float(r.blocked_gpu_minutes), baseline=0.0, value=share,
                            change_event=cfg.iloc[-1]["event_id"] if len(cfg) else None,
                            summary=f"GPUs idle while jobs wait in {r.region}",
-                           evidence=_evidence(ctx, r, share, idle_blocked, season, unseasonal, planned, shaped,
+                           evidence=_evidence(ctx, r, idle_share, idle_blocked, season, unseasonal, planned, shaped,
                                               uncaused, enough, demand, cfg, change_caused, before,
-                                              fragmented, demoted, size_shift)))
+                                              shape_now, demoted, size_shift)
+                           + (_NOT_YET_PERSISTED if shape_now and not fragmented else ""),
+                           carry=_shape_carry(r) if shape_now else None))
     return out
 
 
@@ -692,5 +705,5 @@ RUNBOOKS = {
 DETECTORS = [
     Detector(detect_scheduling, emits=(("scheduling_blocked", CauseFamily.SCHEDULING.value),),
              needs=("sched", "jobs", "placements", "inventory", "changes", "leaves", "gpu", "maintenance",
-                    "region_history", "open_baselines", "kube_pods")),
+                    "region_history", "open_baselines", "carried", "kube_pods")),
 ]

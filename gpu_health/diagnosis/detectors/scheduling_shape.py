@@ -11,12 +11,18 @@ import pandas as pd
 
 from gpu_health.constants import PARTITION
 from gpu_health.diagnosis.context import _NAT
+from gpu_health.metrics.goodput import BLOCKED_WAIT
 
 DETECTORS: list = []  # (helpers of scheduling.py's detector: registered so the registry sees every module)
 RUNBOOKS: dict = {}
 
 
-_Shape = namedtuple("_Shape", ["stranded", "fragmented", "jobs", "sizes", "largest_block"])
+# The demand a shape holds back counts from a request's SHAPE_HELD_MINUTES-th minute in a row shape-blocked (within
+# the partition): pieces that cross a node's worth for a minute or two are the churn of jobs ending and starting
+# (a piece freed a moment ago is being placed again), as a GPU idle that briefly is (AGED_IDLE_MINUTES, the same
+# bar: many scheduling cycles); pieces that stay a node's worth that long beside the request are its shape.
+SHAPE_HELD_MINUTES = int(BLOCKED_WAIT / pd.Timedelta(minutes=1))
+_Shape = namedtuple("_Shape", ["stranded", "fragmented", "jobs", "sizes", "largest_block", "held"])
 
 
 def _shape_blocked(aged: np.ndarray, gpus: np.ndarray, fm: np.ndarray, size: np.ndarray, fr: np.ndarray,
@@ -27,43 +33,85 @@ def _shape_blocked(aged: np.ndarray, gpus: np.ndarray, fm: np.ndarray, size: np.
     ``aged``: its jobs x minutes, waited over AGED_WAIT; ``gpus``: their requests; ``fm``, ``size``, ``fr``: per
     (node, minute) cell of the queue's nodes with free GPUs, its minute, the node's size and its free GPUs. A request
     is shape-blocked at a minute when no node has it free (a request larger than a node: not enough whole free nodes
-    smaller than it) while those nodes hold a whole node's worth of free GPUs in pieces (of the largest node it runs
-    on; its own size when larger than any): the wait and the idle GPUs witness a node-sized block a scheduler could
-    have kept whole; less is the residue any packing leaves (each node's last GPUs, fewer than the request, that
-    smaller requests fill). The definition of fragmentation (a job's GPUs of one node sit on that node in Slurm and
-    Kubernetes), not a level. Returns the cells stranded for the smallest shape-blocked request of their minute,
-    their GPU-minutes capped by those requests, how many jobs were shape-blocked, their request sizes, and the
-    largest free block one node held while they waited."""
+    smaller than it) while those nodes hold a node's worth of free GPUs in pieces -- of the smallest of them that
+    could host it (its own size when larger than any): a packing scheduler could have kept that node whole with the
+    same GPUs busy, so the wait and the idle GPUs witness a node-sized block lost to placement; fewer pieces than any
+    node holds are the residue any packing leaves (each node's last GPUs, fewer than the request, that smaller
+    requests fill). The definition of fragmentation (a job's GPUs of one node sit on that node in Slurm and
+    Kubernetes) and the node sizes of the cluster itself, not a level. Returns the cells stranded for the smallest
+    shape-blocked request of their minute, their GPU-minutes capped by those requests, how many jobs were
+    shape-blocked, their request sizes, the largest free block one node held while they waited, and the demand held
+    back per minute (the GPUs of the shape-blocked requests: :func:`_fragmented`'s impact)."""
     known = size > 0  # a node outside the inventory (or of unknown size) hosts nothing
     free_all = np.bincount(fm, weights=fr * known, minlength=n_minutes)
     whole = (fr >= size) & known
     held = np.zeros(len(gpus), dtype=bool)
-    smallest, demand, sizes = np.full(n_minutes, np.inf), np.zeros(n_minutes), set()
+    smallest, demand, held_back, sizes = np.full(n_minutes, np.inf), np.zeros(n_minutes), np.zeros(n_minutes), set()
     for r in np.unique(gpus[aged.any(axis=1)]):
         if not r > 0:  # (a 0-GPU or unknown request holds no GPU)
             continue
         of_r = aged[gpus == r]
         one_node = np.bincount(fm, weights=(size >= r) & (fr >= r), minlength=n_minutes) > 0
         gang = np.bincount(fm, weights=fr * (whole & (size < r)), minlength=n_minutes) >= r
-        block = max(r, float(size[known & (size >= r)].max()) if (known & (size >= r)).any() else 0.0)  # a node's worth
+        block = max(r, float(size[known & (size >= r)].min()) if (known & (size >= r)).any() else 0.0)  # a node's worth
         hit = of_r & (~one_node & ~gang & (free_all >= block))[None, :]
         if not hit.any():
             continue
         held[gpus == r] |= hit.any(axis=1)
         demand += r * hit.sum(axis=0)
+        held_back += r * _sustained(hit).sum(axis=0)
         smallest = np.where(hit.any(axis=0), np.minimum(smallest, r), smallest)
         sizes.add(int(r))
     when = np.isfinite(smallest[fm])
     stranded = when & known & (fr < np.minimum(smallest[fm], size))
     fragmented = np.minimum(np.bincount(fm, weights=fr * stranded, minlength=n_minutes), demand)
     largest = float(fr[when & known].max()) if (when & known).any() else 0.0
-    return _Shape(stranded, fragmented, int(held.sum()), sizes, largest)
+    return _Shape(stranded, fragmented, int(held.sum()), sizes, largest, held_back)
+
+
+def _sustained(hit: np.ndarray) -> np.ndarray:
+    """``hit`` (jobs x minutes) where it holds in this minute and the SHAPE_HELD_MINUTES - 1 before it."""
+    out = hit.copy()
+    for k in range(1, SHAPE_HELD_MINUTES):
+        out[:, k:] &= hit[:, :-k]
+        out[:, :k] = False
+    return out
+
 
 def _fragmented(r, jobs: int, bar: float) -> bool:
     """Capacity in the wrong shape is the pile-up's cause: ``jobs`` requests (the pile-up's bar) fit no node while
-    their nodes' free GPUs summed would hold them (:func:`_shape_blocked`), and the GPUs stranded so are ``bar`` of
-    the region's paid GPU-minutes (the impact stands on the fragmentation itself, not beside it)."""
-    return r.shape_blocked_jobs >= jobs and r.paid_gpu_minutes > 0 and r.fragmented_gpu_minutes / r.paid_gpu_minutes >= bar
+    their nodes' free GPUs summed would hold them (:func:`_shape_blocked`), and the demand they hold back is ``bar``
+    of the region's paid GPU-minutes (the impact stands on the fragmentation itself, not beside it).
+
+    The impact is the demand held back -- the GPU-minutes of the shape-blocked requests -- not the GPUs stranded:
+    a scheduler that spreads small requests refills each piece as it frees, so the GPUs idle at any instant are
+    only what is left between refills, while the capacity the multi-GPU requests needed goes on being diverted for
+    as long as the fault lasts; the requests held back are what the cluster does not run (goodput lost to their
+    owners, the same GPU-minutes a page's bar is a share of), and they are counted only while the region's pieces
+    summed would hold them. The stranded GPUs remain the second witness (the telemetry), the waits the first."""
+    return (r.shape_blocked_jobs >= jobs and r.paid_gpu_minutes > 0
+            and max(r.held_gpu_minutes, r.fragmented_gpu_minutes) / r.paid_gpu_minutes >= bar)
+
+
+# Fragmentation pages only when the shape outlasts a partition. A scheduler works a surge through within a few
+# scheduling cycles (seconds to a minute each, in Slurm's backfill and Kubernetes' scheduling queue alike): requests
+# held beside pieces for one partition are the surge being placed. Capacity still in the wrong shape a partition
+# later -- many cycles that did not re-pack it -- is the placement policy's. The first shape-blocked partition is a
+# ticket whose alert carries the shape (Finding.carry, alerts.carried); the next consecutive one may page.
+_SHAPE_CARRY = "shape_blocked_jobs"
+_NOT_YET_PERSISTED = ("; capacity in the wrong shape first seen this partition (a surge is placed within a few "
+                      "scheduling cycles; a shape that outlasts a partition is the placement policy's): not paged yet")
+
+
+def _shape_carry(r) -> dict:
+    """What a shape-blocked partition carries to the next (:func:`_shape_persisted`)."""
+    return {_SHAPE_CARRY: int(r.shape_blocked_jobs)}
+
+
+def _shape_persisted(carried: dict | None) -> bool:
+    """Whether the partition before raised the alert on capacity in the wrong shape (:func:`_fragmented`);
+    ``carried``: its finding's carry (PartitionContext.carried of the alert's key; None: no finding then)."""
+    return _SHAPE_CARRY in (carried or {})
 
 
 def _shape_text(r) -> str:
@@ -71,7 +119,9 @@ def _shape_text(r) -> str:
     sizes = ", ".join(f"{s}-GPU" for s in r.shape_sizes)
     return (f"; capacity in the wrong shape: {r.shape_blocked_jobs} request(s) of {sizes} fit no node's free GPUs "
             f"(largest free block {r.largest_free_block:.0f} GPUs per node) while the free GPUs of their nodes summed "
-            f"would hold them; {r.fragmented_gpu_minutes:.0f} GPU-minutes stranded on nodes holding fewer than they need")
+            f"would hold them; {r.fragmented_gpu_minutes:.0f} GPU-minutes stranded on nodes holding fewer than they need, "
+            f"{r.held_gpu_minutes:.0f} GPU-minutes of requests held back"
+            + (f" ({r.held_gpu_minutes / r.paid_gpu_minutes:.1%} of paid)" if r.paid_gpu_minutes else ""))
 
 # A scheduler change that demotes a class of jobs (a queue) shows in those jobs whatever the region's level was:
 # the jobs of that queue that left the queue since the change waited longer than the same queue's jobs of the hour
