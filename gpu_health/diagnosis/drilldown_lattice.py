@@ -185,9 +185,11 @@ def _shuffled_max(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, round
     weight = np.zeros(n)
     weight[rows] = stats.h[rows]
     root_h = np.sqrt(weight[rows])
-    u = stats.x[rows] / root_h
     pool_rows = None if pool is None else pool & stats.informative
     pool_u = None if pool_rows is None or not pool_rows.any() else stats.x[pool_rows] / np.sqrt(stats.h[pool_rows])
+    del pool_rows
+    # the deviations drawn from: the pool's, else the leaves' own (shuffled); one leaf-long array, not both
+    u = stats.x[rows] / root_h if pool_u is None else pool_u
     peak: list[np.ndarray | None] = [None] * len(lattice.cuboids)  # each cell's largest |sum| so far
     best = 0.0
     batch = max(1, min(_SHUFFLES, _SHUFFLED_ENTRIES // n))
@@ -197,7 +199,7 @@ def _shuffled_max(lattice: _Lattice, stats: _LeafStats, alive: np.ndarray, round
         for s in range(len(shuffled)):
             order = np.argsort(uniforms.random(size)) if pool_u is None else (
                 uniforms.random(size) * pool_u.size).astype(np.int64)
-            column = (u if pool_u is None else pool_u)[order]  # u[order] * sign * root_h, in place: one leaf-long temporary at a time
+            column = u[order]  # u[order] * sign * root_h, in place: one leaf-long temporary at a time
             del order
             sign = signs.integers(0, 2, size=size) * 2.0
             sign -= 1.0
